@@ -1,0 +1,24 @@
+# sluice_library(NAME name SOURCES ... DEPS ...): one static library per layer,
+# exported as sluice::<name>, with the public headers under include/.
+function(sluice_library)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS" ${ARGN})
+  add_library(sluice_${ARG_NAME} STATIC ${ARG_SOURCES})
+  add_library(sluice::${ARG_NAME} ALIAS sluice_${ARG_NAME})
+  set_target_properties(sluice_${ARG_NAME} PROPERTIES EXPORT_NAME ${ARG_NAME} OUTPUT_NAME sluice_${ARG_NAME})
+  target_include_directories(sluice_${ARG_NAME} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(sluice_${ARG_NAME} PUBLIC ${ARG_DEPS})
+  set_property(GLOBAL APPEND PROPERTY SLUICE_LIBRARIES sluice_${ARG_NAME})
+endfunction()
+
+# sluice_test(NAME name SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary
+# registered with ctest test by test.
+function(sluice_test)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  gtest_discover_tests(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+endfunction()

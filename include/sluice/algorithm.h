@@ -1,0 +1,68 @@
+// sluice/algorithm.h: every algorithm behind one name, one options struct
+// and one validated config type.
+//
+// `LimitOptions` is the flat form a config file or a caller fills in
+// (algorithm, rate, burst, mode, max_delay, queue); `MakeLimit` validates it
+// once and returns a `LimitConfig`, a variant over the algorithms' own
+// configs. Code that stores state (the memory store, the Redis store) visits
+// the variant and calls the algorithm's pure Decide.
+//
+//   absl::StatusOr<sluice::LimitConfig> limit = sluice::MakeLimit(
+//       {.algorithm = sluice::Algorithm::kGcra, .rate = *sluice::ParseRate("100/s"), .burst = 20});
+#ifndef SLUICE_ALGORITHM_H_
+#define SLUICE_ALGORITHM_H_
+
+#include <optional>
+#include <string_view>
+#include <variant>
+
+#include "absl/status/statusor.h"
+#include "sluice/algorithm/gcra.h"
+#include "sluice/algorithm/leaky_bucket.h"
+#include "sluice/algorithm/token_bucket.h"
+#include "sluice/algorithm/window.h"
+
+namespace sluice {
+
+enum class Algorithm {
+  kTokenBucket,
+  kGcra,
+  kLeakyBucket,
+  kFixedWindow,
+  kSlidingLog,
+  kSlidingWindow,
+};
+
+enum class LeakyMode { kPolice, kShape };
+
+// The config-file names: "token_bucket", "gcra", "leaky_bucket",
+// "fixed_window", "sliding_log", "sliding_window".
+std::string_view AlgorithmName(Algorithm algorithm);
+std::optional<Algorithm> AlgorithmFromName(std::string_view name);
+
+struct LimitOptions {
+  Algorithm algorithm = Algorithm::kTokenBucket;
+  Rate rate;
+  // Bucket algorithms only. Default (0): rate.limit.
+  int64_t burst = 0;
+  // leaky_bucket only.
+  LeakyMode mode = LeakyMode::kPolice;
+  Duration max_delay;  // shape; default rate.period when queue is 0 too
+  int64_t queue = 0;   // shape; 0: bounded by max_delay only
+};
+
+using LimitConfig = std::variant<TokenBucketConfig, GcraConfig, LeakyPoliceConfig,
+                                 LeakyShapeConfig, FixedWindowConfig, SlidingLogConfig,
+                                 SlidingWindowConfig>;
+
+// Validates once; the error names the field and the value.
+absl::StatusOr<LimitConfig> MakeLimit(const LimitOptions& options);
+
+// The rate the limit was configured with, and its algorithm.
+const Rate& RateOf(const LimitConfig& config);
+Algorithm AlgorithmOf(const LimitConfig& config);
+bool IsShape(const LimitConfig& config);
+
+}  // namespace sluice
+
+#endif  // SLUICE_ALGORITHM_H_

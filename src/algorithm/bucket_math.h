@@ -1,0 +1,66 @@
+// The arithmetic the three bucket algorithms share. Internal.
+//
+// token_bucket, gcra and leaky_bucket police encode their state differently
+// (tokens + time, one arrival time, level + time) but all reduce it to the
+// same number at `now`: `used`, the ticks of the bucket's capacity in use.
+// From there the decision is the same, so it is written once, here.
+#ifndef SLUICE_ALGORITHM_BUCKET_MATH_H_
+#define SLUICE_ALGORITHM_BUCKET_MATH_H_
+
+#include <cstdint>
+
+#include "sluice/algorithm/token_bucket.h"
+#include "sluice/decision.h"
+
+namespace sluice::internal {
+
+// a / b rounded up, for a >= 0, b > 0.
+constexpr int64_t CeilDiv(int64_t a, int64_t b) { return a <= 0 ? 0 : (a - 1) / b + 1; }
+
+// floor(a / b) for any sign of a, b > 0.
+constexpr int64_t FloorDiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+struct BucketStep {
+  bool consumed = false;   // state must be updated to `used_after`
+  int64_t used_after = 0;  // ticks in use after the decision
+  Decision decision;
+};
+
+// `used` >= 0 may exceed the capacity when the clock went backwards (gcra).
+inline BucketStep BucketDecide(const BucketConfig& config, int64_t used, int64_t cost) {
+  const int64_t per_us = config.bucket_rate().ticks_per_us;
+  const int64_t per_token = config.bucket_rate().ticks_per_token;
+  const int64_t capacity = config.capacity_ticks();
+  BucketStep step;
+  Decision& d = step.decision;
+  d.limit = config.burst();
+  if (cost > config.burst()) {  // checked first: cost * per_token may overflow
+    d.retry_after = Duration::Infinite();
+    d.remaining = used >= capacity ? 0 : (capacity - used) / per_token;
+    d.reset_after = Duration::Micros(CeilDiv(used, per_us));
+    step.used_after = used;
+    return step;
+  }
+  const int64_t cost_ticks = cost * per_token;  // <= capacity < 2^62
+  if (used <= capacity - cost_ticks) {
+    step.consumed = cost > 0;
+    step.used_after = used + cost_ticks;
+    d.allowed = true;
+    d.remaining = (capacity - step.used_after) / per_token;
+    d.reset_after = Duration::Micros(CeilDiv(step.used_after, per_us));
+    return step;
+  }
+  // Denied: wait until enough has drained that used + cost fits.
+  step.used_after = used;
+  d.remaining = used >= capacity ? 0 : (capacity - used) / per_token;
+  d.reset_after = Duration::Micros(CeilDiv(used, per_us));
+  d.retry_after = Duration::Micros(CeilDiv(used - (capacity - cost_ticks), per_us));
+  return step;
+}
+
+}  // namespace sluice::internal
+
+#endif  // SLUICE_ALGORITHM_BUCKET_MATH_H_

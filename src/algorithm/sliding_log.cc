@@ -1,0 +1,121 @@
+#include <algorithm>
+
+#include "base/cat.h"
+#include "sluice/algorithm/window.h"
+
+namespace sluice {
+
+absl::StatusOr<SlidingLogConfig> SlidingLogConfig::Create(const WindowOptions& options) {
+  absl::StatusOr<WindowConfig> base = WindowConfig::Create(options);
+  if (!base.ok()) return base.status();
+  if (options.rate.limit > kMaxSlidingLogLimit) {
+    return absl::InvalidArgumentError(internal::Cat(
+        "sliding_log keeps one entry per admitted request, so its limit is capped at ",
+        kMaxSlidingLogLimit, " (got ", options.rate.limit,
+        "); use sliding_window for larger limits"));
+  }
+  return SlidingLogConfig{*base};
+}
+
+void SlidingLogState::DropOlderThan(int64_t cutoff_us) {
+  while (size_ > 0 && ring_[head_].time_us <= cutoff_us) {
+    total_ -= ring_[head_].cost;
+    head_ = (head_ + 1) & (capacity_ - 1);
+    --size_;
+  }
+  if (size_ == 0) {
+    // An idle key gives its buffer back: memory follows activity.
+    ring_.reset();
+    capacity_ = head_ = 0;
+  }
+}
+
+void SlidingLogState::Push(int64_t time_us, int64_t cost, int64_t max_entries) {
+  if (size_ > 0) {
+    Entry& back = ring_[(head_ + size_ - 1) & (capacity_ - 1)];
+    if (back.time_us == time_us) {  // same instant: one entry
+      back.cost += cost;
+      total_ += cost;
+      return;
+    }
+  }
+  if (size_ == capacity_) {
+    // Grow by doubling; entries never exceed max_entries (each costs >= 1 and
+    // the total stays within the limit), so neither does the buffer, rounded
+    // up to a power of two.
+    int64_t grown = capacity_ == 0 ? 4 : capacity_ * 2;
+    while (grown / 2 >= max_entries && grown > 4) grown /= 2;
+    auto ring = std::make_unique<Entry[]>(grown);
+    for (int64_t i = 0; i < size_; ++i) ring[i] = at(i);
+    ring_ = std::move(ring);
+    capacity_ = grown;
+    head_ = 0;
+  }
+  ring_[(head_ + size_) & (capacity_ - 1)] = {time_us, cost};
+  ++size_;
+  total_ += cost;
+}
+
+void SlidingLogState::RemoveCost(int64_t time_us, int64_t cost) {
+  // The oldest entry at or after `time_us` is the one the refunded request
+  // was merged into: entries before it are older, entries after it came later.
+  int64_t i = 0;
+  while (i < size_ && at(i).time_us < time_us) ++i;
+  while (cost > 0 && i < size_) {
+    Entry& entry = ring_[(head_ + i) & (capacity_ - 1)];
+    const int64_t take = std::min(cost, entry.cost);
+    entry.cost -= take;
+    total_ -= take;
+    cost -= take;
+    if (entry.cost > 0) return;
+    for (int64_t j = i; j + 1 < size_; ++j) {  // erase: rare, O(entries)
+      ring_[(head_ + j) & (capacity_ - 1)] = ring_[(head_ + j + 1) & (capacity_ - 1)];
+    }
+    --size_;
+  }
+}
+
+Decision Decide(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost) {
+  const int64_t period = config.period().micros();
+  const int64_t limit = config.limit();
+  // Decide as of the latest time seen, so a clock that went back grants nothing.
+  state.SeeTime(now.unix_micros());
+  const int64_t at = state.last_time_us();
+  state.DropOlderThan(at - period);  // the window is (at - period, at]
+  Decision d;
+  d.limit = limit;
+  if (cost > limit) {
+    d.retry_after = Duration::Infinite();
+  } else if (state.total_cost() + cost <= limit) {
+    d.allowed = true;
+    if (cost > 0) state.Push(at, cost, limit);
+  } else {
+    // The request fits once enough of the oldest entries have left the window.
+    int64_t freed = 0;
+    for (int64_t i = 0; i < state.size(); ++i) {
+      freed += state.at(i).cost;
+      if (state.total_cost() - freed + cost <= limit) {
+        d.retry_after = Duration::Micros(state.at(i).time_us + period - now.unix_micros());
+        break;
+      }
+    }
+  }
+  d.remaining = limit - state.total_cost();
+  if (state.size() > 0) {
+    const int64_t newest = state.at(state.size() - 1).time_us;
+    d.reset_after = Duration::Micros(newest + period - now.unix_micros());
+  }
+  return d;
+}
+
+void Refund(const SlidingLogConfig& /*config*/, SlidingLogState& state, Time taken_at,
+            int64_t cost) {
+  state.RemoveCost(taken_at.unix_micros(), cost);
+}
+
+Time FreshAt(const SlidingLogConfig& config, const SlidingLogState& state) {
+  if (state.size() == 0) return Time::FromUnixMicros(INT64_MIN);
+  return Time::FromUnixMicros(state.at(state.size() - 1).time_us + config.period().micros());
+}
+
+}  // namespace sluice

@@ -1,0 +1,42 @@
+// Cat(...): concatenates strings and integers into one std::string, for error
+// messages. Internal. (absl::StrCat as packaged by Debian takes
+// absl::string_view, a different type from std::string_view; this takes both.)
+#ifndef SLUICE_BASE_CAT_H_
+#define SLUICE_BASE_CAT_H_
+
+#include <charconv>
+#include <concepts>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/string_view.h"
+
+namespace sluice::internal {
+
+inline void AppendPiece(std::string& out, std::string_view s) { out.append(s); }
+inline void AppendPiece(std::string& out, const char* s) { out.append(s); }
+inline void AppendPiece(std::string& out, const std::string& s) { out.append(s); }
+inline void AppendPiece(std::string& out, char c) { out.push_back(c); }
+template <typename T>
+  requires std::same_as<T, absl::string_view> && (!std::same_as<T, std::string_view>)
+inline void AppendPiece(std::string& out, T s) {
+  out.append(s.data(), s.size());
+}
+template <std::integral T>
+  requires(!std::same_as<T, char> && !std::same_as<T, bool>)
+inline void AppendPiece(std::string& out, T value) {
+  char buf[24];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  out.append(buf, end);
+}
+
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  std::string out;
+  (AppendPiece(out, args), ...);
+  return out;
+}
+
+}  // namespace sluice::internal
+
+#endif  // SLUICE_BASE_CAT_H_
