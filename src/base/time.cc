@@ -100,6 +100,7 @@ absl::StatusOr<Duration> ParseDuration(std::string_view text) {
 
 std::string FormatDuration(Duration d) {
   if (d.IsInfinite()) return "inf";
+  if (d == Duration::Zero()) return "0s";
   const int64_t us = d.micros();
   static constexpr std::array<std::pair<int64_t, std::string_view>, 5> kUnits = {{
       {86'400'000'000, "d"}, {3'600'000'000, "h"}, {60'000'000, "m"}, {1'000'000, "s"}, {1000, "ms"},

@@ -1,0 +1,130 @@
+// sluice: the one binary. This release ships the library and its checking
+// commands; the HTTP gateway, the decision service and the simulator are
+// subcommands of this same binary as they land.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "sluice/algorithm.h"
+#include "sluice/rate.h"
+#include "sluice/version.h"
+
+namespace {
+
+// `sluice explain`: shows what a limit does with a burst of requests,
+// decided by the same code the library runs.
+int Explain(const std::string& algorithm_name, const std::string& rate_text, int64_t burst,
+            const std::string& mode, const std::string& max_delay_text, int64_t queue,
+            int64_t requests, const std::string& spacing_text) {
+  const std::optional<sluice::Algorithm> algorithm = sluice::AlgorithmFromName(algorithm_name);
+  if (!algorithm) {
+    std::cerr << "sluice: unknown algorithm \"" << algorithm_name
+              << "\" (token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, "
+                 "sliding_window)\n";
+    return 2;
+  }
+  const absl::StatusOr<sluice::Rate> rate = sluice::ParseRate(rate_text);
+  if (!rate.ok()) {
+    std::cerr << "sluice: " << rate.status().message() << "\n";
+    return 2;
+  }
+  sluice::LimitOptions options{.algorithm = *algorithm, .rate = *rate, .burst = burst,
+                               .queue = queue};
+  if (mode == "shape") {
+    options.mode = sluice::LeakyMode::kShape;
+  } else if (mode != "police") {
+    std::cerr << "sluice: --mode must be police or shape, got \"" << mode << "\"\n";
+    return 2;
+  }
+  if (!max_delay_text.empty()) {
+    const absl::StatusOr<sluice::Duration> d = sluice::ParseDuration(max_delay_text);
+    if (!d.ok()) {
+      std::cerr << "sluice: --max-delay: " << d.status().message() << "\n";
+      return 2;
+    }
+    options.max_delay = *d;
+  }
+  const absl::StatusOr<sluice::Duration> spacing = sluice::ParseDuration(spacing_text);
+  if (!spacing.ok()) {
+    std::cerr << "sluice: --every: " << spacing.status().message() << "\n";
+    return 2;
+  }
+  const absl::StatusOr<sluice::LimitConfig> config = sluice::MakeLimit(options);
+  if (!config.ok()) {
+    std::cerr << "sluice: " << config.status().message() << "\n";
+    return 2;
+  }
+  std::printf("%-10s %-7s %9s %12s %12s %12s\n", "t", "allowed", "remaining", "retry_after",
+              "reset_after", "delay");
+  std::visit(
+      [&](const auto& c) {
+        using Config = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<Config, sluice::SlidingLogConfig>) {
+          sluice::SlidingLogState state;
+          for (int64_t i = 0; i < requests; ++i) {
+            const sluice::Time t = sluice::Time::FromUnixMicros(0) + *spacing * i;
+            const sluice::Decision d = sluice::Decide(c, state, t, 1);
+            std::printf("%-10s %-7s %9lld %12s %12s %12s\n",
+                        sluice::FormatDuration(t - sluice::Time::UnixEpoch()).c_str(),
+                        d.allowed ? "yes" : "no", static_cast<long long>(d.remaining),
+                        sluice::FormatDuration(d.retry_after).c_str(),
+                        sluice::FormatDuration(d.reset_after).c_str(),
+                        sluice::FormatDuration(d.delay).c_str());
+          }
+        } else {
+          decltype(sluice::Decide(c, {}, sluice::Time(), 0).state) state{};
+          for (int64_t i = 0; i < requests; ++i) {
+            const sluice::Time t = sluice::Time::FromUnixMicros(0) + *spacing * i;
+            const auto [next, d] = sluice::Decide(c, state, t, 1);
+            state = next;
+            std::printf("%-10s %-7s %9lld %12s %12s %12s\n",
+                        sluice::FormatDuration(t - sluice::Time::UnixEpoch()).c_str(),
+                        d.allowed ? "yes" : "no", static_cast<long long>(d.remaining),
+                        sluice::FormatDuration(d.retry_after).c_str(),
+                        sluice::FormatDuration(d.reset_after).c_str(),
+                        sluice::FormatDuration(d.delay).c_str());
+          }
+        }
+      },
+      *config);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "sluice " SLUICE_VERSION ": a rate limiter for services.\n"
+      "This version ships the C++ library (every algorithm, the memory store, the\n"
+      "limiter) and `sluice explain`. Run `sluice explain --help` for its options."};
+  app.set_version_flag("--version", "sluice " SLUICE_VERSION);
+  app.require_subcommand(0, 1);
+
+  std::string algorithm = "token_bucket", rate = "10/s", mode = "police", max_delay,
+              every = "0s";
+  int64_t burst = 0, queue = 0, requests = 20;
+  CLI::App* explain = app.add_subcommand(
+      "explain", "Decide a run of requests against one limit and print each decision");
+  explain->add_option("--algorithm,-a", algorithm,
+                      "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, "
+                      "sliding_window")
+      ->capture_default_str();
+  explain->add_option("--rate,-r", rate, "LIMIT/PERIOD, e.g. 100/s, 40/min, 10/5s")
+      ->capture_default_str();
+  explain->add_option("--burst,-b", burst, "bucket capacity (default: the rate's limit)");
+  explain->add_option("--mode", mode, "leaky_bucket: police or shape")->capture_default_str();
+  explain->add_option("--max-delay", max_delay, "leaky_bucket shape: longest hold, e.g. 5s");
+  explain->add_option("--queue", queue, "leaky_bucket shape: most requests waiting");
+  explain->add_option("--requests,-n", requests, "how many requests")->capture_default_str();
+  explain->add_option("--every", every, "time between requests, e.g. 0s, 50ms")
+      ->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  if (explain->parsed()) {
+    return Explain(algorithm, rate, burst, mode, max_delay, queue, requests, every);
+  }
+  std::cout << app.help();
+  return 0;
+}

@@ -1,0 +1,127 @@
+#include "sluice/limiter.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "sluice/store/memory_store.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr Time kStart = Time::FromUnixMicros(1'700'000'000'000'000);
+
+LimitOptions L(Algorithm algorithm, std::string_view rate, int64_t burst = 0) {
+  return {.algorithm = algorithm, .rate = *ParseRate(rate), .burst = burst};
+}
+
+class LimiterTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Limiter> Make(std::vector<LimitOptions> limits) {
+    absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+        Limiter::Create(store_, {.name = "p", .limits = std::move(limits), .clock = &clock_});
+    EXPECT_TRUE(limiter.ok()) << limiter.status();
+    return limiter.ok() ? *std::move(limiter) : nullptr;
+  }
+  MemoryStore store_;
+  ManualClock clock_{kStart};
+};
+
+TEST_F(LimiterTest, AKeyedLimiterInAFewLines) {
+  auto limiter = Make({L(Algorithm::kGcra, "100/s", 20)});
+  int admitted = 0;
+  for (int i = 0; i < 30; ++i) admitted += (*limiter->Acquire("user-42")).allowed;
+  EXPECT_EQ(admitted, 20);
+  EXPECT_TRUE(limiter->Acquire("user-43")->allowed);
+  clock_.Advance(Duration::Millis(10));
+  EXPECT_TRUE(limiter->Acquire("user-42")->allowed);
+}
+
+TEST_F(LimiterTest, ALaterDenialGivesBackWhatEarlierLimitsTook) {
+  // 5 per hour, and 3 per calendar minute. After 3 requests the window
+  // denies; the bucket must not be charged for those denials.
+  clock_.Set(Time::FromUnixMicros(60'000'000LL * 28'333'334));  // a minute boundary
+  auto limiter = Make({L(Algorithm::kTokenBucket, "5/h"), L(Algorithm::kFixedWindow, "3/min")});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter->Acquire("k")->allowed);
+  for (int i = 0; i < 10; ++i) {
+    const absl::StatusOr<PolicyDecision> d = limiter->Acquire("k");
+    EXPECT_FALSE(d->allowed);
+    EXPECT_EQ(d->limit_index, 1u);
+  }
+  // Next minute: the window allows 3 again, and the bucket still holds
+  // exactly the 2 tokens the 3 admitted requests left.
+  clock_.Advance(Duration::Minutes(1));
+  EXPECT_TRUE(limiter->Acquire("k")->allowed);
+  EXPECT_TRUE(limiter->Acquire("k")->allowed);
+  const absl::StatusOr<PolicyDecision> third = limiter->Acquire("k");
+  EXPECT_FALSE(third->allowed);
+  EXPECT_EQ(third->limit_index, 0u);
+}
+
+TEST_F(LimiterTest, DenialReportsTheLongestWaitAcrossLimits) {
+  // Both limits are exhausted; the first would allow again after 1 s, the
+  // second only after a minute. Retry-After must cover the minute.
+  auto limiter = Make({L(Algorithm::kGcra, "1/s", 1), L(Algorithm::kFixedWindow, "1/min")});
+  clock_.Set(Time::FromUnixMicros(60'000'000LL * 28'333'334));  // a minute boundary
+  EXPECT_TRUE(limiter->Acquire("k")->allowed);
+  const absl::StatusOr<PolicyDecision> d = limiter->Acquire("k");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->allowed);
+  EXPECT_EQ(d->retry_after, Duration::Minutes(1));
+  EXPECT_EQ(d->limit_index, 1u);
+}
+
+TEST_F(LimiterTest, AllowedReportsTheLeastRemaining) {
+  auto limiter = Make({L(Algorithm::kTokenBucket, "100/s"), L(Algorithm::kFixedWindow, "10/min")});
+  const absl::StatusOr<PolicyDecision> d = limiter->Acquire("k");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->remaining, 9);
+  EXPECT_EQ(d->limit, 10);
+  EXPECT_EQ(d->limit_index, 1u);
+}
+
+TEST_F(LimiterTest, ShapeIsDecidedLastAndItsDelayIsReported) {
+  LimitOptions shape{.algorithm = Algorithm::kLeakyBucket, .rate = *ParseRate("2/s"),
+                     .mode = LeakyMode::kShape, .max_delay = Duration::Seconds(5)};
+  auto limiter = Make({shape, L(Algorithm::kFixedWindow, "3/min")});
+  EXPECT_EQ(limiter->Acquire("k")->delay, Duration::Zero());
+  EXPECT_EQ(limiter->Acquire("k")->delay, Duration::Millis(500));
+  EXPECT_EQ(limiter->Acquire("k")->delay, Duration::Seconds(1));
+  // The window denies the fourth; had shape gone first it would have handed
+  // out (and lost) the 1.5 s slot. The next allowed request would get it.
+  EXPECT_FALSE(limiter->Acquire("k")->allowed);
+}
+
+TEST_F(LimiterTest, RejectsBadInputWithReasons) {
+  auto limiter = Make({L(Algorithm::kGcra, "1/s")});
+  absl::StatusOr<PolicyDecision> d = limiter->Acquire("k", {.cost = -1});
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(d.status().message(), HasSubstr("cost must not be negative"));
+  EXPECT_FALSE(limiter->Acquire(std::string(kMaxKeyLength + 1, 'x')).ok());
+
+  absl::StatusOr<std::unique_ptr<Limiter>> none = Limiter::Create(store_, {.name = "empty"});
+  EXPECT_THAT(none.status().message(), HasSubstr("policy \"empty\": no limits"));
+  absl::StatusOr<std::unique_ptr<Limiter>> bad = Limiter::Create(
+      store_, {.name = "login", .limits = {L(Algorithm::kGcra, "1/s"),
+                                           {.algorithm = Algorithm::kFixedWindow,
+                                            .rate = *ParseRate("1/s"), .burst = 5}}});
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("policy \"login\" limit 2: fixed_window: burst applies only"));
+  LimitOptions shape{.algorithm = Algorithm::kLeakyBucket, .rate = *ParseRate("2/s"),
+                     .mode = LeakyMode::kShape};
+  EXPECT_THAT(Limiter::Create(store_, {.name = "two", .limits = {shape, shape}}).status().message(),
+              HasSubstr("at most one leaky_bucket shape limit"));
+}
+
+TEST_F(LimiterTest, CostWeighsRequests) {
+  auto limiter = Make({L(Algorithm::kSlidingLog, "10/min")});
+  EXPECT_TRUE(limiter->Acquire("k", {.cost = 7})->allowed);
+  EXPECT_FALSE(limiter->Acquire("k", {.cost = 4})->allowed);
+  EXPECT_TRUE(limiter->Acquire("k", {.cost = 3})->allowed);
+  const absl::StatusOr<PolicyDecision> never = limiter->Acquire("k", {.cost = 11});
+  EXPECT_TRUE(never->can_never_pass());
+}
+
+}  // namespace
+}  // namespace sluice

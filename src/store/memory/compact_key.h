@@ -1,0 +1,102 @@
+// CompactKey: a byte-string key in 16 bytes. Internal to the memory store.
+//
+// Keys of up to 15 bytes (IPv4 addresses, short API keys, user ids) live
+// inline: 15 bytes of data and a length byte. Longer keys keep a pointer and
+// a length and own a heap copy. This halves a slot against std::string
+// (32 bytes) and is what keeps one-word algorithms under 64 bytes per key.
+#ifndef SLUICE_STORE_MEMORY_COMPACT_KEY_H_
+#define SLUICE_STORE_MEMORY_COMPACT_KEY_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/string_view.h"
+
+namespace sluice::internal {
+
+class CompactKey {
+ public:
+  static constexpr size_t kInlineMax = 15;
+
+  explicit CompactKey(std::string_view key) {
+    if (key.size() <= kInlineMax) {
+      std::memcpy(raw_, key.data(), key.size());
+      raw_[kTag] = static_cast<unsigned char>(key.size());
+    } else {
+      char* copy = new char[key.size()];
+      std::memcpy(copy, key.data(), key.size());
+      const uint64_t size = key.size();
+      std::memcpy(raw_, &copy, sizeof copy);
+      std::memcpy(raw_ + 8, &size, 7);  // sizes are < 2^56
+      raw_[kTag] = kHeapTag;
+    }
+  }
+  CompactKey(const CompactKey& other) : CompactKey(other.view()) {}
+  CompactKey(CompactKey&& other) noexcept {
+    std::memcpy(raw_, other.raw_, sizeof raw_);
+    other.raw_[kTag] = 0;  // the source becomes the empty inline key
+  }
+  CompactKey& operator=(CompactKey other) noexcept {
+    Release();
+    std::memcpy(raw_, other.raw_, sizeof raw_);
+    other.raw_[kTag] = 0;
+    return *this;
+  }
+  ~CompactKey() { Release(); }
+
+  std::string_view view() const {
+    if (raw_[kTag] != kHeapTag) {
+      return {reinterpret_cast<const char*>(raw_), raw_[kTag]};
+    }
+    const char* ptr;
+    uint64_t size = 0;
+    std::memcpy(&ptr, raw_, sizeof ptr);
+    std::memcpy(&size, raw_ + 8, 7);
+    return {ptr, size};
+  }
+  // Bytes held outside the object.
+  size_t heap_bytes() const { return raw_[kTag] == kHeapTag ? view().size() : 0; }
+
+ private:
+  static constexpr size_t kTag = 15;
+  static constexpr unsigned char kHeapTag = 0xFF;
+
+  void Release() {
+    if (raw_[kTag] == kHeapTag) {
+      char* ptr;
+      std::memcpy(&ptr, raw_, sizeof ptr);
+      delete[] ptr;
+      raw_[kTag] = 0;
+    }
+  }
+
+  alignas(8) unsigned char raw_[16] = {};
+};
+
+static_assert(sizeof(CompactKey) == 16);
+
+// Transparent hash and equality, so lookups take a std::string_view without
+// building a key.
+struct KeyHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view key) const {
+    return absl::Hash<absl::string_view>{}(absl::string_view(key.data(), key.size()));
+  }
+  size_t operator()(const CompactKey& key) const { return (*this)(key.view()); }
+};
+
+struct KeyEq {
+  using is_transparent = void;
+  static std::string_view View(std::string_view key) { return key; }
+  static std::string_view View(const CompactKey& key) { return key.view(); }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    return View(a) == View(b);
+  }
+};
+
+}  // namespace sluice::internal
+
+#endif  // SLUICE_STORE_MEMORY_COMPACT_KEY_H_

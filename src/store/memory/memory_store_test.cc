@@ -1,0 +1,159 @@
+#include "sluice/store/memory_store.h"
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "store/memory/compact_key.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr Time kStart = Time::FromUnixMicros(1'700'000'000'000'000);
+
+LimitConfig Limit(Algorithm algorithm, std::string_view rate, int64_t burst = 0) {
+  return *MakeLimit({.algorithm = algorithm, .rate = *ParseRate(rate), .burst = burst});
+}
+
+std::shared_ptr<LimitTable> Open(MemoryStore& store, const LimitConfig& config) {
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = store.OpenTable(config);
+  EXPECT_TRUE(table.ok());
+  return *table;
+}
+
+TEST(CompactKey, KeepsShortKeysInlineAndLongKeysWhole) {
+  const internal::CompactKey short_key("203.0.113.7");
+  EXPECT_EQ(short_key.view(), "203.0.113.7");
+  EXPECT_EQ(short_key.heap_bytes(), 0u);
+  const std::string long_text(200, 'k');
+  internal::CompactKey long_key(long_text);
+  EXPECT_EQ(long_key.view(), long_text);
+  internal::CompactKey moved(std::move(long_key));
+  EXPECT_EQ(moved.view(), long_text);
+  const internal::CompactKey copy(moved);
+  EXPECT_EQ(copy.view(), long_text);
+  const std::string with_zero("a\0b", 3);
+  EXPECT_EQ(internal::CompactKey(with_zero).view(), with_zero);
+}
+
+TEST(MemoryStore, KeysAreIndependent) {
+  MemoryStore store;
+  auto table = Open(store, Limit(Algorithm::kGcra, "2/min"));
+  EXPECT_TRUE(table->Decide("a", kStart, 1)->allowed);
+  EXPECT_TRUE(table->Decide("a", kStart, 1)->allowed);
+  EXPECT_FALSE(table->Decide("a", kStart, 1)->allowed);
+  EXPECT_TRUE(table->Decide("b", kStart, 1)->allowed);
+  EXPECT_EQ(store.stats().keys, 2);
+}
+
+TEST(MemoryStore, AcceptsTheMaximumKeyLengthAndRejectsLonger) {
+  MemoryStore store;
+  auto table = Open(store, Limit(Algorithm::kFixedWindow, "1/min"));
+  const std::string longest(kMaxKeyLength, 'x');
+  EXPECT_TRUE(table->Decide(longest, kStart, 1)->allowed);
+  EXPECT_FALSE(table->Decide(longest, kStart, 1)->allowed);
+  const std::string too_long(kMaxKeyLength + 1, 'x');
+  absl::StatusOr<Decision> d = table->Decide(too_long, kStart, 1);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(d.status().message(), HasSubstr("1025 bytes is longer than the maximum of 1024"));
+}
+
+TEST(MemoryStore, KeysDifferingOnlyAfterByte15AreDistinct) {
+  MemoryStore store;
+  auto table = Open(store, Limit(Algorithm::kTokenBucket, "1/h"));
+  EXPECT_TRUE(table->Decide("0123456789abcdefA", kStart, 1)->allowed);
+  EXPECT_TRUE(table->Decide("0123456789abcdefB", kStart, 1)->allowed);
+  EXPECT_FALSE(table->Decide("0123456789abcdefA", kStart, 1)->allowed);
+}
+
+TEST(MemoryStore, DeniedAndPeekedKeysCostNoMemory) {
+  MemoryStore store;
+  auto table = Open(store, Limit(Algorithm::kSlidingLog, "1/min"));
+  EXPECT_TRUE(table->Decide("k", kStart, 0)->allowed);
+  EXPECT_TRUE(table->Decide("big", kStart, 5)->can_never_pass());
+  EXPECT_TRUE(table->Check("other", kStart, 1)->allowed);
+  EXPECT_EQ(store.stats().keys, 0);
+}
+
+TEST(MemoryStore, CheckTakesNothing) {
+  MemoryStore store;
+  for (Algorithm a : {Algorithm::kTokenBucket, Algorithm::kGcra, Algorithm::kFixedWindow,
+                      Algorithm::kSlidingLog, Algorithm::kSlidingWindow}) {
+    auto table = Open(store, Limit(a, "2/min"));
+    EXPECT_TRUE(table->Decide("k", kStart, 1)->allowed);
+    for (int i = 0; i < 5; ++i) EXPECT_TRUE(table->Check("k", kStart, 1)->allowed);
+    EXPECT_TRUE(table->Decide("k", kStart, 1)->allowed) << AlgorithmName(a);
+    EXPECT_FALSE(table->Decide("k", kStart, 1)->allowed) << AlgorithmName(a);
+  }
+}
+
+TEST(MemoryStore, RefundGivesBack) {
+  MemoryStore store;
+  for (Algorithm a : {Algorithm::kTokenBucket, Algorithm::kGcra, Algorithm::kFixedWindow,
+                      Algorithm::kSlidingLog, Algorithm::kSlidingWindow}) {
+    auto table = Open(store, Limit(a, "1/min"));
+    EXPECT_TRUE(table->Decide("k", kStart, 1)->allowed);
+    ASSERT_TRUE(table->Refund("k", kStart, 1).ok());
+    EXPECT_TRUE(table->Decide("k", kStart, 1)->allowed) << AlgorithmName(a);
+    EXPECT_FALSE(table->Decide("k", kStart, 1)->allowed) << AlgorithmName(a);
+  }
+}
+
+TEST(MemoryStore, StaysWithinMaxKeysByDroppingFreshKeysFirst) {
+  MemoryStore store({.max_keys = 1000});
+  auto table = Open(store, Limit(Algorithm::kGcra, "10/s", 1));
+  // 1000 keys used at kStart: all fresh again 100 ms later.
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(table->Decide("old" + std::to_string(i), kStart, 1)->allowed);
+  EXPECT_EQ(store.stats().keys, 1000);
+  const Time later = kStart + Duration::Seconds(1);
+  for (int i = 0; i < 500; ++i) ASSERT_TRUE(table->Decide("new" + std::to_string(i), later, 1)->allowed);
+  const MemoryStoreStats stats = store.stats();
+  EXPECT_LE(stats.keys, 1000);
+  EXPECT_EQ(stats.forced_evictions, 0);
+  EXPECT_GT(stats.fresh_evictions, 0);
+}
+
+TEST(MemoryStore, AnActiveAbuserKeepsItsEmptyBucketWhileOthersAreFresh) {
+  MemoryStore store({.max_keys = 100});
+  auto table = Open(store, Limit(Algorithm::kTokenBucket, "1/h", 1));
+  ASSERT_TRUE(table->Decide("abuser", kStart, 1)->allowed);
+  ASSERT_FALSE(table->Decide("abuser", kStart, 1)->allowed);
+  // A flood of one-off keys on a fast limit: they are fresh one second later.
+  auto fast = Open(store, Limit(Algorithm::kTokenBucket, "1/s", 1));
+  for (int i = 0; i < 5000; ++i) {
+    const Time t = kStart + Duration::Seconds(1 + i / 50);
+    ASSERT_TRUE(fast->Decide("flood" + std::to_string(i), t, 1)->allowed);
+  }
+  EXPECT_LE(store.stats().keys, 100);
+  EXPECT_EQ(store.stats().forced_evictions, 0);
+  EXPECT_FALSE(table->Decide("abuser", kStart + Duration::Seconds(200), 1)->allowed);
+}
+
+TEST(MemoryStore, ForcedEvictionsAreCountedWhenNothingIsFresh) {
+  MemoryStore store({.max_keys = 160});
+  auto table = Open(store, Limit(Algorithm::kFixedWindow, "5/day"));
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(table->Decide("k" + std::to_string(i), kStart, 1)->allowed);
+  }
+  const MemoryStoreStats stats = store.stats();
+  EXPECT_LE(stats.keys, 160);
+  EXPECT_GE(stats.forced_evictions, 1000 - 160);
+  EXPECT_GT(stats.reclaim_passes, 0);
+}
+
+TEST(MemoryStore, ClosingATableReleasesItsKeys) {
+  MemoryStore store({.max_keys = 10});
+  {
+    auto table = Open(store, Limit(Algorithm::kGcra, "1/s"));
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(table->Decide(std::to_string(i), kStart, 1)->allowed);
+    EXPECT_EQ(store.stats().keys, 5);
+  }
+  EXPECT_EQ(store.stats().keys, 0);
+}
+
+}  // namespace
+}  // namespace sluice
