@@ -1,0 +1,42 @@
+# Sourced by scripts/run and scripts/test. The one place that names the
+# Debian packages sluice builds and tests with.
+#
+# sluice_install_deps PACKAGE...: apt-get installs those not yet installed,
+# so a second run costs one dpkg query.
+
+SLUICE_BUILD_PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libabsl-dev      # Status/StatusOr, flat_hash_map, Hash
+  libcli11-dev     # the command line
+)
+SLUICE_TEST_PACKAGES=(
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+)
+
+sluice_install_deps() {
+  local missing=()
+  local p
+  for p in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  echo "sluice: installing ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Parallel jobs: all cores, but no more than memory allows for g++ (~1.5 GiB each).
+sluice_jobs() {
+  local cores mem_jobs
+  cores=$(nproc)
+  mem_jobs=$(awk '/MemAvailable/ {print int($2 / 1500000)}' /proc/meminfo)
+  [ "$mem_jobs" -lt 1 ] && mem_jobs=1
+  echo $(( cores < mem_jobs ? cores : mem_jobs ))
+}
