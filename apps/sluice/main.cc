@@ -58,33 +58,30 @@ int Explain(const std::string& algorithm_name, const std::string& rate_text, int
   }
   std::printf("%-10s %-7s %9s %12s %12s %12s\n", "t", "allowed", "remaining", "retry_after",
               "reset_after", "delay");
+  auto print = [](sluice::Time t, const sluice::Decision& d) {
+    std::printf("%-10s %-7s %9lld %12s %12s %12s\n",
+                sluice::FormatDuration(t - sluice::Time::UnixEpoch()).c_str(),
+                d.allowed ? "yes" : "no", static_cast<long long>(d.remaining),
+                sluice::FormatDuration(d.retry_after).c_str(),
+                sluice::FormatDuration(d.reset_after).c_str(),
+                sluice::FormatDuration(d.delay).c_str());
+  };
   std::visit(
       [&](const auto& c) {
         using Config = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<Config, sluice::SlidingLogConfig>) {
-          sluice::SlidingLogState state;
+          sluice::SlidingLogState state;  // decided in place
           for (int64_t i = 0; i < requests; ++i) {
-            const sluice::Time t = sluice::Time::FromUnixMicros(0) + *spacing * i;
-            const sluice::Decision d = sluice::Decide(c, state, t, 1);
-            std::printf("%-10s %-7s %9lld %12s %12s %12s\n",
-                        sluice::FormatDuration(t - sluice::Time::UnixEpoch()).c_str(),
-                        d.allowed ? "yes" : "no", static_cast<long long>(d.remaining),
-                        sluice::FormatDuration(d.retry_after).c_str(),
-                        sluice::FormatDuration(d.reset_after).c_str(),
-                        sluice::FormatDuration(d.delay).c_str());
+            const sluice::Time t = sluice::Time::UnixEpoch() + *spacing * i;
+            print(t, sluice::Decide(c, state, t, 1));
           }
         } else {
           decltype(sluice::Decide(c, {}, sluice::Time(), 0).state) state{};
           for (int64_t i = 0; i < requests; ++i) {
-            const sluice::Time t = sluice::Time::FromUnixMicros(0) + *spacing * i;
-            const auto [next, d] = sluice::Decide(c, state, t, 1);
-            state = next;
-            std::printf("%-10s %-7s %9lld %12s %12s %12s\n",
-                        sluice::FormatDuration(t - sluice::Time::UnixEpoch()).c_str(),
-                        d.allowed ? "yes" : "no", static_cast<long long>(d.remaining),
-                        sluice::FormatDuration(d.retry_after).c_str(),
-                        sluice::FormatDuration(d.reset_after).c_str(),
-                        sluice::FormatDuration(d.delay).c_str());
+            const sluice::Time t = sluice::Time::UnixEpoch() + *spacing * i;
+            const auto outcome = sluice::Decide(c, state, t, 1);
+            state = outcome.state;
+            print(t, outcome.decision);
           }
         }
       },

@@ -78,7 +78,8 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     std::unique_lock lock(shard.lock);
-    if (auto it = shard.map.find(key); it != shard.map.end()) {
+    // The hash is computed once, for the shard and for the lookup.
+    if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
       return Apply(config_, it->second, now, cost);
     }
     // A new key: decide on a fresh state, and keep it only if it changed
@@ -92,7 +93,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       budget_->Reclaim(now);
       lock.lock();
       // Another thread may have created the key meanwhile: decide on its state.
-      if (auto it = shard.map.find(key); it != shard.map.end()) {
+      if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
         return Apply(config_, it->second, now, cost);
       }
     }
