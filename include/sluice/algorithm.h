@@ -49,6 +49,8 @@ struct LimitOptions {
   LeakyMode mode = LeakyMode::kPolice;
   Duration max_delay;  // shape; default rate.period when queue is 0 too
   int64_t queue = 0;   // shape; 0: bounded by max_delay only
+
+  friend bool operator==(const LimitOptions&, const LimitOptions&) = default;
 };
 
 using LimitConfig = std::variant<TokenBucketConfig, GcraConfig, LeakyPoliceConfig,

@@ -1,0 +1,139 @@
+// sluice/config.h: what `sluice serve --config FILE` runs, as plain structs.
+//
+// LoadConfig reads the YAML file (docs/configuration.md documents every key)
+// and validates all of it before anything starts: an error names the file,
+// the line and the key ("gateway.yaml:14: policies[0].limits[1].rate: ...").
+// Unknown keys are errors too, so a typo never silently disables a limit.
+//
+// Thread-safety: plain values; LoadConfig is reentrant.
+//
+//   absl::StatusOr<sluice::Config> config = sluice::LoadConfigFile("examples/quickstart.yaml");
+//   if (!config.ok()) { std::cerr << config.status().message(); return 2; }
+#ifndef SLUICE_CONFIG_H_
+#define SLUICE_CONFIG_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sluice/algorithm.h"
+#include "sluice/time.h"
+
+namespace sluice {
+
+struct HostPort {
+  std::string host;  // an IP literal or a name ("127.0.0.1", "::1", "localhost")
+  uint16_t port = 0;
+  friend bool operator==(const HostPort&, const HostPort&) = default;
+};
+
+// "127.0.0.1:8080", "[::1]:8080", "localhost:80". Port 0 asks the OS for one.
+absl::StatusOr<HostPort> ParseHostPort(std::string_view text);
+
+// An IPv4 or IPv6 network, "10.0.0.0/8", "::1/128"; a bare address is /32 or /128.
+struct Cidr {
+  std::array<uint8_t, 16> address{};  // IPv4 as IPv4-mapped IPv6 (::ffff:a.b.c.d)
+  int prefix_length = 128;            // over the 128-bit form
+  bool Contains(const std::array<uint8_t, 16>& ip) const;
+  friend bool operator==(const Cidr&, const Cidr&) = default;
+};
+absl::StatusOr<Cidr> ParseCidr(std::string_view text);
+// Parses an IPv4 or IPv6 address into the 128-bit form Cidr uses.
+std::optional<std::array<uint8_t, 16>> ParseIp(std::string_view text);
+
+struct ServerConfig {
+  HostPort listen{"127.0.0.1", 8080};  // gateway routes + decision API
+  HostPort admin{"127.0.0.1", 9090};   // /metrics /healthz /readyz /v1/config /v1/keys
+  int threads = 0;                     // 0: one per core
+  int64_t max_connections = 10'000;    // beyond: new connections are closed at once
+  int64_t max_header_bytes = 16 * 1024;
+  int64_t max_body_bytes = 1024 * 1024;
+  Duration read_timeout = Duration::Seconds(10);  // to receive one whole request
+  Duration idle_timeout = Duration::Seconds(60);  // keep-alive wait between requests
+  Duration upstream_timeout = Duration::Seconds(30);
+  Duration drain_timeout = Duration::Seconds(10);  // SIGTERM: in-flight requests finish within
+  bool access_log = false;
+  bool legacy_headers = false;  // X-RateLimit-Limit/Remaining/Reset
+  friend bool operator==(const ServerConfig&, const ServerConfig&) = default;
+};
+
+struct StoreConfig {
+  // Only the memory store exists today.
+  int64_t max_keys = 1'000'000;
+  friend bool operator==(const StoreConfig&, const StoreConfig&) = default;
+};
+
+struct MatchConfig {
+  std::optional<std::string> path_prefix;
+  std::optional<std::string> path;    // exact
+  std::optional<std::string> method;  // upper case, e.g. "POST"
+  std::optional<std::string> host;    // compared case-insensitively, port ignored
+  std::vector<std::string> headers;   // header names that must be present (lower case)
+  friend bool operator==(const MatchConfig&, const MatchConfig&) = default;
+};
+
+struct RouteConfig {
+  std::string name;
+  MatchConfig match;
+  HostPort upstream;  // from "http://host:port"
+  friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
+};
+
+struct KeyPart {
+  enum class Kind { kClientIp, kHeader, kPath, kRoute, kGlobal };
+  Kind kind = Kind::kGlobal;
+  std::string header;  // kHeader: the header name, lower case
+  friend bool operator==(const KeyPart&, const KeyPart&) = default;
+};
+
+enum class Scope { kLocal, kGlobal };
+
+struct LimitSpec {
+  LimitOptions options;
+  Scope scope = Scope::kLocal;
+  friend bool operator==(const LimitSpec&, const LimitSpec&) = default;
+};
+
+struct DenyConfig {
+  int status = 429;
+  // Uniform jitter added on top of the exact Retry-After. Unset: a tenth of
+  // the denying limit's period.
+  std::optional<Duration> retry_after_jitter;
+  friend bool operator==(const DenyConfig&, const DenyConfig&) = default;
+};
+
+enum class MissingKey { kDeny, kClientIp };
+enum class StoreErrorMode { kAllow, kDeny, kLocal };
+
+struct PolicyConfig {
+  std::string name;
+  std::optional<MatchConfig> match;  // absent: the gateway never applies it
+  std::vector<KeyPart> key;          // default: [client_ip]
+  MissingKey on_missing_key = MissingKey::kDeny;
+  std::vector<LimitSpec> limits;
+  bool shadow = false;
+  DenyConfig on_deny;
+  StoreErrorMode on_store_error = StoreErrorMode::kAllow;
+  friend bool operator==(const PolicyConfig&, const PolicyConfig&) = default;
+};
+
+struct Config {
+  std::string source;  // the file it was read from ("<string>" for text)
+  ServerConfig server;
+  StoreConfig store;
+  std::vector<Cidr> trusted_proxies;
+  std::vector<RouteConfig> routes;
+  std::vector<PolicyConfig> policies;
+};
+
+absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+// `source` names the text in errors.
+absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& source);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CONFIG_H_

@@ -1,0 +1,798 @@
+// The YAML config loader: yaml-cpp builds the node tree, this file walks it
+// against the schema in docs/configuration.md.
+//
+// Every error is "<source>:<line>: <path>: <message>", the first one found.
+// The line of a value is its own line, except that an empty value (`key:`)
+// takes the key's line: yaml-cpp marks an implicit null where the next token
+// starts, often a line further down. Absent optional keys leave the default
+// that the struct in sluice/config.h already holds, which is why the field
+// readers below write into a reference instead of returning a value.
+//
+// One file, longer than the usual 300 lines, because it is one schema read
+// top to bottom; splitting it by section would scatter the shared readers.
+#include "sluice/config.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/status/status.h"
+#include "base/cat.h"
+#include "sluice/rate.h"
+
+#define SLUICE_RETURN_IF_ERROR(expr)                                  \
+  do {                                                                \
+    if (absl::Status status_ = (expr); !status_.ok()) return status_; \
+  } while (0)
+
+namespace sluice {
+namespace {
+
+using internal::Cat;
+
+constexpr size_t kMaxConfigBytes = size_t{16} << 20;  // far beyond any real config
+constexpr size_t kMaxNameLength = 128;
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+// A node with where it sits: its dotted path and its 1-based line.
+struct Value {
+  YAML::Node node;
+  std::string path;
+  int line = 1;
+};
+
+int LineOf(const YAML::Node& node, int fallback) {
+  const YAML::Mark mark = node.Mark();
+  return mark.is_null() ? fallback : mark.line + 1;
+}
+
+std::string Join(std::string_view path, std::string_view key) {
+  return path.empty() ? std::string(key) : Cat(path, ".", key);
+}
+
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return Cat("\"", node.Scalar(), "\"");
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
+  }
+}
+
+std::string ListOf(std::initializer_list<std::string_view> names) {
+  std::string out;
+  for (std::string_view name : names) out += Cat(out.empty() ? "" : ", ", name);
+  return out;
+}
+
+// RFC 9110 token characters: what header names and methods are made of.
+bool IsToken(std::string_view s) {
+  static constexpr std::string_view kExtra = "!#$%&'*+-.^_`|~";
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || kExtra.find(c) != std::string_view::npos;
+  });
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string source) : source_(std::move(source)) {}
+
+  absl::Status Fail(const Value& at, std::string_view message) const {
+    if (at.path.empty()) {
+      return absl::InvalidArgumentError(Cat(source_, ":", at.line, ": ", message));
+    }
+    return absl::InvalidArgumentError(Cat(source_, ":", at.line, ": ", at.path, ": ", message));
+  }
+
+  // An error from a lower layer (ParseRate, MakeLimit, ...) placed at `at`.
+  absl::Status Fail(const Value& at, const absl::Status& status) const {
+    return Fail(at, std::string_view(status.message().data(), status.message().size()));
+  }
+
+  absl::StatusOr<Config> Run(std::string_view yaml);
+
+ private:
+  // The entries of one map, checked against the keys the schema allows.
+  class Fields {
+   public:
+    const Value* Find(std::string_view key) const {
+      const Entry* entry = FindEntry(key);
+      return entry == nullptr ? nullptr : &entry->value;
+    }
+    // Where a missing required key would have been.
+    Value Missing(std::string_view key) const {
+      return {YAML::Node(), Join(self_.path, key), self_.line};
+    }
+
+   private:
+    friend class Parser;
+    struct Entry {
+      std::string name;
+      int key_line;
+      Value value;
+    };
+    const Entry* FindEntry(std::string_view key) const {
+      for (const Entry& entry : entries_) {
+        if (entry.name == key) return &entry;
+      }
+      return nullptr;
+    }
+    Value self_;
+    std::vector<Entry> entries_;
+  };
+
+  struct Unsupported {
+    std::string_view key;
+    std::string_view note;
+  };
+
+  absl::StatusOr<Fields> ReadMap(const Value& v, std::initializer_list<std::string_view> allowed,
+                                 std::initializer_list<Unsupported> unsupported = {}) const;
+  absl::StatusOr<std::vector<Value>> ReadList(const Value& v, std::string_view items) const;
+  absl::StatusOr<std::string> ReadScalar(const Value& v, std::string_view expected) const;
+
+  absl::Status ReadInt(const Value& v, int64_t min, int64_t max, int64_t& out) const;
+  absl::Status ReadDuration(const Value& v, bool positive, Duration& out) const;
+  absl::Status ReadBool(const Value& v, bool& out) const;
+  absl::Status ReadChoice(const Value& v, std::initializer_list<std::string_view> choices,
+                          size_t& out) const;
+  absl::Status ReadName(const Value& v, std::string& out) const;
+  absl::Status ReadHostPort(const Value& v, HostPort& out) const;
+
+  absl::Status ReadServer(const Value& v, ServerConfig& out) const;
+  absl::Status ReadStore(const Value& v, StoreConfig& out) const;
+  absl::Status ReadTrustedProxies(const Value& v, std::vector<Cidr>& out) const;
+  absl::Status ReadMatch(const Value& v, MatchConfig& out) const;
+  absl::Status ReadUpstream(const Value& v, HostPort& out) const;
+  absl::Status ReadRoute(const Value& v, std::map<std::string, int>& names, RouteConfig& out) const;
+  absl::Status ReadKey(const Value& v, std::vector<KeyPart>& out) const;
+  absl::Status ReadLimit(const Value& v, LimitSpec& out) const;
+  absl::Status ReadDeny(const Value& v, DenyConfig& out) const;
+  absl::Status ReadPolicy(const Value& v, std::map<std::string, int>& names,
+                          PolicyConfig& out) const;
+  // Names are unique within their list; `names` maps each name seen to its line.
+  absl::Status ReadUniqueName(const Value& v, std::string_view what,
+                              std::map<std::string, int>& names, std::string& out) const;
+
+  std::string source_;
+};
+
+absl::StatusOr<Parser::Fields> Parser::ReadMap(
+    const Value& v, std::initializer_list<std::string_view> allowed,
+    std::initializer_list<Unsupported> unsupported) const {
+  Fields fields;
+  fields.self_ = v;
+  if (v.node.IsNull()) return fields;  // `server:` with nothing under it: all defaults
+  if (!v.node.IsMap()) return Fail(v, Cat("expected a map of keys, got ", Describe(v.node)));
+  for (auto it = v.node.begin(); it != v.node.end(); ++it) {
+    const YAML::Node key = it->first;
+    const int key_line = LineOf(key, v.line);
+    if (!key.IsScalar()) {
+      return Fail({key, v.path, key_line}, Cat("expected a key name, got ", Describe(key)));
+    }
+    const std::string name = key.Scalar();
+    const std::string path = Join(v.path, name);
+    if (const Fields::Entry* first = fields.FindEntry(name)) {
+      return Fail({key, path, key_line},
+                  Cat("duplicate key (first at line ", first->key_line, ")"));
+    }
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      for (const Unsupported& u : unsupported) {
+        if (u.key == name) {
+          return Fail({key, path, key_line}, Cat("not supported by this version", u.note));
+        }
+      }
+      return Fail({key, path, key_line},
+                  Cat("unknown key (expected one of: ", ListOf(allowed), ")"));
+    }
+    const YAML::Node value = it->second;
+    const int line = value.IsNull() ? key_line : LineOf(value, key_line);
+    fields.entries_.push_back({name, key_line, Value{value, path, line}});
+  }
+  return fields;
+}
+
+absl::StatusOr<std::vector<Value>> Parser::ReadList(const Value& v, std::string_view items) const {
+  std::vector<Value> out;
+  if (v.node.IsNull()) return out;
+  if (v.node.IsScalar()) {
+    return Fail(v, Cat("expected a list of ", items, ", got ", Describe(v.node), " (write [",
+                       v.node.Scalar(), "])"));
+  }
+  if (!v.node.IsSequence()) return Fail(v, Cat("expected a list of ", items, ", got a map"));
+  for (size_t i = 0; i < v.node.size(); ++i) {
+    const YAML::Node item = v.node[i];
+    out.push_back({item, Cat(v.path, "[", i, "]"), LineOf(item, v.line)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Parser::ReadScalar(const Value& v, std::string_view expected) const {
+  if (!v.node.IsScalar()) return Fail(v, Cat("expected ", expected, ", got ", Describe(v.node)));
+  return v.node.Scalar();
+}
+
+absl::Status Parser::ReadInt(const Value& v, int64_t min, int64_t max, int64_t& out) const {
+  absl::StatusOr<std::string> text = ReadScalar(v, "an integer");
+  if (!text.ok()) return text.status();
+  const char* begin = text->data();
+  const char* end = begin + text->size();
+  int64_t value = 0;
+  const auto [stop, ec] = std::from_chars(begin, end, value);
+  if (ec == std::errc::result_out_of_range && stop == end) {
+    return Fail(v, Cat("\"", *text, "\" is too large"));
+  }
+  if (ec != std::errc() || stop != end) {
+    return Fail(v, Cat("expected an integer, got \"", *text, "\""));
+  }
+  if (value < min || value > max) {
+    if (max == kInt64Max) return Fail(v, Cat("must be at least ", min, ", got ", value));
+    return Fail(v, Cat("must be from ", min, " to ", max, ", got ", value));
+  }
+  out = value;
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadDuration(const Value& v, bool positive, Duration& out) const {
+  absl::StatusOr<std::string> text = ReadScalar(v, "a duration such as 250ms or 10s");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<Duration> d = ParseDuration(*text);
+  if (!d.ok()) return Fail(v, d.status());
+  if (positive && *d <= Duration::Zero()) return Fail(v, Cat("must be longer than 0, got ", *text));
+  out = *d;
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadBool(const Value& v, bool& out) const {
+  absl::StatusOr<std::string> text = ReadScalar(v, "true or false");
+  if (!text.ok()) return text.status();
+  // yaml-cpp's reading: true/false, yes/no, on/off, y/n, in three casings.
+  if (!YAML::convert<bool>::decode(v.node, out)) {
+    return Fail(v, Cat("expected true or false, got \"", *text, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadChoice(const Value& v, std::initializer_list<std::string_view> choices,
+                                size_t& out) const {
+  const std::string expected = Cat("one of: ", ListOf(choices));
+  absl::StatusOr<std::string> text = ReadScalar(v, expected);
+  if (!text.ok()) return text.status();
+  const auto it = std::find(choices.begin(), choices.end(), *text);
+  if (it == choices.end()) return Fail(v, Cat("expected ", expected, "; got \"", *text, "\""));
+  out = static_cast<size_t>(it - choices.begin());
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadName(const Value& v, std::string& out) const {
+  absl::StatusOr<std::string> text = ReadScalar(v, "a name");
+  if (!text.ok()) return text.status();
+  const bool valid = !text->empty() && std::all_of(text->begin(), text->end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+  });
+  if (!valid) {
+    return Fail(v, Cat("name \"", *text, "\" may hold only letters, digits, '_', '.' and '-'"));
+  }
+  if (text->size() > kMaxNameLength) {
+    return Fail(v, Cat("name is ", text->size(), " characters long, the most is ", kMaxNameLength));
+  }
+  out = *text;
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadHostPort(const Value& v, HostPort& out) const {
+  absl::StatusOr<std::string> text = ReadScalar(v, "HOST:PORT such as 127.0.0.1:8080");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<HostPort> hp = ParseHostPort(*text);
+  if (!hp.ok()) return Fail(v, hp.status());
+  out = *hp;
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
+  absl::StatusOr<Fields> f =
+      ReadMap(v, {"listen", "admin", "threads", "max_connections", "max_header_bytes",
+                  "max_body_bytes", "read_timeout", "idle_timeout", "upstream_timeout",
+                  "drain_timeout", "access_log", "legacy_headers"});
+  if (!f.ok()) return f.status();
+  if (const Value* x = f->Find("listen")) SLUICE_RETURN_IF_ERROR(ReadHostPort(*x, out.listen));
+  if (const Value* x = f->Find("admin")) SLUICE_RETURN_IF_ERROR(ReadHostPort(*x, out.admin));
+  if (const Value* x = f->Find("threads")) {
+    int64_t threads = 0;
+    SLUICE_RETURN_IF_ERROR(ReadInt(*x, 0, 256, threads));
+    out.threads = static_cast<int>(threads);
+  }
+  if (const Value* x = f->Find("max_connections")) {
+    SLUICE_RETURN_IF_ERROR(ReadInt(*x, 1, kInt64Max, out.max_connections));
+  }
+  if (const Value* x = f->Find("max_header_bytes")) {
+    SLUICE_RETURN_IF_ERROR(ReadInt(*x, 1024, 1024 * 1024, out.max_header_bytes));
+  }
+  if (const Value* x = f->Find("max_body_bytes")) {
+    SLUICE_RETURN_IF_ERROR(ReadInt(*x, 0, 64 * 1024 * 1024, out.max_body_bytes));
+  }
+  const std::pair<std::string_view, Duration*> timeouts[] = {
+      {"read_timeout", &out.read_timeout},
+      {"idle_timeout", &out.idle_timeout},
+      {"upstream_timeout", &out.upstream_timeout},
+      {"drain_timeout", &out.drain_timeout},
+  };
+  for (const auto& [key, field] : timeouts) {
+    if (const Value* x = f->Find(key)) SLUICE_RETURN_IF_ERROR(ReadDuration(*x, true, *field));
+  }
+  if (const Value* x = f->Find("access_log")) SLUICE_RETURN_IF_ERROR(ReadBool(*x, out.access_log));
+  if (const Value* x = f->Find("legacy_headers")) {
+    SLUICE_RETURN_IF_ERROR(ReadBool(*x, out.legacy_headers));
+  }
+  // Port 0 asks the OS for a free port, so two zeros do not collide.
+  if (out.listen == out.admin && out.listen.port != 0) {
+    const bool admin_given = f->Find("admin") != nullptr;
+    const Value* at = admin_given ? f->Find("admin") : f->Find("listen");
+    if (at == nullptr) at = &f->self_;  // cannot happen: the defaults differ
+    const bool v6 = out.admin.host.find(':') != std::string::npos;
+    return Fail(
+        *at, Cat("same address as server.", admin_given ? "listen" : "admin", " (", v6 ? "[" : "",
+                 out.admin.host, v6 ? "]" : "", ":", static_cast<int>(out.admin.port),
+                 "); the admin listener needs an address of its own"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
+  absl::StatusOr<Fields> f = ReadMap(v, {"memory"}, {{"redis", " (only memory)"}});
+  if (!f.ok()) return f.status();
+  if (const Value* memory = f->Find("memory")) {
+    absl::StatusOr<Fields> m = ReadMap(*memory, {"max_keys"});
+    if (!m.ok()) return m.status();
+    if (const Value* x = m->Find("max_keys")) {
+      SLUICE_RETURN_IF_ERROR(ReadInt(*x, 1, kInt64Max, out.max_keys));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadTrustedProxies(const Value& v, std::vector<Cidr>& out) const {
+  absl::StatusOr<std::vector<Value>> items = ReadList(v, "addresses or networks");
+  if (!items.ok()) return items.status();
+  for (const Value& item : *items) {
+    absl::StatusOr<std::string> text = ReadScalar(item, "an address or network such as 10.0.0.0/8");
+    if (!text.ok()) return text.status();
+    absl::StatusOr<Cidr> cidr = ParseCidr(*text);
+    if (!cidr.ok()) return Fail(item, cidr.status());
+    out.push_back(*cidr);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadMatch(const Value& v, MatchConfig& out) const {
+  absl::StatusOr<Fields> f = ReadMap(v, {"path_prefix", "path", "method", "host", "headers"});
+  if (!f.ok()) return f.status();
+  for (std::string_view key : {"path_prefix", "path"}) {
+    const Value* x = f->Find(key);
+    if (x == nullptr) continue;
+    absl::StatusOr<std::string> path = ReadScalar(*x, "a path such as /login");
+    if (!path.ok()) return path.status();
+    if (path->empty() || path->front() != '/') {
+      return Fail(*x, Cat("must start with '/', got \"", *path, "\""));
+    }
+    (key == "path" ? out.path : out.path_prefix) = *path;
+  }
+  if (out.path && out.path_prefix) {
+    return Fail(*f->Find("path"), "set path (exact) or path_prefix, not both");
+  }
+  if (const Value* x = f->Find("method")) {
+    absl::StatusOr<std::string> method = ReadScalar(*x, "an HTTP method such as POST");
+    if (!method.ok()) return method.status();
+    if (!IsToken(*method)) return Fail(*x, Cat("\"", *method, "\" is not an HTTP method"));
+    out.method = Upper(*method);
+  }
+  if (const Value* x = f->Find("host")) {
+    absl::StatusOr<std::string> host = ReadScalar(*x, "a host name such as example.com");
+    if (!host.ok()) return host.status();
+    const bool bracketed = !host->empty() && host->front() == '[' && host->back() == ']';
+    if (!bracketed && host->find(':') != std::string::npos) {
+      return Fail(*x, Cat("host \"", *host, "\" is matched without its port; drop the \":...\""));
+    }
+    const bool valid =
+        bracketed || (!host->empty() && std::all_of(host->begin(), host->end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+        }));
+    if (!valid) return Fail(*x, Cat("\"", *host, "\" is not a host name"));
+    out.host = Lower(*host);
+  }
+  if (const Value* x = f->Find("headers")) {
+    absl::StatusOr<std::vector<Value>> items = ReadList(*x, "header names");
+    if (!items.ok()) return items.status();
+    for (const Value& item : *items) {
+      absl::StatusOr<std::string> name = ReadScalar(item, "a header name");
+      if (!name.ok()) return name.status();
+      if (!IsToken(*name)) return Fail(item, Cat("\"", *name, "\" is not a header name"));
+      out.headers.push_back(Lower(*name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadUpstream(const Value& v, HostPort& out) const {
+  absl::StatusOr<std::string> text = ReadScalar(v, "a URL such as http://127.0.0.1:3000");
+  if (!text.ok()) return text.status();
+  const std::string lower = Lower(*text);
+  if (lower.starts_with("https://")) {
+    return Fail(v, "https upstreams are not supported by this version (only http://HOST:PORT)");
+  }
+  if (!lower.starts_with("http://")) {
+    return Fail(v, Cat("expected http://HOST:PORT, got \"", *text, "\""));
+  }
+  const std::string_view rest = std::string_view(*text).substr(7);
+  const size_t end = rest.find_first_of("/?#");
+  const std::string_view authority = rest.substr(0, end);
+  if (end != std::string_view::npos && rest.substr(end) != "/") {
+    return Fail(v, Cat("upstream \"", *text,
+                       "\": a path, query or fragment is not supported (only http://HOST:PORT)"));
+  }
+  if (authority.find('@') != std::string_view::npos) {
+    return Fail(v, Cat("upstream \"", *text, "\": user information is not supported"));
+  }
+  const size_t bracket = authority.rfind(']');
+  const size_t colon = authority.rfind(':');
+  const bool has_port =
+      colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket);
+  absl::StatusOr<HostPort> hp =
+      ParseHostPort(has_port ? std::string(authority) : Cat(authority, ":80"));
+  if (!hp.ok()) return Fail(v, Cat("upstream \"", *text, "\": ", hp.status().message()));
+  if (hp->port == 0) return Fail(v, Cat("upstream \"", *text, "\": port 0 cannot be connected to"));
+  out = *hp;
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names,
+                               RouteConfig& out) const {
+  if (!v.node.IsMap()) {
+    return Fail(
+        v, Cat("expected a route (a map with name, match and upstream), got ", Describe(v.node)));
+  }
+  absl::StatusOr<Fields> f = ReadMap(v, {"name", "match", "upstream"});
+  if (!f.ok()) return f.status();
+  const Value* name = f->Find("name");
+  if (name == nullptr) return Fail(f->Missing("name"), "required");
+  SLUICE_RETURN_IF_ERROR(ReadUniqueName(*name, "route", names, out.name));
+  if (const Value* x = f->Find("match")) SLUICE_RETURN_IF_ERROR(ReadMatch(*x, out.match));
+  const Value* upstream = f->Find("upstream");
+  if (upstream == nullptr) return Fail(f->Missing("upstream"), "required (http://HOST:PORT)");
+  return ReadUpstream(*upstream, out.upstream);
+}
+
+absl::Status Parser::ReadKey(const Value& v, std::vector<KeyPart>& out) const {
+  absl::StatusOr<std::vector<Value>> items = ReadList(v, "key parts");
+  if (!items.ok()) return items.status();
+  if (items->empty()) {
+    return Fail(v, "must not be empty (leave key out for the default [client_ip])");
+  }
+  static constexpr std::string_view kExpected = "client_ip, header:NAME, path, route or global";
+  std::vector<KeyPart> parts;
+  for (const Value& item : *items) {
+    if (item.node.IsMap()) {
+      return Fail(item,
+                  "expected a key part, got a map: write header:NAME without a space after "
+                  "the colon, or quote it");
+    }
+    absl::StatusOr<std::string> text = ReadScalar(item, Cat("a key part (", kExpected, ")"));
+    if (!text.ok()) return text.status();
+    KeyPart part;
+    if (*text == "client_ip") {
+      part.kind = KeyPart::Kind::kClientIp;
+    } else if (*text == "path") {
+      part.kind = KeyPart::Kind::kPath;
+    } else if (*text == "route") {
+      part.kind = KeyPart::Kind::kRoute;
+    } else if (*text == "global") {
+      part.kind = KeyPart::Kind::kGlobal;
+    } else if (text->starts_with("header:")) {
+      part.kind = KeyPart::Kind::kHeader;
+      const std::string header = text->substr(7);
+      if (!IsToken(header)) {
+        return Fail(item, Cat("\"", header, "\" in \"", *text, "\" is not a header name"));
+      }
+      part.header = Lower(header);
+    } else {
+      return Fail(item, Cat("unknown key part \"", *text, "\" (expected ", kExpected, ")"));
+    }
+    if (std::find(parts.begin(), parts.end(), part) != parts.end()) {
+      return Fail(item, Cat("key part \"", *text, "\" appears twice"));
+    }
+    parts.push_back(part);
+  }
+  const bool has_global = std::any_of(parts.begin(), parts.end(), [](const KeyPart& p) {
+    return p.kind == KeyPart::Kind::kGlobal;
+  });
+  if (has_global && parts.size() > 1) {
+    return Fail(v,
+                "global is a whole key (one bucket for every request); it does not combine "
+                "with other parts");
+  }
+  out = std::move(parts);
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadLimit(const Value& v, LimitSpec& out) const {
+  if (!v.node.IsMap()) {
+    return Fail(v, Cat("expected a limit (a map with algorithm and rate), got ", Describe(v.node)));
+  }
+  absl::StatusOr<Fields> f = ReadMap(
+      v, {"algorithm", "rate", "limit", "period", "burst", "mode", "max_delay", "queue", "scope"});
+  if (!f.ok()) return f.status();
+  LimitOptions& options = out.options;
+
+  const Value* algorithm = f->Find("algorithm");
+  if (algorithm == nullptr) return Fail(f->Missing("algorithm"), "required");
+  static constexpr std::string_view kAlgorithms =
+      "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window";
+  absl::StatusOr<std::string> name = ReadScalar(*algorithm, Cat("one of: ", kAlgorithms));
+  if (!name.ok()) return name.status();
+  const std::optional<Algorithm> a = AlgorithmFromName(*name);
+  if (!a) {
+    return Fail(*algorithm,
+                Cat("unknown algorithm \"", *name, "\" (expected one of: ", kAlgorithms, ")"));
+  }
+  options.algorithm = *a;
+
+  const Value* rate = f->Find("rate");
+  const Value* limit = f->Find("limit");
+  const Value* period = f->Find("period");
+  if (rate != nullptr && (limit != nullptr || period != nullptr)) {
+    return Fail(limit != nullptr ? *limit : *period, "set rate or limit + period, not both");
+  }
+  if (rate != nullptr) {
+    absl::StatusOr<std::string> text = ReadScalar(*rate, "a rate such as 100/s or 10/5s");
+    if (!text.ok()) return text.status();
+    absl::StatusOr<Rate> r = ParseRate(*text);
+    if (!r.ok()) return Fail(*rate, r.status());
+    options.rate = *r;
+  } else if (limit == nullptr && period == nullptr) {
+    return Fail(f->Missing("rate"), "required (a rate such as 100/s, or limit + period)");
+  } else if (period == nullptr) {
+    return Fail(f->Missing("period"), "required with limit");
+  } else if (limit == nullptr) {
+    return Fail(f->Missing("limit"), "required with period");
+  } else {
+    SLUICE_RETURN_IF_ERROR(ReadInt(*limit, 1, kMaxLimit, options.rate.limit));
+    SLUICE_RETURN_IF_ERROR(ReadDuration(*period, true, options.rate.period));
+    if (absl::Status s = ValidateRate(options.rate); !s.ok()) return Fail(*period, s);
+  }
+
+  if (const Value* x = f->Find("burst")) {
+    SLUICE_RETURN_IF_ERROR(ReadInt(*x, 1, kInt64Max, options.burst));
+  }
+  if (const Value* x = f->Find("mode")) {
+    if (options.algorithm != Algorithm::kLeakyBucket) {
+      return Fail(*x, Cat("mode applies only to leaky_bucket, not ", *name));
+    }
+    size_t mode = 0;
+    SLUICE_RETURN_IF_ERROR(ReadChoice(*x, {"police", "shape"}, mode));
+    options.mode = mode == 0 ? LeakyMode::kPolice : LeakyMode::kShape;
+  }
+  if (const Value* x = f->Find("max_delay")) {
+    SLUICE_RETURN_IF_ERROR(ReadDuration(*x, false, options.max_delay));
+  }
+  if (const Value* x = f->Find("queue")) {
+    SLUICE_RETURN_IF_ERROR(ReadInt(*x, 0, kInt64Max, options.queue));
+  }
+  if (const Value* x = f->Find("scope")) {
+    size_t scope = 0;
+    SLUICE_RETURN_IF_ERROR(ReadChoice(*x, {"local", "global"}, scope));
+    // Only the memory store exists, so there is nothing global to share.
+    if (scope == 1) {
+      return Fail(*x, "global needs a shared store (store.redis), none is configured");
+    }
+    out.scope = Scope::kLocal;
+  }
+  absl::StatusOr<LimitConfig> made = MakeLimit(options);
+  if (!made.ok()) return Fail(v, made.status());
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadDeny(const Value& v, DenyConfig& out) const {
+  absl::StatusOr<Fields> f = ReadMap(v, {"status", "retry_after_jitter"});
+  if (!f.ok()) return f.status();
+  if (const Value* x = f->Find("status")) {
+    int64_t status = 0;
+    SLUICE_RETURN_IF_ERROR(ReadInt(*x, 400, 599, status));
+    out.status = static_cast<int>(status);
+  }
+  if (const Value* x = f->Find("retry_after_jitter")) {
+    Duration jitter;
+    SLUICE_RETURN_IF_ERROR(ReadDuration(*x, false, jitter));
+    out.retry_after_jitter = jitter;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& names,
+                                PolicyConfig& out) const {
+  if (!v.node.IsMap()) {
+    return Fail(v, Cat("expected a policy (a map with name and limits), got ", Describe(v.node)));
+  }
+  absl::StatusOr<Fields> f = ReadMap(v, {"name", "match", "key", "on_missing_key", "limits",
+                                         "shadow", "on_deny", "on_store_error"});
+  if (!f.ok()) return f.status();
+  const Value* name = f->Find("name");
+  if (name == nullptr) return Fail(f->Missing("name"), "required");
+  SLUICE_RETURN_IF_ERROR(ReadUniqueName(*name, "policy", names, out.name));
+  if (const Value* x = f->Find("match")) {
+    out.match.emplace();
+    SLUICE_RETURN_IF_ERROR(ReadMatch(*x, *out.match));
+  }
+  out.key = {KeyPart{.kind = KeyPart::Kind::kClientIp, .header = ""}};
+  if (const Value* x = f->Find("key")) SLUICE_RETURN_IF_ERROR(ReadKey(*x, out.key));
+  if (const Value* x = f->Find("on_missing_key")) {
+    size_t choice = 0;
+    SLUICE_RETURN_IF_ERROR(ReadChoice(*x, {"deny", "client_ip"}, choice));
+    out.on_missing_key = choice == 0 ? MissingKey::kDeny : MissingKey::kClientIp;
+  }
+
+  const Value* limits = f->Find("limits");
+  if (limits == nullptr) {
+    return Fail(f->Missing("limits"), "required: a policy needs at least one limit");
+  }
+  absl::StatusOr<std::vector<Value>> items = ReadList(*limits, "limits");
+  if (!items.ok()) return items.status();
+  if (items->empty()) return Fail(*limits, "must not be empty: a policy needs at least one limit");
+  std::optional<size_t> shape;
+  for (size_t i = 0; i < items->size(); ++i) {
+    LimitSpec spec;
+    SLUICE_RETURN_IF_ERROR(ReadLimit((*items)[i], spec));
+    const bool is_shape =
+        spec.options.algorithm == Algorithm::kLeakyBucket && spec.options.mode == LeakyMode::kShape;
+    if (is_shape && shape) {
+      return Fail((*items)[i], Cat("at most one leaky_bucket shape limit per policy (limits[",
+                                   *shape, "] is one already)"));
+    }
+    if (is_shape) shape = i;
+    out.limits.push_back(spec);
+  }
+
+  if (const Value* x = f->Find("shadow")) SLUICE_RETURN_IF_ERROR(ReadBool(*x, out.shadow));
+  if (const Value* x = f->Find("on_deny")) SLUICE_RETURN_IF_ERROR(ReadDeny(*x, out.on_deny));
+  if (const Value* x = f->Find("on_store_error")) {
+    size_t choice = 0;
+    SLUICE_RETURN_IF_ERROR(ReadChoice(*x, {"allow", "deny", "local"}, choice));
+    static constexpr StoreErrorMode kModes[] = {StoreErrorMode::kAllow, StoreErrorMode::kDeny,
+                                                StoreErrorMode::kLocal};
+    out.on_store_error = kModes[choice];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadUniqueName(const Value& v, std::string_view what,
+                                    std::map<std::string, int>& names, std::string& out) const {
+  SLUICE_RETURN_IF_ERROR(ReadName(v, out));
+  const auto [it, inserted] = names.emplace(out, v.line);
+  if (!inserted) {
+    return Fail(v, Cat("duplicate ", what, " name \"", out, "\" (first at line ", it->second, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yaml));
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(
+        Cat(source_, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+  }
+  Config config;
+  config.source = source_;
+  if (documents.size() > 1) {
+    return Fail({documents[1], "", LineOf(documents[1], 1)},
+                "a config file holds one YAML document; a second one starts here");
+  }
+  if (documents.empty()) return config;  // empty, or only comments: a server that limits nothing
+  const Value root{documents[0], "", LineOf(documents[0], 1)};
+  if (!root.node.IsNull() && !root.node.IsMap()) {
+    return Fail(root, Cat("expected a map of top-level keys (server, store, trusted_proxies, "
+                          "routes, policies), got ",
+                          Describe(root.node)));
+  }
+  absl::StatusOr<Fields> f =
+      ReadMap(root, {"server", "store", "trusted_proxies", "routes", "policies"},
+              {{"grpc", ""}, {"envoy", ""}, {"envoy_files", ""}});
+  if (!f.ok()) return f.status();
+  if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
+  if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
+  if (const Value* x = f->Find("trusted_proxies")) {
+    SLUICE_RETURN_IF_ERROR(ReadTrustedProxies(*x, config.trusted_proxies));
+  }
+  if (const Value* x = f->Find("routes")) {
+    absl::StatusOr<std::vector<Value>> items = ReadList(*x, "routes");
+    if (!items.ok()) return items.status();
+    std::map<std::string, int> names;
+    for (const Value& item : *items) {
+      RouteConfig route;
+      SLUICE_RETURN_IF_ERROR(ReadRoute(item, names, route));
+      config.routes.push_back(std::move(route));
+    }
+  }
+  if (const Value* x = f->Find("policies")) {
+    absl::StatusOr<std::vector<Value>> items = ReadList(*x, "policies");
+    if (!items.ok()) return items.status();
+    std::map<std::string, int> names;
+    for (const Value& item : *items) {
+      PolicyConfig policy;
+      SLUICE_RETURN_IF_ERROR(ReadPolicy(item, names, policy));
+      config.policies.push_back(std::move(policy));
+    }
+  }
+  return config;
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& source) {
+  Parser parser(source);
+  try {
+    return parser.Run(yaml);
+  } catch (const YAML::Exception& e) {
+    // The walk checks every node's type before reading it; this is a guard.
+    return absl::InvalidArgumentError(Cat(source, ": cannot read the YAML: ", e.what()));
+  }
+}
+
+absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
+  auto fail = [&path](int error) {
+    char buf[256];
+    const char* message = strerror_r(error, buf, sizeof buf);  // GNU: returns the text
+    return absl::Status(absl::ErrnoToStatusCode(error), Cat(path, ": cannot read: ", message));
+  };
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(errno);
+  std::string text;
+  char buf[64 * 1024];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close(fd);
+      return fail(error);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxConfigBytes) {
+      close(fd);
+      return absl::InvalidArgumentError(
+          Cat(path, ": cannot read: larger than 16 MiB, the most a config file may be"));
+    }
+  }
+  close(fd);
+  return ParseConfig(text, path);
+}
+
+}  // namespace sluice

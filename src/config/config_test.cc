@@ -1,0 +1,697 @@
+#include "sluice/config.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace sluice {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// The message of the error the text gives, or a marker that it loaded.
+std::string ErrorOf(std::string_view yaml) {
+  absl::StatusOr<Config> config = ParseConfig(yaml, "t.yaml");
+  if (config.ok()) return "(loaded without error)";
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(config.status().message());
+}
+
+Config Load(std::string_view yaml) {
+  absl::StatusOr<Config> config = ParseConfig(yaml, "t.yaml");
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  return config.value_or(Config{});
+}
+
+KeyPart Part(KeyPart::Kind kind, std::string header = "") { return KeyPart{kind, header}; }
+
+LimitSpec Limit(Algorithm algorithm, Rate rate, int64_t burst = 0) {
+  LimitSpec spec;
+  spec.options.algorithm = algorithm;
+  spec.options.rate = rate;
+  spec.options.burst = burst;
+  return spec;
+}
+
+LimitSpec Shape(Rate rate, Duration max_delay, int64_t queue) {
+  LimitSpec spec = Limit(Algorithm::kLeakyBucket, rate);
+  spec.options.mode = LeakyMode::kShape;
+  spec.options.max_delay = max_delay;
+  spec.options.queue = queue;
+  return spec;
+}
+
+// ---- every key, read into the structs ----
+
+TEST(ParseConfig, ReadsEveryKey) {
+  const Config config = Load(R"(
+server:
+  listen: 0.0.0.0:8000
+  admin: "[::1]:9000"
+  threads: 4
+  max_connections: 500
+  max_header_bytes: 2048
+  max_body_bytes: 0
+  read_timeout: 5s
+  idle_timeout: 90s
+  upstream_timeout: 1500ms
+  drain_timeout: 1m
+  access_log: true
+  legacy_headers: true
+store:
+  memory: {max_keys: 5000}
+trusted_proxies: [127.0.0.1/32, "::1", 10.0.0.0/8]
+routes:
+  - name: app
+    match: {path_prefix: /app, method: get, host: Example.COM, headers: [X-Foo]}
+    upstream: http://127.0.0.1:3000
+  - name: exact
+    match: {path: /exact}
+    upstream: http://backend.internal
+policies:
+  - name: login
+    match: {path_prefix: /login, method: POST}
+    key: [client_ip, "header:X-Api-Key", path, route]
+    on_missing_key: client_ip
+    limits:
+      - {algorithm: token_bucket, rate: 40/s, burst: 50, scope: local}
+      - {algorithm: sliding_window, limit: 300, period: 1m}
+      - {algorithm: leaky_bucket, mode: shape, rate: 10/s, max_delay: 5s, queue: 20}
+    shadow: true
+    on_deny: {status: 503, retry_after_jitter: 2s}
+    on_store_error: local
+  - name: everyone
+    key: [global]
+    limits:
+      - {algorithm: gcra, rate: 1000/s}
+      - {algorithm: leaky_bucket, mode: police, rate: 5/s, burst: 10}
+      - {algorithm: fixed_window, rate: 100/h}
+      - {algorithm: sliding_log, rate: 10/5s}
+    on_store_error: deny
+)");
+  EXPECT_EQ(config.source, "t.yaml");
+  EXPECT_EQ(config.server, (ServerConfig{
+                               .listen = {"0.0.0.0", 8000},
+                               .admin = {"::1", 9000},
+                               .threads = 4,
+                               .max_connections = 500,
+                               .max_header_bytes = 2048,
+                               .max_body_bytes = 0,
+                               .read_timeout = Duration::Seconds(5),
+                               .idle_timeout = Duration::Seconds(90),
+                               .upstream_timeout = Duration::Millis(1500),
+                               .drain_timeout = Duration::Minutes(1),
+                               .access_log = true,
+                               .legacy_headers = true,
+                           }));
+  EXPECT_EQ(config.store, StoreConfig{.max_keys = 5000});
+  EXPECT_THAT(config.trusted_proxies,
+              ElementsAre(*ParseCidr("127.0.0.1/32"), *ParseCidr("::1"), *ParseCidr("10.0.0.0/8")));
+
+  ASSERT_EQ(config.routes.size(), 2u);
+  EXPECT_EQ(config.routes[0], (RouteConfig{.name = "app",
+                                           .match = {.path_prefix = "/app",
+                                                     .path = std::nullopt,
+                                                     .method = "GET",
+                                                     .host = "example.com",
+                                                     .headers = {"x-foo"}},
+                                           .upstream = {"127.0.0.1", 3000}}));
+  EXPECT_EQ(config.routes[1], (RouteConfig{.name = "exact",
+                                           .match = {.path_prefix = std::nullopt,
+                                                     .path = "/exact",
+                                                     .method = std::nullopt,
+                                                     .host = std::nullopt,
+                                                     .headers = {}},
+                                           .upstream = {"backend.internal", 80}}));
+
+  ASSERT_EQ(config.policies.size(), 2u);
+  const PolicyConfig& login = config.policies[0];
+  EXPECT_EQ(login.name, "login");
+  EXPECT_EQ(login.match, (MatchConfig{.path_prefix = "/login",
+                                      .path = std::nullopt,
+                                      .method = "POST",
+                                      .host = std::nullopt,
+                                      .headers = {}}));
+  EXPECT_THAT(login.key,
+              ElementsAre(Part(KeyPart::Kind::kClientIp), Part(KeyPart::Kind::kHeader, "x-api-key"),
+                          Part(KeyPart::Kind::kPath), Part(KeyPart::Kind::kRoute)));
+  EXPECT_EQ(login.on_missing_key, MissingKey::kClientIp);
+  EXPECT_THAT(login.limits,
+              ElementsAre(Limit(Algorithm::kTokenBucket, {40, Duration::Seconds(1)}, 50),
+                          Limit(Algorithm::kSlidingWindow, {300, Duration::Minutes(1)}),
+                          Shape({10, Duration::Seconds(1)}, Duration::Seconds(5), 20)));
+  for (const LimitSpec& limit : login.limits) EXPECT_EQ(limit.scope, Scope::kLocal);
+  EXPECT_TRUE(login.shadow);
+  EXPECT_EQ(login.on_deny, (DenyConfig{.status = 503, .retry_after_jitter = Duration::Seconds(2)}));
+  EXPECT_EQ(login.on_store_error, StoreErrorMode::kLocal);
+
+  const PolicyConfig& everyone = config.policies[1];
+  EXPECT_EQ(everyone.match, std::nullopt);
+  EXPECT_THAT(everyone.key, ElementsAre(Part(KeyPart::Kind::kGlobal)));
+  EXPECT_THAT(everyone.limits,
+              ElementsAre(Limit(Algorithm::kGcra, {1000, Duration::Seconds(1)}),
+                          Limit(Algorithm::kLeakyBucket, {5, Duration::Seconds(1)}, 10),
+                          Limit(Algorithm::kFixedWindow, {100, Duration::Hours(1)}),
+                          Limit(Algorithm::kSlidingLog, {10, Duration::Seconds(5)})));
+  EXPECT_EQ(everyone.on_store_error, StoreErrorMode::kDeny);
+}
+
+// ---- defaults ----
+
+TEST(ParseConfig, EmptyTextIsAServerThatLimitsNothing) {
+  const Config config = Load("");
+  EXPECT_EQ(config.source, "t.yaml");
+  EXPECT_EQ(config.server, ServerConfig{});
+  EXPECT_EQ(config.store, StoreConfig{});
+  EXPECT_TRUE(config.trusted_proxies.empty());
+  EXPECT_TRUE(config.routes.empty());
+  EXPECT_TRUE(config.policies.empty());
+}
+
+TEST(ParseConfig, CommentsOnlyAndEmptyListsAreValid) {
+  EXPECT_TRUE(Load("# nothing yet\n").policies.empty());
+  EXPECT_TRUE(Load("policies: []\nroutes: []\ntrusted_proxies: []\n").policies.empty());
+  EXPECT_TRUE(Load("policies:\n").policies.empty());
+}
+
+TEST(ParseConfig, ServerDefaultsMatchTheHeader) {
+  const ServerConfig server = Load("server: {}\nstore:\n").server;
+  EXPECT_EQ(server.listen, (HostPort{"127.0.0.1", 8080}));
+  EXPECT_EQ(server.admin, (HostPort{"127.0.0.1", 9090}));
+  EXPECT_EQ(server.threads, 0);
+  EXPECT_EQ(server.max_connections, 10'000);
+  EXPECT_EQ(server.max_header_bytes, 16384);
+  EXPECT_EQ(server.max_body_bytes, 1048576);
+  EXPECT_EQ(server.read_timeout, Duration::Seconds(10));
+  EXPECT_EQ(server.idle_timeout, Duration::Seconds(60));
+  EXPECT_EQ(server.upstream_timeout, Duration::Seconds(30));
+  EXPECT_EQ(server.drain_timeout, Duration::Seconds(10));
+  EXPECT_FALSE(server.access_log);
+  EXPECT_FALSE(server.legacy_headers);
+  EXPECT_EQ(Load("store: {memory: {}}").store.max_keys, 1'000'000);
+}
+
+TEST(ParseConfig, PolicyDefaults) {
+  const Config config =
+      Load("policies:\n  - name: p\n    limits: [{algorithm: gcra, rate: 5/s}]\n");
+  ASSERT_EQ(config.policies.size(), 1u);
+  const PolicyConfig& p = config.policies[0];
+  EXPECT_EQ(p.match, std::nullopt);
+  EXPECT_THAT(p.key, ElementsAre(Part(KeyPart::Kind::kClientIp)));
+  EXPECT_EQ(p.on_missing_key, MissingKey::kDeny);
+  EXPECT_FALSE(p.shadow);
+  EXPECT_EQ(p.on_deny, (DenyConfig{.status = 429, .retry_after_jitter = std::nullopt}));
+  EXPECT_EQ(p.on_store_error, StoreErrorMode::kAllow);
+  ASSERT_EQ(p.limits.size(), 1u);
+  EXPECT_EQ(p.limits[0].scope, Scope::kLocal);
+  EXPECT_EQ(p.limits[0].options.burst, 0);  // MakeLimit's default: one period's worth
+}
+
+TEST(ParseConfig, EmptyMatchMapMatchesEverything) {
+  const Config config =
+      Load("policies:\n  - name: p\n    match: {}\n    limits: [{algorithm: gcra, rate: 5/s}]\n");
+  EXPECT_EQ(config.policies[0].match, MatchConfig{});
+}
+
+TEST(ParseConfig, UpstreamPortDefaultsTo80AndATrailingSlashIsAllowed) {
+  const Config config = Load(
+      "routes:\n"
+      "  - {name: a, upstream: http://example.com}\n"
+      "  - {name: b, upstream: \"http://[::1]/\"}\n"
+      "  - {name: c, upstream: HTTP://10.0.0.1:81/}\n");
+  EXPECT_EQ(config.routes[0].upstream, (HostPort{"example.com", 80}));
+  EXPECT_EQ(config.routes[1].upstream, (HostPort{"::1", 80}));
+  EXPECT_EQ(config.routes[2].upstream, (HostPort{"10.0.0.1", 81}));
+}
+
+TEST(ParseConfig, UnquotedHeaderKeyPartInAFlowList) {
+  const Config config = Load(
+      "policies:\n  - name: p\n    key: [header:X-Api-Key]\n    limits: [{algorithm: gcra, rate: "
+      "5/s}]\n");
+  EXPECT_THAT(config.policies[0].key, ElementsAre(Part(KeyPart::Kind::kHeader, "x-api-key")));
+}
+
+// ---- the error format: file, line, path ----
+
+TEST(ConfigErrors, YamlSyntaxErrorGivesLineAndColumn) {
+  EXPECT_EQ(ErrorOf("server:\n  threads: [1, 2\npolicies: []\n"),
+            "t.yaml:3:9: end of sequence flow not found");
+  EXPECT_EQ(ErrorOf("policies:\n  - name: a\n name: b\n"), "t.yaml:3:2: end of map not found");
+  EXPECT_EQ(ErrorOf("server:\n  listen: \"127.0.0.1:1"), "t.yaml:2:23: illegal EOF in scalar");
+  EXPECT_EQ(ErrorOf("policies:\n  - name: a\n    limits: [{algorithm: gcra]\n"),
+            "t.yaml:3:30: illegal flow end");
+}
+
+TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
+  EXPECT_EQ(ErrorOf("policies:\n  - name: p\n    limts: []\n"),
+            "t.yaml:3: policies[0].limts: unknown key (expected one of: name, match, key, "
+            "on_missing_key, limits, shadow, on_deny, on_store_error)");
+  EXPECT_EQ(ErrorOf("servr:\n  threads: 2\n"),
+            "t.yaml:1: servr: unknown key (expected one of: server, store, trusted_proxies, "
+            "routes, policies)");
+  EXPECT_EQ(ErrorOf("server:\n  thread: 2\n"),
+            "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
+            "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "
+            "upstream_timeout, drain_timeout, access_log, legacy_headers)");
+  EXPECT_EQ(
+      ErrorOf(
+          "policies:\n  - name: p\n    limits:\n      - {algorithm: gcra, rate: 1/s, brust: 2}\n"),
+      "t.yaml:4: policies[0].limits[0].brust: unknown key (expected one of: algorithm, rate, "
+      "limit, period, burst, mode, max_delay, queue, scope)");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: r\n    upstream: http://a:1\n    match: {prefix: /}\n"),
+            "t.yaml:4: routes[0].match.prefix: unknown key (expected one of: path_prefix, path, "
+            "method, host, headers)");
+}
+
+TEST(ConfigErrors, DuplicateKeyInOneMap) {
+  EXPECT_EQ(ErrorOf("server:\n  threads: 2\n  threads: 3\n"),
+            "t.yaml:3: server.threads: duplicate key (first at line 2)");
+  EXPECT_EQ(ErrorOf("trusted_proxies:\n  - 10.0.0.0/8\nserver: {}\ntrusted_proxies: []\n"),
+            "t.yaml:4: trusted_proxies: duplicate key (first at line 1)");
+}
+
+TEST(ConfigErrors, KeysForLaterVersionsSaySo) {
+  EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"redis://127.0.0.1:6379\"}\n"),
+            "t.yaml:2: store.redis: not supported by this version (only memory)");
+  EXPECT_EQ(ErrorOf("server: {}\ngrpc: {listen: 127.0.0.1:8081}\n"),
+            "t.yaml:2: grpc: not supported by this version");
+}
+
+TEST(ConfigErrors, WrongShapes) {
+  EXPECT_EQ(ErrorOf("- server\n"),
+            "t.yaml:1: expected a map of top-level keys (server, store, trusted_proxies, routes, "
+            "policies), got a list");
+  EXPECT_EQ(ErrorOf("server:\n  - listen: 127.0.0.1:80\n"),
+            "t.yaml:2: server: expected a map of keys, got a list");
+  EXPECT_EQ(ErrorOf("policies: {name: p}\n"),
+            "t.yaml:1: policies: expected a list of policies, got a map");
+  EXPECT_EQ(ErrorOf("trusted_proxies: 10.0.0.0/8\n"),
+            "t.yaml:1: trusted_proxies: expected a list of addresses or networks, got "
+            "\"10.0.0.0/8\" (write [10.0.0.0/8])");
+  EXPECT_EQ(ErrorOf("policies:\n  - p\n"),
+            "t.yaml:2: policies[0]: expected a policy (a map with name and limits), got \"p\"");
+  EXPECT_EQ(ErrorOf("policies:\n  - name: p\n    limits: [gcra]\n"),
+            "t.yaml:3: policies[0].limits[0]: expected a limit (a map with algorithm and rate), "
+            "got \"gcra\"");
+  EXPECT_EQ(ErrorOf("server:\n  listen: [127.0.0.1, 80]\n"),
+            "t.yaml:2: server.listen: expected HOST:PORT such as 127.0.0.1:8080, got a list");
+}
+
+TEST(ConfigErrors, SecondYamlDocument) {
+  EXPECT_EQ(ErrorOf("server: {}\n---\npolicies: []\n"),
+            "t.yaml:3: a config file holds one YAML document; a second one starts here");
+}
+
+// ---- server ----
+
+TEST(ConfigErrors, IntegersMustBeIntegersInRange) {
+  EXPECT_EQ(ErrorOf("server:\n  threads: abc\n"),
+            "t.yaml:2: server.threads: expected an integer, got \"abc\"");
+  EXPECT_EQ(ErrorOf("server:\n  threads: 2.5\n"),
+            "t.yaml:2: server.threads: expected an integer, got \"2.5\"");
+  EXPECT_EQ(ErrorOf("server:\n  threads: -1\n"),
+            "t.yaml:2: server.threads: must be from 0 to 256, got -1");
+  EXPECT_EQ(ErrorOf("server:\n  threads: 257\n"),
+            "t.yaml:2: server.threads: must be from 0 to 256, got 257");
+  EXPECT_EQ(ErrorOf("server:\n  max_connections: 0\n"),
+            "t.yaml:2: server.max_connections: must be at least 1, got 0");
+  EXPECT_EQ(ErrorOf("server:\n  max_connections: 99999999999999999999\n"),
+            "t.yaml:2: server.max_connections: \"99999999999999999999\" is too large");
+  EXPECT_EQ(ErrorOf("server:\n  max_header_bytes: 1023\n"),
+            "t.yaml:2: server.max_header_bytes: must be from 1024 to 1048576, got 1023");
+  EXPECT_EQ(ErrorOf("server:\n  max_header_bytes: 1048577\n"),
+            "t.yaml:2: server.max_header_bytes: must be from 1024 to 1048576, got 1048577");
+  EXPECT_EQ(ErrorOf("server:\n  max_body_bytes: 67108865\n"),
+            "t.yaml:2: server.max_body_bytes: must be from 0 to 67108864, got 67108865");
+  EXPECT_EQ(ErrorOf("server:\n  max_body_bytes: -5\n"),
+            "t.yaml:2: server.max_body_bytes: must be from 0 to 67108864, got -5");
+  EXPECT_EQ(ErrorOf("server:\n  max_connections:\n"),
+            "t.yaml:2: server.max_connections: expected an integer, got nothing");
+}
+
+TEST(ConfigErrors, TimeoutsArePositiveDurations) {
+  EXPECT_EQ(ErrorOf("server:\n  read_timeout: 0s\n"),
+            "t.yaml:2: server.read_timeout: must be longer than 0, got 0s");
+  EXPECT_EQ(ErrorOf("server:\n  idle_timeout: 10\n"),
+            "t.yaml:2: server.idle_timeout: duration \"10\": missing unit (one of us, ms, s, m or "
+            "min, h, d)");
+  EXPECT_EQ(ErrorOf("server:\n  upstream_timeout: -1s\n"),
+            "t.yaml:2: server.upstream_timeout: duration \"-1s\": must not be negative");
+  EXPECT_THAT(ErrorOf("server:\n  drain_timeout: 3 weeks\n"),
+              StartsWith("t.yaml:2: server.drain_timeout: duration \"3 weeks\": unknown unit"));
+}
+
+TEST(ConfigErrors, BooleansAreTrueOrFalse) {
+  EXPECT_EQ(ErrorOf("server:\n  access_log: maybe\n"),
+            "t.yaml:2: server.access_log: expected true or false, got \"maybe\"");
+}
+
+TEST(ConfigErrors, ListenAddressesAreHostPort) {
+  EXPECT_EQ(
+      ErrorOf("server:\n  listen: 127.0.0.1\n"),
+      "t.yaml:2: server.listen: address \"127.0.0.1\": missing port (expected HOST:PORT, e.g. "
+      "127.0.0.1:8080)");
+  EXPECT_EQ(ErrorOf("server:\n  admin: 127.0.0.1:70000\n"),
+            "t.yaml:2: server.admin: address \"127.0.0.1:70000\": port \"70000\" is not a number "
+            "from 0 to 65535");
+}
+
+TEST(ConfigErrors, ListenAndAdminMustDiffer) {
+  EXPECT_EQ(ErrorOf("server:\n  listen: 127.0.0.1:9000\n  admin: 127.0.0.1:9000\n"),
+            "t.yaml:3: server.admin: same address as server.listen (127.0.0.1:9000); the admin "
+            "listener needs an address of its own");
+  EXPECT_EQ(ErrorOf("server:\n  listen: 127.0.0.1:9090\n"),
+            "t.yaml:2: server.listen: same address as server.admin (127.0.0.1:9090); the admin "
+            "listener needs an address of its own");
+  EXPECT_EQ(ErrorOf("server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0}\n"),
+            "(loaded without error)");
+}
+
+// ---- store, trusted_proxies ----
+
+TEST(ConfigErrors, StoreMemoryMaxKeys) {
+  EXPECT_EQ(ErrorOf("store:\n  memory:\n    max_keys: 0\n"),
+            "t.yaml:3: store.memory.max_keys: must be at least 1, got 0");
+  EXPECT_EQ(ErrorOf("store:\n  memory: 100\n"),
+            "t.yaml:2: store.memory: expected a map of keys, got \"100\"");
+}
+
+TEST(ConfigErrors, TrustedProxiesAreNetworks) {
+  EXPECT_EQ(ErrorOf("trusted_proxies:\n  - 127.0.0.1/32\n  - 10.0.0.0/40\n"),
+            "t.yaml:3: trusted_proxies[1]: network \"10.0.0.0/40\": prefix length \"40\" is not a "
+            "number from 0 to 32");
+  EXPECT_EQ(ErrorOf("trusted_proxies: [localhost]\n"),
+            "t.yaml:1: trusted_proxies[0]: network \"localhost\": \"localhost\" is not an IPv4 or "
+            "IPv6 address");
+}
+
+// ---- routes ----
+
+TEST(ConfigErrors, RouteNeedsANameAndAnUpstream) {
+  EXPECT_EQ(ErrorOf("routes:\n  - upstream: http://a:1\n"), "t.yaml:2: routes[0].name: required");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n"),
+            "t.yaml:2: routes[0].upstream: required (http://HOST:PORT)");
+  EXPECT_EQ(
+      ErrorOf("routes:\n  - name: a b\n    upstream: http://a:1\n"),
+      "t.yaml:2: routes[0].name: name \"a b\" may hold only letters, digits, '_', '.' and '-'");
+}
+
+TEST(ConfigErrors, DuplicateRouteNameAtTheSecond) {
+  EXPECT_EQ(ErrorOf("routes:\n"
+                    "  - name: app\n"
+                    "    upstream: http://a:1\n"
+                    "  - name: app\n"
+                    "    upstream: http://b:1\n"),
+            "t.yaml:4: routes[1].name: duplicate route name \"app\" (first at line 2)");
+}
+
+TEST(ConfigErrors, UpstreamIsPlainHttpHostPort) {
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: https://a:443\n"),
+            "t.yaml:3: routes[0].upstream: https upstreams are not supported by this version (only "
+            "http://HOST:PORT)");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: 127.0.0.1:3000\n"),
+            "t.yaml:3: routes[0].upstream: expected http://HOST:PORT, got \"127.0.0.1:3000\"");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a:1/api\n"),
+            "t.yaml:3: routes[0].upstream: upstream \"http://a:1/api\": a path, query or fragment "
+            "is not supported (only http://HOST:PORT)");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a:0\n"),
+            "t.yaml:3: routes[0].upstream: upstream \"http://a:0\": port 0 cannot be connected to");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a:x\n"),
+            "t.yaml:3: routes[0].upstream: upstream \"http://a:x\": address \"a:x\": port \"x\" is "
+            "not a number from 0 to 65535");
+}
+
+TEST(ConfigErrors, MatchRules) {
+  EXPECT_EQ(
+      ErrorOf("routes:\n  - name: a\n    upstream: http://a:1\n    match: {path_prefix: api}\n"),
+      "t.yaml:4: routes[0].match.path_prefix: must start with '/', got \"api\"");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a:1\n    match: {path: /a, "
+                    "path_prefix: /}\n"),
+            "t.yaml:4: routes[0].match.path: set path (exact) or path_prefix, not both");
+  EXPECT_EQ(
+      ErrorOf(
+          "routes:\n  - name: a\n    upstream: http://a:1\n    match: {host: \"a.com:8080\"}\n"),
+      "t.yaml:4: routes[0].match.host: host \"a.com:8080\" is matched without its port; drop "
+      "the \":...\"");
+  EXPECT_EQ(
+      ErrorOf("routes:\n  - name: a\n    upstream: http://a:1\n    match: {method: \"GE T\"}\n"),
+      "t.yaml:4: routes[0].match.method: \"GE T\" is not an HTTP method");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a:1\n    match:\n      headers: "
+                    "[\"X Foo\"]\n"),
+            "t.yaml:5: routes[0].match.headers[0]: \"X Foo\" is not a header name");
+}
+
+// ---- policies ----
+
+TEST(ConfigErrors, PolicyNeedsNameAndLimits) {
+  EXPECT_EQ(ErrorOf("policies:\n  - limits: [{algorithm: gcra, rate: 1/s}]\n"),
+            "t.yaml:2: policies[0].name: required");
+  EXPECT_EQ(ErrorOf("policies:\n  - name: p\n"),
+            "t.yaml:2: policies[0].limits: required: a policy needs at least one limit");
+  EXPECT_EQ(ErrorOf("policies:\n  - name: p\n    limits: []\n"),
+            "t.yaml:3: policies[0].limits: must not be empty: a policy needs at least one limit");
+  EXPECT_EQ(
+      ErrorOf("policies:\n  - name: \"lo\\\"gin\"\n    limits: [{algorithm: gcra, rate: 1/s}]\n"),
+      "t.yaml:2: policies[0].name: name \"lo\"gin\" may hold only letters, digits, '_', '.' "
+      "and '-'");
+}
+
+TEST(ConfigErrors, DuplicatePolicyNameAtTheSecond) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: login\n"
+                    "    limits: [{algorithm: gcra, rate: 1/s}]\n"
+                    "  - name: other\n"
+                    "    limits: [{algorithm: gcra, rate: 1/s}]\n"
+                    "  - name: login\n"
+                    "    limits: [{algorithm: gcra, rate: 2/s}]\n"),
+            "t.yaml:6: policies[2].name: duplicate policy name \"login\" (first at line 2)");
+}
+
+TEST(ConfigErrors, KeyParts) {
+  const auto with_key = [](std::string_view key) {
+    return ErrorOf(
+        std::string("policies:\n  - name: p\n    limits: [{algorithm: gcra, rate: 1/s}]\n"
+                    "    key: ") +
+        std::string(key) + "\n");
+  };
+  EXPECT_EQ(
+      with_key("[]"),
+      "t.yaml:4: policies[0].key: must not be empty (leave key out for the default [client_ip])");
+  EXPECT_EQ(with_key("[client_ip, user]"),
+            "t.yaml:4: policies[0].key[1]: unknown key part \"user\" (expected client_ip, "
+            "header:NAME, path, route or global)");
+  EXPECT_EQ(with_key("[\"header:\"]"),
+            "t.yaml:4: policies[0].key[0]: \"\" in \"header:\" is not a header name");
+  EXPECT_EQ(with_key("[header: X-Api-Key]"),
+            "t.yaml:4: policies[0].key[0]: expected a key part, got a map: write header:NAME "
+            "without a space after the colon, or quote it");
+  EXPECT_EQ(with_key("[global, client_ip]"),
+            "t.yaml:4: policies[0].key: global is a whole key (one bucket for every request); it "
+            "does not combine with other parts");
+  EXPECT_EQ(with_key("[path, path]"),
+            "t.yaml:4: policies[0].key[1]: key part \"path\" appears twice");
+  EXPECT_EQ(with_key("client_ip"),
+            "t.yaml:4: policies[0].key: expected a list of key parts, got \"client_ip\" (write "
+            "[client_ip])");
+}
+
+TEST(ConfigErrors, PolicyChoices) {
+  const auto with = [](std::string_view line) {
+    return ErrorOf(
+        std::string("policies:\n  - name: p\n    limits: [{algorithm: gcra, rate: 1/s}]\n    ") +
+        std::string(line) + "\n");
+  };
+  EXPECT_EQ(
+      with("on_missing_key: allow"),
+      "t.yaml:4: policies[0].on_missing_key: expected one of: deny, client_ip; got \"allow\"");
+  EXPECT_EQ(with("on_store_error: ignore"),
+            "t.yaml:4: policies[0].on_store_error: expected one of: allow, deny, local; got "
+            "\"ignore\"");
+  EXPECT_EQ(with("shadow: sometimes"),
+            "t.yaml:4: policies[0].shadow: expected true or false, got \"sometimes\"");
+  EXPECT_EQ(with("on_deny: {status: 200}"),
+            "t.yaml:4: policies[0].on_deny.status: must be from 400 to 599, got 200");
+  EXPECT_EQ(with("on_deny: {status: 600}"),
+            "t.yaml:4: policies[0].on_deny.status: must be from 400 to 599, got 600");
+  EXPECT_EQ(
+      with("on_deny: {retry_after_jitter: soon}"),
+      "t.yaml:4: policies[0].on_deny.retry_after_jitter: duration \"soon\": expected a number "
+      "followed by a unit, e.g. 250ms, 2s, 5m");
+  EXPECT_EQ(with("on_deny: {retry_after_jitter: 0s}"), "(loaded without error)");
+}
+
+// ---- limits ----
+
+std::string LimitError(std::string_view second_limit) {
+  return ErrorOf(std::string("policies:\n"
+                             "  - name: login\n"
+                             "    limits:\n"
+                             "      - {algorithm: token_bucket, rate: 40/s}\n"
+                             "      - ") +
+                 std::string(second_limit) + "\n");
+}
+
+TEST(LimitErrors, GlobalScopeNeedsASharedStore) {
+  EXPECT_EQ(LimitError("{algorithm: sliding_window, rate: 300/min, scope: global}"),
+            "t.yaml:5: policies[0].limits[1].scope: global needs a shared store (store.redis), "
+            "none is configured");
+  EXPECT_EQ(LimitError("{algorithm: sliding_window, rate: 300/min, scope: everywhere}"),
+            "t.yaml:5: policies[0].limits[1].scope: expected one of: local, global; got "
+            "\"everywhere\"");
+}
+
+TEST(LimitErrors, AlgorithmIsRequiredAndKnown) {
+  EXPECT_EQ(LimitError("{rate: 1/s}"), "t.yaml:5: policies[0].limits[1].algorithm: required");
+  EXPECT_EQ(LimitError("{algorithm: token-bucket, rate: 1/s}"),
+            "t.yaml:5: policies[0].limits[1].algorithm: unknown algorithm \"token-bucket\" "
+            "(expected one of: token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, "
+            "sliding_window)");
+}
+
+TEST(LimitErrors, RateOrLimitAndPeriod) {
+  EXPECT_EQ(LimitError("{algorithm: gcra}"),
+            "t.yaml:5: policies[0].limits[1].rate: required (a rate such as 100/s, or limit + "
+            "period)");
+  EXPECT_EQ(LimitError("{algorithm: gcra, rate: 1/s, limit: 1}"),
+            "t.yaml:5: policies[0].limits[1].limit: set rate or limit + period, not both");
+  EXPECT_EQ(LimitError("{algorithm: gcra, limit: 10}"),
+            "t.yaml:5: policies[0].limits[1].period: required with limit");
+  EXPECT_EQ(LimitError("{algorithm: gcra, period: 1m}"),
+            "t.yaml:5: policies[0].limits[1].limit: required with period");
+  EXPECT_EQ(LimitError("{algorithm: gcra, limit: 0, period: 1m}"),
+            "t.yaml:5: policies[0].limits[1].limit: must be from 1 to 1099511627776, got 0");
+  EXPECT_EQ(LimitError("{algorithm: gcra, limit: 5, period: 400d}"),
+            "t.yaml:5: policies[0].limits[1].period: rate period 400d is longer than the maximum "
+            "366d");
+  EXPECT_EQ(LimitError("{algorithm: gcra, rate: 40}"),
+            "t.yaml:5: policies[0].limits[1].rate: rate \"40\": expected LIMIT/PERIOD, e.g. 100/s, "
+            "40/min, 10/5s");
+}
+
+TEST(LimitErrors, LimitAndPeriodMeanTheSameAsRate) {
+  const Config a = Load(
+      "policies:\n  - name: p\n    limits: [{algorithm: fixed_window, limit: 40, period: 1m}]\n");
+  const Config b =
+      Load("policies:\n  - name: p\n    limits: [{algorithm: fixed_window, rate: 40/min}]\n");
+  EXPECT_EQ(a.policies[0].limits, b.policies[0].limits);
+}
+
+TEST(LimitErrors, MakeLimitErrorsCarryTheLimitsLocation) {
+  EXPECT_EQ(LimitError("{algorithm: fixed_window, rate: 10/s, burst: 5}"),
+            "t.yaml:5: policies[0].limits[1]: fixed_window: burst applies only to token_bucket, "
+            "gcra and leaky_bucket mode police (a window's limit is its rate)");
+  EXPECT_EQ(LimitError("{algorithm: token_bucket, rate: 10/s, max_delay: 1s}"),
+            "t.yaml:5: policies[0].limits[1]: token_bucket: max_delay and queue apply only to "
+            "leaky_bucket mode shape");
+}
+
+TEST(LimitErrors, FieldsOfTheirOwn) {
+  EXPECT_EQ(LimitError("{algorithm: token_bucket, rate: 10/s, burst: 0}"),
+            "t.yaml:5: policies[0].limits[1].burst: must be at least 1, got 0");
+  EXPECT_EQ(LimitError("{algorithm: token_bucket, rate: 10/s, burst: -3}"),
+            "t.yaml:5: policies[0].limits[1].burst: must be at least 1, got -3");
+  EXPECT_EQ(LimitError("{algorithm: gcra, rate: 10/s, mode: shape}"),
+            "t.yaml:5: policies[0].limits[1].mode: mode applies only to leaky_bucket, not gcra");
+  EXPECT_EQ(LimitError("{algorithm: leaky_bucket, rate: 10/s, mode: queue}"),
+            "t.yaml:5: policies[0].limits[1].mode: expected one of: police, shape; got \"queue\"");
+  EXPECT_EQ(LimitError("{algorithm: leaky_bucket, mode: shape, rate: 10/s, queue: -1}"),
+            "t.yaml:5: policies[0].limits[1].queue: must be at least 0, got -1");
+}
+
+TEST(LimitErrors, AtMostOneShapeLimitPerPolicy) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: import\n"
+                    "    limits:\n"
+                    "      - {algorithm: leaky_bucket, mode: shape, rate: 10/s}\n"
+                    "      - {algorithm: token_bucket, rate: 40/s}\n"
+                    "      - {algorithm: leaky_bucket, mode: shape, rate: 5/s}\n"),
+            "t.yaml:6: policies[0].limits[2]: at most one leaky_bucket shape limit per policy "
+            "(limits[0] is one already)");
+}
+
+TEST(LimitErrors, BlockStyleLimitsReportTheirOwnLines) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: api\n"
+                    "    limits:\n"
+                    "      - algorithm: gcra\n"
+                    "        rate: 100/s\n"
+                    "      - algorithm: sliding_window\n"
+                    "        rate: 1000/min\n"
+                    "        scope: global\n"),
+            "t.yaml:8: policies[0].limits[1].scope: global needs a shared store (store.redis), "
+            "none is configured");
+}
+
+// ---- files ----
+
+TEST(LoadConfigFile, MissingFileNamesPathAndReason) {
+  const absl::StatusOr<Config> config = LoadConfigFile("/nonexistent/sluice.yaml");
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(config.status().message(),
+            "/nonexistent/sluice.yaml: cannot read: No such file or directory");
+}
+
+TEST(LoadConfigFile, ErrorsNameTheFile) {
+  const std::string path = testing::TempDir() + "/sluice_config_test.yaml";
+  {
+    std::ofstream out(path);
+    out << "server:\n  threads: 2\npolicies:\n  - name: p\n    limits: [{algorithm: gcra, rate: "
+           "0/s}]\n";
+  }
+  const absl::StatusOr<Config> config = LoadConfigFile(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(
+      config.status().message(),
+      path + ":5: policies[0].limits[0].rate: rate \"0/s\": rate limit must be at least 1, got 0");
+}
+
+TEST(LoadConfigFile, QuickstartExampleLoads) {
+  const std::string path = std::string(SLUICE_SOURCE_DIR) + "/examples/quickstart.yaml";
+  const absl::StatusOr<Config> config = LoadConfigFile(path);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->source, path);
+  EXPECT_EQ(config->server.listen, (HostPort{"127.0.0.1", 8080}));
+  EXPECT_EQ(config->server.admin, (HostPort{"127.0.0.1", 9090}));
+  ASSERT_EQ(config->policies.size(), 3u);
+  EXPECT_EQ(config->policies[0].name, "login");
+  EXPECT_EQ(config->policies[0].limits.size(), 2u);
+  EXPECT_EQ(config->policies[1].name, "api");
+  EXPECT_THAT(config->policies[1].key, ElementsAre(Part(KeyPart::Kind::kHeader, "x-api-key")));
+  EXPECT_EQ(config->policies[1].on_missing_key, MissingKey::kClientIp);
+  EXPECT_EQ(config->policies[2].name, "search");
+  EXPECT_EQ(config->policies[2].limits[0].options.algorithm, Algorithm::kFixedWindow);
+  EXPECT_TRUE(config->routes.empty());
+}
+
+TEST(LoadConfigFile, GatewayExampleLoads) {
+  const std::string path = std::string(SLUICE_SOURCE_DIR) + "/examples/gateway.yaml";
+  const absl::StatusOr<Config> config = LoadConfigFile(path);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  ASSERT_FALSE(config->routes.empty());
+  for (const RouteConfig& route : config->routes) {
+    EXPECT_EQ(route.upstream, (HostPort{"127.0.0.1", 3000}));
+  }
+  EXPECT_FALSE(config->trusted_proxies.empty());
+  bool shape = false;
+  bool shadow = false;
+  for (const PolicyConfig& policy : config->policies) {
+    EXPECT_TRUE(policy.match.has_value()) << policy.name;
+    shadow |= policy.shadow;
+    for (const LimitSpec& limit : policy.limits) {
+      shape |= limit.options.algorithm == Algorithm::kLeakyBucket &&
+               limit.options.mode == LeakyMode::kShape;
+    }
+  }
+  EXPECT_TRUE(shape);
+  EXPECT_TRUE(shadow);
+}
+
+}  // namespace
+}  // namespace sluice
