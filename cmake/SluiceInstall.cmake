@@ -18,6 +18,7 @@ file(WRITE ${PROJECT_BINARY_DIR}/sluiceConfig.cmake.in [[
 @PACKAGE_INIT@
 include(CMakeFindDependencyMacro)
 find_dependency(absl)
+find_dependency(yaml-cpp)
 find_dependency(Threads)
 include("${CMAKE_CURRENT_LIST_DIR}/sluiceTargets.cmake")
 ]])

@@ -1,7 +1,7 @@
-# sluice_library(NAME name SOURCES ... DEPS ...): one static library per layer,
+# sluice_library(NAME name SOURCES ... DEPS ... [INTERNAL]): one static library per layer,
 # exported as sluice::<name>, with the public headers under include/.
 function(sluice_library)
-  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INTERNAL" "NAME" "SOURCES;DEPS" ${ARGN})
   add_library(sluice_${ARG_NAME} STATIC ${ARG_SOURCES})
   add_library(sluice::${ARG_NAME} ALIAS sluice_${ARG_NAME})
   set_target_properties(sluice_${ARG_NAME} PROPERTIES EXPORT_NAME ${ARG_NAME} OUTPUT_NAME sluice_${ARG_NAME})
@@ -10,7 +10,9 @@ function(sluice_library)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(sluice_${ARG_NAME} PUBLIC ${ARG_DEPS})
-  set_property(GLOBAL APPEND PROPERTY SLUICE_LIBRARIES sluice_${ARG_NAME})
+  if(NOT ARG_INTERNAL)  # INTERNAL: part of the binary, not of the installed library
+    set_property(GLOBAL APPEND PROPERTY SLUICE_LIBRARIES sluice_${ARG_NAME})
+  endif()
 endfunction()
 
 # sluice_test(NAME name SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary

@@ -8,10 +8,15 @@ SLUICE_BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libabsl-dev      # Status/StatusOr, flat_hash_map, Hash
   libcli11-dev     # the command line
+  libyaml-cpp-dev  # the config file
+  libboost-dev libboost-system-dev  # Asio and Beast: the HTTP server
+  libspdlog-dev    # logs
+  nlohmann-json3-dev  # the decision API's JSON
 )
 SLUICE_TEST_PACKAGES=(
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
+  python3          # the integration tests (standard library only)
 )
 
 sluice_install_deps() {

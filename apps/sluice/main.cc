@@ -7,9 +7,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "server/server.h"
 #include "sluice/algorithm.h"
+#include "sluice/config.h"
 #include "sluice/rate.h"
 #include "sluice/version.h"
+#include "spdlog/spdlog.h"
 
 namespace {
 
@@ -89,13 +92,41 @@ int Explain(const std::string& algorithm_name, const std::string& rate_text, int
   return 0;
 }
 
+// `sluice serve`: the gateway, the decision API and the admin endpoints.
+int Serve(const std::string& config_path, bool check_only) {
+  absl::StatusOr<sluice::Config> config = sluice::LoadConfigFile(config_path);
+  if (!config.ok()) {
+    std::cerr << "sluice: " << config.status().message() << "\n";
+    return 2;
+  }
+  if (check_only) {
+    std::cout << config_path << ": ok (" << config->policies.size() << " policies, "
+              << config->routes.size() << " routes)\n";
+    return 0;
+  }
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z level=%l %v");
+  absl::StatusOr<std::unique_ptr<sluice::server::Server>> server =
+      sluice::server::Server::Create(*std::move(config), config_path);
+  if (!server.ok()) {
+    std::cerr << "sluice: " << server.status().message() << "\n";
+    return 2;
+  }
+  absl::Status status = (*server)->Run();
+  if (!status.ok()) {
+    std::cerr << "sluice: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "sluice " SLUICE_VERSION ": a rate limiter for services.\n"
-      "This version ships the C++ library (every algorithm, the memory store, the\n"
-      "limiter) and `sluice explain`. Run `sluice explain --help` for its options."};
+      "  sluice serve --config FILE   the HTTP gateway, decision API and admin endpoints\n"
+      "  sluice explain ...           how one limit answers a run of requests\n"
+      "Run `sluice COMMAND --help` for a command's options."};
   app.set_version_flag("--version", "sluice " SLUICE_VERSION);
   app.require_subcommand(0, 1);
 
@@ -118,7 +149,18 @@ int main(int argc, char** argv) {
   explain->add_option("--every", every, "time between requests, e.g. 0s, 50ms")
       ->capture_default_str();
 
+  std::string config_path;
+  bool check_only = false;
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Run the gateway, the decision API (POST /v1/check, /v1/auth) and the admin "
+               "listener (/metrics, /healthz, /readyz, /v1/config, /v1/keys) from a YAML config; "
+               "SIGHUP or a change of the file reloads it, SIGTERM drains and exits");
+  serve->add_option("--config,-c", config_path, "the YAML config (docs/configuration.md)")
+      ->required();
+  serve->add_flag("--check", check_only, "validate the config and exit (0: valid, 2: not)");
+
   CLI11_PARSE(app, argc, argv);
+  if (serve->parsed()) return Serve(config_path, check_only);
   if (explain->parsed()) {
     return Explain(algorithm, rate, burst, mode, max_delay, queue, requests, every);
   }

@@ -69,6 +69,14 @@ class Limiter {
   // (the server reads it once per request).
   absl::StatusOr<PolicyDecision> AcquireAt(std::string_view key, Time now, int64_t cost);
 
+  // Gives back `cost` taken at `taken_at` by a successful AcquireAt, from
+  // every limit (a caller combining several limiters keeps all-or-nothing).
+  absl::Status Refund(std::string_view key, Time taken_at, int64_t cost);
+
+  // Each limit's own answer for `key` at `now` to a request of `cost`,
+  // taking nothing (cost 0: the state as it is). In LimiterOptions order.
+  absl::StatusOr<std::vector<Decision>> Inspect(std::string_view key, Time now, int64_t cost);
+
   // What Acquire would answer, taking nothing.
   absl::StatusOr<PolicyDecision> Check(std::string_view key, AcquireOptions options = {});
 

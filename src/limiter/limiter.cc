@@ -92,6 +92,26 @@ absl::StatusOr<PolicyDecision> Limiter::AcquireAt(std::string_view key, Time now
   return result;
 }
 
+absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) {
+  absl::Status result;
+  for (size_t i : order_) {
+    if (IsShape(configs_[i])) continue;  // a departure slot is not given back
+    result.Update(tables_[i]->Refund(key, taken_at, cost));
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<Decision>> Limiter::Inspect(std::string_view key, Time now,
+                                                       int64_t cost) {
+  std::vector<Decision> out;
+  for (const std::shared_ptr<LimitTable>& table : tables_) {
+    absl::StatusOr<Decision> d = table->Check(key, now, cost);
+    if (!d.ok()) return d.status();
+    out.push_back(*d);
+  }
+  return out;
+}
+
 absl::StatusOr<PolicyDecision> Limiter::Check(std::string_view key, AcquireOptions options) {
   if (options.cost < 0) {
     return absl::InvalidArgumentError(Cat("cost must not be negative, got ", options.cost));

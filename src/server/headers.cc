@@ -1,0 +1,99 @@
+#include "server/headers.h"
+
+#include <algorithm>
+
+#include "base/cat.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice::server {
+namespace {
+
+using internal::Cat;
+
+// An RFC 8941 sf-string.
+std::string SfString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c >= 0x20 && c < 0x7f) out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+int64_t SecondsUntilAvailable(const PolicyDecision& d) {
+  if (!d.allowed) return d.retry_after.CeilSeconds();
+  return d.reset_after.CeilSeconds();
+}
+
+}  // namespace
+
+std::string RateLimitPolicyField(const std::vector<PolicyAnswer>& answers) {
+  std::string out;
+  for (const PolicyAnswer& a : answers) {
+    if (!out.empty()) out += ", ";
+    out += Cat(SfString(a.name), ";q=", a.decision.limit, ";w=", a.window_seconds);
+  }
+  return out;
+}
+
+std::string RateLimitField(const std::vector<PolicyAnswer>& answers) {
+  std::string out;
+  for (const PolicyAnswer& a : answers) {
+    if (!out.empty()) out += ", ";
+    out += Cat(SfString(a.name), ";r=", std::max<int64_t>(0, a.decision.remaining));
+    if (!a.decision.can_never_pass()) out += Cat(";t=", SecondsUntilAvailable(a.decision));
+  }
+  return out;
+}
+
+int64_t RetryAfterSeconds(Duration exact, Duration jitter, std::mt19937_64& rng) {
+  int64_t extra = 0;
+  if (jitter > Duration::Zero()) {
+    extra = std::uniform_int_distribution<int64_t>(0, jitter.micros())(rng);
+  }
+  return (exact + Duration::Micros(extra)).CeilSeconds();
+}
+
+std::string ProblemBody(int status, const std::vector<std::string>& violated,
+                        std::string_view detail) {
+  nlohmann::json body = {
+      {"type", "https://iana.org/assignments/http-problem-types#quota-exceeded"},
+      {"title", "quota-exceeded"},
+      {"status", status},
+      {"detail", std::string(detail)},
+      {"violated-policies", violated},
+  };
+  return body.dump();
+}
+
+std::string ErrorBody(int status, std::string_view title, std::string_view detail) {
+  nlohmann::json body = {
+      {"type", "about:blank"},
+      {"title", std::string(title)},
+      {"status", status},
+      {"detail", std::string(detail)},
+  };
+  return body.dump();
+}
+
+void AppendRateLimitHeaders(const std::vector<PolicyAnswer>& answers, bool legacy,
+                            std::vector<std::pair<std::string, std::string>>& out) {
+  if (answers.empty()) return;
+  out.emplace_back("RateLimit-Policy", RateLimitPolicyField(answers));
+  out.emplace_back("RateLimit", RateLimitField(answers));
+  if (legacy) {
+    // The legacy trio has room for one policy: the most restrictive.
+    const PolicyAnswer* worst = &answers.front();
+    for (const PolicyAnswer& a : answers) {
+      if (!a.decision.allowed && worst->decision.allowed) worst = &a;
+      else if (a.decision.allowed == worst->decision.allowed &&
+               a.decision.remaining < worst->decision.remaining) worst = &a;
+    }
+    out.emplace_back("X-RateLimit-Limit", Cat(worst->decision.limit));
+    out.emplace_back("X-RateLimit-Remaining", Cat(std::max<int64_t>(0, worst->decision.remaining)));
+    out.emplace_back("X-RateLimit-Reset", Cat(SecondsUntilAvailable(worst->decision)));
+  }
+}
+
+}  // namespace sluice::server

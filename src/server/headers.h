@@ -1,0 +1,48 @@
+// What a client is told: the draft-10 RateLimit fields, Retry-After with
+// jitter, legacy X-RateLimit-*, and the problem+json body of a denial.
+// Internal to the server; pure functions.
+#ifndef SLUICE_SERVER_HEADERS_H_
+#define SLUICE_SERVER_HEADERS_H_
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sluice/limiter.h"
+
+namespace sluice::server {
+
+// One policy's part in the answer to a request.
+struct PolicyAnswer {
+  std::string name;
+  PolicyDecision decision;
+  int64_t window_seconds = 1;  // w= of the deciding limit
+  bool shadow = false;         // decided, counted, never enforced
+};
+
+// `"login";q=40;w=60, "api";q=20;w=1`
+std::string RateLimitPolicyField(const std::vector<PolicyAnswer>& answers);
+// `"login";r=0;t=17`: t is the wait until the request could pass when
+// denied (never later than Retry-After), else the time until a full reset.
+std::string RateLimitField(const std::vector<PolicyAnswer>& answers);
+
+// Whole seconds, never earlier than `exact`: ceil(exact + uniform[0, jitter]).
+int64_t RetryAfterSeconds(Duration exact, Duration jitter, std::mt19937_64& rng);
+
+// The RFC 9457 body of a denial (type quota-exceeded, violated-policies).
+std::string ProblemBody(int status, const std::vector<std::string>& violated,
+                        std::string_view detail);
+// A plain error as problem+json (bad request, unknown policy, ...).
+std::string ErrorBody(int status, std::string_view title, std::string_view detail);
+
+// Appends the RateLimit fields (and legacy ones when asked) as name/value pairs.
+void AppendRateLimitHeaders(const std::vector<PolicyAnswer>& answers, bool legacy,
+                            std::vector<std::pair<std::string, std::string>>& out);
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_HEADERS_H_

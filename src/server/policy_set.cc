@@ -1,0 +1,210 @@
+#include "server/policy_set.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "base/cat.h"
+
+namespace sluice::server {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool Trusted(std::string_view ip, const std::vector<Cidr>& trusted) {
+  const std::optional<std::array<uint8_t, 16>> parsed = ParseIp(ip);
+  if (!parsed) return false;
+  return std::any_of(trusted.begin(), trusted.end(),
+                     [&](const Cidr& c) { return c.Contains(*parsed); });
+}
+
+// One hop of Forwarded: `for=192.0.2.60`, `for="[2001:db8::1]:4711"`.
+std::optional<std::string_view> ForwardedFor(std::string_view element) {
+  size_t pos = 0;
+  while (pos < element.size()) {
+    size_t end = element.find(';', pos);
+    if (end == std::string_view::npos) end = element.size();
+    std::string_view pair = Trim(element.substr(pos, end - pos));
+    if (pair.size() > 4 && (pair.substr(0, 4) == "for=" || pair.substr(0, 4) == "For=" ||
+                            pair.substr(0, 4) == "FOR=")) {
+      std::string_view v = pair.substr(4);
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      if (!v.empty() && v.front() == '[') {  // [v6]:port
+        const size_t close = v.find(']');
+        if (close == std::string_view::npos) return std::nullopt;
+        return v.substr(1, close - 1);
+      }
+      const size_t colon = v.find(':');
+      if (colon != std::string_view::npos && v.find(':', colon + 1) == std::string_view::npos) {
+        v = v.substr(0, colon);  // v4:port
+      }
+      return v;
+    }
+    pos = end + 1;
+  }
+  return std::nullopt;
+}
+
+// The hops a header lists, left (client side) to right (nearest proxy).
+std::vector<std::string_view> Hops(const RequestFacts& request) {
+  std::vector<std::string_view> hops;
+  if (std::optional<std::string_view> fwd = request.header("forwarded")) {
+    size_t pos = 0;
+    while (pos <= fwd->size()) {
+      size_t end = fwd->find(',', pos);
+      if (end == std::string_view::npos) end = fwd->size();
+      if (auto ip = ForwardedFor(fwd->substr(pos, end - pos))) hops.push_back(*ip);
+      pos = end + 1;
+    }
+    return hops;
+  }
+  std::optional<std::string_view> xff = request.header("x-forwarded-for");
+  if (!xff) xff = request.header("x-real-ip");  // NGINX's auth_request idiom
+  if (xff) {
+    size_t pos = 0;
+    while (pos <= xff->size()) {
+      size_t end = xff->find(',', pos);
+      if (end == std::string_view::npos) end = xff->size();
+      std::string_view hop = Trim(xff->substr(pos, end - pos));
+      if (!hop.empty()) hops.push_back(hop);
+      pos = end + 1;
+    }
+  }
+  return hops;
+}
+
+void AppendEscaped(std::string& out, std::string_view part) {
+  for (char c : part) {
+    if (c == '|' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+}
+
+}  // namespace
+
+bool Matches(const MatchConfig& match, const RequestFacts& request) {
+  if (match.path && request.path != *match.path) return false;
+  if (match.path_prefix && request.path.substr(0, match.path_prefix->size()) != *match.path_prefix) {
+    return false;
+  }
+  if (match.method && request.method != *match.method) return false;
+  if (match.host && request.host != *match.host) return false;
+  for (const std::string& name : match.headers) {
+    if (!request.header(name)) return false;
+  }
+  return true;
+}
+
+std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trusted_proxies) {
+  if (trusted_proxies.empty() || !Trusted(request.peer_ip, trusted_proxies)) {
+    return std::string(request.peer_ip);  // headers from an untrusted peer are ignored
+  }
+  const std::vector<std::string_view> hops = Hops(request);
+  for (auto it = hops.rbegin(); it != hops.rend(); ++it) {
+    if (!ParseIp(*it)) break;  // garbage: stop trusting the chain here
+    if (!Trusted(*it, trusted_proxies)) return std::string(*it);
+  }
+  // Every hop was a trusted proxy (or none was usable): the left-most valid
+  // one, else the peer.
+  for (std::string_view hop : hops) {
+    if (ParseIp(hop)) return std::string(hop);
+  }
+  return std::string(request.peer_ip);
+}
+
+std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::string_view route,
+                                          const std::vector<Cidr>& trusted_proxies) const {
+  std::string key;
+  bool first = true;
+  for (const KeyPart& part : config_.key) {
+    if (!first) key.push_back('|');
+    first = false;
+    switch (part.kind) {
+      case KeyPart::Kind::kClientIp:
+        AppendEscaped(key, ClientIp(request, trusted_proxies));
+        break;
+      case KeyPart::Kind::kHeader: {
+        std::optional<std::string_view> value = request.header(part.header);
+        if (!value || value->empty()) {
+          if (config_.on_missing_key == MissingKey::kDeny) return std::nullopt;
+          // Fall back to the client's address, marked so it never shares a
+          // bucket with a header value that happens to look like an IP.
+          key += "ip:";
+          AppendEscaped(key, ClientIp(request, trusted_proxies));
+        } else {
+          AppendEscaped(key, *value);
+        }
+        break;
+      }
+      case KeyPart::Kind::kPath:
+        AppendEscaped(key, request.path);
+        break;
+      case KeyPart::Kind::kRoute:
+        AppendEscaped(key, route);
+        break;
+      case KeyPart::Kind::kGlobal:
+        key += "*";
+        break;
+    }
+  }
+  return key;
+}
+
+int64_t Policy::WindowSeconds(size_t index) const {
+  return std::max<int64_t>(1, RateOf(limiter_->limits()[index]).period.CeilSeconds());
+}
+
+Duration Policy::JitterFor(size_t index) const {
+  if (config_.on_deny.retry_after_jitter) return *config_.on_deny.retry_after_jitter;
+  return Duration::Micros(RateOf(limiter_->limits()[index]).period.micros() / 10);
+}
+
+absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config& config,
+                                                                   Store& store,
+                                                                   const Clock& clock,
+                                                                   const PolicySet* previous) {
+  auto set = std::make_shared<PolicySet>();
+  set->config_ = config;
+  for (const PolicyConfig& pc : config.policies) {
+    Policy policy;
+    policy.config_ = pc;
+    const Policy* before = previous != nullptr ? previous->Find(pc.name) : nullptr;
+    if (before != nullptr && before->config_.limits == pc.limits) {
+      policy.limiter_ = before->limiter_;  // same limits: keep the keys' state
+    } else {
+      LimiterOptions options{.name = pc.name, .clock = &clock};
+      for (const LimitSpec& spec : pc.limits) options.limits.push_back(spec.options);
+      absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(store, options);
+      if (!limiter.ok()) return limiter.status();
+      policy.limiter_ = std::shared_ptr<Limiter>(std::move(*limiter));
+    }
+    set->by_name_[pc.name] = set->policies_.size();
+    set->policies_.push_back(std::move(policy));
+  }
+  return std::shared_ptr<const PolicySet>(std::move(set));
+}
+
+const Policy* PolicySet::Find(std::string_view name) const {
+  auto it = by_name_.find(absl::string_view(name.data(), name.size()));
+  return it == by_name_.end() ? nullptr : &policies_[it->second];
+}
+
+std::vector<const Policy*> PolicySet::Matching(const RequestFacts& request) const {
+  std::vector<const Policy*> out;
+  for (const Policy& p : policies_) {
+    if (p.config_.match && Matches(*p.config_.match, request)) out.push_back(&p);
+  }
+  return out;
+}
+
+const RouteConfig* PolicySet::RouteFor(const RequestFacts& request) const {
+  for (const RouteConfig& route : config_.routes) {
+    if (Matches(route.match, request)) return &route;
+  }
+  return nullptr;
+}
+
+}  // namespace sluice::server

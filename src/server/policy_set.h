@@ -1,0 +1,94 @@
+// PolicySet: the policies of one config, ready to decide. Internal to the
+// server.
+//
+// Built from a Config once per load; immutable afterwards, so a reload swaps
+// in a whole new set while requests in flight finish on the old one. A
+// policy whose limits did not change keeps its Limiter (and so the state of
+// its keys) across the swap.
+//
+// Thread-safety: all const methods from any thread.
+#ifndef SLUICE_SERVER_POLICY_SET_H_
+#define SLUICE_SERVER_POLICY_SET_H_
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "sluice/clock.h"
+#include "sluice/config.h"
+#include "sluice/limiter.h"
+#include "sluice/store/store.h"
+
+namespace sluice::server {
+
+// The parts of a request that matching and keys read.
+struct RequestFacts {
+  std::string_view method;
+  std::string_view path;  // without the query
+  std::string_view host;  // Host header, without port, lower case
+  std::string_view peer_ip;
+  // Header value by lower-case name; nullopt when absent.
+  std::function<std::optional<std::string_view>(std::string_view)> header;
+};
+
+bool Matches(const MatchConfig& match, const RequestFacts& request);
+
+// The client's address: the peer, or, when the peer is a trusted proxy, the
+// right-most address in X-Forwarded-For (or Forwarded: for=) that is not
+// itself a trusted proxy.
+std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trusted_proxies);
+
+class Policy {
+ public:
+  const PolicyConfig& config() const { return config_; }
+  const std::string& name() const { return config_.name; }
+  Limiter& limiter() const { return *limiter_; }
+
+  // The key for a gateway request: the parts joined by '|' ('|' and '\' in a
+  // part are escaped with '\'). nullopt when a part is missing and the
+  // policy says deny.
+  std::optional<std::string> KeyFor(const RequestFacts& request, std::string_view route,
+                                    const std::vector<Cidr>& trusted_proxies) const;
+
+  // The period (seconds, rounded up) of limit `index`, for RateLimit-Policy w=.
+  int64_t WindowSeconds(size_t index) const;
+  // The default Retry-After jitter for a denial by limit `index`.
+  Duration JitterFor(size_t index) const;
+
+ private:
+  friend class PolicySet;
+  PolicyConfig config_;
+  std::shared_ptr<Limiter> limiter_;
+};
+
+class PolicySet {
+ public:
+  // `previous` (may be null): policies with the same name and limits keep
+  // their Limiter, hence their keys' state.
+  static absl::StatusOr<std::shared_ptr<const PolicySet>> Create(const Config& config,
+                                                                 Store& store, const Clock& clock,
+                                                                 const PolicySet* previous);
+
+  const Config& config() const { return config_; }
+  const Policy* Find(std::string_view name) const;
+  const std::vector<Policy>& policies() const { return policies_; }
+  // Policies whose `match` applies to this gateway request, in config order.
+  std::vector<const Policy*> Matching(const RequestFacts& request) const;
+  // The first route whose match applies; null when none.
+  const RouteConfig* RouteFor(const RequestFacts& request) const;
+
+ private:
+  Config config_;
+  std::vector<Policy> policies_;
+  absl::flat_hash_map<std::string, size_t> by_name_;
+};
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_POLICY_SET_H_

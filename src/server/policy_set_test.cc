@@ -1,0 +1,183 @@
+#include "server/policy_set.h"
+
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/headers.h"
+#include "sluice/store/memory_store.h"
+
+namespace sluice::server {
+namespace {
+
+constexpr Time kStart = Time::FromUnixMicros(1'700'000'000'000'000);
+
+struct FakeRequest {
+  std::string method = "GET";
+  std::string path = "/";
+  std::string host = "example.com";
+  std::string peer = "203.0.113.9";
+  std::map<std::string, std::string> headers;  // lower-case names
+
+  RequestFacts Facts() const {
+    RequestFacts f;
+    f.method = method;
+    f.path = path;
+    f.host = host;
+    f.peer_ip = peer;
+    f.header = [this](std::string_view name) -> std::optional<std::string_view> {
+      auto it = headers.find(std::string(name));
+      if (it == headers.end()) return std::nullopt;
+      return std::string_view(it->second);
+    };
+    return f;
+  }
+};
+
+std::vector<Cidr> Trust(std::initializer_list<const char*> nets) {
+  std::vector<Cidr> out;
+  for (const char* n : nets) out.push_back(*ParseCidr(n));
+  return out;
+}
+
+TEST(ClientIp, IgnoresForwardedForFromAnUntrustedPeer) {
+  FakeRequest r;
+  r.headers["x-forwarded-for"] = "198.51.100.1";
+  EXPECT_EQ(ClientIp(r.Facts(), {}), "203.0.113.9");
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"})), "203.0.113.9");
+}
+
+TEST(ClientIp, TakesTheRightMostUntrustedHopBehindTrustedProxies) {
+  FakeRequest r;
+  r.peer = "10.0.0.2";
+  // The client may put anything on the left; only hops added by our proxies count.
+  r.headers["x-forwarded-for"] = "6.6.6.6, 198.51.100.1, 10.0.0.7";
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"})), "198.51.100.1");
+}
+
+TEST(ClientIp, ReadsForwardedAndXRealIp) {
+  FakeRequest r;
+  r.peer = "127.0.0.1";
+  r.headers["forwarded"] = "for=198.51.100.1;proto=http, for=\"[2001:db8::7]:4711\"";
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"127.0.0.1/32"})), "2001:db8::7");
+  FakeRequest n;
+  n.peer = "127.0.0.1";
+  n.headers["x-real-ip"] = "198.51.100.3";
+  EXPECT_EQ(ClientIp(n.Facts(), Trust({"127.0.0.1/32"})), "198.51.100.3");
+}
+
+TEST(ClientIp, StopsAtGarbage) {
+  FakeRequest r;
+  r.peer = "10.0.0.2";
+  r.headers["x-forwarded-for"] = "198.51.100.1, not-an-ip";
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"})), "198.51.100.1");
+}
+
+TEST(Matches, ChecksEveryGivenField) {
+  FakeRequest r;
+  r.method = "POST";
+  r.path = "/login";
+  r.headers["x-api-key"] = "k";
+  EXPECT_TRUE(Matches({.path_prefix = "/log"}, r.Facts()));
+  EXPECT_FALSE(Matches({.path = "/log"}, r.Facts()));
+  EXPECT_TRUE(Matches({.path = "/login", .method = "POST"}, r.Facts()));
+  EXPECT_FALSE(Matches({.method = "GET"}, r.Facts()));
+  EXPECT_TRUE(Matches({.host = "example.com"}, r.Facts()));
+  EXPECT_TRUE(Matches({.headers = {"x-api-key"}}, r.Facts()));
+  EXPECT_FALSE(Matches({.headers = {"x-other"}}, r.Facts()));
+}
+
+absl::StatusOr<Config> Parse(const std::string& yaml) { return ParseConfig(yaml, "test.yaml"); }
+
+TEST(PolicySet, BuildsKeysFromParts) {
+  absl::StatusOr<Config> config = Parse(R"(
+policies:
+  - name: p
+    key: [client_ip, "header:X-Api-Key", path, route]
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: everyone
+    key: [global]
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: strict
+    key: ["header:X-Api-Key"]
+    on_missing_key: deny
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: lenient
+    key: ["header:X-Api-Key"]
+    on_missing_key: client_ip
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  ASSERT_TRUE(config.ok()) << config.status();
+  MemoryStore store;
+  ManualClock clock(kStart);
+  auto set = *PolicySet::Create(*config, store, clock, nullptr);
+  FakeRequest r;
+  r.path = "/a|b";
+  r.headers["x-api-key"] = "key\\1";
+  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}), "203.0.113.9|key\\\\1|/a\\|b|app");
+  EXPECT_EQ(*set->Find("everyone")->KeyFor(r.Facts(), "app", {}), "*");
+  FakeRequest bare;
+  EXPECT_EQ(set->Find("strict")->KeyFor(bare.Facts(), "", {}), std::nullopt);
+  EXPECT_EQ(*set->Find("lenient")->KeyFor(bare.Facts(), "", {}), "ip:203.0.113.9");
+}
+
+TEST(PolicySet, AReloadKeepsTheStateOfUnchangedPolicies) {
+  const std::string before = R"(
+policies:
+  - name: same
+    limits: [{algorithm: fixed_window, rate: 1/h}]
+  - name: changed
+    limits: [{algorithm: fixed_window, rate: 1/h}]
+)";
+  const std::string after = R"(
+policies:
+  - name: same
+    match: {path_prefix: /new}
+    limits: [{algorithm: fixed_window, rate: 1/h}]
+  - name: changed
+    limits: [{algorithm: fixed_window, rate: 2/h}]
+)";
+  MemoryStore store;
+  ManualClock clock(kStart);
+  auto first = *PolicySet::Create(*Parse(before), store, clock, nullptr);
+  ASSERT_TRUE(first->Find("same")->limiter().Acquire("k")->allowed);
+  ASSERT_TRUE(first->Find("changed")->limiter().Acquire("k")->allowed);
+  auto second = *PolicySet::Create(*Parse(after), store, clock, first.get());
+  EXPECT_FALSE(second->Find("same")->limiter().Acquire("k")->allowed);   // state kept
+  EXPECT_TRUE(second->Find("changed")->limiter().Acquire("k")->allowed);  // new limits, new state
+}
+
+TEST(Headers, RateLimitFieldsAreStructuredFieldLists) {
+  PolicyAnswer login{.name = "login", .window_seconds = 60};
+  login.decision.allowed = false;
+  login.decision.limit = 40;
+  login.decision.remaining = 0;
+  login.decision.retry_after = Duration::Micros(16'000'001);
+  login.decision.reset_after = Duration::Seconds(60);
+  PolicyAnswer api{.name = "api", .window_seconds = 1};
+  api.decision.allowed = true;
+  api.decision.limit = 20;
+  api.decision.remaining = 19;
+  api.decision.reset_after = Duration::Millis(50);
+  EXPECT_EQ(RateLimitPolicyField({login, api}), "\"login\";q=40;w=60, \"api\";q=20;w=1");
+  // t of a denial is the (rounded up) wait, not the full reset.
+  EXPECT_EQ(RateLimitField({login, api}), "\"login\";r=0;t=17, \"api\";r=19;t=1");
+}
+
+TEST(Headers, RetryAfterIsNeverEarlyAndSpreadsOverTheJitter) {
+  std::mt19937_64 rng(7);
+  const Duration exact = Duration::Micros(2'500'000);
+  int64_t low = INT64_MAX, high = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t s = RetryAfterSeconds(exact, Duration::Seconds(4), rng);
+    low = std::min(low, s);
+    high = std::max(high, s);
+  }
+  EXPECT_EQ(low, 3);   // ceil(2.5 s): never earlier than the exact time
+  EXPECT_EQ(high, 7);  // ceil(2.5 + 4 s)
+  EXPECT_EQ(RetryAfterSeconds(exact, Duration::Zero(), rng), 3);
+}
+
+}  // namespace
+}  // namespace sluice::server

@@ -1,0 +1,948 @@
+// The HTTP side of `sluice serve`. All Beast code lives in this file: Beast
+// is header-only and slow to compile, so it is kept to one translation unit.
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it
+
+#include "server/server.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "base/cat.h"
+#include "nlohmann/json.hpp"
+#include "server/headers.h"
+#include "server/metrics.h"
+#include "server/policy_set.h"
+#include "spdlog/spdlog.h"
+#include "sluice/store/memory_store.h"
+
+namespace sluice::server {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using internal::Cat;
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+template <typename T>
+using Task = net::awaitable<T>;
+
+constexpr auto kUseAwaitable = net::use_awaitable;
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
+
+Response MakeResponse(int status, unsigned version, bool keep_alive, std::string body,
+                      std::string_view content_type, const HeaderList& headers = {}) {
+  Response res{static_cast<http::status>(status), version};
+  res.set(http::field::server, "sluice");
+  if (!body.empty() || status != 204) {
+    res.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+  }
+  for (const auto& [name, value] : headers) res.set(name, value);
+  res.body() = std::move(body);
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+Response Problem(int status, const Request& req, std::string_view title, std::string_view detail) {
+  return MakeResponse(status, req.version(), req.keep_alive(), ErrorBody(status, title, detail),
+                      "application/problem+json");
+}
+
+// Percent-decoding for /v1/keys/{policy}/{key}.
+std::optional<std::string> PercentDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out.push_back(s[i]);
+      continue;
+    }
+    if (i + 2 >= s.size()) return std::nullopt;
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return out;
+}
+
+// The outcome of a request against the policies that apply to it.
+struct Evaluation {
+  bool allowed = true;
+  absl::Status error;  // bad input (a key too long): answered 400
+  std::vector<PolicyAnswer> answers;
+  std::vector<std::string> violated;
+  std::vector<std::string> shadow_denied;
+  Duration delay;
+  Duration retry_exact;  // the longest wait among enforced denials
+  Duration jitter;
+  bool never = false;  // some enforced denial can never pass
+  int status = 429;
+  std::string detail;
+};
+
+// Shared by every thread.
+struct Shared {
+  Config config;  // as loaded at start (listeners, threads, limits of the process)
+  std::string config_path;
+  const Clock* clock;
+  MemoryStore store;
+  Metrics metrics;
+  std::atomic<std::shared_ptr<const PolicySet>> policies;
+  std::atomic<bool> draining{false};
+  std::mutex reload_mu;
+  Counter* reloads_ok;
+  Counter* reloads_failed;
+
+  Shared(Config c, std::string path, const Clock* clk)
+      : config(std::move(c)), config_path(std::move(path)), clock(clk),
+        store(MemoryStoreOptions{.max_keys = config.store.max_keys}) {
+    reloads_ok = metrics.Get("sluice_config_reloads_total", {{"result", "success"}});
+    reloads_failed = metrics.Get("sluice_config_reloads_total", {{"result", "failure"}});
+    metrics.SetHelp("sluice_config_reloads_total", "Config reloads, by result.");
+    metrics.SetHelp("sluice_decisions_total", "Decisions, by policy and outcome.");
+    metrics.SetHelp("sluice_upstream_errors_total", "Failed upstream exchanges, by route and kind.");
+    metrics.SetHelp("sluice_http_responses_total", "Responses sent, by listener and status code.");
+    metrics.AddGauge("sluice_keys", "Keys held by the memory store.", "gauge",
+                     [this] { return store.stats().keys; });
+    metrics.AddGauge("sluice_forced_evictions_total",
+                     "Keys evicted while not fresh because max_keys was reached.", "counter",
+                     [this] { return store.stats().forced_evictions; });
+    metrics.AddGauge("sluice_fresh_evictions_total",
+                     "Keys dropped because their state was back to fresh.", "counter",
+                     [this] { return store.stats().fresh_evictions; });
+  }
+
+  Evaluation Evaluate(const std::vector<const Policy*>& applying, const RequestFacts& facts,
+                      std::string_view route, int64_t cost) {
+    Evaluation ev;
+    const auto start = std::chrono::steady_clock::now();
+    const Time now = clock->Now();
+    const std::vector<Cidr>& trusted = policies.load()->config().trusted_proxies;
+    struct Taken {
+      const Policy* policy;
+      std::string key;
+    };
+    std::vector<Taken> taken;
+    // Policies holding a shape limit go last: their departure slot is not given back.
+    std::vector<const Policy*> order;
+    for (const Policy* p : applying) {
+      if (!std::any_of(p->limiter().limits().begin(), p->limiter().limits().end(), IsShape)) {
+        order.push_back(p);
+      }
+    }
+    for (const Policy* p : applying) {
+      if (std::find(order.begin(), order.end(), p) == order.end()) order.push_back(p);
+    }
+    for (const Policy* p : order) {
+      const bool enforce = !p->config().shadow;
+      std::optional<std::string> key = p->KeyFor(facts, route, trusted);
+      PolicyAnswer answer{.name = p->name(), .shadow = p->config().shadow};
+      if (!key) {
+        metrics.Get("sluice_decisions_total", {{"policy", p->name()}, {"outcome", "missing_key"}})->Add();
+        if (!enforce) continue;
+        ev.allowed = false;
+        ev.violated.push_back(p->name());
+        ev.status = p->config().on_deny.status;
+        ev.never = true;
+        ev.detail = Cat("policy \"", p->name(), "\": the request lacks a key part (",
+                        "on_missing_key: deny)");
+        break;
+      }
+      absl::StatusOr<PolicyDecision> d =
+          ev.allowed ? p->limiter().AcquireAt(*key, now, cost) : p->limiter().Check(*key, {.cost = cost});
+      if (!d.ok()) {
+        ev.error = d.status();
+        break;
+      }
+      answer.decision = *d;
+      answer.window_seconds = p->WindowSeconds(d->limit_index);
+      const bool took = ev.allowed && d->allowed;
+      if (d->allowed) {
+        metrics.Get("sluice_decisions_total", {{"policy", p->name()}, {"outcome", "allowed"}})->Add();
+        if (took) taken.push_back({p, *key});
+        ev.delay = std::max(ev.delay, d->delay);
+      } else if (!enforce) {
+        metrics.Get("sluice_decisions_total", {{"policy", p->name()}, {"outcome", "shadow_denied"}})->Add();
+        ev.shadow_denied.push_back(p->name());
+      } else {
+        metrics.Get("sluice_decisions_total", {{"policy", p->name()}, {"outcome", "denied"}})->Add();
+        if (ev.allowed) {
+          ev.status = p->config().on_deny.status;
+          // All-or-nothing across policies too: give back what was taken.
+          for (const Taken& t : taken) (void)t.policy->limiter().Refund(t.key, now, cost);
+          taken.clear();
+        }
+        ev.allowed = false;
+        ev.violated.push_back(p->name());
+        if (d->can_never_pass()) {
+          ev.never = true;
+          ev.detail = Cat("a cost of ", cost, " exceeds what policy \"", p->name(), "\" can ever admit");
+        } else if (d->retry_after >= ev.retry_exact) {
+          ev.retry_exact = d->retry_after;
+          ev.jitter = p->JitterFor(d->limit_index);
+        }
+      }
+      // A shadow policy is a trial: clients are not told about it.
+      if (enforce) ev.answers.push_back(std::move(answer));
+    }
+    if (!ev.allowed && ev.detail.empty()) {
+      ev.detail = Cat("rate limit exceeded; retry after ", ev.retry_exact.CeilMillis(), " ms");
+    }
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::steady_clock::now() - start).count();
+    metrics.decision_latency().Observe(us);
+    return ev;
+  }
+
+  absl::Status Reload(std::string_view why) {
+    std::lock_guard lock(reload_mu);
+    absl::StatusOr<Config> next = LoadConfigFile(config_path);
+    if (!next.ok()) {
+      reloads_failed->Add();
+      spdlog::error("event=reload result=failure trigger={} error=\"{}\"", why,
+                    std::string(next.status().message()));
+      return next.status();
+    }
+    if (next->server.listen != config.server.listen || next->server.admin != config.server.admin ||
+        next->server.threads != config.server.threads) {
+      spdlog::warn("event=reload note=\"server.listen, server.admin and server.threads take effect "
+                   "at the next start\"");
+    }
+    absl::StatusOr<std::shared_ptr<const PolicySet>> set =
+        PolicySet::Create(*next, store, *clock, policies.load().get());
+    if (!set.ok()) {
+      reloads_failed->Add();
+      spdlog::error("event=reload result=failure trigger={} error=\"{}\"", why,
+                    std::string(set.status().message()));
+      return set.status();
+    }
+    policies.store(*std::move(set));
+    reloads_ok->Add();
+    spdlog::info("event=reload result=success trigger={} policies={}", why, next->policies.size());
+    return absl::OkStatus();
+  }
+};
+
+// Idle keep-alive connections to upstreams, per thread (no locking).
+class UpstreamPool {
+ public:
+  std::optional<beast::tcp_stream> Take(const HostPort& upstream) {
+    auto it = idle_.find(Key(upstream));
+    if (it == idle_.end() || it->second.empty()) return std::nullopt;
+    beast::tcp_stream stream = std::move(it->second.back());
+    it->second.pop_back();
+    return stream;
+  }
+  void Give(const HostPort& upstream, beast::tcp_stream stream) {
+    auto& list = idle_[Key(upstream)];
+    if (list.size() < 64) list.push_back(std::move(stream));
+  }
+
+ private:
+  static std::string Key(const HostPort& hp) { return Cat(hp.host, ":", hp.port); }
+  std::map<std::string, std::vector<beast::tcp_stream>> idle_;
+};
+
+struct Worker {
+  net::io_context ioc{1};
+  std::unique_ptr<tcp::acceptor> acceptor;
+  UpstreamPool pool;
+  std::mt19937_64 rng{std::random_device{}()};
+};
+
+class ServerImpl final : public Server {
+ public:
+  ServerImpl(Config config, std::string path, const Clock* clock)
+      : shared_(std::make_shared<Shared>(std::move(config), std::move(path), clock)) {}
+
+  absl::Status Init() {
+    absl::StatusOr<std::shared_ptr<const PolicySet>> set =
+        PolicySet::Create(shared_->config, shared_->store, *shared_->clock, nullptr);
+    if (!set.ok()) return set.status();
+    shared_->policies.store(*set);
+    int threads = shared_->config.server.threads;
+    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (int i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
+    // Main listener: one SO_REUSEPORT acceptor per loop.
+    HostPort listen = shared_->config.server.listen;
+    for (auto& w : workers_) {
+      absl::StatusOr<std::unique_ptr<tcp::acceptor>> a = Bind(w->ioc, listen, /*reuse_port=*/true);
+      if (!a.ok()) return a.status();
+      w->acceptor = *std::move(a);
+      listen.port = w->acceptor->local_endpoint().port();  // port 0: the others join the one chosen
+    }
+    port_ = listen.port;
+    absl::StatusOr<std::unique_ptr<tcp::acceptor>> admin =
+        Bind(workers_[0]->ioc, shared_->config.server.admin, /*reuse_port=*/false);
+    if (!admin.ok()) return admin.status();
+    admin_acceptor_ = *std::move(admin);
+    admin_port_ = admin_acceptor_->local_endpoint().port();
+    return absl::OkStatus();
+  }
+
+  absl::Status Run() override {
+    for (auto& w : workers_) {
+      net::co_spawn(w->ioc, Accept(*w, *w->acceptor, /*admin=*/false), net::detached);
+    }
+    net::co_spawn(workers_[0]->ioc, Accept(*workers_[0], *admin_acceptor_, /*admin=*/true),
+                  net::detached);
+    net::signal_set signals(workers_[0]->ioc, SIGTERM, SIGINT, SIGHUP);
+    std::function<void(const boost::system::error_code&, int)> on_signal =
+        [&](const boost::system::error_code& ec, int sig) {
+          if (ec) return;
+          if (sig == SIGHUP) {
+            (void)shared_->Reload("SIGHUP");
+            signals.async_wait(on_signal);
+            return;
+          }
+          spdlog::info("event=signal signal={} action=drain", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+          Stop();
+        };
+    signals.async_wait(on_signal);
+    net::co_spawn(workers_[0]->ioc, WatchConfig(*workers_[0]), net::detached);
+    spdlog::info("event=start listen={}:{} admin={}:{} threads={} policies={} routes={}",
+                 shared_->config.server.listen.host, port_, shared_->config.server.admin.host,
+                 admin_port_, workers_.size(), shared_->config.policies.size(),
+                 shared_->config.routes.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < workers_.size(); ++i) {
+      threads.emplace_back([w = workers_[i].get()] { w->ioc.run(); });
+    }
+    workers_[0]->ioc.run();
+    for (std::thread& t : threads) t.join();
+    spdlog::info("event=stop in_flight={}", shared_->metrics.in_flight().load());
+    return absl::OkStatus();
+  }
+
+  // Stop accepting, let in-flight requests finish (within drain_timeout),
+  // then stop every loop.
+  void Stop() override {
+    if (shared_->draining.exchange(true)) return;
+    for (auto& w : workers_) {
+      net::post(w->ioc, [w = w.get()] {
+        boost::system::error_code ignored;
+        w->acceptor->close(ignored);
+      });
+    }
+    net::post(workers_[0]->ioc, [this] {
+      boost::system::error_code ignored;
+      admin_acceptor_->close(ignored);
+    });
+    net::co_spawn(workers_[0]->ioc, Drain(), net::detached);
+  }
+
+  uint16_t port() const override { return port_; }
+  uint16_t admin_port() const override { return admin_port_; }
+
+ private:
+  static absl::StatusOr<std::unique_ptr<tcp::acceptor>> Bind(net::io_context& ioc,
+                                                             const HostPort& where,
+                                                             bool reuse_port) {
+    boost::system::error_code ec;
+    tcp::resolver resolver(ioc);
+    auto results = resolver.resolve(where.host, std::to_string(where.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (ec || results.empty()) {
+      return absl::InvalidArgumentError(Cat("cannot resolve ", where.host, ": ", ec.message()));
+    }
+    const tcp::endpoint endpoint = results.begin()->endpoint();
+    auto acceptor = std::make_unique<tcp::acceptor>(ioc);
+    acceptor->open(endpoint.protocol(), ec);
+    if (!ec) acceptor->set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec && reuse_port) {
+      acceptor->set_option(net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
+    }
+    if (!ec) acceptor->bind(endpoint, ec);
+    if (!ec) acceptor->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          Cat("cannot listen on ", where.host, ":", where.port, ": ", ec.message()));
+    }
+    return acceptor;
+  }
+
+  Task<void> Accept(Worker& w, tcp::acceptor& acceptor, bool admin) {
+    for (;;) {
+      boost::system::error_code ec;
+      tcp::socket socket = co_await acceptor.async_accept(net::redirect_error(kUseAwaitable, ec));
+      if (ec) {
+        if (!acceptor.is_open()) co_return;
+        continue;  // e.g. EMFILE: keep serving the connections we have
+      }
+      if (shared_->metrics.connections().load() >= shared_->config.server.max_connections) {
+        socket.close(ec);  // over the connection limit: refuse at once
+        shared_->metrics.Get("sluice_connections_refused_total", {})->Add();
+        continue;
+      }
+      net::co_spawn(acceptor.get_executor(), Session(w, std::move(socket), admin), net::detached);
+    }
+  }
+
+  Task<void> Session(Worker& w, tcp::socket socket, bool admin) {
+    Metrics& metrics = shared_->metrics;
+    metrics.connections().fetch_add(1);
+    boost::system::error_code ec;
+    const tcp::endpoint peer = socket.remote_endpoint(ec);
+    std::string peer_ip = ec ? "" : peer.address().to_string();
+    if (peer.address().is_v6() && peer.address().to_v6().is_v4_mapped()) {
+      peer_ip = net::ip::make_address_v4(net::ip::v4_mapped, peer.address().to_v6()).to_string();
+    }
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    const ServerConfig& sc = shared_->config.server;
+    bool first = true;
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(static_cast<uint32_t>(sc.max_header_bytes));
+      parser.body_limit(static_cast<uint64_t>(sc.max_body_bytes));
+      // A slow client gets read_timeout for a whole request; an idle
+      // keep-alive connection idle_timeout before its next one.
+      stream.expires_after(std::chrono::microseconds(
+          (first ? sc.read_timeout : std::min(sc.idle_timeout, sc.read_timeout)).micros()));
+      first = false;
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
+      if (ec) {
+        int status = 0;
+        std::string detail;
+        if (ec == http::error::header_limit) {
+          status = 431, detail = Cat("request header larger than ", sc.max_header_bytes, " bytes");
+        } else if (ec == http::error::body_limit) {
+          status = 413, detail = Cat("request body larger than ", sc.max_body_bytes, " bytes");
+        } else if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
+                   ec != net::error::connection_reset && ec != net::error::eof &&
+                   ec.category() == http::make_error_code(http::error::bad_target).category()) {
+          status = 400, detail = Cat("malformed request: ", ec.message());
+        }
+        if (status != 0) {
+          Response res{static_cast<http::status>(status), 11};
+          res.set(http::field::server, "sluice");
+          res.set(http::field::content_type, "application/problem+json");
+          res.body() = ErrorBody(status, View(http::obsolete_reason(static_cast<http::status>(status))), detail);
+          res.keep_alive(false);
+          res.prepare_payload();
+          stream.expires_after(std::chrono::seconds(5));
+          co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
+          metrics.Get("sluice_http_responses_total", {{"listener", admin ? "admin" : "main"},
+                                                      {"code", std::to_string(status)}})->Add();
+        }
+        break;
+      }
+      Request req = parser.release();
+      metrics.in_flight().fetch_add(1);
+      stream.expires_never();
+      // (No co_await inside ?: : g++ 12 miscompiles it.)
+      Response res;
+      if (admin) {
+        res = HandleAdmin(req);
+      } else {
+        res = co_await Handle(w, req, peer_ip);
+      }
+      if (shared_->draining.load()) res.keep_alive(false);
+      metrics.Get("sluice_http_responses_total", {{"listener", admin ? "admin" : "main"},
+                                                  {"code", std::to_string(res.result_int())}})->Add();
+      if (sc.access_log) {
+        spdlog::info("event=access peer={} method={} target=\"{}\" status={}", peer_ip,
+                     View(req.method_string()), View(req.target()), res.result_int());
+      }
+      stream.expires_after(std::chrono::microseconds(sc.read_timeout.micros()));
+      co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
+      metrics.in_flight().fetch_sub(1);
+      if (ec || !res.keep_alive()) break;
+    }
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    metrics.connections().fetch_sub(1);
+  }
+
+  static RequestFacts Facts(const Request& req, std::string_view peer_ip,
+                            std::string_view method, std::string_view target,
+                            std::string& host_storage) {
+    RequestFacts facts;
+    facts.method = method;
+    const size_t q = target.find('?');
+    facts.path = target.substr(0, q);
+    std::string_view host = View(req[http::field::host]);
+    if (!host.empty() && host.front() == '[') {
+      host = host.substr(0, host.find(']') + 1);
+    } else if (size_t colon = host.find(':'); colon != std::string_view::npos) {
+      host = host.substr(0, colon);
+    }
+    host_storage = Lower(host);
+    facts.host = host_storage;
+    facts.peer_ip = peer_ip;
+    facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {
+      auto it = req.find(beast::string_view(name.data(), name.size()));
+      if (it == req.end()) return std::nullopt;
+      return View(it->value());
+    };
+    return facts;
+  }
+
+  HeaderList AnswerHeaders(const Evaluation& ev, Worker& w) const {
+    HeaderList headers;
+    AppendRateLimitHeaders(ev.answers, shared_->config.server.legacy_headers, headers);
+    if (!ev.allowed && !ev.never) {
+      headers.emplace_back("Retry-After", std::to_string(RetryAfterSeconds(ev.retry_exact, ev.jitter, w.rng)));
+    }
+    return headers;
+  }
+
+  Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip) {
+    const std::string_view target = View(req.target());
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (path == "/v1/check") co_return Check(w, req);
+    if (path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/") co_return Auth(w, req, peer_ip, path);
+    co_return co_await Gateway(w, req, peer_ip);
+  }
+
+  // ---- the decision API ----
+
+  nlohmann::json DecideOne(Worker& w, const nlohmann::json& item, const PolicySet& set,
+                           int& status, HeaderList* headers) {
+    auto fail = [&](int code, std::string_view title, std::string detail) {
+      status = code;
+      return nlohmann::json{{"error", std::string(title)}, {"detail", detail}, {"status", code}};
+    };
+    if (!item.is_object()) return fail(400, "bad request", "each check must be a JSON object");
+    for (const auto& [k, v] : item.items()) {
+      if (k != "policy" && k != "key" && k != "cost") {
+        return fail(400, "bad request", Cat("unknown field \"", k, "\" (expected policy, key, cost)"));
+      }
+    }
+    if (!item.contains("policy") || !item["policy"].is_string()) {
+      return fail(400, "bad request", "\"policy\" (a string) is required");
+    }
+    if (!item.contains("key") || !item["key"].is_string()) {
+      return fail(400, "bad request", "\"key\" (a string) is required");
+    }
+    int64_t cost = 1;
+    if (item.contains("cost")) {
+      const nlohmann::json& c = item["cost"];
+      if (!c.is_number_integer()) {
+        return fail(400, "bad request", "\"cost\" must be a whole number");
+      }
+      if (c.is_number_unsigned() ? c.get<uint64_t>() > static_cast<uint64_t>(kMaxLimit)
+                                 : c.get<int64_t>() > kMaxLimit) {
+        return fail(400, "bad request", Cat("\"cost\" must be at most ", kMaxLimit));
+      }
+      cost = c.get<int64_t>();
+      if (cost < 0) return fail(400, "bad request", "\"cost\" must not be negative");
+    }
+    const std::string& name = item["policy"].get_ref<const std::string&>();
+    const Policy* policy = set.Find(name);
+    if (policy == nullptr) return fail(404, "unknown policy", Cat("no policy named \"", name, "\""));
+    const std::string& key = item["key"].get_ref<const std::string&>();
+    if (absl::Status s = ValidateKey(key); !s.ok()) {
+      return fail(400, "bad request", std::string(s.message()));
+    }
+    // The decision API names the key itself; the policy's key parts are for
+    // the gateway and auth_request.
+    const Time now = shared_->clock->Now();
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<PolicyDecision> d = policy->limiter().AcquireAt(key, now, cost);
+    shared_->metrics.decision_latency().Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - start).count());
+    if (!d.ok()) return fail(400, "bad request", std::string(d.status().message()));
+    const bool shadow = policy->config().shadow;
+    const bool enforced_denial = !d->allowed && !shadow;
+    shared_->metrics.Get("sluice_decisions_total",
+                         {{"policy", name}, {"outcome", d->allowed ? "allowed" : shadow ? "shadow_denied" : "denied"}})
+        ->Add();
+    nlohmann::json out = {
+        {"allowed", !enforced_denial},
+        {"policy", name},
+        {"limit", d->limit},
+        {"remaining", std::max<int64_t>(0, d->remaining)},
+        {"reset_after_ms", d->reset_after.CeilMillis()},
+        {"retry_after_ms", d->can_never_pass() ? nlohmann::json(nullptr) : nlohmann::json(d->retry_after.CeilMillis())},
+        {"delay_ms", d->delay.CeilMillis()},
+    };
+    if (shadow && !d->allowed) out["shadow_denied"] = true;
+    if (d->can_never_pass()) out["never"] = true;
+    status = enforced_denial ? 429 : 200;
+    if (headers != nullptr) {
+      Evaluation ev;
+      ev.allowed = !enforced_denial;
+      ev.answers.push_back({.name = name, .decision = *d,
+                            .window_seconds = policy->WindowSeconds(d->limit_index), .shadow = shadow});
+      ev.retry_exact = d->retry_after;
+      ev.jitter = policy->JitterFor(d->limit_index);
+      ev.never = d->can_never_pass();
+      *headers = AnswerHeaders(ev, w);
+    }
+    return out;
+  }
+
+  Response Check(Worker& w, const Request& req) {
+    if (req.method() != http::verb::post) {
+      Response res = Problem(405, req, "method not allowed", "use POST /v1/check");
+      res.set(http::field::allow, "POST");
+      return res;
+    }
+    nlohmann::json body = nlohmann::json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) return Problem(400, req, "bad request", "the body is not valid JSON");
+    std::shared_ptr<const PolicySet> set = shared_->policies.load();
+    if (body.is_array()) {
+      if (body.size() > 1000) {
+        return Problem(400, req, "bad request", "a batch holds at most 1000 checks");
+      }
+      nlohmann::json results = nlohmann::json::array();
+      for (const nlohmann::json& item : body) {
+        int status = 200;
+        results.push_back(DecideOne(w, item, *set, status, nullptr));
+      }
+      return MakeResponse(200, req.version(), req.keep_alive(), results.dump(), "application/json");
+    }
+    int status = 200;
+    HeaderList headers;
+    nlohmann::json result = DecideOne(w, body, *set, status, &headers);
+    if (status == 200 || status == 429) {
+      return MakeResponse(status, req.version(), req.keep_alive(), result.dump(), "application/json",
+                          headers);
+    }
+    return Problem(status, req, result["error"].get<std::string>(), result["detail"].get<std::string>());
+  }
+
+  // ---- NGINX auth_request ----
+
+  Response Auth(Worker& w, const Request& req, const std::string& peer_ip, std::string_view path) {
+    std::shared_ptr<const PolicySet> set = shared_->policies.load();
+    std::string_view method = View(req["X-Original-Method"]);
+    if (method.empty()) method = "GET";
+    std::string_view uri = View(req["X-Original-URI"]);
+    if (uri.empty()) uri = "/";
+    std::string host;
+    RequestFacts facts = Facts(req, peer_ip, method, uri, host);
+    if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
+      host = Lower(original_host.substr(0, original_host.find(':')));
+      facts.host = host;
+    }
+    std::vector<const Policy*> applying;
+    if (path.size() > 9) {
+      const Policy* p = set->Find(path.substr(9));
+      if (p == nullptr) {
+        return Problem(404, req, "unknown policy", Cat("no policy named \"", path.substr(9), "\""));
+      }
+      applying.push_back(p);
+    } else {
+      applying = set->Matching(facts);
+    }
+    Evaluation ev = shared_->Evaluate(applying, facts, "", 1);
+    if (!ev.error.ok()) return Problem(400, req, "bad request", std::string(ev.error.message()));
+    HeaderList headers = AnswerHeaders(ev, w);
+    // 2xx lets NGINX forward the request; 403 (mapped to 429 by
+    // `error_page 403 =429`) carries Retry-After and the RateLimit fields.
+    if (ev.allowed) return MakeResponse(204, req.version(), req.keep_alive(), "", "", headers);
+    return MakeResponse(403, req.version(), req.keep_alive(), ProblemBody(429, ev.violated, ev.detail),
+                        "application/problem+json", headers);
+  }
+
+  // ---- the gateway ----
+
+  Task<Response> Gateway(Worker& w, Request& req, const std::string& peer_ip) {
+    std::shared_ptr<const PolicySet> set = shared_->policies.load();
+    std::string host;
+    const std::string method(View(req.method_string()));
+    RequestFacts facts = Facts(req, peer_ip, method, View(req.target()), host);
+    const RouteConfig* route = set->RouteFor(facts);
+    if (route == nullptr) {
+      co_return Problem(404, req, "not found",
+                        Cat("no route matches ", method, " ", facts.path));
+    }
+    Evaluation ev = shared_->Evaluate(set->Matching(facts), facts, route->name, 1);
+    if (!ev.error.ok()) co_return Problem(400, req, "bad request", std::string(ev.error.message()));
+    HeaderList headers = AnswerHeaders(ev, w);
+    if (!ev.allowed) {
+      co_return MakeResponse(ev.status, req.version(), req.keep_alive(),
+                             ProblemBody(ev.status, ev.violated, ev.detail),
+                             "application/problem+json", headers);
+    }
+    if (ev.delay > Duration::Zero()) {  // leaky_bucket shape: hold, then forward
+      net::steady_timer timer(w.ioc, std::chrono::microseconds(ev.delay.micros()));
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+    }
+    if (!ev.shadow_denied.empty()) {
+      std::string marker;
+      for (const std::string& name : ev.shadow_denied) {
+        if (!marker.empty()) marker += ", ";
+        marker += Cat("\"", name, "\"");
+      }
+      req.set("Sluice-Shadow-Denied", marker);
+    }
+    Response res = co_await Forward(w, req, *route, peer_ip);
+    for (const auto& [name, value] : headers) res.set(name, value);
+    co_return res;
+  }
+
+  Task<Response> Forward(Worker& w, Request& req, const RouteConfig& route,
+                         const std::string& peer_ip) {
+    const bool client_keep_alive = req.keep_alive();
+    const unsigned client_version = req.version();
+    // Hop-by-hop fields stay on this hop.
+    for (http::field f : {http::field::connection, http::field::keep_alive,
+                          http::field::proxy_authorization, http::field::te, http::field::trailer,
+                          http::field::transfer_encoding, http::field::upgrade}) {
+      req.erase(f);
+    }
+    std::string xff(View(req["X-Forwarded-For"]));
+    req.set("X-Forwarded-For", xff.empty() ? peer_ip : Cat(xff, ", ", peer_ip));
+    req.version(11);
+    req.keep_alive(true);
+    req.prepare_payload();
+    const ServerConfig& sc = shared_->config.server;
+    boost::system::error_code ec;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::optional<beast::tcp_stream> pooled = attempt == 0 ? w.pool.Take(route.upstream) : std::nullopt;
+      const bool reused = pooled.has_value();
+      beast::tcp_stream stream = reused ? std::move(*pooled) : beast::tcp_stream(w.ioc);
+      stream.expires_after(std::chrono::microseconds(sc.upstream_timeout.micros()));
+      if (!reused) {
+        tcp::resolver resolver(w.ioc);
+        auto endpoints = co_await resolver.async_resolve(
+            route.upstream.host, std::to_string(route.upstream.port),
+            net::redirect_error(kUseAwaitable, ec));
+        if (!ec) co_await stream.async_connect(endpoints, net::redirect_error(kUseAwaitable, ec));
+        if (ec) co_return UpstreamError(route, req, client_version, client_keep_alive, ec, "connect");
+      }
+      co_await http::async_write(stream, req, net::redirect_error(kUseAwaitable, ec));
+      beast::flat_buffer buffer;
+      http::response_parser<http::string_body> parser;
+      parser.body_limit(64 * 1024 * 1024);
+      if (!ec) co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
+      if (ec) {
+        // A pooled connection the upstream closed meanwhile: retry once on a new one.
+        if (reused && ec != beast::error::timeout) continue;
+        co_return UpstreamError(route, req, client_version, client_keep_alive, ec,
+                                ec == beast::error::timeout ? "timeout" : "exchange");
+      }
+      Response res = parser.release();
+      if (res.keep_alive()) {
+        stream.expires_never();
+        w.pool.Give(route.upstream, std::move(stream));
+      }
+      for (http::field f : {http::field::connection, http::field::keep_alive,
+                            http::field::transfer_encoding, http::field::trailer, http::field::upgrade}) {
+        res.erase(f);
+      }
+      res.version(client_version);
+      res.keep_alive(client_keep_alive);
+      res.prepare_payload();
+      co_return res;
+    }
+    co_return UpstreamError(route, req, client_version, client_keep_alive, ec, "exchange");
+  }
+
+  Response UpstreamError(const RouteConfig& route, const Request& req, unsigned version,
+                         bool keep_alive, const boost::system::error_code& ec, std::string_view kind) {
+    const bool timeout = ec == beast::error::timeout;
+    shared_->metrics.Get("sluice_upstream_errors_total",
+                         {{"route", route.name}, {"kind", timeout ? "timeout" : std::string(kind)}})
+        ->Add();
+    spdlog::warn("event=upstream_error route={} upstream={}:{} kind={} error=\"{}\"", route.name,
+                 route.upstream.host, route.upstream.port, timeout ? "timeout" : kind, ec.message());
+    const int status = timeout ? 504 : 502;
+    (void)req;
+    return MakeResponse(status, version, keep_alive,
+                        ErrorBody(status, timeout ? "upstream timeout" : "bad gateway",
+                                  Cat("route \"", route.name, "\": upstream ", route.upstream.host,
+                                      ":", route.upstream.port, " ",
+                                      timeout ? "did not answer in time" : Cat("failed: ", ec.message()))),
+                        "application/problem+json");
+  }
+
+  // ---- admin ----
+
+  Response HandleAdmin(const Request& req) {
+    const std::string_view target = View(req.target());
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+      return Problem(405, req, "method not allowed", "the admin listener answers GET");
+    }
+    if (path == "/metrics") {
+      return MakeResponse(200, req.version(), req.keep_alive(), shared_->metrics.Render(),
+                          "text/plain; version=0.0.4; charset=utf-8");
+    }
+    if (path == "/healthz") return MakeResponse(200, req.version(), req.keep_alive(), "ok\n", "text/plain");
+    if (path == "/readyz") {
+      if (shared_->draining.load()) {
+        return MakeResponse(503, req.version(), req.keep_alive(), "draining\n", "text/plain");
+      }
+      return MakeResponse(200, req.version(), req.keep_alive(), "ready\n", "text/plain");
+    }
+    if (path == "/v1/config") {
+      return MakeResponse(200, req.version(), req.keep_alive(), ConfigJson().dump(2), "application/json");
+    }
+    if (path.substr(0, 9) == "/v1/keys/") {
+      const std::string_view rest = path.substr(9);
+      const size_t slash = rest.find('/');
+      if (slash == std::string_view::npos) {
+        return Problem(400, req, "bad request", "use /v1/keys/{policy}/{key}");
+      }
+      std::optional<std::string> name = PercentDecode(rest.substr(0, slash));
+      std::optional<std::string> key = PercentDecode(rest.substr(slash + 1));
+      if (!name || !key) return Problem(400, req, "bad request", "bad percent-encoding");
+      std::shared_ptr<const PolicySet> set = shared_->policies.load();
+      const Policy* policy = set->Find(*name);
+      if (policy == nullptr) return Problem(404, req, "unknown policy", Cat("no policy named \"", *name, "\""));
+      const Time now = shared_->clock->Now();
+      absl::StatusOr<std::vector<Decision>> state = policy->limiter().Inspect(*key, now, 0);
+      absl::StatusOr<std::vector<Decision>> next = policy->limiter().Inspect(*key, now, 1);
+      if (!state.ok() || !next.ok()) return Problem(400, req, "bad request", std::string((state.ok() ? next : state).status().message()));
+      nlohmann::json limits = nlohmann::json::array();
+      for (size_t i = 0; i < state->size(); ++i) {
+        const LimitConfig& c = policy->limiter().limits()[i];
+        limits.push_back({{"algorithm", std::string(AlgorithmName(AlgorithmOf(c)))},
+                          {"rate", FormatRate(RateOf(c))},
+                          {"limit", (*state)[i].limit},
+                          {"remaining", std::max<int64_t>(0, (*state)[i].remaining)},
+                          {"reset_after_ms", (*state)[i].reset_after.CeilMillis()},
+                          {"next_request_allowed", (*next)[i].allowed},
+                          {"next_request_retry_after_ms", (*next)[i].retry_after.CeilMillis()},
+                          {"next_request_delay_ms", (*next)[i].delay.CeilMillis()}});
+      }
+      nlohmann::json body = {{"policy", *name}, {"key", *key}, {"limits", limits}};
+      return MakeResponse(200, req.version(), req.keep_alive(), body.dump(2), "application/json");
+    }
+    return Problem(404, req, "not found",
+                   "admin endpoints: /metrics /healthz /readyz /v1/config /v1/keys/{policy}/{key}");
+  }
+
+  nlohmann::json ConfigJson() const {
+    std::shared_ptr<const PolicySet> set = shared_->policies.load();
+    nlohmann::json policies = nlohmann::json::array();
+    for (const Policy& p : set->policies()) {
+      nlohmann::json limits = nlohmann::json::array();
+      for (const LimitSpec& spec : p.config().limits) {
+        nlohmann::json l = {{"algorithm", std::string(AlgorithmName(spec.options.algorithm))},
+                            {"rate", FormatRate(spec.options.rate)},
+                            {"scope", spec.scope == Scope::kLocal ? "local" : "global"}};
+        if (spec.options.burst != 0) l["burst"] = spec.options.burst;
+        if (spec.options.algorithm == Algorithm::kLeakyBucket) {
+          l["mode"] = spec.options.mode == LeakyMode::kShape ? "shape" : "police";
+          if (spec.options.max_delay > Duration::Zero()) l["max_delay"] = FormatDuration(spec.options.max_delay);
+          if (spec.options.queue > 0) l["queue"] = spec.options.queue;
+        }
+        limits.push_back(l);
+      }
+      nlohmann::json key = nlohmann::json::array();
+      for (const KeyPart& part : p.config().key) {
+        switch (part.kind) {
+          case KeyPart::Kind::kClientIp: key.push_back("client_ip"); break;
+          case KeyPart::Kind::kHeader: key.push_back("header:" + part.header); break;
+          case KeyPart::Kind::kPath: key.push_back("path"); break;
+          case KeyPart::Kind::kRoute: key.push_back("route"); break;
+          case KeyPart::Kind::kGlobal: key.push_back("global"); break;
+        }
+      }
+      nlohmann::json entry = {{"name", p.name()}, {"key", key}, {"limits", limits},
+                              {"shadow", p.config().shadow},
+                              {"on_missing_key", p.config().on_missing_key == MissingKey::kDeny ? "deny" : "client_ip"},
+                              {"on_deny", {{"status", p.config().on_deny.status}}}};
+      if (p.config().on_deny.retry_after_jitter) {
+        entry["on_deny"]["retry_after_jitter"] = FormatDuration(*p.config().on_deny.retry_after_jitter);
+      }
+      if (p.config().match) {
+        const MatchConfig& m = *p.config().match;
+        nlohmann::json match = nlohmann::json::object();
+        if (m.path_prefix) match["path_prefix"] = *m.path_prefix;
+        if (m.path) match["path"] = *m.path;
+        if (m.method) match["method"] = *m.method;
+        if (m.host) match["host"] = *m.host;
+        if (!m.headers.empty()) match["headers"] = m.headers;
+        entry["match"] = match;
+      }
+      policies.push_back(entry);
+    }
+    nlohmann::json routes = nlohmann::json::array();
+    for (const RouteConfig& r : set->config().routes) {
+      routes.push_back({{"name", r.name}, {"upstream", Cat("http://", r.upstream.host, ":", r.upstream.port)}});
+    }
+    return {{"source", set->config().source}, {"policies", policies}, {"routes", routes}};
+  }
+
+  // ---- operations ----
+
+  Task<void> WatchConfig(Worker& w) {
+    auto stamp = [this]() -> std::pair<int64_t, int64_t> {
+      struct stat st {};
+      if (stat(shared_->config_path.c_str(), &st) != 0) return {0, 0};
+      return {static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+              static_cast<int64_t>(st.st_size)};
+    };
+    std::pair<int64_t, int64_t> last = stamp();
+    net::steady_timer timer(w.ioc);
+    while (!shared_->draining.load()) {
+      timer.expires_after(std::chrono::milliseconds(500));
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+      if (shared_->config_path.empty()) continue;
+      const std::pair<int64_t, int64_t> now = stamp();
+      if (now != last && now.first != 0) {
+        last = now;
+        (void)shared_->Reload("file-change");
+      }
+    }
+  }
+
+  Task<void> Drain() {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::microseconds(shared_->config.server.drain_timeout.micros());
+    net::steady_timer timer(workers_[0]->ioc);
+    while (shared_->metrics.in_flight().load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      timer.expires_after(std::chrono::milliseconds(20));
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+    }
+    if (shared_->metrics.in_flight().load() > 0) {
+      spdlog::warn("event=drain result=deadline in_flight={}", shared_->metrics.in_flight().load());
+    }
+    for (auto& w : workers_) w->ioc.stop();
+  }
+
+  std::shared_ptr<Shared> shared_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<tcp::acceptor> admin_acceptor_;
+  uint16_t port_ = 0;
+  uint16_t admin_port_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(Config config, std::string config_path,
+                                                       const Clock* clock) {
+  auto server = std::make_unique<ServerImpl>(std::move(config), std::move(config_path),
+                                             clock != nullptr ? clock : &SystemClock::Default());
+  if (absl::Status s = server->Init(); !s.ok()) return s;
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+}  // namespace sluice::server

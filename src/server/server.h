@@ -1,0 +1,42 @@
+// Server: `sluice serve`. Internal; apps/sluice/main.cc is its only user.
+//
+// HTTP/1.1 on Boost.Beast, one event loop (io_context) per thread, each with
+// its own SO_REUSEPORT acceptor on the main listener, so the kernel spreads
+// connections and a request is handled start to finish on one thread. The
+// admin listener runs on the first loop. Nothing blocks a loop: limits are
+// decided in memory, upstream I/O and shaping delays are asynchronous.
+//
+// Thread-safety: Create and Run from one thread; Reload and Stop from any.
+#ifndef SLUICE_SERVER_SERVER_H_
+#define SLUICE_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "sluice/clock.h"
+#include "sluice/config.h"
+
+namespace sluice::server {
+
+class Server {
+ public:
+  // Validates and binds the listeners; nothing is served until Run.
+  // `config_path` is re-read on SIGHUP and when the file changes.
+  static absl::StatusOr<std::unique_ptr<Server>> Create(Config config, std::string config_path,
+                                                        const Clock* clock = nullptr);
+  virtual ~Server() = default;
+
+  // Serves until SIGTERM/SIGINT (or Stop), drains in-flight requests within
+  // server.drain_timeout, and returns.
+  virtual absl::Status Run() = 0;
+  virtual void Stop() = 0;
+
+  virtual uint16_t port() const = 0;
+  virtual uint16_t admin_port() const = 0;
+};
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_SERVER_H_
