@@ -165,7 +165,8 @@ Duration Policy::JitterFor(size_t index) const {
 absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config& config,
                                                                    Store& store,
                                                                    const Clock& clock,
-                                                                   const PolicySet* previous) {
+                                                                   const PolicySet* previous,
+                                                                   Metrics& metrics) {
   auto set = std::make_shared<PolicySet>();
   set->config_ = config;
   for (const PolicyConfig& pc : config.policies) {
@@ -180,6 +181,12 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
       absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(store, options);
       if (!limiter.ok()) return limiter.status();
       policy.limiter_ = std::shared_ptr<Limiter>(std::move(*limiter));
+    }
+    static constexpr std::array<const char*, Policy::kOutcomes> kOutcomeNames = {
+        "allowed", "denied", "shadow_denied", "missing_key"};
+    for (int o = 0; o < Policy::kOutcomes; ++o) {
+      policy.counters_[o] =
+          metrics.Get("sluice_decisions_total", {{"policy", pc.name}, {"outcome", kOutcomeNames[o]}});
     }
     set->by_name_[pc.name] = set->policies_.size();
     set->policies_.push_back(std::move(policy));

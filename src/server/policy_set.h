@@ -24,6 +24,7 @@
 #include "sluice/config.h"
 #include "sluice/limiter.h"
 #include "sluice/store/store.h"
+#include "server/metrics.h"
 
 namespace sluice::server {
 
@@ -61,10 +62,16 @@ class Policy {
   // The default Retry-After jitter for a denial by limit `index`.
   Duration JitterFor(size_t index) const;
 
+  // sluice_decisions_total{policy, outcome}, resolved once per load so the
+  // hot path is one atomic add.
+  enum Outcome { kAllowed, kDenied, kShadowDenied, kMissingKey, kOutcomes };
+  void Count(Outcome outcome) const { counters_[outcome]->Add(); }
+
  private:
   friend class PolicySet;
   PolicyConfig config_;
   std::shared_ptr<Limiter> limiter_;
+  std::array<Counter*, kOutcomes> counters_{};
 };
 
 class PolicySet {
@@ -73,7 +80,8 @@ class PolicySet {
   // their Limiter, hence their keys' state.
   static absl::StatusOr<std::shared_ptr<const PolicySet>> Create(const Config& config,
                                                                  Store& store, const Clock& clock,
-                                                                 const PolicySet* previous);
+                                                                 const PolicySet* previous,
+                                                                 Metrics& metrics);
 
   const Config& config() const { return config_; }
   const Policy* Find(std::string_view name) const;

@@ -111,7 +111,8 @@ policies:
   ASSERT_TRUE(config.ok()) << config.status();
   MemoryStore store;
   ManualClock clock(kStart);
-  auto set = *PolicySet::Create(*config, store, clock, nullptr);
+  Metrics metrics;
+  auto set = *PolicySet::Create(*config, store, clock, nullptr, metrics);
   FakeRequest r;
   r.path = "/a|b";
   r.headers["x-api-key"] = "key\\1";
@@ -140,10 +141,11 @@ policies:
 )";
   MemoryStore store;
   ManualClock clock(kStart);
-  auto first = *PolicySet::Create(*Parse(before), store, clock, nullptr);
+  Metrics metrics;
+  auto first = *PolicySet::Create(*Parse(before), store, clock, nullptr, metrics);
   ASSERT_TRUE(first->Find("same")->limiter().Acquire("k")->allowed);
   ASSERT_TRUE(first->Find("changed")->limiter().Acquire("k")->allowed);
-  auto second = *PolicySet::Create(*Parse(after), store, clock, first.get());
+  auto second = *PolicySet::Create(*Parse(after), store, clock, first.get(), metrics);
   EXPECT_FALSE(second->Find("same")->limiter().Acquire("k")->allowed);   // state kept
   EXPECT_TRUE(second->Find("changed")->limiter().Acquire("k")->allowed);  // new limits, new state
 }

@@ -141,6 +141,20 @@ struct Shared {
                      [this] { return store.stats().fresh_evictions; });
   }
 
+  // sluice_http_responses_total, one cached counter per listener and code.
+  Counter* Responses(bool admin, int code) {
+    if (code < 100 || code > 599) code = 599;
+    std::atomic<Counter*>& slot = responses_[admin ? 1 : 0][code];
+    Counter* c = slot.load(std::memory_order_acquire);
+    if (c == nullptr) {
+      c = metrics.Get("sluice_http_responses_total",
+                      {{"listener", admin ? "admin" : "main"}, {"code", std::to_string(code)}});
+      slot.store(c, std::memory_order_release);
+    }
+    return c;
+  }
+  std::array<std::array<std::atomic<Counter*>, 600>, 2> responses_{};
+
   Evaluation Evaluate(const std::vector<const Policy*>& applying, const RequestFacts& facts,
                       std::string_view route, int64_t cost) {
     Evaluation ev;
@@ -167,7 +181,7 @@ struct Shared {
       std::optional<std::string> key = p->KeyFor(facts, route, trusted);
       PolicyAnswer answer{.name = p->name(), .shadow = p->config().shadow};
       if (!key) {
-        metrics.Get("sluice_decisions_total", {{"policy", p->name()}, {"outcome", "missing_key"}})->Add();
+        p->Count(Policy::kMissingKey);
         if (!enforce) continue;
         ev.allowed = false;
         ev.violated.push_back(p->name());
@@ -187,14 +201,14 @@ struct Shared {
       answer.window_seconds = p->WindowSeconds(d->limit_index);
       const bool took = ev.allowed && d->allowed;
       if (d->allowed) {
-        metrics.Get("sluice_decisions_total", {{"policy", p->name()}, {"outcome", "allowed"}})->Add();
+        p->Count(Policy::kAllowed);
         if (took) taken.push_back({p, *key});
         ev.delay = std::max(ev.delay, d->delay);
       } else if (!enforce) {
-        metrics.Get("sluice_decisions_total", {{"policy", p->name()}, {"outcome", "shadow_denied"}})->Add();
+        p->Count(Policy::kShadowDenied);
         ev.shadow_denied.push_back(p->name());
       } else {
-        metrics.Get("sluice_decisions_total", {{"policy", p->name()}, {"outcome", "denied"}})->Add();
+        p->Count(Policy::kDenied);
         if (ev.allowed) {
           ev.status = p->config().on_deny.status;
           // All-or-nothing across policies too: give back what was taken.
@@ -238,7 +252,7 @@ struct Shared {
                    "at the next start\"");
     }
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
-        PolicySet::Create(*next, store, *clock, policies.load().get());
+        PolicySet::Create(*next, store, *clock, policies.load().get(), metrics);
     if (!set.ok()) {
       reloads_failed->Add();
       spdlog::error("event=reload result=failure trigger={} error=\"{}\"", why,
@@ -286,7 +300,7 @@ class ServerImpl final : public Server {
 
   absl::Status Init() {
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
-        PolicySet::Create(shared_->config, shared_->store, *shared_->clock, nullptr);
+        PolicySet::Create(shared_->config, shared_->store, *shared_->clock, nullptr, shared_->metrics);
     if (!set.ok()) return set.status();
     shared_->policies.store(*set);
     int threads = shared_->config.server.threads;
@@ -451,8 +465,7 @@ class ServerImpl final : public Server {
           res.prepare_payload();
           stream.expires_after(std::chrono::seconds(5));
           co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
-          metrics.Get("sluice_http_responses_total", {{"listener", admin ? "admin" : "main"},
-                                                      {"code", std::to_string(status)}})->Add();
+          shared_->Responses(admin, status)->Add();
         }
         break;
       }
@@ -467,8 +480,7 @@ class ServerImpl final : public Server {
         res = co_await Handle(w, req, peer_ip);
       }
       if (shared_->draining.load()) res.keep_alive(false);
-      metrics.Get("sluice_http_responses_total", {{"listener", admin ? "admin" : "main"},
-                                                  {"code", std::to_string(res.result_int())}})->Add();
+      shared_->Responses(admin, res.result_int())->Add();
       if (sc.access_log) {
         spdlog::info("event=access peer={} method={} target=\"{}\" status={}", peer_ip,
                      View(req.method_string()), View(req.target()), res.result_int());
@@ -573,9 +585,7 @@ class ServerImpl final : public Server {
     if (!d.ok()) return fail(400, "bad request", std::string(d.status().message()));
     const bool shadow = policy->config().shadow;
     const bool enforced_denial = !d->allowed && !shadow;
-    shared_->metrics.Get("sluice_decisions_total",
-                         {{"policy", name}, {"outcome", d->allowed ? "allowed" : shadow ? "shadow_denied" : "denied"}})
-        ->Add();
+    policy->Count(d->allowed ? Policy::kAllowed : shadow ? Policy::kShadowDenied : Policy::kDenied);
     nlohmann::json out = {
         {"allowed", !enforced_denial},
         {"policy", name},
