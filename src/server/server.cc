@@ -155,12 +155,14 @@ struct Shared {
   }
   std::array<std::array<std::atomic<Counter*>, 600>, 2> responses_{};
 
-  Evaluation Evaluate(const std::vector<const Policy*>& applying, const RequestFacts& facts,
-                      std::string_view route, int64_t cost) {
+  // `set` is the PolicySet `applying` came from (held by the caller for the
+  // whole request, so a reload cannot pull it away midway).
+  Evaluation Evaluate(const PolicySet& set, const std::vector<const Policy*>& applying,
+                      const RequestFacts& facts, std::string_view route, int64_t cost) {
     Evaluation ev;
     const auto start = std::chrono::steady_clock::now();
     const Time now = clock->Now();
-    const std::vector<Cidr>& trusted = policies.load()->config().trusted_proxies;
+    const std::vector<Cidr>& trusted = set.config().trusted_proxies;
     struct Taken {
       const Policy* policy;
       std::string key;
@@ -665,7 +667,7 @@ class ServerImpl final : public Server {
     } else {
       applying = set->Matching(facts);
     }
-    Evaluation ev = shared_->Evaluate(applying, facts, "", 1);
+    Evaluation ev = shared_->Evaluate(*set, applying, facts, "", 1);
     if (!ev.error.ok()) return Problem(400, req, "bad request", std::string(ev.error.message()));
     HeaderList headers = AnswerHeaders(ev, w);
     // 2xx lets NGINX forward the request; 403 (mapped to 429 by
@@ -687,7 +689,7 @@ class ServerImpl final : public Server {
       co_return Problem(404, req, "not found",
                         Cat("no route matches ", method, " ", facts.path));
     }
-    Evaluation ev = shared_->Evaluate(set->Matching(facts), facts, route->name, 1);
+    Evaluation ev = shared_->Evaluate(*set, set->Matching(facts), facts, route->name, 1);
     if (!ev.error.ok()) co_return Problem(400, req, "bad request", std::string(ev.error.message()));
     HeaderList headers = AnswerHeaders(ev, w);
     if (!ev.allowed) {
