@@ -33,6 +33,9 @@ std::string RateLimitField(const std::vector<PolicyAnswer>& answers);
 // Whole seconds, never earlier than `exact`: ceil(exact + uniform[0, jitter]).
 int64_t RetryAfterSeconds(Duration exact, Duration jitter, std::mt19937_64& rng);
 
+// Appends `s` as a JSON string literal (quotes, escapes).
+void AppendJsonString(std::string& out, std::string_view s);
+
 // The RFC 9457 body of a denial (type quota-exceeded, violated-policies).
 std::string ProblemBody(int status, const std::vector<std::string>& violated,
                         std::string_view detail);

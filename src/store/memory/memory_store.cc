@@ -150,9 +150,11 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
  private:
+  // The lock has a cache line of its own: waiting on it must not steal the
+  // line that holds the map's header from the thread that owns the lock.
   struct alignas(64) Shard {
     SpinLock lock;
-    absl::flat_hash_map<CompactKey, State, KeyHash, KeyEq> map;
+    alignas(64) absl::flat_hash_map<CompactKey, State, KeyHash, KeyEq> map;
   };
 
   Shard& ShardFor(size_t hash) { return shards_[hash >> (64 - kShardBits)]; }

@@ -21,13 +21,15 @@ namespace sluice::internal {
 class SpinLock {
  public:
   void lock() {
-    for (int spins = 0;; ++spins) {
-      if (!locked_.exchange(true, std::memory_order_acquire)) return;
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      // Wait by reading (the line stays shared) and retry only when free.
+      int spins = 0;
       while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins > 64) {
-          std::this_thread::yield();
-        } else {
+        if (++spins < 1024) {
           Pause();
+        } else {
+          std::this_thread::yield();  // the holder was probably preempted
+          spins = 0;
         }
       }
     }
