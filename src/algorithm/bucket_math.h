@@ -61,6 +61,15 @@ inline BucketStep BucketDecide(const BucketConfig& config, int64_t used, int64_t
   return step;
 }
 
+// token_bucket and leaky_bucket police decide as of `last` when the clock is
+// behind it (nothing refills or leaks meanwhile), so the durations
+// BucketDecide measured from `last` are `lag_us` = last - now longer from now.
+inline void MeasureFromNow(Decision& d, int64_t lag_us) {
+  if (lag_us <= 0) return;
+  if (d.reset_after > Duration::Zero()) d.reset_after += Duration::Micros(lag_us);
+  if (!d.allowed && !d.retry_after.IsInfinite()) d.retry_after += Duration::Micros(lag_us);
+}
+
 }  // namespace sluice::internal
 
 #endif  // SLUICE_ALGORITHM_BUCKET_MATH_H_

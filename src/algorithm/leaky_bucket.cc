@@ -22,7 +22,8 @@ Outcome<LeakyPoliceState> Decide(const LeakyPoliceConfig& config, LeakyPoliceSta
   const int64_t now_us = now.unix_micros();
   // The level leaks while time passes; a clock that went back leaks nothing.
   const int64_t level = std::max<int64_t>(0, state.level_ticks - config.TicksIn(now_us - state.last_us));
-  const internal::BucketStep step = internal::BucketDecide(config, level, cost);
+  internal::BucketStep step = internal::BucketDecide(config, level, cost);
+  internal::MeasureFromNow(step.decision, state.last_us - now_us);
   if (step.consumed) state = {step.used_after, std::max(state.last_us, now_us)};
   return {state, step.decision};
 }
@@ -59,7 +60,9 @@ absl::StatusOr<LeakyShapeConfig> LeakyShapeConfig::Create(const ShapeOptions& op
   }
   const int64_t per_us = bucket_rate->ticks_per_us;
   const int64_t per_token = bucket_rate->ticks_per_token;
-  if (options.queue > (int64_t{1} << 62) / per_token) {
+  // queue * per_token <= 2^60 keeps every sum in Decide (now_ticks + wait +
+  // cost ticks, up to 2070 at 2048 ticks/us) below 2^63.
+  if (options.queue > (int64_t{1} << 60) / per_token) {
     return absl::InvalidArgumentError(internal::Cat("queue ", options.queue, " is too large"));
   }
   LeakyShapeConfig config;

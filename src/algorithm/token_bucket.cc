@@ -27,14 +27,14 @@ absl::StatusOr<BucketConfig> BucketConfig::Create(const BucketOptions& options) 
         " is too large (burst x period / limit must stay below 2^61 ticks, see bucket_rate.h)"));
   }
   config.capacity_ticks_ = config.burst_ * bucket_rate->ticks_per_token;
+  config.fill_us_ = config.capacity_ticks_ / bucket_rate->ticks_per_us + 1;
   return config;
 }
 
 int64_t BucketConfig::TicksIn(int64_t us) const {
   if (us <= 0) return 0;
-  const int64_t per_us = bucket_rate_.ticks_per_us;
-  if (us > capacity_ticks_ / per_us + 1) return capacity_ticks_ + 1;
-  return us * per_us;
+  if (us > fill_us_) return capacity_ticks_ + 1;  // (no division per call)
+  return us * bucket_rate_.ticks_per_us;
 }
 
 absl::StatusOr<TokenBucketConfig> TokenBucketConfig::Create(const BucketOptions& options) {
@@ -54,8 +54,9 @@ Outcome<TokenBucketState> Decide(const TokenBucketConfig& config, TokenBucketSta
     tokens = std::min(capacity, state.tokens_ticks + config.TicksIn(now_us - state.last_us));
     last = std::max(state.last_us, now_us);
   }
-  const internal::BucketStep step = BucketDecide(config, capacity - tokens, cost);
+  internal::BucketStep step = BucketDecide(config, capacity - tokens, cost);
   if (step.consumed) state = {capacity - step.used_after, last};
+  internal::MeasureFromNow(step.decision, last - now_us);
   return {state, step.decision};
 }
 

@@ -8,7 +8,8 @@
 // (100/s -> 1 tick/us, 10000 ticks/token; 3/250ms -> 3 ticks/us, 250000
 // ticks/token). gcra keeps its arrival time as `now_us * ticks_per_us` in one
 // signed 64-bit word, so ticks_per_us is capped at kMaxTicksPerMicro: that
-// keeps epoch times representable until the year 2112. A rate whose reduced
+// keeps epoch times representable until 2112, and an arrival time (now plus
+// at most 2^61 ticks of capacity) until 2077. A rate whose reduced
 // numerator is larger is replaced by the closest slower rate that fits
 // (the best rational approximation from below), so the guarantee
 // "at most burst + rate*T" still holds; `exact` says whether that happened.

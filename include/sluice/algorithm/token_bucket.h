@@ -53,6 +53,7 @@ class BucketConfig {
   BucketRate bucket_rate_;
   int64_t burst_ = 0;
   int64_t capacity_ticks_ = 0;
+  int64_t fill_us_ = 0;  // capacity / ticks_per_us + 1: any longer gap refills all
 };
 
 struct TokenBucketConfig : BucketConfig {

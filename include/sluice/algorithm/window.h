@@ -16,8 +16,10 @@
 //   copying a log of up to `limit` entries per decision is the cost the
 //   other algorithms avoid.
 //
-// Time going backwards: the decision is made as if at the latest time seen
-// (it grants nothing).
+// Time going backwards grants nothing: sliding_log decides as of the latest
+// time seen; fixed_window and sliding_window stay in the latest window they
+// admitted into, and sliding_window then counts the previous window in full
+// (stricter than deciding at the latest time).
 //
 // Pure functions; callers serialize access to one state.
 //
