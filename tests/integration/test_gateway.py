@@ -1,0 +1,586 @@
+"""The gateway: sluice as a reverse proxy that applies the policies."""
+
+import threading
+import time
+import unittest
+
+from harness import (DeadPort, SluiceTestCase, metric_value, parse_raw_response, raw_exchange,
+                     ratelimit_members, request, server_block)
+
+
+class GatewayTest(SluiceTestCase):
+    def setUp(self):
+        super().setUp()
+        self.up = self.start_upstream("main")
+        self.other = self.start_upstream("other")
+
+    def start(self, policies, routes=None, trusted="[127.0.0.1/32]", **server):
+        if routes is None:
+            routes = """\
+  - name: app
+    match: {path_prefix: /}
+    upstream: %s
+""" % self.up.url
+        config = server_block(**server) + "trusted_proxies: %s\nroutes:\n%spolicies:\n%s" % (
+            trusted, routes, policies)
+        return self.start_sluice(config)
+
+    # ---- forwarding and denial ----
+
+    def test_allowed_requests_reach_upstream_with_x_forwarded_for(self):
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 2}
+""", trusted="[]")
+        r = self.get("/hello?x=1", headers={"X-Custom": "yes"})
+        self.assertEqual(r.status, 200, r)
+        echo = r.json()
+        self.assertEqual(echo["upstream"], "main")
+        self.assertEqual(echo["method"], "GET")
+        self.assertEqual(echo["path"], "/hello?x=1")
+        self.assertEqual(echo["headers"].get("X-Custom"), "yes")
+        self.assertEqual(echo["headers"].get("X-Forwarded-For"), "127.0.0.1")
+        # The client is told where it stands.
+        self.assertEqual(ratelimit_members(r.header("RateLimit"))["app"]["r"], 1)
+        self.assertEqual(ratelimit_members(r.header("RateLimit-Policy"))["app"]["q"], 2)
+        self.assertIsNone(r.header("Retry-After"))
+        # An existing X-Forwarded-For is appended to.
+        r = self.get("/hello", headers={"X-Forwarded-For": "198.51.100.1"})
+        self.assertEqual(r.json()["headers"].get("X-Forwarded-For"), "198.51.100.1, 127.0.0.1")
+        self.assertEqual(self.up.count("/hello"), 2)
+
+    def test_post_body_is_forwarded(self):
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 100/s}
+""")
+        r = self.post("/submit", body='{"a": 1}', headers={"Content-Type": "application/json"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["method"], "POST")
+        self.assertEqual(r.json()["body"], '{"a": 1}')
+
+    def test_denied_requests_get_problem_and_never_reach_upstream(self):
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 2}
+    on_deny: {retry_after_jitter: 1s}
+""")
+        statuses = [self.get("/deny").status for _ in range(2)]
+        self.assertEqual(statuses, [200, 200])
+        for _ in range(3):
+            r = self.get("/deny")
+            self.assertEqual(r.status, 429, r)
+            self.assertEqual(r.content_type, "application/problem+json")
+            body = r.json()
+            self.assertIn("quota-exceeded", body["type"])
+            self.assertEqual(body["status"], 429)
+            self.assertEqual(body["violated-policies"], ["app"])
+            retry_after = int(r.header("Retry-After"))
+            self.assertGreaterEqual(retry_after, 3590)
+            self.assertLessEqual(retry_after, 3601)
+            state = ratelimit_members(r.header("RateLimit"))
+            self.assertEqual(state["app"]["r"], 0)
+            self.assertLessEqual(state["app"]["t"], retry_after)
+        self.assertEqual(self.up.count("/deny"), 2)
+
+    def test_on_deny_status_is_honoured(self):
+        self.start("""\
+  - name: busy
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: fixed_window, rate: 1/h}
+    on_deny: {status: 503}
+""")
+        self.assertEqual(self.get("/x").status, 200)
+        r = self.get("/x")
+        self.assertEqual(r.status, 503, r)
+        body = r.json()
+        self.assertEqual(body["status"], 503)
+        self.assertEqual(body["violated-policies"], ["busy"])
+        self.assertIsNotNone(r.header("Retry-After"))
+        self.assertEqual(self.up.count("/x"), 1)
+
+    def test_request_passes_only_if_every_policy_passes(self):
+        self.start("""\
+  - name: wide
+    match: {path_prefix: /}
+    key: [global]
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 10}
+  - name: narrow
+    match: {path_prefix: /narrow}
+    key: [global]
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+        self.assertEqual(self.get("/narrow").status, 200)
+        r = self.get("/narrow")
+        self.assertEqual(r.status, 429)
+        self.assertEqual(r.json()["violated-policies"], ["narrow"])
+        # Both are reported to the client.
+        self.assertEqual(set(ratelimit_members(r.header("RateLimit-Policy"))), {"wide", "narrow"})
+        # The denial gave back what "wide" took: 10 - 1 (the first request).
+        r = self.get("/elsewhere")
+        self.assertEqual(ratelimit_members(r.header("RateLimit"))["wide"]["r"], 8, r)
+
+    # ---- routes ----
+
+    def test_routes_match_by_exact_path_prefix_and_method(self):
+        self.start("""\
+  - name: all
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s}
+""", routes="""\
+  - name: exact
+    match: {path: /exact}
+    upstream: %s
+  - name: posts
+    match: {path_prefix: /p/, method: POST}
+    upstream: %s
+  - name: api
+    match: {path_prefix: /api/}
+    upstream: %s
+""" % (self.other.url, self.other.url, self.up.url))
+        self.assertEqual(self.get("/exact").json()["upstream"], "other")
+        self.assertEqual(self.get("/exact?q=1").json()["upstream"], "other")
+        self.assertEqual(self.post("/p/x", body="").json()["upstream"], "other")
+        self.assertEqual(self.get("/api/v2").json()["upstream"], "main")
+        for method, path in (("GET", "/exact/more"), ("GET", "/p/x"), ("GET", "/ap"),
+                             ("GET", "/nothing")):
+            r = request(self.sluice.port, method, path)
+            body = self.assert_problem(r, 404)
+            self.assertIn(path, body["detail"])
+        self.assertEqual(self.other.count(), 3)
+        self.assertEqual(self.up.count(), 1)
+
+    def test_policy_applies_only_to_matching_requests(self):
+        self.start("""\
+  - name: login
+    match: {path: /login, method: POST}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+        self.assertEqual(self.post("/login", body="").status, 200)
+        self.assertEqual(self.post("/login", body="").status, 429)
+        # Other methods and paths are not limited and carry no RateLimit fields.
+        for _ in range(3):
+            r = self.get("/login")
+            self.assertEqual(r.status, 200, r)
+            self.assertIsNone(r.header("RateLimit"))
+            self.assertEqual(self.post("/login/other", body="").status, 200)
+
+    # ---- shadow ----
+
+    def test_shadow_policy_never_denies_and_marks_forwarded_requests(self):
+        self.start("""\
+  - name: enforced
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s}
+  - name: trial
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 2}
+    shadow: true
+""")
+        for i in range(5):
+            r = self.get("/shadow")
+            self.assertEqual(r.status, 200, r)
+            self.assertIsNone(r.header("Retry-After"))
+            # The client is never told about the trial.
+            self.assertEqual(set(ratelimit_members(r.header("RateLimit-Policy"))), {"enforced"})
+            self.assertEqual(set(ratelimit_members(r.header("RateLimit"))), {"enforced"})
+        hits = self.up.hits("/shadow")
+        self.assertEqual(len(hits), 5)
+        marks = [h["headers"].get("Sluice-Shadow-Denied") for h in hits]
+        self.assertEqual(marks[:2], [None, None])
+        self.assertEqual(marks[2:], ['"trial"'] * 3)
+        # The marker is not echoed back to the client either.
+        self.assertIsNone(r.header("Sluice-Shadow-Denied"))
+        samples = self.metrics()
+        self.assertEqual(metric_value(samples, "sluice_decisions_total", policy="trial",
+                                      outcome="shadow_denied"), 3)
+
+    @unittest.expectedFailure
+    def test_client_cannot_forge_shadow_marker(self):
+        # BUG: a Sluice-Shadow-Denied header sent by the client is forwarded
+        # to the upstream unchanged when no shadow policy denied the request
+        # (observed: the upstream sees 'Sluice-Shadow-Denied: "trial"' from
+        # the client). Expected: sluice owns that header: it strips any
+        # client-supplied Sluice-Shadow-Denied and sets it only itself, as it
+        # does for X-Forwarded-For trust, so the upstream can rely on it.
+        self.start("""\
+  - name: trial
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 100}
+    shadow: true
+""")
+        self.get("/forge", headers={"Sluice-Shadow-Denied": '"trial"'})
+        # Not itself denied: whatever the client sent must not reach the
+        # upstream as if sluice had marked it.
+        hit = self.up.hits("/forge")[0]
+        self.assertIsNone(hit["headers"].get("Sluice-Shadow-Denied"), hit)
+
+    # ---- shaping ----
+
+    def test_leaky_bucket_shape_spaces_requests_and_rejects_beyond_max_delay(self):
+        self.start("""\
+  - name: shape
+    match: {path_prefix: /shape}
+    key: [global]
+    limits:
+      - {algorithm: leaky_bucket, mode: shape, rate: 10/s, max_delay: 1s}
+""")
+        n = 16
+        results = [None] * n
+        barrier = threading.Barrier(n)
+
+        def client(i):
+            barrier.wait(5)
+            t0 = time.monotonic()
+            try:
+                r = request(self.sluice.port, "GET", "/shape/%d" % i, timeout=10)
+                results[i] = (r.status, t0, time.monotonic())
+            except Exception as e:  # reported below
+                results[i] = (repr(e), t0, time.monotonic())
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+        statuses = [r[0] for r in results]
+        released = min(r[1] for r in results)  # no request left before this
+        admitted = [r for r in results if r[0] == 200]
+        rejected = [r for r in results if r[0] == 429]
+        self.assertEqual(len(admitted) + len(rejected), n, statuses)
+        # Delays 0, 100, ..., 1000 ms fit max_delay: 11 (one or two more if
+        # the arrivals spread over 100 ms or more on a loaded machine).
+        self.assertTrue(10 <= len(admitted) <= 13, statuses)
+        self.assertGreaterEqual(len(rejected), 3, statuses)
+        # Rejections are answered at once, not after a hold.
+        for status, t0, t1 in rejected:
+            self.assertLess(t1 - t0, 0.5)
+        arrivals = sorted(h["time"] for h in self.up.hits("/shape"))
+        self.assertEqual(len(arrivals), len(admitted))
+        shown = [round((a - released) * 1000, 1) for a in arrivals]
+        # Never faster than the rate: the k-th request reaches the upstream no
+        # earlier than k * 100 ms after the clients started (lateness can only
+        # add to this; 1 ms for clock granularity).
+        for k, a in enumerate(arrivals):
+            self.assertGreaterEqual(a - released, k * 0.100 - 0.001,
+                                    "arrivals (ms after start): %s" % shown)
+        # Evenly spaced: each gap is 100 ms give or take scheduling noise on
+        # either request (timer wake-up, connect, the upstream's thread
+        # start). 20 ms slack on an idle machine; 50 ms stated here so that a
+        # loaded CI machine does not fail, still far from two at once.
+        gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+        self.assertTrue(all(g >= 0.100 - 0.050 for g in gaps),
+                        "gaps (ms): %s" % [round(g * 1000, 1) for g in gaps])
+        # Nothing was held much longer than max_delay.
+        self.assertLessEqual(arrivals[-1] - released, 1.0 + 0.3, shown)
+
+    # ---- client address ----
+
+    CLIENT_IP_POLICY = """\
+  - name: ip
+    match: {path_prefix: /}
+    key: [client_ip]
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+"""
+
+    def test_trusted_proxy_x_forwarded_for_decides_client_ip(self):
+        self.start(self.CLIENT_IP_POLICY, trusted="[127.0.0.1/32]")
+        a = {"X-Forwarded-For": "203.0.113.1"}
+        b = {"X-Forwarded-For": "203.0.113.2"}
+        self.assertEqual(self.get("/t", headers=a).status, 200)
+        self.assertEqual(self.get("/t", headers=a).status, 429)
+        self.assertEqual(self.get("/t", headers=b).status, 200)
+        # The key is the forwarded address.
+        key = self.get("/v1/keys/ip/203.0.113.1", admin=True).json()
+        self.assertEqual(key["limits"][0]["remaining"], 0)
+        key = self.get("/v1/keys/ip/127.0.0.1", admin=True).json()
+        self.assertEqual(key["limits"][0]["remaining"], 1)
+
+    def test_trusted_proxy_chain_takes_rightmost_untrusted_hop(self):
+        self.start(self.CLIENT_IP_POLICY, trusted="[127.0.0.1/32, 10.0.0.0/8]")
+        # The client forged the left-most entry; 10.1.2.3 is our own proxy.
+        h = {"X-Forwarded-For": "192.0.2.99, 203.0.113.5, 10.1.2.3"}
+        self.assertEqual(self.get("/t", headers=h).status, 200)
+        key = self.get("/v1/keys/ip/203.0.113.5", admin=True).json()
+        self.assertEqual(key["limits"][0]["remaining"], 0)
+        # A different forged prefix does not buy a new bucket.
+        h = {"X-Forwarded-For": "192.0.2.100, 203.0.113.5, 10.1.2.3"}
+        self.assertEqual(self.get("/t", headers=h).status, 429)
+
+    def test_forwarded_header_from_trusted_proxy(self):
+        self.start(self.CLIENT_IP_POLICY, trusted="[127.0.0.1/32]")
+        h = {"Forwarded": 'for="[2001:db8::7]:4711";proto=https'}
+        self.assertEqual(self.get("/t", headers=h).status, 200)
+        key = self.get("/v1/keys/ip/2001:db8::7", admin=True).json()
+        self.assertEqual(key["limits"][0]["remaining"], 0)
+
+    def test_untrusted_peer_x_forwarded_for_is_ignored(self):
+        self.start(self.CLIENT_IP_POLICY, trusted="[]")
+        self.assertEqual(self.get("/t", headers={"X-Forwarded-For": "203.0.113.1"}).status, 200)
+        # A different spoofed address shares the peer's bucket.
+        self.assertEqual(self.get("/t", headers={"X-Forwarded-For": "203.0.113.2"}).status, 429)
+        self.assertEqual(self.get("/t").status, 429)
+        key = self.get("/v1/keys/ip/127.0.0.1", admin=True).json()
+        self.assertEqual(key["limits"][0]["remaining"], 0)
+
+    def test_peer_outside_trusted_proxies_x_forwarded_for_is_ignored(self):
+        self.start(self.CLIENT_IP_POLICY, trusted="[10.0.0.0/8]")
+        self.assertEqual(self.get("/t", headers={"X-Forwarded-For": "203.0.113.1"}).status, 200)
+        self.assertEqual(self.get("/t", headers={"X-Forwarded-For": "203.0.113.2"}).status, 429)
+
+    # ---- missing key part ----
+
+    def test_missing_api_key_with_on_missing_key_deny_is_denied(self):
+        self.start("""\
+  - name: api
+    match: {path_prefix: /}
+    key: ["header:X-Api-Key"]
+    on_missing_key: deny
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 5}
+""")
+        r = self.get("/k")
+        self.assertEqual(r.status, 429, r)
+        self.assertEqual(r.content_type, "application/problem+json")
+        self.assertEqual(r.json()["violated-policies"], ["api"])
+        # Waiting does not help: no Retry-After that lies.
+        self.assertIsNone(r.header("Retry-After"))
+        self.assertEqual(self.get("/k", headers={"X-Api-Key": ""}).status, 429)
+        self.assertEqual(self.up.count("/k"), 0)
+        r = self.get("/k", headers={"X-Api-Key": "key-1"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(ratelimit_members(r.header("RateLimit"))["api"]["r"], 4)
+        self.assertEqual(self.up.count("/k"), 1)
+
+    def test_missing_api_key_with_on_missing_key_client_ip_is_limited_per_address(self):
+        self.start("""\
+  - name: api
+    match: {path_prefix: /}
+    key: ["header:X-Api-Key"]
+    on_missing_key: client_ip
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 2}
+""", trusted="[127.0.0.1/32]")
+        a = {"X-Forwarded-For": "203.0.113.1"}
+        b = {"X-Forwarded-For": "203.0.113.2"}
+        self.assertEqual([self.get("/k", headers=a).status for _ in range(3)], [200, 200, 429])
+        self.assertEqual(self.get("/k", headers=b).status, 200)
+        # An API key that looks like the address is a bucket of its own.
+        same = {"X-Api-Key": "203.0.113.1", "X-Forwarded-For": "203.0.113.1"}
+        self.assertEqual(self.get("/k", headers=same).status, 200)
+
+    def test_api_key_longer_than_key_limit_is_rejected_not_forwarded(self):
+        self.start("""\
+  - name: api
+    match: {path_prefix: /}
+    key: ["header:X-Api-Key"]
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 5}
+""")
+        r = self.get("/long", headers={"X-Api-Key": "k" * 2000})
+        self.assertTrue(400 <= r.status < 500, r)
+        self.assertEqual(r.content_type, "application/problem+json")
+        self.assertEqual(self.up.count("/long"), 0)
+        self.assert_healthy()
+        self.assertEqual(self.get("/long", headers={"X-Api-Key": "short"}).status, 200)
+
+    # ---- HTTP proxying details ----
+
+    ROOMY = """\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s}
+"""
+
+    @unittest.expectedFailure
+    def test_head_request_is_answered_without_waiting_for_a_body(self):
+        # BUG: a HEAD request through the gateway is answered 504 after
+        # server.upstream_timeout (observed: 504 after 2 s here). The
+        # upstream's answer to HEAD has a Content-Length but, as RFC 9110
+        # 9.3.2 requires, no body; sluice's upstream parser waits for that
+        # body (the response parser is not told the request was HEAD, e.g.
+        # parser.skip(true)). Expected: 200 with the upstream's headers, at
+        # once.
+        self.start(self.ROOMY, upstream_timeout="2s")
+        t0 = time.monotonic()
+        r = request(self.sluice.port, "HEAD", "/head", timeout=5)
+        elapsed = time.monotonic() - t0
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.body, b"")
+        self.assertLess(elapsed, 1.0)
+        self.assertEqual(self.up.hits("/head")[0]["method"], "HEAD")
+
+    @unittest.expectedFailure
+    def test_expect_100_continue_gets_the_final_upstream_response(self):
+        # BUG: sluice forwards "Expect: 100-continue" to the upstream and then
+        # takes the upstream's interim "100 Continue" for the final response
+        # (observed: the client's only answer is "HTTP/1.1 100 Continue" with
+        # Content-Length: 0 and the RateLimit fields; the upstream's 200 never
+        # arrives). curl sends Expect: 100-continue for large POST bodies.
+        # Expected: sluice skips 1xx responses from the upstream (or drops
+        # Expect, having read the whole body already) and relays the final
+        # 200 with the echoed body.
+        self.start(self.ROOMY, threads=1)
+        data = (b"POST /expect HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"Content-Length: 3\r\nConnection: close\r\n\r\nabc")
+        got = raw_exchange(self.sluice.port, data, timeout=3)
+        # A 100 Continue from sluice itself before the final answer is fine.
+        rest = got
+        while rest.startswith(b"HTTP/1.1 100"):
+            rest = rest.split(b"\r\n\r\n", 1)[1]
+        self.assertTrue(rest, "no final response after the interim one: %r" % got)
+        r = parse_raw_response(rest)
+        self.assertEqual(r.status, 200, got)
+        self.assertEqual(r.json()["body"], "abc")
+
+    @unittest.expectedFailure
+    def test_upstream_interim_response_does_not_leak_to_the_next_request(self):
+        # BUG: after the upstream answered "100 Continue" then "200" to a
+        # request with Expect: 100-continue, the pooled upstream connection
+        # still holds that 200, and the NEXT request forwarded on it (here
+        # another client's GET /second) receives it (observed: GET /second is
+        # answered with the echo of POST /slow/expect): responses are
+        # desynchronized across clients. Expected: each client gets the
+        # answer to its own request.
+        # The upstream sends "100 Continue" at once and its 200 300 ms later,
+        # so the 200 is still unread on the connection when sluice pools it.
+        self.up.slow_seconds = 0.3
+        self.start(self.ROOMY, threads=1)
+        data = (b"POST /slow/expect HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"Content-Length: 3\r\nConnection: close\r\n\r\nabc")
+        raw_exchange(self.sluice.port, data, timeout=3)
+        r = self.get("/second")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["path"], "/second", r)
+
+    @unittest.expectedFailure
+    def test_headers_named_in_connection_are_not_forwarded(self):
+        # BUG: sluice removes the Connection field itself but forwards the
+        # hop-by-hop fields it names (observed: "Connection: close, X-Hop"
+        # from the client, and the upstream receives "X-Hop: 1"). RFC 9110
+        # 7.6.1: a proxy MUST remove every field the Connection field lists.
+        self.start(self.ROOMY)
+        r = self.get("/hop", headers={"Connection": "close, X-Hop", "X-Hop": "1",
+                                      "X-End-To-End": "2"})
+        self.assertEqual(r.status, 200, r)
+        headers = self.up.hits("/hop")[0]["headers"]
+        self.assertEqual(headers.get("X-End-To-End"), "2")
+        self.assertNotIn("X-Hop", headers)
+
+    LOGIN = """\
+  - name: login
+    match: {path: /login, method: POST}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+"""
+
+    @unittest.expectedFailure
+    def test_percent_encoded_path_does_not_evade_a_path_policy(self):
+        # BUG: policies match the raw request path, so POST /%6Cogin (which
+        # the upstream decodes to /login) is not limited by the policy on
+        # /login (observed: /login is denied, then /%6Cogin is forwarded with
+        # 200). A credential-stuffing guard is bypassed by encoding one
+        # letter. Expected (as NGINX location matching does): match on the
+        # decoded path, so /%6Cogin counts against "login" and is denied.
+        self.start(self.LOGIN)
+        self.assertEqual(self.post("/login", body="").status, 200)
+        self.assertEqual(self.post("/login", body="").status, 429)
+        self.assertEqual(self.post("/%6Cogin", body="").status, 429)
+
+    @unittest.expectedFailure
+    def test_dot_segments_and_double_slashes_do_not_evade_a_path_policy(self):
+        # BUG: policies match the raw request path, so //login, /./login and
+        # /x/../login (all /login to the upstream) are not limited by the
+        # policy on /login (observed: each forwarded with 200 after /login
+        # was denied). Expected (NGINX normalizes the URI, merge_slashes on):
+        # match on the normalized path, so each is denied.
+        self.start(self.LOGIN)
+        self.assertEqual(self.post("/login", body="").status, 200)
+        for path in ("//login", "/./login", "/x/../login"):
+            self.assertEqual(self.post(path, body="").status, 429, path)
+
+    # ---- upstream failures ----
+
+    def test_upstream_down_is_502_and_counted(self):
+        dead = DeadPort()
+        self.addCleanup(dead.close)
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s}
+""", routes="""\
+  - name: dead
+    match: {path_prefix: /}
+    upstream: %s
+""" % dead.url)
+        r = self.get("/down")
+        body = self.assert_problem(r, 502)
+        self.assertIn("dead", body["detail"])
+        self.assertEqual(metric_value(self.metrics(), "sluice_upstream_errors_total",
+                                      route="dead"), 1)
+        self.assert_healthy()
+
+    def test_slow_upstream_is_504_after_upstream_timeout_and_counted(self):
+        self.up.slow_seconds = 2.0
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s}
+""", upstream_timeout="500ms")
+        t0 = time.monotonic()
+        r = self.get("/slow/x")
+        elapsed = time.monotonic() - t0
+        self.assert_problem(r, 504)
+        self.assertGreaterEqual(elapsed, 0.45)
+        self.assertLess(elapsed, 1.5)
+        self.assertEqual(metric_value(self.metrics(), "sluice_upstream_errors_total",
+                                      route="app", kind="timeout"), 1)
+        # A fast request still works.
+        self.assertEqual(self.get("/fast").status, 200)
+
+    def test_upstream_keep_alive_survives_upstream_closing_idle_connections(self):
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s}
+""", threads=1)
+        self.assertEqual(self.get("/one").status, 200)
+        # The upstream restarts on the same port: the pooled connection is
+        # dead; sluice must retry on a new one, not answer 502.
+        port = self.up.port
+        self.up.close()
+        up2 = None
+        for _ in range(50):
+            try:
+                up2 = self.start_upstream("restarted", port=port)
+                break
+            except OSError:
+                time.sleep(0.05)
+        if up2 is None:
+            self.skipTest("could not rebind the upstream port")
+        r = self.get("/two")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["upstream"], "restarted")
+
+
+if __name__ == "__main__":
+    unittest.main()
