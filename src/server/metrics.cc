@@ -87,8 +87,9 @@ std::string Metrics::Render() const {
   out += "# HELP sluice_requests_in_flight Requests being handled now.\n"
          "# TYPE sluice_requests_in_flight gauge\n";
   out += Cat("sluice_requests_in_flight ", in_flight_.load(std::memory_order_relaxed), "\n");
-  out += "# HELP sluice_connections Open client connections.\n# TYPE sluice_connections gauge\n";
-  out += Cat("sluice_connections ", connections_.load(std::memory_order_relaxed), "\n");
+  out += "# HELP sluice_connections Open connections, by listener.\n# TYPE sluice_connections gauge\n";
+  out += Cat("sluice_connections{listener=\"main\"} ", connections_.load(std::memory_order_relaxed), "\n");
+  out += Cat("sluice_connections{listener=\"admin\"} ", admin_connections_.load(std::memory_order_relaxed), "\n");
   out += "# HELP sluice_decision_duration_seconds Time to decide one request (all its policies).\n"
          "# TYPE sluice_decision_duration_seconds histogram\n";
   decision_latency_.Write("sluice_decision_duration_seconds", out);

@@ -51,6 +51,7 @@ class Metrics {
   Histogram& decision_latency() { return decision_latency_; }
   std::atomic<int64_t>& in_flight() { return in_flight_; }
   std::atomic<int64_t>& connections() { return connections_; }
+  std::atomic<int64_t>& admin_connections() { return admin_connections_; }
 
   // Gauges read when /metrics is served (keys held, forced evictions, ...).
   void AddGauge(std::string name, std::string help, std::string type, std::function<int64_t()> read);
@@ -71,6 +72,7 @@ class Metrics {
   Histogram decision_latency_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> connections_{0};
+  std::atomic<int64_t> admin_connections_{0};
 };
 
 // Prometheus label value escaping: backslash, quote, newline.

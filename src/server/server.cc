@@ -104,6 +104,69 @@ std::optional<std::string> PercentDecode(std::string_view s) {
   return out;
 }
 
+// The path policies and routes match on, as an origin server would see it:
+// percent-encoded unreserved characters decoded, empty and "." segments
+// dropped, ".." applied. Otherwise "/%6Cogin", "//login" or "/x/../login"
+// would slip past a policy on /login that the upstream then serves.
+std::string NormalizePath(std::string_view raw) {
+  std::string decoded;
+  decoded.reserve(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '%' && i + 2 < raw.size()) {
+      auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+      };
+      const int hi = hex(raw[i + 1]), lo = hex(raw[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        const char c = static_cast<char>(hi * 16 + lo);
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
+            c == '~') {
+          decoded.push_back(c);
+          i += 2;
+          continue;
+        }
+      }
+    }
+    decoded.push_back(raw[i]);
+  }
+  std::vector<std::string_view> segments;
+  std::string_view rest = decoded;
+  while (!rest.empty()) {
+    const size_t slash = rest.find('/');
+    const std::string_view seg = rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    if (seg.empty() || seg == ".") continue;
+    if (seg == "..") {
+      if (!segments.empty()) segments.pop_back();
+      continue;
+    }
+    segments.push_back(seg);
+  }
+  std::string out;
+  for (std::string_view seg : segments) {
+    out.push_back('/');
+    out.append(seg);
+  }
+  const bool trailing_slash = decoded.size() > 1 && decoded.back() == '/' && !segments.empty();
+  if (out.empty() || trailing_slash) out.push_back('/');
+  return out;
+}
+
+// The path part of a request target, origin form or absolute form
+// ("http://host/path?q" -> "/path").
+std::string_view TargetPath(std::string_view target) {
+  if (target.substr(0, 7) == "http://" || target.substr(0, 8) == "https://") {
+    const size_t authority = target.find("//") + 2;
+    const size_t slash = target.find('/', authority);
+    if (slash == std::string_view::npos) return "/";
+    target = target.substr(slash);
+  }
+  return target.substr(0, std::min(target.find('?'), target.find('#')));
+}
+
 // The outcome of a request against the policies that apply to it.
 struct Evaluation {
   bool allowed = true;
@@ -260,8 +323,8 @@ struct Shared {
     }
     if (next->server.listen != config.server.listen || next->server.admin != config.server.admin ||
         next->server.threads != config.server.threads) {
-      spdlog::warn("event=reload note=\"server.listen, server.admin and server.threads take effect "
-                   "at the next start\"");
+      spdlog::warn("event=reload note=\"changes to server.listen, server.admin and server.threads "
+                   "take effect at the next start; the other server settings apply now\"");
     }
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
         PolicySet::Create(*next, store, *clock, policies.load().get(), metrics);
@@ -311,6 +374,9 @@ class ServerImpl final : public Server {
       : shared_(std::make_shared<Shared>(std::move(config), std::move(path), clock)) {}
 
   absl::Status Init() {
+    // Taken before the config was read can be trusted: a change written
+    // from here on is seen by the watcher.
+    initial_stamp_ = ConfigStamp();
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
         PolicySet::Create(shared_->config, shared_->store, *shared_->clock, nullptr, shared_->metrics);
     if (!set.ok()) return set.status();
@@ -424,7 +490,10 @@ class ServerImpl final : public Server {
         if (!acceptor.is_open()) co_return;
         continue;  // e.g. EMFILE: keep serving the connections we have
       }
-      if (shared_->metrics.connections().load() >= shared_->config.server.max_connections) {
+      // The limit guards the main listener; the admin listener stays
+      // reachable when it is full (that is when operators need /metrics).
+      if (!admin && shared_->metrics.connections().load() >=
+                        shared_->policies.load()->config().server.max_connections) {
         socket.close(ec);  // over the connection limit: refuse at once
         shared_->metrics.Get("sluice_connections_refused_total", {})->Add();
         continue;
@@ -435,7 +504,8 @@ class ServerImpl final : public Server {
 
   Task<void> Session(Worker& w, Socket socket, bool admin) {
     Metrics& metrics = shared_->metrics;
-    metrics.connections().fetch_add(1);
+    std::atomic<int64_t>& connections = admin ? metrics.admin_connections() : metrics.connections();
+    connections.fetch_add(1);
     boost::system::error_code ec;
     const tcp::endpoint peer = socket.remote_endpoint(ec);
     std::string peer_ip = ec ? "" : peer.address().to_string();
@@ -444,9 +514,12 @@ class ServerImpl final : public Server {
     }
     Stream stream(std::move(socket));
     beast::flat_buffer buffer;
-    const ServerConfig& sc = shared_->config.server;
     bool first = true;
     for (;;) {
+      // Limits and timeouts come from the config in force, so a reload
+      // changes them for the next request.
+      const std::shared_ptr<const PolicySet> settings = shared_->policies.load();
+      const ServerConfig& sc = settings->config().server;
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<uint32_t>(sc.max_header_bytes));
       parser.body_limit(static_cast<uint64_t>(sc.max_body_bytes));
@@ -482,6 +555,15 @@ class ServerImpl final : public Server {
         break;
       }
       Request req = parser.release();
+      if (req.version() >= 11 && req.find(http::field::host) == req.end()) {
+        // RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400.
+        Response bad = MakeResponse(400, req.version(), false,
+                                    ErrorBody(400, "bad request", "an HTTP/1.1 request needs a Host header"),
+                                    "application/problem+json");
+        co_await http::async_write(stream, bad, net::redirect_error(kUseAwaitable, ec));
+        shared_->Responses(admin, 400)->Add();
+        break;
+      }
       metrics.in_flight().fetch_add(1);
       stream.expires_never();
       // (No co_await inside ?: : g++ 12 miscompiles it.)
@@ -489,7 +571,7 @@ class ServerImpl final : public Server {
       if (admin) {
         res = HandleAdmin(req);
       } else {
-        res = co_await Handle(w, req, peer_ip);
+        res = co_await Handle(w, req, peer_ip, *settings);
       }
       if (shared_->draining.load()) res.keep_alive(false);
       shared_->Responses(admin, res.result_int())->Add();
@@ -503,16 +585,17 @@ class ServerImpl final : public Server {
       if (ec || !res.keep_alive()) break;
     }
     stream.socket().shutdown(Socket::shutdown_send, ec);
-    metrics.connections().fetch_sub(1);
+    connections.fetch_sub(1);
   }
 
+  // `path_storage` and `host_storage` hold what `facts` points into.
   static RequestFacts Facts(const Request& req, std::string_view peer_ip,
                             std::string_view method, std::string_view target,
-                            std::string& host_storage) {
+                            std::string& path_storage, std::string& host_storage) {
     RequestFacts facts;
     facts.method = method;
-    const size_t q = target.find('?');
-    facts.path = target.substr(0, q);
+    path_storage = NormalizePath(TargetPath(target));
+    facts.path = path_storage;
     std::string_view host = View(req[http::field::host]);
     if (!host.empty() && host.front() == '[') {
       host = host.substr(0, host.find(']') + 1);
@@ -532,19 +615,20 @@ class ServerImpl final : public Server {
 
   HeaderList AnswerHeaders(const Evaluation& ev, Worker& w) const {
     HeaderList headers;
-    AppendRateLimitHeaders(ev.answers, shared_->config.server.legacy_headers, headers);
+    AppendRateLimitHeaders(ev.answers, shared_->policies.load()->config().server.legacy_headers,
+                           headers);
     if (!ev.allowed && !ev.never) {
       headers.emplace_back("Retry-After", std::to_string(RetryAfterSeconds(ev.retry_exact, ev.jitter, w.rng)));
     }
     return headers;
   }
 
-  Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip) {
-    const std::string_view target = View(req.target());
-    const std::string_view path = target.substr(0, target.find('?'));
+  Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip,
+                        const PolicySet& settings) {
+    const std::string_view path = TargetPath(View(req.target()));
     if (path == "/v1/check") co_return Check(w, req);
     if (path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/") co_return Auth(w, req, peer_ip, path);
-    co_return co_await Gateway(w, req, peer_ip);
+    co_return co_await Gateway(w, req, peer_ip, settings.config().server);
   }
 
   // ---- the decision API ----
@@ -593,6 +677,7 @@ class ServerImpl final : public Server {
     const Policy* policy = set.Find(name);
     if (policy == nullptr) return fail(404, "unknown policy", Cat("no policy named \"", name, "\""));
     const std::string& key = key_it->get_ref<const std::string&>();
+    if (key.empty()) return fail(400, "bad request", "\"key\" must not be empty");
     if (absl::Status s = ValidateKey(key); !s.ok()) {
       return fail(400, "bad request", std::string(s.message()));
     }
@@ -674,8 +759,8 @@ class ServerImpl final : public Server {
     if (method.empty()) method = "GET";
     std::string_view uri = View(req["X-Original-URI"]);
     if (uri.empty()) uri = "/";
-    std::string host;
-    RequestFacts facts = Facts(req, peer_ip, method, uri, host);
+    std::string path_storage, host;
+    RequestFacts facts = Facts(req, peer_ip, method, uri, path_storage, host);
     if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
       host = Lower(original_host.substr(0, original_host.find(':')));
       facts.host = host;
@@ -702,11 +787,12 @@ class ServerImpl final : public Server {
 
   // ---- the gateway ----
 
-  Task<Response> Gateway(Worker& w, Request& req, const std::string& peer_ip) {
+  Task<Response> Gateway(Worker& w, Request& req, const std::string& peer_ip,
+                         const ServerConfig& sc) {
     std::shared_ptr<const PolicySet> set = shared_->policies.load();
-    std::string host;
+    std::string path_storage, host;
     const std::string method(View(req.method_string()));
-    RequestFacts facts = Facts(req, peer_ip, method, View(req.target()), host);
+    RequestFacts facts = Facts(req, peer_ip, method, View(req.target()), path_storage, host);
     const RouteConfig* route = set->RouteFor(facts);
     if (route == nullptr) {
       co_return Problem(404, req, "not found",
@@ -725,6 +811,7 @@ class ServerImpl final : public Server {
       boost::system::error_code ec;
       co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
     }
+    req.erase("Sluice-Shadow-Denied");  // only sluice sets it; a client's copy is dropped
     if (!ev.shadow_denied.empty()) {
       std::string marker;
       for (const std::string& name : ev.shadow_denied) {
@@ -733,27 +820,52 @@ class ServerImpl final : public Server {
       }
       req.set("Sluice-Shadow-Denied", marker);
     }
-    Response res = co_await Forward(w, req, *route, peer_ip);
+    Response res = co_await Forward(w, req, *route, peer_ip, sc);
     for (const auto& [name, value] : headers) res.set(name, value);
     co_return res;
   }
 
+  // Drops the hop-by-hop fields of `message`: the fixed list and every
+  // field the Connection header names (RFC 9110 section 7.6.1).
+  template <typename Message>
+  static void DropHopByHop(Message& message) {
+    std::vector<std::string> named;
+    for (auto it = message.find(http::field::connection); it != message.end() &&
+                                                          it->name() == http::field::connection;
+         ++it) {
+      std::string_view value = View(it->value());
+      while (!value.empty()) {
+        const size_t comma = value.find(',');
+        std::string_view token = value.substr(0, comma);
+        while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+        while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+        if (!token.empty()) named.emplace_back(token);
+        value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+      }
+    }
+    for (const std::string& name : named) message.erase(beast::string_view(name.data(), name.size()));
+    for (http::field f : {http::field::connection, http::field::keep_alive,
+                          http::field::proxy_authenticate, http::field::proxy_authorization,
+                          http::field::te, http::field::trailer, http::field::transfer_encoding,
+                          http::field::upgrade}) {
+      message.erase(f);
+    }
+  }
+
   Task<Response> Forward(Worker& w, Request& req, const RouteConfig& route,
-                         const std::string& peer_ip) {
+                         const std::string& peer_ip, const ServerConfig& sc) {
     const bool client_keep_alive = req.keep_alive();
     const unsigned client_version = req.version();
-    // Hop-by-hop fields stay on this hop.
-    for (http::field f : {http::field::connection, http::field::keep_alive,
-                          http::field::proxy_authorization, http::field::te, http::field::trailer,
-                          http::field::transfer_encoding, http::field::upgrade}) {
-      req.erase(f);
-    }
+    const bool head = req.method() == http::verb::head;
+    DropHopByHop(req);
+    // sluice holds the whole body already: the upstream has nothing to wait
+    // for, and an interim 100 Continue must not reach the client.
+    req.erase(http::field::expect);
     std::string xff(View(req["X-Forwarded-For"]));
     req.set("X-Forwarded-For", xff.empty() ? peer_ip : Cat(xff, ", ", peer_ip));
     req.version(11);
     req.keep_alive(true);
     req.prepare_payload();
-    const ServerConfig& sc = shared_->config.server;
     boost::system::error_code ec;
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::optional<Stream> pooled = attempt == 0 ? w.pool.Take(route.upstream) : std::nullopt;
@@ -770,27 +882,35 @@ class ServerImpl final : public Server {
       }
       co_await http::async_write(stream, req, net::redirect_error(kUseAwaitable, ec));
       beast::flat_buffer buffer;
-      http::response_parser<http::string_body> parser;
-      parser.body_limit(64 * 1024 * 1024);
-      if (!ec) co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
+      std::optional<http::response_parser<http::string_body>> parser;
+      // Interim (1xx) answers are read and dropped; the final one is relayed.
+      do {
+        parser.emplace();
+        parser->body_limit(64 * 1024 * 1024);
+        parser->skip(head);  // a response to HEAD has no body, whatever it says
+        if (!ec) co_await http::async_read(stream, buffer, *parser, net::redirect_error(kUseAwaitable, ec));
+      } while (!ec && parser->get().result_int() >= 100 && parser->get().result_int() < 200 &&
+               parser->get().result() != http::status::switching_protocols);
       if (ec) {
         // A pooled connection the upstream closed meanwhile: retry once on a new one.
         if (reused && ec != beast::error::timeout) continue;
         co_return UpstreamError(route, req, client_version, client_keep_alive, ec,
                                 ec == beast::error::timeout ? "timeout" : "exchange");
       }
-      Response res = parser.release();
-      if (res.keep_alive()) {
+      Response res = parser->release();
+      if (res.keep_alive() && buffer.size() == 0) {
         stream.expires_never();
         w.pool.Give(route.upstream, std::move(stream));
       }
-      for (http::field f : {http::field::connection, http::field::keep_alive,
-                            http::field::transfer_encoding, http::field::trailer, http::field::upgrade}) {
-        res.erase(f);
-      }
+      DropHopByHop(res);
       res.version(client_version);
       res.keep_alive(client_keep_alive);
-      res.prepare_payload();
+      if (head) {
+        // Keep the upstream's Content-Length: it describes the GET body.
+        res.keep_alive(client_keep_alive);
+      } else {
+        res.prepare_payload();
+      }
       co_return res;
     }
     co_return UpstreamError(route, req, client_version, client_keep_alive, ec, "exchange");
@@ -926,14 +1046,16 @@ class ServerImpl final : public Server {
 
   // ---- operations ----
 
+  std::pair<int64_t, int64_t> ConfigStamp() const {
+    struct stat st {};
+    if (stat(shared_->config_path.c_str(), &st) != 0) return {0, 0};
+    return {static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+            static_cast<int64_t>(st.st_size)};
+  }
+
   Task<void> WatchConfig(Worker& w) {
-    auto stamp = [this]() -> std::pair<int64_t, int64_t> {
-      struct stat st {};
-      if (stat(shared_->config_path.c_str(), &st) != 0) return {0, 0};
-      return {static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
-              static_cast<int64_t>(st.st_size)};
-    };
-    std::pair<int64_t, int64_t> last = stamp();
+    auto stamp = [this] { return ConfigStamp(); };
+    std::pair<int64_t, int64_t> last = initial_stamp_;
     Timer timer(w.ioc.get_executor());
     while (!shared_->draining.load()) {
       timer.expires_after(std::chrono::milliseconds(500));
@@ -968,6 +1090,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<Acceptor> admin_acceptor_;
   uint16_t port_ = 0;
   uint16_t admin_port_ = 0;
+  std::pair<int64_t, int64_t> initial_stamp_{0, 0};
 };
 
 }  // namespace
