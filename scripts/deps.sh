@@ -17,6 +17,7 @@ SLUICE_TEST_PACKAGES=(
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   python3          # the integration tests (standard library only)
+  nginx-light      # the auth_request end-to-end test
 )
 
 sluice_install_deps() {

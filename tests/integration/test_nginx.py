@@ -1,0 +1,109 @@
+"""NGINX auth_request end to end: Debian's nginx runs examples/nginx.conf (its
+ports replaced by free ones) in front of an upstream, asking sluice before
+each request. Allowed requests reach the upstream; denied ones come back to
+the client as 429 with Retry-After and the RateLimit fields."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import unittest
+
+from harness import (HOST, SOURCE_DIR, SluiceTestCase, ratelimit_members, request,
+                     server_block)
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+
+CONFIG = server_block() + """\
+trusted_proxies: [127.0.0.1/32]
+policies:
+  - name: login
+    key: [client_ip]
+    limits:
+      - {algorithm: sliding_log, rate: 3/h}
+    on_deny: {retry_after_jitter: 0s}
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class NginxAuthRequestTest(SluiceTestCase):
+    def setUp(self):
+        super().setUp()
+        if NGINX is None:
+            self.fail("nginx is not installed (scripts/test installs nginx-light)")
+        self.upstream = self.start_upstream()
+        self.start_sluice(CONFIG)
+        self.port = free_port()
+        with open(os.path.join(SOURCE_DIR, "examples", "nginx.conf")) as f:
+            conf = f.read()
+        conf = conf.replace("127.0.0.1:8080", "%s:%d" % (HOST, self.sluice.port))
+        conf = conf.replace("127.0.0.1:3000", "%s:%d" % (HOST, self.upstream.port))
+        conf = conf.replace("listen 127.0.0.1:8000", "listen %s:%d" % (HOST, self.port))
+        conf = re.sub(r"pid [^;]+;", "pid %s;" % os.path.join(self.tmpdir, "nginx.pid"), conf)
+        self.assertIn(str(self.sluice.port), conf)
+        path = os.path.join(self.tmpdir, "nginx.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        os.chmod(self.tmpdir, 0o755)  # NGINX's workers run as an unprivileged user
+        self.nginx = subprocess.Popen(
+            [NGINX, "-e", "stderr", "-p", self.tmpdir, "-c", path, "-g", "daemon off;"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.addCleanup(self._stop_nginx)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.nginx.poll() is not None or time.monotonic() > deadline:
+                    self.fail("nginx did not start: %s" % self.nginx.stderr.read().decode())
+                time.sleep(0.05)
+
+    def _stop_nginx(self):
+        if self.nginx.poll() is None:
+            self.nginx.terminate()  # by PID: only the process this test started
+            try:
+                self.nginx.wait(10)
+            except subprocess.TimeoutExpired:
+                self.nginx.kill()
+                self.nginx.wait()
+        self.nginx.stderr.close()
+
+    def test_allowed_requests_reach_the_upstream_denied_ones_get_429(self):
+        for remaining in (2, 1, 0):
+            r = request(self.port, "GET", "/page")
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(ratelimit_members(r.header("RateLimit"))["login"]["r"], remaining)
+            self.assertEqual(ratelimit_members(r.header("RateLimit-Policy"))["login"]["q"], 3)
+        self.assertEqual(self.upstream.count("/page"), 3)
+        r = request(self.port, "GET", "/page")
+        self.assertEqual(r.status, 429, r)
+        retry_after = int(r.header("Retry-After"))
+        # The first request leaves the hour-long log about an hour from now.
+        self.assertGreaterEqual(retry_after, 3590)
+        self.assertLessEqual(retry_after, 3600)
+        state = ratelimit_members(r.header("RateLimit"))["login"]
+        self.assertEqual(state["r"], 0)
+        self.assertLessEqual(state["t"], retry_after)
+        self.assertIn("quota-exceeded", r.json()["type"])
+        self.assertEqual(self.upstream.count("/page"), 3)  # the denied one never arrived
+
+    def test_the_client_address_comes_from_x_real_ip(self):
+        # NGINX is the peer; sluice trusts it and counts by the address NGINX
+        # saw. Every request here comes from 127.0.0.1 through NGINX, so they
+        # share one bucket, and sluice's own view agrees.
+        for _ in range(3):
+            self.assertEqual(request(self.port, "GET", "/a").status, 200)
+        state = request(self.sluice.admin_port, "GET", "/v1/keys/login/127.0.0.1").json()
+        self.assertEqual(state["limits"][0]["remaining"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
