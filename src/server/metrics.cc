@@ -17,18 +17,33 @@ std::string EscapeLabel(std::string_view value) {
   return out;
 }
 
+int ThisThreadSlot() {
+  static std::atomic<int> next{0};
+  thread_local const int slot = next.fetch_add(1, std::memory_order_relaxed) % kMetricSlots;
+  return slot;
+}
+
 void Histogram::Observe(int64_t us) {
   size_t i = 0;
   while (i < kBoundsUs.size() && us > kBoundsUs[i]) ++i;
-  buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_us_.fetch_add(us, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
+  Slot& slot = slots_[ThisThreadSlot()];
+  slot.buckets[i].fetch_add(1, std::memory_order_relaxed);
+  slot.sum_us.fetch_add(us, std::memory_order_relaxed);
 }
 
 void Histogram::Write(const std::string& name, std::string& out) const {
+  // One pass over the slots first, so the buckets, _sum and _count agree.
+  std::array<int64_t, kBoundsUs.size() + 1> buckets{};
+  int64_t sum = 0;
+  for (const Slot& slot : slots_) {
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      buckets[i] += slot.buckets[i].load(std::memory_order_relaxed);
+    }
+    sum += slot.sum_us.load(std::memory_order_relaxed);
+  }
   int64_t cumulative = 0;
   for (size_t i = 0; i < kBoundsUs.size(); ++i) {
-    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    cumulative += buckets[i];
     const int64_t us = kBoundsUs[i];
     // le in seconds, exact decimal.
     std::string le = Cat(us / 1'000'000, ".");
@@ -37,12 +52,11 @@ void Histogram::Write(const std::string& name, std::string& out) const {
     le += frac;
     out += Cat(name, "_bucket{le=\"", le, "\"} ", cumulative, "\n");
   }
-  cumulative += buckets_[kBoundsUs.size()].load(std::memory_order_relaxed);
+  cumulative += buckets[kBoundsUs.size()];
   out += Cat(name, "_bucket{le=\"+Inf\"} ", cumulative, "\n");
-  const int64_t sum = sum_us_.load(std::memory_order_relaxed);
   std::string frac = Cat(sum % 1'000'000 + 1'000'000).substr(1);
   out += Cat(name, "_sum ", sum / 1'000'000, ".", frac, "\n");
-  out += Cat(name, "_count ", count_.load(std::memory_order_relaxed), "\n");
+  out += Cat(name, "_count ", cumulative, "\n");
 }
 
 Counter* Metrics::Get(const std::string& name,
@@ -86,10 +100,10 @@ std::string Metrics::Render() const {
   }
   out += "# HELP sluice_requests_in_flight Requests being handled now.\n"
          "# TYPE sluice_requests_in_flight gauge\n";
-  out += Cat("sluice_requests_in_flight ", in_flight_.load(std::memory_order_relaxed), "\n");
+  out += Cat("sluice_requests_in_flight ", in_flight_.value(), "\n");
   out += "# HELP sluice_connections Open connections, by listener.\n# TYPE sluice_connections gauge\n";
-  out += Cat("sluice_connections{listener=\"main\"} ", connections_.load(std::memory_order_relaxed), "\n");
-  out += Cat("sluice_connections{listener=\"admin\"} ", admin_connections_.load(std::memory_order_relaxed), "\n");
+  out += Cat("sluice_connections{listener=\"main\"} ", connections_.value(), "\n");
+  out += Cat("sluice_connections{listener=\"admin\"} ", admin_connections_.value(), "\n");
   out += "# HELP sluice_decision_duration_seconds Time to decide one request (all its policies).\n"
          "# TYPE sluice_decision_duration_seconds histogram\n";
   decision_latency_.Write("sluice_decision_duration_seconds", out);

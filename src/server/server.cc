@@ -190,6 +190,10 @@ struct Shared {
   MemoryStore store;
   Metrics metrics;
   std::atomic<std::shared_ptr<const PolicySet>> policies;
+  // Bumped after each store to `policies`: event loops compare it with the
+  // version they cached instead of loading the shared_ptr (whose reference
+  // count would be one more cache line shared by every request).
+  std::atomic<uint64_t> policies_version{0};
   std::atomic<bool> draining{false};
   std::mutex reload_mu;
   Counter* reloads_ok;
@@ -335,6 +339,7 @@ struct Shared {
       return set.status();
     }
     policies.store(*std::move(set));
+    policies_version.fetch_add(1, std::memory_order_release);
     reloads_ok->Add();
     spdlog::info("event=reload result=success trigger={} policies={}", why, next->policies.size());
     return absl::OkStatus();
@@ -362,6 +367,9 @@ class UpstreamPool {
 };
 
 struct Worker {
+  // The config in force as this loop last saw it (see Shared::policies_version).
+  std::shared_ptr<const PolicySet> policies;
+  uint64_t policies_version = UINT64_MAX;
   net::io_context ioc{1};
   std::unique_ptr<Acceptor> acceptor;
   UpstreamPool pool;
@@ -381,6 +389,7 @@ class ServerImpl final : public Server {
         PolicySet::Create(shared_->config, shared_->store, *shared_->clock, nullptr, shared_->metrics);
     if (!set.ok()) return set.status();
     shared_->policies.store(*set);
+    shared_->policies_version.fetch_add(1, std::memory_order_release);
     int threads = shared_->config.server.threads;
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     for (int i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
@@ -431,7 +440,7 @@ class ServerImpl final : public Server {
     }
     workers_[0]->ioc.run();
     for (std::thread& t : threads) t.join();
-    spdlog::info("event=stop in_flight={}", shared_->metrics.in_flight().load());
+    spdlog::info("event=stop in_flight={}", shared_->metrics.in_flight().value());
     return absl::OkStatus();
   }
 
@@ -482,6 +491,17 @@ class ServerImpl final : public Server {
     return acceptor;
   }
 
+  // The config in force, for this loop. The reference stays valid until the
+  // coroutine using it next suspends; code that suspends copies the pointer.
+  const std::shared_ptr<const PolicySet>& Current(Worker& w) {
+    const uint64_t version = shared_->policies_version.load(std::memory_order_acquire);
+    if (version != w.policies_version) {
+      w.policies = shared_->policies.load();
+      w.policies_version = version;
+    }
+    return w.policies;
+  }
+
   Task<void> Accept(Worker& w, Acceptor& acceptor, bool admin) {
     for (;;) {
       boost::system::error_code ec;
@@ -492,8 +512,8 @@ class ServerImpl final : public Server {
       }
       // The limit guards the main listener; the admin listener stays
       // reachable when it is full (that is when operators need /metrics).
-      if (!admin && shared_->metrics.connections().load() >=
-                        shared_->policies.load()->config().server.max_connections) {
+      if (!admin && shared_->metrics.connections().value() >=
+                        Current(w)->config().server.max_connections) {
         socket.close(ec);  // over the connection limit: refuse at once
         shared_->metrics.Get("sluice_connections_refused_total", {})->Add();
         continue;
@@ -504,8 +524,8 @@ class ServerImpl final : public Server {
 
   Task<void> Session(Worker& w, Socket socket, bool admin) {
     Metrics& metrics = shared_->metrics;
-    std::atomic<int64_t>& connections = admin ? metrics.admin_connections() : metrics.connections();
-    connections.fetch_add(1);
+    Counter& connections = admin ? metrics.admin_connections() : metrics.connections();
+    connections.Add(1);
     boost::system::error_code ec;
     const tcp::endpoint peer = socket.remote_endpoint(ec);
     std::string peer_ip = ec ? "" : peer.address().to_string();
@@ -517,25 +537,27 @@ class ServerImpl final : public Server {
     bool first = true;
     for (;;) {
       // Limits and timeouts come from the config in force, so a reload
-      // changes them for the next request.
-      const std::shared_ptr<const PolicySet> settings = shared_->policies.load();
-      const ServerConfig& sc = settings->config().server;
+      // changes them for the next request. (Copied: the read suspends.)
+      const int64_t max_header_bytes = Current(w)->config().server.max_header_bytes;
+      const int64_t max_body_bytes = Current(w)->config().server.max_body_bytes;
+      const Duration read_timeout = Current(w)->config().server.read_timeout;
+      const Duration idle_timeout = Current(w)->config().server.idle_timeout;
       http::request_parser<http::string_body> parser;
-      parser.header_limit(static_cast<uint32_t>(sc.max_header_bytes));
-      parser.body_limit(static_cast<uint64_t>(sc.max_body_bytes));
+      parser.header_limit(static_cast<uint32_t>(max_header_bytes));
+      parser.body_limit(static_cast<uint64_t>(max_body_bytes));
       // A slow client gets read_timeout for a whole request; an idle
       // keep-alive connection idle_timeout before its next one.
       stream.expires_after(std::chrono::microseconds(
-          (first ? sc.read_timeout : std::min(sc.idle_timeout, sc.read_timeout)).micros()));
+          (first ? read_timeout : std::min(idle_timeout, read_timeout)).micros()));
       first = false;
       co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
       if (ec) {
         int status = 0;
         std::string detail;
         if (ec == http::error::header_limit) {
-          status = 431, detail = Cat("request header larger than ", sc.max_header_bytes, " bytes");
+          status = 431, detail = Cat("request header larger than ", max_header_bytes, " bytes");
         } else if (ec == http::error::body_limit) {
-          status = 413, detail = Cat("request body larger than ", sc.max_body_bytes, " bytes");
+          status = 413, detail = Cat("request body larger than ", max_body_bytes, " bytes");
         } else if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
                    ec != net::error::connection_reset && ec != net::error::eof &&
                    ec.category() == http::make_error_code(http::error::bad_target).category()) {
@@ -564,28 +586,29 @@ class ServerImpl final : public Server {
         shared_->Responses(admin, 400)->Add();
         break;
       }
-      metrics.in_flight().fetch_add(1);
+      metrics.in_flight().Add(1);
       stream.expires_never();
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Response res;
       if (admin) {
         res = HandleAdmin(req);
       } else {
-        res = co_await Handle(w, req, peer_ip, *settings);
+        res = co_await Handle(w, req, peer_ip);
       }
       if (shared_->draining.load()) res.keep_alive(false);
       shared_->Responses(admin, res.result_int())->Add();
+      const ServerConfig& sc = Current(w)->config().server;
       if (sc.access_log) {
         spdlog::info("event=access peer={} method={} target=\"{}\" status={}", peer_ip,
                      View(req.method_string()), View(req.target()), res.result_int());
       }
       stream.expires_after(std::chrono::microseconds(sc.read_timeout.micros()));
       co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
-      metrics.in_flight().fetch_sub(1);
+      metrics.in_flight().Add(-1);
       if (ec || !res.keep_alive()) break;
     }
     stream.socket().shutdown(Socket::shutdown_send, ec);
-    connections.fetch_sub(1);
+    connections.Add(-1);
   }
 
   // `path_storage` and `host_storage` hold what `facts` points into.
@@ -613,22 +636,20 @@ class ServerImpl final : public Server {
     return facts;
   }
 
-  HeaderList AnswerHeaders(const Evaluation& ev, Worker& w) const {
+  HeaderList AnswerHeaders(const Evaluation& ev, Worker& w) {
     HeaderList headers;
-    AppendRateLimitHeaders(ev.answers, shared_->policies.load()->config().server.legacy_headers,
-                           headers);
+    AppendRateLimitHeaders(ev.answers, Current(w)->config().server.legacy_headers, headers);
     if (!ev.allowed && !ev.never) {
       headers.emplace_back("Retry-After", std::to_string(RetryAfterSeconds(ev.retry_exact, ev.jitter, w.rng)));
     }
     return headers;
   }
 
-  Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip,
-                        const PolicySet& settings) {
+  Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip) {
     const std::string_view path = TargetPath(View(req.target()));
     if (path == "/v1/check") co_return Check(w, req);
     if (path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/") co_return Auth(w, req, peer_ip, path);
-    co_return co_await Gateway(w, req, peer_ip, settings.config().server);
+    co_return co_await Gateway(w, req, peer_ip);
   }
 
   // ---- the decision API ----
@@ -725,7 +746,7 @@ class ServerImpl final : public Server {
     }
     nlohmann::json body = nlohmann::json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded()) return Problem(400, req, "bad request", "the body is not valid JSON");
-    std::shared_ptr<const PolicySet> set = shared_->policies.load();
+    const std::shared_ptr<const PolicySet>& set = Current(w);  // nothing below suspends
     if (body.is_array()) {
       if (body.size() > 1000) {
         return Problem(400, req, "bad request", "a batch holds at most 1000 checks");
@@ -754,7 +775,7 @@ class ServerImpl final : public Server {
   // ---- NGINX auth_request ----
 
   Response Auth(Worker& w, const Request& req, const std::string& peer_ip, std::string_view path) {
-    std::shared_ptr<const PolicySet> set = shared_->policies.load();
+    const std::shared_ptr<const PolicySet>& set = Current(w);  // nothing below suspends
     std::string_view method = View(req["X-Original-Method"]);
     if (method.empty()) method = "GET";
     std::string_view uri = View(req["X-Original-URI"]);
@@ -787,9 +808,11 @@ class ServerImpl final : public Server {
 
   // ---- the gateway ----
 
-  Task<Response> Gateway(Worker& w, Request& req, const std::string& peer_ip,
-                         const ServerConfig& sc) {
-    std::shared_ptr<const PolicySet> set = shared_->policies.load();
+  Task<Response> Gateway(Worker& w, Request& req, const std::string& peer_ip) {
+    // A copy: the request is held across the shaping delay and the upstream
+    // exchange, and a reload meanwhile must not free the policies it uses.
+    const std::shared_ptr<const PolicySet> set = Current(w);
+    const ServerConfig& sc = set->config().server;
     std::string path_storage, host;
     const std::string method(View(req.method_string()));
     RequestFacts facts = Facts(req, peer_ip, method, View(req.target()), path_storage, host);
@@ -1074,13 +1097,13 @@ class ServerImpl final : public Server {
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::microseconds(shared_->config.server.drain_timeout.micros());
     Timer timer(workers_[0]->ioc.get_executor());
-    while (shared_->metrics.in_flight().load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    while (shared_->metrics.in_flight().value() > 0 && std::chrono::steady_clock::now() < deadline) {
       timer.expires_after(std::chrono::milliseconds(20));
       boost::system::error_code ec;
       co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
     }
-    if (shared_->metrics.in_flight().load() > 0) {
-      spdlog::warn("event=drain result=deadline in_flight={}", shared_->metrics.in_flight().load());
+    if (shared_->metrics.in_flight().value() > 0) {
+      spdlog::warn("event=drain result=deadline in_flight={}", shared_->metrics.in_flight().value());
     }
     for (auto& w : workers_) w->ioc.stop();
   }
