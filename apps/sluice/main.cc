@@ -12,6 +12,7 @@
 #include "sluice/config.h"
 #include "sluice/rate.h"
 #include "sluice/version.h"
+#include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -104,6 +105,8 @@ int Serve(const std::string& config_path, bool check_only) {
               << config->routes.size() << " routes)\n";
     return 0;
   }
+  // Logs go to stderr, one line per event; stdout stays free for output.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("sluice"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z level=%l %v");
   absl::StatusOr<std::unique_ptr<sluice::server::Server>> server =
       sluice::server::Server::Create(*std::move(config), config_path);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <list>
 #include <map>
 #include <random>
 #include <thread>
@@ -46,7 +47,6 @@ template <typename T>
 using Task = net::awaitable<T, Executor>;
 using Socket = net::basic_stream_socket<tcp, Executor>;
 using Acceptor = net::basic_socket_acceptor<tcp, Executor>;
-using Stream = beast::basic_stream<tcp, Executor>;
 using Timer = net::basic_waitable_timer<std::chrono::steady_clock,
                                         net::wait_traits<std::chrono::steady_clock>, Executor>;
 using Resolver = net::ip::basic_resolver<tcp, Executor>;
@@ -81,7 +81,21 @@ Response Problem(int status, const Request& req, std::string_view title, std::st
                       "application/problem+json");
 }
 
-// Percent-decoding for /v1/keys/{policy}/{key}.
+// The byte "%XX" at s[i] stands for, if it is one.
+std::optional<char> PercentByte(std::string_view s, size_t i) {
+  if (s[i] != '%' || i + 2 >= s.size()) return std::nullopt;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+  if (hi < 0 || lo < 0) return std::nullopt;
+  return static_cast<char>(hi * 16 + lo);
+}
+
+// Percent-decoding for /v1/keys/{policy}/{key}; nullopt for a bad escape.
 std::optional<std::string> PercentDecode(std::string_view s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -89,16 +103,9 @@ std::optional<std::string> PercentDecode(std::string_view s) {
       out.push_back(s[i]);
       continue;
     }
-    if (i + 2 >= s.size()) return std::nullopt;
-    auto hex = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      return -1;
-    };
-    const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out.push_back(static_cast<char>(hi * 16 + lo));
+    const std::optional<char> c = PercentByte(s, i);
+    if (!c) return std::nullopt;
+    out.push_back(*c);
     i += 2;
   }
   return out;
@@ -112,23 +119,12 @@ std::string NormalizePath(std::string_view raw) {
   std::string decoded;
   decoded.reserve(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) {
-    if (raw[i] == '%' && i + 2 < raw.size()) {
-      auto hex = [](char c) -> int {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-        return -1;
-      };
-      const int hi = hex(raw[i + 1]), lo = hex(raw[i + 2]);
-      if (hi >= 0 && lo >= 0) {
-        const char c = static_cast<char>(hi * 16 + lo);
-        if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
-            c == '~') {
-          decoded.push_back(c);
-          i += 2;
-          continue;
-        }
-      }
+    const std::optional<char> c = PercentByte(raw, i);
+    if (c && (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '.' ||
+              *c == '_' || *c == '~')) {
+      decoded.push_back(*c);
+      i += 2;
+      continue;
     }
     decoded.push_back(raw[i]);
   }
@@ -349,32 +345,93 @@ struct Shared {
 // Idle keep-alive connections to upstreams, per thread (no locking).
 class UpstreamPool {
  public:
-  std::optional<Stream> Take(const HostPort& upstream) {
+  std::optional<Socket> Take(const HostPort& upstream) {
     auto it = idle_.find(Key(upstream));
     if (it == idle_.end() || it->second.empty()) return std::nullopt;
-    Stream stream = std::move(it->second.back());
+    Socket socket = std::move(it->second.back());
     it->second.pop_back();
-    return stream;
+    return socket;
   }
-  void Give(const HostPort& upstream, Stream stream) {
+  void Give(const HostPort& upstream, Socket socket) {
     auto& list = idle_[Key(upstream)];
-    if (list.size() < 64) list.push_back(std::move(stream));
+    if (list.size() < 64) list.push_back(std::move(socket));
   }
 
  private:
   static std::string Key(const HostPort& hp) { return Cat(hp.host, ":", hp.port); }
-  std::map<std::string, std::vector<Stream>> idle_;
+  std::map<std::string, std::vector<Socket>> idle_;
+};
+
+struct Worker;
+
+// Timeouts without a timer per operation. Arming a timer for every read and
+// write (what beast::tcp_stream does) costs a timerfd system call each, more
+// than deciding the request. Instead each connection keeps a deadline in its
+// loop's coarse clock, and a sweep every kSweepMs cancels the I/O of
+// connections past theirs: a timeout fires between its time and two sweeps
+// (200 ms) later.
+class Deadline {
+ public:
+  static constexpr int64_t kSweepMs = 100;
+
+  Deadline(Worker& w, Socket& socket);
+  ~Deadline();
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+  void After(Duration d);
+  void Never() { at_ms_ = INT64_MAX; }
+  // The pending operation was cancelled because the deadline passed.
+  bool expired() const { return expired_; }
+
+  // Called by the sweep.
+  void Check(int64_t now_ms) {
+    if (now_ms < at_ms_) return;
+    at_ms_ = INT64_MAX;
+    expired_ = true;
+    boost::system::error_code ignored;
+    socket_.cancel(ignored);
+  }
+
+ private:
+  Worker& worker_;
+  Socket& socket_;
+  int64_t at_ms_ = INT64_MAX;
+  bool expired_ = false;
+  std::list<Deadline*>::iterator self_;
 };
 
 struct Worker {
   // The config in force as this loop last saw it (see Shared::policies_version).
   std::shared_ptr<const PolicySet> policies;
   uint64_t policies_version = UINT64_MAX;
+  // Declared before `ioc`, so destroyed after it: coroutines still parked in
+  // the loop at shutdown unregister their deadlines as `ioc` destroys them.
+  std::list<Deadline*> deadlines;
   net::io_context ioc{1};
   std::unique_ptr<Acceptor> acceptor;
   UpstreamPool pool;
   std::mt19937_64 rng{std::random_device{}()};
+  // The loop's coarse clock (steady, milliseconds), moved by the sweep.
+  int64_t now_ms = SteadyMs();
+
+  static int64_t SteadyMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 };
+
+Deadline::Deadline(Worker& w, Socket& socket) : worker_(w), socket_(socket) {
+  self_ = w.deadlines.insert(w.deadlines.end(), this);
+}
+Deadline::~Deadline() { worker_.deadlines.erase(self_); }
+void Deadline::After(Duration d) {
+  expired_ = false;
+  // now_ms lags the real time by up to one sweep: adding one sweep makes the
+  // timeout never shorter than asked (and at most two sweeps longer).
+  at_ms_ = worker_.now_ms + d.CeilMillis() + kSweepMs;
+}
 
 class ServerImpl final : public Server {
  public:
@@ -413,6 +470,7 @@ class ServerImpl final : public Server {
   absl::Status Run() override {
     for (auto& w : workers_) {
       net::co_spawn(w->ioc, Accept(*w, *w->acceptor, /*admin=*/false), net::detached);
+      net::co_spawn(w->ioc, Sweep(*w), net::detached);
     }
     net::co_spawn(workers_[0]->ioc, Accept(*workers_[0], *admin_acceptor_, /*admin=*/true),
                   net::detached);
@@ -532,7 +590,8 @@ class ServerImpl final : public Server {
     if (peer.address().is_v6() && peer.address().to_v6().is_v4_mapped()) {
       peer_ip = net::ip::make_address_v4(net::ip::v4_mapped, peer.address().to_v6()).to_string();
     }
-    Stream stream(std::move(socket));
+    Socket& stream = socket;
+    Deadline deadline(w, stream);
     beast::flat_buffer buffer;
     bool first = true;
     for (;;) {
@@ -547,8 +606,7 @@ class ServerImpl final : public Server {
       parser.body_limit(static_cast<uint64_t>(max_body_bytes));
       // A slow client gets read_timeout for a whole request; an idle
       // keep-alive connection idle_timeout before its next one.
-      stream.expires_after(std::chrono::microseconds(
-          (first ? read_timeout : std::min(idle_timeout, read_timeout)).micros()));
+      deadline.After(first ? read_timeout : std::min(idle_timeout, read_timeout));
       first = false;
       co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
       if (ec) {
@@ -558,7 +616,7 @@ class ServerImpl final : public Server {
           status = 431, detail = Cat("request header larger than ", max_header_bytes, " bytes");
         } else if (ec == http::error::body_limit) {
           status = 413, detail = Cat("request body larger than ", max_body_bytes, " bytes");
-        } else if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
+        } else if (ec != http::error::end_of_stream && !deadline.expired() &&
                    ec != net::error::connection_reset && ec != net::error::eof &&
                    ec.category() == http::make_error_code(http::error::bad_target).category()) {
           status = 400, detail = Cat("malformed request: ", ec.message());
@@ -570,7 +628,7 @@ class ServerImpl final : public Server {
           res.body() = ErrorBody(status, View(http::obsolete_reason(static_cast<http::status>(status))), detail);
           res.keep_alive(false);
           res.prepare_payload();
-          stream.expires_after(std::chrono::seconds(5));
+          deadline.After(Duration::Seconds(5));
           co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
           shared_->Responses(admin, status)->Add();
         }
@@ -587,7 +645,7 @@ class ServerImpl final : public Server {
         break;
       }
       metrics.in_flight().Add(1);
-      stream.expires_never();
+      deadline.Never();
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Response res;
       if (admin) {
@@ -602,12 +660,12 @@ class ServerImpl final : public Server {
         spdlog::info("event=access peer={} method={} target=\"{}\" status={}", peer_ip,
                      View(req.method_string()), View(req.target()), res.result_int());
       }
-      stream.expires_after(std::chrono::microseconds(sc.read_timeout.micros()));
+      deadline.After(sc.read_timeout);
       co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
       metrics.in_flight().Add(-1);
       if (ec || !res.keep_alive()) break;
     }
-    stream.socket().shutdown(Socket::shutdown_send, ec);
+    stream.shutdown(Socket::shutdown_send, ec);
     connections.Add(-1);
   }
 
@@ -891,17 +949,21 @@ class ServerImpl final : public Server {
     req.prepare_payload();
     boost::system::error_code ec;
     for (int attempt = 0; attempt < 2; ++attempt) {
-      std::optional<Stream> pooled = attempt == 0 ? w.pool.Take(route.upstream) : std::nullopt;
+      std::optional<Socket> pooled = attempt == 0 ? w.pool.Take(route.upstream) : std::nullopt;
       const bool reused = pooled.has_value();
-      Stream stream = reused ? std::move(*pooled) : Stream(w.ioc.get_executor());
-      stream.expires_after(std::chrono::microseconds(sc.upstream_timeout.micros()));
+      Socket stream = reused ? std::move(*pooled) : Socket(w.ioc.get_executor());
+      Deadline deadline(w, stream);
+      deadline.After(sc.upstream_timeout);
       if (!reused) {
         Resolver resolver(w.ioc.get_executor());
         auto endpoints = co_await resolver.async_resolve(
             route.upstream.host, std::to_string(route.upstream.port),
             net::redirect_error(kUseAwaitable, ec));
-        if (!ec) co_await stream.async_connect(endpoints, net::redirect_error(kUseAwaitable, ec));
-        if (ec) co_return UpstreamError(route, req, client_version, client_keep_alive, ec, "connect");
+        if (!ec) co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
+        if (ec) {
+          co_return UpstreamError(route, client_version, client_keep_alive, ec,
+                                  deadline.expired() ? "timeout" : "connect");
+        }
       }
       co_await http::async_write(stream, req, net::redirect_error(kUseAwaitable, ec));
       beast::flat_buffer buffer;
@@ -916,13 +978,13 @@ class ServerImpl final : public Server {
                parser->get().result() != http::status::switching_protocols);
       if (ec) {
         // A pooled connection the upstream closed meanwhile: retry once on a new one.
-        if (reused && ec != beast::error::timeout) continue;
-        co_return UpstreamError(route, req, client_version, client_keep_alive, ec,
-                                ec == beast::error::timeout ? "timeout" : "exchange");
+        if (reused && !deadline.expired()) continue;
+        co_return UpstreamError(route, client_version, client_keep_alive, ec,
+                                deadline.expired() ? "timeout" : "exchange");
       }
       Response res = parser->release();
       if (res.keep_alive() && buffer.size() == 0) {
-        stream.expires_never();
+        deadline.Never();
         w.pool.Give(route.upstream, std::move(stream));
       }
       DropHopByHop(res);
@@ -936,19 +998,18 @@ class ServerImpl final : public Server {
       }
       co_return res;
     }
-    co_return UpstreamError(route, req, client_version, client_keep_alive, ec, "exchange");
+    co_return UpstreamError(route, client_version, client_keep_alive, ec, "exchange");
   }
 
-  Response UpstreamError(const RouteConfig& route, const Request& req, unsigned version,
-                         bool keep_alive, const boost::system::error_code& ec, std::string_view kind) {
-    const bool timeout = ec == beast::error::timeout;
+  Response UpstreamError(const RouteConfig& route, unsigned version, bool keep_alive,
+                         const boost::system::error_code& ec, std::string_view kind) {
+    const bool timeout = kind == "timeout";
     shared_->metrics.Get("sluice_upstream_errors_total",
                          {{"route", route.name}, {"kind", timeout ? "timeout" : std::string(kind)}})
         ->Add();
     spdlog::warn("event=upstream_error route={} upstream={}:{} kind={} error=\"{}\"", route.name,
                  route.upstream.host, route.upstream.port, timeout ? "timeout" : kind, ec.message());
     const int status = timeout ? 504 : 502;
-    (void)req;
     return MakeResponse(status, version, keep_alive,
                         ErrorBody(status, timeout ? "upstream timeout" : "bad gateway",
                                   Cat("route \"", route.name, "\": upstream ", route.upstream.host,
@@ -1068,6 +1129,21 @@ class ServerImpl final : public Server {
   }
 
   // ---- operations ----
+
+  // Moves the loop's coarse clock and cancels the I/O of connections past
+  // their deadline (see Deadline).
+  Task<void> Sweep(Worker& w) {
+    Timer timer(w.ioc.get_executor());
+    for (;;) {
+      timer.expires_after(std::chrono::milliseconds(Deadline::kSweepMs));
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+      if (ec) co_return;
+      w.now_ms = Worker::SteadyMs();
+      // Check only cancels; handlers run later, so the list is stable here.
+      for (Deadline* d : w.deadlines) d->Check(w.now_ms);
+    }
+  }
 
   std::pair<int64_t, int64_t> ConfigStamp() const {
     struct stat st {};
