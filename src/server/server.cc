@@ -163,6 +163,81 @@ std::string_view TargetPath(std::string_view target) {
   return target.substr(0, std::min(target.find('?'), target.find('#')));
 }
 
+// The common shape of a check, {"policy": "...", "key": "...", "cost": N},
+// read without building a JSON tree: the decision API's hot path. Anything
+// else (escapes, other fields or types, a repeated field, a batch) returns
+// nullopt and goes through nlohmann::json, which also words the errors.
+struct FlatCheck {
+  std::string_view policy;
+  std::string_view key;
+  int64_t cost = 1;
+};
+
+std::optional<FlatCheck> ParseFlatCheck(std::string_view body) {
+  size_t i = 0;
+  auto skip_ws = [&] {
+    while (i < body.size() && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r')) ++i;
+  };
+  auto string = [&]() -> std::optional<std::string_view> {
+    if (i >= body.size() || body[i] != '"') return std::nullopt;
+    const size_t start = ++i;
+    while (i < body.size() && body[i] != '"') {
+      const auto c = static_cast<unsigned char>(body[i]);
+      if (c == '\\' || c < 0x20 || c >= 0x80) return std::nullopt;  // escapes, controls, UTF-8
+      ++i;
+    }
+    if (i >= body.size()) return std::nullopt;
+    return body.substr(start, i++ - start);
+  };
+  FlatCheck check;
+  bool seen_policy = false, seen_key = false, seen_cost = false;
+  skip_ws();
+  if (i >= body.size() || body[i++] != '{') return std::nullopt;
+  for (;;) {
+    skip_ws();
+    const std::optional<std::string_view> name = string();
+    if (!name) return std::nullopt;
+    skip_ws();
+    if (i >= body.size() || body[i++] != ':') return std::nullopt;
+    skip_ws();
+    if (*name == "policy" || *name == "key") {
+      bool& seen = *name == "policy" ? seen_policy : seen_key;
+      const std::optional<std::string_view> value = string();
+      if (seen || !value) return std::nullopt;
+      seen = true;
+      (*name == "policy" ? check.policy : check.key) = *value;
+    } else if (*name == "cost") {
+      if (seen_cost) return std::nullopt;
+      seen_cost = true;
+      int64_t cost = 0;
+      size_t digits = 0;
+      while (i < body.size() && body[i] >= '0' && body[i] <= '9' && digits < 15) {
+        cost = cost * 10 + (body[i++] - '0');
+        ++digits;
+      }
+      if (digits == 0 || cost > kMaxLimit || (digits > 1 && body[i - digits] == '0')) return std::nullopt;
+      if (i < body.size() && ((body[i] >= '0' && body[i] <= '9') || body[i] == '.' ||
+                              body[i] == 'e' || body[i] == 'E')) {
+        return std::nullopt;
+      }
+      check.cost = cost;
+    } else {
+      return std::nullopt;
+    }
+    skip_ws();
+    if (i < body.size() && body[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (i < body.size() && body[i] == '}') break;
+    return std::nullopt;
+  }
+  ++i;
+  skip_ws();
+  if (i != body.size() || !seen_policy || !seen_key) return std::nullopt;
+  return check;
+}
+
 // The outcome of a request against the policies that apply to it.
 struct Evaluation {
   bool allowed = true;
@@ -752,10 +827,24 @@ class ServerImpl final : public Server {
       cost = c->get<int64_t>();
       if (cost < 0) return fail(400, "bad request", "\"cost\" must not be negative");
     }
-    const std::string& name = policy_it->get_ref<const std::string&>();
+    return DecideChecked(w, set, policy_it->get_ref<const std::string&>(),
+                         key_it->get_ref<const std::string&>(), cost, status, headers);
+  }
+
+  // The rest of a check, once its fields have the right types.
+  std::string DecideChecked(Worker& w, const PolicySet& set, std::string_view name,
+                            std::string_view key, int64_t cost, int& status, HeaderList* headers) {
+    auto fail = [&](int code, std::string_view title, const std::string& detail) {
+      status = code;
+      std::string out = "{\"error\":";
+      AppendJsonString(out, title);
+      out += ",\"detail\":";
+      AppendJsonString(out, detail);
+      out += Cat(",\"status\":", code, "}");
+      return out;
+    };
     const Policy* policy = set.Find(name);
     if (policy == nullptr) return fail(404, "unknown policy", Cat("no policy named \"", name, "\""));
-    const std::string& key = key_it->get_ref<const std::string&>();
     if (key.empty()) return fail(400, "bad request", "\"key\" must not be empty");
     if (absl::Status s = ValidateKey(key); !s.ok()) {
       return fail(400, "bad request", std::string(s.message()));
@@ -785,7 +874,7 @@ class ServerImpl final : public Server {
       Evaluation ev;
       ev.allowed = !enforced_denial;
       if (!shadow) {
-        ev.answers.push_back({.name = name, .decision = *d,
+        ev.answers.push_back({.name = std::string(name), .decision = *d,
                               .window_seconds = policy->WindowSeconds(d->limit_index)});
       }
       ev.retry_exact = d->retry_after;
@@ -802,9 +891,21 @@ class ServerImpl final : public Server {
       res.set(http::field::allow, "POST");
       return res;
     }
+    const std::shared_ptr<const PolicySet>& set = Current(w);  // nothing below suspends
+    if (std::optional<FlatCheck> flat = ParseFlatCheck(req.body())) {
+      int status = 200;
+      HeaderList headers;
+      std::string result = DecideChecked(w, *set, flat->policy, flat->key, flat->cost, status,
+                                         &headers);
+      if (status == 200 || status == 429) {
+        return MakeResponse(status, req.version(), req.keep_alive(), std::move(result),
+                            "application/json", headers);
+      }
+      nlohmann::json error = nlohmann::json::parse(result);
+      return Problem(status, req, error["error"].get<std::string>(), error["detail"].get<std::string>());
+    }
     nlohmann::json body = nlohmann::json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded()) return Problem(400, req, "bad request", "the body is not valid JSON");
-    const std::shared_ptr<const PolicySet>& set = Current(w);  // nothing below suspends
     if (body.is_array()) {
       if (body.size() > 1000) {
         return Problem(400, req, "bad request", "a batch holds at most 1000 checks");
