@@ -1,0 +1,43 @@
+// Reading request text: paths as an origin server sees them, percent
+// escapes, and the decision API's common body. Internal to the server; pure
+// functions, unit-tested in request_text_test.cc.
+#ifndef SLUICE_SERVER_REQUEST_TEXT_H_
+#define SLUICE_SERVER_REQUEST_TEXT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sluice::server {
+
+// The byte "%XX" at s[i] stands for, if it is one.
+std::optional<char> PercentByte(std::string_view s, size_t i);
+
+// Percent-decoding for /v1/keys/{policy}/{key}; nullopt for a bad escape.
+std::optional<std::string> PercentDecode(std::string_view s);
+
+// The path policies and routes match on, as an origin server would see it:
+// percent-encoded unreserved characters decoded, empty and "." segments
+// dropped, ".." applied. Otherwise "/%6Cogin", "//login" or "/x/../login"
+// would slip past a policy on /login that the upstream then serves.
+std::string NormalizePath(std::string_view raw);
+
+// The path part of a request target, origin form or absolute form
+// ("http://host/path?q" -> "/path").
+std::string_view TargetPath(std::string_view target);
+
+// The common shape of a check, {"policy": "...", "key": "...", "cost": N},
+// read without building a JSON tree: the decision API's hot path. Anything
+// else (escapes, other fields or types, a repeated field, a batch) returns
+// nullopt and goes through nlohmann::json, which also words the errors.
+struct FlatCheck {
+  std::string_view policy;
+  std::string_view key;
+  int64_t cost = 1;
+};
+std::optional<FlatCheck> ParseFlatCheck(std::string_view body);
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_REQUEST_TEXT_H_
