@@ -12,6 +12,7 @@
 #include "sluice/config.h"
 #include "sluice/rate.h"
 #include "sluice/version.h"
+#include "spdlog/async.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -106,15 +107,21 @@ int Serve(const std::string& config_path, bool check_only) {
     return 0;
   }
   // Logs go to stderr, one line per event; stdout stays free for output.
-  spdlog::set_default_logger(spdlog::stderr_logger_mt("sluice"));
+  // Written by a logging thread: an event loop only queues the line, so a
+  // slow stderr (a full pipe) never blocks a loop; when the queue is full the
+  // oldest lines are dropped rather than stalling requests.
+  spdlog::init_thread_pool(16384, 1);
+  spdlog::set_default_logger(spdlog::create_async_nb<spdlog::sinks::stderr_sink_mt>("sluice"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z level=%l %v");
   absl::StatusOr<std::unique_ptr<sluice::server::Server>> server =
       sluice::server::Server::Create(*std::move(config), config_path);
   if (!server.ok()) {
+    spdlog::shutdown();
     std::cerr << "sluice: " << server.status().message() << "\n";
     return 2;
   }
   absl::Status status = (*server)->Run();
+  spdlog::shutdown();  // flush the queue before exiting
   if (!status.ok()) {
     std::cerr << "sluice: " << status.message() << "\n";
     return 1;
