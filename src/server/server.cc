@@ -631,19 +631,26 @@ class ServerImpl final : public Server {
 
   // ---- the decision API ----
 
+  // A check's error as the JSON object a batch answers in its place; sets
+  // `status` to `code`.
+  static std::string CheckError(int code, std::string_view title, const std::string& detail,
+                                int& status) {
+    status = code;
+    std::string out = "{\"error\":";
+    AppendJsonString(out, title);
+    out += ",\"detail\":";
+    AppendJsonString(out, detail);
+    out += Cat(",\"status\":", code, "}");
+    return out;
+  }
+
   // One check of the decision API. Returns its JSON object and sets
   // `status` (200, 429, or the 4xx of a bad item, whose JSON then has
   // "error" and "detail").
   std::string DecideOne(Worker& w, const nlohmann::json& item, const PolicySet& set,
                         int& status, HeaderList* headers) {
     auto fail = [&](int code, std::string_view title, const std::string& detail) {
-      status = code;
-      std::string out = "{\"error\":";
-      AppendJsonString(out, title);
-      out += ",\"detail\":";
-      AppendJsonString(out, detail);
-      out += Cat(",\"status\":", code, "}");
-      return out;
+      return CheckError(code, title, detail, status);
     };
     if (!item.is_object()) return fail(400, "bad request", "each check must be a JSON object");
     for (const auto& [k, v] : item.items()) {
@@ -679,13 +686,7 @@ class ServerImpl final : public Server {
   std::string DecideChecked(Worker& w, const PolicySet& set, std::string_view name,
                             std::string_view key, int64_t cost, int& status, HeaderList* headers) {
     auto fail = [&](int code, std::string_view title, const std::string& detail) {
-      status = code;
-      std::string out = "{\"error\":";
-      AppendJsonString(out, title);
-      out += ",\"detail\":";
-      AppendJsonString(out, detail);
-      out += Cat(",\"status\":", code, "}");
-      return out;
+      return CheckError(code, title, detail, status);
     };
     const Policy* policy = set.Find(name);
     if (policy == nullptr) return fail(404, "unknown policy", Cat("no policy named \"", name, "\""));
