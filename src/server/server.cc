@@ -398,7 +398,7 @@ class ServerImpl final : public Server {
         [&](const boost::system::error_code& ec, int sig) {
           if (ec) return;
           if (sig == SIGHUP) {
-            (void)shared_->Reload("SIGHUP");
+            ReloadInBackground("SIGHUP");
             signals.async_wait(on_signal);
             return;
           }
@@ -417,6 +417,7 @@ class ServerImpl final : public Server {
     }
     workers_[0]->ioc.run();
     for (std::thread& t : threads) t.join();
+    reloader_.join();  // a reload under way finishes (its log line included)
     spdlog::info("event=stop in_flight={}", shared_->metrics.in_flight().value());
     return absl::OkStatus();
   }
@@ -1076,6 +1077,10 @@ class ServerImpl final : public Server {
 
   // ---- operations ----
 
+  void ReloadInBackground(std::string_view why) {
+    net::post(reloader_, [shared = shared_, why = std::string(why)] { (void)shared->Reload(why); });
+  }
+
   // Moves the loop's coarse clock and cancels the I/O of connections past
   // their deadline (see Deadline).
   Task<void> Sweep(Worker& w) {
@@ -1110,7 +1115,7 @@ class ServerImpl final : public Server {
       const std::pair<int64_t, int64_t> now = stamp();
       if (now != last && now.first != 0) {
         last = now;
-        (void)shared_->Reload("file-change");
+        ReloadInBackground("file-change");
       }
     }
   }
@@ -1136,6 +1141,8 @@ class ServerImpl final : public Server {
   uint16_t port_ = 0;
   uint16_t admin_port_ = 0;
   std::pair<int64_t, int64_t> initial_stamp_{0, 0};
+  // Reloads read and validate the file off the event loops, one at a time.
+  net::thread_pool reloader_{1};
 };
 
 }  // namespace
