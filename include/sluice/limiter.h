@@ -8,8 +8,15 @@
 // least remaining. A leaky_bucket shape limit (at most one per policy) is
 // decided last, because a departure slot, once given, is not given back.
 //
-// Thread-safety: Acquire, Check and Refund may be called from any number of
-// threads at once. The Limiter reads its clock once per call.
+// Limits may live in different stores: an everyday per-instance limit in
+// the memory store and a fleet-wide one in Redis (LimiterOptions::stores).
+// The limits in a remote store are decided together in one round trip
+// (Store::DecideBatch): AcquireAsync answers when it returns; the blocking
+// forms wait for it. When the remote store fails, `on_store_error` decides.
+//
+// Thread-safety: every method may be called from any number of threads at
+// once. The Limiter reads its clock once per call. The blocking forms must
+// not be called on a remote store's own I/O thread.
 //
 //   sluice::MemoryStore store;
 //   auto limiter = sluice::Limiter::Create(store, {
@@ -22,7 +29,9 @@
 #define SLUICE_LIMITER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,11 +44,26 @@
 
 namespace sluice {
 
+// What a decision does when a remote store (Redis) cannot answer: the
+// store is unreachable, its circuit breaker is open, or it did not answer
+// within its timeout.
+enum class OnStoreError {
+  kAllow,  // the remote limits allow (fail open)
+  kDeny,   // the request is denied, Retry-After 1 s (fail closed)
+  kLocal,  // the remote limits are decided by in-process limits of the same shape
+};
+
 struct LimiterOptions {
   // Names the policy in errors (and, in the server, in headers and metrics).
+  // A remote store puts it in its keys: limiters of one name share state.
   std::string name = "default";
   // At least one. Each is validated by MakeLimit.
   std::vector<LimitOptions> limits;
+  // Where limit i's state lives: stores[i]; when `stores` is empty or
+  // stores[i] is null, the store passed to Create. At most one remote store
+  // per limiter. Each store must outlive the Limiter.
+  std::vector<Store*> stores;
+  OnStoreError on_store_error = OnStoreError::kAllow;
   // Read once per call. Default: SystemClock::Default(). Must outlive the Limiter.
   const Clock* clock = nullptr;
 };
@@ -53,7 +77,17 @@ struct AcquireOptions {
 // it came from.
 struct PolicyDecision : Decision {
   size_t limit_index = 0;
+  // When the cost was taken, by the Limiter's clock and by the remote
+  // store's own clock (Redis' TIME; equal to taken_at without a remote
+  // store). Refund(key, decision, cost) passes both back.
+  Time taken_at;
+  Time store_time;
+  // The remote store failed and `on_store_error` made this decision.
+  bool store_error = false;
 };
+
+using DecisionCallback = std::function<void(absl::StatusOr<PolicyDecision>)>;
+using InspectCallback = std::function<void(absl::StatusOr<std::vector<Decision>>)>;
 
 class Limiter {
  public:
@@ -69,9 +103,25 @@ class Limiter {
   // (the server reads it once per request).
   absl::StatusOr<PolicyDecision> AcquireAt(std::string_view key, Time now, int64_t cost);
 
-  // Gives back `cost` taken at `taken_at` by a successful AcquireAt, from
-  // every limit (a caller combining several limiters keeps all-or-nothing).
+  // AcquireAt that never blocks: `done` is called exactly once, before
+  // AcquireAsync returns when every limit is in this process, otherwise on
+  // the remote store's thread (keep `done` short, or post it elsewhere).
+  void AcquireAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done);
+  // Check at `now`, never blocking; `done` as for AcquireAsync.
+  void CheckAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done);
+  // Inspect, never blocking; `done` as for AcquireAsync.
+  void InspectAsync(std::string_view key, Time now, int64_t cost, InspectCallback done);
+
+  // Gives back `cost` that a successful Acquire took, from every limit (a
+  // caller combining several limiters keeps all-or-nothing). What remote
+  // limits took is given back asynchronously, without waiting.
+  absl::Status Refund(std::string_view key, const PolicyDecision& taken, int64_t cost);
+  // The same for in-process limits taken at `taken_at`.
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost);
+
+  // True when every limit is in this process: the *Async forms then answer
+  // before they return.
+  bool in_process() const { return remote_ == nullptr; }
 
   // Each limit's own answer for `key` at `now` to a request of `cost`,
   // taking nothing (cost 0: the state as it is). In LimiterOptions order.
@@ -91,6 +141,21 @@ class Limiter {
   std::vector<LimitConfig> configs_;               // in the caller's order
   std::vector<std::shared_ptr<LimitTable>> tables_;  // in the caller's order
   std::vector<size_t> order_;                      // decision order: shape last
+
+  // With a remote store: the limits in this process, except a shape limit,
+  // are decided first (cheap, and they spare the remote store the requests
+  // they deny), then the remote limits in one call, then a local shape limit.
+  Store* remote_ = nullptr;
+  std::vector<size_t> local_first_;        // indexes, decision order
+  std::vector<size_t> remote_limits_;      // indexes, decision order
+  std::vector<LimitTable*> remote_tables_;  // the same, as DecideBatch wants them
+  std::optional<size_t> local_shape_;
+  OnStoreError on_store_error_ = OnStoreError::kAllow;
+  std::vector<std::shared_ptr<LimitTable>> fallback_;  // kLocal: per limit, null if local
+
+  struct Pending;
+  void Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> remote);
+  PolicyDecision Merge(const std::vector<std::optional<Decision>>& by_limit) const;
 };
 
 }  // namespace sluice

@@ -1,6 +1,7 @@
 #include "sluice/limiter.h"
 
 #include <algorithm>
+#include <future>
 
 #include "base/cat.h"
 
@@ -12,10 +13,12 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
   std::unique_ptr<Limiter> limiter(new Limiter());
   limiter->name_ = options.name;
   limiter->clock_ = options.clock != nullptr ? options.clock : &SystemClock::Default();
+  limiter->on_store_error_ = options.on_store_error;
   if (options.limits.empty()) {
     return absl::InvalidArgumentError(Cat("policy \"", options.name, "\": no limits"));
   }
   size_t shape_limits = 0;
+  std::vector<bool> remote;
   for (size_t i = 0; i < options.limits.size(); ++i) {
     absl::StatusOr<LimitConfig> config = MakeLimit(options.limits[i]);
     if (!config.ok()) {
@@ -23,10 +26,34 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
           Cat("policy \"", options.name, "\" limit ", i + 1, ": ", config.status().message()));
     }
     if (IsShape(*config)) ++shape_limits;
-    absl::StatusOr<std::shared_ptr<LimitTable>> table = store.OpenTable(*config);
-    if (!table.ok()) return table.status();
+    Store& where = i < options.stores.size() && options.stores[i] != nullptr ? *options.stores[i]
+                                                                               : store;
+    remote.push_back(where.remote());
+    if (where.remote()) {
+      if (limiter->remote_ != nullptr && limiter->remote_ != &where) {
+        return absl::InvalidArgumentError(
+            Cat("policy \"", options.name, "\": limits in more than one remote store"));
+      }
+      limiter->remote_ = &where;
+    }
+    absl::StatusOr<std::shared_ptr<LimitTable>> table = where.OpenNamedTable(*config, options.name);
+    if (!table.ok()) {
+      return absl::Status(table.status().code(), Cat("policy \"", options.name, "\" limit ", i + 1,
+                                                     ": ", table.status().message()));
+    }
+    std::shared_ptr<LimitTable> fallback;
+    if (where.remote() && options.on_store_error == OnStoreError::kLocal) {
+      if (store.remote()) {
+        return absl::InvalidArgumentError(Cat(
+            "policy \"", options.name, "\": on_store_error local needs an in-process store"));
+      }
+      absl::StatusOr<std::shared_ptr<LimitTable>> local = store.OpenTable(*config);
+      if (!local.ok()) return local.status();
+      fallback = *std::move(local);
+    }
     limiter->configs_.push_back(*std::move(config));
     limiter->tables_.push_back(*std::move(table));
+    limiter->fallback_.push_back(std::move(fallback));
   }
   if (shape_limits > 1) {
     return absl::InvalidArgumentError(Cat("policy \"", options.name,
@@ -37,6 +64,18 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
   }
   for (size_t i = 0; i < limiter->configs_.size(); ++i) {
     if (IsShape(limiter->configs_[i])) limiter->order_.push_back(i);
+  }
+  if (limiter->remote_ != nullptr) {
+    for (size_t i : limiter->order_) {
+      if (remote[i]) {
+        limiter->remote_limits_.push_back(i);
+        limiter->remote_tables_.push_back(limiter->tables_[i].get());
+      } else if (IsShape(limiter->configs_[i])) {
+        limiter->local_shape_ = i;
+      } else {
+        limiter->local_first_.push_back(i);
+      }
+    }
   }
   return limiter;
 }
@@ -58,13 +97,45 @@ void MergeAllowed(PolicyDecision& into, const Decision& d, size_t index, bool fi
   into.delay = delay;
 }
 
+// What a limit answers for a key never seen: the answer `on_store_error:
+// allow` reports for a remote limit it could not ask.
+Decision FreshDecision(const LimitConfig& config, Time now, int64_t cost) {
+  return std::visit(
+      [&](const auto& c) -> Decision {
+        using C = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<C, SlidingLogConfig>) {
+          SlidingLogState state;
+          return Decide(c, state, now, cost);
+        } else if constexpr (std::is_same_v<C, TokenBucketConfig>) {
+          return Decide(c, TokenBucketState{}, now, cost).decision;
+        } else {
+          return Decide(c, {}, now, cost).decision;
+        }
+      },
+      config);
+}
+
+// Waits for an asynchronous answer (the blocking forms over a remote store).
+template <typename T>
+T Wait(const std::function<void(std::function<void(T)>)>& start) {
+  std::promise<T> promise;
+  std::future<T> future = promise.get_future();
+  start([&promise](T value) { promise.set_value(std::move(value)); });
+  return future.get();
+}
+
 }  // namespace
 
 absl::StatusOr<PolicyDecision> Limiter::AcquireAt(std::string_view key, Time now, int64_t cost) {
   if (cost < 0) {
     return absl::InvalidArgumentError(Cat("cost must not be negative, got ", cost));
   }
+  if (remote_ != nullptr) {
+    return Wait<absl::StatusOr<PolicyDecision>>(
+        [&](DecisionCallback done) { AcquireAsync(key, now, cost, std::move(done)); });
+  }
   PolicyDecision result;
+  result.taken_at = result.store_time = now;
   for (size_t n = 0; n < order_.size(); ++n) {
     const size_t i = order_[n];
     absl::StatusOr<Decision> d = tables_[i]->Decide(key, now, cost);
@@ -92,7 +163,220 @@ absl::StatusOr<PolicyDecision> Limiter::AcquireAt(std::string_view key, Time now
   return result;
 }
 
+// The reported decision from each limit's own (absent: not asked), merged
+// as AcquireAt merges: the first denial in decision order, replaced by a
+// later one that waits longer; when all allow, the least remaining.
+PolicyDecision Limiter::Merge(const std::vector<std::optional<Decision>>& by_limit) const {
+  PolicyDecision result;
+  bool denied = false;
+  bool first = true;
+  for (size_t i : order_) {
+    if (!by_limit[i]) continue;
+    const Decision& d = *by_limit[i];
+    if (!d.allowed) {
+      if (!denied || d.retry_after > result.retry_after) {
+        static_cast<Decision&>(result) = d;
+        result.limit_index = i;
+      }
+      denied = true;
+    } else if (!denied) {
+      MergeAllowed(result, d, i, first);
+      first = false;
+    }
+  }
+  return result;
+}
+
+// One AcquireAsync or CheckAsync over a remote store, between its steps.
+struct Limiter::Pending {
+  std::string key;
+  Time now;
+  int64_t cost = 0;
+  bool take = true;  // AcquireAsync; false: CheckAsync
+  std::vector<std::optional<Decision>> by_limit;
+  std::vector<size_t> taken;  // local limits that took `cost`
+  DecisionCallback done;
+};
+
+void Limiter::AcquireAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done) {
+  if (remote_ == nullptr) return done(AcquireAt(key, now, cost));
+  if (cost < 0) {
+    return done(absl::InvalidArgumentError(Cat("cost must not be negative, got ", cost)));
+  }
+  auto p = std::make_shared<Pending>();
+  p->key = std::string(key);
+  p->now = now;
+  p->cost = cost;
+  p->by_limit.resize(configs_.size());
+  p->done = std::move(done);
+  // Local limits first: a request they deny never costs a round trip.
+  for (size_t i : local_first_) {
+    absl::StatusOr<Decision> d = tables_[i]->Decide(key, now, cost);
+    if (!d.ok() || !d->allowed) {
+      for (size_t t : p->taken) (void)tables_[t]->Refund(key, now, cost);
+      if (!d.ok()) return p->done(d.status());
+      p->by_limit[i] = *d;
+      for (size_t j : local_first_) {
+        if (p->by_limit[j]) continue;
+        absl::StatusOr<Decision> later = tables_[j]->Check(key, now, cost);
+        if (later.ok()) p->by_limit[j] = *later;
+      }
+      PolicyDecision result = Merge(p->by_limit);
+      result.taken_at = result.store_time = now;
+      return p->done(std::move(result));
+    }
+    p->by_limit[i] = *d;
+    p->taken.push_back(i);
+  }
+  remote_->DecideBatch(remote_tables_, p->key, BatchOp::kDecide, now, cost, Time(),
+                       [this, p](absl::StatusOr<BatchResult> r) { Continue(p, std::move(r)); });
+}
+
+void Limiter::CheckAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done) {
+  if (cost < 0) {
+    return done(absl::InvalidArgumentError(Cat("cost must not be negative, got ", cost)));
+  }
+  if (remote_ == nullptr) {
+    std::vector<std::optional<Decision>> by_limit(configs_.size());
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      absl::StatusOr<Decision> d = tables_[i]->Check(key, now, cost);
+      if (!d.ok()) return done(d.status());
+      by_limit[i] = *d;
+    }
+    PolicyDecision result = Merge(by_limit);
+    result.taken_at = result.store_time = now;
+    return done(std::move(result));
+  }
+  auto p = std::make_shared<Pending>();
+  p->key = std::string(key);
+  p->now = now;
+  p->cost = cost;
+  p->take = false;
+  p->by_limit.resize(configs_.size());
+  p->done = std::move(done);
+  for (size_t i : local_first_) {
+    absl::StatusOr<Decision> d = tables_[i]->Check(key, now, cost);
+    if (!d.ok()) return p->done(d.status());
+    p->by_limit[i] = *d;
+  }
+  remote_->DecideBatch(remote_tables_, p->key, BatchOp::kCheck, now, cost, Time(),
+                       [this, p](absl::StatusOr<BatchResult> r) { Continue(p, std::move(r)); });
+}
+
+void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> remote) {
+  const std::string& key = p->key;
+  Time store_time = p->now;
+  bool store_error = false;
+  bool remote_took = false;
+  bool fallback_took = false;
+  if (remote.ok() && remote->decisions.size() == remote_limits_.size()) {
+    store_time = remote->store_time;
+    bool all = true;
+    for (size_t n = 0; n < remote_limits_.size(); ++n) {
+      p->by_limit[remote_limits_[n]] = remote->decisions[n];
+      all = all && remote->decisions[n].allowed;
+    }
+    remote_took = p->take && all;
+  } else {
+    store_error = true;
+    switch (on_store_error_) {
+      case OnStoreError::kAllow:
+        for (size_t i : remote_limits_) {
+          Decision d = FreshDecision(configs_[i], p->now, p->cost);
+          d.allowed = true;
+          d.retry_after = Duration::Zero();
+          p->by_limit[i] = d;
+        }
+        break;
+      case OnStoreError::kDeny:
+        for (size_t i : remote_limits_) {
+          Decision d = FreshDecision(configs_[i], p->now, p->cost);
+          d.allowed = false;
+          d.remaining = 0;
+          d.delay = Duration::Zero();
+          d.retry_after = Duration::Seconds(1);
+          p->by_limit[i] = d;
+        }
+        break;
+      case OnStoreError::kLocal: {
+        std::vector<LimitTable*> tables;
+        for (size_t i : remote_limits_) tables.push_back(fallback_[i].get());
+        absl::StatusOr<BatchResult> local = DecideInProcess(
+            tables, key, p->take ? BatchOp::kDecide : BatchOp::kCheck, p->now, p->cost, Time());
+        if (!local.ok()) {
+          for (size_t t : p->taken) (void)tables_[t]->Refund(key, p->now, p->cost);
+          return p->done(local.status());
+        }
+        bool all = true;
+        for (size_t n = 0; n < remote_limits_.size(); ++n) {
+          p->by_limit[remote_limits_[n]] = local->decisions[n];
+          all = all && local->decisions[n].allowed;
+        }
+        fallback_took = p->take && all;
+        break;
+      }
+    }
+  }
+  bool allowed = true;
+  for (size_t i : remote_limits_) allowed = allowed && p->by_limit[i]->allowed;
+  if (local_shape_) {
+    const size_t i = *local_shape_;
+    absl::StatusOr<Decision> d = !allowed || !p->take ? tables_[i]->Check(key, p->now, p->cost)
+                                                      : tables_[i]->Decide(key, p->now, p->cost);
+    if (d.ok()) p->by_limit[i] = *d;
+    allowed = allowed && d.ok() && d->allowed;
+    if (!d.ok()) {
+      allowed = false;
+      p->by_limit[i].reset();
+    }
+  }
+  if (!allowed && p->take) {
+    // All-or-nothing: give back what this request took so far.
+    for (size_t t : p->taken) (void)tables_[t]->Refund(key, p->now, p->cost);
+    if (remote_took) {
+      remote_->DecideBatch(remote_tables_, key, BatchOp::kRefund, p->now, p->cost, store_time,
+                           [](absl::StatusOr<BatchResult>) {});
+    }
+    if (fallback_took) {
+      for (size_t i : remote_limits_) (void)fallback_[i]->Refund(key, p->now, p->cost);
+    }
+  }
+  PolicyDecision result = Merge(p->by_limit);
+  result.taken_at = p->now;
+  result.store_time = store_time;
+  result.store_error = store_error;
+  p->done(std::move(result));
+}
+
+absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, int64_t cost) {
+  if (remote_ == nullptr) return Refund(key, taken.taken_at, cost);
+  absl::Status result;
+  for (size_t i : order_) {
+    if (IsShape(configs_[i]) || std::find(remote_limits_.begin(), remote_limits_.end(), i) !=
+                                    remote_limits_.end()) {
+      continue;
+    }
+    result.Update(tables_[i]->Refund(key, taken.taken_at, cost));
+  }
+  if (taken.store_error) {
+    if (on_store_error_ == OnStoreError::kLocal) {
+      for (size_t i : remote_limits_) {
+        if (!IsShape(configs_[i])) result.Update(fallback_[i]->Refund(key, taken.taken_at, cost));
+      }
+    }
+    return result;
+  }
+  remote_->DecideBatch(remote_tables_, key, BatchOp::kRefund, taken.taken_at, cost,
+                       taken.store_time, [](absl::StatusOr<BatchResult>) {});
+  return result;
+}
+
 absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) {
+  if (remote_ != nullptr) {
+    PolicyDecision taken;
+    taken.taken_at = taken.store_time = taken_at;
+    return Refund(key, taken, cost);
+  }
   absl::Status result;
   for (size_t i : order_) {
     if (IsShape(configs_[i])) continue;  // a departure slot is not given back
@@ -101,39 +385,45 @@ absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) 
   return result;
 }
 
+void Limiter::InspectAsync(std::string_view key, Time now, int64_t cost, InspectCallback done) {
+  std::vector<Decision> out(configs_.size());
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    if (remote_ != nullptr &&
+        std::find(remote_limits_.begin(), remote_limits_.end(), i) != remote_limits_.end()) {
+      continue;
+    }
+    absl::StatusOr<Decision> d = tables_[i]->Check(key, now, cost);
+    if (!d.ok()) return done(d.status());
+    out[i] = *d;
+  }
+  if (remote_ == nullptr) return done(std::move(out));
+  remote_->DecideBatch(
+      remote_tables_, key, BatchOp::kCheck, now, cost, Time(),
+      [this, out = std::move(out), done = std::move(done)](absl::StatusOr<BatchResult> r) mutable {
+        if (!r.ok()) return done(r.status());
+        for (size_t n = 0; n < remote_limits_.size() && n < r->decisions.size(); ++n) {
+          out[remote_limits_[n]] = r->decisions[n];
+        }
+        done(std::move(out));
+      });
+}
+
 absl::StatusOr<std::vector<Decision>> Limiter::Inspect(std::string_view key, Time now,
                                                        int64_t cost) {
-  std::vector<Decision> out;
-  for (const std::shared_ptr<LimitTable>& table : tables_) {
-    absl::StatusOr<Decision> d = table->Check(key, now, cost);
-    if (!d.ok()) return d.status();
-    out.push_back(*d);
-  }
-  return out;
+  return Wait<absl::StatusOr<std::vector<Decision>>>(
+      [&](InspectCallback done) { InspectAsync(key, now, cost, std::move(done)); });
 }
 
 absl::StatusOr<PolicyDecision> Limiter::Check(std::string_view key, AcquireOptions options) {
-  if (options.cost < 0) {
-    return absl::InvalidArgumentError(Cat("cost must not be negative, got ", options.cost));
-  }
   const Time now = clock_->Now();
-  PolicyDecision result;
-  bool denied = false;
-  for (size_t n = 0; n < order_.size(); ++n) {
-    const size_t i = order_[n];
-    absl::StatusOr<Decision> d = tables_[i]->Check(key, now, options.cost);
-    if (!d.ok()) return d.status();
-    if (!d->allowed) {
-      if (!denied || d->retry_after > result.retry_after) {
-        static_cast<Decision&>(result) = *d;
-        result.limit_index = i;
-      }
-      denied = true;
-    } else if (!denied) {
-      MergeAllowed(result, *d, i, n == 0);
-    }
+  if (remote_ == nullptr) {
+    absl::StatusOr<PolicyDecision> result;
+    CheckAsync(key, now, options.cost,
+               [&result](absl::StatusOr<PolicyDecision> d) { result = std::move(d); });
+    return result;
   }
-  return result;
+  return Wait<absl::StatusOr<PolicyDecision>>(
+      [&](DecisionCallback done) { CheckAsync(key, now, options.cost, std::move(done)); });
 }
 
 }  // namespace sluice

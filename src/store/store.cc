@@ -13,3 +13,43 @@ absl::Status ValidateKey(std::string_view key) {
 }
 
 }  // namespace sluice
+
+namespace sluice {
+
+absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
+                                            std::string_view key, BatchOp op, Time now,
+                                            int64_t cost, Time taken_at) {
+  BatchResult result{.store_time = now};
+  if (op == BatchOp::kRefund) {
+    for (LimitTable* table : tables) {
+      if (IsShape(table->config())) continue;
+      if (absl::Status s = table->Refund(key, taken_at, cost); !s.ok()) return s;
+    }
+    return result;
+  }
+  bool denied = false;
+  size_t taken = 0;
+  for (LimitTable* table : tables) {
+    absl::StatusOr<Decision> d = denied || op == BatchOp::kCheck ? table->Check(key, now, cost)
+                                                                : table->Decide(key, now, cost);
+    if (!d.ok()) {
+      for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost);
+      return d.status();
+    }
+    if (!d->allowed && !denied) {
+      denied = true;
+      for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost);
+    } else if (!denied && op == BatchOp::kDecide) {
+      ++taken;
+    }
+    result.decisions.push_back(*d);
+  }
+  return result;
+}
+
+void Store::DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
+                        Time now, int64_t cost, Time taken_at, BatchCallback done) {
+  done(DecideInProcess(tables, key, op, now, cost, taken_at));
+}
+
+}  // namespace sluice

@@ -18,8 +18,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,10 +59,58 @@ class LimitTable {
   virtual const LimitConfig& config() const = 0;
 };
 
+// What a remote store is asked to do with the limits of one key in one call.
+enum class BatchOp {
+  kDecide,  // all-or-nothing: take `cost` from every limit only if all allow
+  kCheck,   // answer as kDecide would, taking nothing
+  kRefund,  // give back `cost` taken at `taken_at` (leaky_bucket shape excepted)
+};
+
+struct BatchResult {
+  // The time the store decided at, by its own clock (Redis' TIME): a refund
+  // of what this call took passes it back as `taken_at`.
+  Time store_time;
+  // One per table, in the order given. Empty for kRefund.
+  std::vector<Decision> decisions;
+};
+
+using BatchCallback = std::function<void(absl::StatusOr<BatchResult>)>;
+
+// A batch on tables in this process, answered at once: kDecide takes from
+// every table only if all allow (what one took is given back when a later
+// one denies; the tables after a denial are checked, taking nothing).
+absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
+                                            std::string_view key, BatchOp op, Time now,
+                                            int64_t cost, Time taken_at);
+
 class Store {
  public:
   virtual ~Store() = default;
   virtual absl::StatusOr<std::shared_ptr<LimitTable>> OpenTable(const LimitConfig& config) = 0;
+
+  // A table whose keys are kept apart from other tables of the same config
+  // by `name` (a policy's name). Stores in this process keep every table
+  // apart anyway and ignore the name; a shared store (Redis) puts it in its
+  // keys, so that instances of a fleet meet in the same state.
+  virtual absl::StatusOr<std::shared_ptr<LimitTable>> OpenNamedTable(const LimitConfig& config,
+                                                                     std::string_view name) {
+    (void)name;
+    return OpenTable(config);
+  }
+
+  // True for stores whose state lives in another process (Redis): their
+  // answers take a round trip, so callers use DecideBatch, which answers
+  // asynchronously for all the limits of one key at once.
+  virtual bool remote() const { return false; }
+
+  // Runs `op` for `key` on `tables` (all opened by this store, a leaky_bucket
+  // shape limit last) in one round trip and calls `done` exactly once, on a
+  // thread of the store's (or before returning, for an immediate error).
+  // Errors: Unavailable (store unreachable, circuit open), DeadlineExceeded
+  // (no answer within the store's timeout), InvalidArgument (key too long).
+  // The default, for in-process stores, answers inline from Decide/Check/Refund.
+  virtual void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
+                           Time now, int64_t cost, Time taken_at, BatchCallback done);
 };
 
 }  // namespace sluice
