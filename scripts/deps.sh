@@ -12,12 +12,16 @@ SLUICE_BUILD_PACKAGES=(
   libboost-dev libboost-system-dev  # Asio and Beast: the HTTP server
   libspdlog-dev    # logs
   nlohmann-json3-dev  # the decision API's JSON
+  zlib1g-dev       # sluice replay reads gzip access logs
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # the Envoy RLS API
+  libhiredis-dev   # the Redis store's client
 )
 SLUICE_TEST_PACKAGES=(
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   python3          # the integration tests (standard library only)
   nginx-light      # the auth_request end-to-end test
+  redis-server redis-tools  # the Redis store's tests run a real server
 )
 
 sluice_install_deps() {

@@ -1,12 +1,14 @@
-// sluice: the one binary. This release ships the library and its checking
-// commands; the HTTP gateway, the decision service and the simulator are
-// subcommands of this same binary as they land.
+// sluice: the one binary. `serve` runs the HTTP gateway, the decision service
+// and the admin endpoints; `explain` shows one limit's decisions; `sim`
+// simulates traffic against every algorithm and `replay` runs an access log
+// through a config's policies (both in commands.h, files of their own).
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "commands.h"
 #include "server/server.h"
 #include "sluice/algorithm.h"
 #include "sluice/config.h"
@@ -136,6 +138,8 @@ int main(int argc, char** argv) {
       "sluice " SLUICE_VERSION ": a rate limiter for services.\n"
       "  sluice serve --config FILE   the HTTP gateway, decision API and admin endpoints\n"
       "  sluice explain ...           how one limit answers a run of requests\n"
+      "  sluice sim NAME|FILE         simulate traffic against every algorithm (--list)\n"
+      "  sluice replay LOG --config F run an access log through a config's policies\n"
       "Run `sluice COMMAND --help` for a command's options."};
   app.set_version_flag("--version", "sluice " SLUICE_VERSION);
   app.require_subcommand(0, 1);
@@ -169,7 +173,12 @@ int main(int argc, char** argv) {
       ->required();
   serve->add_flag("--check", check_only, "validate the config and exit (0: valid, 2: not)");
 
+  int command_exit = -1;  // set by the commands that run from a CLI11 callback
+  sluice::cli::AddSimCommand(app, command_exit);
+  sluice::cli::AddReplayCommand(app, command_exit);
+
   CLI11_PARSE(app, argc, argv);
+  if (command_exit >= 0) return command_exit;
   if (serve->parsed()) return Serve(config_path, check_only);
   if (explain->parsed()) {
     return Explain(algorithm, rate, burst, mode, max_delay, queue, requests, every);

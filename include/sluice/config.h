@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "sluice/algorithm.h"
+#include "sluice/store/redis_store.h"
 #include "sluice/time.h"
 
 namespace sluice {
@@ -62,8 +64,10 @@ struct ServerConfig {
 };
 
 struct StoreConfig {
-  // Only the memory store exists today.
+  // The memory store: local limits (and on_store_error: local fallbacks).
   int64_t max_keys = 1'000'000;
+  // The shared store for global limits, when configured.
+  std::optional<RedisStoreOptions> redis;
   friend bool operator==(const StoreConfig&, const StoreConfig&) = default;
 };
 
@@ -121,6 +125,14 @@ struct PolicyConfig {
   friend bool operator==(const PolicyConfig&, const PolicyConfig&) = default;
 };
 
+// grpc: the Envoy rate limit service (RLS v3) listener.
+struct GrpcConfig {
+  HostPort listen{"127.0.0.1", 8081};
+  friend bool operator==(const GrpcConfig&, const GrpcConfig&) = default;
+};
+
+struct EnvoyConfig;  // sluice/envoy_config.h
+
 struct Config {
   std::string source;  // the file it was read from ("<string>" for text)
   ServerConfig server;
@@ -128,6 +140,10 @@ struct Config {
   std::vector<Cidr> trusted_proxies;
   std::vector<RouteConfig> routes;
   std::vector<PolicyConfig> policies;
+  std::optional<GrpcConfig> grpc;  // absent: no gRPC listener
+  // envoy: and envoy_files: (rules in envoyproxy/ratelimit's format, see
+  // sluice/envoy_config.h); null when neither is set.
+  std::shared_ptr<const EnvoyConfig> envoy;
 };
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);

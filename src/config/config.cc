@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "base/cat.h"
+#include "config/envoy_yaml.h"
 #include "sluice/rate.h"
 
 #define SLUICE_RETURN_IF_ERROR(expr)                                  \
@@ -182,6 +183,7 @@ class Parser {
                               std::map<std::string, int>& names, std::string& out) const;
 
   std::string source_;
+  bool shared_store_ = false;  // store.redis is configured: limits default to global
 };
 
 absl::StatusOr<Parser::Fields> Parser::ReadMap(
@@ -366,13 +368,77 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
 }
 
 absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
-  absl::StatusOr<Fields> f = ReadMap(v, {"memory"}, {{"redis", " (only memory)"}});
+  absl::StatusOr<Fields> f = ReadMap(v, {"memory", "redis"});
   if (!f.ok()) return f.status();
   if (const Value* memory = f->Find("memory")) {
     absl::StatusOr<Fields> m = ReadMap(*memory, {"max_keys"});
     if (!m.ok()) return m.status();
     if (const Value* x = m->Find("max_keys")) {
       SLUICE_RETURN_IF_ERROR(ReadInt(*x, 1, kInt64Max, out.max_keys));
+    }
+  }
+  if (const Value* redis = f->Find("redis")) {
+    absl::StatusOr<Fields> r =
+        ReadMap(*redis, {"url", "cluster", "user", "password", "password_env", "database",
+                         "timeout", "connect_timeout", "key_prefix"});
+    if (!r.ok()) return r.status();
+    RedisStoreOptions& o = out.redis.emplace();
+    const Value* url = r->Find("url");
+    const Value* cluster = r->Find("cluster");
+    if ((url == nullptr) == (cluster == nullptr)) {
+      return Fail(*redis, "give exactly one of url (one server) and cluster (a list of nodes)");
+    }
+    if (url != nullptr) {
+      absl::StatusOr<std::string> text = ReadScalar(*url, "a URL such as redis://127.0.0.1:6379");
+      if (!text.ok()) return text.status();
+      absl::StatusOr<RedisUrl> parsed = ParseRedisUrl(*text);
+      if (!parsed.ok()) return Fail(*url, parsed.status());
+      o.url = *text;
+    }
+    if (cluster != nullptr) {
+      absl::StatusOr<std::vector<Value>> nodes = ReadList(*cluster, "nodes (host:port)");
+      if (!nodes.ok()) return nodes.status();
+      if (nodes->empty()) return Fail(*cluster, "at least one node (host:port)");
+      for (const Value& node : *nodes) {
+        absl::StatusOr<std::string> text = ReadScalar(node, "a node such as 127.0.0.1:7000");
+        if (!text.ok()) return text.status();
+        absl::StatusOr<RedisUrl> parsed = ParseRedisUrl(Cat("redis://", *text));
+        if (!parsed.ok() || !parsed->user.empty() || !parsed->password.empty() ||
+            parsed->database != 0) {
+          return Fail(node, Cat("\"", *text, "\": expected host:port"));
+        }
+        o.cluster.push_back(*text);
+      }
+    }
+    for (auto [key, field] : {std::pair<const char*, std::string*>{"user", &o.user},
+                              {"password", &o.password},
+                              {"key_prefix", &o.key_prefix}}) {
+      if (const Value* x = r->Find(key)) {
+        absl::StatusOr<std::string> text = ReadScalar(*x, "a string");
+        if (!text.ok()) return text.status();
+        *field = *text;
+      }
+    }
+    if (o.key_prefix.find_first_of("{}") != std::string::npos) {
+      return Fail(*r->Find("key_prefix"), "no '{' or '}': they would move the keys' hash tag");
+    }
+    if (const Value* x = r->Find("password_env")) {
+      if (r->Find("password") != nullptr) return Fail(*x, "give password or password_env, not both");
+      absl::StatusOr<std::string> name = ReadScalar(*x, "an environment variable's name");
+      if (!name.ok()) return name.status();
+      const char* value = std::getenv(name->c_str());
+      if (value == nullptr) return Fail(*x, Cat("the environment has no ", *name));
+      o.password = value;
+    }
+    if (const Value* x = r->Find("database")) {
+      if (cluster != nullptr) return Fail(*x, "a Redis Cluster has only database 0");
+      int64_t db = 0;
+      SLUICE_RETURN_IF_ERROR(ReadInt(*x, 0, 1'000'000, db));
+      o.database = static_cast<int>(db);
+    }
+    if (const Value* x = r->Find("timeout")) SLUICE_RETURN_IF_ERROR(ReadDuration(*x, true, o.timeout));
+    if (const Value* x = r->Find("connect_timeout")) {
+      SLUICE_RETURN_IF_ERROR(ReadDuration(*x, true, o.connect_timeout));
     }
   }
   return absl::OkStatus();
@@ -604,14 +670,15 @@ absl::Status Parser::ReadLimit(const Value& v, LimitSpec& out) const {
   if (const Value* x = f->Find("queue")) {
     SLUICE_RETURN_IF_ERROR(ReadInt(*x, 0, kInt64Max, options.queue));
   }
+  // The default: shared when a shared store is configured.
+  out.scope = shared_store_ ? Scope::kGlobal : Scope::kLocal;
   if (const Value* x = f->Find("scope")) {
     size_t scope = 0;
     SLUICE_RETURN_IF_ERROR(ReadChoice(*x, {"local", "global"}, scope));
-    // Only the memory store exists, so there is nothing global to share.
-    if (scope == 1) {
+    if (scope == 1 && !shared_store_) {
       return Fail(*x, "global needs a shared store (store.redis), none is configured");
     }
-    out.scope = Scope::kLocal;
+    out.scope = scope == 1 ? Scope::kGlobal : Scope::kLocal;
   }
   absl::StatusOr<LimitConfig> made = MakeLimit(options);
   if (!made.ok()) return Fail(v, made.status());
@@ -722,11 +789,12 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
                           Describe(root.node)));
   }
   absl::StatusOr<Fields> f =
-      ReadMap(root, {"server", "store", "trusted_proxies", "routes", "policies"},
-              {{"grpc", ""}, {"envoy", ""}, {"envoy_files", ""}});
+      ReadMap(root, {"server", "store", "trusted_proxies", "routes", "policies", "grpc", "envoy",
+                     "envoy_files"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
   if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
+  shared_store_ = config.store.redis.has_value();
   if (const Value* x = f->Find("trusted_proxies")) {
     SLUICE_RETURN_IF_ERROR(ReadTrustedProxies(*x, config.trusted_proxies));
   }
@@ -749,6 +817,30 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
       SLUICE_RETURN_IF_ERROR(ReadPolicy(item, names, policy));
       config.policies.push_back(std::move(policy));
     }
+  }
+  // grpc, envoy, envoy_files: the Envoy rate limit service (config/envoy_config.cc).
+  if (const Value* x = f->Find("grpc")) {
+    absl::StatusOr<Fields> g = ReadMap(*x, {"listen"});
+    if (!g.ok()) return g.status();
+    GrpcConfig& grpc = config.grpc.emplace();
+    if (const Value* listen = g->Find("listen")) {
+      SLUICE_RETURN_IF_ERROR(ReadHostPort(*listen, grpc.listen));
+      for (const HostPort& other : {config.server.listen, config.server.admin}) {
+        if (grpc.listen == other && other.port != 0) {
+          return Fail(*listen, "same address as server.listen or server.admin; gRPC needs its own");
+        }
+      }
+    }
+  }
+  if (f->Find("envoy") != nullptr || f->Find("envoy_files") != nullptr) {
+    auto at = [](const Value* v) {
+      return v == nullptr ? std::nullopt
+                          : std::optional<internal::YamlAt>({v->node, v->path, v->line});
+    };
+    absl::StatusOr<std::shared_ptr<const EnvoyConfig>> envoy = internal::ReadEnvoySection(
+        source_, at(f->Find("envoy")), at(f->Find("envoy_files")), {.shared_store = shared_store_});
+    if (!envoy.ok()) return envoy.status();
+    config.envoy = *std::move(envoy);
   }
   return config;
 }

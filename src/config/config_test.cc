@@ -255,7 +255,7 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
             "on_missing_key, limits, shadow, on_deny, on_store_error)");
   EXPECT_EQ(ErrorOf("servr:\n  threads: 2\n"),
             "t.yaml:1: servr: unknown key (expected one of: server, store, trusted_proxies, "
-            "routes, policies)");
+            "routes, policies, grpc, envoy, envoy_files)");
   EXPECT_EQ(ErrorOf("server:\n  thread: 2\n"),
             "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
             "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "
@@ -277,11 +277,42 @@ TEST(ConfigErrors, DuplicateKeyInOneMap) {
             "t.yaml:4: trusted_proxies: duplicate key (first at line 1)");
 }
 
-TEST(ConfigErrors, KeysForLaterVersionsSaySo) {
-  EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"redis://127.0.0.1:6379\"}\n"),
-            "t.yaml:2: store.redis: not supported by this version (only memory)");
-  EXPECT_EQ(ErrorOf("server: {}\ngrpc: {listen: 127.0.0.1:8081}\n"),
-            "t.yaml:2: grpc: not supported by this version");
+TEST(ConfigErrors, RedisStore) {
+  EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"http://127.0.0.1:6379\"}\n"),
+            "t.yaml:2: store.redis.url: redis url \"http://127.0.0.1:6379\": must start with "
+            "redis:// (TLS, rediss://, is not supported)");
+  EXPECT_EQ(ErrorOf("store:\n  redis: {timeout: 10ms}\n"),
+            "t.yaml:2: store.redis: give exactly one of url (one server) and cluster (a list of "
+            "nodes)");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    cluster: [\"a:1\", \"b\"]\n    database: 2\n"),
+            "t.yaml:4: store.redis.database: a Redis Cluster has only database 0");
+  EXPECT_EQ(ErrorOf("store:\n  redis: {cluster: [\"redis://a:1\"]}\n"),
+            "t.yaml:2: store.redis.cluster[0]: \"redis://a:1\": expected host:port");
+  EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"redis://a\", key_prefix: \"x{\"}\n"),
+            "t.yaml:2: store.redis.key_prefix: no '{' or '}': they would move the keys' hash tag");
+  EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"redis://a\", password_env: SLUICE_NO_SUCH_VAR}\n"),
+            "t.yaml:2: store.redis.password_env: the environment has no SLUICE_NO_SUCH_VAR");
+}
+
+TEST(ConfigRedis, GlobalIsTheDefaultScopeWithASharedStore) {
+  absl::StatusOr<Config> c = ParseConfig(
+      "store:\n"
+      "  redis: {url: \"redis://app:pw@10.0.0.5:6380/2\", timeout: 20ms}\n"
+      "policies:\n"
+      "  - name: p\n"
+      "    limits:\n"
+      "      - {algorithm: gcra, rate: 10/s}\n"
+      "      - {algorithm: gcra, rate: 100/s, scope: local}\n",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->store.redis.has_value());
+  EXPECT_EQ(c->store.redis->url, "redis://app:pw@10.0.0.5:6380/2");
+  EXPECT_EQ(c->store.redis->timeout, Duration::Millis(20));
+  EXPECT_EQ(c->policies[0].limits[0].scope, Scope::kGlobal);
+  EXPECT_EQ(c->policies[0].limits[1].scope, Scope::kLocal);
+  c = ParseConfig("store:\n  redis: {cluster: [\"127.0.0.1:7000\", \"[::1]:7001\"]}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->store.redis->cluster.size(), 2u);
 }
 
 TEST(ConfigErrors, WrongShapes) {

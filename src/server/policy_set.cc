@@ -163,7 +163,7 @@ Duration Policy::JitterFor(size_t index) const {
 }
 
 absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config& config,
-                                                                   Store& store,
+                                                                   Store& store, Store* shared,
                                                                    const Clock& clock,
                                                                    const PolicySet* previous,
                                                                    Metrics& metrics) {
@@ -173,11 +173,26 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
     Policy policy;
     policy.config_ = pc;
     const Policy* before = previous != nullptr ? previous->Find(pc.name) : nullptr;
-    if (before != nullptr && before->config_.limits == pc.limits) {
+    if (before != nullptr && before->config_.limits == pc.limits &&
+        before->config_.on_store_error == pc.on_store_error) {
       policy.limiter_ = before->limiter_;  // same limits: keep the keys' state
     } else {
       LimiterOptions options{.name = pc.name, .clock = &clock};
-      for (const LimitSpec& spec : pc.limits) options.limits.push_back(spec.options);
+      switch (pc.on_store_error) {
+        case StoreErrorMode::kAllow: options.on_store_error = OnStoreError::kAllow; break;
+        case StoreErrorMode::kDeny: options.on_store_error = OnStoreError::kDeny; break;
+        case StoreErrorMode::kLocal: options.on_store_error = OnStoreError::kLocal; break;
+      }
+      for (const LimitSpec& spec : pc.limits) {
+        options.limits.push_back(spec.options);
+        if (spec.scope == Scope::kGlobal && shared == nullptr) {
+          return absl::FailedPreconditionError(
+              internal::Cat("policy \"", pc.name, "\": a global limit needs the shared store, and this "
+                  "process started without store.redis (store changes take effect at the next "
+                  "start)"));
+        }
+        options.stores.push_back(spec.scope == Scope::kGlobal ? shared : nullptr);
+      }
       absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(store, options);
       if (!limiter.ok()) return limiter.status();
       policy.limiter_ = std::shared_ptr<Limiter>(std::move(*limiter));
@@ -188,6 +203,7 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
       policy.counters_[o] =
           metrics.Get("sluice_decisions_total", {{"policy", pc.name}, {"outcome", kOutcomeNames[o]}});
     }
+    policy.store_errors_ = metrics.Get("sluice_store_errors_total", {{"policy", pc.name}});
     set->by_name_[pc.name] = set->policies_.size();
     set->policies_.push_back(std::move(policy));
   }

@@ -66,20 +66,25 @@ class Policy {
   // hot path is one atomic add.
   enum Outcome { kAllowed, kDenied, kShadowDenied, kMissingKey, kOutcomes };
   void Count(Outcome outcome) const { counters_[outcome]->Add(); }
+  // sluice_store_errors_total{policy}: decisions on_store_error made.
+  void CountStoreError() const { store_errors_->Add(); }
 
  private:
   friend class PolicySet;
   PolicyConfig config_;
   std::shared_ptr<Limiter> limiter_;
   std::array<Counter*, kOutcomes> counters_{};
+  Counter* store_errors_ = nullptr;
 };
 
 class PolicySet {
  public:
-  // `previous` (may be null): policies with the same name and limits keep
-  // their Limiter, hence their keys' state.
+  // `store` holds local limits; `shared` (may be null: none configured)
+  // global ones. `previous` (may be null): policies with the same name,
+  // limits and on_store_error keep their Limiter, hence their keys' state.
   static absl::StatusOr<std::shared_ptr<const PolicySet>> Create(const Config& config,
-                                                                 Store& store, const Clock& clock,
+                                                                 Store& store, Store* shared,
+                                                                 const Clock& clock,
                                                                  const PolicySet* previous,
                                                                  Metrics& metrics);
 

@@ -112,7 +112,7 @@ policies:
   MemoryStore store;
   ManualClock clock(kStart);
   Metrics metrics;
-  auto set = *PolicySet::Create(*config, store, clock, nullptr, metrics);
+  auto set = *PolicySet::Create(*config, store, nullptr, clock, nullptr, metrics);
   FakeRequest r;
   r.path = "/a|b";
   r.headers["x-api-key"] = "key\\1";
@@ -142,10 +142,10 @@ policies:
   MemoryStore store;
   ManualClock clock(kStart);
   Metrics metrics;
-  auto first = *PolicySet::Create(*Parse(before), store, clock, nullptr, metrics);
+  auto first = *PolicySet::Create(*Parse(before), store, nullptr, clock, nullptr, metrics);
   ASSERT_TRUE(first->Find("same")->limiter().Acquire("k")->allowed);
   ASSERT_TRUE(first->Find("changed")->limiter().Acquire("k")->allowed);
-  auto second = *PolicySet::Create(*Parse(after), store, clock, first.get(), metrics);
+  auto second = *PolicySet::Create(*Parse(after), store, nullptr, clock, first.get(), metrics);
   EXPECT_FALSE(second->Find("same")->limiter().Acquire("k")->allowed);   // state kept
   EXPECT_TRUE(second->Find("changed")->limiter().Acquire("k")->allowed);  // new limits, new state
 }

@@ -21,6 +21,7 @@
 #include <boost/beast/http.hpp>
 
 #include "base/cat.h"
+#include "envoy/rls_server.h"
 #include "nlohmann/json.hpp"
 #include "server/headers.h"
 #include "server/metrics.h"
@@ -28,6 +29,7 @@
 #include "server/request_text.h"
 #include "spdlog/spdlog.h"
 #include "sluice/store/memory_store.h"
+#include "sluice/store/redis_store.h"
 
 namespace sluice::server {
 namespace {
@@ -53,6 +55,47 @@ using Timer = net::basic_waitable_timer<std::chrono::steady_clock,
 using Resolver = net::ip::basic_resolver<tcp, Executor>;
 
 constexpr net::use_awaitable_t<Executor> kUseAwaitable;
+
+// Awaits an answer that arrives by callback on another thread (a Redis
+// decision): `start(done)` begins the work; the coroutine resumes on
+// `ioc`, its own loop, with what `done` was given.
+template <typename T, typename Start>
+Task<T> Await(net::io_context& ioc, Start start) {
+  return net::async_initiate<const net::use_awaitable_t<Executor>, void(T)>(
+      [&ioc, start = std::move(start)](auto handler) mutable {
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        start([h, &ioc](T value) {
+          net::post(ioc, [h, value = std::move(value)]() mutable { (*h)(std::move(value)); });
+        });
+      },
+      kUseAwaitable);
+}
+
+// A policy's decision: at once when its limits are in this process,
+// suspending for the round trip when some are in Redis. `take` false: a
+// check that takes nothing.
+Task<absl::StatusOr<PolicyDecision>> DecideOn(net::io_context& ioc, Limiter& limiter,
+                                            std::string_view key, Time now, int64_t cost,
+                                            bool take) {
+  absl::StatusOr<PolicyDecision> d;
+  if (limiter.in_process()) {
+    auto keep = [&d](absl::StatusOr<PolicyDecision> r) { d = std::move(r); };
+    if (take) {
+      limiter.AcquireAsync(key, now, cost, keep);
+    } else {
+      limiter.CheckAsync(key, now, cost, keep);
+    }
+    co_return d;
+  }
+  d = co_await Await<absl::StatusOr<PolicyDecision>>(ioc, [&](DecisionCallback done) {
+    if (take) {
+      limiter.AcquireAsync(key, now, cost, std::move(done));
+    } else {
+      limiter.CheckAsync(key, now, cost, std::move(done));
+    }
+  });
+  co_return d;
+}
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -103,6 +146,7 @@ struct Shared {
   std::string config_path;
   const Clock* clock;
   MemoryStore store;
+  std::unique_ptr<RedisStore> redis;  // store.redis: the shared store of global limits
   Metrics metrics;
   std::atomic<std::shared_ptr<const PolicySet>> policies;
   // Bumped after each store to `policies`: event loops compare it with the
@@ -113,6 +157,9 @@ struct Shared {
   std::mutex reload_mu;
   Counter* reloads_ok;
   Counter* reloads_failed;
+  // grpc.listen: the Envoy rate limit service (src/envoy/). Declared after
+  // the stores and metrics it uses, so destroyed before them.
+  std::unique_ptr<envoy::RlsServer> rls;
 
   Shared(Config c, std::string path, const Clock* clk)
       : config(std::move(c)), config_path(std::move(path)), clock(clk),
@@ -149,8 +196,9 @@ struct Shared {
 
   // `set` is the PolicySet `applying` came from (held by the caller for the
   // whole request, so a reload cannot pull it away midway).
-  Evaluation Evaluate(const PolicySet& set, const std::vector<const Policy*>& applying,
-                      const RequestFacts& facts, std::string_view route, int64_t cost) {
+  Task<Evaluation> Evaluate(net::io_context& ioc, const PolicySet& set,
+                            const std::vector<const Policy*>& applying, const RequestFacts& facts,
+                            std::string_view route, int64_t cost) {
     Evaluation ev;
     const auto start = std::chrono::steady_clock::now();
     const Time now = clock->Now();
@@ -158,6 +206,7 @@ struct Shared {
     struct Taken {
       const Policy* policy;
       std::string key;
+      PolicyDecision decision;
     };
     std::vector<Taken> taken;
     // Policies holding a shape limit go last: their departure slot is not given back.
@@ -186,17 +235,18 @@ struct Shared {
         break;
       }
       absl::StatusOr<PolicyDecision> d =
-          ev.allowed ? p->limiter().AcquireAt(*key, now, cost) : p->limiter().Check(*key, {.cost = cost});
+          co_await DecideOn(ioc, p->limiter(), *key, now, cost, /*take=*/ev.allowed);
       if (!d.ok()) {
         ev.error = d.status();
         break;
       }
+      if (d->store_error) p->CountStoreError();
       answer.decision = *d;
       answer.window_seconds = p->WindowSeconds(d->limit_index);
       const bool took = ev.allowed && d->allowed;
       if (d->allowed) {
         p->Count(Policy::kAllowed);
-        if (took) taken.push_back({p, *key});
+        if (took) taken.push_back({p, *key, *d});
         ev.delay = std::max(ev.delay, d->delay);
       } else if (!enforce) {
         p->Count(Policy::kShadowDenied);
@@ -206,7 +256,7 @@ struct Shared {
         if (ev.allowed) {
           ev.status = p->config().on_deny.status;
           // All-or-nothing across policies too: give back what was taken.
-          for (const Taken& t : taken) (void)t.policy->limiter().Refund(t.key, now, cost);
+          for (const Taken& t : taken) (void)t.policy->limiter().Refund(t.key, t.decision, cost);
           taken.clear();
         }
         ev.allowed = false;
@@ -228,7 +278,7 @@ struct Shared {
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
                         std::chrono::steady_clock::now() - start).count();
     metrics.decision_latency().Observe(us);
-    return ev;
+    co_return ev;
   }
 
   absl::Status Reload(std::string_view why) {
@@ -245,16 +295,29 @@ struct Shared {
       spdlog::warn("event=reload note=\"changes to server.listen, server.admin and server.threads "
                    "take effect at the next start; the other server settings apply now\"");
     }
+    if (next->store != config.store) {
+      spdlog::warn("event=reload note=\"changes to store take effect at the next start\"");
+    }
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
-        PolicySet::Create(*next, store, *clock, policies.load().get(), metrics);
+        PolicySet::Create(*next, store, redis.get(), *clock, policies.load().get(), metrics);
     if (!set.ok()) {
       reloads_failed->Add();
       spdlog::error("event=reload result=failure trigger={} error=\"{}\"", why,
                     std::string(set.status().message()));
       return set.status();
     }
+    // The Envoy RLS rules of the new config, built before anything is swapped in.
+    absl::StatusOr<std::shared_ptr<const envoy::RlsServer::Snapshot>> rls_next = nullptr;
+    if (rls != nullptr) rls_next = rls->Prepare(*next);
+    if (!rls_next.ok()) {
+      reloads_failed->Add();
+      spdlog::error("event=reload result=failure trigger={} error=\"{}\"", why,
+                    std::string(rls_next.status().message()));
+      return rls_next.status();
+    }
     policies.store(*std::move(set));
     policies_version.fetch_add(1, std::memory_order_release);
+    if (rls != nullptr) rls->Swap(*std::move(rls_next));
     reloads_ok->Add();
     spdlog::info("event=reload result=success trigger={} policies={}", why, next->policies.size());
     return absl::OkStatus();
@@ -361,8 +424,24 @@ class ServerImpl final : public Server {
     // Taken before the config was read can be trusted: a change written
     // from here on is seen by the watcher.
     initial_stamp_ = ConfigStamp();
+    if (shared_->config.store.redis) {
+      absl::StatusOr<std::unique_ptr<RedisStore>> redis =
+          RedisStore::Connect(*shared_->config.store.redis, [](bool warning, std::string_view line) {
+            if (warning) {
+              spdlog::warn("{}", line);
+            } else {
+              spdlog::info("{}", line);
+            }
+          });
+      if (!redis.ok()) {
+        return absl::Status(redis.status().code(), Cat("store.redis: ", redis.status().message()));
+      }
+      shared_->redis = *std::move(redis);
+      AddStoreMetrics();
+    }
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
-        PolicySet::Create(shared_->config, shared_->store, *shared_->clock, nullptr, shared_->metrics);
+        PolicySet::Create(shared_->config, shared_->store, shared_->redis.get(), *shared_->clock,
+                          nullptr, shared_->metrics);
     if (!set.ok()) return set.status();
     shared_->policies.store(*set);
     shared_->policies_version.fetch_add(1, std::memory_order_release);
@@ -383,7 +462,38 @@ class ServerImpl final : public Server {
     if (!admin.ok()) return admin.status();
     admin_acceptor_ = *std::move(admin);
     admin_port_ = admin_acceptor_->local_endpoint().port();
+    if (shared_->config.grpc) {  // the Envoy rate limit service, on its own listener
+      absl::StatusOr<std::unique_ptr<envoy::RlsServer>> rls = envoy::RlsServer::Start(
+          shared_->config, {.local = &shared_->store, .shared = shared_->redis.get(),
+                            .clock = shared_->clock, .metrics = &shared_->metrics});
+      if (!rls.ok()) return rls.status();
+      shared_->rls = *std::move(rls);
+    }
     return absl::OkStatus();
+  }
+
+  void AddStoreMetrics() {
+    Metrics& m = shared_->metrics;
+    RedisStore* redis = shared_->redis.get();
+    m.SetHelp("sluice_store_errors_total",
+              "Decisions made by on_store_error because Redis did not answer, by policy.");
+    m.AddGauge("sluice_redis_up", "1 when every Redis slot has a connected master.", "gauge",
+               [redis] { return redis->Health().up ? 1 : 0; });
+    m.AddGauge("sluice_redis_nodes", "Redis masters known.", "gauge",
+               [redis] { return redis->Health().nodes; });
+    m.AddGauge("sluice_redis_nodes_up", "Redis masters connected.", "gauge",
+               [redis] { return redis->Health().nodes_up; });
+    m.AddGauge("sluice_redis_calls_total", "Script calls sent to Redis.", "counter",
+               [redis] { return static_cast<int64_t>(redis->Health().calls); });
+    m.AddGauge("sluice_redis_errors_total",
+               "Redis calls failed: not connected (circuit open), connection lost, error reply.",
+               "counter", [redis] { return static_cast<int64_t>(redis->Health().errors); });
+    m.AddGauge("sluice_redis_timeouts_total", "Redis calls not answered within the timeout.",
+               "counter", [redis] { return static_cast<int64_t>(redis->Health().timeouts); });
+    m.AddGauge("sluice_redis_reconnects_total", "Redis connections re-established.", "counter",
+               [redis] { return static_cast<int64_t>(redis->Health().reconnects); });
+    m.AddGauge("sluice_redis_redirects_total", "Redis Cluster MOVED and ASK answers followed.",
+               "counter", [redis] { return static_cast<int64_t>(redis->Health().redirects); });
   }
 
   absl::Status Run() override {
@@ -418,6 +528,7 @@ class ServerImpl final : public Server {
     workers_[0]->ioc.run();
     for (std::thread& t : threads) t.join();
     reloader_.join();  // a reload under way finishes (its log line included)
+    if (shared_->rls != nullptr) shared_->rls->Wait();  // its drain, begun by Stop
     spdlog::info("event=stop in_flight={}", shared_->metrics.in_flight().value());
     return absl::OkStatus();
   }
@@ -426,6 +537,7 @@ class ServerImpl final : public Server {
   // then stop every loop.
   void Stop() override {
     if (shared_->draining.exchange(true)) return;
+    if (shared_->rls != nullptr) shared_->rls->Shutdown(shared_->config.server.drain_timeout);
     for (auto& w : workers_) {
       net::post(w->ioc, [w = w.get()] {
         boost::system::error_code ignored;
@@ -569,7 +681,7 @@ class ServerImpl final : public Server {
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Response res;
       if (admin) {
-        res = HandleAdmin(req);
+        res = co_await HandleAdmin(w, req);
       } else {
         res = co_await Handle(w, req, peer_ip);
       }
@@ -625,8 +737,10 @@ class ServerImpl final : public Server {
 
   Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip) {
     const std::string_view path = TargetPath(View(req.target()));
-    if (path == "/v1/check") co_return Check(w, req);
-    if (path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/") co_return Auth(w, req, peer_ip, path);
+    if (path == "/v1/check") co_return co_await Check(w, req);
+    if (path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/") {
+      co_return co_await Auth(w, req, peer_ip, path);
+    }
     co_return co_await Gateway(w, req, peer_ip);
   }
 
@@ -648,61 +762,64 @@ class ServerImpl final : public Server {
   // One check of the decision API. Returns its JSON object and sets
   // `status` (200, 429, or the 4xx of a bad item, whose JSON then has
   // "error" and "detail").
-  std::string DecideOne(Worker& w, const nlohmann::json& item, const PolicySet& set,
-                        int& status, HeaderList* headers) {
+  Task<std::string> DecideOne(Worker& w, const nlohmann::json& item, const PolicySet& set,
+                              int& status, HeaderList* headers) {
     auto fail = [&](int code, std::string_view title, const std::string& detail) {
       return CheckError(code, title, detail, status);
     };
-    if (!item.is_object()) return fail(400, "bad request", "each check must be a JSON object");
+    if (!item.is_object()) co_return fail(400, "bad request", "each check must be a JSON object");
     for (const auto& [k, v] : item.items()) {
       if (k != "policy" && k != "key" && k != "cost") {
-        return fail(400, "bad request", Cat("unknown field \"", k, "\" (expected policy, key, cost)"));
+        co_return fail(400, "bad request", Cat("unknown field \"", k, "\" (expected policy, key, cost)"));
       }
     }
     const auto policy_it = item.find("policy");
     if (policy_it == item.end() || !policy_it->is_string()) {
-      return fail(400, "bad request", "\"policy\" (a string) is required");
+      co_return fail(400, "bad request", "\"policy\" (a string) is required");
     }
     const auto key_it = item.find("key");
     if (key_it == item.end() || !key_it->is_string()) {
-      return fail(400, "bad request", "\"key\" (a string) is required");
+      co_return fail(400, "bad request", "\"key\" (a string) is required");
     }
     int64_t cost = 1;
     if (const auto c = item.find("cost"); c != item.end()) {
       if (!c->is_number_integer()) {
-        return fail(400, "bad request", "\"cost\" must be a whole number");
+        co_return fail(400, "bad request", "\"cost\" must be a whole number");
       }
       if (c->is_number_unsigned() ? c->get<uint64_t>() > static_cast<uint64_t>(kMaxLimit)
                                   : c->get<int64_t>() > kMaxLimit) {
-        return fail(400, "bad request", Cat("\"cost\" must be at most ", kMaxLimit));
+        co_return fail(400, "bad request", Cat("\"cost\" must be at most ", kMaxLimit));
       }
       cost = c->get<int64_t>();
-      if (cost < 0) return fail(400, "bad request", "\"cost\" must not be negative");
+      if (cost < 0) co_return fail(400, "bad request", "\"cost\" must not be negative");
     }
-    return DecideChecked(w, set, policy_it->get_ref<const std::string&>(),
-                         key_it->get_ref<const std::string&>(), cost, status, headers);
+    co_return co_await DecideChecked(w, set, policy_it->get_ref<const std::string&>(),
+                                     key_it->get_ref<const std::string&>(), cost, status, headers);
   }
 
   // The rest of a check, once its fields have the right types.
-  std::string DecideChecked(Worker& w, const PolicySet& set, std::string_view name,
-                            std::string_view key, int64_t cost, int& status, HeaderList* headers) {
+  Task<std::string> DecideChecked(Worker& w, const PolicySet& set, std::string_view name,
+                                  std::string_view key, int64_t cost, int& status,
+                                  HeaderList* headers) {
     auto fail = [&](int code, std::string_view title, const std::string& detail) {
       return CheckError(code, title, detail, status);
     };
     const Policy* policy = set.Find(name);
-    if (policy == nullptr) return fail(404, "unknown policy", Cat("no policy named \"", name, "\""));
-    if (key.empty()) return fail(400, "bad request", "\"key\" must not be empty");
+    if (policy == nullptr) co_return fail(404, "unknown policy", Cat("no policy named \"", name, "\""));
+    if (key.empty()) co_return fail(400, "bad request", "\"key\" must not be empty");
     if (absl::Status s = ValidateKey(key); !s.ok()) {
-      return fail(400, "bad request", std::string(s.message()));
+      co_return fail(400, "bad request", std::string(s.message()));
     }
     // The decision API names the key itself; the policy's key parts are for
     // the gateway and auth_request.
     const Time now = shared_->clock->Now();
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<PolicyDecision> d = policy->limiter().AcquireAt(key, now, cost);
+    absl::StatusOr<PolicyDecision> d =
+        co_await DecideOn(w.ioc, policy->limiter(), key, now, cost, /*take=*/true);
     shared_->metrics.decision_latency().Observe(std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::steady_clock::now() - start).count());
-    if (!d.ok()) return fail(400, "bad request", std::string(d.status().message()));
+    if (!d.ok()) co_return fail(400, "bad request", std::string(d.status().message()));
+    if (d->store_error) policy->CountStoreError();
     const bool shadow = policy->config().shadow;
     const bool enforced_denial = !d->allowed && !shadow;
     policy->Count(d->allowed ? Policy::kAllowed : shadow ? Policy::kShadowDenied : Policy::kDenied);
@@ -728,59 +845,62 @@ class ServerImpl final : public Server {
       ev.never = d->can_never_pass();
       *headers = AnswerHeaders(ev, w);
     }
-    return out;
+    co_return out;
   }
 
-  Response Check(Worker& w, const Request& req) {
+  Task<Response> Check(Worker& w, const Request& req) {
     if (req.method() != http::verb::post) {
       Response res = Problem(405, req, "method not allowed", "use POST /v1/check");
       res.set(http::field::allow, "POST");
-      return res;
+      co_return res;
     }
-    const std::shared_ptr<const PolicySet>& set = Current(w);  // nothing below suspends
+    // A copy: a decision in Redis suspends, and a reload meanwhile must not
+    // free the policies it uses.
+    const std::shared_ptr<const PolicySet> set = Current(w);
     if (std::optional<FlatCheck> flat = ParseFlatCheck(req.body())) {
       int status = 200;
       HeaderList headers;
-      std::string result = DecideChecked(w, *set, flat->policy, flat->key, flat->cost, status,
-                                         &headers);
+      std::string result = co_await DecideChecked(w, *set, flat->policy, flat->key, flat->cost,
+                                                   status, &headers);
       if (status == 200 || status == 429) {
-        return MakeResponse(status, req.version(), req.keep_alive(), std::move(result),
+        co_return MakeResponse(status, req.version(), req.keep_alive(), std::move(result),
                             "application/json", headers);
       }
       nlohmann::json error = nlohmann::json::parse(result);
-      return Problem(status, req, error["error"].get<std::string>(), error["detail"].get<std::string>());
+      co_return Problem(status, req, error["error"].get<std::string>(), error["detail"].get<std::string>());
     }
     nlohmann::json body = nlohmann::json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded()) return Problem(400, req, "bad request", "the body is not valid JSON");
+    if (body.is_discarded()) co_return Problem(400, req, "bad request", "the body is not valid JSON");
     if (body.is_array()) {
       if (body.size() > 1000) {
-        return Problem(400, req, "bad request", "a batch holds at most 1000 checks");
+        co_return Problem(400, req, "bad request", "a batch holds at most 1000 checks");
       }
       std::string results = "[";
       for (const nlohmann::json& item : body) {
         if (results.size() > 1) results.push_back(',');
         int status = 200;
-        results += DecideOne(w, item, *set, status, nullptr);
+        results += co_await DecideOne(w, item, *set, status, nullptr);
       }
       results.push_back(']');
-      return MakeResponse(200, req.version(), req.keep_alive(), std::move(results), "application/json");
+      co_return MakeResponse(200, req.version(), req.keep_alive(), std::move(results), "application/json");
     }
     int status = 200;
     HeaderList headers;
-    std::string result = DecideOne(w, body, *set, status, &headers);
+    std::string result = co_await DecideOne(w, body, *set, status, &headers);
     if (status == 200 || status == 429) {
-      return MakeResponse(status, req.version(), req.keep_alive(), std::move(result),
+      co_return MakeResponse(status, req.version(), req.keep_alive(), std::move(result),
                           "application/json", headers);
     }
     // A bad single check: the same error as a problem document.
     nlohmann::json error = nlohmann::json::parse(result);
-    return Problem(status, req, error["error"].get<std::string>(), error["detail"].get<std::string>());
+    co_return Problem(status, req, error["error"].get<std::string>(), error["detail"].get<std::string>());
   }
 
   // ---- NGINX auth_request ----
 
-  Response Auth(Worker& w, const Request& req, const std::string& peer_ip, std::string_view path) {
-    const std::shared_ptr<const PolicySet>& set = Current(w);  // nothing below suspends
+  Task<Response> Auth(Worker& w, const Request& req, const std::string& peer_ip,
+                      std::string_view path) {
+    const std::shared_ptr<const PolicySet> set = Current(w);  // a copy: a decision may suspend
     std::string_view method = View(req["X-Original-Method"]);
     if (method.empty()) method = "GET";
     std::string_view uri = View(req["X-Original-URI"]);
@@ -795,19 +915,19 @@ class ServerImpl final : public Server {
     if (path.size() > 9) {
       const Policy* p = set->Find(path.substr(9));
       if (p == nullptr) {
-        return Problem(404, req, "unknown policy", Cat("no policy named \"", path.substr(9), "\""));
+        co_return Problem(404, req, "unknown policy", Cat("no policy named \"", path.substr(9), "\""));
       }
       applying.push_back(p);
     } else {
       applying = set->Matching(facts);
     }
-    Evaluation ev = shared_->Evaluate(*set, applying, facts, "", 1);
-    if (!ev.error.ok()) return Problem(400, req, "bad request", std::string(ev.error.message()));
+    Evaluation ev = co_await shared_->Evaluate(w.ioc, *set, applying, facts, "", 1);
+    if (!ev.error.ok()) co_return Problem(400, req, "bad request", std::string(ev.error.message()));
     HeaderList headers = AnswerHeaders(ev, w);
     // 2xx lets NGINX forward the request; 403 (mapped to 429 by
     // `error_page 403 =429`) carries Retry-After and the RateLimit fields.
-    if (ev.allowed) return MakeResponse(204, req.version(), req.keep_alive(), "", "", headers);
-    return MakeResponse(403, req.version(), req.keep_alive(), ProblemBody(429, ev.violated, ev.detail),
+    if (ev.allowed) co_return MakeResponse(204, req.version(), req.keep_alive(), "", "", headers);
+    co_return MakeResponse(403, req.version(), req.keep_alive(), ProblemBody(429, ev.violated, ev.detail),
                         "application/problem+json", headers);
   }
 
@@ -826,7 +946,7 @@ class ServerImpl final : public Server {
       co_return Problem(404, req, "not found",
                         Cat("no route matches ", method, " ", facts.path));
     }
-    Evaluation ev = shared_->Evaluate(*set, set->Matching(facts), facts, route->name, 1);
+    Evaluation ev = co_await shared_->Evaluate(w.ioc, *set, set->Matching(facts), facts, route->name, 1);
     if (!ev.error.ok()) co_return Problem(400, req, "bad request", std::string(ev.error.message()));
     HeaderList headers = AnswerHeaders(ev, w);
     if (!ev.allowed) {
@@ -967,42 +1087,64 @@ class ServerImpl final : public Server {
 
   // ---- admin ----
 
-  Response HandleAdmin(const Request& req) {
+  Task<Response> HandleAdmin(Worker& w, const Request& req) {
     const std::string_view target = View(req.target());
     const std::string_view path = target.substr(0, target.find('?'));
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
-      return Problem(405, req, "method not allowed", "the admin listener answers GET");
+      co_return Problem(405, req, "method not allowed", "the admin listener answers GET");
     }
     if (path == "/metrics") {
-      return MakeResponse(200, req.version(), req.keep_alive(), shared_->metrics.Render(),
+      co_return MakeResponse(200, req.version(), req.keep_alive(), shared_->metrics.Render(),
                           "text/plain; version=0.0.4; charset=utf-8");
     }
-    if (path == "/healthz") return MakeResponse(200, req.version(), req.keep_alive(), "ok\n", "text/plain");
+    if (path == "/healthz") co_return MakeResponse(200, req.version(), req.keep_alive(), "ok\n", "text/plain");
     if (path == "/readyz") {
       if (shared_->draining.load()) {
-        return MakeResponse(503, req.version(), req.keep_alive(), "draining\n", "text/plain");
+        co_return MakeResponse(503, req.version(), req.keep_alive(), "draining\n", "text/plain");
       }
-      return MakeResponse(200, req.version(), req.keep_alive(), "ready\n", "text/plain");
+      // Ready means the store is reachable: with Redis down, decisions
+      // follow on_store_error, and a balancer should prefer other instances.
+      if (shared_->redis != nullptr) {
+        const RedisStoreHealth h = shared_->redis->Health();
+        if (!h.up) {
+          co_return MakeResponse(503, req.version(), req.keep_alive(),
+                                 Cat("store unavailable: redis, ", h.nodes_up, " of ", h.nodes,
+                                     " masters connected\n"),
+                                 "text/plain");
+        }
+      }
+      co_return MakeResponse(200, req.version(), req.keep_alive(), "ready\n", "text/plain");
     }
     if (path == "/v1/config") {
-      return MakeResponse(200, req.version(), req.keep_alive(), ConfigJson().dump(2), "application/json");
+      co_return MakeResponse(200, req.version(), req.keep_alive(), ConfigJson().dump(2), "application/json");
     }
     if (path.substr(0, 9) == "/v1/keys/") {
       const std::string_view rest = path.substr(9);
       const size_t slash = rest.find('/');
       if (slash == std::string_view::npos) {
-        return Problem(400, req, "bad request", "use /v1/keys/{policy}/{key}");
+        co_return Problem(400, req, "bad request", "use /v1/keys/{policy}/{key}");
       }
       std::optional<std::string> name = PercentDecode(rest.substr(0, slash));
       std::optional<std::string> key = PercentDecode(rest.substr(slash + 1));
-      if (!name || !key) return Problem(400, req, "bad request", "bad percent-encoding");
+      if (!name || !key) co_return Problem(400, req, "bad request", "bad percent-encoding");
       std::shared_ptr<const PolicySet> set = shared_->policies.load();
       const Policy* policy = set->Find(*name);
-      if (policy == nullptr) return Problem(404, req, "unknown policy", Cat("no policy named \"", *name, "\""));
+      if (policy == nullptr) co_return Problem(404, req, "unknown policy", Cat("no policy named \"", *name, "\""));
       const Time now = shared_->clock->Now();
-      absl::StatusOr<std::vector<Decision>> state = policy->limiter().Inspect(*key, now, 0);
-      absl::StatusOr<std::vector<Decision>> next = policy->limiter().Inspect(*key, now, 1);
-      if (!state.ok() || !next.ok()) return Problem(400, req, "bad request", std::string((state.ok() ? next : state).status().message()));
+      using Decisions = absl::StatusOr<std::vector<Decision>>;
+      Limiter& limiter = policy->limiter();
+      const Decisions state = co_await Await<Decisions>(w.ioc, [&](InspectCallback done) {
+        limiter.InspectAsync(*key, now, 0, std::move(done));
+      });
+      const Decisions next = co_await Await<Decisions>(w.ioc, [&](InspectCallback done) {
+        limiter.InspectAsync(*key, now, 1, std::move(done));
+      });
+      if (!state.ok() || !next.ok()) {
+        const absl::Status& error = state.ok() ? next.status() : state.status();
+        const bool bad = absl::IsInvalidArgument(error);
+        co_return Problem(bad ? 400 : 503, req, bad ? "bad request" : "store unavailable",
+                          std::string(error.message()));
+      }
       nlohmann::json limits = nlohmann::json::array();
       for (size_t i = 0; i < state->size(); ++i) {
         const LimitConfig& c = policy->limiter().limits()[i];
@@ -1016,9 +1158,9 @@ class ServerImpl final : public Server {
                           {"next_request_delay_ms", (*next)[i].delay.CeilMillis()}});
       }
       nlohmann::json body = {{"policy", *name}, {"key", *key}, {"limits", limits}};
-      return MakeResponse(200, req.version(), req.keep_alive(), body.dump(2), "application/json");
+      co_return MakeResponse(200, req.version(), req.keep_alive(), body.dump(2), "application/json");
     }
-    return Problem(404, req, "not found",
+    co_return Problem(404, req, "not found",
                    "admin endpoints: /metrics /healthz /readyz /v1/config /v1/keys/{policy}/{key}");
   }
 

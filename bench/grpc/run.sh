@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# ShouldRateLimit calls per second: bench/grpc_bench.cc (sluice_grpc_bench,
+# gRPC's callback client, CONCURRENCY calls in flight over CHANNELS
+# connections) against `sluice serve` on loopback.
+#
+# Without a config, it writes one for the memory store with a domain
+# `bench` and runs three cases: one key that always passes, 100k random keys
+# that pass, and one key over its limit (every call denied). With a config
+# (e.g. the same rules on store.redis), it runs the cases against that
+# config's rules: it must serve grpc.listen and have domain `bench` with
+# the descriptor keys `pass` and `deny`, as the generated one does.
+#
+# Usage: bench/grpc/run.sh [CONFIG] [SECONDS=5] [CONCURRENCY=64] [CHANNELS=4] [THREADS=2]
+#   BUILD_DIR=build/release (must hold sluice and bench/sluice_grpc_bench; built if missing
+#   targets are out of date, with the release preset when BUILD_DIR is the default)
+# Loopback only; it stops what it started, by PID.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CONFIG=${1:-}
+SECONDS_=${2:-5}
+CONCURRENCY=${3:-64}
+CHANNELS=${4:-4}
+THREADS=${5:-2}
+BUILD_DIR=${BUILD_DIR:-build/release}
+
+if [ "$BUILD_DIR" = build/release ]; then
+  cmake --preset release >/dev/null
+fi
+cmake --build "$BUILD_DIR" --target sluice sluice_grpc_bench >/dev/null
+SLUICE="$PWD/$BUILD_DIR/sluice"
+BENCH="$PWD/$BUILD_DIR/bench/sluice_grpc_bench"
+WORK=$(mktemp -d)
+SLUICE_PID=
+cleanup() {
+  if [ -n "$SLUICE_PID" ]; then kill "$SLUICE_PID" 2>/dev/null || true; wait "$SLUICE_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [ -z "$CONFIG" ]; then
+  CONFIG="$WORK/sluice.yaml"
+  cat > "$CONFIG" <<CONF
+server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0, threads: $THREADS}
+store: {memory: {max_keys: 2000000}}
+grpc: {listen: 127.0.0.1:0}
+envoy:
+  - domain: bench
+    descriptors:
+      - key: pass
+        rate_limit: {unit: second, requests_per_unit: 1000000000}
+      - key: deny
+        rate_limit: {unit: minute, requests_per_unit: 1}
+CONF
+fi
+
+# Starts sluice and reads the gRPC port from its start line (port 0 works).
+"$SLUICE" serve --config "$CONFIG" 2>"$WORK/sluice.log" & SLUICE_PID=$!
+PORT=
+for _ in $(seq 200); do
+  PORT=$(sed -n 's/.*event=start listener=grpc listen=[^ ]*:\([0-9]*\).*/\1/p' "$WORK/sluice.log" | head -1)
+  [ -n "$PORT" ] && break
+  kill -0 "$SLUICE_PID" 2>/dev/null || { cat "$WORK/sluice.log" >&2; exit 1; }
+  sleep 0.05
+done
+[ -n "$PORT" ] || { echo "no gRPC listener in the log" >&2; cat "$WORK/sluice.log" >&2; exit 1; }
+
+echo "date: $(date -u '+%F %T') UTC; machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+echo "config: $CONFIG; ${SECONDS_}s per case after 1s warm-up; $CONCURRENCY in flight over $CHANNELS connections"
+run() {  # $1 case name, $2 key, $3 distinct values
+  printf '%-22s ' "$1"
+  timeout $(( ${SECONDS_%.*} + 60 )) "$BENCH" --target "127.0.0.1:$PORT" --domain bench --key "$2" \
+    --keys "$3" --concurrency "$CONCURRENCY" --channels "$CHANNELS" --seconds "$SECONDS_" --warmup 1
+}
+run pass-1-key pass 1
+run pass-100k-keys pass 100000
+run deny-1-key deny 1

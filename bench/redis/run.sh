@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# sluice's Redis store against two peers, side by side, on one redis-server
+# this script starts (loopback, a free port, no persistence):
+#
+#   A: redis-benchmark sending EVALSHA of sluice's own script, the same
+#      arguments sluice sends (sluice_bench_redis --print-evalsha-args), one
+#      connection, pipelined DEPTH deep (-c 1 -P DEPTH), against
+#      sluice_bench_redis keeping DEPTH decisions in flight on its one
+#      connection; DEPTH in A_DEPTHS (1 16 64). Target: >= 0.8x.
+#   B: rate-limiter-flexible's RateLimiterRedis (npm, over ioredis;
+#      rlf_bench.js) with N consume() calls in flight against sluice with N
+#      decisions in flight; N in B_INFLIGHT (1 64). Both fixed window.
+#      Targets: >= 3x at 1, >= 2x at 64.
+#
+# Each case runs for 1 key and for 100,000 random keys ("user-<12 digits>",
+# the same spelling on every side), sluice and the peer alternately (A B A B
+# ...), ROUNDS times, DURATION seconds each; it prints medians, ratios and
+# the round trips per decision that Redis counted (INFO commandstats:
+# EVALSHA + EVAL calls / decisions; BENCH.md: 1.00).
+#
+# Usage: bench/redis/run.sh              # ~3 minutes
+#        QUICK=1 bench/redis/run.sh      # smoke run, ~20 s: 1 key, 1 round of 1 s
+# Variables: DURATION (2), ROUNDS (3), KEYS ("1 100000"), A_DEPTHS ("1 16 64"),
+#   B_INFLIGHT ("1 64"), MODE (pass: nothing denied; deny: all but each key's
+#   first), ALGORITHM (sluice's side of A only; B is fixed_window),
+#   SKIP_BUILD=1, SLUICE_BENCH_REDIS=<path to a built sluice_bench_redis>, OUT.
+# Loopback only; every step is under `timeout`; it stops what it started, by PID.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$HERE/../.."
+
+if [[ -n "${QUICK:-}" ]]; then
+  : "${DURATION:=1}" "${ROUNDS:=1}" "${KEYS:=1}"
+fi
+DURATION=${DURATION:-2}
+ROUNDS=${ROUNDS:-3}
+KEYS=${KEYS:-1 100000}
+A_DEPTHS=${A_DEPTHS:-1 16 64}
+B_INFLIGHT=${B_INFLIGHT:-1 64}
+MODE=${MODE:-pass}
+ALGORITHM=${ALGORITHM:-fixed_window}
+
+source scripts/deps.sh
+sluice_install_deps redis-server redis-tools
+command -v node >/dev/null && command -v npm >/dev/null || sluice_install_deps nodejs npm
+
+BIN=${SLUICE_BENCH_REDIS:-build/release/bench/sluice_bench_redis}
+if [[ -z "${SKIP_BUILD:-}" && -z "${SLUICE_BENCH_REDIS:-}" ]]; then
+  timeout 900 cmake --preset release >/dev/null
+  timeout 900 cmake --build build/release --target sluice_bench_redis >/dev/null
+fi
+
+# The Node peer, at the versions package.json pins, in bench/redis/node_modules
+# (ignored by git).
+want=$(node -e 'const p=require(process.argv[1]).dependencies; console.log(p["rate-limiter-flexible"], p.ioredis)' "$HERE/package.json")
+have=$(cd "$HERE" && node -e 'console.log(require("rate-limiter-flexible/package.json").version, require("ioredis/package.json").version)' 2>/dev/null || true)
+if [[ "$want" != "$have" ]]; then
+  timeout 300 npm install --prefix "$HERE" --no-package-lock --no-audit --no-fund --silent
+fi
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=${OUT:-build/release/bench/redis-results/$STAMP}
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+REDIS_PID=""
+cleanup() {
+  if [[ -n "$REDIS_PID" ]]; then
+    kill "$REDIS_PID" 2>/dev/null || true
+    wait "$REDIS_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+PORT=$(free_port)
+# Persistence off: no fork for RDB or AOF in the middle of a run.
+redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+  --dir "$WORK" --logfile "$WORK/redis.log" &
+REDIS_PID=$!
+for _ in $(seq 100); do
+  redis-cli -p "$PORT" PING >/dev/null 2>&1 && break
+  sleep 0.05
+done
+RCLI=(timeout 10 redis-cli -p "$PORT")
+
+# Load the script as redis-benchmark will name it, and check the SHA.
+sha=$(timeout 10 "$BIN" --print-script | "${RCLI[@]}" -x SCRIPT LOAD)
+mapfile -t ARGS1 < <(timeout 10 "$BIN" --url "redis://127.0.0.1:$PORT" --print-evalsha-args \
+                       --algorithm "$ALGORITHM" --mode "$MODE" --keys 1)
+mapfile -t ARGSN < <(timeout 10 "$BIN" --url "redis://127.0.0.1:$PORT" --print-evalsha-args \
+                       --algorithm "$ALGORITHM" --mode "$MODE" --keys 2)
+[[ "$sha" == "${ARGS1[1]}" ]] || { echo "SCRIPT LOAD gave $sha, sluice sends ${ARGS1[1]}" >&2; exit 1; }
+
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS='$KEYS' A_DEPTHS='$A_DEPTHS' B_INFLIGHT='$B_INFLIGHT' MODE=$MODE ALGORITHM=$ALGORITHM bench/redis/run.sh"
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel $(uname -r)"
+  echo "redis: $(redis-server --version | cut -d' ' -f3); redis-benchmark from redis-tools $(dpkg-query -W -f='${Version}' redis-tools 2>/dev/null || echo '?'); node $(node --version); peer: rate-limiter-flexible ${want% *}, ioredis ${want#* }"
+  echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "script: sha $sha; EVALSHA arguments: ${ARGS1[*]}"
+} > "$OUT/machine.txt"
+
+# Errors Redis answered, from INFO stats (redis-benchmark does not count them).
+error_replies() { "${RCLI[@]}" INFO stats | tr -d '\r' | sed -n 's/^total_error_replies://p'; }
+evalsha_stat() {  # "calls usec"
+  "${RCLI[@]}" INFO commandstats | tr -d '\r' |
+    sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2/p'
+}
+loadavg() { cut -d' ' -f1 /proc/loadavg; }
+
+RESULTS="$OUT/results.jsonl"
+: > "$RESULTS"
+record() {  # $1 case, $2 JSON line from a side: appended with the case and the load
+  python3 -c 'import json,sys; d=json.loads(sys.argv[2]); d["case"]=sys.argv[1]; d["load1"]=float(sys.argv[3]); print(json.dumps(d))' \
+    "$1" "$2" "$(loadavg)" | tee -a "$RESULTS"
+}
+
+run_sluice() {  # $1 depth $2 keys $3 algorithm
+  timeout $((DURATION + 30)) "$BIN" --url "redis://127.0.0.1:$PORT" --depth "$1" --keys "$2" \
+    --seconds "$DURATION" --algorithm "$3" --mode "$MODE"
+}
+
+# redis-benchmark runs a request count, not a time: N from the last rate
+# measured for this case (the peer's own once it has one), so each run lasts
+# about DURATION seconds.
+run_redis_benchmark() {  # $1 depth $2 keys $3 expected rate
+  local n args errs0 calls0 csv
+  # A multiple of the depth: redis-benchmark sends whole pipelines.
+  n=$(python3 -c "d = $1; print(max(1000, int(float('$3') * $DURATION)) // d * d + d)")
+  if [[ "$2" == 1 ]]; then args=("${ARGS1[@]}"); else args=(-r "$2" "${ARGSN[@]}"); fi
+  errs0=$(error_replies); stat0=$(evalsha_stat)
+  csv=$(timeout $((DURATION * 10 + 30)) redis-benchmark -p "$PORT" -c 1 -P "$1" -n "$n" --csv \
+          "${args[@]}" | tail -1)
+  python3 - "$csv" "$1" "$2" "$n" "$(( $(error_replies) - errs0 ))" \
+          "$stat0" "$(evalsha_stat)" <<'PY'
+import csv, json, sys
+row = next(csv.reader([sys.argv[1]]))
+depth, keys, n, errors = map(int, sys.argv[2:6])
+(c0, u0), (c1, u1) = (map(int, a.split()) for a in sys.argv[6:8])
+evalsha = c1 - c0
+print(json.dumps({"side": "redis-benchmark", "depth": depth, "keys": keys, "decisions": n,
+                  "decisions_per_s": float(row[1]), "p50_us": float(row[4]) * 1000,
+                  "p99_us": float(row[6]) * 1000, "errors": errors,
+                  "round_trips_per_decision": round(evalsha / n, 3),
+                  "redis_us_per_call": round((u1 - u0) / max(evalsha, 1), 2)}))
+PY
+}
+
+run_rlf() {  # $1 in flight $2 keys
+  timeout $((DURATION + 30)) node "$HERE/rlf_bench.js" --port "$PORT" --inflight "$1" \
+    --keys "$2" --seconds "$DURATION" --mode "$MODE"
+}
+
+rate_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])["decisions_per_s"])' "$1"; }
+
+for keys in $KEYS; do
+  for depth in $A_DEPTHS; do
+    name="A-depth$depth-keys$keys"
+    "${RCLI[@]}" FLUSHALL >/dev/null
+    expected=""
+    for round in $(seq "$ROUNDS"); do
+      line=$(run_sluice "$depth" "$keys" "$ALGORITHM"); record "$name" "$line" >/dev/null
+      [[ -z "$expected" ]] && expected=$(rate_of "$line")
+      line=$(run_redis_benchmark "$depth" "$keys" "$expected"); record "$name" "$line" >/dev/null
+      expected=$(rate_of "$line")
+    done
+    echo "done $name" >&2
+  done
+  for inflight in $B_INFLIGHT; do
+    name="B-inflight$inflight-keys$keys"
+    "${RCLI[@]}" FLUSHALL >/dev/null
+    for round in $(seq "$ROUNDS"); do
+      line=$(run_sluice "$inflight" "$keys" fixed_window); record "$name" "$line" >/dev/null
+      line=$(run_rlf "$inflight" "$keys"); record "$name" "$line" >/dev/null
+    done
+    echo "done $name" >&2
+  done
+done
+
+python3 "$HERE/summarize.py" "$OUT" | tee "$OUT/summary.md"
+echo "results: $OUT" >&2

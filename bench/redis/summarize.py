@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Turns bench/redis/run.sh's results.jsonl into the tables of bench/README.md.
+
+Per case: the median over the rounds of each side's decisions/s, p50 and p99
+latency and round trips per decision; the ratio sluice / peer of the medians,
+the range of the per-round ratios (round i's sluice run against round i's
+peer run, which ran right after it), and the BENCH.md target, met or not.
+
+Usage: summarize.py RESULT_DIR   (standard library only)
+"""
+import collections
+import json
+import pathlib
+import statistics
+import sys
+
+# BENCH.md: sluice / redis-benchmark >= 0.8 at every depth; sluice /
+# rate-limiter-flexible >= 3 at 1 in flight, >= 2 at 64.
+def target(case):
+    kind, depth, _ = case.split("-")
+    n = int(depth.removeprefix("depth").removeprefix("inflight"))
+    if kind == "A":
+        return 0.8
+    return {1: 3.0, 64: 2.0}.get(n)
+
+
+def main():
+    out = pathlib.Path(sys.argv[1])
+    runs = collections.defaultdict(lambda: collections.defaultdict(list))
+    order = []
+    for line in (out / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["case"] not in runs:
+            order.append(r["case"])
+        runs[r["case"]][r["side"]].append(r)
+    print((out / "machine.txt").read_text().rstrip())
+    print()
+    print("| case | keys | depth | sluice decisions/s | peer | peer decisions/s | sluice / peer "
+          "| per-round ratios | target | met | sluice p50 / p99 us | peer p50 / p99 us "
+          "| round trips per decision (sluice, peer) | Redis us per script call (sluice, peer) "
+          "| errors | load (1 min) |")
+    print("|---|---:|---:|---:|---|---:|---:|---|---:|---|---|---|---|---|---:|---:|")
+    for case in order:
+        sides = runs[case]
+        sluice = sides["sluice"]
+        peer_name = next(s for s in sides if s != "sluice")
+        peer = sides[peer_name]
+
+        def med(rs, field):
+            return statistics.median(r[field] for r in rs)
+
+        s_rate, p_rate = med(sluice, "decisions_per_s"), med(peer, "decisions_per_s")
+        ratio = s_rate / p_rate
+        pairs = [s["decisions_per_s"] / p["decisions_per_s"] for s, p in zip(sluice, peer)]
+        t = target(case)
+        met = "-" if t is None else ("yes" if ratio >= t else "**no**")
+        errors = sum(r.get("errors", 0) for r in sluice + peer)
+        load = statistics.median(r["load1"] for r in sluice + peer)
+        peer_label = "rate-limiter-flexible" if peer_name == "rlf" else peer_name
+        print(f"| {case} | {sluice[0]['keys']:,} | {sluice[0]['depth']} | {s_rate:,.0f} "
+              f"| {peer_label} | {p_rate:,.0f} | {ratio:.2f} "
+              f"| {min(pairs):.2f}..{max(pairs):.2f} | {'-' if t is None else f'>= {t:g}'} "
+              f"| {met} | {med(sluice, 'p50_us'):,.0f} / {med(sluice, 'p99_us'):,.0f} "
+              f"| {med(peer, 'p50_us'):,.0f} / {med(peer, 'p99_us'):,.0f} "
+              f"| {med(sluice, 'round_trips_per_decision'):.3f}, "
+              f"{med(peer, 'round_trips_per_decision'):.3f} "
+              f"| {med(sluice, 'redis_us_per_call'):.1f}, {med(peer, 'redis_us_per_call'):.1f} "
+              f"| {errors} | {load:.1f} |")
+    print()
+    print(f"rounds: {max(len(s['sluice']) for s in runs.values())}; "
+          "allowed fraction (sluice, median): " + ", ".join(
+              f"{c} {statistics.median(r['allowed_fraction'] for r in runs[c]['sluice']):.3f}"
+              for c in order))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+// sluice_bench_redis: decisions per second of the Redis store, through
+// Limiter::AcquireAsync, at a fixed number of decisions in flight.
+//
+// One Limiter with one limit in Redis (policy "bench"). `--depth` lanes each
+// keep one decision in flight: a lane's completion (on the store's I/O
+// thread) starts its next decision, so exactly D are outstanding, pipelined
+// by the store on its one connection. After `--seconds` the lanes stop and
+// drain. Keys are "user-<12 digits>", uniform among `--keys` (the spelling
+// redis-benchmark's __rand_int__ produces, so both send keys of one length).
+//
+// Round trips per decision come from Redis itself: INFO commandstats before
+// and after the run, EVALSHA (+ EVAL) calls divided by the decisions made.
+// BENCH.md requires 1.00. The store's own count of calls sent is printed
+// beside it.
+//
+// Prints one JSON line:
+//   {"side":"sluice","algorithm":"fixed_window","mode":"pass","depth":16,...,
+//    "decisions_per_s":..,"p50_us":..,"p99_us":..,"round_trips_per_decision":1.000,...}
+//
+// Helper modes for bench/redis/run.sh (they print and exit):
+//   --print-script        the Lua script, as SCRIPT LOAD takes it
+//   --print-evalsha-args  the EVALSHA call this run would make, one argument
+//                         per line (empty lines are empty arguments), with
+//                         the key spelled for redis-benchmark: the literal
+//                         key for --keys 1, "user-__rand_int__" otherwise
+//
+// Usage: sluice_bench_redis --url redis://127.0.0.1:6379 [--depth 16]
+//          [--seconds 3] [--keys 1] [--algorithm fixed_window] [--mode pass|deny]
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "sluice/algorithm.h"
+#include "sluice/clock.h"
+#include "sluice/limiter.h"
+#include "sluice/rate.h"
+#include "sluice/store/redis_store.h"
+#include "store/redis/script.h"
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string url = "redis://127.0.0.1:6379";
+  int depth = 1;
+  double seconds = 3;
+  int64_t keys = 1;
+  std::string algorithm = "fixed_window";
+  std::string mode = "pass";
+  std::string rate;  // default from mode
+  int64_t burst = 0;
+  int timeout_ms = 1000;
+  bool print_script = false;
+  bool print_evalsha_args = false;
+};
+
+std::string KeyName(int64_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "user-%012lld", static_cast<long long>(n));
+  return buf;
+}
+
+// calls= and usec= (time inside Redis) per command from INFO commandstats,
+// on a connection of its own.
+struct CommandStat {
+  int64_t calls = 0;
+  int64_t usec = 0;
+};
+absl::StatusOr<std::map<std::string, CommandStat>> CommandCalls(const sluice::RedisUrl& url) {
+  redisContext* c = redisConnect(url.host.c_str(), url.port);
+  if (c == nullptr || c->err != 0) {
+    std::string err = c != nullptr ? c->errstr : "out of memory";
+    if (c != nullptr) redisFree(c);
+    return absl::UnavailableError("INFO connection: " + err);
+  }
+  auto* reply = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"));
+  std::map<std::string, CommandStat> calls;
+  if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
+    // cmdstat_evalsha:calls=123,usec=...
+    const std::string text(reply->str, reply->len);
+    size_t at = 0;
+    while ((at = text.find("cmdstat_", at)) != std::string::npos) {
+      const size_t colon = text.find(':', at);
+      const size_t eq = text.find("calls=", colon);
+      const size_t us = text.find("usec=", colon);
+      if (colon == std::string::npos || eq == std::string::npos || us == std::string::npos) break;
+      calls[text.substr(at + 8, colon - at - 8)] = {std::stoll(text.substr(eq + 6)),
+                                                    std::stoll(text.substr(us + 5))};
+      at = us;
+    }
+  }
+  if (reply != nullptr) freeReplyObject(reply);
+  redisFree(c);
+  return calls;
+}
+
+// One chain of decisions, each started by the previous one's completion.
+// Touched by one thread at a time (the caller, then the store's I/O thread).
+struct alignas(64) Lane {
+  uint64_t rng = 0;
+  int64_t done = 0;
+  int64_t allowed = 0;
+  int64_t errors = 0;  // an error status or a store_error decision
+  std::vector<int64_t> latency_ns;
+};
+
+class Runner {
+ public:
+  Runner(sluice::Limiter& limiter, int64_t keys, int depth) : limiter_(limiter), lanes_(depth) {
+    names_.reserve(static_cast<size_t>(keys));
+    for (int64_t i = 0; i < keys; ++i) names_.push_back(KeyName(i));
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      lanes_[i].rng = 0x9E3779B97F4A7C15ull * (i + 1);
+      lanes_[i].latency_ns.reserve(1 << 16);
+    }
+  }
+
+  // Runs for `seconds`, then waits for every lane to drain; returns the
+  // elapsed time from the first start to the last completion.
+  double Run(double seconds) {
+    running_ = static_cast<int>(lanes_.size());
+    const auto start = SteadyClock::now();
+    for (Lane& lane : lanes_) Issue(lane);
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    stop_.store(true, std::memory_order_relaxed);
+    drained_.get_future().wait();
+    return std::chrono::duration<double>(last_done_ - start).count();
+  }
+
+  const std::vector<Lane>& lanes() const { return lanes_; }
+
+ private:
+  void Issue(Lane& lane) {
+    // xorshift64*: no division when there is one key.
+    lane.rng ^= lane.rng >> 12;
+    lane.rng ^= lane.rng << 25;
+    lane.rng ^= lane.rng >> 27;
+    const uint64_t r = lane.rng * 0x2545F4914F6CDD1Dull;
+    const std::string& key = names_.size() == 1 ? names_[0] : names_[r % names_.size()];
+    const auto start = SteadyClock::now();
+    limiter_.AcquireAsync(key, sluice::SystemClock::Default().Now(), 1,
+                          [this, &lane, start](absl::StatusOr<sluice::PolicyDecision> d) {
+                            const auto end = SteadyClock::now();
+                            lane.latency_ns.push_back(
+                                std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
+                                    .count());
+                            ++lane.done;
+                            if (!d.ok() || d->store_error) {
+                              ++lane.errors;
+                            } else if (d->allowed) {
+                              ++lane.allowed;
+                            }
+                            if (!stop_.load(std::memory_order_relaxed)) return Issue(lane);
+                            if (running_.fetch_sub(1) == 1) {
+                              last_done_ = end;
+                              drained_.set_value();
+                            }
+                          });
+  }
+
+  sluice::Limiter& limiter_;
+  std::vector<std::string> names_;
+  std::vector<Lane> lanes_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> running_{0};
+  SteadyClock::time_point last_done_;
+  std::promise<void> drained_;
+};
+
+int64_t Percentile(std::vector<int64_t>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
+  return sorted[i];
+}
+
+int Main(const Flags& flags) {
+  if (flags.print_script) {
+    std::fwrite(sluice::redis::DecideScript().data(), 1, sluice::redis::DecideScript().size(),
+                stdout);
+    return 0;
+  }
+  const std::optional<sluice::Algorithm> algorithm = sluice::AlgorithmFromName(flags.algorithm);
+  if (!algorithm) {
+    std::fprintf(stderr, "unknown algorithm %s\n", flags.algorithm.c_str());
+    return 2;
+  }
+  if (flags.mode != "pass" && flags.mode != "deny") {
+    std::fprintf(stderr, "--mode is pass or deny\n");
+    return 2;
+  }
+  // pass: a rate nobody reaches here; deny: one per minute, so every
+  // decision after a key's first is a denial.
+  const std::string rate_text =
+      !flags.rate.empty() ? flags.rate : flags.mode == "pass" ? "1000000000/s" : "1/min";
+  absl::StatusOr<sluice::Rate> rate = sluice::ParseRate(rate_text);
+  if (!rate.ok()) {
+    std::fprintf(stderr, "--rate: %s\n", std::string(rate.status().message()).c_str());
+    return 2;
+  }
+  const sluice::LimitOptions limit{.algorithm = *algorithm, .rate = *rate, .burst = flags.burst};
+  absl::StatusOr<sluice::LimitConfig> config = sluice::MakeLimit(limit);
+  if (!config.ok()) {
+    std::fprintf(stderr, "limit: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<sluice::RedisUrl> url = sluice::ParseRedisUrl(flags.url);
+  if (!url.ok()) {
+    std::fprintf(stderr, "--url: %s\n", std::string(url.status().message()).c_str());
+    return 2;
+  }
+
+  absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store = sluice::RedisStore::Connect(
+      {.url = flags.url, .timeout = sluice::Duration::Millis(flags.timeout_ms)});
+  if (!store.ok()) {
+    std::fprintf(stderr, "connect: %s\n", std::string(store.status().message()).c_str());
+    return 1;
+  }
+
+  if (flags.print_evalsha_args) {
+    // The Limiter's table for this limit names the same Redis key.
+    absl::StatusOr<std::shared_ptr<sluice::LimitTable>> table =
+        (*store)->OpenNamedTable(*config, "bench");
+    if (!table.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(table.status().message()).c_str());
+      return 1;
+    }
+    const std::string key = flags.keys == 1 ? KeyName(0) : "user-__rand_int__";
+    std::vector<std::string> args = {"EVALSHA", std::string(sluice::redis::DecideScriptSha()), "1",
+                                     (*store)->RedisKey(**table, key),
+                                     "D", "", "1", ""};  // op, now (Redis' TIME), cost, taken_at
+    for (const std::string& p : sluice::redis::LimitParams(*config)) args.push_back(p);
+    for (const std::string& a : args) std::printf("%s\n", a.c_str());
+    return 0;
+  }
+
+  absl::StatusOr<std::unique_ptr<sluice::Limiter>> limiter = sluice::Limiter::Create(
+      **store, {.name = "bench", .limits = {limit}});
+  if (!limiter.ok()) {
+    std::fprintf(stderr, "limiter: %s\n", std::string(limiter.status().message()).c_str());
+    return 1;
+  }
+
+  Runner runner(**limiter, flags.keys, flags.depth);
+  absl::StatusOr<std::map<std::string, CommandStat>> before = CommandCalls(*url);
+  if (!before.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(before.status().message()).c_str());
+    return 1;
+  }
+  const uint64_t calls_before = (*store)->Health().calls;
+  const double elapsed = runner.Run(flags.seconds);
+  absl::StatusOr<std::map<std::string, CommandStat>> after = CommandCalls(*url);
+  if (!after.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(after.status().message()).c_str());
+    return 1;
+  }
+
+  int64_t done = 0, allowed = 0, errors = 0;
+  std::vector<int64_t> latency;
+  for (const Lane& lane : runner.lanes()) {
+    done += lane.done;
+    allowed += lane.allowed;
+    errors += lane.errors;
+    latency.insert(latency.end(), lane.latency_ns.begin(), lane.latency_ns.end());
+  }
+  std::sort(latency.begin(), latency.end());
+  // Round trips: the calls Redis received from clients, EVALSHA (and EVAL,
+  // which the store sends when Redis answers NOSCRIPT). The rest of
+  // commandstats but INFO counts the commands the script itself ran
+  // (TIME, GET, SET, ...), which cost no round trip. Redis' time per
+  // EVALSHA (the script, from inside Redis) is printed too: it bounds what
+  // any client can get from one Redis.
+  int64_t evalsha = 0, eval = 0, inner = 0, evalsha_usec = 0;
+  for (const auto& [name, stat] : *after) {
+    const auto it = before->find(name);
+    const int64_t delta = stat.calls - (it == before->end() ? 0 : it->second.calls);
+    if (name == "evalsha") {
+      evalsha = delta;
+      evalsha_usec = stat.usec - (it == before->end() ? 0 : it->second.usec);
+    } else if (name == "eval") {
+      eval = delta;
+    } else if (name != "info") {
+      inner += delta;
+    }
+  }
+  const int64_t sent = static_cast<int64_t>((*store)->Health().calls - calls_before);
+  const double n = static_cast<double>(std::max<int64_t>(done, 1));
+  std::printf(
+      "{\"side\":\"sluice\",\"algorithm\":\"%s\",\"mode\":\"%s\",\"rate\":\"%s\",\"depth\":%d,"
+      "\"keys\":%lld,\"seconds\":%.3f,\"decisions\":%lld,\"decisions_per_s\":%.0f,"
+      "\"p50_us\":%.1f,\"p99_us\":%.1f,\"allowed_fraction\":%.4f,\"errors\":%lld,"
+      "\"round_trips_per_decision\":%.3f,\"evalsha_per_decision\":%.3f,"
+      "\"eval_per_decision\":%.3f,\"client_calls_per_decision\":%.3f,"
+      "\"script_commands_per_decision\":%.3f,\"redis_us_per_call\":%.2f}\n",
+      flags.algorithm.c_str(), flags.mode.c_str(), rate_text.c_str(), flags.depth,
+      static_cast<long long>(flags.keys), elapsed, static_cast<long long>(done), done / elapsed,
+      Percentile(latency, 0.50) / 1e3, Percentile(latency, 0.99) / 1e3, allowed / n,
+      static_cast<long long>(errors), (evalsha + eval) / n, evalsha / n, eval / n, sent / n,
+      inner / n, evalsha > 0 ? static_cast<double>(evalsha_usec) / evalsha : 0.0);
+  return errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  CLI::App app{"sluice_bench_redis: the Redis store's decisions per second at a fixed depth"};
+  app.add_option("--url", flags.url, "redis://host:port");
+  app.add_option("--depth", flags.depth, "decisions in flight")->check(CLI::Range(1, 100000));
+  app.add_option("--seconds", flags.seconds, "how long to run")->check(CLI::Range(0.1, 600.0));
+  app.add_option("--keys", flags.keys, "distinct keys, picked uniformly")
+      ->check(CLI::Range(int64_t{1}, int64_t{100'000'000}));
+  app.add_option("--algorithm", flags.algorithm, "fixed_window, gcra, token_bucket, ...");
+  app.add_option("--mode", flags.mode, "pass (nothing denied) or deny (all but the first)");
+  app.add_option("--rate", flags.rate, "override the mode's rate (e.g. 100/s)");
+  app.add_option("--burst", flags.burst, "bucket algorithms; default the rate's limit");
+  app.add_option("--timeout-ms", flags.timeout_ms, "per call; the machine is shared");
+  app.add_flag("--print-script", flags.print_script, "print the Lua script and exit");
+  app.add_flag("--print-evalsha-args", flags.print_evalsha_args,
+               "print the EVALSHA arguments, one per line, and exit");
+  CLI11_PARSE(app, argc, argv);
+  return Main(flags);
+}

@@ -1,0 +1,129 @@
+// sluice/store/redis_store.h: limits shared by a fleet, in Redis or a Redis
+// Cluster.
+//
+// Every decision is ONE call of one Lua script (EVALSHA) that runs the
+// limit's algorithm inside Redis, atomically, at Redis' own clock (TIME):
+// instances with skewed clocks agree, and two instances can never both
+// spend the last token. The limits of one key in one policy share a hash
+// tag, so they sit in one Cluster slot and one call decides them all,
+// all-or-nothing. Keys expire when their state is fresh again.
+//
+// Decisions are asynchronous (DecideBatch; Limiter::AcquireAsync): calls from
+// concurrent requests are pipelined on one connection per Redis node by an
+// I/O thread of the store's. Each call has a timeout; a node that is down
+// fails its calls at once until it is back (a circuit breaker), and the
+// store reconnects by itself. docs/distributed.md has the details.
+//
+// Thread-safety: every method from any thread. The blocking LimitTable
+// methods (Decide, Check, Refund) must not be called from the store's own
+// I/O thread (a DecideBatch callback): they would wait for themselves.
+//
+//   absl::StatusOr<std::unique_ptr<sluice::RedisStore>> redis =
+//       sluice::RedisStore::Connect({.url = "redis://127.0.0.1:6379"});
+//   sluice::MemoryStore local;
+//   auto limiter = sluice::Limiter::Create(local, {
+//       .name = "login",
+//       .limits = {{.algorithm = sluice::Algorithm::kTokenBucket, .rate = *sluice::ParseRate("40/s")},
+//                  {.algorithm = sluice::Algorithm::kSlidingWindow, .rate = *sluice::ParseRate("300/min")}},
+//       .stores = {nullptr, redis->get()},  // the second limit is fleet-wide
+//       .on_store_error = sluice::OnStoreError::kLocal});
+#ifndef SLUICE_STORE_REDIS_STORE_H_
+#define SLUICE_STORE_REDIS_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sluice/store/store.h"
+#include "sluice/time.h"
+
+namespace sluice {
+
+struct RedisStoreOptions {
+  // One server: "redis://[[user]:password@]host[:port][/database]".
+  std::string url;
+  // Or a Redis Cluster: some of its nodes, "host:port" (the rest are
+  // discovered). Exactly one of `url` and `cluster`.
+  std::vector<std::string> cluster;
+  // ACL user and password; when set they override the URL's.
+  std::string user;
+  std::string password;
+  int database = 0;  // SELECT; overrides the URL's when not 0. Not with a Cluster.
+  // Per call, from the request to Redis' answer; then the policy's
+  // on_store_error decides.
+  Duration timeout = Duration::Millis(50);
+  Duration connect_timeout = Duration::Seconds(1);
+  // Every key starts with it; no '{' or '}' (they would move the hash tag).
+  std::string key_prefix = "sluice:";
+  // Decide at Redis' TIME (production) or at the time the caller passes
+  // (tests and replays that drive a manual clock).
+  bool use_caller_time = false;
+
+  friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
+};
+
+// What the store's connections are doing, for /readyz and metrics.
+struct RedisStoreHealth {
+  bool up = false;  // every slot (the one server) reachable now
+  int nodes = 0;
+  int nodes_up = 0;
+  uint64_t calls = 0;
+  uint64_t errors = 0;
+  uint64_t timeouts = 0;
+  uint64_t reconnects = 0;
+  uint64_t redirects = 0;
+  uint64_t topology_refreshes = 0;
+};
+
+// Parses `url` into the endpoint fields of `options` (host, port, user,
+// password, database). Errors name the part that is wrong.
+struct RedisUrl {
+  std::string host;
+  uint16_t port = 6379;
+  std::string user;
+  std::string password;
+  int database = 0;
+};
+absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url);
+
+class RedisStore final : public Store {
+ public:
+  // Connects (and, for a Cluster, discovers every master) before returning;
+  // loads the script. Errors say what failed where: an unreachable node, a
+  // refused password, a node that is not in Cluster mode.
+  // `log`, when given, is told (on the store's I/O thread) when a
+  // connection is lost or re-established and when the Cluster's slot map
+  // changes: `warning`, and one line of key=value pairs.
+  using EventLog = std::function<void(bool warning, std::string_view line)>;
+  static absl::StatusOr<std::unique_ptr<RedisStore>> Connect(RedisStoreOptions options,
+                                                             EventLog log = nullptr);
+  ~RedisStore() override;
+
+  // Rejects limits that the script cannot compute exactly (InvalidArgument).
+  absl::StatusOr<std::shared_ptr<LimitTable>> OpenTable(const LimitConfig& config) override;
+  absl::StatusOr<std::shared_ptr<LimitTable>> OpenNamedTable(const LimitConfig& config,
+                                                             std::string_view name) override;
+  bool remote() const override { return true; }
+  void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
+                   Time now, int64_t cost, Time taken_at, BatchCallback done) override;
+
+  RedisStoreHealth Health() const;
+  const RedisStoreOptions& options() const;
+
+  // The Redis key of `key` in a table opened with `name` (tests, tools).
+  std::string RedisKey(const LimitTable& table, std::string_view key) const;
+
+  struct Impl;
+
+ private:
+  explicit RedisStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_STORE_REDIS_STORE_H_

@@ -1,0 +1,483 @@
+// The Envoy rate limit service on gRPC: the generated RateLimitService, its
+// one handler, and the server around it. All gRPC code of `sluice serve`
+// lives in this file (gRPC and protobuf headers are slow to compile).
+#include "envoy/rls_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <grpc/grpc.h>
+#include <grpc/impl/codegen/grpc_types.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "base/cat.h"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "server/headers.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::envoy {
+
+struct RlsServer::Snapshot {
+  std::shared_ptr<const RuleSet> rules;
+  bool legacy_headers = false;  // server.legacy_headers
+};
+
+namespace {
+
+using internal::Cat;
+namespace rls = ::envoy::service::ratelimit::v3;
+using Code = rls::RateLimitResponse::Code;
+
+// Bounds on one request, far above what Envoy sends (a descriptor per rate
+// limit action, an entry per action step), so that a request cannot make
+// the service do unbounded work.
+constexpr int kMaxDescriptors = 256;
+constexpr int kMaxEntries = 64;
+
+grpc::StatusCode ToGrpc(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
+    case absl::StatusCode::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
+    case absl::StatusCode::kDeadlineExceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
+    default: return grpc::StatusCode::INTERNAL;
+  }
+}
+
+grpc::Status Invalid(std::string message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
+}
+
+void SetDuration(Duration d, google::protobuf::Duration& out) {
+  const int64_t us = std::max<int64_t>(0, d.IsInfinite() ? 0 : d.micros());
+  out.set_seconds(us / 1'000'000);
+  out.set_nanos(static_cast<int32_t>(us % 1'000'000) * 1000);
+}
+
+uint32_t Clamp32(int64_t v) {
+  return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, std::numeric_limits<uint32_t>::max()));
+}
+
+// One descriptor of a call: what applies to it and what was decided.
+struct Item {
+  const Rule* rule = nullptr;  // null: no limit
+  std::string key;
+  int64_t cost = 1;
+  std::optional<absl::StatusOr<PolicyDecision>> decision;  // kLimited, once answered
+};
+
+class Service;
+
+// One ShouldRateLimit call in flight. Shared by the limiter callbacks; the
+// last decision to arrive completes the call, on whatever thread it is.
+struct Call {
+  Service* service;
+  grpc::ServerUnaryReactor* reactor;
+  rls::RateLimitResponse* response;
+  std::shared_ptr<const RlsServer::Snapshot> snapshot;  // keeps rules and limiters alive
+  Time now;
+  std::vector<Item> items;
+  std::atomic<size_t> pending{1};  // decisions outstanding + the launcher's own hold
+
+  void Done() {
+    if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) Complete();
+  }
+  void Complete();
+};
+
+// The call's reactor: counts the call as in flight until gRPC is done with
+// it (its status sent), which is what a drain waits for.
+class Reactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit Reactor(std::atomic<int64_t>& in_flight) : in_flight_(in_flight) {
+    in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  void OnDone() override {
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    delete this;
+  }
+
+ private:
+  std::atomic<int64_t>& in_flight_;
+};
+
+class Service final : public rls::RateLimitService::CallbackService {
+ public:
+  Service(const RuleOptions& options, server::Metrics& metrics,
+          std::shared_ptr<const RlsServer::Snapshot> snapshot)
+      : clock_(*options.clock), overrides_(options), snapshot_(std::move(snapshot)) {
+    metrics.SetHelp("sluice_rls_requests_total",
+                    "Envoy ShouldRateLimit calls answered, by result.");
+    for (auto [i, name] : {std::pair{0, "ok"}, {1, "over_limit"}, {2, "invalid_argument"},
+                          {3, "error"}}) {
+      results_[i] = metrics.Get("sluice_rls_requests_total", {{"result", name}});
+    }
+  }
+
+  void Swap(std::shared_ptr<const RlsServer::Snapshot> next) { snapshot_.store(std::move(next)); }
+  int64_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }
+
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* context,
+                                            const rls::RateLimitRequest* request,
+                                            rls::RateLimitResponse* response) override {
+    (void)context;
+    grpc::ServerUnaryReactor* reactor = new Reactor(in_flight_);
+    auto call = std::make_shared<Call>();
+    call->service = this;
+    call->reactor = reactor;
+    call->response = response;
+    call->snapshot = snapshot_.load();
+    if (grpc::Status s = Prepare(*request, *call); !s.ok()) {
+      Finish(*call, s);
+      return reactor;
+    }
+    for (Item& item : call->items) {
+      if (item.rule == nullptr || item.rule->kind != Rule::Kind::kLimited) continue;
+      call->pending.fetch_add(1, std::memory_order_relaxed);
+      item.rule->limiter->AcquireAsync(item.key, call->now, item.cost,
+                                       [call, &item](absl::StatusOr<PolicyDecision> d) {
+                                         item.decision = std::move(d);
+                                         call->Done();
+                                       });
+    }
+    call->Done();  // the launcher's hold: with in-process limits the call completes here
+    return reactor;
+  }
+
+  void Finish(Call& call, const grpc::Status& status) {
+    int result = 3;
+    if (status.ok()) {
+      result = call.response->overall_code() == rls::RateLimitResponse::OVER_LIMIT ? 1 : 0;
+    } else if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      result = 2;
+    }
+    results_[result]->Add();
+    call.reactor->Finish(status);
+  }
+
+ private:
+  // Validates the request and decides what applies to each descriptor.
+  grpc::Status Prepare(const rls::RateLimitRequest& request, Call& call) {
+    if (request.domain().empty()) return Invalid("domain must not be empty");
+    if (request.descriptors().empty()) return Invalid("descriptors must not be empty");
+    if (request.descriptors_size() > kMaxDescriptors) {
+      return Invalid(Cat("descriptors: ", request.descriptors_size(), " given, the most is ",
+                         kMaxDescriptors));
+    }
+    call.now = clock_.Now();
+    const DomainRules* domain = call.snapshot->rules->Find(request.domain());
+    const int64_t request_cost = std::max<uint32_t>(1, request.hits_addend());
+    std::vector<Entry> entries;
+    call.items.resize(static_cast<size_t>(request.descriptors_size()));
+    for (int i = 0; i < request.descriptors_size(); ++i) {
+      const auto& d = request.descriptors(i);
+      Item& item = call.items[static_cast<size_t>(i)];
+      if (d.entries().empty()) return Invalid(Cat("descriptors[", i, "]: entries must not be empty"));
+      if (d.entries_size() > kMaxEntries) {
+        return Invalid(Cat("descriptors[", i, "]: ", d.entries_size(), " entries, the most is ",
+                           kMaxEntries));
+      }
+      entries.clear();
+      for (int e = 0; e < d.entries_size(); ++e) {
+        if (d.entries(e).key().empty()) {
+          return Invalid(Cat("descriptors[", i, "].entries[", e, "]: key must not be empty"));
+        }
+        entries.push_back({d.entries(e).key(), d.entries(e).value()});
+      }
+      const size_t key_length = StateKeyLength(request.domain(), entries);
+      if (key_length > kMaxKeyLength) {
+        return Invalid(Cat("descriptors[", i, "]: the domain and entries make a key of ", key_length,
+                           " bytes, the most is ", kMaxKeyLength));
+      }
+      item.cost = request_cost;
+      if (d.has_hits_addend()) {
+        if (d.hits_addend().value() > static_cast<uint64_t>(kMaxLimit)) {
+          return Invalid(Cat("descriptors[", i, "].hits_addend: ", d.hits_addend().value(),
+                             " is more than the most a limit can hold (", kMaxLimit, ")"));
+        }
+        item.cost = static_cast<int64_t>(d.hits_addend().value());
+      }
+      if (d.has_limit()) {
+        const int unit = static_cast<int>(d.limit().unit());
+        if (unit < 1 || unit > 7) {
+          return Invalid(Cat("descriptors[", i, "].limit.unit: ", unit,
+                             " is not a unit (SECOND=1 .. YEAR=6)"));
+        }
+      }
+      if (domain == nullptr) continue;  // unknown domain: no limit, as Envoy expects
+      if (d.has_limit()) {
+        // As in envoyproxy/ratelimit: the request's own limit, for a known domain.
+        absl::StatusOr<const Rule*> rule =
+            overrides_.Get(d.limit().requests_per_unit(), static_cast<EnvoyUnit>(d.limit().unit()));
+        if (!rule.ok()) return grpc::Status(ToGrpc(rule.status().code()), std::string(rule.status().message()));
+        item.rule = *rule;
+      } else {
+        item.rule = domain->Match(entries);
+      }
+      if (item.rule != nullptr) item.key = StateKey(request.domain(), entries);
+    }
+    // `replaces`: a limit that applies removes the named limits from this call.
+    absl::flat_hash_set<std::string> replaced;
+    for (const Item& item : call.items) {
+      if (item.rule == nullptr) continue;
+      for (const std::string& name : item.rule->replaces) replaced.insert(name);
+    }
+    if (!replaced.empty()) {
+      for (Item& item : call.items) {
+        if (item.rule != nullptr && !item.rule->limit_name.empty() &&
+            replaced.contains(item.rule->limit_name)) {
+          item.rule = nullptr;
+        }
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  const Clock& clock_;
+  Overrides overrides_;
+  std::atomic<std::shared_ptr<const RlsServer::Snapshot>> snapshot_;
+  std::array<server::Counter*, 4> results_{};
+  std::atomic<int64_t> in_flight_{0};
+};
+
+void Call::Complete() {
+  const std::vector<Item>& all = items;
+  // An error (a key the store refused, a store without on_store_error
+  // cover) fails the whole call; Envoy then applies its failure_mode_deny.
+  std::optional<absl::Status> error;
+  bool over = false;
+  for (const Item& item : all) {
+    if (item.rule == nullptr || item.rule->shadow) continue;
+    if (item.rule->kind == Rule::Kind::kDenyAll) over = true;
+    if (item.decision && !item.decision->ok() && !error) error = item.decision->status();
+    if (item.decision && item.decision->ok() && !(*item.decision)->allowed) over = true;
+  }
+  // All-or-nothing, as for the HTTP policies: a denied request does not
+  // consume quota, so what the other descriptors took is given back.
+  const bool refund = over || error.has_value();
+  for (const Item& item : all) {
+    if (refund && item.decision && item.decision->ok() && (*item.decision)->allowed &&
+        item.cost > 0) {
+      (void)item.rule->limiter->Refund(item.key, **item.decision, item.cost);
+    }
+  }
+  if (error) {
+    service->Finish(*this, grpc::Status(ToGrpc(error->code()), std::string(error->message())));
+    return;
+  }
+
+  std::vector<server::PolicyAnswer> answers;
+  std::vector<std::string> violated;
+  Duration retry;
+  Duration jitter;
+  bool retry_known = false;
+  response->set_overall_code(over ? rls::RateLimitResponse::OVER_LIMIT : rls::RateLimitResponse::OK);
+  for (const Item& item : all) {
+    rls::RateLimitResponse::DescriptorStatus* status = response->add_statuses();
+    status->set_code(rls::RateLimitResponse::OK);
+    const Rule* rule = item.rule;
+    if (rule == nullptr) continue;  // no limit: OK, nothing more to say
+    if (rule->kind == Rule::Kind::kUnlimited) {
+      status->set_limit_remaining(std::numeric_limits<uint32_t>::max());
+      continue;
+    }
+    rls::RateLimitResponse::RateLimit* limit = status->mutable_current_limit();
+    limit->set_requests_per_unit(rule->requests_per_unit);
+    limit->set_unit(static_cast<rls::RateLimitResponse::RateLimit::Unit>(rule->unit));
+    limit->set_name(rule->limit_name);
+
+    PolicyDecision d;
+    if (rule->kind == Rule::Kind::kDenyAll) {
+      // requests_per_unit: 0. Nothing ever passes, so no Retry-After; the
+      // window still resets on its boundary, as envoyproxy/ratelimit says.
+      const int64_t unit_us = EnvoyUnitLength(rule->unit).micros();
+      d.allowed = false;
+      d.retry_after = Duration::Infinite();
+      d.reset_after = Duration::Micros(unit_us - (now.unix_micros() % unit_us + unit_us) % unit_us);
+    } else {
+      d = **item.decision;
+      // Given back above: what is left is what was left before this call.
+      if (refund && d.allowed) d.remaining = std::min(d.limit, d.remaining + item.cost);
+    }
+    const bool denied = !d.allowed;
+    if (denied && rule->shadow) {
+      rule->Count(Rule::kShadowDenied);
+    } else {
+      rule->Count(denied ? Rule::kDenied : Rule::kAllowed);
+    }
+    status->set_code(denied && !rule->shadow ? rls::RateLimitResponse::OVER_LIMIT
+                                             : rls::RateLimitResponse::OK);
+    status->set_limit_remaining(Clamp32(d.remaining));
+    SetDuration(denied && !d.can_never_pass() ? d.retry_after : d.reset_after,
+                *status->mutable_duration_until_reset());
+    if (rule->shadow) continue;  // a trial: clients are not told about it
+    if (denied) {
+      violated.push_back(rule->header_name);
+      if (!d.can_never_pass() && (!retry_known || d.retry_after > retry)) {
+        retry = d.retry_after;
+        jitter = rule->jitter;
+        retry_known = true;
+      }
+    }
+    answers.push_back({.name = rule->header_name, .decision = d,
+                       .window_seconds = rule->window_seconds, .shadow = false});
+  }
+
+  std::vector<std::pair<std::string, std::string>> headers;
+  server::AppendRateLimitHeaders(answers, snapshot->legacy_headers, headers);
+  if (over) {
+    if (retry_known) {
+      thread_local std::mt19937_64 rng{std::random_device{}()};
+      headers.emplace_back("Retry-After", Cat(server::RetryAfterSeconds(retry, jitter, rng)));
+    }
+    headers.emplace_back("Content-Type", "application/problem+json");
+    response->set_raw_body(server::ProblemBody(
+        429, violated,
+        retry_known ? Cat("rate limit exceeded; retry after ", retry.CeilMillis(), " ms")
+                    : std::string("rate limit exceeded; this request can never pass")));
+  }
+  for (auto& [name, value] : headers) {
+    auto* h = response->add_response_headers_to_add();
+    h->set_key(std::move(name));
+    h->set_value(std::move(value));
+  }
+  service->Finish(*this, grpc::Status::OK);
+}
+
+class RlsServerImpl final : public RlsServer {
+ public:
+  explicit RlsServerImpl(RuleOptions options) : options_(options) {}
+
+  ~RlsServerImpl() override {
+    Shutdown(Duration::Zero());
+    Wait();
+  }
+
+  absl::Status Init(const Config& config) {
+    absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot = Build(config, nullptr);
+    if (!snapshot.ok()) return snapshot.status();
+    current_ = *snapshot;
+    service_ = std::make_unique<Service>(options_, *options_.metrics, *snapshot);
+
+    started_with_ = config.grpc;
+    const HostPort& where = config.grpc->listen;
+    const bool v6 = where.host.find(':') != std::string::npos;
+    const std::string address = Cat(v6 ? "[" : "", where.host, v6 ? "]" : "", ":", where.port);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    // gRPC sets SO_REUSEPORT by default, which would let a second process
+    // share the port silently instead of failing to start.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port == 0) {
+      server_.reset();
+      return absl::UnavailableError(Cat("cannot listen on ", address, " (grpc.listen)"));
+    }
+    port_ = static_cast<uint16_t>(port);
+    spdlog::info("event=start listener=grpc listen={}:{} domains={}", where.host, port_,
+                 config.envoy ? config.envoy->domains.size() : 0);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::shared_ptr<const Snapshot>> Prepare(const Config& config) const override {
+    if (config.grpc != started_with_) {
+      spdlog::warn("event=reload note=\"changes to grpc take effect at the next start\"");
+    }
+    std::shared_ptr<const Snapshot> before;
+    {
+      std::lock_guard lock(mu_);
+      before = current_;
+    }
+    return Build(config, before ? before->rules.get() : nullptr);
+  }
+
+  void Swap(std::shared_ptr<const Snapshot> next) override {
+    {
+      std::lock_guard lock(mu_);
+      current_ = next;
+    }
+    service_->Swap(std::move(next));
+  }
+
+  void Shutdown(Duration within) override {
+    std::lock_guard lock(mu_);
+    if (server_ == nullptr || shutdown_.joinable()) return;
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::microseconds(within.micros());
+    // Server::Shutdown blocks, and the caller (an event loop draining HTTP at
+    // the same time) must not. It also waits, after the calls in flight, for
+    // every client to close its connection, which an idle client (Envoy
+    // holds its connections open) may not do before the deadline; so once
+    // the calls in flight are done, the connections are closed from here.
+    shutdown_ = std::thread([server = server_.get(), service = service_.get(), deadline] {
+      std::thread graceful([server, deadline] { server->Shutdown(deadline); });
+      // Give Shutdown a moment to stop new calls before counting the last ones.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      while (service->in_flight() > 0 && std::chrono::system_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      grpc_server_cancel_all_calls(server->c_server());
+      graceful.join();
+    });
+  }
+
+  void Wait() override {
+    std::thread t;
+    {
+      std::lock_guard lock(mu_);
+      t = std::move(shutdown_);
+    }
+    if (t.joinable()) t.join();
+    if (server_ != nullptr) server_->Wait();
+  }
+
+  uint16_t port() const override { return port_; }
+
+ private:
+  absl::StatusOr<std::shared_ptr<const Snapshot>> Build(const Config& config,
+                                                        const RuleSet* previous) const {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
+        RuleSet::Create(config.envoy.get(), options_, previous);
+    if (!rules.ok()) return rules.status();
+    auto snapshot = std::make_shared<Snapshot>();
+    snapshot->rules = *std::move(rules);
+    snapshot->legacy_headers = config.server.legacy_headers;
+    return std::shared_ptr<const Snapshot>(std::move(snapshot));
+  }
+
+  RuleOptions options_;
+  std::optional<GrpcConfig> started_with_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Snapshot> current_;
+  std::unique_ptr<Service> service_;      // declared before server_: outlives it
+  std::unique_ptr<grpc::Server> server_;
+  std::thread shutdown_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RlsServer>> RlsServer::Start(const Config& config,
+                                                            const RuleOptions& options) {
+  if (!config.grpc) return absl::InvalidArgumentError("grpc.listen is not set");
+  if (options.local == nullptr || options.clock == nullptr || options.metrics == nullptr) {
+    return absl::InvalidArgumentError("RlsServer: a store, a clock and metrics are required");
+  }
+  auto server = std::make_unique<RlsServerImpl>(options);
+  if (absl::Status s = server->Init(config); !s.ok()) return s;
+  return std::unique_ptr<RlsServer>(std::move(server));
+}
+
+}  // namespace sluice::envoy

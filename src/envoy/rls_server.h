@@ -1,0 +1,66 @@
+// RlsServer: the Envoy rate limit service (RLS v3),
+// `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over gRPC
+// on a listener of its own (`grpc.listen`), deciding with the envoy rules
+// of the config (`envoy:`, `envoy_files:`). Internal to `sluice serve`.
+//
+// This header stays free of gRPC and protobuf headers, which are slow to
+// compile: the service, the server and the generated code live in
+// rls_server.cc and the proto library only.
+//
+// Calls use gRPC's callback API. A decision by in-process limits answers
+// before the handler returns; one that waits for a remote store (Redis,
+// Limiter::AcquireAsync answering on the store's thread) finishes the call
+// from that thread, so no gRPC thread ever blocks.
+//
+// Thread-safety: Prepare, Swap, Shutdown from any thread; Wait from one.
+//
+//   auto rls = RlsServer::Start(config, {.local = &store, .clock = &clock, .metrics = &metrics});
+//   ...                                  // on reload:
+//   auto next = (*rls)->Prepare(new_config);
+//   if (next.ok()) (*rls)->Swap(*next);
+//   (*rls)->Shutdown(Duration::Seconds(10));  // on SIGTERM
+//   (*rls)->Wait();
+#ifndef SLUICE_ENVOY_RLS_SERVER_H_
+#define SLUICE_ENVOY_RLS_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "envoy/rules.h"
+#include "sluice/config.h"
+#include "sluice/time.h"
+
+namespace sluice::envoy {
+
+class RlsServer {
+ public:
+  // The rules and settings of one config, built and not yet in force.
+  struct Snapshot;
+
+  // Builds the rules of `config` and listens on config.grpc->listen
+  // (which must be set). `options` (stores, clock, metrics) must outlive
+  // the server.
+  static absl::StatusOr<std::unique_ptr<RlsServer>> Start(const Config& config,
+                                                          const RuleOptions& options);
+  // Shuts down at once if Shutdown was not called, and waits.
+  virtual ~RlsServer() = default;
+
+  // Builds the rules of `config` for a reload: rules whose place and limit
+  // did not change keep their state. Nothing changes until Swap. Changes
+  // to grpc.listen take effect at the next start.
+  virtual absl::StatusOr<std::shared_ptr<const Snapshot>> Prepare(const Config& config) const = 0;
+  virtual void Swap(std::shared_ptr<const Snapshot> next) = 0;
+
+  // Stops taking new calls at once and returns; calls in flight may finish
+  // within `within`, then they are cancelled.
+  virtual void Shutdown(Duration within) = 0;
+  // Returns when the shutdown is complete.
+  virtual void Wait() = 0;
+
+  virtual uint16_t port() const = 0;
+};
+
+}  // namespace sluice::envoy
+
+#endif  // SLUICE_ENVOY_RLS_SERVER_H_

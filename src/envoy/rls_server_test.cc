@@ -1,0 +1,464 @@
+// The Envoy rate limit service over real gRPC: a client built from the same
+// protos calls ShouldRateLimit on a server bound to a free loopback port,
+// with the rules of tests/envoy/ (envoyproxy/ratelimit files, unchanged)
+// and a manual clock, and checks every field of every answer.
+#include "envoy/rls_server.h"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "server/metrics.h"
+#include "sluice/clock.h"
+#include "sluice/config.h"
+#include "sluice/envoy_config.h"
+#include "sluice/store/memory_store.h"
+
+namespace sluice::envoy {
+namespace {
+
+namespace rls = ::envoy::service::ratelimit::v3;
+using ::testing::HasSubstr;
+using Response = rls::RateLimitResponse;
+using Entries = std::vector<std::pair<std::string, std::string>>;
+
+// A multiple of every unit up to a day: windows start exactly now.
+constexpr int64_t kStartSeconds = 1'700'006'400;
+
+class RlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(SLUICE_SOURCE_DIR "/tests/envoy/sluice.yaml"); }
+
+  void Start(const std::string& path) {
+    absl::StatusOr<Config> config = LoadConfigFile(path);
+    ASSERT_TRUE(config.ok()) << config.status();
+    StartWith(*config);
+  }
+  void StartWith(const Config& config, Store* shared = nullptr) {
+    server_.reset();
+    absl::StatusOr<std::unique_ptr<RlsServer>> server = RlsServer::Start(
+        config, {.local = &store_, .shared = shared, .clock = &clock_, .metrics = &metrics_});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = rls::RateLimitService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  }
+
+  static rls::RateLimitRequest Request(const std::string& domain, const std::vector<Entries>& ds,
+                                       uint32_t hits_addend = 0) {
+    rls::RateLimitRequest r;
+    r.set_domain(domain);
+    r.set_hits_addend(hits_addend);
+    for (const Entries& d : ds) {
+      auto* descriptor = r.add_descriptors();
+      for (const auto& [k, v] : d) {
+        auto* e = descriptor->add_entries();
+        e->set_key(k);
+        e->set_value(v);
+      }
+    }
+    return r;
+  }
+
+  grpc::Status Call(const rls::RateLimitRequest& request, Response& response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub_->ShouldRateLimit(&context, request, &response);
+  }
+  Response Ok(const rls::RateLimitRequest& request) {
+    Response response;
+    const grpc::Status s = Call(request, response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response;
+  }
+  Response Ok(const std::string& domain, const std::vector<Entries>& ds, uint32_t hits = 0) {
+    return Ok(Request(domain, ds, hits));
+  }
+  std::string Header(const Response& r, std::string_view name) {
+    for (const auto& h : r.response_headers_to_add()) {
+      if (h.key() == name) return h.value();
+    }
+    return "(absent)";
+  }
+
+  ManualClock clock_{Time::FromUnixMicros(kStartSeconds * 1'000'000)};
+  MemoryStore store_;
+  server::Metrics metrics_;
+  std::unique_ptr<RlsServer> server_;
+  std::unique_ptr<rls::RateLimitService::Stub> stub_;
+};
+
+TEST_F(RlsTest, PerValueLimitOkThenOverLimitWithEveryField) {
+  for (uint32_t remaining : {2u, 1u, 0u}) {
+    const Response r = Ok("edge", {{{"remote_address", "10.0.0.1"}}});
+    EXPECT_EQ(r.overall_code(), Response::OK);
+    ASSERT_EQ(r.statuses_size(), 1);
+    const auto& s = r.statuses(0);
+    EXPECT_EQ(s.code(), Response::OK);
+    EXPECT_EQ(s.current_limit().requests_per_unit(), 3u);
+    EXPECT_EQ(s.current_limit().unit(), Response::RateLimit::MINUTE);
+    EXPECT_EQ(s.current_limit().name(), "");
+    EXPECT_EQ(s.limit_remaining(), remaining);
+    EXPECT_EQ(s.duration_until_reset().seconds(), 60);  // the minute window started now
+    EXPECT_EQ(Header(r, "RateLimit-Policy"), "\"edge.remote_address\";q=3;w=60");
+    EXPECT_EQ(Header(r, "RateLimit"), "\"edge.remote_address\";r=" + std::to_string(remaining) + ";t=60");
+    EXPECT_EQ(Header(r, "Retry-After"), "(absent)");
+    EXPECT_TRUE(r.raw_body().empty());
+  }
+  clock_.Advance(Duration::Seconds(20));
+  const Response over = Ok("edge", {{{"remote_address", "10.0.0.1"}}});
+  EXPECT_EQ(over.overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(over.statuses(0).code(), Response::OVER_LIMIT);
+  EXPECT_EQ(over.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(over.statuses(0).duration_until_reset().seconds(), 40);
+  EXPECT_EQ(Header(over, "RateLimit"), "\"edge.remote_address\";r=0;t=40");
+  // Retry-After: never earlier than the window's end, at most a tenth of it later (jitter).
+  const int retry = std::stoi(Header(over, "Retry-After"));
+  EXPECT_GE(retry, 40);
+  EXPECT_LE(retry, 46);
+  EXPECT_EQ(Header(over, "Content-Type"), "application/problem+json");
+  EXPECT_THAT(over.raw_body(), HasSubstr("\"title\":\"quota-exceeded\""));
+  EXPECT_THAT(over.raw_body(), HasSubstr("\"violated-policies\":[\"edge.remote_address\"]"));
+
+  // Another value has its own state; the first is free again in the next window.
+  EXPECT_EQ(Ok("edge", {{{"remote_address", "10.0.0.2"}}}).overall_code(), Response::OK);
+  clock_.Advance(Duration::Seconds(40));
+  EXPECT_EQ(Ok("edge", {{{"remote_address", "10.0.0.1"}}}).statuses(0).limit_remaining(), 2u);
+}
+
+TEST_F(RlsTest, UnknownDomainAndDescriptorsAreOkWithoutALimit) {
+  for (const Response& r : {Ok("nowhere", {{{"remote_address", "10.0.0.1"}}}),
+                            Ok("edge", {{{"user_agent", "curl"}}}),
+                            Ok("edge", {{{"path", "/other"}}})}) {
+    EXPECT_EQ(r.overall_code(), Response::OK);
+    ASSERT_EQ(r.statuses_size(), 1);
+    EXPECT_EQ(r.statuses(0).code(), Response::OK);
+    EXPECT_FALSE(r.statuses(0).has_current_limit());
+    EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);
+    EXPECT_EQ(r.response_headers_to_add_size(), 0);
+  }
+}
+
+TEST_F(RlsTest, ExactValueBeatsAnyValueAndZeroDeniesEverything) {
+  const Response r = Ok("edge", {{{"remote_address", "50.0.0.5"}}});
+  EXPECT_EQ(r.overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(r.statuses(0).current_limit().requests_per_unit(), 0u);
+  EXPECT_EQ(r.statuses(0).current_limit().unit(), Response::RateLimit::SECOND);
+  EXPECT_EQ(r.statuses(0).duration_until_reset().seconds(), 1);
+  // It can never pass: no Retry-After that would lie, and no t= in RateLimit.
+  EXPECT_EQ(Header(r, "Retry-After"), "(absent)");
+  EXPECT_EQ(Header(r, "RateLimit"), "\"edge.remote_address_50.0.0.5\";r=0");
+  EXPECT_THAT(r.raw_body(), HasSubstr("can never pass"));
+}
+
+TEST_F(RlsTest, UnlimitedNeverLimits) {
+  for (int i = 0; i < 50; ++i) {
+    const Response r = Ok("edge", {{{"path", "/health"}}});
+    EXPECT_EQ(r.overall_code(), Response::OK);
+    EXPECT_FALSE(r.statuses(0).has_current_limit());
+    EXPECT_EQ(r.statuses(0).limit_remaining(), 4294967295u);
+  }
+}
+
+TEST_F(RlsTest, NestedDescriptorsMatchOnlyAtTheirDepth) {
+  const std::vector<Entries> login = {{{"path", "/login"}, {"remote_address", "10.0.0.9"}}};
+  EXPECT_EQ(Ok("edge", login).statuses(0).current_limit().unit(), Response::RateLimit::HOUR);
+  EXPECT_EQ(Ok("edge", login).statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(Ok("edge", login).overall_code(), Response::OVER_LIMIT);
+  // One level of the same path has no limit of its own.
+  EXPECT_FALSE(Ok("edge", {{{"path", "/login"}}}).statuses(0).has_current_limit());
+  // Three entries never match a two-level rule.
+  EXPECT_FALSE(
+      Ok("edge", {{{"path", "/login"}, {"remote_address", "10.0.0.9"}, {"x", "y"}}}).statuses(0).has_current_limit());
+  // The client's own one-level limit is separate state.
+  EXPECT_EQ(Ok("edge", {{{"remote_address", "10.0.0.9"}}}).statuses(0).limit_remaining(), 2u);
+}
+
+TEST_F(RlsTest, WildcardValuesGiveEachValueItsOwnState) {
+  const auto team = [](const std::string& t) {
+    return std::vector<Entries>{{{"service", "orders"}, {"user", t}}};
+  };
+  Response r = Ok("api", team("team-red"));
+  EXPECT_EQ(r.statuses(0).current_limit().name(), "team");
+  EXPECT_EQ(r.statuses(0).current_limit().requests_per_unit(), 2u);
+  EXPECT_EQ(Header(r, "RateLimit-Policy"), "\"team\";q=2;w=60");
+  EXPECT_EQ(Ok("api", team("team-red")).statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(Ok("api", team("team-red")).overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(Ok("api", team("team-blue")).overall_code(), Response::OK);
+  // Not matching the prefix: the any-value rule.
+  EXPECT_EQ(Ok("api", team("bob")).statuses(0).current_limit().name(), "per_user");
+}
+
+TEST_F(RlsTest, ShadowModeCountsButNeverDenies) {
+  const std::vector<Entries> trial = {{{"service", "orders"}, {"user", "user-a"}}};
+  const Response first = Ok("api", trial);
+  EXPECT_EQ(first.statuses(0).limit_remaining(), 0u);
+  for (int i = 0; i < 3; ++i) {
+    const Response r = Ok("api", trial);
+    EXPECT_EQ(r.overall_code(), Response::OK);
+    EXPECT_EQ(r.statuses(0).code(), Response::OK);
+    EXPECT_EQ(r.statuses(0).current_limit().name(), "trial");
+    EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);
+    EXPECT_EQ(r.response_headers_to_add_size(), 0);  // a trial is not announced
+  }
+  const std::string text = metrics_.Render();
+  EXPECT_THAT(text, HasSubstr("sluice_decisions_total{policy=\"api.service_orders.user_user-a\","
+                              "outcome=\"shadow_denied\"} 3"));
+  EXPECT_THAT(text, HasSubstr("sluice_decisions_total{policy=\"api.service_orders.user_user-a\","
+                              "outcome=\"allowed\"} 1"));
+}
+
+TEST_F(RlsTest, ReplacesRemovesTheNamedLimitWhenItApplies) {
+  const Entries free_plan = {{"plan", "free"}};
+  const Entries premium = {{"plan", "premium"}};
+  // Alone, the free daily limit applies (1 per day).
+  EXPECT_EQ(Ok("api", {free_plan}).overall_code(), Response::OK);
+  EXPECT_EQ(Ok("api", {free_plan}).overall_code(), Response::OVER_LIMIT);
+  // With the premium descriptor in the same request, it is replaced.
+  for (int i = 0; i < 3; ++i) {
+    const Response r = Ok("api", {free_plan, premium});
+    EXPECT_EQ(r.overall_code(), Response::OK);
+    ASSERT_EQ(r.statuses_size(), 2);
+    EXPECT_FALSE(r.statuses(0).has_current_limit());
+    EXPECT_EQ(r.statuses(1).current_limit().requests_per_unit(), 1000u);
+    EXPECT_EQ(r.statuses(1).current_limit().unit(), Response::RateLimit::DAY);
+  }
+}
+
+TEST_F(RlsTest, RequestHitsAddendCostsThatMany) {
+  Response r = Ok("edge", {{{"remote_address", "10.1.1.1"}}}, /*hits=*/2);
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 1u);
+  r = Ok("edge", {{{"remote_address", "10.1.1.1"}}}, /*hits=*/2);
+  EXPECT_EQ(r.overall_code(), Response::OVER_LIMIT);  // 2 more do not fit in the 1 left
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 1u);     // and took nothing
+  EXPECT_EQ(Ok("edge", {{{"remote_address", "10.1.1.1"}}}, /*hits=*/0).statuses(0).limit_remaining(), 0u);
+}
+
+TEST_F(RlsTest, DescriptorHitsAddendOverridesTheRequests) {
+  rls::RateLimitRequest request =
+      Request("edge", {{{"remote_address", "10.2.2.2"}}, {{"remote_address", "10.2.2.3"}}}, 2);
+  request.mutable_descriptors(0)->mutable_hits_addend()->set_value(3);
+  Response r = Ok(request);
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);  // 3 taken
+  EXPECT_EQ(r.statuses(1).limit_remaining(), 1u);  // the request's 2
+  // hits_addend 0 on a descriptor reads without taking.
+  request.mutable_descriptors(0)->mutable_hits_addend()->set_value(0);
+  request.mutable_descriptors(1)->mutable_hits_addend()->set_value(0);
+  r = Ok(request);
+  EXPECT_EQ(r.overall_code(), Response::OK);
+  EXPECT_EQ(r.statuses(1).limit_remaining(), 1u);
+}
+
+TEST_F(RlsTest, PerDescriptorLimitOverrideAppliesItsOwnRate) {
+  rls::RateLimitRequest request = Request("edge", {{{"remote_address", "10.3.3.3"}}});
+  request.mutable_descriptors(0)->mutable_limit()->set_requests_per_unit(1);
+  request.mutable_descriptors(0)->mutable_limit()->set_unit(::envoy::type::v3::SECOND);
+  Response r = Ok(request);
+  EXPECT_EQ(r.overall_code(), Response::OK);
+  EXPECT_EQ(r.statuses(0).current_limit().requests_per_unit(), 1u);
+  EXPECT_EQ(r.statuses(0).current_limit().unit(), Response::RateLimit::SECOND);
+  EXPECT_EQ(Ok(request).overall_code(), Response::OVER_LIMIT);
+  clock_.Advance(Duration::Seconds(1));
+  EXPECT_EQ(Ok(request).overall_code(), Response::OK);
+  // The configured 3/minute of this address was not touched.
+  EXPECT_EQ(Ok("edge", {{{"remote_address", "10.3.3.3"}}}).statuses(0).limit_remaining(), 2u);
+  // As in envoyproxy/ratelimit, an override applies only within a configured domain.
+  request.set_domain("nowhere");
+  EXPECT_FALSE(Ok(request).statuses(0).has_current_limit());
+}
+
+TEST_F(RlsTest, ADenialGivesBackWhatOtherDescriptorsTook) {
+  const Response r =
+      Ok("edge", {{{"remote_address", "10.4.4.4"}}, {{"remote_address", "50.0.0.5"}}});
+  EXPECT_EQ(r.overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(r.statuses(0).code(), Response::OK);
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 3u);  // given back
+  EXPECT_EQ(r.statuses(1).code(), Response::OVER_LIMIT);
+  for (uint32_t remaining : {2u, 1u, 0u}) {
+    EXPECT_EQ(Ok("edge", {{{"remote_address", "10.4.4.4"}}}).statuses(0).limit_remaining(), remaining);
+  }
+}
+
+TEST_F(RlsTest, SluiceAlgorithmsAndWindowsThroughTheSameApi) {
+  // token_bucket 2/s burst 4: four at once, then one per half second.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(Ok("ext", {{{"client", "c1"}}}).overall_code(), Response::OK) << i;
+  }
+  Response r = Ok("ext", {{{"client", "c1"}}});
+  EXPECT_EQ(r.overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(r.statuses(0).duration_until_reset().nanos(), 500'000'000);  // the next token
+  EXPECT_EQ(Header(r, "RateLimit-Policy"), "\"ext.client\";q=4;w=1");
+  clock_.Advance(Duration::Millis(500));
+  EXPECT_EQ(Ok("ext", {{{"client", "c1"}}}).overall_code(), Response::OK);
+  // A 10 s window, which no Envoy unit names.
+  r = Ok("ext", {{{"tenant", "t1"}}});
+  EXPECT_EQ(r.statuses(0).current_limit().unit(), Response::RateLimit::UNKNOWN);
+  EXPECT_EQ(r.statuses(0).current_limit().requests_per_unit(), 3u);
+  EXPECT_EQ(Header(r, "RateLimit-Policy"), "\"tenant_window\";q=3;w=10");
+}
+
+TEST_F(RlsTest, MalformedRequestsAreInvalidArgument) {
+  std::vector<std::pair<rls::RateLimitRequest, std::string>> cases;
+  cases.push_back({Request("", {{{"k", "v"}}}), "domain must not be empty"});
+  cases.push_back({Request("edge", {}), "descriptors must not be empty"});
+  cases.push_back({Request("edge", {{}}), "descriptors[0]: entries must not be empty"});
+  cases.push_back({Request("edge", {{{"k", "v"}}, {{"", "v"}}}),
+                   "descriptors[1].entries[0]: key must not be empty"});
+  cases.push_back({Request("edge", {{{"remote_address", std::string(2000, 'x')}}}),
+                   "descriptors[0]: the domain and entries make a key of"});
+  rls::RateLimitRequest huge = Request("edge", {{{"remote_address", "10.0.0.1"}}});
+  huge.mutable_descriptors(0)->mutable_hits_addend()->set_value(uint64_t{1} << 63);
+  cases.push_back({huge, "descriptors[0].hits_addend: 9223372036854775808 is more than"});
+  rls::RateLimitRequest bad_unit = Request("edge", {{{"remote_address", "10.0.0.1"}}});
+  bad_unit.mutable_descriptors(0)->mutable_limit()->set_requests_per_unit(5);
+  bad_unit.mutable_descriptors(0)->mutable_limit()->set_unit(static_cast<::envoy::type::v3::RateLimitUnit>(99));
+  cases.push_back({bad_unit, "descriptors[0].limit.unit: 99 is not a unit"});
+  for (const auto& [request, message] : cases) {
+    Response response;
+    const grpc::Status s = Call(request, response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_THAT(s.error_message(), HasSubstr(message));
+  }
+  EXPECT_THAT(metrics_.Render(), HasSubstr("sluice_rls_requests_total{result=\"invalid_argument\"} 7"));
+  // The service is still there.
+  EXPECT_EQ(Ok("edge", {{{"remote_address", "10.0.0.1"}}}).overall_code(), Response::OK);
+}
+
+TEST_F(RlsTest, ConcurrentCallsAdmitExactlyTheLimit) {
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 40;
+  std::atomic<int> ok{0}, over{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kCalls; ++i) {
+        Response r;
+        if (!Call(Request("inline", {{{"burst_test", "shared"}}}), r).ok()) {
+          ++failed;
+        } else if (r.overall_code() == Response::OK) {
+          ++ok;
+        } else {
+          ++over;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(ok.load(), 100);  // inline: burst_test, 100 per minute
+  EXPECT_EQ(over.load(), kThreads * kCalls - 100);
+}
+
+TEST_F(RlsTest, AReloadKeepsTheStateOfUnchangedRules) {
+  for (int i = 0; i < 3; ++i) Ok("edge", {{{"remote_address", "10.5.5.5"}}});
+  Ok("ext", {{{"tenant", "t9"}}});
+  // The same file with one rule changed: tenant_window gets 5/10s.
+  absl::StatusOr<Config> next = LoadConfigFile(SLUICE_SOURCE_DIR "/tests/envoy/sluice.yaml");
+  ASSERT_TRUE(next.ok());
+  auto envoy = std::make_shared<EnvoyConfig>(*next->envoy);
+  envoy->domains[3].descriptors[1].rate_limit->limit.options.rate.limit = 5;
+  next->envoy = envoy;
+  absl::StatusOr<std::shared_ptr<const RlsServer::Snapshot>> snapshot = server_->Prepare(*next);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  server_->Swap(*snapshot);
+  EXPECT_EQ(Ok("edge", {{{"remote_address", "10.5.5.5"}}}).overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(Ok("ext", {{{"tenant", "t9"}}}).statuses(0).limit_remaining(), 4u);  // fresh state
+  // A reload without the domain: its descriptors are unknown from then on.
+  next->envoy = std::make_shared<EnvoyConfig>();
+  server_->Swap(*server_->Prepare(*next));
+  EXPECT_FALSE(Ok("edge", {{{"remote_address", "10.5.5.5"}}}).statuses(0).has_current_limit());
+}
+
+// A remote store whose answers come from a thread of its own, as Redis'
+// do: the service must finish calls from that thread.
+class ThreadedStore final : public Store {
+ public:
+  ThreadedStore() : worker_([this] { Run(); }) {}
+  ~ThreadedStore() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  absl::StatusOr<std::shared_ptr<LimitTable>> OpenTable(const LimitConfig& config) override {
+    return inner_.OpenTable(config);
+  }
+  bool remote() const override { return true; }
+  void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
+                   int64_t cost, Time taken_at, BatchCallback done) override {
+    std::vector<LimitTable*> t(tables.begin(), tables.end());
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back([this, t, key = std::string(key), op, now, cost, taken_at, done] {
+        answered_on_ = std::this_thread::get_id();
+        Store::DecideBatch(t, key, op, now, cost, taken_at, done);
+      });
+    }
+    cv_.notify_all();
+  }
+  std::thread::id worker_id() const { return worker_.get_id(); }
+  std::atomic<std::thread::id> answered_on_;
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+  MemoryStore inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+TEST_F(RlsTest, DecisionsOfARemoteStoreFinishOnItsThread) {
+  ThreadedStore remote;
+  absl::StatusOr<EnvoyDomain> domain = ParseEnvoyDomain(R"(
+domain: fleet
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+)", "fleet.yaml", {.shared_store = true});
+  ASSERT_TRUE(domain.ok()) << domain.status();
+  Config config;
+  config.grpc = GrpcConfig{.listen = {"127.0.0.1", 0}};
+  auto envoy = std::make_shared<EnvoyConfig>();
+  envoy->domains.push_back(*domain);
+  config.envoy = envoy;
+  StartWith(config, &remote);
+  EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).statuses(0).limit_remaining(), 1u);
+  EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(remote.answered_on_.load(), remote.worker_id());
+}
+
+TEST_F(RlsTest, ShutdownRefusesNewCalls) {
+  server_->Shutdown(Duration::Seconds(1));
+  server_->Wait();
+  Response r;
+  EXPECT_FALSE(Call(Request("edge", {{{"remote_address", "10.0.0.1"}}}), r).ok());
+}
+
+}  // namespace
+}  // namespace sluice::envoy

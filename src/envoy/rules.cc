@@ -1,0 +1,223 @@
+#include "envoy/rules.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "base/cat.h"
+
+namespace sluice::envoy {
+namespace {
+
+using internal::Cat;
+
+absl::string_view Absl(std::string_view s) { return {s.data(), s.size()}; }
+
+bool NeedsEscape(char c) { return c == '|' || c == '=' || c == '\\'; }
+
+void AppendEscaped(std::string& out, std::string_view part) {
+  for (char c : part) {
+    if (NeedsEscape(c)) out.push_back('\\');
+    out.push_back(c);
+  }
+}
+
+size_t EscapedLength(std::string_view part) {
+  return part.size() + static_cast<size_t>(std::count_if(part.begin(), part.end(), NeedsEscape));
+}
+
+// Values in the config never hold control characters (the reader refuses
+// them), so this marks "any value" in a rule's id without ambiguity.
+constexpr std::string_view kAnyValue = "\x01";
+
+absl::StatusOr<std::shared_ptr<Limiter>> MakeLimiter(const std::string& name, const LimitSpec& spec,
+                                                     const RuleOptions& options) {
+  LimiterOptions lo;
+  lo.name = name;
+  lo.clock = options.clock;
+  lo.limits.push_back(spec.options);
+  if (spec.scope == Scope::kGlobal && options.shared != nullptr) lo.stores.push_back(options.shared);
+  absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(*options.local, std::move(lo));
+  if (!limiter.ok()) return limiter.status();
+  return std::shared_ptr<Limiter>(*std::move(limiter));
+}
+
+void Finish(Rule& rule, server::Metrics& metrics) {
+  static constexpr std::array<const char*, Rule::kOutcomes> kOutcomeNames = {"allowed", "denied",
+                                                                             "shadow_denied"};
+  for (int o = 0; o < Rule::kOutcomes; ++o) {
+    rule.counters[o] = metrics.Get("sluice_decisions_total",
+                                   {{"policy", rule.stats_key}, {"outcome", kOutcomeNames[o]}});
+  }
+  Duration window = EnvoyUnitLength(rule.unit);
+  if (rule.limiter != nullptr) window = RateOf(rule.limiter->limits()[0]).period;
+  rule.window_seconds = std::max<int64_t>(1, window.CeilSeconds());
+  rule.jitter = Duration::Micros(window.micros() / 10);
+}
+
+}  // namespace
+
+std::string StateKey(std::string_view domain, std::span<const Entry> entries) {
+  std::string key;
+  key.reserve(StateKeyLength(domain, entries));
+  AppendEscaped(key, domain);
+  for (const Entry& e : entries) {
+    key.push_back('|');
+    AppendEscaped(key, e.key);
+    key.push_back('=');
+    AppendEscaped(key, e.value);
+  }
+  return key;
+}
+
+size_t StateKeyLength(std::string_view domain, std::span<const Entry> entries) {
+  size_t n = EscapedLength(domain);
+  for (const Entry& e : entries) n += 2 + EscapedLength(e.key) + EscapedLength(e.value);
+  return n;
+}
+
+const Rule* DomainRules::Match(std::span<const Entry> entries) const {
+  const Level* level = &root_;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    auto key = level->keys.find(Absl(e.key));
+    if (key == level->keys.end()) return nullptr;
+    const Level::Key& k = key->second;
+    const Node* next = nullptr;
+    if (auto v = k.by_value.find(Absl(e.value)); v != k.by_value.end()) next = v->second.get();
+    for (size_t w = 0; next == nullptr && w < k.wildcards.size(); ++w) {
+      if (e.value.starts_with(k.wildcards[w].first)) next = k.wildcards[w].second.get();
+    }
+    if (next == nullptr) next = k.any.get();
+    if (next == nullptr) return nullptr;
+    if (i + 1 == entries.size()) return next->rule;
+    level = &next->children;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<const Rule*> Overrides::Get(uint32_t requests_per_unit, EnvoyUnit unit) {
+  const Duration length = EnvoyUnitLength(unit);
+  if (length <= Duration::Zero()) return absl::InvalidArgumentError("limit.unit: unknown unit");
+  const uint64_t id = (uint64_t{requests_per_unit} << 8) | static_cast<uint64_t>(unit);
+  std::lock_guard lock(mu_);
+  if (auto it = rules_.find(id); it != rules_.end()) return it->second.get();
+  if (rules_.size() >= kMaxOverrides) {
+    return absl::ResourceExhaustedError(
+        Cat("more than ", kMaxOverrides, " distinct limit overrides; this one is refused"));
+  }
+  auto rule = std::make_unique<Rule>();
+  rule->id = Cat("override/", requests_per_unit, "/", EnvoyUnitName(unit));
+  rule->stats_key = Cat("override_", requests_per_unit, "_per_", EnvoyUnitName(unit));
+  rule->header_name = rule->stats_key;
+  rule->unit = unit;
+  rule->requests_per_unit = requests_per_unit;
+  rule->spec.options.algorithm = Algorithm::kFixedWindow;
+  rule->spec.options.rate = {.limit = requests_per_unit, .period = length};
+  rule->spec.scope = options_.shared != nullptr ? Scope::kGlobal : Scope::kLocal;
+  if (requests_per_unit == 0) {
+    rule->kind = Rule::Kind::kDenyAll;
+  } else {
+    absl::StatusOr<std::shared_ptr<Limiter>> limiter =
+        MakeLimiter(Cat("envoy/", rule->id), rule->spec, options_);
+    if (!limiter.ok()) return limiter.status();
+    rule->limiter = *std::move(limiter);
+  }
+  Finish(*rule, *options_.metrics);
+  return rules_.emplace(id, std::move(rule)).first->second.get();
+}
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig* config,
+                                                               const RuleOptions& options,
+                                                               const RuleSet* previous) {
+  auto set = std::make_shared<RuleSet>();
+  if (config == nullptr) return std::shared_ptr<const RuleSet>(std::move(set));
+
+  // Walks one level of the config tree into `level`; `id` and `stats` are
+  // the parent's.
+  auto build = [&](auto& self, const std::string& domain, const std::vector<EnvoyDescriptor>& from,
+                   DomainRules::Level& level, const std::string& id,
+                   const std::string& stats) -> absl::Status {
+    for (const EnvoyDescriptor& d : from) {
+      std::string node_id = id;
+      node_id.push_back('|');
+      AppendEscaped(node_id, d.key);
+      node_id.push_back('=');
+      if (d.value) AppendEscaped(node_id, *d.value); else node_id += kAnyValue;
+      const std::string node_stats = Cat(stats, ".", d.key, d.value ? Cat("_", *d.value) : "");
+
+      auto node = std::make_unique<DomainRules::Node>();
+      if (d.rate_limit) {
+        const EnvoyRateLimit& rl = *d.rate_limit;
+        auto rule = std::make_unique<Rule>();
+        rule->id = node_id;
+        rule->stats_key = node_stats;
+        rule->limit_name = rl.name;
+        rule->header_name = rl.name.empty() ? node_stats : rl.name;
+        rule->replaces = rl.replaces;
+        rule->shadow = d.shadow_mode;
+        rule->unit = rl.unit;
+        rule->requests_per_unit = rl.requests_per_unit;
+        rule->spec = rl.limit;
+        rule->kind = rl.unlimited  ? Rule::Kind::kUnlimited
+                     : rl.deny_all ? Rule::Kind::kDenyAll
+                                   : Rule::Kind::kLimited;
+        if (rule->kind == Rule::Kind::kLimited) {
+          const Rule* before = nullptr;
+          if (previous != nullptr) {
+            auto it = previous->by_id_.find(node_id);
+            if (it != previous->by_id_.end()) before = it->second;
+          }
+          if (before != nullptr && before->kind == Rule::Kind::kLimited && before->spec == rule->spec) {
+            rule->limiter = before->limiter;  // same place, same limit: keep the keys' state
+          } else {
+            absl::StatusOr<std::shared_ptr<Limiter>> limiter =
+                MakeLimiter(Cat("envoy/", node_stats), rule->spec, options);
+            if (!limiter.ok()) {
+              return absl::InvalidArgumentError(
+                  Cat("envoy domain \"", domain, "\": ", node_stats, ": ", limiter.status().message()));
+            }
+            rule->limiter = *std::move(limiter);
+          }
+        }
+        Finish(*rule, *options.metrics);
+        node->rule = rule.get();
+        set->by_id_[node_id] = rule.get();
+        set->rules_.push_back(std::move(rule));
+      }
+      if (absl::Status s = self(self, domain, d.descriptors, node->children, node_id, node_stats);
+          !s.ok()) {
+        return s;
+      }
+      DomainRules::Level::Key& key = level.keys[d.key];
+      if (!d.value) {
+        key.any = std::move(node);
+      } else if (d.value->ends_with('*')) {
+        key.wildcards.emplace_back(d.value->substr(0, d.value->size() - 1), std::move(node));
+      } else {
+        key.by_value[*d.value] = std::move(node);
+      }
+    }
+    return absl::OkStatus();
+  };
+
+  for (const EnvoyDomain& domain : config->domains) {
+    auto rules = std::make_unique<DomainRules>();
+    rules->domain_ = domain.domain;
+    std::string id;
+    AppendEscaped(id, domain.domain);
+    if (absl::Status s = build(build, domain.domain, domain.descriptors, rules->root_, id,
+                               domain.domain);
+        !s.ok()) {
+      return s;
+    }
+    set->domains_[domain.domain] = std::move(rules);
+  }
+  return std::shared_ptr<const RuleSet>(std::move(set));
+}
+
+const DomainRules* RuleSet::Find(std::string_view domain) const {
+  auto it = domains_.find(Absl(domain));
+  return it == domains_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace sluice::envoy

@@ -1,0 +1,126 @@
+// Matching request descriptors against the envoy rules, and the state keys,
+// without gRPC: envoyproxy/ratelimit's semantics, case by case.
+#include "envoy/rules.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "sluice/clock.h"
+#include "sluice/store/memory_store.h"
+
+namespace sluice::envoy {
+namespace {
+
+class RulesTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<const RuleSet> Build(std::string_view yaml, const RuleSet* previous = nullptr) {
+    absl::StatusOr<EnvoyDomain> domain = ParseEnvoyDomain(yaml, "rl.yaml");
+    EXPECT_TRUE(domain.ok()) << domain.status();
+    EnvoyConfig config;
+    config.domains.push_back(*domain);
+    absl::StatusOr<std::shared_ptr<const RuleSet>> set = RuleSet::Create(
+        &config, {.local = &store_, .clock = &clock_, .metrics = &metrics_}, previous);
+    EXPECT_TRUE(set.ok()) << set.status();
+    return *set;
+  }
+  static std::string NameOf(const Rule* rule) { return rule == nullptr ? "(none)" : rule->stats_key; }
+
+  ManualClock clock_{Time::FromUnixMicros(1'700'006'400'000'000)};
+  MemoryStore store_;
+  server::Metrics metrics_;
+};
+
+constexpr std::string_view kRules = R"(
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: exact
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: k
+    value: ab*
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: k
+    value: a*
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: k
+    value: nolimit
+    descriptors:
+      - key: sub
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: outer
+    descriptors:
+      - key: inner
+        value: x
+        rate_limit: {unit: second, requests_per_unit: 6}
+)";
+
+TEST_F(RulesTest, MostSpecificNodeWins) {
+  std::shared_ptr<const RuleSet> set = Build(kRules);
+  const DomainRules* d = set->Find("d");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(set->Find("other"), nullptr);
+  auto match = [&](std::vector<Entry> entries) { return NameOf(d->Match(entries)); };
+  EXPECT_EQ(match({{"k", "exact"}}), "d.k_exact");
+  EXPECT_EQ(match({{"k", "anything"}}), "d.k_a*");  // wildcards before any value
+  EXPECT_EQ(match({{"k", "abc"}}), "d.k_ab*");      // the first wildcard in file order
+  EXPECT_EQ(match({{"k", "zzz"}}), "d.k");
+  EXPECT_EQ(match({{"other", "zzz"}}), "(none)");
+}
+
+TEST_F(RulesTest, DepthMustMatchAndSpecificNodesDoNotFallBack) {
+  std::shared_ptr<const RuleSet> set = Build(kRules);
+  const DomainRules* d = set->Find("d");
+  auto match = [&](std::vector<Entry> entries) { return NameOf(d->Match(entries)); };
+  EXPECT_EQ(match({{"k", "zzz"}, {"more", "1"}}), "(none)");  // deeper than the rule
+  EXPECT_EQ(match({{"outer", "o"}}), "(none)");               // the node has no limit
+  EXPECT_EQ(match({{"outer", "o"}, {"inner", "x"}}), "d.outer.inner_x");
+  EXPECT_EQ(match({{"outer", "o"}, {"inner", "y"}}), "(none)");
+  // k=nolimit exists without a limit: it hides the any-value rule of k.
+  EXPECT_EQ(match({{"k", "nolimit"}}), "(none)");
+  EXPECT_EQ(match({{"k", "nolimit"}, {"sub", "s"}}), "d.k_nolimit.sub");
+}
+
+TEST_F(RulesTest, StateKeysAreDistinctForDistinctEntryLists) {
+  const std::vector<Entry> a = {{"k", "a|b"}};
+  const std::vector<Entry> b = {{"k", "a"}, {"b", ""}};
+  const std::vector<Entry> c = {{"k=a", "b"}};
+  const std::vector<Entry> e = {{"k", "a=b"}};
+  const std::set<std::string> keys = {StateKey("d", a), StateKey("d", b), StateKey("d", c),
+                                      StateKey("d", e), StateKey("d|k=a", {})};
+  EXPECT_EQ(keys.size(), 5u);
+  EXPECT_EQ(StateKey("d", a), "d|k=a\\|b");
+  EXPECT_EQ(StateKeyLength("d", a), StateKey("d", a).size());
+  EXPECT_EQ(StateKeyLength("d|x", c), StateKey("d|x", c).size());
+}
+
+TEST_F(RulesTest, ARebuildKeepsLimitersOfUnchangedRules) {
+  std::shared_ptr<const RuleSet> first = Build(kRules);
+  std::string changed(kRules);
+  changed.replace(changed.find("requests_per_unit: 2"), 20, "requests_per_unit: 9");
+  std::shared_ptr<const RuleSet> second = Build(changed, first.get());
+  const std::vector<Entry> any = {{"k", "zzz"}};
+  const std::vector<Entry> exact = {{"k", "exact"}};
+  EXPECT_EQ(first->Find("d")->Match(any)->limiter, second->Find("d")->Match(any)->limiter);
+  EXPECT_NE(first->Find("d")->Match(exact)->limiter, second->Find("d")->Match(exact)->limiter);
+  EXPECT_EQ(second->Find("d")->Match(exact)->requests_per_unit, 9u);
+}
+
+TEST_F(RulesTest, OverridesAreSharedAndBounded) {
+  Overrides overrides({.local = &store_, .clock = &clock_, .metrics = &metrics_});
+  absl::StatusOr<const Rule*> a = overrides.Get(10, EnvoyUnit::kMinute);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*overrides.Get(10, EnvoyUnit::kMinute), *a);
+  EXPECT_EQ((*a)->stats_key, "override_10_per_minute");
+  EXPECT_EQ((*overrides.Get(0, EnvoyUnit::kSecond))->kind, Rule::Kind::kDenyAll);
+  EXPECT_EQ(overrides.Get(1, EnvoyUnit::kUnknown).status().code(), absl::StatusCode::kInvalidArgument);
+  for (uint32_t n = 100; n < 100 + Overrides::kMaxOverrides; ++n) (void)overrides.Get(n, EnvoyUnit::kHour);
+  EXPECT_EQ(overrides.Get(99999, EnvoyUnit::kHour).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(overrides.Get(10, EnvoyUnit::kMinute).ok());  // known ones still answer
+}
+
+}  // namespace
+}  // namespace sluice::envoy

@@ -1,0 +1,957 @@
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it
+
+#include "redis/client.h"
+
+#include <hiredis/hiredis.h>
+
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "base/cat.h"
+
+namespace sluice::redis {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using internal::Cat;
+using SteadyClock = std::chrono::steady_clock;
+
+void ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
+
+std::string Endpoint::ToString() const {
+  return host.find(':') != std::string::npos ? Cat("[", host, "]:", port) : Cat(host, ":", port);
+}
+
+void AppendCommand(std::string& out, const std::string_view* args, size_t count) {
+  out += '*';
+  out += std::to_string(count);
+  out += "\r\n";
+  for (size_t i = 0; i < count; ++i) {
+    out += '$';
+    out += std::to_string(args[i].size());
+    out += "\r\n";
+    out.append(args[i].data(), args[i].size());
+    out += "\r\n";
+  }
+}
+
+std::string Command(const std::vector<std::string_view>& args) {
+  std::string out;
+  AppendCommand(out, args.data(), args.size());
+  return out;
+}
+
+namespace {
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis
+// Cluster specifies for key slots.
+constexpr std::array<uint16_t, 256> MakeCrcTable() {
+  std::array<uint16_t, 256> table{};
+  for (int i = 0; i < 256; ++i) {
+    uint16_t crc = static_cast<uint16_t>(i << 8);
+    for (int bit = 0; bit < 8; ++bit) {
+      crc = (crc & 0x8000) != 0 ? static_cast<uint16_t>((crc << 1) ^ 0x1021)
+                                : static_cast<uint16_t>(crc << 1);
+    }
+    table[i] = crc;
+  }
+  return table;
+}
+constexpr std::array<uint16_t, 256> kCrcTable = MakeCrcTable();
+
+uint16_t Crc16(std::string_view data) {
+  uint16_t crc = 0;
+  for (unsigned char c : data) {
+    crc = static_cast<uint16_t>((crc << 8) ^ kCrcTable[((crc >> 8) ^ c) & 0xff]);
+  }
+  return crc;
+}
+
+constexpr int kSlots = 16384;
+
+std::string_view ReplyText(const redisReply& r) { return {r.str, r.len}; }
+
+template <typename T>
+bool ParseNumber(std::string_view text, T& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+uint16_t HashSlot(std::string_view key) {
+  const size_t open = key.find('{');
+  if (open != std::string_view::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) {
+      key = key.substr(open + 1, close - open - 1);
+    }
+  }
+  return Crc16(key) % kSlots;
+}
+
+// ---------------------------------------------------------------------------
+
+namespace {
+
+struct Request {
+  uint16_t slot = 0;
+  std::string command;
+  ReplyCallback done;  // null once answered (a timeout answers early)
+  SteadyClock::time_point deadline;
+  int redirects = 0;
+};
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  explicit Impl(ClientOptions options)
+      : options_(std::move(options)),
+        timeout_(std::chrono::microseconds(options_.timeout.micros())),
+        sweep_(ioc_),
+        refresh_timer_(ioc_) {
+    slot_owner_.fill(-1);
+    shas_.resize(options_.scripts.size());
+  }
+
+  // -- Called from any thread ------------------------------------------------
+
+  void Send(uint16_t slot, std::string command, ReplyCallback done) {
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    auto req = std::make_unique<Request>();
+    req->slot = slot;
+    req->command = std::move(command);
+    req->done = std::move(done);
+    req->deadline = SteadyClock::now() + timeout_;
+    bool post = false;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      if (stopping_) {
+        req->done(absl::CancelledError("redis client stopped"));
+        return;
+      }
+      inbox_.push_back(std::move(req));
+      post = !flush_posted_;
+      flush_posted_ = true;
+    }
+    if (post) net::post(ioc_, [this] { Flush(); });
+  }
+
+  ClientHealth Health() const {
+    ClientHealth h;
+    h.nodes = masters_.load(std::memory_order_relaxed);
+    h.nodes_up = masters_up_.load(std::memory_order_relaxed);
+    h.all_slots_covered = covered_.load(std::memory_order_relaxed);
+    h.requests = requests_.load(std::memory_order_relaxed);
+    h.errors = errors_.load(std::memory_order_relaxed);
+    h.timeouts = timeouts_.load(std::memory_order_relaxed);
+    h.reconnects = reconnects_.load(std::memory_order_relaxed);
+    h.redirects = redirects_.load(std::memory_order_relaxed);
+    h.topology_refreshes = refreshes_.load(std::memory_order_relaxed);
+    return h;
+  }
+
+  absl::Status Start() {
+    thread_ = std::thread([this] {
+      auto guard = net::make_work_guard(ioc_);
+      ioc_.run();
+    });
+    for (const Endpoint& ep : options_.nodes) {
+      // Seeds of a Cluster may be replicas; they serve CLUSTER SLOTS only.
+      RunOnIo([&] { NodeFor(ep, /*master=*/!options_.cluster); });
+    }
+    // Wait for every seed's first attempt.
+    const auto wait = std::chrono::microseconds(options_.connect_timeout.micros()) +
+                      std::chrono::milliseconds(200);
+    std::vector<absl::Status> first(options_.nodes.size());
+    for (size_t i = 0; i < options_.nodes.size(); ++i) {
+      std::future<absl::Status> f =
+          RunOnIo([&] { return nodes_[i]->first_result.get_future(); }).get();
+      if (f.wait_for(wait) != std::future_status::ready) {
+        first[i] = absl::DeadlineExceededError(
+            Cat("redis ", options_.nodes[i].ToString(), ": no answer within the connect timeout"));
+      } else {
+        first[i] = f.get();
+      }
+    }
+    RunOnIo([this] { StartSweep(); });
+    if (!options_.cluster) {
+      if (!first[0].ok()) return first[0];
+      RunOnIo([this] { UpdateCoverage(); });
+      return absl::OkStatus();
+    }
+    // A Cluster: ask a connected seed for the slots.
+    absl::Status last = absl::UnavailableError("no seed node");
+    for (size_t i = 0; i < options_.nodes.size(); ++i) {
+      if (!first[i].ok()) {
+        last = first[i];
+        continue;
+      }
+      std::promise<absl::Status> done;
+      std::future<absl::Status> f = done.get_future();
+      RunOnIo([&] { RefreshSlotsFrom(*nodes_[i], [&done](absl::Status s) { done.set_value(s); }); });
+      if (f.wait_for(wait) != std::future_status::ready) {
+        last = absl::DeadlineExceededError(
+            Cat("redis ", options_.nodes[i].ToString(), ": no answer to CLUSTER SLOTS"));
+        continue;
+      }
+      last = f.get();
+      if (last.ok()) break;
+    }
+    if (!last.ok()) return last;
+    // Wait for the masters to connect.
+    const auto until = SteadyClock::now() + wait;
+    while (SteadyClock::now() < until) {
+      if (covered_.load()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!covered_.load()) {
+      std::string down = RunOnIo([this] {
+        std::string out;
+        for (const auto& n : nodes_) {
+          if (n->master && n->state != Node::kReady) {
+            out += Cat(out.empty() ? "" : ", ", n->endpoint.ToString(),
+                       n->last_error.empty() ? "" : Cat(" (", n->last_error, ")"));
+          }
+        }
+        return out;
+      }).get();
+      return absl::UnavailableError(
+          Cat("redis cluster: not every slot has a reachable master",
+              down.empty() ? std::string() : Cat("; not connected: ", down)));
+    }
+    return absl::OkStatus();
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) {
+      RunOnIo([this] {
+        stopping_now_ = true;
+        sweep_.cancel();
+        refresh_timer_.cancel();
+        for (auto& n : nodes_) Close(*n, absl::CancelledError("redis client stopped"), false);
+        Flush();
+      }).wait();
+      ioc_.stop();
+      thread_.join();
+    }
+  }
+
+  bool OnIoThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  const ClientOptions& options() const { return options_; }
+  const std::string& script_sha(size_t i) const { return shas_[i]; }
+
+ private:
+  struct Entry {
+    enum Kind { kUser, kDiscard, kHandshake, kSlots };
+    Kind kind = kUser;
+    std::unique_ptr<Request> req;  // kUser
+    std::function<void(absl::StatusOr<Reply>)> internal;  // kHandshake, kSlots
+    SteadyClock::time_point deadline;
+  };
+
+  struct Node {
+    explicit Node(net::io_context& ioc) : socket(ioc), retry(ioc) {}
+    Endpoint endpoint;
+    bool master = true;
+    enum State { kDown, kConnecting, kReady } state = kDown;
+    tcp::socket socket;
+    net::steady_timer retry;
+    uint64_t generation = 0;  // bumped on close: stale handlers see it and stop
+    std::string out;          // commands waiting for the write in progress
+    std::string writing;
+    bool write_active = false;
+    std::array<char, 16 * 1024> in{};
+    redisReader* reader = nullptr;
+    std::deque<Entry> pending;
+    int handshake_left = 0;
+    // When the node last answered (or, before any answer, connected).
+    SteadyClock::time_point last_answer{};
+    std::chrono::milliseconds backoff{0};
+    std::string last_error;
+    bool ever_ready = false;
+    bool first_reported = false;
+    std::promise<absl::Status> first_result;
+  };
+
+  template <typename F>
+  auto RunOnIo(F&& f) -> std::future<decltype(f())> {
+    using R = decltype(f());
+    auto task = std::make_shared<std::packaged_task<R()>>(std::forward<F>(f));
+    std::future<R> fut = task->get_future();
+    if (OnIoThread()) {
+      (*task)();
+    } else {
+      net::post(ioc_, [task] { (*task)(); });
+    }
+    if constexpr (std::is_void_v<R>) {
+      if (!OnIoThread()) fut.wait();
+    }
+    return fut;
+  }
+
+  // -- On the I/O thread -------------------------------------------------------
+
+  void Flush() {
+    std::vector<std::unique_ptr<Request>> batch;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      batch.swap(inbox_);
+      flush_posted_ = false;
+    }
+    for (auto& req : batch) Route(std::move(req));
+    for (auto& n : nodes_) StartWrite(*n);
+  }
+
+  Node* Owner(uint16_t slot) {
+    if (!options_.cluster) return nodes_.empty() ? nullptr : nodes_[0].get();
+    const int i = slot_owner_[slot];
+    return i < 0 ? nullptr : nodes_[i].get();
+  }
+
+  void Route(std::unique_ptr<Request> req) {
+    if (stopping_now_) return Fail(*req, absl::CancelledError("redis client stopped"));
+    Node* node = Owner(req->slot);
+    if (node == nullptr) {
+      RefreshSoon();
+      return Fail(*req, absl::UnavailableError(Cat("redis cluster: slot ", req->slot,
+                                                   " has no known master")));
+    }
+    Enqueue(*node, std::move(req));
+  }
+
+  void Enqueue(Node& node, std::unique_ptr<Request> req) {
+    if (node.state != Node::kReady) {
+      if (options_.cluster) RefreshSoon();
+      return Fail(*req, absl::UnavailableError(
+                            Cat("redis ", node.endpoint.ToString(), ": not connected",
+                                node.last_error.empty() ? "" : Cat(" (", node.last_error, ")"))));
+    }
+    node.out += req->command;
+    Entry e;
+    e.kind = Entry::kUser;
+    e.deadline = req->deadline;
+    e.req = std::move(req);
+    node.pending.push_back(std::move(e));
+  }
+
+  void Fail(Request& req, absl::Status status) {
+    if (!req.done) return;
+    if (absl::IsDeadlineExceeded(status)) {
+      timeouts_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      errors_.fetch_add(1, std::memory_order_relaxed);
+    }
+    ReplyCallback done = std::move(req.done);
+    req.done = nullptr;
+    done(std::move(status));
+  }
+
+  Node& NodeFor(const Endpoint& ep, bool master) {
+    for (auto& n : nodes_) {
+      if (n->endpoint == ep) {
+        if (master && !n->master) {
+          n->master = true;
+          CountMasters();
+        }
+        return *n;
+      }
+    }
+    nodes_.push_back(std::make_unique<Node>(ioc_));
+    Node& n = *nodes_.back();
+    n.endpoint = ep;
+    n.master = master;
+    CountMasters();
+    Connect(n);
+    return n;
+  }
+
+  void CountMasters() {
+    int masters = 0;
+    int up = 0;
+    for (const auto& n : nodes_) {
+      if (!n->master) continue;
+      ++masters;
+      if (n->state == Node::kReady) ++up;
+    }
+    masters_.store(masters, std::memory_order_relaxed);
+    masters_up_.store(up, std::memory_order_relaxed);
+  }
+
+  void ReportFirst(Node& n, absl::Status status) {
+    if (n.first_reported) return;
+    n.first_reported = true;
+    n.first_result.set_value(std::move(status));
+  }
+
+  void Connect(Node& n) {
+    n.state = Node::kConnecting;
+    const uint64_t gen = ++n.generation;
+    boost::system::error_code ec;
+    const net::ip::address address = net::ip::make_address(n.endpoint.host, ec);
+    auto connect_to = [this, &n, gen](std::vector<tcp::endpoint> targets) {
+      if (targets.empty()) {
+        return Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
+                                                   ": the name has no address")));
+      }
+      auto shared = std::make_shared<std::vector<tcp::endpoint>>(std::move(targets));
+      net::async_connect(n.socket, *shared,
+                         [this, &n, gen, shared](boost::system::error_code ec, const tcp::endpoint&) {
+                           if (gen != n.generation) return;
+                           if (ec) {
+                             return Close(n, absl::UnavailableError(Cat(
+                                                 "redis ", n.endpoint.ToString(), ": connect: ",
+                                                 ec.message())));
+                           }
+                           OnConnected(n);
+                         });
+    };
+    // The whole handshake must finish within the connect timeout.
+    n.retry.expires_after(std::chrono::microseconds(options_.connect_timeout.micros()));
+    n.retry.async_wait([this, &n, gen](boost::system::error_code ec) {
+      if (ec || gen != n.generation || n.state == Node::kReady) return;
+      Close(n, absl::DeadlineExceededError(Cat("redis ", n.endpoint.ToString(),
+                                               ": no answer within the connect timeout")));
+    });
+    if (!ec) {
+      connect_to({tcp::endpoint(address, n.endpoint.port)});
+      return;
+    }
+    auto resolver = std::make_shared<tcp::resolver>(ioc_);
+    resolver->async_resolve(
+        n.endpoint.host, std::to_string(n.endpoint.port),
+        [this, &n, gen, resolver, connect_to](boost::system::error_code ec,
+                                              tcp::resolver::results_type results) {
+          if (gen != n.generation) return;
+          if (ec) {
+            return Close(n, absl::UnavailableError(
+                                Cat("redis ", n.endpoint.ToString(), ": resolve: ", ec.message())));
+          }
+          std::vector<tcp::endpoint> targets;
+          for (const auto& r : results) targets.push_back(r.endpoint());
+          connect_to(std::move(targets));
+        });
+  }
+
+  void OnConnected(Node& n) {
+    boost::system::error_code ignored;
+    n.socket.set_option(tcp::no_delay(true), ignored);
+    n.reader = redisReaderCreate();
+    n.last_answer = SteadyClock::now();
+    StartRead(n);
+    // The handshake: AUTH, SELECT, the scripts, PING; the node is ready
+    // when every answer is good.
+    const auto deadline = SteadyClock::now() +
+                          std::chrono::microseconds(options_.connect_timeout.micros());
+    auto step = [this, &n, gen = n.generation](std::string what) {
+      return [this, &n, gen, what](absl::StatusOr<Reply> r) {
+        if (gen != n.generation) return;
+        if (!r.ok()) {
+          return Close(n, absl::Status(r.status().code(), Cat("redis ", n.endpoint.ToString(),
+                                                              ": ", what, ": ",
+                                                              r.status().message())));
+        }
+        if (--n.handshake_left == 0) OnReady(n);
+      };
+    };
+    auto add = [&](std::vector<std::string_view> args, std::string what,
+                   std::function<void(absl::StatusOr<Reply>)> then) {
+      n.out += Command(args);
+      Entry e;
+      e.kind = Entry::kHandshake;
+      e.deadline = deadline;
+      e.internal = std::move(then);
+      n.pending.push_back(std::move(e));
+      ++n.handshake_left;
+      (void)what;
+    };
+    if (!options_.password.empty()) {
+      if (options_.user.empty()) {
+        add({"AUTH", options_.password}, "AUTH", step("AUTH"));
+      } else {
+        add({"AUTH", options_.user, options_.password}, "AUTH", step("AUTH"));
+      }
+    }
+    if (options_.database != 0 && !options_.cluster) {
+      const std::string db = std::to_string(options_.database);
+      add({"SELECT", db}, "SELECT", step("SELECT " + db));
+    }
+    // PING before the scripts: a server that wants a password answers it
+    // with NOAUTH, a clearer message than its refusal of a large command.
+    add({"PING"}, "PING", step("PING"));
+    if (!options_.cluster) {
+      // A Cluster node given as one server would answer MOVED for most keys.
+      add({"CLUSTER", "MYID"}, "CLUSTER MYID",
+          [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
+            if (gen != n.generation) return;
+            if (r.ok()) {
+              return Close(n, absl::InvalidArgumentError(
+                                  Cat("redis ", n.endpoint.ToString(),
+                                      " is a Redis Cluster node: use store.redis.cluster")));
+            }
+            if (--n.handshake_left == 0) OnReady(n);
+          });
+    }
+    if (n.master) {
+      for (size_t i = 0; i < options_.scripts.size(); ++i) {
+        auto then = step("SCRIPT LOAD");
+        add({"SCRIPT", "LOAD", options_.scripts[i]}, "SCRIPT LOAD",
+            [this, i, then](absl::StatusOr<Reply> r) {
+              if (r.ok() && (*r)->type == REDIS_REPLY_STRING && shas_.size() > i &&
+                  shas_[i].empty()) {
+                shas_[i] = std::string(ReplyText(**r));
+              }
+              then(std::move(r));
+            });
+      }
+    }
+    StartWrite(n);
+  }
+
+  void OnReady(Node& n) {
+    n.state = Node::kReady;
+    n.backoff = std::chrono::milliseconds(0);
+    n.last_error.clear();
+    n.retry.cancel();
+    if (n.ever_ready) {
+      reconnects_.fetch_add(1, std::memory_order_relaxed);
+      Log(false, Cat("event=redis_reconnected node=", n.endpoint.ToString()));
+    }
+    n.ever_ready = true;
+    ReportFirst(n, absl::OkStatus());
+    CountMasters();
+    UpdateCoverage();
+  }
+
+  void Close(Node& n, absl::Status why, bool reconnect = true) {
+    ++n.generation;
+    const bool was_ready = n.state == Node::kReady;
+    n.state = Node::kDown;
+    n.last_error = std::string(why.message());
+    boost::system::error_code ignored;
+    n.socket.close(ignored);
+    n.retry.cancel();
+    if (n.reader != nullptr) {
+      redisReaderFree(n.reader);
+      n.reader = nullptr;
+    }
+    n.out.clear();
+    n.writing.clear();
+    n.write_active = false;
+    n.handshake_left = 0;
+    std::deque<Entry> pending;
+    pending.swap(n.pending);
+    const absl::Status lost = absl::UnavailableError(std::string(why.message()));
+    for (Entry& e : pending) {
+      if (e.kind == Entry::kUser) Fail(*e.req, stopping_now_ ? why : lost);
+      if (e.kind == Entry::kSlots && e.internal) e.internal(lost);
+    }
+    ReportFirst(n, why);
+    CountMasters();
+    UpdateCoverage();
+    if (was_ready && !stopping_now_) {
+      Log(true, Cat("event=redis_disconnected node=", n.endpoint.ToString(), " error=\"",
+                    why.message(), "\""));
+    }
+    if (was_ready && options_.cluster) RefreshSoon();
+    if (!reconnect || stopping_now_) return;
+    n.backoff = n.backoff.count() == 0 ? std::chrono::milliseconds(25)
+                                       : std::min(n.backoff * 2, std::chrono::milliseconds(400));
+    const uint64_t gen = n.generation;
+    n.retry.expires_after(n.backoff);
+    n.retry.async_wait([this, &n, gen](boost::system::error_code ec) {
+      if (ec || gen != n.generation || stopping_now_) return;
+      n.socket = tcp::socket(ioc_);
+      Connect(n);
+    });
+  }
+
+  void StartWrite(Node& n) {
+    if (n.write_active || n.out.empty() || n.state == Node::kDown) return;
+    n.write_active = true;
+    n.writing.swap(n.out);
+    n.out.clear();
+    const uint64_t gen = n.generation;
+    net::async_write(n.socket, net::buffer(n.writing),
+                     [this, &n, gen](boost::system::error_code ec, size_t) {
+                       if (gen != n.generation) return;
+                       n.write_active = false;
+                       n.writing.clear();
+                       if (ec) {
+                         return Close(n, absl::UnavailableError(Cat(
+                                             "redis ", n.endpoint.ToString(), ": write: ",
+                                             ec.message())));
+                       }
+                       StartWrite(n);
+                     });
+  }
+
+  void StartRead(Node& n) {
+    const uint64_t gen = n.generation;
+    n.socket.async_read_some(
+        net::buffer(n.in), [this, &n, gen](boost::system::error_code ec, size_t size) {
+          if (gen != n.generation) return;
+          if (ec) {
+            return Close(n, absl::UnavailableError(
+                                Cat("redis ", n.endpoint.ToString(), ": ",
+                                    ec == net::error::eof ? "connection closed by the server"
+                                                          : Cat("read: ", ec.message()))));
+          }
+          if (redisReaderFeed(n.reader, n.in.data(), size) != REDIS_OK) {
+            return Close(n, absl::InternalError(
+                                Cat("redis ", n.endpoint.ToString(), ": protocol error")));
+          }
+          for (;;) {
+            void* raw = nullptr;
+            if (redisReaderGetReply(n.reader, &raw) != REDIS_OK) {
+              return Close(n, absl::InternalError(Cat("redis ", n.endpoint.ToString(),
+                                                      ": protocol error: ", n.reader->errstr)));
+            }
+            if (raw == nullptr) break;
+            Dispatch(n, Reply(static_cast<redisReply*>(raw)));
+            if (gen != n.generation) return;  // the reply closed the connection
+          }
+          for (auto& node : nodes_) StartWrite(*node);
+          StartRead(n);
+        });
+  }
+
+  void Dispatch(Node& n, Reply reply) {
+    if (n.pending.empty()) {
+      return Close(n, absl::InternalError(
+                          Cat("redis ", n.endpoint.ToString(), ": a reply nobody asked for")));
+    }
+    Entry e = std::move(n.pending.front());
+    n.pending.pop_front();
+    n.last_answer = SteadyClock::now();
+    const bool error = reply->type == REDIS_REPLY_ERROR;
+    switch (e.kind) {
+      case Entry::kDiscard:
+        return;
+      case Entry::kHandshake:
+      case Entry::kSlots:
+        if (error) return e.internal(absl::UnknownError(std::string(ReplyText(*reply))));
+        return e.internal(std::move(reply));
+      case Entry::kUser:
+        break;
+    }
+    Request& req = *e.req;
+    if (!req.done) return;  // answered already (timed out)
+    if (!error) {
+      ReplyCallback done = std::move(req.done);
+      req.done = nullptr;
+      return done(std::move(reply));
+    }
+    const std::string_view text = ReplyText(*reply);
+    if (text.starts_with("MOVED ") || text.starts_with("ASK ")) {
+      return Redirect(std::move(e.req), text);
+    }
+    if (text.starts_with("NOSCRIPT")) return Reload(n, std::move(e.req));
+    if (text.starts_with("READONLY") || text.starts_with("CLUSTERDOWN") ||
+        text.starts_with("TRYAGAIN") || text.starts_with("MASTERDOWN") ||
+        text.starts_with("LOADING")) {
+      if (options_.cluster) RefreshSoon();
+      return Fail(req, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(), ": ", text)));
+    }
+    Fail(req, absl::UnknownError(Cat("redis ", n.endpoint.ToString(), ": ", text)));
+  }
+
+  // -MOVED <slot> <host:port> / -ASK <slot> <host:port>.
+  void Redirect(std::unique_ptr<Request> req, std::string_view text) {
+    const bool ask = text.starts_with("ASK ");
+    text.remove_prefix(ask ? 4 : 6);
+    const size_t space = text.find(' ');
+    uint32_t slot = 0;
+    Endpoint target;
+    const size_t colon = text.rfind(':');
+    if (space == std::string_view::npos || colon == std::string_view::npos || colon < space ||
+        !ParseNumber(text.substr(0, space), slot) || slot >= kSlots ||
+        !ParseNumber(text.substr(colon + 1), target.port)) {
+      return Fail(*req, absl::InternalError(Cat("redis: a redirection not understood: ", text)));
+    }
+    target.host = std::string(text.substr(space + 1, colon - space - 1));
+    if (!target.host.empty() && target.host.front() == '[') {
+      target.host = target.host.substr(1, target.host.size() - 2);
+    }
+    redirects_.fetch_add(1, std::memory_order_relaxed);
+    if (++req->redirects > 5) {
+      return Fail(*req, absl::UnavailableError(Cat("redis cluster: slot ", slot,
+                                                   " redirected more than 5 times")));
+    }
+    Node& node = NodeFor(target, /*master=*/true);
+    if (ask) {
+      // Once, to that node, after ASKING; the slot map stays as it is.
+      if (node.state != Node::kReady) {
+        return Fail(*req, absl::UnavailableError(
+                              Cat("redis ", target.ToString(), ": not connected (ASK)")));
+      }
+      node.out += Command({"ASKING"});
+      Entry asking;
+      asking.kind = Entry::kDiscard;
+      asking.deadline = req->deadline;
+      node.pending.push_back(std::move(asking));
+      return Enqueue(node, std::move(req));
+    }
+    slot_owner_[slot] = IndexOf(node);
+    RefreshSoon();
+    Enqueue(node, std::move(req));
+  }
+
+  // NOSCRIPT: the node lost its scripts (SCRIPT FLUSH, a restart without
+  // persistence). Send the same call as EVAL: it runs and loads the script.
+  void Reload(Node& n, std::unique_ptr<Request> req) {
+    // An EVALSHA command: *N\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n<the rest>
+    const std::string& c = req->command;
+    const size_t head = c.find("\r\n");
+    constexpr std::string_view kEvalSha = "$7\r\nEVALSHA\r\n$40\r\n";
+    const size_t sha_at = head + 2 + kEvalSha.size();
+    if (head == std::string::npos || c.compare(head + 2, kEvalSha.size(), kEvalSha) != 0 ||
+        c.size() < sha_at + 42 || ++req->redirects > 5) {
+      return Fail(*req, absl::UnknownError(Cat("redis ", n.endpoint.ToString(), ": NOSCRIPT")));
+    }
+    const std::string_view sha(c.data() + sha_at, 40);
+    for (size_t i = 0; i < shas_.size(); ++i) {
+      if (shas_[i] != sha) continue;
+      const std::string& script = options_.scripts[i];
+      std::string eval = Cat(c.substr(0, head + 2), "$4\r\nEVAL\r\n$", script.size(), "\r\n",
+                             script, "\r\n", c.substr(sha_at + 42));
+      req->command = std::move(eval);
+      return Enqueue(n, std::move(req));
+    }
+    Fail(*req, absl::UnknownError(Cat("redis ", n.endpoint.ToString(), ": NOSCRIPT ", sha)));
+  }
+
+  int IndexOf(const Node& node) const {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].get() == &node) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  void Log(bool warning, const std::string& line) {
+    if (options_.log) options_.log(warning, line);
+  }
+
+  // -- Cluster topology --------------------------------------------------------
+
+  void RefreshSoon() {
+    if (!options_.cluster || refresh_in_flight_ || stopping_now_) return;
+    const auto now = SteadyClock::now();
+    if (now - last_refresh_ < std::chrono::milliseconds(100)) return;
+    for (auto& n : nodes_) {
+      if (n->state == Node::kReady) {
+        refresh_in_flight_ = true;
+        last_refresh_ = now;
+        RefreshSlotsFrom(*n, [this](absl::Status) { refresh_in_flight_ = false; });
+        return;
+      }
+    }
+  }
+
+  void RefreshSlotsFrom(Node& n, std::function<void(absl::Status)> done) {
+    refreshes_.fetch_add(1, std::memory_order_relaxed);
+    if (n.state != Node::kReady) {
+      return done(absl::UnavailableError(Cat("redis ", n.endpoint.ToString(), ": not connected")));
+    }
+    n.out += Command({"CLUSTER", "SLOTS"});
+    Entry e;
+    e.kind = Entry::kSlots;
+    e.deadline = SteadyClock::now() + std::chrono::microseconds(options_.connect_timeout.micros());
+    const std::string who = n.endpoint.ToString();
+    e.internal = [this, who, done = std::move(done)](absl::StatusOr<Reply> r) {
+      if (!r.ok()) {
+        const std::string m(r.status().message());
+        return done(absl::Status(
+            r.status().code(),
+            m.find("cluster support disabled") != std::string::npos
+                ? Cat("redis ", who, " is not a Cluster node (", m, "): use store.redis.url")
+                : Cat("redis ", who, ": CLUSTER SLOTS: ", m)));
+      }
+      done(ApplySlots(**r, who));
+    };
+    n.pending.push_back(std::move(e));
+    StartWrite(n);
+  }
+
+  // CLUSTER SLOTS: [[start, end, [host, port, id], replicas...], ...]
+  absl::Status ApplySlots(const redisReply& r, const std::string& who) {
+    if (r.type != REDIS_REPLY_ARRAY) {
+      return absl::InternalError(Cat("redis ", who, ": CLUSTER SLOTS: not an array"));
+    }
+    if (r.elements == 0) {
+      return absl::UnavailableError(Cat("redis ", who, ": the Cluster has no slots assigned"));
+    }
+    std::array<int, kSlots> owner;
+    owner.fill(-1);
+    for (size_t i = 0; i < r.elements; ++i) {
+      const redisReply& range = *r.element[i];
+      if (range.type != REDIS_REPLY_ARRAY || range.elements < 3 ||
+          range.element[0]->type != REDIS_REPLY_INTEGER ||
+          range.element[1]->type != REDIS_REPLY_INTEGER ||
+          range.element[2]->type != REDIS_REPLY_ARRAY || range.element[2]->elements < 2) {
+        return absl::InternalError(Cat("redis ", who, ": CLUSTER SLOTS: a malformed range"));
+      }
+      const redisReply& master = *range.element[2];
+      Endpoint ep;
+      ep.host = std::string(ReplyText(*master.element[0]));
+      ep.port = static_cast<uint16_t>(master.element[1]->integer);
+      if (ep.host.empty()) ep.host = who.substr(0, who.rfind(':'));  // "" means the node asked
+      const int index = IndexOf(NodeFor(ep, /*master=*/true));
+      for (long long s = range.element[0]->integer; s <= range.element[1]->integer; ++s) {
+        if (s >= 0 && s < kSlots) owner[s] = index;
+      }
+    }
+    if (owner != slot_owner_) {
+      int masters = 0;
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        masters += std::find(owner.begin(), owner.end(), static_cast<int>(i)) != owner.end();
+      }
+      Log(false, Cat("event=redis_cluster_slots masters=", masters, " from=", who));
+    }
+    slot_owner_ = owner;
+    // Nodes that own no slot any more (a failed master) are not masters.
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      bool owns = false;
+      for (int s = 0; s < kSlots && !owns; ++s) owns = owner[s] == static_cast<int>(i);
+      nodes_[i]->master = owns;
+    }
+    CountMasters();
+    UpdateCoverage();
+    return absl::OkStatus();
+  }
+
+  void UpdateCoverage() {
+    bool covered = true;
+    if (!options_.cluster) {
+      covered = !nodes_.empty() && nodes_[0]->state == Node::kReady;
+    } else {
+      for (int s = 0; s < kSlots && covered; ++s) {
+        const int i = slot_owner_[s];
+        covered = i >= 0 && nodes_[i]->state == Node::kReady;
+      }
+    }
+    covered_.store(covered, std::memory_order_relaxed);
+  }
+
+  // -- Timeouts ------------------------------------------------------------------
+
+  void StartSweep() {
+    const auto tick = std::clamp(timeout_ / 5, std::chrono::microseconds(1000),
+                                 std::chrono::microseconds(10'000));
+    sweep_.expires_after(tick);
+    sweep_.async_wait([this](boost::system::error_code ec) {
+      if (ec || stopping_now_) return;
+      Sweep();
+      StartSweep();
+    });
+  }
+
+  void Sweep() {
+    const auto now = SteadyClock::now();
+    for (auto& node : nodes_) {
+      Node& n = *node;
+      for (Entry& e : n.pending) {
+        if (e.deadline > now) break;
+        if (e.kind == Entry::kUser && e.req->done) {
+          Fail(*e.req, absl::DeadlineExceededError(
+                           Cat("redis ", n.endpoint.ToString(), ": no answer within ",
+                               options_.timeout.micros() / 1000, " ms")));
+        }
+      }
+      // Silence, not a count of timeouts, drops a connection: pipelined
+      // calls all time out together in one stall, and a short stall is no
+      // reason to reconnect. A node silent for `max_timeouts` timeouts
+      // while a call waits is hung (or the network drops packets).
+      if (n.state == Node::kReady && !n.pending.empty()) {
+        const auto sent = n.pending.front().deadline - timeout_;
+        const auto silent = now - std::max(n.last_answer, sent);
+        if (silent >= timeout_ * options_.max_timeouts) {
+          Close(n, absl::DeadlineExceededError(Cat(
+                       "redis ", n.endpoint.ToString(), ": no answer for ",
+                       std::chrono::duration_cast<std::chrono::milliseconds>(silent).count(),
+                       " ms")));
+        }
+      }
+    }
+    // A Cluster with slots that have no reachable master: look for the new
+    // masters (a replica promoted after a failover).
+    if (options_.cluster && !covered_.load(std::memory_order_relaxed) &&
+        now - last_refresh_ > std::chrono::milliseconds(250)) {
+      RefreshSoon();
+    }
+  }
+
+  ClientOptions options_;
+  std::chrono::microseconds timeout_;
+  net::io_context ioc_{1};
+  std::thread thread_;
+  net::steady_timer sweep_;
+  net::steady_timer refresh_timer_;
+
+  std::mutex inbox_mu_;
+  std::vector<std::unique_ptr<Request>> inbox_;
+  bool flush_posted_ = false;
+  bool stopping_ = false;
+  bool stopping_now_ = false;     // I/O thread only
+  std::vector<std::string> shas_;  // written once, by the first handshake
+  std::vector<std::unique_ptr<Node>> nodes_;  // I/O thread only; never shrinks
+  std::array<int, kSlots> slot_owner_;       // index into nodes_, -1: unknown
+  bool refresh_in_flight_ = false;
+  SteadyClock::time_point last_refresh_{};
+
+  std::atomic<int> masters_{0};
+  std::atomic<int> masters_up_{0};
+  std::atomic<bool> covered_{false};
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> timeouts_{0};
+  std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint64_t> redirects_{0};
+  std::atomic<uint64_t> refreshes_{0};
+};
+
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.nodes.empty()) return absl::InvalidArgumentError("redis: no node given");
+  if (options.cluster && options.database != 0) {
+    return absl::InvalidArgumentError("redis cluster: a Cluster has only database 0");
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  absl::Status started = impl->Start();
+  if (!started.ok()) {
+    impl->Stop();
+    return started;
+  }
+  for (size_t i = 0; i < impl->options().scripts.size(); ++i) {
+    if (impl->script_sha(i).empty()) {
+      impl->Stop();
+      return absl::InternalError("redis: SCRIPT LOAD gave no SHA");
+    }
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() { impl_->Stop(); }
+void Client::Send(uint16_t slot, std::string command, ReplyCallback done) {
+  impl_->Send(slot, std::move(command), std::move(done));
+}
+ClientHealth Client::Health() const { return impl_->Health(); }
+const ClientOptions& Client::options() const { return impl_->options(); }
+const std::string& Client::script_sha(size_t i) const { return impl_->script_sha(i); }
+bool Client::OnIoThread() const { return impl_->OnIoThread(); }
+
+}  // namespace sluice::redis

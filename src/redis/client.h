@@ -1,0 +1,139 @@
+// A small non-blocking Redis client for the Redis store: one I/O thread,
+// one pipelined connection per node, Redis Cluster routing. Internal.
+//
+// Requests from any thread are queued and written by the I/O thread in
+// batches (pipelining: the commands of concurrent requests share writes
+// and round trips). Every request gets exactly one answer, on the I/O
+// thread: the reply, or an error within the timeout.
+//
+// Failure handling, per node:
+//  - a broken connection fails its pending requests at once and is
+//    reconnected with backoff (25 ms doubling to 400 ms);
+//  - a node that answers nothing for `max_timeouts` x `timeout` while a
+//    request waits (a hung or paused Redis, a network that drops packets)
+//    has its connection closed the same way; a shorter stall only times
+//    out the requests it delays;
+//  - while a node is not connected, its requests fail at once
+//    (Unavailable): a dead Redis costs no latency per request. This is the
+//    circuit breaker; a reconnect handshake (AUTH, SELECT, SCRIPT LOAD,
+//    PING) is its half-open probe.
+//
+// Cluster: the slot map comes from CLUSTER SLOTS; keys are routed by the
+// CRC16 of their hash tag; -MOVED updates the map and resends, -ASK sends
+// ASKING and the command to the named node once; the map is refreshed on
+// MOVED, on a lost connection and every second while a slot has no
+// reachable master (a failed-over master's replica takes over).
+//
+// Scripts given in ClientOptions are loaded on every connection as it
+// connects; an EVALSHA answered with NOSCRIPT (SCRIPT FLUSH) is resent as
+// EVAL of the same script, which loads it again.
+//
+//   auto client = sluice::redis::Client::Connect({.nodes = {{"127.0.0.1", 6379}}});
+//   (*client)->Send(HashSlot("k"), Command({"GET", "k"}),
+//                   [](absl::StatusOr<sluice::redis::Reply> r) { ... });
+#ifndef SLUICE_REDIS_CLIENT_H_
+#define SLUICE_REDIS_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sluice/time.h"
+
+struct redisReply;
+
+namespace sluice::redis {
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 6379;
+  std::string ToString() const;
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
+
+struct ClientOptions {
+  // One node, or a Cluster's seed nodes.
+  std::vector<Endpoint> nodes;
+  bool cluster = false;
+  std::string user;      // ACL user; empty: "default" (AUTH password)
+  std::string password;  // empty: no AUTH
+  int database = 0;      // SELECT; not with a Cluster
+  Duration connect_timeout = Duration::Seconds(1);
+  // Per request, from Send to its answer.
+  Duration timeout = Duration::Millis(50);
+  // Timeouts of silence after which a connection is dropped.
+  int max_timeouts = 3;
+  // Loaded on every connection (SCRIPT LOAD), resent as EVAL on NOSCRIPT.
+  std::vector<std::string> scripts;
+  // Told, on the I/O thread, when a connection is lost or re-established
+  // and when the Cluster's slot map changes: `warning` and one line of
+  // key=value pairs ("event=redis_disconnected node=... error=\"...\"").
+  std::function<void(bool warning, std::string_view line)> log;
+};
+
+// A reply owned by the caller (hiredis' redisReply).
+struct ReplyDeleter {
+  void operator()(redisReply* reply) const;
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+using ReplyCallback = std::function<void(absl::StatusOr<Reply>)>;
+
+// A command in the Redis protocol (RESP), ready to send.
+std::string Command(const std::vector<std::string_view>& args);
+void AppendCommand(std::string& out, const std::string_view* args, size_t count);
+
+// The Cluster slot of a key: CRC16 (XMODEM) of its hash tag (the part
+// between the first '{' and the next '}', when not empty) mod 16384.
+uint16_t HashSlot(std::string_view key);
+
+struct ClientHealth {
+  int nodes = 0;     // masters known (one without a Cluster)
+  int nodes_up = 0;  // connected and past the handshake
+  bool all_slots_covered = false;  // every slot has a connected master
+  uint64_t requests = 0;
+  uint64_t errors = 0;    // answered with an error status
+  uint64_t timeouts = 0;  // no answer within the timeout
+  uint64_t reconnects = 0;
+  uint64_t redirects = 0;  // MOVED and ASK followed
+  uint64_t topology_refreshes = 0;
+};
+
+class Client {
+ public:
+  // Connects to every node (and, for a Cluster, discovers the slots and
+  // connects to every master) before returning. Errors name the node:
+  // unreachable, refused AUTH, not a Cluster node, no slots.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+  ~Client();  // answers what is pending with Cancelled, then stops
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Sends `command` to the node serving `slot` and calls `done` exactly
+  // once on the I/O thread. An error reply is an error status carrying
+  // Redis' message (Unknown), except NOSCRIPT/MOVED/ASK, handled here.
+  void Send(uint16_t slot, std::string command, ReplyCallback done);
+
+  ClientHealth Health() const;
+  const ClientOptions& options() const;
+  // The SHA1 of options().scripts[i], as Redis answered SCRIPT LOAD.
+  const std::string& script_sha(size_t i) const;
+
+  // The I/O thread's id (the blocking forms of the store refuse to wait on it).
+  bool OnIoThread() const;
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::redis
+
+#endif  // SLUICE_REDIS_CLIENT_H_

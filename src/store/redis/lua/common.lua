@@ -1,0 +1,219 @@
+-- common.lua: exact integer helpers shared by the algorithm twins.
+--
+-- Lua 5.1 numbers are doubles: integers are exact below 2^53, and every
+-- value the algorithms keep stays below that bound (ValidateForRedis in
+-- script.cc rejects configs that would not). What doubles do NOT give for
+-- free is exact division: a / b is rounded, so math.floor(a / b) can be one
+-- off when the quotient is just below an integer. floordiv corrects it with
+-- the remainder, which is exact. Never format a number with tostring() or
+-- `..`: Lua prints 14 significant digits, and epoch microseconds have 16;
+-- fmt() prints every digit.
+--
+-- All helpers are locals: Redis forbids scripts to create globals.
+
+local TWO52 = 4503599627370496
+local INFINITE = -1  -- retry_after that never comes, as the reply encodes it
+
+-- floor(a / b) and a - floor(a / b) * b, exact for |a| < 2^53, 0 < b < 2^53.
+local function floordiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  while r < 0 do q = q - 1; r = r + b end
+  while r >= b do q = q + 1; r = r - b end
+  return q, r
+end
+
+-- a / b rounded up, 0 for a <= 0 (the C++ CeilDiv).
+local function ceildiv(a, b)
+  if a <= 0 then return 0 end
+  return floordiv(a - 1, b) + 1
+end
+
+-- a / b rounded up for any sign of a.
+local function ceildiv_signed(a, b)
+  local q = floordiv(-a, b)
+  return -q
+end
+
+-- floor(a * b / c) and the remainder, for 0 <= a, b < 2^53, 0 < c <= 2^50,
+-- when the quotient is below 2^53. When a * b itself is exact (< 2^53) it is
+-- one division; otherwise long multiplication in base 2^k digits of `a`,
+-- keeping the running value as quotient * c + remainder with every partial
+-- sum below 2^53 (the 128-bit products of the C++, in doubles).
+local function muldiv(a, b, c)
+  if a * b < 2 * TWO52 then return floordiv(a * b, c) end
+  local bq, br = floordiv(b, c)
+  local base = 2
+  while c * base * 4 <= 2 * TWO52 do base = base * 2 end
+  local digits = {}
+  local rest = a
+  while rest > 0 do
+    local d
+    rest, d = floordiv(rest, base)
+    digits[#digits + 1] = d
+  end
+  local q, r = 0, 0
+  for i = #digits, 1, -1 do
+    -- (q * c + r) * base + digit * br, with r * base + digit * br < 2 * base * c
+    local tq, tr = floordiv(r * base + digits[i] * br, c)
+    q = q * base + tq
+    r = tr
+  end
+  return a * bq + q, r
+end
+
+local function max(a, b) if a > b then return a end return b end
+local function min(a, b) if a < b then return a end return b end
+
+-- Every digit of an integral number (%d formats through a C long).
+local function fmt(x)
+  return string.format('%d', x)
+end
+
+-- A decimal integer argument; errors name the argument.
+local function int_arg(s, what)
+  local n = tonumber(s)
+  if n == nil or n ~= math.floor(n) or n >= 2 * TWO52 or n <= -2 * TWO52 then
+    error('sluice: ' .. what .. ' is not an integer below 2^53: "' .. tostring(s) .. '"')
+  end
+  return n
+end
+
+-- The space-separated integers of a stored state (at most three).
+local function split3(s)
+  local a, b, c = string.match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
+  if a == nil then error('sluice: malformed state "' .. s .. '"') end
+  return tonumber(a), tonumber(b), tonumber(c)
+end
+
+-- Stores a plain string state until `fresh_at`: deleted when already fresh,
+-- expiring when it becomes fresh (rounded up to a millisecond, so never
+-- early). With a caller-given time (`ctx.timed` false) the expiry cannot be
+-- related to Redis' own clock, so the key keeps no expiry.
+local function store_string(key, value, fresh_at, ctx)
+  if fresh_at == nil or fresh_at <= ctx.now then
+    redis.call('DEL', key)
+  elseif ctx.timed then
+    redis.call('SET', key, value, 'PX', fmt(ceildiv(fresh_at - ctx.now, 1000)))
+  else
+    redis.call('SET', key, value)
+  end
+end
+
+-- {limit, period} (period in microseconds): the parameters LimitParams()
+-- sends for the window algorithms.
+local function window_params(argv, i)
+  return {limit = int_arg(argv[i + 1], 'limit'), period = int_arg(argv[i + 2], 'period_us')}
+end
+
+-- A Decision as the reply lists it.
+local function decision(limit)
+  return {allowed = 0, limit = limit, remaining = 0, reset = 0, retry = 0, delay = 0}
+end
+
+-- ---- the bucket arithmetic (src/algorithm/bucket_math.h) ----
+--
+-- token_bucket, gcra and leaky_bucket police reduce their state to `used`,
+-- the ticks of capacity in use at now, and decide from it here.
+-- b: {per_us, per_token, burst, cap, fill_us}; cap = burst * per_token.
+
+-- The group of parameters LimitParams() sends for a bucket limit.
+local function bucket_params(argv, i)
+  return {per_us = int_arg(argv[i + 1], 'ticks_per_us'),
+          per_token = int_arg(argv[i + 2], 'ticks_per_token'),
+          burst = int_arg(argv[i + 3], 'burst'),
+          cap = int_arg(argv[i + 4], 'capacity_ticks'),
+          fill_us = int_arg(argv[i + 5], 'fill_us')}
+end
+
+-- Ticks that refill (or leak) in `us` microseconds, saturating at cap + 1.
+local function ticks_in(b, us)
+  if us <= 0 then return 0 end
+  if us > b.fill_us then return b.cap + 1 end
+  return us * b.per_us
+end
+
+-- Returns the Decision, whether the state takes `used_after`, and used_after.
+-- `used` >= 0, below 2^53 (callers handle larger ones, see gcra).
+local function bucket_decide(b, used, cost)
+  local d = decision(b.burst)
+  if cost > b.burst then
+    d.retry = INFINITE
+    if used < b.cap then d.remaining = floordiv(b.cap - used, b.per_token) end
+    d.reset = ceildiv(used, b.per_us)
+    return d, false, used
+  end
+  local cost_ticks = cost * b.per_token
+  if used <= b.cap - cost_ticks then
+    local used_after = used + cost_ticks
+    d.allowed = 1
+    d.remaining = floordiv(b.cap - used_after, b.per_token)
+    d.reset = ceildiv(used_after, b.per_us)
+    return d, cost > 0, used_after
+  end
+  if used < b.cap then d.remaining = floordiv(b.cap - used, b.per_token) end
+  d.reset = ceildiv(used, b.per_us)
+  d.retry = ceildiv(used - (b.cap - cost_ticks), b.per_us)
+  return d, false, used
+end
+
+-- The same decision when `used` = D * per_us + rem is too large to form
+-- (D > 2^52 / per_us: only after the clock went far back, gcra and shape).
+-- It is then far above the capacity, so the request is denied; the
+-- durations are computed from D and rem without forming `used`.
+local function bucket_decide_far(b, D, rem, cost)
+  local d = decision(b.burst)
+  d.reset = D + ((rem > 0) and 1 or 0)
+  if cost > b.burst then
+    d.retry = INFINITE
+  else
+    d.retry = D + ceildiv_signed(rem - (b.cap - cost * b.per_token), b.per_us)
+  end
+  return d
+end
+
+-- token_bucket and leaky_bucket police decide as of `last` when the clock is
+-- behind it: their durations are `lag` longer from now.
+local function measure_from_now(d, lag)
+  if lag <= 0 then return end
+  if d.reset > 0 then d.reset = d.reset + lag end
+  if d.allowed == 0 and d.retry ~= INFINITE then d.retry = d.retry + lag end
+end
+
+-- A time in ticks, now_us * per_us + rem, kept as (us, rem) with
+-- 0 <= rem < per_us: gcra and leaky shape count absolute time in ticks, up to
+-- 2^62 in the C++, which a double cannot hold. `us` is the time floored to a
+-- microsecond, so `us` alone says which side of now a tick time lies on.
+local function split_ticks(s)
+  if s == nil then return 0, 0 end
+  local us, rem = split3(s)
+  return us, rem or 0
+end
+
+local function format_ticks(us, rem)
+  if rem == 0 then return fmt(us) end  -- an integer: Redis stores it in 8 bytes
+  return fmt(us) .. ' ' .. fmt(rem)
+end
+
+-- Ticks from now to a tick time (us, rem): (D, rem) with D = us - now; the
+-- distance is max(0, D * per_us + rem), formed only when it is below 2^52.
+-- Returns the distance (or nil when too large to form).
+local function ticks_after(per_us, now, us, rem)
+  local D = us - now
+  if D < 0 then return 0 end
+  if D * per_us > TWO52 then return nil end
+  return D * per_us + rem
+end
+
+-- (us, rem) of now + ticks, for 0 <= ticks < 2^53.
+local function ticks_from(per_us, now, ticks)
+  local q, r = floordiv(ticks, per_us)
+  return now + q, r
+end
+
+-- When a tick time is reached, rounded up to a microsecond (the C++
+-- CeilDiv(ticks, per_us): 0 when ticks <= 0).
+local function ceil_ticks(us, rem)
+  if us < 0 or (us == 0 and rem == 0) then return 0 end
+  return us + ((rem > 0) and 1 or 0)
+end

@@ -1,0 +1,113 @@
+// The Redis store under concurrent callers (run under TSan too): every call
+// is answered exactly once, never more than the limit is admitted, and a
+// Redis that dies and comes back under load neither loses nor repeats an
+// answer.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "redis/redis_server.h"
+#include "sluice/limiter.h"
+#include "sluice/store/memory_store.h"
+#include "sluice/store/redis_store.h"
+
+namespace sluice {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct Counts {
+  std::atomic<int> answered{0};
+  std::atomic<int> allowed{0};
+  std::atomic<int> store_errors{0};
+  std::atomic<int> errors{0};
+};
+
+// Each thread keeps `depth` calls in flight until it has made `calls`.
+void Hammer(Limiter& limiter, int threads, int calls, int depth, Counts& counts) {
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::atomic<int> in_flight{0};
+      for (int i = 0; i < calls; ++i) {
+        while (in_flight.load() >= depth) std::this_thread::yield();
+        in_flight.fetch_add(1);
+        limiter.AcquireAsync(t % 2 == 0 ? "hot" : "hot2", SystemClock::Default().Now(), 1,
+                             [&](absl::StatusOr<PolicyDecision> d) {
+                               if (!d.ok()) {
+                                 counts.errors.fetch_add(1);
+                               } else {
+                                 if (d->allowed && !d->store_error) counts.allowed.fetch_add(1);
+                                 if (d->store_error) counts.store_errors.fetch_add(1);
+                               }
+                               counts.answered.fetch_add(1);
+                               in_flight.fetch_sub(1);
+                             });
+      }
+      const auto until = SteadyClock::now() + std::chrono::seconds(20);
+      while (in_flight.load() > 0 && SteadyClock::now() < until) std::this_thread::yield();
+    });
+  }
+  for (std::thread& t : pool) t.join();
+}
+
+TEST(RedisStoreConcurrencyTest, ExactUnderConcurrentCallers) {
+  auto server = test::RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto redis = RedisStore::Connect({.url = "redis://127.0.0.1:" + std::to_string((*server)->port()),
+                                    .timeout = Duration::Seconds(2)});
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  MemoryStore memory;
+  auto limiter = Limiter::Create(
+      memory, {.name = "c",
+               .limits = {{.algorithm = Algorithm::kSlidingLog, .rate = *ParseRate("150/1h")}},
+               .stores = {redis->get()}});
+  ASSERT_TRUE(limiter.ok()) << limiter.status();
+  Counts counts;
+  Hammer(**limiter, 4, 300, 16, counts);
+  EXPECT_EQ(counts.answered.load(), 1200);
+  EXPECT_EQ(counts.errors.load(), 0);
+  EXPECT_EQ(counts.store_errors.load(), 0);
+  EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
+}
+
+TEST(RedisStoreConcurrencyTest, EveryCallAnsweredOnceWhileRedisDiesAndReturns) {
+  auto server = test::RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto redis = RedisStore::Connect({.url = "redis://127.0.0.1:" + std::to_string((*server)->port()),
+                                    .timeout = Duration::Millis(200)});
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  MemoryStore memory;
+  auto limiter = Limiter::Create(
+      memory, {.name = "f",
+               .limits = {{.algorithm = Algorithm::kGcra, .rate = *ParseRate("1000000/1s")}},
+               .stores = {redis->get()},
+               .on_store_error = OnStoreError::kLocal});
+  ASSERT_TRUE(limiter.ok()) << limiter.status();
+  Counts counts;
+  // The load runs on its own threads; the server is killed and restarted
+  // from this one (RedisServer's child dies with the thread that started it).
+  std::thread load([&] { Hammer(**limiter, 3, 2000, 8, counts); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_TRUE((*server)->Kill().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_TRUE((*server)->Restart().ok());
+  load.join();
+  EXPECT_EQ(counts.answered.load(), 6000);
+  EXPECT_EQ(counts.errors.load(), 0);
+  EXPECT_EQ(counts.allowed.load() + counts.store_errors.load(), 6000);
+  // Back to Redis after the restart.
+  const auto start = SteadyClock::now();
+  while (!(*redis)->Health().up && SteadyClock::now() - start < std::chrono::seconds(3)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  absl::StatusOr<PolicyDecision> d = (*limiter)->Acquire("after");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->store_error);
+}
+
+}  // namespace
+}  // namespace sluice

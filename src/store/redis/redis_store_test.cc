@@ -1,0 +1,363 @@
+// The Redis store and its client against a real redis-server: decisions
+// through the Limiter, all-or-nothing with local limits, the failure modes,
+// recovery, timeouts and the circuit breaker.
+#include "sluice/store/redis_store.h"
+
+#include <hiredis/hiredis.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "redis/client.h"
+#include "redis/redis_server.h"
+#include "sluice/limiter.h"
+#include "sluice/store/memory_store.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+using SteadyClock = std::chrono::steady_clock;
+
+LimitOptions L(Algorithm algorithm, std::string_view rate, int64_t burst = 0) {
+  return {.algorithm = algorithm, .rate = *ParseRate(rate), .burst = burst};
+}
+
+double MillisSince(SteadyClock::time_point start) {
+  return std::chrono::duration<double, std::milli>(SteadyClock::now() - start).count();
+}
+
+TEST(HashSlotTest, MatchesRedisCluster) {
+  // CRC16/XMODEM of "123456789" is 0x31C3 (the check value of the spec).
+  EXPECT_EQ(redis::HashSlot("123456789"), 0x31C3 % 16384);
+  EXPECT_EQ(redis::HashSlot("foo"), 12182);  // CLUSTER KEYSLOT foo
+  EXPECT_EQ(redis::HashSlot("{user1000}.following"), redis::HashSlot("{user1000}.followers"));
+  EXPECT_EQ(redis::HashSlot("{user1000}.following"), redis::HashSlot("user1000"));
+  // An empty tag is no tag: the whole key is hashed.
+  EXPECT_EQ(redis::HashSlot("foo{}{bar}"), redis::HashSlot(std::string("foo{}{bar}")));
+  EXPECT_NE(redis::HashSlot("foo{}{bar}"), redis::HashSlot("bar"));
+}
+
+TEST(RedisUrlTest, Parses) {
+  absl::StatusOr<RedisUrl> u = ParseRedisUrl("redis://127.0.0.1:6380");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->host, "127.0.0.1");
+  EXPECT_EQ(u->port, 6380);
+  u = ParseRedisUrl("redis://app:p%40ss@[::1]:7000/3");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 7000);
+  EXPECT_EQ(u->user, "app");
+  EXPECT_EQ(u->password, "p@ss");
+  EXPECT_EQ(u->database, 3);
+  u = ParseRedisUrl("redis://secret@localhost");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->password, "secret");
+  EXPECT_EQ(u->user, "");
+  EXPECT_EQ(u->port, 6379);
+  EXPECT_THAT(ParseRedisUrl("http://x").status().message(), HasSubstr("redis://"));
+  EXPECT_THAT(ParseRedisUrl("redis://h:99999").status().message(), HasSubstr("bad port"));
+  EXPECT_THAT(ParseRedisUrl("redis://h:1/x").status().message(), HasSubstr("bad database"));
+  EXPECT_THAT(ParseRedisUrl("redis://:1").status().message(), HasSubstr("no host"));
+  EXPECT_THAT(ParseRedisUrl("redis://a:%zz@h").status().message(), HasSubstr("%-escape"));
+}
+
+class RedisStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<test::RedisServer>> server = test::RedisServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    if (server_->pid() == 0) ASSERT_TRUE(server_->Restart().ok());
+    Flush();
+  }
+
+  static std::string Url() { return "redis://127.0.0.1:" + std::to_string(server_->port()); }
+
+  static void Flush() {
+    redisContext* c = redisConnect("127.0.0.1", server_->port());
+    ASSERT_TRUE(c != nullptr && c->err == 0);
+    freeReplyObject(redisCommand(c, "FLUSHALL"));
+    redisFree(c);
+  }
+
+  static std::unique_ptr<RedisStore> Connect(RedisStoreOptions options = {}) {
+    if (options.url.empty() && options.cluster.empty()) options.url = Url();
+    absl::StatusOr<std::unique_ptr<RedisStore>> store = RedisStore::Connect(options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  std::unique_ptr<Limiter> Make(RedisStore& redis, std::vector<LimitOptions> limits,
+                                std::vector<Store*> stores = {},
+                                OnStoreError on_error = OnStoreError::kAllow,
+                                std::string name = "p") {
+    if (stores.empty()) stores.assign(limits.size(), &redis);
+    absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+        Limiter::Create(memory_, {.name = std::move(name),
+                                  .limits = std::move(limits),
+                                  .stores = std::move(stores),
+                                  .on_store_error = on_error,
+                                  .clock = &clock_});
+    EXPECT_TRUE(limiter.ok()) << limiter.status();
+    return limiter.ok() ? *std::move(limiter) : nullptr;
+  }
+
+  static test::RedisServer* server_;
+  MemoryStore memory_;
+  ManualClock clock_{Time::FromUnixMicros(1'800'000'000'000'000)};
+};
+
+test::RedisServer* RedisStoreTest::server_ = nullptr;
+
+TEST_F(RedisStoreTest, StartUpErrorsNameTheNodeAndTheProblem) {
+  // Nobody listens on a port the OS just gave back.
+  absl::StatusOr<std::unique_ptr<RedisStore>> s =
+      RedisStore::Connect({.url = "redis://127.0.0.1:1", .connect_timeout = Duration::Millis(300)});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("127.0.0.1:1"));
+  EXPECT_THAT(s.status().message(), HasSubstr("refused"));
+
+  s = RedisStore::Connect({.url = Url(), .password = "wrong"});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("AUTH"));
+
+  s = RedisStore::Connect({.cluster = {"127.0.0.1:" + std::to_string(server_->port())}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("is not a Cluster node"));
+
+  s = RedisStore::Connect({.url = Url(), .key_prefix = "a{b"});
+  EXPECT_FALSE(s.ok());
+  s = RedisStore::Connect({});
+  EXPECT_THAT(s.status().message(), HasSubstr("exactly one of url and cluster"));
+}
+
+TEST_F(RedisStoreTest, DecidesInRedisWithKeysThatExpire) {
+  auto redis = Connect();
+  ASSERT_NE(redis, nullptr);
+  auto limiter = Make(*redis, {L(Algorithm::kFixedWindow, "3/1m")});
+  ASSERT_NE(limiter, nullptr);
+  EXPECT_FALSE(limiter->in_process());
+  int allowed = 0;
+  for (int i = 0; i < 5; ++i) allowed += limiter->Acquire("u1")->allowed;
+  EXPECT_EQ(allowed, 3);
+  absl::StatusOr<PolicyDecision> d = limiter->Acquire("u1");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->allowed);
+  EXPECT_GT(d->retry_after, Duration::Zero());
+  EXPECT_LE(d->retry_after, Duration::Minutes(1));
+  // The key is in Redis, named by policy, key and limit, with an expiry.
+  redisContext* c = redisConnect("127.0.0.1", server_->port());
+  auto* ttl = static_cast<redisReply*>(redisCommand(c, "PTTL %s", "sluice:{p:u1}:fixed_window:3/1m"));
+  ASSERT_EQ(ttl->type, REDIS_REPLY_INTEGER);
+  EXPECT_GT(ttl->integer, 0);
+  EXPECT_LE(ttl->integer, 60'000);
+  freeReplyObject(ttl);
+  redisFree(c);
+  // Another instance (another store, another process in production) sees
+  // the same state.
+  auto other_store = Connect();
+  auto other = Make(*other_store, {L(Algorithm::kFixedWindow, "3/1m")});
+  EXPECT_FALSE(other->Acquire("u1")->allowed);
+  EXPECT_TRUE(other->Acquire("u2")->allowed);
+}
+
+// The Limiter over Redis (deciding at the caller's clock) answers exactly as
+// the Limiter over the memory store: same decisions for a random workload
+// over a layered policy (a local limit, two Redis limits, a shape limit).
+TEST_F(RedisStoreTest, SameDecisionsAsTheMemoryStore) {
+  auto redis = Connect({.use_caller_time = true});
+  ASSERT_NE(redis, nullptr);
+  const std::vector<LimitOptions> limits = {
+      L(Algorithm::kTokenBucket, "20/s", 10), L(Algorithm::kSlidingWindow, "30/2s"),
+      L(Algorithm::kGcra, "7/1s", 5),
+      {.algorithm = Algorithm::kLeakyBucket, .rate = *ParseRate("12/s"), .mode = LeakyMode::kShape,
+       .max_delay = Duration::Millis(500)}};
+  auto remote = Make(*redis, limits, {&memory_, redis.get(), redis.get(), &memory_});
+  MemoryStore reference_store;
+  auto reference = *Limiter::Create(reference_store, {.name = "p", .limits = limits, .clock = &clock_});
+  std::mt19937_64 rng(42);
+  int allowed = 0;
+  for (int i = 0; i < 3000; ++i) {
+    clock_.Advance(Duration::Micros(static_cast<int64_t>(rng() % 120'000)));
+    const std::string key = "k" + std::to_string(rng() % 3);
+    const int64_t cost = static_cast<int64_t>(rng() % 3);
+    absl::StatusOr<PolicyDecision> a = remote->Acquire(key, {.cost = cost});
+    absl::StatusOr<PolicyDecision> b = reference->Acquire(key, {.cost = cost});
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(a->allowed, b->allowed) << "op " << i;
+    ASSERT_EQ(a->limit_index, b->limit_index) << "op " << i;
+    ASSERT_EQ(a->remaining, b->remaining) << "op " << i;
+    ASSERT_EQ(a->retry_after, b->retry_after) << "op " << i;
+    ASSERT_EQ(a->reset_after, b->reset_after) << "op " << i;
+    ASSERT_EQ(a->delay, b->delay) << "op " << i;
+    allowed += a->allowed;
+    // Now and then, a caller gives a request back (a later policy denied).
+    if (a->allowed && rng() % 10 == 0) {
+      ASSERT_TRUE(remote->Refund(key, *a, cost).ok());
+      ASSERT_TRUE(reference->Refund(key, *b, cost).ok());
+      // The Redis refund is sent without waiting; a check orders after it.
+      (void)remote->Check(key, {.cost = 0});
+    }
+  }
+  EXPECT_GT(allowed, 300);
+  EXPECT_LT(allowed, 2900);
+}
+
+TEST_F(RedisStoreTest, ConcurrentCallersNeverOvershoot) {
+  auto redis = Connect();
+  auto limiter = Make(*redis, {L(Algorithm::kGcra, "100/1h")});
+  std::atomic<int> allowed{0};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 250; ++i) {
+        limiter->AcquireAsync("hot", SystemClock::Default().Now(), 1,
+                              [&](absl::StatusOr<PolicyDecision> d) {
+                                if (d.ok() && d->allowed) allowed.fetch_add(1);
+                                answered.fetch_add(1);
+                              });
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const auto until = SteadyClock::now() + std::chrono::seconds(10);
+  while (answered.load() < 1000 && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(answered.load(), 1000);
+  EXPECT_EQ(allowed.load(), 100);
+}
+
+TEST_F(RedisStoreTest, LayeredPolicyGivesBackWhatTheLocalLimitTook) {
+  auto redis = Connect();
+  // Local: 5 per hour. Global: 2 per hour. The third request is denied by
+  // Redis, and the local limit gets its token back.
+  auto limiter = Make(*redis, {L(Algorithm::kTokenBucket, "5/1h"), L(Algorithm::kFixedWindow, "2/1h")},
+                      {&memory_, redis.get()});
+  for (int i = 0; i < 4; ++i) (void)limiter->Acquire("u");
+  absl::StatusOr<std::vector<Decision>> state = limiter->Inspect("u", clock_.Now(), 0);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ((*state)[0].remaining, 3);  // 2 taken, 2 given back
+  EXPECT_EQ((*state)[1].remaining, 0);
+}
+
+TEST_F(RedisStoreTest, NoScriptAfterFlushIsReloaded) {
+  auto redis = Connect();
+  auto limiter = Make(*redis, {L(Algorithm::kSlidingLog, "10/1m")});
+  ASSERT_TRUE(limiter->Acquire("a")->allowed);
+  redisContext* c = redisConnect("127.0.0.1", server_->port());
+  freeReplyObject(redisCommand(c, "SCRIPT FLUSH"));
+  redisFree(c);
+  absl::StatusOr<PolicyDecision> d = limiter->Acquire("a");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->allowed);
+  EXPECT_EQ(d->remaining, 8);
+}
+
+TEST_F(RedisStoreTest, FailureModesWhenRedisIsDownAndRecovery) {
+  auto redis = Connect({.url = Url(), .timeout = Duration::Millis(50)});
+  auto allow = Make(*redis, {L(Algorithm::kFixedWindow, "1/1h")}, {}, OnStoreError::kAllow, "allow");
+  auto deny = Make(*redis, {L(Algorithm::kFixedWindow, "1/1h")}, {}, OnStoreError::kDeny, "deny");
+  auto local = Make(*redis, {L(Algorithm::kFixedWindow, "2/1h")}, {}, OnStoreError::kLocal, "local");
+  ASSERT_TRUE(allow->Acquire("k")->allowed);
+  ASSERT_FALSE(allow->Acquire("k")->allowed);
+  ASSERT_TRUE(server_->Kill().ok());
+  // Give the client a moment to see the connection drop.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 3; ++i) {
+    const auto start = SteadyClock::now();
+    absl::StatusOr<PolicyDecision> a = allow->Acquire("k");
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_TRUE(a->allowed);
+    EXPECT_TRUE(a->store_error);
+    // The circuit is open: no wait for a timeout.
+    EXPECT_LT(MillisSince(start), 20.0);
+    absl::StatusOr<PolicyDecision> d = deny->Acquire("k");
+    ASSERT_TRUE(d.ok());
+    EXPECT_FALSE(d->allowed);
+    EXPECT_EQ(d->retry_after, Duration::Seconds(1));
+  }
+  // local: an in-process fixed window of the same shape, 2 per hour.
+  EXPECT_TRUE(local->Acquire("k")->allowed);
+  EXPECT_TRUE(local->Acquire("k")->allowed);
+  EXPECT_FALSE(local->Acquire("k")->allowed);
+  EXPECT_FALSE(redis->Health().up);
+
+  // Back on the same port (empty: no persistence): decisions return to
+  // Redis within the reconnect backoff.
+  ASSERT_TRUE(server_->Restart().ok());
+  const auto start = SteadyClock::now();
+  while (!redis->Health().up && MillisSince(start) < 3000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(redis->Health().up);
+  EXPECT_LT(MillisSince(start), 2000.0);
+  absl::StatusOr<PolicyDecision> a = allow->Acquire("k");
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->store_error);
+  EXPECT_TRUE(a->allowed);
+  EXPECT_FALSE(allow->Acquire("k")->allowed);
+  EXPECT_GE(redis->Health().reconnects, 1u);
+}
+
+TEST_F(RedisStoreTest, SlowRedisTimesOutThenTheBreakerFailsFast) {
+  auto redis = Connect({.url = Url(), .timeout = Duration::Millis(40)});
+  auto limiter = Make(*redis, {L(Algorithm::kGcra, "10/1s")});
+  ASSERT_TRUE(limiter->Acquire("k")->allowed);
+  ASSERT_TRUE(server_->Pause().ok());
+  // The first calls wait for the timeout (and no longer than a sweep after it).
+  for (int i = 0; i < 3; ++i) {
+    const auto start = SteadyClock::now();
+    absl::StatusOr<PolicyDecision> d = limiter->Acquire("k");
+    const double ms = MillisSince(start);
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->store_error);
+    EXPECT_GE(ms, 35.0);
+    EXPECT_LT(ms, 40.0 + 30.0);
+  }
+  EXPECT_GE(redis->Health().timeouts, 3u);
+  // Three timeouts in a row dropped the connection: calls now fail at once.
+  const auto start = SteadyClock::now();
+  absl::StatusOr<PolicyDecision> d = limiter->Acquire("k");
+  EXPECT_TRUE(d.ok() && d->store_error);
+  EXPECT_LT(MillisSince(start), 10.0);
+  ASSERT_TRUE(server_->Resume().ok());
+  const auto resumed = SteadyClock::now();
+  while (!redis->Health().up && MillisSince(resumed) < 3000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(redis->Health().up);
+  d = limiter->Acquire("k");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->store_error);
+}
+
+TEST_F(RedisStoreTest, RejectsLimitsTheScriptCannotComputeExactly) {
+  auto redis = Connect();
+  MemoryStore memory;
+  absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(
+      memory, {.name = "huge",
+               .limits = {L(Algorithm::kTokenBucket, "1/1s", int64_t{1} << 40)},
+               .stores = {redis.get()}});
+  ASSERT_FALSE(limiter.ok());
+  EXPECT_THAT(limiter.status().message(), HasSubstr("policy \"huge\" limit 1"));
+}
+
+}  // namespace
+}  // namespace sluice
