@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "base/cat.h"
 #include "config/envoy_yaml.h"
+#include "config/yaml_text.h"
 #include "sluice/rate.h"
 
 #define SLUICE_RETURN_IF_ERROR(expr)                                  \
@@ -44,38 +45,13 @@ namespace {
 
 using internal::Cat;
 
-constexpr size_t kMaxConfigBytes = size_t{16} << 20;  // far beyond any real config
 constexpr size_t kMaxNameLength = 128;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-// A node with where it sits: its dotted path and its 1-based line.
-struct Value {
-  YAML::Node node;
-  std::string path;
-  int line = 1;
-};
-
-int LineOf(const YAML::Node& node, int fallback) {
-  const YAML::Mark mark = node.Mark();
-  return mark.is_null() ? fallback : mark.line + 1;
-}
-
-std::string Join(std::string_view path, std::string_view key) {
-  return path.empty() ? std::string(key) : Cat(path, ".", key);
-}
-
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Scalar:
-      return Cat("\"", node.Scalar(), "\"");
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a map";
-    default:
-      return "nothing";
-  }
-}
+using Value = internal::YamlAt;
+using internal::DescribeNode;
+using internal::JoinPath;
+using internal::LineOf;
 
 std::string ListOf(std::initializer_list<std::string_view> names) {
   std::string out;
@@ -129,7 +105,7 @@ class Parser {
     }
     // Where a missing required key would have been.
     Value Missing(std::string_view key) const {
-      return {YAML::Node(), Join(self_.path, key), self_.line};
+      return {YAML::Node(), JoinPath(self_.path, key), self_.line};
     }
 
    private:
@@ -192,15 +168,15 @@ absl::StatusOr<Parser::Fields> Parser::ReadMap(
   Fields fields;
   fields.self_ = v;
   if (v.node.IsNull()) return fields;  // `server:` with nothing under it: all defaults
-  if (!v.node.IsMap()) return Fail(v, Cat("expected a map of keys, got ", Describe(v.node)));
+  if (!v.node.IsMap()) return Fail(v, Cat("expected a map of keys, got ", DescribeNode(v.node)));
   for (auto it = v.node.begin(); it != v.node.end(); ++it) {
     const YAML::Node key = it->first;
     const int key_line = LineOf(key, v.line);
     if (!key.IsScalar()) {
-      return Fail({key, v.path, key_line}, Cat("expected a key name, got ", Describe(key)));
+      return Fail({key, v.path, key_line}, Cat("expected a key name, got ", DescribeNode(key)));
     }
     const std::string name = key.Scalar();
-    const std::string path = Join(v.path, name);
+    const std::string path = JoinPath(v.path, name);
     if (const Fields::Entry* first = fields.FindEntry(name)) {
       return Fail({key, path, key_line},
                   Cat("duplicate key (first at line ", first->key_line, ")"));
@@ -225,7 +201,7 @@ absl::StatusOr<std::vector<Value>> Parser::ReadList(const Value& v, std::string_
   std::vector<Value> out;
   if (v.node.IsNull()) return out;
   if (v.node.IsScalar()) {
-    return Fail(v, Cat("expected a list of ", items, ", got ", Describe(v.node), " (write [",
+    return Fail(v, Cat("expected a list of ", items, ", got ", DescribeNode(v.node), " (write [",
                        v.node.Scalar(), "])"));
   }
   if (!v.node.IsSequence()) return Fail(v, Cat("expected a list of ", items, ", got a map"));
@@ -237,7 +213,7 @@ absl::StatusOr<std::vector<Value>> Parser::ReadList(const Value& v, std::string_
 }
 
 absl::StatusOr<std::string> Parser::ReadScalar(const Value& v, std::string_view expected) const {
-  if (!v.node.IsScalar()) return Fail(v, Cat("expected ", expected, ", got ", Describe(v.node)));
+  if (!v.node.IsScalar()) return Fail(v, Cat("expected ", expected, ", got ", DescribeNode(v.node)));
   return v.node.Scalar();
 }
 
@@ -542,7 +518,7 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
                                RouteConfig& out) const {
   if (!v.node.IsMap()) {
     return Fail(
-        v, Cat("expected a route (a map with name, match and upstream), got ", Describe(v.node)));
+        v, Cat("expected a route (a map with name, match and upstream), got ", DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f = ReadMap(v, {"name", "match", "upstream"});
   if (!f.ok()) return f.status();
@@ -609,7 +585,7 @@ absl::Status Parser::ReadKey(const Value& v, std::vector<KeyPart>& out) const {
 
 absl::Status Parser::ReadLimit(const Value& v, LimitSpec& out) const {
   if (!v.node.IsMap()) {
-    return Fail(v, Cat("expected a limit (a map with algorithm and rate), got ", Describe(v.node)));
+    return Fail(v, Cat("expected a limit (a map with algorithm and rate), got ", DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f = ReadMap(
       v, {"algorithm", "rate", "limit", "period", "burst", "mode", "max_delay", "queue", "scope"});
@@ -704,7 +680,7 @@ absl::Status Parser::ReadDeny(const Value& v, DenyConfig& out) const {
 absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& names,
                                 PolicyConfig& out) const {
   if (!v.node.IsMap()) {
-    return Fail(v, Cat("expected a policy (a map with name and limits), got ", Describe(v.node)));
+    return Fail(v, Cat("expected a policy (a map with name and limits), got ", DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f = ReadMap(v, {"name", "match", "key", "on_missing_key", "limits",
                                          "shadow", "on_deny", "on_store_error"});
@@ -786,7 +762,7 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
   if (!root.node.IsNull() && !root.node.IsMap()) {
     return Fail(root, Cat("expected a map of top-level keys (server, store, trusted_proxies, "
                           "routes, policies), got ",
-                          Describe(root.node)));
+                          DescribeNode(root.node)));
   }
   absl::StatusOr<Fields> f =
       ReadMap(root, {"server", "store", "trusted_proxies", "routes", "policies", "grpc", "envoy",
@@ -858,33 +834,9 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& sou
 }
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
-  auto fail = [&path](int error) {
-    char buf[256];
-    const char* message = strerror_r(error, buf, sizeof buf);  // GNU: returns the text
-    return absl::Status(absl::ErrnoToStatusCode(error), Cat(path, ": cannot read: ", message));
-  };
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(errno);
-  std::string text;
-  char buf[64 * 1024];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      close(fd);
-      return fail(error);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > kMaxConfigBytes) {
-      close(fd);
-      return absl::InvalidArgumentError(
-          Cat(path, ": cannot read: larger than 16 MiB, the most a config file may be"));
-    }
-  }
-  close(fd);
-  return ParseConfig(text, path);
+  absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
+  if (!text.ok()) return text.status();
+  return ParseConfig(*text, path);
 }
 
 }  // namespace sluice

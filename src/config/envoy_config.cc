@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "base/cat.h"
 #include "config/envoy_yaml.h"
+#include "config/yaml_text.h"
 #include "sluice/envoy_config.h"
 #include "sluice/rate.h"
 
@@ -38,34 +39,14 @@ namespace sluice {
 namespace {
 
 using internal::Cat;
+using internal::DescribeNode;
+using internal::JoinPath;
+using internal::LineOf;
 using internal::YamlAt;
 
-constexpr size_t kMaxFileBytes = size_t{16} << 20;
 // Deeper nesting is no real config, and the walk recurses once per level.
 constexpr int kMaxDepth = 32;
 constexpr size_t kMaxNameLength = 256;
-
-int LineOf(const YAML::Node& node, int fallback) {
-  const YAML::Mark mark = node.Mark();
-  return mark.is_null() ? fallback : mark.line + 1;
-}
-
-std::string Join(std::string_view path, std::string_view key) {
-  return path.empty() ? std::string(key) : Cat(path, ".", key);
-}
-
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Scalar:
-      return Cat("\"", node.Scalar(), "\"");
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a map";
-    default:
-      return "nothing";
-  }
-}
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
@@ -121,15 +102,15 @@ absl::StatusOr<Reader::Fields> Reader::ReadMap(const YamlAt& v, std::string_view
                                                std::initializer_list<Unsupported> unsupported) const {
   Fields fields;
   if (v.node.IsNull()) return fields;
-  if (!v.node.IsMap()) return Fail(v, Cat("expected ", what, ", got ", Describe(v.node)));
+  if (!v.node.IsMap()) return Fail(v, Cat("expected ", what, ", got ", DescribeNode(v.node)));
   for (auto it = v.node.begin(); it != v.node.end(); ++it) {
     const YAML::Node key = it->first;
     const int key_line = LineOf(key, v.line);
     if (!key.IsScalar()) {
-      return Fail({key, v.path, key_line}, Cat("expected a key name, got ", Describe(key)));
+      return Fail({key, v.path, key_line}, Cat("expected a key name, got ", DescribeNode(key)));
     }
     const std::string name = key.Scalar();
-    const YamlAt at{key, Join(v.path, name), key_line};
+    const YamlAt at{key, JoinPath(v.path, name), key_line};
     if (auto first = fields.find(name); first != fields.end()) {
       return Fail(at, Cat("duplicate key (first at line ", first->second.line, ")"));
     }
@@ -153,7 +134,7 @@ absl::StatusOr<std::vector<YamlAt>> Reader::ReadList(const YamlAt& v,
   std::vector<YamlAt> out;
   if (v.node.IsNull()) return out;
   if (!v.node.IsSequence()) {
-    return Fail(v, Cat("expected a list of ", items, ", got ", Describe(v.node)));
+    return Fail(v, Cat("expected a list of ", items, ", got ", DescribeNode(v.node)));
   }
   for (size_t i = 0; i < v.node.size(); ++i) {
     const YAML::Node item = v.node[i];
@@ -163,7 +144,7 @@ absl::StatusOr<std::vector<YamlAt>> Reader::ReadList(const YamlAt& v,
 }
 
 absl::StatusOr<std::string> Reader::ReadScalar(const YamlAt& v, std::string_view expected) const {
-  if (!v.node.IsScalar()) return Fail(v, Cat("expected ", expected, ", got ", Describe(v.node)));
+  if (!v.node.IsScalar()) return Fail(v, Cat("expected ", expected, ", got ", DescribeNode(v.node)));
   return v.node.Scalar();
 }
 
@@ -212,7 +193,7 @@ absl::StatusOr<EnvoyDomain> Reader::Domain(const YamlAt& v) const {
   EnvoyDomain out;
   out.source = source_;
   auto domain = f->find("domain");
-  if (domain == f->end()) return Fail({v.node, Join(v.path, "domain"), v.line}, "required");
+  if (domain == f->end()) return Fail({v.node, JoinPath(v.path, "domain"), v.line}, "required");
   SLUICE_RETURN_IF_ERROR(ReadText(domain->second, "a domain name", out.domain));
   out.line = domain->second.line;
   replaces_.clear();
@@ -248,7 +229,7 @@ absl::Status Reader::Descriptors(const YamlAt& v, int depth,
 absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out) const {
   if (!v.node.IsMap()) {
     return Fail(v, Cat("expected a descriptor (a map with key, value, rate_limit, descriptors), got ",
-                       Describe(v.node)));
+                       DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f = ReadMap(
       v, "a descriptor",
@@ -259,7 +240,7 @@ absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out
   if (!f.ok()) return f.status();
   out.line = v.line;
   auto key = f->find("key");
-  if (key == f->end()) return Fail({v.node, Join(v.path, "key"), v.line}, "required");
+  if (key == f->end()) return Fail({v.node, JoinPath(v.path, "key"), v.line}, "required");
   SLUICE_RETURN_IF_ERROR(ReadText(key->second, "a descriptor key", out.key));
   if (auto x = f->find("value"); x != f->end() && !x->second.node.IsNull()) {
     absl::StatusOr<std::string> value = ReadScalar(x->second, "a descriptor value");
@@ -312,7 +293,7 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
       absl::StatusOr<Fields> r = ReadMap(item, "a map {name: ...}", {"name"});
       if (!r.ok()) return r.status();
       auto name = r->find("name");
-      if (name == r->end()) return Fail({item.node, Join(item.path, "name"), item.line}, "required");
+      if (name == r->end()) return Fail({item.node, JoinPath(item.path, "name"), item.line}, "required");
       std::string replaced;
       SLUICE_RETURN_IF_ERROR(ReadText(name->second, "a name", replaced));
       if (replaced == out.name) return Fail(name->second, "a limit cannot replace itself");
@@ -343,11 +324,11 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
     return Fail(*second, "set unit + requests_per_unit, or rate (or limit + period), not both");
   }
   if (unit != nullptr || per_unit != nullptr) {
-    if (unit == nullptr) return Fail({v.node, Join(v.path, "unit"), v.line}, "required with requests_per_unit");
+    if (unit == nullptr) return Fail({v.node, JoinPath(v.path, "unit"), v.line}, "required with requests_per_unit");
     if (per_unit == nullptr) {
       // envoyproxy/ratelimit reads a missing number as 0, which denies every
       // request; that is too easy to do by accident to do silently.
-      return Fail({v.node, Join(v.path, "requests_per_unit"), v.line},
+      return Fail({v.node, JoinPath(v.path, "requests_per_unit"), v.line},
                   "required with unit (0 denies every request; write it when that is meant)");
     }
     absl::StatusOr<std::string> name = ReadScalar(*unit, "a unit");
@@ -375,8 +356,8 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
     if (!r.ok()) return Fail(*rate, Message(r.status()));
     options.rate = *r;
   } else if (limit != nullptr || period != nullptr) {
-    if (limit == nullptr) return Fail({v.node, Join(v.path, "limit"), v.line}, "required with period");
-    if (period == nullptr) return Fail({v.node, Join(v.path, "period"), v.line}, "required with limit");
+    if (limit == nullptr) return Fail({v.node, JoinPath(v.path, "limit"), v.line}, "required with period");
+    if (period == nullptr) return Fail({v.node, JoinPath(v.path, "period"), v.line}, "required with limit");
     SLUICE_RETURN_IF_ERROR(ReadInt(*limit, 1, kMaxLimit, options.rate.limit));
     absl::StatusOr<std::string> text = ReadScalar(*period, "a duration such as 5s");
     if (!text.ok()) return text.status();
@@ -385,7 +366,7 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
     options.rate.period = *d;
     if (absl::Status s = ValidateRate(options.rate); !s.ok()) return Fail(*period, Message(s));
   } else {
-    return Fail({v.node, Join(v.path, "unit"), v.line},
+    return Fail({v.node, JoinPath(v.path, "unit"), v.line},
                 "required: unit + requests_per_unit, rate, or unlimited: true");
   }
   if (rate != nullptr || limit != nullptr) {
@@ -458,35 +439,6 @@ absl::Status Reader::CheckReplaces(const EnvoyDomain& domain) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  auto fail = [&path](int error) {
-    char buf[256];
-    const char* message = strerror_r(error, buf, sizeof buf);  // GNU: returns the text
-    return absl::Status(absl::ErrnoToStatusCode(error), Cat(path, ": cannot read: ", message));
-  };
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(errno);
-  std::string text;
-  char buf[64 * 1024];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      close(fd);
-      return fail(error);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > kMaxFileBytes) {
-      close(fd);
-      return absl::InvalidArgumentError(Cat(path, ": cannot read: larger than 16 MiB"));
-    }
-  }
-  close(fd);
-  return text;
-}
-
 absl::StatusOr<EnvoyDomain> ParseDocument(std::string_view yaml, const std::string& source,
                                           EnvoyParseOptions options) {
   std::vector<YAML::Node> documents;
@@ -546,7 +498,7 @@ absl::StatusOr<EnvoyDomain> ParseEnvoyDomain(std::string_view yaml, const std::s
 }
 
 absl::StatusOr<EnvoyDomain> LoadEnvoyFile(const std::string& path, EnvoyParseOptions options) {
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
   if (!text.ok()) return text.status();
   return ParseEnvoyDomain(*text, path, options);
 }
@@ -571,21 +523,21 @@ absl::StatusOr<std::shared_ptr<const EnvoyConfig>> ReadEnvoySection(
   if (envoy) {
     if (!envoy->node.IsNull() && !envoy->node.IsSequence()) {
       return reader.Fail(*envoy, Cat("expected a list of domains (- domain: ...), got ",
-                                     Describe(envoy->node)));
+                                     DescribeNode(envoy->node)));
     }
     for (size_t i = 0; envoy->node.IsSequence() && i < envoy->node.size(); ++i) {
       const YAML::Node item = envoy->node[i];
       const YamlAt at{item, Cat(envoy->path, "[", i, "]"), LineOf(item, envoy->line)};
       absl::StatusOr<EnvoyDomain> domain = reader.Domain(at);
       if (!domain.ok()) return domain.status();
-      const YamlAt domain_at{item, Join(at.path, "domain"), domain->line};
+      const YamlAt domain_at{item, JoinPath(at.path, "domain"), domain->line};
       SLUICE_RETURN_IF_ERROR(add(*std::move(domain), domain_at, reader));
     }
   }
   if (envoy_files) {
     if (!envoy_files->node.IsNull() && !envoy_files->node.IsSequence()) {
       return reader.Fail(*envoy_files, Cat("expected a list of file paths, got ",
-                                           Describe(envoy_files->node)));
+                                           DescribeNode(envoy_files->node)));
     }
     const size_t slash = source.rfind('/');
     const std::string dir = slash == std::string::npos ? "" : source.substr(0, slash + 1);
@@ -593,11 +545,11 @@ absl::StatusOr<std::shared_ptr<const EnvoyConfig>> ReadEnvoySection(
       const YAML::Node item = envoy_files->node[i];
       const YamlAt at{item, Cat(envoy_files->path, "[", i, "]"), LineOf(item, envoy_files->line)};
       if (!item.IsScalar() || item.Scalar().empty()) {
-        return reader.Fail(at, Cat("expected a file path, got ", Describe(item)));
+        return reader.Fail(at, Cat("expected a file path, got ", DescribeNode(item)));
       }
       const std::string& given = item.Scalar();
       const std::string path = given.front() == '/' ? given : dir + given;
-      absl::StatusOr<std::string> text = ReadFile(path);
+      absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
       if (!text.ok()) return reader.Fail(at, Message(text.status()));
       absl::StatusOr<EnvoyDomain> domain = ParseEnvoyDomain(*text, path, options);
       if (!domain.ok()) return domain.status();

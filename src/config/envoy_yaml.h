@@ -10,16 +10,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/status/statusor.h"
+#include "config/yaml_text.h"
 #include "sluice/envoy_config.h"
 
 namespace sluice::internal {
-
-// A node of the main config and where it sits (its path and 1-based line).
-struct YamlAt {
-  YAML::Node node;
-  std::string path;
-  int line = 1;
-};
 
 // Reads `envoy` (a list of domains) and `envoy_files` (a list of paths,
 // relative to the directory of `source`); either may be absent. Each file

@@ -15,12 +15,14 @@
 #include <boost/asio.hpp>
 
 #include "base/cat.h"
+#include "base/parse_number.h"
 
 namespace sluice::redis {
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using internal::Cat;
+using internal::ParseWhole;
 using SteadyClock = std::chrono::steady_clock;
 
 void ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
@@ -77,12 +79,6 @@ uint16_t Crc16(std::string_view data) {
 constexpr int kSlots = 16384;
 
 std::string_view ReplyText(const redisReply& r) { return {r.str, r.len}; }
-
-template <typename T>
-bool ParseNumber(std::string_view text, T& out) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
 
 }  // namespace
 
@@ -677,8 +673,8 @@ class Client::Impl {
     Endpoint target;
     const size_t colon = text.rfind(':');
     if (space == std::string_view::npos || colon == std::string_view::npos || colon < space ||
-        !ParseNumber(text.substr(0, space), slot) || slot >= kSlots ||
-        !ParseNumber(text.substr(colon + 1), target.port)) {
+        !ParseWhole(text.substr(0, space), slot) || slot >= kSlots ||
+        !ParseWhole(text.substr(colon + 1), target.port)) {
       return Fail(*req, absl::InternalError(Cat("redis: a redirection not understood: ", text)));
     }
     target.host = std::string(text.substr(space + 1, colon - space - 1));

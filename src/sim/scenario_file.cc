@@ -10,17 +10,16 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
 
 #include "absl/status/status.h"
 #include "base/cat.h"
+#include "config/yaml_text.h"
 #include "sim/engine.h"
 #include "sluice/algorithm.h"
 
@@ -33,32 +32,10 @@ namespace sluice::sim {
 namespace {
 
 using internal::Cat;
-
-constexpr size_t kMaxFileBytes = size_t{16} << 20;
-
-struct Value {
-  YAML::Node node;
-  std::string path;
-  int line = 1;
-};
-
-int LineOf(const YAML::Node& node, int fallback) {
-  const YAML::Mark mark = node.Mark();
-  return mark.is_null() ? fallback : mark.line + 1;
-}
-
-std::string Join(std::string_view path, std::string_view key) {
-  return path.empty() ? std::string(key) : Cat(path, ".", key);
-}
-
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Scalar: return Cat("\"", node.Scalar(), "\"");
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a map";
-    default: return "nothing";
-  }
-}
+using Value = internal::YamlAt;
+using internal::DescribeNode;
+using internal::JoinPath;
+using internal::LineOf;
 
 std::string ListOf(std::initializer_list<std::string_view> names) {
   std::string out;
@@ -75,7 +52,7 @@ class Fields {
     }
     return nullptr;
   }
-  Value Missing(std::string_view key) const { return {YAML::Node(), Join(self_.path, key), self_.line}; }
+  Value Missing(std::string_view key) const { return {YAML::Node(), JoinPath(self_.path, key), self_.line}; }
   const Value& self() const { return self_; }
 
  private:
@@ -104,15 +81,15 @@ class Reader {
     Fields fields;
     fields.self_ = v;
     if (v.node.IsNull()) return fields;
-    if (!v.node.IsMap()) return Fail(v, Cat("expected a map of keys, got ", Describe(v.node)));
+    if (!v.node.IsMap()) return Fail(v, Cat("expected a map of keys, got ", DescribeNode(v.node)));
     for (auto it = v.node.begin(); it != v.node.end(); ++it) {
       const YAML::Node key = it->first;
       const int key_line = LineOf(key, v.line);
       if (!key.IsScalar()) {
-        return Fail({key, v.path, key_line}, Cat("expected a key name, got ", Describe(key)));
+        return Fail({key, v.path, key_line}, Cat("expected a key name, got ", DescribeNode(key)));
       }
       const std::string name = key.Scalar();
-      const std::string path = Join(v.path, name);
+      const std::string path = JoinPath(v.path, name);
       if (fields.Find(name) != nullptr) return Fail({key, path, key_line}, "duplicate key");
       if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
         return Fail({key, path, key_line}, Cat("unknown key (expected one of: ", ListOf(allowed), ")"));
@@ -127,7 +104,7 @@ class Reader {
   absl::StatusOr<std::vector<Value>> List(const Value& v, std::string_view items) const {
     std::vector<Value> out;
     if (v.node.IsNull()) return out;
-    if (!v.node.IsSequence()) return Fail(v, Cat("expected a list of ", items, ", got ", Describe(v.node)));
+    if (!v.node.IsSequence()) return Fail(v, Cat("expected a list of ", items, ", got ", DescribeNode(v.node)));
     for (size_t i = 0; i < v.node.size(); ++i) {
       out.push_back({v.node[i], Cat(v.path, "[", i, "]"), LineOf(v.node[i], v.line)});
     }
@@ -135,7 +112,7 @@ class Reader {
   }
 
   absl::StatusOr<std::string> Scalar(const Value& v, std::string_view expected) const {
-    if (!v.node.IsScalar()) return Fail(v, Cat("expected ", expected, ", got ", Describe(v.node)));
+    if (!v.node.IsScalar()) return Fail(v, Cat("expected ", expected, ", got ", DescribeNode(v.node)));
     return v.node.Scalar();
   }
 
@@ -523,16 +500,11 @@ absl::StatusOr<Scenario> ParseScenario(std::string_view yaml, const std::string&
 }
 
 absl::StatusOr<Scenario> LoadScenarioFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(Cat(path, ": cannot open the scenario file"));
-  std::string text;
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  text = buffer.str();
-  if (text.size() > kMaxFileBytes) return absl::InvalidArgumentError(Cat(path, ": larger than 16 MiB"));
+  absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
+  if (!text.ok()) return text.status();
   std::string stem = path.substr(path.find_last_of('/') + 1);
   stem = stem.substr(0, stem.find('.'));
-  return ParseScenario(text, path, stem.empty() ? "scenario" : stem);
+  return ParseScenario(*text, path, stem.empty() ? "scenario" : stem);
 }
 
 }  // namespace sluice::sim

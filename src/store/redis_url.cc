@@ -1,6 +1,7 @@
 #include <charconv>
 
 #include "base/cat.h"
+#include "base/parse_number.h"
 #include "sluice/store/redis_store.h"
 
 // ParseRedisUrl lives in the store library (not the Redis store) so that the
@@ -9,14 +10,9 @@
 namespace sluice {
 
 using internal::Cat;
+using internal::ParseWhole;
 
 namespace {
-
-template <typename T>
-bool ParseNumber(std::string_view text, T& out) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
-}
 
 // %XX escapes in the user information of a URL (a password may hold '@').
 absl::StatusOr<std::string> Unescape(std::string_view text) {
@@ -64,7 +60,7 @@ absl::StatusOr<HostAndPort> ParseEndpoint(std::string_view text, std::string_vie
     if (colon != std::string_view::npos) port = text.substr(colon + 1);
   }
   if (ep.host.empty()) return absl::InvalidArgumentError(Cat(what, " \"", text, "\": no host"));
-  if (!port.empty() && (!ParseNumber(port, ep.port) || ep.port == 0)) {
+  if (!port.empty() && (!ParseWhole(port, ep.port) || ep.port == 0)) {
     return absl::InvalidArgumentError(Cat(what, " \"", text, "\": bad port \"", port, "\""));
   }
   return ep;
@@ -102,7 +98,7 @@ absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url) {
   const size_t slash = rest.find('/');
   if (slash != std::string_view::npos) {
     const std::string_view db = rest.substr(slash + 1);
-    if (!db.empty() && (!ParseNumber(db, out.database) || out.database < 0)) {
+    if (!db.empty() && (!ParseWhole(db, out.database) || out.database < 0)) {
       return absl::InvalidArgumentError(Cat("redis url \"", url, "\": bad database \"", db, "\""));
     }
     rest = rest.substr(0, slash);

@@ -15,12 +15,6 @@ using internal::Cat;
 
 namespace {
 
-template <typename T>
-bool ParseNumber(std::string_view text, T& out) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
-}
-
 absl::StatusOr<redis::Endpoint> ParseEndpoint(std::string_view text, std::string_view what) {
   absl::StatusOr<RedisUrl> url = ParseRedisUrl(Cat("redis://", text));
   if (!url.ok()) {

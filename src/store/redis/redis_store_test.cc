@@ -321,29 +321,38 @@ TEST_F(RedisStoreTest, SlowRedisTimesOutThenTheBreakerFailsFast) {
   auto limiter = Make(*redis, {L(Algorithm::kGcra, "10/1s")});
   ASSERT_TRUE(limiter->Acquire("k")->allowed);
   ASSERT_TRUE(server_->Pause().ok());
-  // The first calls wait for the timeout (and no longer than a sweep after it).
-  for (int i = 0; i < 3; ++i) {
+  // The first calls wait for the timeout (and no longer than a sweep after
+  // it). Once the node has been silent for three timeouts its connection is
+  // dropped, and calls fail at once: the breaker is open.
+  int slow = 0;
+  bool fast = false;
+  for (int i = 0; i < 8 && !fast; ++i) {
     const auto start = SteadyClock::now();
     absl::StatusOr<PolicyDecision> d = limiter->Acquire("k");
     const double ms = MillisSince(start);
     ASSERT_TRUE(d.ok());
     EXPECT_TRUE(d->store_error);
-    EXPECT_GE(ms, 35.0);
-    EXPECT_LT(ms, 40.0 + 30.0);
+    if (ms < 10.0) {
+      fast = true;
+    } else {
+      // The first waits its whole timeout; a later one may end sooner,
+      // when the connection is dropped while it waits.
+      if (slow == 0) EXPECT_GE(ms, 35.0);
+      EXPECT_LT(ms, 40.0 + 30.0);
+      ++slow;
+    }
   }
-  EXPECT_GE(redis->Health().timeouts, 3u);
-  // Three timeouts in a row dropped the connection: calls now fail at once.
-  const auto start = SteadyClock::now();
-  absl::StatusOr<PolicyDecision> d = limiter->Acquire("k");
-  EXPECT_TRUE(d.ok() && d->store_error);
-  EXPECT_LT(MillisSince(start), 10.0);
+  EXPECT_TRUE(fast);
+  EXPECT_GE(slow, 2);
+  EXPECT_LE(slow, 4);
+  EXPECT_GE(redis->Health().timeouts, 2u);
   ASSERT_TRUE(server_->Resume().ok());
   const auto resumed = SteadyClock::now();
   while (!redis->Health().up && MillisSince(resumed) < 3000) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_TRUE(redis->Health().up);
-  d = limiter->Acquire("k");
+  absl::StatusOr<PolicyDecision> d = limiter->Acquire("k");
   ASSERT_TRUE(d.ok());
   EXPECT_FALSE(d->store_error);
 }

@@ -1,0 +1,47 @@
+// What every YAML reader of sluice shares (the config, envoyproxy/ratelimit
+// files, simulator scenarios): reading a file with a size cap, and the
+// pieces of an error message that names the file, the line and the key.
+// Internal to sluice::config.
+//
+//   absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
+//   // "scenario.yaml:12: clients[0].rate: ..."
+#ifndef SLUICE_CONFIG_YAML_TEXT_H_
+#define SLUICE_CONFIG_YAML_TEXT_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::internal {
+
+// Far beyond any real config or scenario file.
+inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;
+
+// A node and where it sits: its dotted path ("policies[0].limits[1]") and
+// its 1-based line.
+struct YamlAt {
+  YAML::Node node;
+  std::string path;
+  int line = 1;
+};
+
+// The whole file. Errors: "<path>: cannot read: <reason>", also for a file
+// larger than `max_bytes`.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes);
+
+// The node's 1-based line, or `fallback` when yaml-cpp has no mark for it.
+int LineOf(const YAML::Node& node, int fallback);
+
+// "a.b" from "a" and "b"; "b" at the top.
+std::string JoinPath(std::string_view path, std::string_view key);
+
+// What an error says was found: "\"text\"", "a list", "a map", "nothing".
+std::string DescribeNode(const YAML::Node& node);
+
+}  // namespace sluice::internal
+
+#endif  // SLUICE_CONFIG_YAML_TEXT_H_
