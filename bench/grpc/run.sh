@@ -11,6 +11,8 @@
 # the descriptor keys `pass` and `deny`, as the generated one does.
 #
 # Usage: bench/grpc/run.sh [CONFIG] [SECONDS=5] [CONCURRENCY=64] [CHANNELS=4] [THREADS=2]
+#   STORE=redis: the generated config's rules are global, on a redis-server
+#   this script starts (loopback, a free port, no persistence) and stops.
 #   BUILD_DIR=build/release (must hold sluice and bench/sluice_grpc_bench; built if missing
 #   targets are out of date, with the release preset when BUILD_DIR is the default)
 # Loopback only; it stops what it started, by PID.
@@ -31,17 +33,28 @@ SLUICE="$PWD/$BUILD_DIR/sluice"
 BENCH="$PWD/$BUILD_DIR/bench/sluice_grpc_bench"
 WORK=$(mktemp -d)
 SLUICE_PID=
+REDIS_PID=
 cleanup() {
   if [ -n "$SLUICE_PID" ]; then kill "$SLUICE_PID" 2>/dev/null || true; wait "$SLUICE_PID" 2>/dev/null || true; fi
+  if [ -n "$REDIS_PID" ]; then kill "$REDIS_PID" 2>/dev/null || true; wait "$REDIS_PID" 2>/dev/null || true; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
+STORE_YAML="{memory: {max_keys: 2000000}}"
+if [ "${STORE:-memory}" = redis ]; then
+  # The same rules, global, on a redis-server of this script's own.
+  REDIS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$WORK/redis.log" 2>&1 &
+  REDIS_PID=$!
+  for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  STORE_YAML="{memory: {max_keys: 2000000}, redis: {url: \"redis://127.0.0.1:$REDIS_PORT\", timeout: 1s}}"
+fi
 if [ -z "$CONFIG" ]; then
   CONFIG="$WORK/sluice.yaml"
   cat > "$CONFIG" <<CONF
 server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0, threads: $THREADS}
-store: {memory: {max_keys: 2000000}}
+store: $STORE_YAML
 grpc: {listen: 127.0.0.1:0}
 envoy:
   - domain: bench
@@ -66,7 +79,7 @@ done
 
 echo "date: $(date -u '+%F %T') UTC; machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
-echo "config: $CONFIG; ${SECONDS_}s per case after 1s warm-up; $CONCURRENCY in flight over $CHANNELS connections"
+echo "store: ${STORE:-memory}; config: $CONFIG; ${SECONDS_}s per case after 1s warm-up; $CONCURRENCY in flight over $CHANNELS connections"
 run() {  # $1 case name, $2 key, $3 distinct values
   printf '%-22s ' "$1"
   timeout $(( ${SECONDS_%.*} + 60 )) "$BENCH" --target "127.0.0.1:$PORT" --domain bench --key "$2" \

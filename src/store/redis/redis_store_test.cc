@@ -81,7 +81,9 @@ class RedisStoreTest : public ::testing::Test {
   }
   void SetUp() override {
     ASSERT_NE(server_, nullptr);
-    if (server_->pid() == 0) ASSERT_TRUE(server_->Restart().ok());
+    if (server_->pid() == 0) {
+      ASSERT_TRUE(server_->Restart().ok());
+    }
     Flush();
   }
 
@@ -337,7 +339,9 @@ TEST_F(RedisStoreTest, SlowRedisTimesOutThenTheBreakerFailsFast) {
     } else {
       // The first waits its whole timeout; a later one may end sooner,
       // when the connection is dropped while it waits.
-      if (slow == 0) EXPECT_GE(ms, 35.0);
+      if (slow == 0) {
+        EXPECT_GE(ms, 35.0);
+      }
       EXPECT_LT(ms, 40.0 + 30.0);
       ++slow;
     }
