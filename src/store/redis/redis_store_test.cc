@@ -8,8 +8,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <random>
 #include <thread>
@@ -140,6 +143,19 @@ TEST_F(RedisStoreTest, StartUpErrorsNameTheNodeAndTheProblem) {
   s = RedisStore::Connect({.cluster = {"127.0.0.1:" + std::to_string(server_->port())}});
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr("is not a Cluster node"));
+
+  // A Cluster node given as one server would answer MOVED for most keys.
+  const std::string nodes_file = (std::filesystem::temp_directory_path() /
+                                  ("sluice-test-nodes-" + std::to_string(getpid()) + ".conf"))
+                                     .string();
+  auto cluster_node = test::RedisServer::Start(
+      {.extra_args = {"--cluster-enabled", "yes", "--cluster-config-file", nodes_file}});
+  ASSERT_TRUE(cluster_node.ok()) << cluster_node.status();
+  s = RedisStore::Connect({.url = "redis://127.0.0.1:" + std::to_string((*cluster_node)->port())});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("is a Redis Cluster node: use store.redis.cluster"));
+  cluster_node->reset();
+  std::filesystem::remove(nodes_file);
 
   s = RedisStore::Connect({.url = Url(), .key_prefix = "a{b"});
   EXPECT_FALSE(s.ok());
