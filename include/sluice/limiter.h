@@ -148,6 +148,7 @@ class Limiter {
   Store* remote_ = nullptr;
   std::vector<size_t> local_first_;        // indexes, decision order
   std::vector<size_t> remote_limits_;      // indexes, decision order
+  std::vector<bool> is_remote_;            // per limit
   std::vector<LimitTable*> remote_tables_;  // the same, as DecideBatch wants them
   std::optional<size_t> local_shape_;
   OnStoreError on_store_error_ = OnStoreError::kAllow;

@@ -18,7 +18,6 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
     return absl::InvalidArgumentError(Cat("policy \"", options.name, "\": no limits"));
   }
   size_t shape_limits = 0;
-  std::vector<bool> remote;
   for (size_t i = 0; i < options.limits.size(); ++i) {
     absl::StatusOr<LimitConfig> config = MakeLimit(options.limits[i]);
     if (!config.ok()) {
@@ -28,7 +27,7 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
     if (IsShape(*config)) ++shape_limits;
     Store& where = i < options.stores.size() && options.stores[i] != nullptr ? *options.stores[i]
                                                                                : store;
-    remote.push_back(where.remote());
+    limiter->is_remote_.push_back(where.remote());
     if (where.remote()) {
       if (limiter->remote_ != nullptr && limiter->remote_ != &where) {
         return absl::InvalidArgumentError(
@@ -67,7 +66,7 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
   }
   if (limiter->remote_ != nullptr) {
     for (size_t i : limiter->order_) {
-      if (remote[i]) {
+      if (limiter->is_remote_[i]) {
         limiter->remote_limits_.push_back(i);
         limiter->remote_tables_.push_back(limiter->tables_[i].get());
       } else if (IsShape(limiter->configs_[i])) {
@@ -352,8 +351,7 @@ absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, 
   if (remote_ == nullptr) return Refund(key, taken.taken_at, cost);
   absl::Status result;
   for (size_t i : order_) {
-    if (IsShape(configs_[i]) || std::find(remote_limits_.begin(), remote_limits_.end(), i) !=
-                                    remote_limits_.end()) {
+    if (IsShape(configs_[i]) || is_remote_[i]) {
       continue;
     }
     result.Update(tables_[i]->Refund(key, taken.taken_at, cost));
@@ -388,8 +386,7 @@ absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) 
 void Limiter::InspectAsync(std::string_view key, Time now, int64_t cost, InspectCallback done) {
   std::vector<Decision> out(configs_.size());
   for (size_t i = 0; i < tables_.size(); ++i) {
-    if (remote_ != nullptr &&
-        std::find(remote_limits_.begin(), remote_limits_.end(), i) != remote_limits_.end()) {
+    if (is_remote_[i]) {
       continue;
     }
     absl::StatusOr<Decision> d = tables_[i]->Check(key, now, cost);

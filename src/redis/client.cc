@@ -112,8 +112,7 @@ class Client::Impl {
   explicit Impl(ClientOptions options)
       : options_(std::move(options)),
         timeout_(std::chrono::microseconds(options_.timeout.micros())),
-        sweep_(ioc_),
-        refresh_timer_(ioc_) {
+        sweep_(ioc_) {
     slot_owner_.fill(-1);
     shas_.resize(options_.scripts.size());
   }
@@ -236,7 +235,6 @@ class Client::Impl {
       RunOnIo([this] {
         stopping_now_ = true;
         sweep_.cancel();
-        refresh_timer_.cancel();
         for (auto& n : nodes_) Close(*n, absl::CancelledError("redis client stopped"), false);
         Flush();
       }).wait();
@@ -462,7 +460,7 @@ class Client::Impl {
         if (--n.handshake_left == 0) OnReady(n);
       };
     };
-    auto add = [&](std::vector<std::string_view> args, std::string what,
+    auto add = [&](std::vector<std::string_view> args,
                    std::function<void(absl::StatusOr<Reply>)> then) {
       n.out += Command(args);
       Entry e;
@@ -471,25 +469,24 @@ class Client::Impl {
       e.internal = std::move(then);
       n.pending.push_back(std::move(e));
       ++n.handshake_left;
-      (void)what;
     };
     if (!options_.password.empty()) {
       if (options_.user.empty()) {
-        add({"AUTH", options_.password}, "AUTH", step("AUTH"));
+        add({"AUTH", options_.password}, step("AUTH"));
       } else {
-        add({"AUTH", options_.user, options_.password}, "AUTH", step("AUTH"));
+        add({"AUTH", options_.user, options_.password}, step("AUTH"));
       }
     }
     if (options_.database != 0 && !options_.cluster) {
       const std::string db = std::to_string(options_.database);
-      add({"SELECT", db}, "SELECT", step("SELECT " + db));
+      add({"SELECT", db}, step("SELECT " + db));
     }
     // PING before the scripts: a server that wants a password answers it
     // with NOAUTH, a clearer message than its refusal of a large command.
-    add({"PING"}, "PING", step("PING"));
+    add({"PING"}, step("PING"));
     if (!options_.cluster) {
       // A Cluster node given as one server would answer MOVED for most keys.
-      add({"CLUSTER", "MYID"}, "CLUSTER MYID",
+      add({"CLUSTER", "MYID"},
           [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
             if (gen != n.generation) return;
             if (r.ok()) {
@@ -503,7 +500,7 @@ class Client::Impl {
     if (n.master) {
       for (size_t i = 0; i < options_.scripts.size(); ++i) {
         auto then = step("SCRIPT LOAD");
-        add({"SCRIPT", "LOAD", options_.scripts[i]}, "SCRIPT LOAD",
+        add({"SCRIPT", "LOAD", options_.scripts[i]},
             [this, i, then](absl::StatusOr<Reply> r) {
               if (r.ok() && (*r)->type == REDIS_REPLY_STRING && shas_.size() > i &&
                   shas_[i].empty()) {
@@ -894,7 +891,6 @@ class Client::Impl {
   net::io_context ioc_{1};
   std::thread thread_;
   net::steady_timer sweep_;
-  net::steady_timer refresh_timer_;
 
   std::mutex inbox_mu_;
   std::vector<std::unique_ptr<Request>> inbox_;
