@@ -47,8 +47,32 @@ absl::StatusOr<Cidr> ParseCidr(std::string_view text);
 // Parses an IPv4 or IPv6 address into the 128-bit form Cidr uses.
 std::optional<std::array<uint8_t, 16>> ParseIp(std::string_view text);
 
+// server.decision: where the decision API (POST /v1/check) and the NGINX
+// auth endpoint (/v1/auth) are served, and who may call them. A caller of
+// either spends any key's quota, so they are never served where untrusted
+// clients reach the gateway unless the operator says so:
+//   - `listen` set: on that listener only (the gateway listener serves routes);
+//   - else, no routes configured: on server.listen (a decision service);
+//   - else: not served at all, unless `on_gateway_listener: true`.
+// With tokens, every call needs "Authorization: Bearer <one of them>".
+struct DecisionConfig {
+  std::optional<HostPort> listen;
+  bool on_gateway_listener = false;
+  // From `tokens` and from the variable `token_env` names (read at load);
+  // each at least kMinTokenLength visible ASCII characters.
+  std::vector<std::string> tokens;
+  friend bool operator==(const DecisionConfig&, const DecisionConfig&) = default;
+};
+inline constexpr size_t kMinTokenLength = 16;
+inline constexpr size_t kMaxTokenLength = 512;
+
+// The longest any timeout in the config may be (server.*_timeout,
+// store.redis.*timeout): longer ones are refused at load rather than
+// overflowing a deadline.
+inline constexpr Duration kMaxTimeout = Duration::Days(7);
+
 struct ServerConfig {
-  HostPort listen{"127.0.0.1", 8080};  // gateway routes + decision API
+  HostPort listen{"127.0.0.1", 8080};  // gateway routes (+ the decision API: see DecisionConfig)
   HostPort admin{"127.0.0.1", 9090};   // /metrics /healthz /readyz /v1/config /v1/keys
   int threads = 0;                     // 0: one per core
   int64_t max_connections = 10'000;    // beyond: new connections are closed at once
@@ -60,6 +84,7 @@ struct ServerConfig {
   Duration drain_timeout = Duration::Seconds(10);  // SIGTERM: in-flight requests finish within
   bool access_log = false;
   bool legacy_headers = false;  // X-RateLimit-Limit/Remaining/Reset
+  DecisionConfig decision;
   friend bool operator==(const ServerConfig&, const ServerConfig&) = default;
 };
 
@@ -125,11 +150,25 @@ struct PolicyConfig {
   friend bool operator==(const PolicyConfig&, const PolicyConfig&) = default;
 };
 
-// grpc: the Envoy rate limit service (RLS v3) listener.
+// grpc: the Envoy rate limit service (RLS v3) listener. Every connection
+// holds a file descriptor, shared with the HTTP and admin listeners, so
+// their number and lifetime are bounded. All of it takes effect at start.
 struct GrpcConfig {
   HostPort listen{"127.0.0.1", 8081};
+  // Open connections, those still waiting for their first bytes included;
+  // beyond, new ones are closed at once. 1 to kMaxGrpcConnections.
+  int64_t max_connections = 1'000;
+  // A connection that sends nothing within this is closed.
+  Duration handshake_timeout = Duration::Seconds(10);
+  // A connection with no call in progress for this long is closed.
+  Duration idle_timeout = Duration::Minutes(5);
+  // A connection is told to go away after this long (give or take 10%);
+  // calls in progress then have max_connection_age_grace to finish.
+  Duration max_connection_age = Duration::Hours(1);
+  Duration max_connection_age_grace = Duration::Seconds(10);
   friend bool operator==(const GrpcConfig&, const GrpcConfig&) = default;
 };
+inline constexpr int64_t kMaxGrpcConnections = 1'000'000;
 
 struct EnvoyConfig;  // sluice/envoy_config.h
 
@@ -138,6 +177,11 @@ struct Config {
   ServerConfig server;
   StoreConfig store;
   std::vector<Cidr> trusted_proxies;
+  // The one header client_ip believes when the peer is a trusted proxy
+  // (lower case): its addresses are read from the right, skipping trusted
+  // hops. "forwarded" is read as RFC 7239 (for=); any other header as a
+  // comma-separated list (X-Real-IP is a list of one).
+  std::string real_ip_header = "x-forwarded-for";
   std::vector<RouteConfig> routes;
   std::vector<PolicyConfig> policies;
   std::optional<GrpcConfig> grpc;  // absent: no gRPC listener
@@ -146,9 +190,17 @@ struct Config {
   std::shared_ptr<const EnvoyConfig> envoy;
 };
 
-absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+struct ConfigLoadOptions {
+  // An empty file (or one holding only comments) is a config that limits
+  // nothing. A reload refuses it: an editor rewriting the file can leave it
+  // empty for a moment, and taking that would forget every key's state.
+  bool allow_empty = true;
+};
+
+absl::StatusOr<Config> LoadConfigFile(const std::string& path, ConfigLoadOptions options = {});
 // `source` names the text in errors.
-absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& source);
+absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& source,
+                                   ConfigLoadOptions options = {});
 
 }  // namespace sluice
 

@@ -79,7 +79,8 @@ std::string Upper(std::string s) {
 
 class Parser {
  public:
-  explicit Parser(std::string source) : source_(std::move(source)) {}
+  Parser(std::string source, ConfigLoadOptions options)
+      : source_(std::move(source)), options_(options) {}
 
   absl::Status Fail(const Value& at, std::string_view message) const {
     if (at.path.empty()) {
@@ -144,6 +145,8 @@ class Parser {
   absl::Status ReadHostPort(const Value& v, HostPort& out) const;
 
   absl::Status ReadServer(const Value& v, ServerConfig& out) const;
+  absl::Status ReadDecision(const Value& v, DecisionConfig& out) const;
+  absl::Status ReadTimeout(const Value& v, Duration& out) const;
   absl::Status ReadStore(const Value& v, StoreConfig& out) const;
   absl::Status ReadTrustedProxies(const Value& v, std::vector<Cidr>& out) const;
   absl::Status ReadMatch(const Value& v, MatchConfig& out) const;
@@ -159,6 +162,7 @@ class Parser {
                               std::map<std::string, int>& names, std::string& out) const;
 
   std::string source_;
+  ConfigLoadOptions options_;
   bool shared_store_ = false;  // store.redis is configured: limits default to global
 };
 
@@ -248,6 +252,15 @@ absl::Status Parser::ReadDuration(const Value& v, bool positive, Duration& out) 
   return absl::OkStatus();
 }
 
+absl::Status Parser::ReadTimeout(const Value& v, Duration& out) const {
+  SLUICE_RETURN_IF_ERROR(ReadDuration(v, true, out));
+  if (out > kMaxTimeout) {
+    return Fail(v, Cat("must be at most ", FormatDuration(kMaxTimeout), ", got ",
+                       FormatDuration(out)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Parser::ReadBool(const Value& v, bool& out) const {
   absl::StatusOr<std::string> text = ReadScalar(v, "true or false");
   if (!text.ok()) return text.status();
@@ -298,7 +311,7 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
   absl::StatusOr<Fields> f =
       ReadMap(v, {"listen", "admin", "threads", "max_connections", "max_header_bytes",
                   "max_body_bytes", "read_timeout", "idle_timeout", "upstream_timeout",
-                  "drain_timeout", "access_log", "legacy_headers"});
+                  "drain_timeout", "access_log", "legacy_headers", "decision"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("listen")) SLUICE_RETURN_IF_ERROR(ReadHostPort(*x, out.listen));
   if (const Value* x = f->Find("admin")) SLUICE_RETURN_IF_ERROR(ReadHostPort(*x, out.admin));
@@ -323,8 +336,9 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
       {"drain_timeout", &out.drain_timeout},
   };
   for (const auto& [key, field] : timeouts) {
-    if (const Value* x = f->Find(key)) SLUICE_RETURN_IF_ERROR(ReadDuration(*x, true, *field));
+    if (const Value* x = f->Find(key)) SLUICE_RETURN_IF_ERROR(ReadTimeout(*x, *field));
   }
+  if (const Value* x = f->Find("decision")) SLUICE_RETURN_IF_ERROR(ReadDecision(*x, out.decision));
   if (const Value* x = f->Find("access_log")) SLUICE_RETURN_IF_ERROR(ReadBool(*x, out.access_log));
   if (const Value* x = f->Find("legacy_headers")) {
     SLUICE_RETURN_IF_ERROR(ReadBool(*x, out.legacy_headers));
@@ -339,6 +353,76 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
         *at, Cat("same address as server.", admin_given ? "listen" : "admin", " (", v6 ? "[" : "",
                  out.admin.host, v6 ? "]" : "", ":", static_cast<int>(out.admin.port),
                  "); the admin listener needs an address of its own"));
+  }
+  if (const std::optional<HostPort>& d = out.decision.listen; d && d->port != 0) {
+    if (*d == out.listen || *d == out.admin) {
+      Value at = f->self_;
+      if (const Value* x = f->Find("decision")) at = *x;
+      return Fail({at.node, JoinPath(at.path, "listen"), at.line},
+                  Cat("same address as server.", *d == out.listen ? "listen" : "admin",
+                      "; the decision API needs an address of its own"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A bearer token: visible ASCII without commas, long enough not to be guessed.
+absl::Status CheckToken(std::string_view token) {
+  if (token.size() < kMinTokenLength || token.size() > kMaxTokenLength) {
+    return absl::InvalidArgumentError(Cat("a token must be ", kMinTokenLength, " to ",
+                                          kMaxTokenLength, " characters long, got ",
+                                          token.size()));
+  }
+  if (!std::all_of(token.begin(), token.end(),
+                   [](char c) { return c > ' ' && c < 0x7f && c != ','; })) {
+    return absl::InvalidArgumentError(
+        "a token may hold only visible ASCII characters, no spaces or commas");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadDecision(const Value& v, DecisionConfig& out) const {
+  absl::StatusOr<Fields> f = ReadMap(v, {"listen", "on_gateway_listener", "tokens", "token_env"});
+  if (!f.ok()) return f.status();
+  if (const Value* x = f->Find("listen")) {
+    SLUICE_RETURN_IF_ERROR(ReadHostPort(*x, out.listen.emplace()));
+  }
+  if (const Value* x = f->Find("on_gateway_listener")) {
+    SLUICE_RETURN_IF_ERROR(ReadBool(*x, out.on_gateway_listener));
+    if (out.on_gateway_listener && out.listen) {
+      return Fail(*x, "give listen (a listener of its own) or on_gateway_listener, not both");
+    }
+  }
+  if (const Value* x = f->Find("tokens")) {
+    absl::StatusOr<std::vector<Value>> items = ReadList(*x, "tokens");
+    if (!items.ok()) return items.status();
+    for (const Value& item : *items) {
+      absl::StatusOr<std::string> token = ReadScalar(item, "a token (a string)");
+      if (!token.ok()) return token.status();
+      if (absl::Status s = CheckToken(*token); !s.ok()) return Fail(item, s);
+      out.tokens.push_back(*token);
+    }
+  }
+  if (const Value* x = f->Find("token_env")) {
+    absl::StatusOr<std::string> name = ReadScalar(*x, "an environment variable's name");
+    if (!name.ok()) return name.status();
+    const char* value = std::getenv(name->c_str());
+    if (value == nullptr || *value == '\0') {
+      return Fail(*x, Cat("the environment has no ", *name, " (or it is empty)"));
+    }
+    // One token, or several separated by commas or spaces (to rotate them).
+    std::string_view rest = value;
+    while (!rest.empty()) {
+      const size_t end = rest.find_first_of(", \t\n");
+      const std::string_view token = rest.substr(0, end);
+      if (!token.empty()) {
+        if (absl::Status s = CheckToken(token); !s.ok()) {
+          return Fail(*x, Cat("in ", *name, ": ", s.message()));
+        }
+        out.tokens.emplace_back(token);
+      }
+      rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    }
   }
   return absl::OkStatus();
 }
@@ -412,9 +496,9 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
       SLUICE_RETURN_IF_ERROR(ReadInt(*x, 0, 1'000'000, db));
       o.database = static_cast<int>(db);
     }
-    if (const Value* x = r->Find("timeout")) SLUICE_RETURN_IF_ERROR(ReadDuration(*x, true, o.timeout));
+    if (const Value* x = r->Find("timeout")) SLUICE_RETURN_IF_ERROR(ReadTimeout(*x, o.timeout));
     if (const Value* x = r->Find("connect_timeout")) {
-      SLUICE_RETURN_IF_ERROR(ReadDuration(*x, true, o.connect_timeout));
+      SLUICE_RETURN_IF_ERROR(ReadTimeout(*x, o.connect_timeout));
     }
   }
   return absl::OkStatus();
@@ -746,7 +830,7 @@ absl::Status Parser::ReadUniqueName(const Value& v, std::string_view what,
 absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(std::string(yaml));
+    documents = internal::LoadAllDocuments(yaml);
   } catch (const YAML::ParserException& e) {
     return absl::InvalidArgumentError(
         Cat(source_, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
@@ -757,7 +841,14 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
     return Fail({documents[1], "", LineOf(documents[1], 1)},
                 "a config file holds one YAML document; a second one starts here");
   }
-  if (documents.empty()) return config;  // empty, or only comments: a server that limits nothing
+  if (documents.empty()) {  // empty, or only comments: a server that limits nothing
+    if (!options_.allow_empty) {
+      return absl::InvalidArgumentError(
+          Cat(source_, ": the file is empty (or holds only comments); the config in force stays "
+                       "(an editor rewriting the file can leave it empty for a moment)"));
+    }
+    return config;
+  }
   const Value root{documents[0], "", LineOf(documents[0], 1)};
   if (!root.node.IsNull() && !root.node.IsMap()) {
     return Fail(root, Cat("expected a map of top-level keys (server, store, trusted_proxies, "
@@ -765,14 +856,23 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
                           DescribeNode(root.node)));
   }
   absl::StatusOr<Fields> f =
-      ReadMap(root, {"server", "store", "trusted_proxies", "routes", "policies", "grpc", "envoy",
-                     "envoy_files"});
+      ReadMap(root, {"server", "store", "trusted_proxies", "real_ip_header", "routes", "policies",
+                     "grpc", "envoy", "envoy_files"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
   if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
   shared_store_ = config.store.redis.has_value();
   if (const Value* x = f->Find("trusted_proxies")) {
     SLUICE_RETURN_IF_ERROR(ReadTrustedProxies(*x, config.trusted_proxies));
+  }
+  if (const Value* x = f->Find("real_ip_header")) {
+    absl::StatusOr<std::string> name = ReadScalar(*x, "a header name such as X-Real-IP");
+    if (!name.ok()) return name.status();
+    if (!IsToken(*name)) return Fail(*x, Cat("\"", *name, "\" is not a header name"));
+    if (config.trusted_proxies.empty()) {
+      return Fail(*x, "needs trusted_proxies: the header is believed only from those peers");
+    }
+    config.real_ip_header = Lower(*name);
   }
   if (const Value* x = f->Find("routes")) {
     absl::StatusOr<std::vector<Value>> items = ReadList(*x, "routes");
@@ -796,16 +896,34 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
   }
   // grpc, envoy, envoy_files: the Envoy rate limit service (config/envoy_config.cc).
   if (const Value* x = f->Find("grpc")) {
-    absl::StatusOr<Fields> g = ReadMap(*x, {"listen"});
+    absl::StatusOr<Fields> g =
+        ReadMap(*x, {"listen", "max_connections", "handshake_timeout", "idle_timeout",
+                     "max_connection_age", "max_connection_age_grace"});
     if (!g.ok()) return g.status();
     GrpcConfig& grpc = config.grpc.emplace();
     if (const Value* listen = g->Find("listen")) {
       SLUICE_RETURN_IF_ERROR(ReadHostPort(*listen, grpc.listen));
-      for (const HostPort& other : {config.server.listen, config.server.admin}) {
+      for (const HostPort& other :
+           {config.server.listen, config.server.admin,
+            config.server.decision.listen.value_or(HostPort{"", 0})}) {
         if (grpc.listen == other && other.port != 0) {
-          return Fail(*listen, "same address as server.listen or server.admin; gRPC needs its own");
+          return Fail(*listen,
+                      "same address as server.listen, server.admin or server.decision.listen; "
+                      "gRPC needs its own");
         }
       }
+    }
+    if (const Value* v = g->Find("max_connections")) {
+      SLUICE_RETURN_IF_ERROR(ReadInt(*v, 1, kMaxGrpcConnections, grpc.max_connections));
+    }
+    const std::pair<std::string_view, Duration*> grpc_timeouts[] = {
+        {"handshake_timeout", &grpc.handshake_timeout},
+        {"idle_timeout", &grpc.idle_timeout},
+        {"max_connection_age", &grpc.max_connection_age},
+        {"max_connection_age_grace", &grpc.max_connection_age_grace},
+    };
+    for (const auto& [key, field] : grpc_timeouts) {
+      if (const Value* v = g->Find(key)) SLUICE_RETURN_IF_ERROR(ReadTimeout(*v, *field));
     }
   }
   if (f->Find("envoy") != nullptr || f->Find("envoy_files") != nullptr) {
@@ -823,8 +941,9 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
 
 }  // namespace
 
-absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& source) {
-  Parser parser(source);
+absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& source,
+                                   ConfigLoadOptions options) {
+  Parser parser(source, options);
   try {
     return parser.Run(yaml);
   } catch (const YAML::Exception& e) {
@@ -833,10 +952,10 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& sou
   }
 }
 
-absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
+absl::StatusOr<Config> LoadConfigFile(const std::string& path, ConfigLoadOptions options) {
   absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
   if (!text.ok()) return text.status();
-  return ParseConfig(*text, path);
+  return ParseConfig(*text, path, options);
 }
 
 }  // namespace sluice

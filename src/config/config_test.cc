@@ -198,6 +198,36 @@ TEST(ParseConfig, ServerDefaultsMatchTheHeader) {
   EXPECT_EQ(Load("store: {memory: {}}").store.max_keys, 1'000'000);
 }
 
+TEST(ParseConfig, GrpcDefaultsMatchTheHeader) {
+  const Config config = Load("grpc: {}\n");
+  ASSERT_TRUE(config.grpc.has_value());
+  EXPECT_EQ(config.grpc->listen, (HostPort{"127.0.0.1", 8081}));
+  EXPECT_EQ(config.grpc->max_connections, 1'000);
+  EXPECT_EQ(config.grpc->handshake_timeout, Duration::Seconds(10));
+  EXPECT_EQ(config.grpc->idle_timeout, Duration::Minutes(5));
+  EXPECT_EQ(config.grpc->max_connection_age, Duration::Hours(1));
+  EXPECT_EQ(config.grpc->max_connection_age_grace, Duration::Seconds(10));
+  EXPECT_FALSE(Load("server: {}\n").grpc.has_value());
+}
+
+TEST(ParseConfig, GrpcConnectionLimits) {
+  const Config config = Load(
+      "grpc:\n"
+      "  listen: 127.0.0.1:0\n"
+      "  max_connections: 64\n"
+      "  handshake_timeout: 1500ms\n"
+      "  idle_timeout: 2s\n"
+      "  max_connection_age: 30m\n"
+      "  max_connection_age_grace: 5s\n");
+  ASSERT_TRUE(config.grpc.has_value());
+  EXPECT_EQ(config.grpc->listen, (HostPort{"127.0.0.1", 0}));
+  EXPECT_EQ(config.grpc->max_connections, 64);
+  EXPECT_EQ(config.grpc->handshake_timeout, Duration::Millis(1500));
+  EXPECT_EQ(config.grpc->idle_timeout, Duration::Seconds(2));
+  EXPECT_EQ(config.grpc->max_connection_age, Duration::Minutes(30));
+  EXPECT_EQ(config.grpc->max_connection_age_grace, Duration::Seconds(5));
+}
+
 TEST(ParseConfig, PolicyDefaults) {
   const Config config =
       Load("policies:\n  - name: p\n    limits: [{algorithm: gcra, rate: 5/s}]\n");
@@ -255,11 +285,11 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
             "on_missing_key, limits, shadow, on_deny, on_store_error)");
   EXPECT_EQ(ErrorOf("servr:\n  threads: 2\n"),
             "t.yaml:1: servr: unknown key (expected one of: server, store, trusted_proxies, "
-            "routes, policies, grpc, envoy, envoy_files)");
+            "real_ip_header, routes, policies, grpc, envoy, envoy_files)");
   EXPECT_EQ(ErrorOf("server:\n  thread: 2\n"),
             "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
             "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "
-            "upstream_timeout, drain_timeout, access_log, legacy_headers)");
+            "upstream_timeout, drain_timeout, access_log, legacy_headers, decision)");
   EXPECT_EQ(
       ErrorOf(
           "policies:\n  - name: p\n    limits:\n      - {algorithm: gcra, rate: 1/s, brust: 2}\n"),
@@ -402,6 +432,30 @@ TEST(ConfigErrors, ListenAndAdminMustDiffer) {
             "t.yaml:2: server.listen: same address as server.admin (127.0.0.1:9090); the admin "
             "listener needs an address of its own");
   EXPECT_EQ(ErrorOf("server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0}\n"),
+            "(loaded without error)");
+}
+
+TEST(ConfigErrors, GrpcConnectionLimitsAreBounded) {
+  EXPECT_EQ(ErrorOf("grpc:\n  max_connections: 0\n"),
+            "t.yaml:2: grpc.max_connections: must be from 1 to 1000000, got 0");
+  EXPECT_EQ(ErrorOf("grpc:\n  max_connections: 1000001\n"),
+            "t.yaml:2: grpc.max_connections: must be from 1 to 1000000, got 1000001");
+  EXPECT_EQ(ErrorOf("grpc:\n  max_connections: many\n"),
+            "t.yaml:2: grpc.max_connections: expected an integer, got \"many\"");
+  EXPECT_EQ(ErrorOf("grpc:\n  handshake_timeout: 0s\n"),
+            "t.yaml:2: grpc.handshake_timeout: must be longer than 0, got 0s");
+  EXPECT_EQ(ErrorOf("grpc:\n  idle_timeout: 8d\n"),
+            "t.yaml:2: grpc.idle_timeout: must be at most 7d, got 8d");
+  EXPECT_EQ(ErrorOf("grpc:\n  max_connection_age: -1s\n"),
+            "t.yaml:2: grpc.max_connection_age: duration \"-1s\": must not be negative");
+  EXPECT_EQ(ErrorOf("grpc:\n  max_connection_age_grace: 10\n"),
+            "t.yaml:2: grpc.max_connection_age_grace: duration \"10\": missing unit (one of us, "
+            "ms, s, m or min, h, d)");
+  EXPECT_EQ(ErrorOf("grpc:\n  max_conections: 10\n"),
+            "t.yaml:2: grpc.max_conections: unknown key (expected one of: listen, max_connections, "
+            "handshake_timeout, idle_timeout, max_connection_age, max_connection_age_grace)");
+  EXPECT_EQ(ErrorOf("grpc:\n  max_connections: 1\n  handshake_timeout: 1ms\n"
+                    "  idle_timeout: 7d\n"),
             "(loaded without error)");
 }
 
@@ -661,6 +715,70 @@ TEST(LimitErrors, BlockStyleLimitsReportTheirOwnLines) {
 }
 
 // ---- files ----
+
+TEST(DecisionConfig, DefaultsToNoListenerAndNoTokens) {
+  const Config config = Load("");
+  EXPECT_EQ(config.server.decision.listen, std::nullopt);
+  EXPECT_FALSE(config.server.decision.on_gateway_listener);
+  EXPECT_TRUE(config.server.decision.tokens.empty());
+}
+
+TEST(DecisionConfig, ReadsListenTokensAndTokenEnv) {
+  ::setenv("SLUICE_TEST_TOKENS", "tok-from-env-0123456789, second-token-abcdefgh", 1);
+  const Config config = Load(
+      "server:\n  decision:\n    listen: 127.0.0.1:0\n"
+      "    tokens: [a-token-of-16-chars]\n    token_env: SLUICE_TEST_TOKENS\n");
+  ::unsetenv("SLUICE_TEST_TOKENS");
+  EXPECT_EQ(config.server.decision.listen, (HostPort{"127.0.0.1", 0}));
+  EXPECT_EQ(config.server.decision.tokens,
+            (std::vector<std::string>{"a-token-of-16-chars", "tok-from-env-0123456789",
+                                      "second-token-abcdefgh"}));
+}
+
+TEST(DecisionConfig, RefusesWeakTokensAndClashingAddresses) {
+  EXPECT_EQ(ErrorOf("server:\n  decision:\n    tokens: [short]\n"),
+            "t.yaml:3: server.decision.tokens[0]: a token must be 16 to 512 characters long, got 5");
+  EXPECT_EQ(ErrorOf("server:\n  decision:\n    tokens: [\"has a space in it, sixteen\"]\n"),
+            "t.yaml:3: server.decision.tokens[0]: a token may hold only visible ASCII characters, "
+            "no spaces or commas");
+  EXPECT_EQ(ErrorOf("server:\n  decision:\n    token_env: SLUICE_TEST_NO_SUCH_VARIABLE\n"),
+            "t.yaml:3: server.decision.token_env: the environment has no "
+            "SLUICE_TEST_NO_SUCH_VARIABLE (or it is empty)");
+  EXPECT_EQ(ErrorOf("server:\n  listen: 127.0.0.1:8080\n  decision: {listen: 127.0.0.1:8080}\n"),
+            "t.yaml:3: server.decision.listen: same address as server.listen; the decision API "
+            "needs an address of its own");
+  EXPECT_EQ(ErrorOf("server:\n  decision: {listen: 127.0.0.1:1, on_gateway_listener: true}\n"),
+            "t.yaml:2: server.decision.on_gateway_listener: give listen (a listener of its own) "
+            "or on_gateway_listener, not both");
+}
+
+TEST(RealIpHeader, DefaultsToXForwardedForAndNeedsTrustedProxies) {
+  EXPECT_EQ(Load("").real_ip_header, "x-forwarded-for");
+  EXPECT_EQ(Load("trusted_proxies: [127.0.0.1]\nreal_ip_header: X-Real-IP\n").real_ip_header,
+            "x-real-ip");
+  EXPECT_EQ(ErrorOf("real_ip_header: X-Real-IP\n"),
+            "t.yaml:1: real_ip_header: needs trusted_proxies: the header is believed only from "
+            "those peers");
+  EXPECT_EQ(ErrorOf("trusted_proxies: [127.0.0.1]\nreal_ip_header: \"X Real\"\n"),
+            "t.yaml:2: real_ip_header: \"X Real\" is not a header name");
+}
+
+TEST(ServerTimeouts, HugeValuesAreRefusedWithTheBound) {
+  // 200000 days would overflow a deadline on the steady clock.
+  EXPECT_EQ(ErrorOf("server:\n  drain_timeout: 200000d\n"),
+            "t.yaml:2: server.drain_timeout: must be at most 7d, got 200000d");
+  EXPECT_EQ(Load("server:\n  drain_timeout: 7d\n").server.drain_timeout, Duration::Days(7));
+}
+
+TEST(EmptyConfig, IsValidAtStartAndRefusedWhenAskedTo) {
+  EXPECT_TRUE(ParseConfig("# nothing yet\n", "t.yaml").ok());
+  const absl::StatusOr<Config> empty = ParseConfig("", "t.yaml", {.allow_empty = false});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(),
+            "t.yaml: the file is empty (or holds only comments); the config in force stays (an "
+            "editor rewriting the file can leave it empty for a moment)");
+  EXPECT_FALSE(ParseConfig("  # only a comment\n\n", "t.yaml", {.allow_empty = false}).ok());
+}
 
 TEST(LoadConfigFile, MissingFileNamesPathAndReason) {
   const absl::StatusOr<Config> config = LoadConfigFile("/nonexistent/sluice.yaml");

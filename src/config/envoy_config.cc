@@ -443,7 +443,7 @@ absl::StatusOr<EnvoyDomain> ParseDocument(std::string_view yaml, const std::stri
                                           EnvoyParseOptions options) {
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(std::string(yaml));
+    documents = internal::LoadAllDocuments(yaml);
   } catch (const YAML::ParserException& e) {
     return absl::InvalidArgumentError(
         Cat(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));

@@ -5,6 +5,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 
 #include "absl/status/status.h"
 #include "base/cat.h"
@@ -39,6 +43,46 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_byt
   }
   close(fd);
   return text;
+}
+
+namespace {
+
+// Where each document starts; every other event is ignored.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+}  // namespace
+
+std::vector<YAML::Node> LoadAllDocuments(std::string_view yaml) {
+  std::istringstream stream{std::string(yaml)};
+  YAML::Parser parser(stream);
+  DocumentStarts documents;
+  // Every document but a stuck one consumes at least one token, so this
+  // loop ends; two documents starting at the same place are a stuck one.
+  while (parser.HandleNextDocument(documents)) {
+    const std::vector<YAML::Mark>& s = documents.starts;
+    if (s.size() >= 2 && s.back().pos == s[s.size() - 2].pos) {
+      const size_t pos = static_cast<size_t>(s.back().pos);
+      throw YAML::ParserException(
+          s.back(), pos < yaml.size() ? Cat("unexpected '", yaml.substr(pos, 1), "'") : "unexpected end");
+    }
+  }
+  return YAML::LoadAll(std::string(yaml));
 }
 
 int LineOf(const YAML::Node& node, int fallback) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
@@ -32,6 +33,14 @@ struct YamlAt {
 // The whole file. Errors: "<path>: cannot read: <reason>", also for a file
 // larger than `max_bytes`.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes);
+
+// yaml-cpp's LoadAll, which never returns for some text: after a document
+// that ends before a stray token (",\n", "- a\n,"), its parser starts the
+// next document at that token without consuming it, and LoadAll collects
+// the same empty document until memory runs out. Here that token is a
+// YAML::ParserException ("unexpected ','") at its place, as other syntax
+// errors are. The text is read twice (once to find where documents start).
+std::vector<YAML::Node> LoadAllDocuments(std::string_view yaml);
 
 // The node's 1-based line, or `fallback` when yaml-cpp has no mark for it.
 int LineOf(const YAML::Node& node, int fallback);

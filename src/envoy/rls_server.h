@@ -7,6 +7,10 @@
 // compile: the service, the server and the generated code live in
 // rls_server.cc and the proto library only.
 //
+// The listener bounds what clients can hold (grpc.max_connections,
+// handshake_timeout, idle_timeout, max_connection_age): sluice accepts the
+// connections itself and hands them to gRPC, which has no cap of its own.
+//
 // Calls use gRPC's callback API. A decision by in-process limits answers
 // before the handler returns; one that waits for a remote store (Redis,
 // Limiter::AcquireAsync answering on the store's thread) finishes the call
@@ -39,8 +43,8 @@ class RlsServer {
   struct Snapshot;
 
   // Builds the rules of `config` and listens on config.grpc->listen
-  // (which must be set). `options` (stores, clock, metrics) must outlive
-  // the server.
+  // (which must be set), with the connection limits of config.grpc.
+  // `options` (stores, clock, metrics) must outlive the server.
   static absl::StatusOr<std::unique_ptr<RlsServer>> Start(const Config& config,
                                                           const RuleOptions& options);
   // Shuts down at once if Shutdown was not called, and waits.
@@ -48,7 +52,7 @@ class RlsServer {
 
   // Builds the rules of `config` for a reload: rules whose place and limit
   // did not change keep their state. Nothing changes until Swap. Changes
-  // to grpc.listen take effect at the next start.
+  // to config.grpc take effect at the next start.
   virtual absl::StatusOr<std::shared_ptr<const Snapshot>> Prepare(const Config& config) const = 0;
   virtual void Swap(std::shared_ptr<const Snapshot> next) = 0;
 

@@ -267,7 +267,8 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
       if (!s.every_line && !server::Matches(*pc.match, facts)) continue;
       PolicyReport& r = s.report;
       ++r.requests;
-      std::optional<std::string> key = s.policy->KeyFor(facts, route_name, trusted);
+      std::optional<std::string> key =
+          s.policy->KeyFor(facts, route_name, trusted, config.real_ip_header);
       if (!key) {
         ++r.missing_key;
         continue;

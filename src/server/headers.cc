@@ -20,8 +20,10 @@ std::string SfString(std::string_view s) {
   return out;
 }
 
+// A denial that can never pass has no time to wait for (retry_after is
+// Infinite); its window still resets.
 int64_t SecondsUntilAvailable(const PolicyDecision& d) {
-  if (!d.allowed) return d.retry_after.CeilSeconds();
+  if (!d.allowed && !d.can_never_pass()) return d.retry_after.CeilSeconds();
   return d.reset_after.CeilSeconds();
 }
 

@@ -104,6 +104,7 @@ std::string Metrics::Render() const {
   out += "# HELP sluice_connections Open connections, by listener.\n# TYPE sluice_connections gauge\n";
   out += Cat("sluice_connections{listener=\"main\"} ", connections_.value(), "\n");
   out += Cat("sluice_connections{listener=\"admin\"} ", admin_connections_.value(), "\n");
+  out += Cat("sluice_connections{listener=\"decision\"} ", decision_connections_.value(), "\n");
   out += "# HELP sluice_decision_duration_seconds Time to decide one request (all its policies).\n"
          "# TYPE sluice_decision_duration_seconds histogram\n";
   decision_latency_.Write("sluice_decision_duration_seconds", out);

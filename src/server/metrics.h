@@ -70,6 +70,7 @@ class Metrics {
   Counter& in_flight() { return in_flight_; }
   Counter& connections() { return connections_; }
   Counter& admin_connections() { return admin_connections_; }
+  Counter& decision_connections() { return decision_connections_; }
 
   // Gauges read when /metrics is served (keys held, forced evictions, ...).
   void AddGauge(std::string name, std::string help, std::string type, std::function<int64_t()> read);
@@ -91,6 +92,7 @@ class Metrics {
   Counter in_flight_;
   Counter connections_;
   Counter admin_connections_;
+  Counter decision_connections_;
 };
 
 // Prometheus label value escaping: backslash, quote, newline.

@@ -1,5 +1,7 @@
 #include "server/policy_set.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 
@@ -21,59 +23,68 @@ bool Trusted(std::string_view ip, const std::vector<Cidr>& trusted) {
                      [&](const Cidr& c) { return c.Contains(*parsed); });
 }
 
-// One hop of Forwarded: `for=192.0.2.60`, `for="[2001:db8::1]:4711"`.
-std::optional<std::string_view> ForwardedFor(std::string_view element) {
+// An address as a hop names it: "192.0.2.60", "192.0.2.60:4711",
+// "[2001:db8::1]:4711", "2001:db8::1", optionally in double quotes.
+std::optional<std::array<uint8_t, 16>> HopAddress(std::string_view v) {
+  v = Trim(v);
+  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+  if (!v.empty() && v.front() == '[') {
+    const size_t close = v.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    const std::string_view rest = v.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return std::nullopt;
+    v = v.substr(1, close - 1);
+  } else if (const size_t colon = v.find(':');
+             colon != std::string_view::npos && v.find(':', colon + 1) == std::string_view::npos) {
+    v = v.substr(0, colon);  // v4:port
+  }
+  return ParseIp(v);
+}
+
+// The `for=` of one Forwarded element (`for=192.0.2.60;proto=https`);
+// empty when it has none, which no address parses as.
+std::string_view ForwardedFor(std::string_view element) {
   size_t pos = 0;
   while (pos < element.size()) {
     size_t end = element.find(';', pos);
     if (end == std::string_view::npos) end = element.size();
-    std::string_view pair = Trim(element.substr(pos, end - pos));
-    if (pair.size() > 4 && (pair.substr(0, 4) == "for=" || pair.substr(0, 4) == "For=" ||
-                            pair.substr(0, 4) == "FOR=")) {
-      std::string_view v = pair.substr(4);
-      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-      if (!v.empty() && v.front() == '[') {  // [v6]:port
-        const size_t close = v.find(']');
-        if (close == std::string_view::npos) return std::nullopt;
-        return v.substr(1, close - 1);
-      }
-      const size_t colon = v.find(':');
-      if (colon != std::string_view::npos && v.find(':', colon + 1) == std::string_view::npos) {
-        v = v.substr(0, colon);  // v4:port
-      }
-      return v;
+    const std::string_view pair = Trim(element.substr(pos, end - pos));
+    if (pair.size() > 4 && (pair[0] == 'f' || pair[0] == 'F') && (pair[1] == 'o' || pair[1] == 'O') &&
+        (pair[2] == 'r' || pair[2] == 'R') && pair[3] == '=') {
+      return pair.substr(4);
     }
     pos = end + 1;
   }
-  return std::nullopt;
+  return {};
 }
 
-// The hops a header lists, left (client side) to right (nearest proxy).
-std::vector<std::string_view> Hops(const RequestFacts& request) {
-  std::vector<std::string_view> hops;
-  if (std::optional<std::string_view> fwd = request.header("forwarded")) {
-    size_t pos = 0;
-    while (pos <= fwd->size()) {
-      size_t end = fwd->find(',', pos);
-      if (end == std::string_view::npos) end = fwd->size();
-      if (auto ip = ForwardedFor(fwd->substr(pos, end - pos))) hops.push_back(*ip);
-      pos = end + 1;
-    }
-    return hops;
-  }
-  std::optional<std::string_view> xff = request.header("x-forwarded-for");
-  if (!xff) xff = request.header("x-real-ip");  // NGINX's auth_request idiom
-  if (xff) {
-    size_t pos = 0;
-    while (pos <= xff->size()) {
-      size_t end = xff->find(',', pos);
-      if (end == std::string_view::npos) end = xff->size();
-      std::string_view hop = Trim(xff->substr(pos, end - pos));
-      if (!hop.empty()) hops.push_back(hop);
-      pos = end + 1;
+// Splits a field value into its comma-separated elements, left to right;
+// a comma inside a quoted string does not split.
+template <typename Each>
+void ForEachElement(std::string_view value, Each each) {
+  size_t start = 0;
+  bool quoted = false;
+  for (size_t i = 0; i <= value.size(); ++i) {
+    if (i == value.size() || (value[i] == ',' && !quoted)) {
+      each(value.substr(start, i - start));
+      start = i + 1;
+    } else if (value[i] == '"') {
+      quoted = !quoted;
+    } else if (value[i] == '\\' && quoted) {
+      ++i;
     }
   }
-  return hops;
+}
+
+std::string FormatIp(const std::array<uint8_t, 16>& ip) {
+  static constexpr std::array<uint8_t, 12> kMapped = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  char text[INET6_ADDRSTRLEN] = {};
+  if (std::equal(kMapped.begin(), kMapped.end(), ip.begin())) {
+    inet_ntop(AF_INET, ip.data() + 12, text, sizeof text);
+  } else {
+    inet_ntop(AF_INET6, ip.data(), text, sizeof text);
+  }
+  return text;
 }
 
 void AppendEscaped(std::string& out, std::string_view part) {
@@ -98,25 +109,47 @@ bool Matches(const MatchConfig& match, const RequestFacts& request) {
   return true;
 }
 
-std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trusted_proxies) {
+std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trusted_proxies,
+                     std::string_view real_ip_header) {
   if (trusted_proxies.empty() || !Trusted(request.peer_ip, trusted_proxies)) {
     return std::string(request.peer_ip);  // headers from an untrusted peer are ignored
   }
-  const std::vector<std::string_view> hops = Hops(request);
+  // Every line of the one header believed, in order: together they are one
+  // list (RFC 9110 section 5.3), its right end written by the nearest proxy.
+  std::vector<std::string_view> hops;
+  const bool forwarded = real_ip_header == "forwarded";
+  if (request.header_lines) {
+    for (std::string_view line : request.header_lines(real_ip_header)) {
+      ForEachElement(line, [&](std::string_view element) {
+        hops.push_back(forwarded ? ForwardedFor(element) : element);
+      });
+    }
+  } else if (std::optional<std::string_view> line = request.header(real_ip_header)) {
+    ForEachElement(*line, [&](std::string_view element) {
+      hops.push_back(forwarded ? ForwardedFor(element) : element);
+    });
+  }
+  // From the right: each trusted hop vouches for the one to its left; the
+  // first hop that is not a trusted proxy is the client. A hop that is not
+  // an address ends the walk: the client is then the last hop that was
+  // vouched for (the proxy that passed the garbage on), never an address
+  // further left, which the client may have written itself.
+  std::string client(request.peer_ip);
   for (auto it = hops.rbegin(); it != hops.rend(); ++it) {
-    if (!ParseIp(*it)) break;  // garbage: stop trusting the chain here
-    if (!Trusted(*it, trusted_proxies)) return std::string(*it);
+    const std::optional<std::array<uint8_t, 16>> ip = HopAddress(*it);
+    if (!ip) break;
+    client = FormatIp(*ip);
+    if (!std::any_of(trusted_proxies.begin(), trusted_proxies.end(),
+                     [&](const Cidr& c) { return c.Contains(*ip); })) {
+      break;
+    }
   }
-  // Every hop was a trusted proxy (or none was usable): the left-most valid
-  // one, else the peer.
-  for (std::string_view hop : hops) {
-    if (ParseIp(hop)) return std::string(hop);
-  }
-  return std::string(request.peer_ip);
+  return client;
 }
 
 std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::string_view route,
-                                          const std::vector<Cidr>& trusted_proxies) const {
+                                          const std::vector<Cidr>& trusted_proxies,
+                                          std::string_view real_ip_header) const {
   std::string key;
   bool first = true;
   for (const KeyPart& part : config_.key) {
@@ -124,7 +157,7 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
     first = false;
     switch (part.kind) {
       case KeyPart::Kind::kClientIp:
-        AppendEscaped(key, ClientIp(request, trusted_proxies));
+        AppendEscaped(key, ClientIp(request, trusted_proxies, real_ip_header));
         break;
       case KeyPart::Kind::kHeader: {
         std::optional<std::string_view> value = request.header(part.header);
@@ -133,7 +166,7 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
           // Fall back to the client's address, marked so it never shares a
           // bucket with a header value that happens to look like an IP.
           key += "ip:";
-          AppendEscaped(key, ClientIp(request, trusted_proxies));
+          AppendEscaped(key, ClientIp(request, trusted_proxies, real_ip_header));
         } else {
           AppendEscaped(key, *value);
         }

@@ -34,16 +34,21 @@ struct RequestFacts {
   std::string_view path;  // without the query
   std::string_view host;  // Host header, without port, lower case
   std::string_view peer_ip;
-  // Header value by lower-case name; nullopt when absent.
+  // Header value by lower-case name (its first line); nullopt when absent.
   std::function<std::optional<std::string_view>(std::string_view)> header;
+  // Every line of a header, in order. Optional: when unset, `header`'s one
+  // line stands for all of them.
+  std::function<std::vector<std::string_view>(std::string_view)> header_lines;
 };
 
 bool Matches(const MatchConfig& match, const RequestFacts& request);
 
 // The client's address: the peer, or, when the peer is a trusted proxy, the
-// right-most address in X-Forwarded-For (or Forwarded: for=) that is not
-// itself a trusted proxy.
-std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trusted_proxies);
+// right-most address in `real_ip_header` (lower case; "forwarded" is read as
+// RFC 7239's for=) that is not itself a trusted proxy. Only that one header
+// is read, so a client cannot pick its address by sending another one.
+std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trusted_proxies,
+                     std::string_view real_ip_header);
 
 class Policy {
  public:
@@ -55,7 +60,8 @@ class Policy {
   // part are escaped with '\'). nullopt when a part is missing and the
   // policy says deny.
   std::optional<std::string> KeyFor(const RequestFacts& request, std::string_view route,
-                                    const std::vector<Cidr>& trusted_proxies) const;
+                                    const std::vector<Cidr>& trusted_proxies,
+                                    std::string_view real_ip_header) const;
 
   // The period (seconds, rounded up) of limit `index`, for RateLimit-Policy w=.
   int64_t WindowSeconds(size_t index) const;

@@ -41,11 +41,13 @@ std::vector<Cidr> Trust(std::initializer_list<const char*> nets) {
   return out;
 }
 
+constexpr std::string_view kXff = "x-forwarded-for";
+
 TEST(ClientIp, IgnoresForwardedForFromAnUntrustedPeer) {
   FakeRequest r;
   r.headers["x-forwarded-for"] = "198.51.100.1";
-  EXPECT_EQ(ClientIp(r.Facts(), {}), "203.0.113.9");
-  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"})), "203.0.113.9");
+  EXPECT_EQ(ClientIp(r.Facts(), {}, kXff), "203.0.113.9");
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"}), kXff), "203.0.113.9");
 }
 
 TEST(ClientIp, TakesTheRightMostUntrustedHopBehindTrustedProxies) {
@@ -53,25 +55,92 @@ TEST(ClientIp, TakesTheRightMostUntrustedHopBehindTrustedProxies) {
   r.peer = "10.0.0.2";
   // The client may put anything on the left; only hops added by our proxies count.
   r.headers["x-forwarded-for"] = "6.6.6.6, 198.51.100.1, 10.0.0.7";
-  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"})), "198.51.100.1");
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"}), kXff), "198.51.100.1");
 }
 
-TEST(ClientIp, ReadsForwardedAndXRealIp) {
+TEST(ClientIp, EveryLineOfTheHeaderIsOneList) {
+  // A client's own X-Forwarded-For line first, the proxy's appended as a
+  // second line: the proxy's (right-most) line decides.
+  FakeRequest r;
+  r.peer = "10.0.0.2";
+  const std::vector<std::string> lines = {"6.6.6.6", "198.51.100.1"};
+  RequestFacts facts = r.Facts();
+  facts.header = [&](std::string_view) -> std::optional<std::string_view> { return lines[0]; };
+  facts.header_lines = [&](std::string_view name) {
+    EXPECT_EQ(name, kXff);
+    return std::vector<std::string_view>(lines.begin(), lines.end());
+  };
+  EXPECT_EQ(ClientIp(facts, Trust({"10.0.0.0/8"}), kXff), "198.51.100.1");
+}
+
+TEST(ClientIp, ReadsOnlyTheNamedHeader) {
   FakeRequest r;
   r.peer = "127.0.0.1";
   r.headers["forwarded"] = "for=198.51.100.1;proto=http, for=\"[2001:db8::7]:4711\"";
-  EXPECT_EQ(ClientIp(r.Facts(), Trust({"127.0.0.1/32"})), "2001:db8::7");
-  FakeRequest n;
-  n.peer = "127.0.0.1";
-  n.headers["x-real-ip"] = "198.51.100.3";
-  EXPECT_EQ(ClientIp(n.Facts(), Trust({"127.0.0.1/32"})), "198.51.100.3");
+  r.headers["x-real-ip"] = "198.51.100.3";
+  r.headers["x-forwarded-for"] = "198.51.100.4";
+  const std::vector<Cidr> trusted = Trust({"127.0.0.1/32"});
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, "forwarded"), "2001:db8::7");
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, "x-real-ip"), "198.51.100.3");
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, kXff), "198.51.100.4");
+  // A header the operator did not name is never read: a client sending one
+  // behind a proxy that sets another cannot choose its address.
+  FakeRequest spoof;
+  spoof.peer = "127.0.0.1";
+  spoof.headers["forwarded"] = "for=192.0.2.66";
+  spoof.headers["x-forwarded-for"] = "192.0.2.67";
+  spoof.headers["x-real-ip"] = "198.51.100.3";
+  EXPECT_EQ(ClientIp(spoof.Facts(), trusted, "x-real-ip"), "198.51.100.3");
+  FakeRequest none;
+  none.peer = "127.0.0.1";
+  none.headers["forwarded"] = "for=192.0.2.66";
+  EXPECT_EQ(ClientIp(none.Facts(), trusted, "x-real-ip"), "127.0.0.1");
 }
 
-TEST(ClientIp, StopsAtGarbage) {
+TEST(ClientIp, ForwardedQuotesPortsAndCase) {
+  FakeRequest r;
+  r.peer = "127.0.0.1";
+  const std::vector<Cidr> trusted = Trust({"127.0.0.1/32"});
+  r.headers["forwarded"] = "For=\"198.51.100.9:80\";by=x";
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, "forwarded"), "198.51.100.9");
+  // A comma inside a quoted value does not start a new element.
+  r.headers["forwarded"] = "for=192.0.2.1, for=\"198.51.100.8\";note=\"a, b\"";
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, "forwarded"), "198.51.100.8");
+  // An element without for= is not an address: the walk stops at the proxy.
+  r.headers["forwarded"] = "for=192.0.2.1, proto=https";
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, "forwarded"), "127.0.0.1");
+}
+
+TEST(ClientIp, StopsAtGarbageWithoutReadingFurtherLeft) {
+  // Left of a hop that is not an address, every value may be the client's
+  // own: the client is the proxy that passed the garbage on.
   FakeRequest r;
   r.peer = "10.0.0.2";
   r.headers["x-forwarded-for"] = "198.51.100.1, not-an-ip";
-  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"})), "198.51.100.1");
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"}), kXff), "10.0.0.2");
+  r.headers["x-forwarded-for"] = "198.51.100.1, not-an-ip, 10.0.0.9";
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"}), kXff), "10.0.0.9");
+}
+
+TEST(ClientIp, EveryHopTrustedGivesTheLeftMost) {
+  FakeRequest r;
+  r.peer = "10.0.0.2";
+  r.headers["x-forwarded-for"] = "10.0.0.5, 10.0.0.7";
+  EXPECT_EQ(ClientIp(r.Facts(), Trust({"10.0.0.0/8"}), kXff), "10.0.0.5");
+}
+
+TEST(ClientIp, OneAddressOneKeyWhateverItsSpelling) {
+  FakeRequest r;
+  r.peer = "10.0.0.2";
+  const std::vector<Cidr> trusted = Trust({"10.0.0.0/8"});
+  r.headers["x-forwarded-for"] = "2001:0DB8:0:0::1";
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, kXff), "2001:db8::1");
+  r.headers["x-forwarded-for"] = "[2001:db8::1]:443";
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, kXff), "2001:db8::1");
+  r.headers["x-forwarded-for"] = "::ffff:198.51.100.1";
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, kXff), "198.51.100.1");
+  r.headers["x-forwarded-for"] = "198.51.100.1:5555";
+  EXPECT_EQ(ClientIp(r.Facts(), trusted, kXff), "198.51.100.1");
 }
 
 TEST(Matches, ChecksEveryGivenField) {
@@ -116,11 +185,11 @@ policies:
   FakeRequest r;
   r.path = "/a|b";
   r.headers["x-api-key"] = "key\\1";
-  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}), "203.0.113.9|key\\\\1|/a\\|b|app");
-  EXPECT_EQ(*set->Find("everyone")->KeyFor(r.Facts(), "app", {}), "*");
+  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
+  EXPECT_EQ(*set->Find("everyone")->KeyFor(r.Facts(), "app", {}, kXff), "*");
   FakeRequest bare;
-  EXPECT_EQ(set->Find("strict")->KeyFor(bare.Facts(), "", {}), std::nullopt);
-  EXPECT_EQ(*set->Find("lenient")->KeyFor(bare.Facts(), "", {}), "ip:203.0.113.9");
+  EXPECT_EQ(set->Find("strict")->KeyFor(bare.Facts(), "", {}, kXff), std::nullopt);
+  EXPECT_EQ(*set->Find("lenient")->KeyFor(bare.Facts(), "", {}, kXff), "ip:203.0.113.9");
 }
 
 TEST(PolicySet, AReloadKeepsTheStateOfUnchangedPolicies) {

@@ -72,14 +72,48 @@ std::string NormalizePath(std::string_view raw) {
   return out;
 }
 
+namespace {
+
+// The length of an http:// or https:// prefix, in any case; 0 if none.
+size_t SchemeLength(std::string_view target) {
+  auto starts = [&](std::string_view scheme) {
+    return target.size() >= scheme.size() &&
+           std::equal(scheme.begin(), scheme.end(), target.begin(), [](char a, char b) {
+             return a == std::tolower(static_cast<unsigned char>(b));
+           });
+  };
+  if (starts("http://")) return 7;
+  if (starts("https://")) return 8;
+  return 0;
+}
+
+}  // namespace
+
+std::optional<std::string_view> TargetAuthority(std::string_view target) {
+  const size_t scheme = SchemeLength(target);
+  if (scheme == 0) return std::nullopt;
+  const std::string_view rest = target.substr(scheme);
+  return rest.substr(0, rest.find_first_of("/?#"));
+}
+
 std::string_view TargetPath(std::string_view target) {
-  if (target.substr(0, 7) == "http://" || target.substr(0, 8) == "https://") {
-    const size_t authority = target.find("//") + 2;
-    const size_t slash = target.find('/', authority);
-    if (slash == std::string_view::npos) return "/";
-    target = target.substr(slash);
+  if (const size_t scheme = SchemeLength(target); scheme != 0) {
+    const size_t start = target.find_first_of("/?#", scheme);
+    if (start == std::string_view::npos || target[start] != '/') return "/";
+    target = target.substr(start);
   }
   return target.substr(0, std::min(target.find('?'), target.find('#')));
+}
+
+std::string_view HostName(std::string_view authority) {
+  if (const size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    authority = authority.substr(at + 1);  // user information is no part of the host
+  }
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t close = authority.find(']');
+    return close == std::string_view::npos ? authority : authority.substr(0, close + 1);
+  }
+  return authority.substr(0, authority.find(':'));
 }
 
 std::optional<FlatCheck> ParseFlatCheck(std::string_view body) {
@@ -145,6 +179,53 @@ std::optional<FlatCheck> ParseFlatCheck(std::string_view body) {
   skip_ws();
   if (i != body.size() || !seen_policy || !seen_key) return std::nullopt;
   return check;
+}
+
+bool JsonDepthWithin(std::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, whatever it is
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return true;
+}
+
+bool BearerTokenIn(const std::vector<std::string>& tokens, std::string_view authorization) {
+  static constexpr std::string_view kScheme = "bearer ";
+  if (authorization.size() <= kScheme.size() ||
+      !std::equal(kScheme.begin(), kScheme.end(), authorization.begin(), [](char a, char b) {
+        return a == std::tolower(static_cast<unsigned char>(b));
+      })) {
+    return false;
+  }
+  std::string_view given = authorization.substr(kScheme.size());
+  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
+  while (!given.empty() && given.back() == ' ') given.remove_suffix(1);
+  if (given.empty()) return false;
+  bool found = false;
+  for (const std::string& token : tokens) {
+    // Every byte of the token is compared, whatever the given value holds.
+    unsigned diff = token.size() == given.size() ? 0u : 1u;
+    for (size_t i = 0; i < token.size(); ++i) {
+      diff |= static_cast<unsigned char>(token[i]) ^
+              static_cast<unsigned char>(given[i % given.size()]);
+    }
+    found |= diff == 0;
+  }
+  return found;
 }
 
 }  // namespace sluice::server

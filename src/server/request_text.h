@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice::server {
 
@@ -24,8 +25,17 @@ std::optional<std::string> PercentDecode(std::string_view s);
 std::string NormalizePath(std::string_view raw);
 
 // The path part of a request target, origin form or absolute form
-// ("http://host/path?q" -> "/path").
+// ("http://host/path?q" -> "/path"; the scheme in any case, RFC 9110
+// section 4.2.3).
 std::string_view TargetPath(std::string_view target);
+
+// The authority of an absolute-form target ("HTTP://Host:80/x" ->
+// "Host:80"); nullopt for any other form.
+std::optional<std::string_view> TargetAuthority(std::string_view target);
+
+// The host of an authority or Host header value, without port or user
+// information, brackets kept for IPv6 ("[::1]:80" -> "[::1]"). Not lower-cased.
+std::string_view HostName(std::string_view authority);
 
 // The common shape of a check, {"policy": "...", "key": "...", "cost": N},
 // read without building a JSON tree: the decision API's hot path. Anything
@@ -37,6 +47,18 @@ struct FlatCheck {
   int64_t cost = 1;
 };
 std::optional<FlatCheck> ParseFlatCheck(std::string_view body);
+
+// The decision API's JSON bodies nest two levels ([{...}]); a parser that
+// builds a tree spends memory and time on every level it is given, so a body
+// nested deeper than `max_depth` arrays and objects is refused before it is
+// parsed. One pass, no allocation; brackets inside strings do not count.
+bool JsonDepthWithin(std::string_view body, int max_depth);
+inline constexpr int kMaxJsonDepth = 8;
+
+// Whether an Authorization value is "Bearer <token>" (the scheme in any
+// case) for one of `tokens`. The comparison takes the same time wherever the
+// first differing byte is, so the time of a refusal tells nothing of a token.
+bool BearerTokenIn(const std::vector<std::string>& tokens, std::string_view authorization);
 
 }  // namespace sluice::server
 

@@ -74,5 +74,49 @@ TEST(ParseFlatCheck, LeavesEverythingElseToTheFullParser) {
   }
 }
 
+TEST(TargetPath, SchemeInAnyCaseRegressionForAPolicyDodge) {
+  // "GET HTTP://h/login" once reached the upstream as /login while the
+  // /login policy saw the whole URL as its path.
+  EXPECT_EQ(TargetPath("HTTP://h/login"), "/login");
+  EXPECT_EQ(TargetPath("hTtPs://h:443/login?x=1"), "/login");
+  EXPECT_EQ(TargetPath("http://h?x=/login"), "/");
+  EXPECT_EQ(TargetPath("http://h"), "/");
+}
+
+TEST(TargetAuthority, OnlyForAbsoluteHttpTargets) {
+  EXPECT_EQ(TargetAuthority("HTTP://Example.com:8080/a"), "Example.com:8080");
+  EXPECT_EQ(TargetAuthority("https://h?q"), "h");
+  EXPECT_EQ(TargetAuthority("/login"), std::nullopt);
+  EXPECT_EQ(TargetAuthority("ftp://h/login"), std::nullopt);
+  EXPECT_EQ(TargetAuthority("*"), std::nullopt);
+}
+
+TEST(HostName, DropsPortAndUserInformation) {
+  EXPECT_EQ(HostName("example.com:8080"), "example.com");
+  EXPECT_EQ(HostName("[::1]:80"), "[::1]");
+  EXPECT_EQ(HostName("user:pw@example.com:80"), "example.com");
+  EXPECT_EQ(HostName(""), "");
+}
+
+TEST(JsonDepthWithin, CountsOnlyBracketsOutsideStrings) {
+  EXPECT_TRUE(JsonDepthWithin(R"([{"policy":"p","key":"[[[[[[[[[[","cost":1}])", 2));
+  EXPECT_FALSE(JsonDepthWithin("[[[", 2));
+  EXPECT_TRUE(JsonDepthWithin(R"({"k":"\"[[[["})", 1));
+  EXPECT_FALSE(JsonDepthWithin(std::string(1'048'000, '['), kMaxJsonDepth));
+  EXPECT_TRUE(JsonDepthWithin("", kMaxJsonDepth));
+}
+
+TEST(BearerTokenIn, AcceptsOnlyAConfiguredToken) {
+  const std::vector<std::string> tokens = {"first-token-0123456789", "second-token-abcdefgh"};
+  EXPECT_TRUE(BearerTokenIn(tokens, "Bearer first-token-0123456789"));
+  EXPECT_TRUE(BearerTokenIn(tokens, "bearer second-token-abcdefgh"));
+  EXPECT_FALSE(BearerTokenIn(tokens, "Bearer first-token-012345678"));
+  EXPECT_FALSE(BearerTokenIn(tokens, "Bearer first-token-0123456789x"));
+  EXPECT_FALSE(BearerTokenIn(tokens, "Basic first-token-0123456789"));
+  EXPECT_FALSE(BearerTokenIn(tokens, "Bearer "));
+  EXPECT_FALSE(BearerTokenIn(tokens, ""));
+  EXPECT_FALSE(BearerTokenIn({}, "Bearer first-token-0123456789"));
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -4,6 +4,7 @@
 
 #include "server/server.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -120,6 +121,13 @@ Response MakeResponse(int status, unsigned version, bool keep_alive, std::string
   return res;
 }
 
+// Which listener a connection came in on. The decision API spends any
+// key's quota, so where it is served is the operator's choice (see
+// DecisionConfig); the admin listener answers only GETs.
+enum class Listener { kGateway, kDecision, kAdmin };
+constexpr int kListeners = 3;
+constexpr std::string_view kListenerNames[kListeners] = {"main", "decision", "admin"};
+
 Response Problem(int status, const Request& req, std::string_view title, std::string_view detail) {
   return MakeResponse(status, req.version(), req.keep_alive(), ErrorBody(status, title, detail),
                       "application/problem+json");
@@ -181,18 +189,29 @@ struct Shared {
   }
 
   // sluice_http_responses_total, one cached counter per listener and code.
-  Counter* Responses(bool admin, int code) {
+  Counter* Responses(Listener listener, int code) {
     if (code < 100 || code > 599) code = 599;
-    std::atomic<Counter*>& slot = responses_[admin ? 1 : 0][code];
+    const int l = static_cast<int>(listener);
+    std::atomic<Counter*>& slot = responses_[l][code];
     Counter* c = slot.load(std::memory_order_acquire);
     if (c == nullptr) {
-      c = metrics.Get("sluice_http_responses_total",
-                      {{"listener", admin ? "admin" : "main"}, {"code", std::to_string(code)}});
+      c = metrics.Get("sluice_http_responses_total", {{"listener", std::string(kListenerNames[l])},
+                                                      {"code", std::to_string(code)}});
       slot.store(c, std::memory_order_release);
     }
     return c;
   }
-  std::array<std::array<std::atomic<Counter*>, 600>, 2> responses_{};
+  std::array<std::array<std::atomic<Counter*>, 600>, kListeners> responses_{};
+
+  // Out of file descriptors (or socket memory), accept fails at once for as
+  // long as the condition lasts: logged at most once per interval, counted.
+  Counter* AcceptErrors(Listener listener, std::string_view reason) {
+    return metrics.Get("sluice_accept_errors_total",
+                       {{"listener", std::string(kListenerNames[static_cast<int>(listener)])},
+                        {"reason", std::string(reason)}});
+  }
+  std::atomic<int64_t> accept_error_logged_ms{INT64_MIN / 2};
+  std::atomic<int64_t> accept_errors_unlogged{0};
 
   // `set` is the PolicySet `applying` came from (held by the caller for the
   // whole request, so a reload cannot pull it away midway).
@@ -221,7 +240,8 @@ struct Shared {
     }
     for (const Policy* p : order) {
       const bool enforce = !p->config().shadow;
-      std::optional<std::string> key = p->KeyFor(facts, route, trusted);
+      std::optional<std::string> key =
+          p->KeyFor(facts, route, trusted, set.config().real_ip_header);
       PolicyAnswer answer{.name = p->name(), .shadow = p->config().shadow};
       if (!key) {
         p->Count(Policy::kMissingKey);
@@ -283,7 +303,7 @@ struct Shared {
 
   absl::Status Reload(std::string_view why) {
     std::lock_guard lock(reload_mu);
-    absl::StatusOr<Config> next = LoadConfigFile(config_path);
+    absl::StatusOr<Config> next = LoadConfigFile(config_path, {.allow_empty = false});
     if (!next.ok()) {
       reloads_failed->Add();
       spdlog::error("event=reload result=failure trigger={} error=\"{}\"", why,
@@ -291,9 +311,11 @@ struct Shared {
       return next.status();
     }
     if (next->server.listen != config.server.listen || next->server.admin != config.server.admin ||
-        next->server.threads != config.server.threads) {
-      spdlog::warn("event=reload note=\"changes to server.listen, server.admin and server.threads "
-                   "take effect at the next start; the other server settings apply now\"");
+        next->server.threads != config.server.threads ||
+        next->server.decision.listen != config.server.decision.listen) {
+      spdlog::warn("event=reload note=\"changes to server.listen, server.admin, server.threads and "
+                   "server.decision.listen take effect at the next start; the other server "
+                   "settings apply now\"");
     }
     if (next->store != config.store) {
       spdlog::warn("event=reload note=\"changes to store take effect at the next start\"");
@@ -392,6 +414,7 @@ struct Worker {
   std::list<Deadline*> deadlines;
   net::io_context ioc{1};
   std::unique_ptr<Acceptor> acceptor;
+  std::unique_ptr<Acceptor> decision_acceptor;  // server.decision.listen, when set
   UpstreamPool pool;
   std::mt19937_64 rng{std::random_device{}()};
   // The loop's coarse clock (steady, milliseconds), moved by the sweep.
@@ -420,10 +443,49 @@ class ServerImpl final : public Server {
   ServerImpl(Config config, std::string path, const Clock* clock)
       : shared_(std::make_shared<Shared>(std::move(config), std::move(path), clock)) {}
 
+  // Every connection holds a file descriptor. The soft limit is often far
+  // below what the hard limit allows (1024 against 524288 under systemd), so
+  // it is raised to the hard one, as NGINX's worker_rlimit_nofile would; the
+  // connection limits should then leave room for the rest (Redis, upstreams,
+  // the config file, the admin listener), or a flood of connections starves
+  // everything else, /metrics included.
+  static constexpr int64_t kReservedFiles = 64;
+
+  void FitFileLimit() {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+    if (limit.rlim_cur < limit.rlim_max) {
+      rlimit raised = limit;
+      raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? std::max<rlim_t>(limit.rlim_cur, 1 << 20)
+                                                         : limit.rlim_max;
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+    }
+    open_files_ = limit.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(limit.rlim_cur);
+    // What client connections may hold: all but the reserve and the gRPC
+    // listener's own cap, shared by the gateway and decision listeners, two
+    // descriptors each when a gateway connection can hold an upstream
+    // connection too.
+    const ServerConfig& sc = shared_->config.server;
+    const int64_t listeners = sc.decision.listen ? 2 : 1;
+    const int64_t per_connection = shared_->config.routes.empty() ? 1 : 2;
+    const int64_t grpc = shared_->config.grpc ? shared_->config.grpc->max_connections : 0;
+    file_cap_ = std::max<int64_t>(
+        1, (open_files_ - kReservedFiles - std::min(grpc, open_files_ / 2)) / listeners /
+               per_connection);
+    if (sc.max_connections > file_cap_) {
+      spdlog::warn("event=start note=\"server.max_connections ({}) does not fit the open file "
+                   "limit ({}): connections per listener are capped at {}, keeping {} descriptors "
+                   "for the rest (upstreams, Redis, the admin listener); raise the limit (ulimit "
+                   "-n, LimitNOFILE) to allow more\"",
+                   sc.max_connections, open_files_, file_cap_, kReservedFiles);
+    }
+  }
+
   absl::Status Init() {
     // Taken before the config was read can be trusted: a change written
     // from here on is seen by the watcher.
     initial_stamp_ = ConfigStamp();
+    FitFileLimit();
     if (shared_->config.store.redis) {
       absl::StatusOr<std::unique_ptr<RedisStore>> redis =
           RedisStore::Connect(*shared_->config.store.redis, [](bool warning, std::string_view line) {
@@ -457,6 +519,15 @@ class ServerImpl final : public Server {
       listen.port = w->acceptor->local_endpoint().port();  // port 0: the others join the one chosen
     }
     port_ = listen.port;
+    if (std::optional<HostPort> decision = shared_->config.server.decision.listen) {
+      for (auto& w : workers_) {
+        absl::StatusOr<std::unique_ptr<Acceptor>> a = Bind(w->ioc, *decision, /*reuse_port=*/true);
+        if (!a.ok()) return a.status();
+        w->decision_acceptor = *std::move(a);
+        decision->port = w->decision_acceptor->local_endpoint().port();
+      }
+      decision_port_ = decision->port;
+    }
     absl::StatusOr<std::unique_ptr<Acceptor>> admin =
         Bind(workers_[0]->ioc, shared_->config.server.admin, /*reuse_port=*/false);
     if (!admin.ok()) return admin.status();
@@ -498,10 +569,14 @@ class ServerImpl final : public Server {
 
   absl::Status Run() override {
     for (auto& w : workers_) {
-      net::co_spawn(w->ioc, Accept(*w, *w->acceptor, /*admin=*/false), net::detached);
+      net::co_spawn(w->ioc, Accept(*w, *w->acceptor, Listener::kGateway), net::detached);
+      if (w->decision_acceptor != nullptr) {
+        net::co_spawn(w->ioc, Accept(*w, *w->decision_acceptor, Listener::kDecision),
+                      net::detached);
+      }
       net::co_spawn(w->ioc, Sweep(*w), net::detached);
     }
-    net::co_spawn(workers_[0]->ioc, Accept(*workers_[0], *admin_acceptor_, /*admin=*/true),
+    net::co_spawn(workers_[0]->ioc, Accept(*workers_[0], *admin_acceptor_, Listener::kAdmin),
                   net::detached);
     net::signal_set signals(workers_[0]->ioc, SIGTERM, SIGINT, SIGHUP);
     std::function<void(const boost::system::error_code&, int)> on_signal =
@@ -517,10 +592,22 @@ class ServerImpl final : public Server {
         };
     signals.async_wait(on_signal);
     net::co_spawn(workers_[0]->ioc, WatchConfig(*workers_[0]), net::detached);
-    spdlog::info("event=start listen={}:{} admin={}:{} threads={} policies={} routes={}",
+    const DecisionConfig& dc = shared_->config.server.decision;
+    std::string decision = "off";
+    if (dc.listen) {
+      decision = Cat(dc.listen->host, ":", decision_port_);
+    } else if (shared_->config.routes.empty() || dc.on_gateway_listener) {
+      decision = "listen";
+    }
+    spdlog::info("event=start listen={}:{} admin={}:{} threads={} policies={} routes={} "
+                 "decision={} decision_tokens={} open_files={}",
                  shared_->config.server.listen.host, port_, shared_->config.server.admin.host,
                  admin_port_, workers_.size(), shared_->config.policies.size(),
-                 shared_->config.routes.size());
+                 shared_->config.routes.size(), decision, dc.tokens.size(), open_files_);
+    if (decision == "off") {
+      spdlog::warn("event=start note=\"the decision API (/v1/check, /v1/auth) is not served: "
+                   "routes are configured and server.decision.listen is not set\"");
+    }
     std::vector<std::thread> threads;
     for (size_t i = 1; i < workers_.size(); ++i) {
       threads.emplace_back([w = workers_[i].get()] { w->ioc.run(); });
@@ -542,6 +629,7 @@ class ServerImpl final : public Server {
       net::post(w->ioc, [w = w.get()] {
         boost::system::error_code ignored;
         w->acceptor->close(ignored);
+        if (w->decision_acceptor != nullptr) w->decision_acceptor->close(ignored);
       });
     }
     net::post(workers_[0]->ioc, [this] {
@@ -553,6 +641,7 @@ class ServerImpl final : public Server {
 
   uint16_t port() const override { return port_; }
   uint16_t admin_port() const override { return admin_port_; }
+  uint16_t decision_port() const override { return decision_port_; }
 
  private:
   static absl::StatusOr<std::unique_ptr<Acceptor>> Bind(net::io_context& ioc,
@@ -592,29 +681,105 @@ class ServerImpl final : public Server {
     return w.policies;
   }
 
-  Task<void> Accept(Worker& w, Acceptor& acceptor, bool admin) {
+  Counter& Connections(Listener listener) {
+    Metrics& m = shared_->metrics;
+    switch (listener) {
+      case Listener::kGateway: return m.connections();
+      case Listener::kDecision: return m.decision_connections();
+      case Listener::kAdmin: break;
+    }
+    return m.admin_connections();
+  }
+
+  Task<void> Accept(Worker& w, Acceptor& acceptor, Listener listener) {
+    Timer backoff(w.ioc.get_executor());
     for (;;) {
       boost::system::error_code ec;
       Socket socket = co_await acceptor.async_accept(net::redirect_error(kUseAwaitable, ec));
       if (ec) {
         if (!acceptor.is_open()) co_return;
-        continue;  // e.g. EMFILE: keep serving the connections we have
+        const int e = ec.category() == boost::system::system_category() ? ec.value() : 0;
+        if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+          // The connection stays in the listen queue, so accepting again at
+          // once fails again at once: without a pause this loop would spin
+          // a core while serving nothing. Pause, keep serving the
+          // connections we have, and try again.
+          AcceptFailed(listener, e == EMFILE || e == ENFILE ? "fd_limit" : "memory", ec);
+          backoff.expires_after(std::chrono::milliseconds(kAcceptBackoffMs));
+          co_await backoff.async_wait(net::redirect_error(kUseAwaitable, ec));
+        }
+        continue;
       }
-      // The limit guards the main listener; the admin listener stays
-      // reachable when it is full (that is when operators need /metrics).
-      if (!admin && shared_->metrics.connections().value() >=
-                        Current(w)->config().server.max_connections) {
+      // The limit guards the gateway and decision listeners, each its own
+      // count; the admin listener stays reachable when they are full (that
+      // is when operators need /metrics).
+      if (listener != Listener::kAdmin &&
+          Connections(listener).value() >=
+              std::min(Current(w)->config().server.max_connections, file_cap_)) {
         socket.close(ec);  // over the connection limit: refuse at once
         shared_->metrics.Get("sluice_connections_refused_total", {})->Add();
         continue;
       }
-      net::co_spawn(acceptor.get_executor(), Session(w, std::move(socket), admin), net::detached);
+      net::co_spawn(acceptor.get_executor(), Session(w, std::move(socket), listener),
+                    net::detached);
     }
   }
 
-  Task<void> Session(Worker& w, Socket socket, bool admin) {
+  static constexpr int64_t kAcceptBackoffMs = 100;
+  static constexpr int64_t kAcceptLogIntervalMs = 10'000;
+
+  void AcceptFailed(Listener listener, std::string_view reason,
+                    const boost::system::error_code& ec) {
+    shared_->AcceptErrors(listener, reason)->Add();
+    const int64_t now = Worker::SteadyMs();
+    int64_t last = shared_->accept_error_logged_ms.load(std::memory_order_relaxed);
+    if (now - last < kAcceptLogIntervalMs ||
+        !shared_->accept_error_logged_ms.compare_exchange_strong(last, now)) {
+      shared_->accept_errors_unlogged.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const int64_t more = shared_->accept_errors_unlogged.exchange(0, std::memory_order_relaxed);
+    spdlog::error("event=accept_error listener={} reason={} error=\"{}\" backoff_ms={} "
+                  "unlogged_since_last={} note=\"logged at most once per {} s; see "
+                  "sluice_accept_errors_total\"",
+                  kListenerNames[static_cast<int>(listener)], reason, ec.message(),
+                  kAcceptBackoffMs, more, kAcceptLogIntervalMs / 1000);
+  }
+
+  // Refusing a request whose body is still arriving: close at once and the
+  // kernel answers the unread bytes with a reset that can destroy the
+  // response before the client reads it. So: stop sending, read and drop
+  // what still comes, within a bound of bytes and time, then close.
+  static constexpr int64_t kLingerBytes = 64 * 1024 * 1024;
+  static constexpr Duration kLingerTime = Duration::Seconds(5);
+
+  Task<void> Linger(Socket& stream, Deadline& deadline) {
+    boost::system::error_code ec;
+    stream.shutdown(Socket::shutdown_send, ec);
+    deadline.After(kLingerTime);
+    std::array<char, 16 * 1024> sink;
+    int64_t dropped = 0;
+    while (!ec && dropped < kLingerBytes) {
+      dropped += static_cast<int64_t>(co_await stream.async_read_some(
+          net::buffer(sink), net::redirect_error(kUseAwaitable, ec)));
+    }
+  }
+
+  // The answer to a request that could not be read, as a closing response.
+  static Response Unreadable(int status, std::string_view detail) {
+    Response res{static_cast<http::status>(status), 11};
+    res.set(http::field::server, "sluice");
+    res.set(http::field::content_type, "application/problem+json");
+    res.body() = ErrorBody(status, View(http::obsolete_reason(static_cast<http::status>(status))),
+                           detail);
+    res.keep_alive(false);
+    res.prepare_payload();
+    return res;
+  }
+
+  Task<void> Session(Worker& w, Socket socket, Listener listener) {
     Metrics& metrics = shared_->metrics;
-    Counter& connections = admin ? metrics.admin_connections() : metrics.connections();
+    Counter& connections = Connections(listener);
     connections.Add(1);
     boost::system::error_code ec;
     const tcp::endpoint peer = socket.remote_endpoint(ec);
@@ -633,13 +798,18 @@ class ServerImpl final : public Server {
       const int64_t max_body_bytes = Current(w)->config().server.max_body_bytes;
       const Duration read_timeout = Current(w)->config().server.read_timeout;
       const Duration idle_timeout = Current(w)->config().server.idle_timeout;
+      if (!first && buffer.size() == 0) {
+        // Between keep-alive requests the wait for the next one is governed
+        // by idle_timeout; read_timeout starts with its first byte.
+        deadline.After(idle_timeout);
+        co_await stream.async_wait(Socket::wait_read, net::redirect_error(kUseAwaitable, ec));
+        if (ec) break;
+      }
+      first = false;
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<uint32_t>(max_header_bytes));
       parser.body_limit(static_cast<uint64_t>(max_body_bytes));
-      // A slow client gets read_timeout for a whole request; an idle
-      // keep-alive connection idle_timeout before its next one.
-      deadline.After(first ? read_timeout : std::min(idle_timeout, read_timeout));
-      first = false;
+      deadline.After(read_timeout);  // a slow client gets this long for a whole request
       co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
       if (ec) {
         int status = 0;
@@ -654,42 +824,45 @@ class ServerImpl final : public Server {
           status = 400, detail = Cat("malformed request: ", ec.message());
         }
         if (status != 0) {
-          Response res{static_cast<http::status>(status), 11};
-          res.set(http::field::server, "sluice");
-          res.set(http::field::content_type, "application/problem+json");
-          res.body() = ErrorBody(status, View(http::obsolete_reason(static_cast<http::status>(status))), detail);
-          res.keep_alive(false);
-          res.prepare_payload();
+          Response res = Unreadable(status, detail);
           deadline.After(Duration::Seconds(5));
           co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
-          shared_->Responses(admin, status)->Add();
+          shared_->Responses(listener, status)->Add();
+          if (!ec) co_await Linger(stream, deadline);
         }
         break;
       }
       Request req = parser.release();
-      if (req.version() >= 11 && req.find(http::field::host) == req.end()) {
-        // RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400.
-        Response bad = MakeResponse(400, req.version(), false,
-                                    ErrorBody(400, "bad request", "an HTTP/1.1 request needs a Host header"),
-                                    "application/problem+json");
-        co_await http::async_write(stream, bad, net::redirect_error(kUseAwaitable, ec));
-        shared_->Responses(admin, 400)->Add();
+      if (std::optional<std::string> bad = Malformed(req)) {
+        Response res = Unreadable(400, *bad);
+        deadline.After(Duration::Seconds(5));
+        co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
+        shared_->Responses(listener, 400)->Add();
         break;
       }
       metrics.in_flight().Add(1);
       deadline.Never();
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Response res;
-      if (admin) {
+      if (listener == Listener::kAdmin) {
         res = co_await HandleAdmin(w, req);
       } else {
-        res = co_await Handle(w, req, peer_ip);
+        res = co_await Handle(w, req, peer_ip, listener);
       }
       if (shared_->draining.load()) res.keep_alive(false);
-      shared_->Responses(admin, res.result_int())->Add();
+      if (req.method() == http::verb::head && !res.body().empty()) {
+        // A response to HEAD has the GET's header fields and no body
+        // (RFC 9110 section 9.3.2): a body here would be read by the client
+        // as the start of the next response.
+        const size_t length = res.body().size();
+        res.body().clear();
+        res.content_length(length);
+      }
+      shared_->Responses(listener, res.result_int())->Add();
       const ServerConfig& sc = Current(w)->config().server;
       if (sc.access_log) {
-        spdlog::info("event=access peer={} method={} target=\"{}\" status={}", peer_ip,
+        spdlog::info("event=access listener={} peer={} method={} target=\"{}\" status={}",
+                     kListenerNames[static_cast<int>(listener)], peer_ip,
                      View(req.method_string()), View(req.target()), res.result_int());
       }
       deadline.After(sc.read_timeout);
@@ -701,6 +874,23 @@ class ServerImpl final : public Server {
     connections.Add(-1);
   }
 
+  // What makes a parsed request unfit to decide on, if anything.
+  static std::optional<std::string> Malformed(const Request& req) {
+    const auto [host_begin, host_end] = req.equal_range(http::field::host);
+    const auto hosts = std::distance(host_begin, host_end);
+    if (req.version() >= 11 && hosts == 0) {
+      // RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400.
+      return "an HTTP/1.1 request needs a Host header";
+    }
+    if (hosts > 1) return "a request has one Host header, this one has several";
+    const std::string_view target = View(req.target());
+    if (target.empty() || (target.front() != '/' && !TargetAuthority(target))) {
+      return Cat("the request target must be a path (origin form) or an http:// or https:// URL "
+                 "(absolute form), got \"", target.substr(0, 64), "\"");
+    }
+    return std::nullopt;
+  }
+
   // `path_storage` and `host_storage` hold what `facts` points into.
   static RequestFacts Facts(const Request& req, std::string_view peer_ip,
                             std::string_view method, std::string_view target,
@@ -709,19 +899,22 @@ class ServerImpl final : public Server {
     facts.method = method;
     path_storage = NormalizePath(TargetPath(target));
     facts.path = path_storage;
-    std::string_view host = View(req[http::field::host]);
-    if (!host.empty() && host.front() == '[') {
-      host = host.substr(0, host.find(']') + 1);
-    } else if (size_t colon = host.find(':'); colon != std::string_view::npos) {
-      host = host.substr(0, colon);
-    }
-    host_storage = Lower(host);
+    // An absolute-form target names the host itself, and the Host header is
+    // then ignored (RFC 9112 section 3.2.2), as the upstream will.
+    const std::optional<std::string_view> authority = TargetAuthority(target);
+    host_storage = Lower(HostName(authority ? *authority : View(req[http::field::host])));
     facts.host = host_storage;
     facts.peer_ip = peer_ip;
     facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {
       auto it = req.find(beast::string_view(name.data(), name.size()));
       if (it == req.end()) return std::nullopt;
       return View(it->value());
+    };
+    facts.header_lines = [&req](std::string_view name) {
+      std::vector<std::string_view> lines;
+      const auto [begin, end] = req.equal_range(beast::string_view(name.data(), name.size()));
+      for (auto it = begin; it != end; ++it) lines.push_back(View(it->value()));
+      return lines;
     };
     return facts;
   }
@@ -735,11 +928,35 @@ class ServerImpl final : public Server {
     return headers;
   }
 
-  Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip) {
+  // Whether `listener` serves the decision API under `config` (see
+  // DecisionConfig): routes can come and go with a reload.
+  static bool ServesDecisions(Listener listener, const Config& config) {
+    if (listener == Listener::kDecision) return true;
+    const DecisionConfig& dc = config.server.decision;
+    return listener == Listener::kGateway && !dc.listen &&
+           (config.routes.empty() || dc.on_gateway_listener);
+  }
+
+  Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip, Listener listener) {
+    const Config& config = Current(w)->config();
     const std::string_view path = TargetPath(View(req.target()));
-    if (path == "/v1/check") co_return co_await Check(w, req);
-    if (path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/") {
+    const bool decision_path =
+        path == "/v1/check" || path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
+    if (decision_path && ServesDecisions(listener, config)) {
+      if (!config.server.decision.tokens.empty() &&
+          !BearerTokenIn(config.server.decision.tokens, View(req[http::field::authorization]))) {
+        Response res = Problem(401, req, "unauthorized",
+                               "the decision API needs \"Authorization: Bearer <token>\" with a "
+                               "token from server.decision");
+        res.set(http::field::www_authenticate, "Bearer realm=\"sluice\"");
+        co_return res;
+      }
+      if (path == "/v1/check") co_return co_await Check(w, req);
       co_return co_await Auth(w, req, peer_ip, path);
+    }
+    if (listener == Listener::kDecision) {
+      co_return Problem(404, req, "not found",
+                        "the decision listener serves POST /v1/check and /v1/auth/{policy}");
     }
     co_return co_await Gateway(w, req, peer_ip);
   }
@@ -869,6 +1086,11 @@ class ServerImpl final : public Server {
       nlohmann::json error = nlohmann::json::parse(result);
       co_return Problem(status, req, error["error"].get<std::string>(), error["detail"].get<std::string>());
     }
+    if (!JsonDepthWithin(req.body(), kMaxJsonDepth)) {
+      co_return Problem(400, req, "bad request",
+                        Cat("the body nests arrays and objects deeper than ", kMaxJsonDepth,
+                            " levels; a check is an object, a batch an array of them"));
+    }
     nlohmann::json body = nlohmann::json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded()) co_return Problem(400, req, "bad request", "the body is not valid JSON");
     if (body.is_array()) {
@@ -908,7 +1130,7 @@ class ServerImpl final : public Server {
     std::string path_storage, host;
     RequestFacts facts = Facts(req, peer_ip, method, uri, path_storage, host);
     if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
-      host = Lower(original_host.substr(0, original_host.find(':')));
+      host = Lower(HostName(original_host));
       facts.host = host;
     }
     std::vector<const Policy*> applying;
@@ -959,16 +1181,21 @@ class ServerImpl final : public Server {
       boost::system::error_code ec;
       co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
     }
-    req.erase("Sluice-Shadow-Denied");  // only sluice sets it; a client's copy is dropped
-    if (!ev.shadow_denied.empty()) {
-      std::string marker;
-      for (const std::string& name : ev.shadow_denied) {
-        if (!marker.empty()) marker += ", ";
-        marker += Cat("\"", name, "\"");
-      }
-      req.set("Sluice-Shadow-Denied", marker);
+    std::string marker;  // Sluice-Shadow-Denied: the shadow policies that would have denied
+    for (const std::string& name : ev.shadow_denied) {
+      if (!marker.empty()) marker += ", ";
+      marker += Cat("\"", name, "\"");
     }
-    Response res = co_await Forward(w, req, *route, peer_ip, sc);
+    if (const std::optional<std::string_view> authority = TargetAuthority(View(req.target()))) {
+      // Absolute form: the upstream gets the origin form and the target's
+      // host as Host, so that it serves what the policies were decided on.
+      const std::string_view target = View(req.target());
+      const std::string host(*authority);
+      const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
+      req.target(origin.empty() || origin.front() != '/' ? Cat("/", origin) : origin);
+      req.set(http::field::host, host);
+    }
+    Response res = co_await Forward(w, req, *route, peer_ip, sc, marker);
     for (const auto& [name, value] : headers) res.set(name, value);
     co_return res;
   }
@@ -1000,12 +1227,22 @@ class ServerImpl final : public Server {
     }
   }
 
+  // `shadow_marker`: the value of Sluice-Shadow-Denied, empty for none.
   Task<Response> Forward(Worker& w, Request& req, const RouteConfig& route,
-                         const std::string& peer_ip, const ServerConfig& sc) {
+                         const std::string& peer_ip, const ServerConfig& sc,
+                         std::string_view shadow_marker) {
     const bool client_keep_alive = req.keep_alive();
     const unsigned client_version = req.version();
     const bool head = req.method() == http::verb::head;
     DropHopByHop(req);
+    // Only sluice sets the marker: a client's copy is dropped, and it is set
+    // after the hop-by-hop fields are gone, so a client naming it in
+    // Connection cannot strip it.
+    req.erase("Sluice-Shadow-Denied");
+    if (!shadow_marker.empty()) {
+      req.set("Sluice-Shadow-Denied",
+              beast::string_view(shadow_marker.data(), shadow_marker.size()));
+    }
     // sluice holds the whole body already: the upstream has nothing to wait
     // for, and an interim 100 Continue must not reach the client.
     req.erase(http::field::expect);
@@ -1245,19 +1482,27 @@ class ServerImpl final : public Server {
             static_cast<int64_t>(st.st_size)};
   }
 
+  // Polls the file's stamp (mtime, size). A change is loaded once the stamp
+  // has held still for one poll, so a file caught halfway through an
+  // editor's rewrite is not read; an empty file is refused by the reload.
   Task<void> WatchConfig(Worker& w) {
-    auto stamp = [this] { return ConfigStamp(); };
     std::pair<int64_t, int64_t> last = initial_stamp_;
+    std::optional<std::pair<int64_t, int64_t>> changed;  // seen at the previous poll
     Timer timer(w.ioc.get_executor());
     while (!shared_->draining.load()) {
-      timer.expires_after(std::chrono::milliseconds(500));
+      timer.expires_after(std::chrono::milliseconds(250));
       boost::system::error_code ec;
       co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
       if (shared_->config_path.empty()) continue;
-      const std::pair<int64_t, int64_t> now = stamp();
-      if (now != last && now.first != 0) {
+      const std::pair<int64_t, int64_t> now = ConfigStamp();
+      if (now == last || now.first == 0) {
+        changed.reset();
+      } else if (changed == now) {
         last = now;
+        changed.reset();
         ReloadInBackground("file-change");
+      } else {
+        changed = now;
       }
     }
   }
@@ -1282,6 +1527,9 @@ class ServerImpl final : public Server {
   std::unique_ptr<Acceptor> admin_acceptor_;
   uint16_t port_ = 0;
   uint16_t admin_port_ = 0;
+  uint16_t decision_port_ = 0;
+  int64_t open_files_ = 0;  // RLIMIT_NOFILE, once raised
+  int64_t file_cap_ = INT64_MAX;  // connections per listener the file limit leaves room for
   std::pair<int64_t, int64_t> initial_stamp_{0, 0};
   // Reloads read and validate the file off the event loops, one at a time.
   net::thread_pool reloader_{1};

@@ -35,6 +35,8 @@ class Server {
 
   virtual uint16_t port() const = 0;
   virtual uint16_t admin_port() const = 0;
+  // server.decision.listen's port; 0 when it has no listener of its own.
+  virtual uint16_t decision_port() const = 0;
 };
 
 }  // namespace sluice::server

@@ -4,8 +4,9 @@ Everything here uses the Python standard library only and 127.0.0.1 only:
 
 - Sluice: starts the real binary (SLUICE_BINARY) with a config written to a
   temporary directory, listeners on port 0, parses the chosen ports from the
-  `event=start` log line, keeps reading its stderr/stdout in threads (so the
-  pipes never fill) and stops it by PID (SIGTERM, then SIGKILL as last resort).
+  `event=start` log lines (the gRPC listener's too, when configured), keeps
+  reading its stderr/stdout in threads (so the pipes never fill) and stops it
+  by PID (SIGTERM, then SIGKILL as last resort).
 - Upstream: a threaded HTTP/1.1 echo server (JSON of method, path, headers,
   body) that records the arrival of every request and can be made slow.
 - parse_sf_list: a strict RFC 8941 List parser for RateLimit-Policy/RateLimit.
@@ -47,7 +48,11 @@ def require_binary():
 # The sluice process
 # ---------------------------------------------------------------------------
 
-_START_RE = re.compile(r"event=start listen=(\S+):(\d+) admin=(\S+):(\d+) threads=(\d+)")
+_START_RE = re.compile(r"event=start listen=(\S+):(\d+) admin=(\S+):(\d+) threads=(\d+).*")
+# On the same line: decision=HOST:PORT when the decision API has its own listener.
+_DECISION_RE = re.compile(r" decision=\S+:(\d+)")
+# Logged before the line above, when `grpc:` is configured.
+_GRPC_START_RE = re.compile(r"event=start listener=grpc listen=(\S+):(\d+)")
 
 
 class Sluice:
@@ -63,6 +68,7 @@ class Sluice:
         self._readers = []
         self.port = None
         self.admin_port = None
+        self.grpc_port = None    # set when the config has a gRPC listener
         self.threads = None
 
     # -- config file --
@@ -90,12 +96,14 @@ class Sluice:
 
     # -- process --
 
-    def start(self, extra_args=()):
+    def start(self, extra_args=(), preexec_fn=None):
+        """preexec_fn runs in the child before the binary (e.g. to lower a
+        resource limit with resource.setrlimit)."""
         require_binary()
         self.proc = subprocess.Popen(
             [BINARY, "serve", "--config", self.config_path, *extra_args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=self.dir)
+            cwd=self.dir, preexec_fn=preexec_fn)
         for stream in (self.proc.stderr, self.proc.stdout):
             t = threading.Thread(target=self._read, args=(stream,), daemon=True)
             t.start()
@@ -108,6 +116,11 @@ class Sluice:
         self.port = int(m.group(2))
         self.admin_port = int(m.group(4))
         self.threads = int(m.group(5))
+        d = _DECISION_RE.search(m.string)
+        self.decision_port = int(d.group(1)) if d else None  # server.decision.listen's port
+        g = self.wait_for_line(_GRPC_START_RE, 0)
+        if g is not None:
+            self.grpc_port = int(g.group(2))
         return self
 
     def _read(self, stream):
@@ -686,10 +699,10 @@ class SluiceTestCase(unittest.TestCase):
         self.addCleanup(up.close)
         return up
 
-    def start_sluice(self, config_text):
+    def start_sluice(self, config_text, preexec_fn=None):
         s = Sluice(config_text, self.tmpdir)
         self.addCleanup(self._stop_and_report, s)
-        s.start()
+        s.start(preexec_fn=preexec_fn)
         self.sluice = s
         # The event=start line is logged before the event loops run. An
         # answer from the admin listener (served by the first loop, after the

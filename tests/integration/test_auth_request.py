@@ -7,6 +7,7 @@ from harness import SluiceTestCase, ratelimit_members, server_block
 
 CONFIG = server_block() + """\
 trusted_proxies: [127.0.0.1/32]
+real_ip_header: X-Real-IP
 policies:
   - name: login
     match: {path: /login, method: POST}

@@ -322,7 +322,8 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(self.get("/t", headers=h).status, 429)
 
     def test_forwarded_header_from_trusted_proxy(self):
-        self.start(self.CLIENT_IP_POLICY, trusted="[127.0.0.1/32]")
+        # Forwarded is read only when named: the default is X-Forwarded-For.
+        self.start(self.CLIENT_IP_POLICY, trusted="[127.0.0.1/32]\nreal_ip_header: Forwarded")
         h = {"Forwarded": 'for="[2001:db8::7]:4711";proto=https'}
         self.assertEqual(self.get("/t", headers=h).status, 200)
         key = self.get("/v1/keys/ip/2001:db8::7", admin=True).json()

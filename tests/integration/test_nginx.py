@@ -3,6 +3,7 @@ ports replaced by free ones) in front of an upstream, asking sluice before
 each request. Allowed requests reach the upstream; denied ones come back to
 the client as 429 with Retry-After and the RateLimit fields."""
 
+import http.client
 import os
 import re
 import shutil
@@ -33,13 +34,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+# A client on another loopback address than NGINX's own (127.0.0.1, the one
+# trusted proxy), so that it is not itself trusted.
+CLIENT_ADDRESS = "127.0.0.50"
+
+
 class NginxAuthRequestTest(SluiceTestCase):
+    config = CONFIG
+
     def setUp(self):
         super().setUp()
         if NGINX is None:
             self.fail("nginx is not installed (scripts/test installs nginx-light)")
         self.upstream = self.start_upstream()
-        self.start_sluice(CONFIG)
+        self.start_sluice(self.config)
         self.port = free_port()
         with open(os.path.join(SOURCE_DIR, "examples", "nginx.conf")) as f:
             conf = f.read()
@@ -103,6 +111,43 @@ class NginxAuthRequestTest(SluiceTestCase):
             self.assertEqual(request(self.port, "GET", "/a").status, 200)
         state = request(self.sluice.admin_port, "GET", "/v1/keys/login/127.0.0.1").json()
         self.assertEqual(state["limits"][0]["remaining"], 0)
+
+    def test_a_client_cannot_pick_its_address_with_forwarding_fields(self):
+        # Regression: the subrequest carried the client's own X-Forwarded-For,
+        # which won over NGINX's X-Real-IP, so each request with a new value
+        # got a fresh bucket. Every request here claims another address in
+        # every field a client could try; all are counted against the
+        # client's real one.
+        def spoofed(n):
+            conn = http.client.HTTPConnection(HOST, self.port, timeout=5,
+                                              source_address=(CLIENT_ADDRESS, 0))
+            try:
+                return request(self.port, "GET", "/spoof", conn=conn, headers={
+                    "X-Forwarded-For": "198.51.100.%d" % n,
+                    "Forwarded": "for=198.51.100.%d" % n,
+                    "X-Real-IP": "198.51.100.%d" % n,
+                })
+            finally:
+                conn.close()
+        for n in range(3):
+            self.assertEqual(spoofed(n).status, 200)
+        r = spoofed(3)
+        self.assertEqual(r.status, 429, r)
+        self.assertEqual(self.upstream.count("/spoof"), 3)
+        state = request(self.sluice.admin_port, "GET",
+                        "/v1/keys/login/" + CLIENT_ADDRESS).json()
+        self.assertEqual(state["limits"][0]["remaining"], 0)
+        fresh = request(self.sluice.admin_port, "GET", "/v1/keys/login/198.51.100.1").json()
+        self.assertEqual(fresh["limits"][0]["remaining"], 3)
+
+
+class NginxRealIpHeaderTest(NginxAuthRequestTest):
+    """The same, with sluice told to believe X-Real-IP only."""
+    config = CONFIG.replace("trusted_proxies: [127.0.0.1/32]\n",
+                            "trusted_proxies: [127.0.0.1/32]\nreal_ip_header: X-Real-IP\n")
+
+    def test_the_config_names_x_real_ip(self):
+        self.assertIn("real_ip_header: X-Real-IP", self.config)
 
 
 if __name__ == "__main__":

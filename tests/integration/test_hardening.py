@@ -1,0 +1,290 @@
+"""Regression tests for what an attacker (or an unlucky operator) found in the
+HTTP front end: each test is named after the failure it keeps fixed."""
+
+import json
+import os
+import resource
+import socket
+import time
+import unittest
+
+from harness import (HOST, SluiceTestCase, metric_value, parse_raw_response, read_until_close,
+                     request, server_block)
+
+
+def raw_head_then_get(port, path):
+    """HEAD then GET of `path` on one keep-alive connection; both responses."""
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.sendall(("HEAD %s HTTP/1.1\r\nHost: x\r\n\r\n"
+                   "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % (path, path))
+                  .encode())
+        data = read_until_close(s, 5)
+    head_part, sep, rest = data.partition(b"\r\n\r\n")
+    return head_part + sep, rest
+
+
+class HttpEdgeTest(SluiceTestCase):
+    def start_gateway(self, policies="", **server):
+        self.upstream = self.start_upstream()
+        return self.start_sluice(server_block(**server) + """\
+routes:
+  - name: app
+    match: {path_prefix: /}
+    upstream: http://127.0.0.1:%d
+policies:
+  - name: login
+    match: {path_prefix: /login}
+    key: [client_ip]
+    limits:
+      - {algorithm: fixed_window, rate: 1/h}
+%s""" % (self.upstream.port, policies))
+
+    def test_head_has_no_body_and_keep_alive_stays_in_step(self):
+        self.start_gateway()
+        for port, path in ((self.sluice.admin_port, "/healthz"),
+                           (self.sluice.admin_port, "/metrics"),
+                           (self.sluice.port, "/no-such-route-would-match-anyway")):
+            head, rest = raw_head_then_get(port, path)
+            self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+            # The next bytes on the connection are the GET's response, not a body.
+            self.assertTrue(rest.startswith(b"HTTP/1.1 200"), rest[:200])
+            get = parse_raw_response(rest)
+            self.assertEqual(int(get.header("Content-Length")), len(get.body))
+            head_resp = parse_raw_response(head)
+            if path == "/healthz":  # (the others differ: counters, the echoed method)
+                self.assertEqual(head_resp.header("Content-Length"), get.header("Content-Length"))
+
+    def test_a_denied_head_has_no_body(self):
+        self.start_gateway()
+        self.assertEqual(request(self.sluice.port, "POST", "/login").status, 200)
+        head, rest = raw_head_then_get(self.sluice.port, "/login")
+        self.assertTrue(head.startswith(b"HTTP/1.1 429"), head)
+        self.assertTrue(rest.startswith(b"HTTP/1.1 429"), rest[:200])
+
+    def test_two_host_headers_are_refused(self):
+        self.start_gateway()
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"GET /login HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n")
+            r = parse_raw_response(read_until_close(s, 5))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn(b"one Host header", r.body)
+        self.assertEqual(self.upstream.count(), 0)
+
+    def test_a_target_that_is_neither_a_path_nor_a_url_is_refused(self):
+        self.start_gateway()
+        for target in (b"*", b"example.com:443", b"ftp://h/login"):
+            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+                s.sendall(b"OPTIONS " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+                r = parse_raw_response(read_until_close(s, 5))
+            self.assertEqual(r.status, 400, (target, r))
+        self.assertEqual(self.upstream.count(), 0)
+
+    def test_absolute_form_with_an_upper_case_scheme_meets_the_policy(self):
+        # Regression: "GET HTTP://h/login" dodged the /login policy.
+        self.start_gateway()
+        codes = []
+        for target in (b"HTTP://h/login", b"hTTp://H:80/login?x=1", b"/login"):
+            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+                s.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: other\r\n"
+                          b"Connection: close\r\n\r\n")
+                codes.append(parse_raw_response(read_until_close(s, 5)).status)
+        self.assertEqual(codes, [200, 429, 429])
+        # The upstream got the origin form and the URL's host.
+        hit = self.upstream.hits("/login")[0]
+        self.assertEqual(hit["path"], "/login")
+        self.assertEqual(hit["headers"].get("Host") or hit["headers"].get("host"), "h")
+
+    def test_a_client_cannot_strip_the_shadow_marker(self):
+        # Regression: "Connection: Sluice-Shadow-Denied" removed sluice's own
+        # marker along with the hop-by-hop fields.
+        self.start_gateway(policies="""\
+  - name: trial
+    match: {path_prefix: /t}
+    key: [global]
+    limits:
+      - {algorithm: fixed_window, rate: 1/h}
+    shadow: true
+""")
+        for _ in range(2):
+            r = request(self.sluice.port, "GET", "/t",
+                        headers={"Connection": "keep-alive, Sluice-Shadow-Denied",
+                                 "Sluice-Shadow-Denied": "forged"})
+            self.assertEqual(r.status, 200, r)
+        first, second = self.upstream.hits("/t")
+        lower = lambda h: {k.lower(): v for k, v in h["headers"].items()}
+        self.assertNotIn("sluice-shadow-denied", lower(first))
+        self.assertEqual(lower(second)["sluice-shadow-denied"], '"trial"')
+
+    def test_keep_alive_idle_is_governed_by_idle_timeout(self):
+        # Regression: a keep-alive connection was closed after read_timeout.
+        self.start_gateway(read_timeout="1s", idle_timeout="6s")
+        with socket.create_connection((HOST, self.sluice.port), timeout=10) as s:
+            s.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            first = s.recv(65536)
+            self.assertTrue(first.startswith(b"HTTP/1.1 200"), first)
+            time.sleep(2.5)  # longer than read_timeout (+ its sweep slack), within idle_timeout
+            s.sendall(b"GET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            second = read_until_close(s, 5)
+        self.assertTrue(second.startswith(b"HTTP/1.1 200"), second[:200])
+
+    def test_an_idle_keep_alive_connection_is_closed_at_idle_timeout(self):
+        self.start_gateway(read_timeout="5s", idle_timeout="1s")
+        with socket.create_connection((HOST, self.sluice.port), timeout=10) as s:
+            s.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertTrue(s.recv(65536).startswith(b"HTTP/1.1 200"))
+            start = time.monotonic()
+            self.assertEqual(read_until_close(s, 8), b"")
+            self.assertLess(time.monotonic() - start, 4.0)
+
+    def test_a_413_reaches_a_client_that_sends_its_whole_body_first(self):
+        # Regression: the server closed with the body unread and the reset
+        # destroyed the 413 before the client read it.
+        self.start_gateway(max_body_bytes=1024)
+        body = b"x" * (8 * 1024 * 1024)
+        with socket.create_connection((HOST, self.sluice.port), timeout=10) as s:
+            s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                      % len(body))
+            s.sendall(body)  # all of it before reading anything
+            r = parse_raw_response(read_until_close(s, 10))
+        self.assertEqual(r.status, 413, r)
+        self.assertEqual(self.upstream.count(), 0)
+
+
+class DecisionBodyTest(SluiceTestCase):
+    def test_a_deeply_nested_body_is_refused_before_it_is_parsed(self):
+        # Regression: 1,048,000 '[' cost ~90 MB and 0.24 s of event-loop time.
+        self.start_sluice(server_block() + """\
+policies:
+  - name: p
+    limits: [{algorithm: gcra, rate: 10/s}]
+""")
+        with open("/proc/%d/status" % self.sluice.proc.pid) as f:
+            rss_before = int([l for l in f if l.startswith("VmRSS")][0].split()[1])
+        body = b"[" * 1048000
+        start = time.monotonic()
+        r = request(self.sluice.port, "POST", "/v1/check", body=body)
+        elapsed = time.monotonic() - start
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("deeper than 8 levels", r.json()["detail"])
+        with open("/proc/%d/status" % self.sluice.proc.pid) as f:
+            rss_after = int([l for l in f if l.startswith("VmRSS")][0].split()[1])
+        self.assertLess(rss_after - rss_before, 16 * 1024, "RSS grew by %d KiB" % (
+            rss_after - rss_before))
+        self.assertLess(elapsed, 1.0)
+        # A batch, two levels deep, is still fine.
+        r = request(self.sluice.port, "POST", "/v1/check",
+                    body=[{"policy": "p", "key": "k"}, {"policy": "p", "key": "[[{{"}])
+        self.assertEqual(r.status, 200, r)
+
+
+class ReloadTest(SluiceTestCase):
+    CONFIG = server_block() + """\
+policies:
+  - name: p
+    limits: [{algorithm: fixed_window, rate: 3/h}]
+"""
+
+    def test_an_editor_emptying_the_file_for_a_moment_keeps_the_state(self):
+        s = self.start_sluice(self.CONFIG)
+        for _ in range(3):
+            self.assertEqual(self.check("p", "k").status, 200)
+        self.assertEqual(self.check("p", "k").status, 429)
+        with open(s.config_path, "w"):
+            pass  # ": > config.yaml"
+        self.assertIsNotNone(s.wait_for_line(r"event=reload result=failure .*file is empty", 5),
+                             s.output())
+        s.write_config(self.CONFIG + "# rewritten\n")
+        self.assertIsNotNone(s.wait_for_line(r"event=reload result=success", 5), s.output())
+        self.assertEqual(self.check("p", "k").status, 429)
+        # A reload that is refused leaves the policies in force.
+        self.assertEqual(self.check("p", "other").status, 200)
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_connections(port, count):
+    held = []
+    for _ in range(count):
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect((HOST, port))
+        except BlockingIOError:
+            pass
+        held.append(c)
+    return held
+
+
+class OutOfDescriptorsTest(SluiceTestCase):
+    CONFIG = server_block(threads=1) + """\
+policies:
+  - name: p
+    limits: [{algorithm: gcra, rate: 10/s}]
+"""
+
+    def check_until_served(self):
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                return self.check("p", "k")
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def test_connections_beyond_the_file_limit_are_refused_and_admin_stays_reachable(self):
+        def low_fd_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+        s = self.start_sluice(self.CONFIG, preexec_fn=low_fd_limit)
+        self.assertIsNotNone(s.wait_for_line(r"connections per listener are capped at 192", 1),
+                             s.output())
+        held = open_connections(s.port, 400)
+        try:
+            time.sleep(0.5)
+            before = cpu_seconds(s.proc.pid)
+            # The admin listener still answers: descriptors were kept for it.
+            self.assertEqual(request(s.admin_port, "GET", "/healthz", timeout=2).status, 200)
+            time.sleep(1.5)
+            used = cpu_seconds(s.proc.pid) - before
+            self.assertLess(used / 2.0, 0.25, "sluice used %.0f%% of a core" % (100 * used / 2))
+            samples = self.metrics()
+            self.assertGreater(metric_value(samples, "sluice_connections_refused_total"), 0)
+        finally:
+            for c in held:
+                c.close()
+        self.assertEqual(self.check_until_served().status, 200)
+
+    def test_the_accept_loop_backs_off_instead_of_spinning(self):
+        # Regression: with the descriptors used up, accept failed at once, in
+        # a loop, at ~90% of a core. The limit is lowered under the running
+        # process, below what it planned for, so accept does run out.
+        s = self.start_sluice(self.CONFIG)
+        soft, hard = resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE, (64, hard))
+        held = open_connections(s.port, 120)
+        try:
+            time.sleep(0.5)  # let it reach the limit
+            before = cpu_seconds(s.proc.pid)
+            time.sleep(2.0)
+            used = cpu_seconds(s.proc.pid) - before
+            self.assertLess(used / 2.0, 0.25, "sluice used %.0f%% of a core" % (100 * used / 2))
+        finally:
+            for c in held:
+                c.close()
+            resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE, (soft, hard))
+        self.assertEqual(self.check_until_served().status, 200)
+        samples = self.metrics()
+        self.assertGreater(metric_value(samples, "sluice_accept_errors_total",
+                                        listener="main", reason="fd_limit"), 0)
+        self.assertIsNotNone(s.wait_for_line(r"event=accept_error listener=main reason=fd_limit", 1))
+        # Logged once per interval, not once per failure.
+        self.assertEqual(len([l for l in s.lines if "event=accept_error" in l]), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
