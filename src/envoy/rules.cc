@@ -75,6 +75,30 @@ size_t StateKeyLength(std::string_view domain, std::span<const Entry> entries) {
   return n;
 }
 
+// Greedy, with one point to come back to: the last `*` seen takes one more
+// character each time what follows it fails. Time O(|pattern| x |value|) at
+// worst; the pattern comes from the config, the value from the request.
+bool DomainRules::WildcardMatch(std::string_view pattern, std::string_view value) {
+  size_t p = 0, v = 0;
+  size_t star = std::string_view::npos, resume = 0;
+  while (v < value.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = v;
+    } else if (p < pattern.size() && pattern[p] == value[v]) {
+      ++p;
+      ++v;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      v = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
 const Rule* DomainRules::Match(std::span<const Entry> entries) const {
   const Level* level = &root_;
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -85,7 +109,7 @@ const Rule* DomainRules::Match(std::span<const Entry> entries) const {
     const Node* next = nullptr;
     if (auto v = k.by_value.find(Absl(e.value)); v != k.by_value.end()) next = v->second.get();
     for (size_t w = 0; next == nullptr && w < k.wildcards.size(); ++w) {
-      if (e.value.starts_with(k.wildcards[w].first)) next = k.wildcards[w].second.get();
+      if (WildcardMatch(k.wildcards[w].first, e.value)) next = k.wildcards[w].second.get();
     }
     if (next == nullptr) next = k.any.get();
     if (next == nullptr) return nullptr;
@@ -191,8 +215,8 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig
       DomainRules::Level::Key& key = level.keys[d.key];
       if (!d.value) {
         key.any = std::move(node);
-      } else if (d.value->ends_with('*')) {
-        key.wildcards.emplace_back(d.value->substr(0, d.value->size() - 1), std::move(node));
+      } else if (d.value->find('*') != std::string::npos) {
+        key.wildcards.emplace_back(*d.value, std::move(node));
       } else {
         key.by_value[*d.value] = std::move(node);
       }

@@ -4,8 +4,9 @@
 // Matching follows envoyproxy/ratelimit: a request descriptor's entries are
 // walked level by level through the domain's descriptor tree; at each level
 // an entry takes the node with its key and value, else the first wildcard
-// node (value `foo*`) whose prefix the value has, else the node with its key
-// and no value. The rule applies only when its node is reached by the last
+// node, in file order, whose pattern the value matches (a `*` anywhere in a
+// value stands for any run of characters, none included: `foo*`, `*.com`,
+// `foo*bar*baz`), else the node with its key and no value. The rule applies only when its node is reached by the last
 // entry (a 2-entry descriptor never matches a 1-level rule) and the walk
 // does not fall back: a more specific node without a limit hides a less
 // specific one with a limit, as in envoyproxy/ratelimit.
@@ -85,6 +86,9 @@ class DomainRules {
  public:
   // The rule for a request descriptor's entries; null when none applies.
   const Rule* Match(std::span<const Entry> entries) const;
+  // Whether `value` matches `pattern`, where each `*` stands for any run of
+  // characters (none included) and every other character for itself.
+  static bool WildcardMatch(std::string_view pattern, std::string_view value);
   const std::string& domain() const { return domain_; }
 
  private:
@@ -94,7 +98,7 @@ class DomainRules {
     // key -> its nodes at this level
     struct Key {
       absl::flat_hash_map<std::string, std::unique_ptr<Node>> by_value;
-      std::vector<std::pair<std::string, std::unique_ptr<Node>>> wildcards;  // prefix, node
+      std::vector<std::pair<std::string, std::unique_ptr<Node>>> wildcards;  // pattern, node
       std::unique_ptr<Node> any;
     };
     absl::flat_hash_map<std::string, Key> keys;

@@ -70,6 +70,59 @@ TEST_F(RulesTest, MostSpecificNodeWins) {
   EXPECT_EQ(match({{"other", "zzz"}}), "(none)");
 }
 
+TEST(WildcardMatch, StarAnywhereStandsForAnyRun) {
+  // envoyproxy/ratelimit's own examples: a mid-value `*`, and several.
+  for (std::string_view v : {"barab", "barb", "bar123b"}) {
+    EXPECT_TRUE(DomainRules::WildcardMatch("bar*b", v)) << v;
+  }
+  EXPECT_FALSE(DomainRules::WildcardMatch("bar*b", "bar"));
+  EXPECT_FALSE(DomainRules::WildcardMatch("bar*b", "barbx"));
+  EXPECT_FALSE(DomainRules::WildcardMatch("bar*b", "xbarb"));
+  for (std::string_view v : {"foo123bar456baz", "foobarbaz", "foobarbarbaz"}) {
+    EXPECT_TRUE(DomainRules::WildcardMatch("foo*bar*baz", v)) << v;
+  }
+  EXPECT_FALSE(DomainRules::WildcardMatch("foo*bar*baz", "foobaz"));
+  EXPECT_FALSE(DomainRules::WildcardMatch("foo*bar*baz", "foo123bar456ba"));
+  EXPECT_TRUE(DomainRules::WildcardMatch("*.example.com", "api.example.com"));
+  EXPECT_FALSE(DomainRules::WildcardMatch("*.example.com", "example.com"));
+  EXPECT_TRUE(DomainRules::WildcardMatch("foo*", "foo"));
+  EXPECT_TRUE(DomainRules::WildcardMatch("*", ""));
+  EXPECT_TRUE(DomainRules::WildcardMatch("a**b", "ab"));
+  EXPECT_FALSE(DomainRules::WildcardMatch("", "a"));
+  // A long value against a pattern that backtracks: still answered.
+  EXPECT_FALSE(DomainRules::WildcardMatch("*a*a*a*a*b", std::string(100'000, 'a')));
+}
+
+TEST_F(RulesTest, MidValueWildcardsLimitWhatTheyMatchFirstInFileOrder) {
+  // Regression: a `*` inside a value loaded and then matched only itself,
+  // so a migrated rule limited nothing.
+  std::shared_ptr<const RuleSet> set = Build(R"(
+domain: w
+descriptors:
+  - key: k
+    value: bar*b
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: foo*bar*baz
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: k
+    value: foo*
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: k
+    value: foobarbaz
+    rate_limit: {unit: second, requests_per_unit: 4}
+)");
+  const DomainRules* d = set->Find("w");
+  ASSERT_NE(d, nullptr);
+  auto match = [&](std::vector<Entry> entries) { return NameOf(d->Match(entries)); };
+  EXPECT_EQ(match({{"k", "bar123b"}}), "w.k_bar*b");
+  EXPECT_EQ(match({{"k", "barb"}}), "w.k_bar*b");
+  EXPECT_EQ(match({{"k", "foo123bar456baz"}}), "w.k_foo*bar*baz");  // before foo*: file order
+  EXPECT_EQ(match({{"k", "foo1"}}), "w.k_foo*");
+  EXPECT_EQ(match({{"k", "foobarbaz"}}), "w.k_foobarbaz");  // an exact value before any wildcard
+  EXPECT_EQ(match({{"k", "bar"}}), "(none)");
+}
+
 TEST_F(RulesTest, DepthMustMatchAndSpecificNodesDoNotFallBack) {
   std::shared_ptr<const RuleSet> set = Build(kRules);
   const DomainRules* d = set->Find("d");
