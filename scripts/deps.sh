@@ -15,6 +15,7 @@ SLUICE_BUILD_PACKAGES=(
   zlib1g-dev       # sluice replay reads gzip access logs
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # the Envoy RLS API
   libhiredis-dev   # the Redis store's client
+  libssl-dev       # SHA-256 of over-long keys (libcrypto)
 )
 SLUICE_TEST_PACKAGES=(
   libgtest-dev libgmock-dev googletest

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "sluice/algorithm.h"
+#include "sluice/limiter.h"
 #include "sluice/store/redis_store.h"
 #include "sluice/time.h"
 
@@ -147,6 +148,9 @@ struct PolicyConfig {
   bool shadow = false;
   DenyConfig on_deny;
   StoreErrorMode on_store_error = StoreErrorMode::kAllow;
+  // A key over 1024 bytes (a long header value, say): decided under its
+  // SHA-256, or refused with 400. Never an error a store failure mode decides.
+  LongKeys long_keys = LongKeys::kHash;
   friend bool operator==(const PolicyConfig&, const PolicyConfig&) = default;
 };
 

@@ -53,6 +53,17 @@ enum class OnStoreError {
   kLocal,  // the remote limits are decided by in-process limits of the same shape
 };
 
+// What a decision does with a key longer than kMaxKeyLength (1024 bytes).
+// Keys are often client-chosen (an API key, a bearer token), so such a key is
+// never an error that a store failure mode could turn into a pass.
+enum class LongKeys {
+  // Decided under "sha256:" and the key's SHA-256 in hex (71 bytes): the
+  // same on every instance, so a fleet shares it; distinct long keys keep
+  // distinct state.
+  kHash,
+  kRefuse,  // InvalidArgument ("key of N bytes is longer than ..."): a 400
+};
+
 struct LimiterOptions {
   // Names the policy in errors (and, in the server, in headers and metrics).
   // A remote store puts it in its keys: limiters of one name share state.
@@ -64,6 +75,7 @@ struct LimiterOptions {
   // per limiter. Each store must outlive the Limiter.
   std::vector<Store*> stores;
   OnStoreError on_store_error = OnStoreError::kAllow;
+  LongKeys long_keys = LongKeys::kHash;
   // Read once per call. Default: SystemClock::Default(). Must outlive the Limiter.
   const Clock* clock = nullptr;
 };
@@ -152,6 +164,10 @@ class Limiter {
   std::vector<LimitTable*> remote_tables_;  // the same, as DecideBatch wants them
   std::optional<size_t> local_shape_;
   OnStoreError on_store_error_ = OnStoreError::kAllow;
+  LongKeys long_keys_ = LongKeys::kHash;
+  // The key to decide under: `key`, or for a long one its hash (kept in
+  // `storage`) or an error.
+  absl::StatusOr<std::string_view> FitKey(std::string_view key, std::string& storage) const;
   std::vector<std::shared_ptr<LimitTable>> fallback_;  // kLocal: per limit, null if local
 
   struct Pending;

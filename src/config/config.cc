@@ -767,7 +767,7 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
     return Fail(v, Cat("expected a policy (a map with name and limits), got ", DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f = ReadMap(v, {"name", "match", "key", "on_missing_key", "limits",
-                                         "shadow", "on_deny", "on_store_error"});
+                                         "shadow", "on_deny", "on_store_error", "long_keys"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -813,6 +813,11 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
     static constexpr StoreErrorMode kModes[] = {StoreErrorMode::kAllow, StoreErrorMode::kDeny,
                                                 StoreErrorMode::kLocal};
     out.on_store_error = kModes[choice];
+  }
+  if (const Value* x = f->Find("long_keys")) {
+    size_t choice = 0;
+    SLUICE_RETURN_IF_ERROR(ReadChoice(*x, {"hash", "refuse"}, choice));
+    out.long_keys = choice == 0 ? LongKeys::kHash : LongKeys::kRefuse;
   }
   return absl::OkStatus();
 }

@@ -282,7 +282,7 @@ TEST(ConfigErrors, YamlSyntaxErrorGivesLineAndColumn) {
 TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
   EXPECT_EQ(ErrorOf("policies:\n  - name: p\n    limts: []\n"),
             "t.yaml:3: policies[0].limts: unknown key (expected one of: name, match, key, "
-            "on_missing_key, limits, shadow, on_deny, on_store_error)");
+            "on_missing_key, limits, shadow, on_deny, on_store_error, long_keys)");
   EXPECT_EQ(ErrorOf("servr:\n  threads: 2\n"),
             "t.yaml:1: servr: unknown key (expected one of: server, store, trusted_proxies, "
             "real_ip_header, routes, policies, grpc, envoy, envoy_files)");
@@ -761,6 +761,16 @@ TEST(RealIpHeader, DefaultsToXForwardedForAndNeedsTrustedProxies) {
             "those peers");
   EXPECT_EQ(ErrorOf("trusted_proxies: [127.0.0.1]\nreal_ip_header: \"X Real\"\n"),
             "t.yaml:2: real_ip_header: \"X Real\" is not a header name");
+}
+
+TEST(LongKeys, HashByDefaultOrRefuse) {
+  const Config config = Load(
+      "policies:\n  - {name: a, limits: [{algorithm: gcra, rate: 1/s}]}\n"
+      "  - {name: b, long_keys: refuse, limits: [{algorithm: gcra, rate: 1/s}]}\n");
+  EXPECT_EQ(config.policies[0].long_keys, LongKeys::kHash);
+  EXPECT_EQ(config.policies[1].long_keys, LongKeys::kRefuse);
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, long_keys: cut, limits: [{algorithm: gcra, rate: 1/s}]}\n"),
+            "t.yaml:2: policies[0].long_keys: expected one of: hash, refuse; got \"cut\"");
 }
 
 TEST(ServerTimeouts, HugeValuesAreRefusedWithTheBound) {

@@ -62,6 +62,7 @@ using Code = rls::RateLimitResponse::Code;
 // the service do unbounded work.
 constexpr int kMaxDescriptors = 256;
 constexpr int kMaxEntries = 64;
+constexpr size_t kMaxStateKeyBytes = 64 * 1024;  // longer keys are hashed, see Decide
 
 grpc::StatusCode ToGrpc(absl::StatusCode code) {
   switch (code) {
@@ -219,10 +220,15 @@ class Service final : public rls::RateLimitService::CallbackService {
         }
         entries.push_back({d.entries(e).key(), d.entries(e).value()});
       }
+      // Keys over kMaxKeyLength are decided under their SHA-256 (the rules'
+      // limiters hash them), so a long value is limited like any other; an
+      // INVALID_ARGUMENT here would let Envoy's default failure mode admit
+      // it. Beyond this bound (Envoy's own header limit is 60 KiB) the
+      // descriptor is malformed.
       const size_t key_length = StateKeyLength(request.domain(), entries);
-      if (key_length > kMaxKeyLength) {
+      if (key_length > kMaxStateKeyBytes) {
         return Invalid(Cat("descriptors[", i, "]: the domain and entries make a key of ", key_length,
-                           " bytes, the most is ", kMaxKeyLength));
+                           " bytes, the most is ", kMaxStateKeyBytes));
       }
       item.cost = request_cost;
       if (d.has_hits_addend()) {

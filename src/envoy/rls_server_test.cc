@@ -199,6 +199,17 @@ TEST_F(RlsTest, WildcardValuesGiveEachValueItsOwnState) {
   EXPECT_EQ(Ok("api", team("bob")).statuses(0).current_limit().name(), "per_user");
 }
 
+TEST_F(RlsTest, ALongValueIsLimitedLikeAnyOther) {
+  // Regression: a descriptor whose key passed 1024 bytes was INVALID_ARGUMENT,
+  // which Envoy's default failure mode admits: a long header value escaped
+  // every limit. It is now decided under its SHA-256.
+  const std::vector<Entries> jwt = {{{"remote_address", std::string(2000, 'x')}}};
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Ok("edge", jwt).overall_code(), Response::OK);
+  EXPECT_EQ(Ok("edge", jwt).overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(Ok("edge", {{{"remote_address", std::string(2000, 'y')}}}).overall_code(),
+            Response::OK);
+}
+
 TEST_F(RlsTest, ShadowModeCountsButNeverDenies) {
   const std::vector<Entries> trial = {{{"service", "orders"}, {"user", "user-a"}}};
   const Response first = Ok("api", trial);
@@ -314,7 +325,7 @@ TEST_F(RlsTest, MalformedRequestsAreInvalidArgument) {
   cases.push_back({Request("edge", {{}}), "descriptors[0]: entries must not be empty"});
   cases.push_back({Request("edge", {{{"k", "v"}}, {{"", "v"}}}),
                    "descriptors[1].entries[0]: key must not be empty"});
-  cases.push_back({Request("edge", {{{"remote_address", std::string(2000, 'x')}}}),
+  cases.push_back({Request("edge", {{{"remote_address", std::string(70'000, 'x')}}}),
                    "descriptors[0]: the domain and entries make a key of"});
   rls::RateLimitRequest huge = Request("edge", {{{"remote_address", "10.0.0.1"}}});
   huge.mutable_descriptors(0)->mutable_hits_addend()->set_value(uint64_t{1} << 63);

@@ -1,5 +1,7 @@
 #include "sluice/limiter.h"
 
+#include <openssl/sha.h>
+
 #include <algorithm>
 #include <future>
 
@@ -9,11 +11,38 @@ namespace sluice {
 
 using internal::Cat;
 
+absl::StatusOr<std::string_view> Limiter::FitKey(std::string_view key,
+                                                 std::string& storage) const {
+  if (key.size() <= kMaxKeyLength) return key;
+  if (long_keys_ == LongKeys::kRefuse) return ValidateKey(key);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
+  static constexpr char kHex[] = "0123456789abcdef";
+  storage = "sha256:";
+  for (unsigned char b : digest) {
+    storage.push_back(kHex[b >> 4]);
+    storage.push_back(kHex[b & 15]);
+  }
+  return std::string_view(storage);
+}
+
+// Every public entry point fits its key first (see LongKeys); `fail` turns
+// the error into that entry point's answer.
+#define SLUICE_FIT_KEY(key, fail)                                           \
+  std::string fitted_storage_;                                              \
+  if (absl::StatusOr<std::string_view> fitted_ = FitKey(key, fitted_storage_); \
+      !fitted_.ok()) {                                                      \
+    return fail(fitted_.status());                                          \
+  } else {                                                                  \
+    key = *fitted_;                                                         \
+  }
+
 absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOptions options) {
   std::unique_ptr<Limiter> limiter(new Limiter());
   limiter->name_ = options.name;
   limiter->clock_ = options.clock != nullptr ? options.clock : &SystemClock::Default();
   limiter->on_store_error_ = options.on_store_error;
+  limiter->long_keys_ = options.long_keys;
   if (options.limits.empty()) {
     return absl::InvalidArgumentError(Cat("policy \"", options.name, "\": no limits"));
   }
@@ -126,6 +155,7 @@ T Wait(const std::function<void(std::function<void(T)>)>& start) {
 }  // namespace
 
 absl::StatusOr<PolicyDecision> Limiter::AcquireAt(std::string_view key, Time now, int64_t cost) {
+  SLUICE_FIT_KEY(key, absl::StatusOr<PolicyDecision>)
   if (cost < 0) {
     return absl::InvalidArgumentError(Cat("cost must not be negative, got ", cost));
   }
@@ -198,6 +228,7 @@ struct Limiter::Pending {
 };
 
 void Limiter::AcquireAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done) {
+  SLUICE_FIT_KEY(key, done)
   if (remote_ == nullptr) return done(AcquireAt(key, now, cost));
   if (cost < 0) {
     return done(absl::InvalidArgumentError(Cat("cost must not be negative, got ", cost)));
@@ -232,6 +263,7 @@ void Limiter::AcquireAsync(std::string_view key, Time now, int64_t cost, Decisio
 }
 
 void Limiter::CheckAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done) {
+  SLUICE_FIT_KEY(key, done)
   if (cost < 0) {
     return done(absl::InvalidArgumentError(Cat("cost must not be negative, got ", cost)));
   }
@@ -348,6 +380,7 @@ void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> r
 }
 
 absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, int64_t cost) {
+  SLUICE_FIT_KEY(key, absl::Status)
   if (remote_ == nullptr) return Refund(key, taken.taken_at, cost);
   absl::Status result;
   for (size_t i : order_) {
@@ -370,6 +403,7 @@ absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, 
 }
 
 absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) {
+  SLUICE_FIT_KEY(key, absl::Status)
   if (remote_ != nullptr) {
     PolicyDecision taken;
     taken.taken_at = taken.store_time = taken_at;
@@ -384,6 +418,7 @@ absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) 
 }
 
 void Limiter::InspectAsync(std::string_view key, Time now, int64_t cost, InspectCallback done) {
+  SLUICE_FIT_KEY(key, done)
   std::vector<Decision> out(configs_.size());
   for (size_t i = 0; i < tables_.size(); ++i) {
     if (is_remote_[i]) {

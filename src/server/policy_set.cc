@@ -207,10 +207,11 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
     policy.config_ = pc;
     const Policy* before = previous != nullptr ? previous->Find(pc.name) : nullptr;
     if (before != nullptr && before->config_.limits == pc.limits &&
-        before->config_.on_store_error == pc.on_store_error) {
+        before->config_.on_store_error == pc.on_store_error &&
+        before->config_.long_keys == pc.long_keys) {
       policy.limiter_ = before->limiter_;  // same limits: keep the keys' state
     } else {
-      LimiterOptions options{.name = pc.name, .clock = &clock};
+      LimiterOptions options{.name = pc.name, .long_keys = pc.long_keys, .clock = &clock};
       switch (pc.on_store_error) {
         case StoreErrorMode::kAllow: options.on_store_error = OnStoreError::kAllow; break;
         case StoreErrorMode::kDeny: options.on_store_error = OnStoreError::kDeny; break;

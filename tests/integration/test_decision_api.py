@@ -23,6 +23,10 @@ policies:
     limits:
       - {algorithm: token_bucket, rate: 1/h, burst: 1}
     on_deny: {retry_after_jitter: 4s}
+  - name: strict
+    long_keys: refuse
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
   - name: fw
     limits:
       - {algorithm: fixed_window, rate: 3/min}
@@ -369,12 +373,19 @@ class DecisionApiTest(SluiceTestCase):
         self.assert_rejected({"policy": "tb", "key": "k", "cost": 10 ** 30}, 400)
         self.assert_rejected({"policy": "tb", "key": "k", "cost": 2 ** 63 - 1}, 400)
 
-    def test_key_longer_than_1024_bytes_is_400(self):
-        self.assert_rejected({"policy": "tb", "key": "k" * 1025}, 400)
+    def test_key_longer_than_1024_bytes_is_hashed_and_limited(self):
+        # long_keys: hash (the default): decided under the key's SHA-256.
+        for _ in range(3):
+            self.assertEqual(self.check("tb", "k" * 1025).status, 200)
+        self.assertEqual(self.check("tb", "k" * 1025).status, 429)
+        self.assertEqual(self.check("tb", "k" * 1024 + "j").status, 200)  # its own state
+
+    def test_key_longer_than_1024_bytes_is_400_with_long_keys_refuse(self):
+        self.assert_rejected({"policy": "strict", "key": "k" * 1025}, 400)
         # Bytes, not characters: 513 two-byte characters are 1026 bytes.
-        self.assert_rejected({"policy": "tb", "key": "\u00e9" * 513}, 400)
+        self.assert_rejected({"policy": "strict", "key": "\u00e9" * 513}, 400)
         # 1024 bytes is fine.
-        self.assertEqual(self.check("tb", "k" * 1024).status, 200)
+        self.assertEqual(self.check("strict", "k" * 1024).status, 200)
 
     def test_unknown_field_is_400(self):
         problem = self.assert_rejected({"policy": "tb", "key": "k", "weight": 1}, 400)

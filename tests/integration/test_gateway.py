@@ -384,11 +384,26 @@ class GatewayTest(SluiceTestCase):
         same = {"X-Api-Key": "203.0.113.1", "X-Forwarded-For": "203.0.113.1"}
         self.assertEqual(self.get("/k", headers=same).status, 200)
 
+    def test_api_key_longer_than_key_limit_is_hashed_and_limited(self):
+        self.start("""\
+  - name: api
+    match: {path_prefix: /}
+    key: ["header:X-Api-Key"]
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 2}
+""")
+        long_key = {"X-Api-Key": "k" * 2000}
+        codes = [self.get("/long", headers=long_key).status for _ in range(3)]
+        self.assertEqual(codes, [200, 200, 429])
+        self.assertEqual(self.up.count("/long"), 2)
+        self.assertEqual(self.get("/long", headers={"X-Api-Key": "k" * 1999 + "j"}).status, 200)
+
     def test_api_key_longer_than_key_limit_is_rejected_not_forwarded(self):
         self.start("""\
   - name: api
     match: {path_prefix: /}
     key: ["header:X-Api-Key"]
+    long_keys: refuse
     limits:
       - {algorithm: token_bucket, rate: 1/h, burst: 5}
 """)
