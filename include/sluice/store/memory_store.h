@@ -5,14 +5,17 @@
 // no lock is global. Keys of up to 15 bytes are stored inline (16 bytes per
 // key); longer keys cost one extra allocation.
 //
-// Bounded: the store as a whole holds at most `max_keys` keys across all its
-// tables. When a new key would pass the bound, the store first drops keys
-// whose state is back to fresh (a full bucket, empty windows: dropping them
-// changes no decision). Only if that frees too little does it evict keys
-// that are not fresh, those closest to fresh first; these forced evictions
-// hand the key a fresh state, so they are counted (stats().forced_evictions)
-// and should stay at zero in a well-sized deployment. Each pass frees at
-// least 1/16 of max_keys, so its cost is spread over many inserts.
+// Bounded: the store as a whole never holds more than `max_keys` keys across
+// all its tables (a slot is reserved before a key is inserted). From 15/16
+// of the bound on, the store drops keys whose state is back to fresh (a full
+// bucket, empty windows: dropping them changes no decision). Only if that
+// frees too little and the store fills does it evict keys that are not
+// fresh, those closest to fresh first; these forced evictions hand the key a
+// fresh state, so they are counted (stats().forced_evictions) and should
+// stay at zero in a well-sized deployment. This work is done in small slices
+// paid by the inserts, so no decision waits for a pass over all keys (a
+// decision spends at most a few slices of ~1,000 keys, well under a
+// millisecond, on it).
 //
 // Thread-safety: all methods, from any number of threads.
 //
@@ -34,14 +37,15 @@ struct MemoryStoreOptions {
 };
 
 struct MemoryStoreStats {
-  int64_t keys = 0;              // keys held now
+  int64_t keys = 0;              // keys held now (with the inserts under way)
   int64_t fresh_evictions = 0;   // keys dropped because their state was fresh
   int64_t forced_evictions = 0;  // keys dropped while not fresh (memory ran out)
-  int64_t reclaim_passes = 0;    // times the bound was reached
+  int64_t reclaim_passes = 0;    // sweeps started (the store passed 15/16 of max_keys)
 };
 
 namespace internal {
 class KeyBudget;
+struct MemoryStoreTestPeer;
 }
 
 class MemoryStore final : public Store {
@@ -57,6 +61,7 @@ class MemoryStore final : public Store {
   const MemoryStoreOptions& options() const { return options_; }
 
  private:
+  friend struct internal::MemoryStoreTestPeer;
   MemoryStoreOptions options_;
   std::shared_ptr<internal::KeyBudget> budget_;
 };

@@ -1,61 +1,210 @@
 #include "store/memory/key_budget.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sluice::internal {
+namespace {
+
+// The inserts that owe the sweep add their visits to a debt, paid by
+// whichever insert brings it to this many: one lock round trip per chunk of
+// visits, not per insert.
+constexpr int64_t kPayChunk = 256;
+
+}  // namespace
+
+void FreshAtSample::Reset(int64_t keys) {
+  stride_ = std::max<int64_t>(1, keys / static_cast<int64_t>(kSampleSize));
+  countdown_ = stride_;
+  next_ = 0;
+  values_.clear();
+}
+
+int64_t FreshAtSample::Quantile(double fraction) const {
+  if (values_.empty()) return INT64_MAX;
+  std::vector<int64_t> sorted = values_;
+  const auto n = static_cast<double>(sorted.size());
+  const auto k = static_cast<size_t>(std::clamp(std::ceil(fraction * n), 1.0, n)) - 1;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(k), sorted.end());
+  return sorted[k];
+}
+
+KeyBudget::KeyBudget(int64_t max_keys)
+    : max_keys_(max_keys), low_keys_(max_keys - std::max<int64_t>(1, max_keys / 16)) {}
 
 void KeyBudget::Register(ReclaimableTable* table) {
-  std::lock_guard lock(tables_mu_);
+  std::lock_guard lock(mu_);
   tables_.push_back(table);
 }
 
 void KeyBudget::Unregister(ReclaimableTable* table) {
-  std::lock_guard lock(tables_mu_);
-  std::erase(tables_, table);
+  std::lock_guard lock(mu_);
+  const auto it = std::find(tables_.begin(), tables_.end(), table);
+  if (it == tables_.end()) return;
+  const auto index = static_cast<size_t>(it - tables_.begin());
+  tables_.erase(it);
+  if (index < table_) {
+    --table_;
+  } else if (index == table_) {
+    cursor_.shard = 0;  // the next table, from its start
+    cursor_.has_resume = false;
+  }
 }
 
-void KeyBudget::Reclaim(Time now) {
-  std::unique_lock reclaiming(reclaim_mu_, std::try_to_lock);
-  if (!reclaiming.owns_lock()) return;  // another thread is making room
-  const int64_t keys = keys_.load(std::memory_order_relaxed);
-  if (keys < max_keys_) return;
+void KeyBudget::PaySweep(Time now) {
+  const Phase phase = phase_.load(std::memory_order_relaxed);
+  if (phase == Phase::kArmed) return;  // nothing to do unless the store fills
+  if (phase == Phase::kIdle) {
+    std::lock_guard lock(mu_);
+    if (phase_.load(std::memory_order_relaxed) == Phase::kIdle && keys() > low_keys_) {
+      StartSweepLocked(keys());
+    }
+    return;
+  }
+  const int64_t pace = pace_.load(std::memory_order_relaxed);
+  if (sweep_debt_.fetch_add(pace, std::memory_order_relaxed) + pace < kPayChunk) return;
+  std::lock_guard lock(mu_);
+  int64_t visits = sweep_debt_.exchange(0, std::memory_order_relaxed);
+  if (visits <= 0) return;  // paid meanwhile
+  if (visits > kSliceVisits) {
+    sweep_debt_.fetch_add(visits - kSliceVisits, std::memory_order_relaxed);
+    visits = kSliceVisits;
+  }
+  SliceLocked(now, visits);
+}
+
+bool KeyBudget::MakeRoom(Time now) {
+  std::lock_guard lock(mu_);
+  for (int slice = 0; slice < kMaxSlicesPerDecision; ++slice) {
+    if (TryReserveLocked()) return true;
+    switch (phase_.load(std::memory_order_relaxed)) {
+      case Phase::kIdle:
+        StartSweepLocked(keys());
+        break;
+      case Phase::kArmed:
+        StartEvictingLocked(now);
+        break;
+      case Phase::kFresh:
+      case Phase::kEvicting:
+        break;
+    }
+    SliceLocked(now, kSliceVisits);
+  }
+  return TryReserveLocked();
+}
+
+void KeyBudget::StartSweepLocked(int64_t keys) {
+  phase_.store(Phase::kFresh, std::memory_order_relaxed);
   reclaim_passes_.fetch_add(1, std::memory_order_relaxed);
-  // Free 1/16 of the budget per pass, so that a pass, which walks every key,
-  // is paid for by max_keys/16 inserts.
-  const int64_t want = keys - (max_keys_ - std::max<int64_t>(1, max_keys_ / 16));
+  const auto shards = static_cast<int64_t>(ReclaimableTable::kShards * tables_.size());
+  shards_left_ = shards;
+  cursor_.has_resume = false;  // walk the current shard whole, from its start
+  sample_.Reset(keys);
+  // Pacing: the inserts from 15/16 to full owe twice the walk (every key and
+  // every shard), so it ends halfway, before the store can be full.
+  const int64_t zone = max_keys_ - low_keys_;
+  pace_.store(std::clamp<int64_t>((2 * (keys + shards) + zone - 1) / zone, 1, kSliceVisits),
+              std::memory_order_relaxed);
+  sweep_debt_.store(0, std::memory_order_relaxed);
+}
 
-  std::lock_guard lock(tables_mu_);
-  // 1. Keys whose state is fresh: dropping them changes no decision.
-  int64_t freed = 0;
-  for (ReclaimableTable* table : tables_) freed += table->DropFresh(now);
-  fresh_evictions_.fetch_add(freed, std::memory_order_relaxed);
-  if (freed >= want) return;
+void KeyBudget::StartEvictingLocked(Time now) {
+  phase_.store(Phase::kEvicting, std::memory_order_relaxed);
+  // The candidates are the keys closest to fresh, a quarter more of them than
+  // the excess over 15/16 (the sample is only a sample). Inserts go on
+  // meanwhile, so the walk is paced four times faster than the fresh sweep:
+  // each insert then frees several keys, and the store is back at 15/16
+  // before the walk has used up the candidates (it stops there).
+  const int64_t keys_now = std::max<int64_t>(1, keys());
+  evict_fraction_ = std::clamp(1.25 * static_cast<double>(keys_now - low_keys_) /
+                                   static_cast<double>(keys_now),
+                               1.0 / FreshAtSample::kSampleSize, 1.0);
+  threshold_us_ = std::max(now.unix_micros(), sample_.Quantile(evict_fraction_));
+  shards_left_ = static_cast<int64_t>(ReclaimableTable::kShards * tables_.size());
+  pace_.store(std::min(kSliceVisits, 4 * pace_.load(std::memory_order_relaxed)),
+              std::memory_order_relaxed);
+  sweep_debt_.store(0, std::memory_order_relaxed);
+}
 
-  // 2. Not enough: memory truly ran out. Evict those closest to fresh, with
-  // the threshold taken from a sample so the pass stays one walk.
-  std::vector<int64_t> sample;
-  for (ReclaimableTable* table : tables_) table->SampleFreshAt(sample, 8);
+void KeyBudget::WidenEvictionLocked() {
+  evict_fraction_ = std::min(1.0, 2 * evict_fraction_);
+  threshold_us_ = evict_fraction_ >= 1.0
+                      ? INT64_MAX
+                      : std::max(threshold_us_, sample_.Quantile(evict_fraction_));
+}
+
+void KeyBudget::SliceLocked(Time now, int64_t visits) {
+  const Phase phase = phase_.load(std::memory_order_relaxed);
+  if (phase != Phase::kFresh && phase != Phase::kEvicting) return;
+  if (tables_.empty()) return;
+  const bool evicting = phase == Phase::kEvicting;
+  SweepRule rule{.now = now,
+                 .drop_at_or_before_us =
+                     evicting ? std::max(now.unix_micros(), threshold_us_) : now.unix_micros()};
+  int64_t visited = 0;
+  int64_t dropped = 0;
   int64_t forced = 0;
-  int64_t evicted = 0;
-  if (!sample.empty()) {
-    std::sort(sample.begin(), sample.end());
-    const int64_t remaining_keys = std::max<int64_t>(1, keys - freed);
-    const size_t k = std::clamp<size_t>(
-        static_cast<size_t>((want - freed) * static_cast<int64_t>(sample.size()) / remaining_keys),
-        1, sample.size());
-    const int64_t threshold = sample[k - 1];
-    for (ReclaimableTable* table : tables_) {
-      if (freed + evicted >= want) break;
-      evicted += table->DropFreshBefore(now, threshold, want - freed - evicted, forced);
+  Phase next = phase;
+  while (visits > 0) {
+    int64_t max_drops = INT64_MAX;
+    if (evicting) {
+      max_drops = keys() - low_keys_;
+      if (max_drops <= 0) break;
+    }
+    if (table_ >= tables_.size()) {
+      table_ = 0;
+      cursor_.shard = 0;
+      cursor_.has_resume = false;
+    }
+    const SweepProgress p = tables_[table_]->Sweep(cursor_, rule, visits, max_drops, sample_);
+    visits -= p.visits;
+    visited += p.visits;
+    dropped += p.dropped;
+    forced += p.forced;
+    Removed(p.dropped);
+    shards_left_ -= p.shards_done;
+    if (cursor_.shard >= ReclaimableTable::kShards) {
+      ++table_;
+      cursor_.shard = 0;
+      cursor_.has_resume = false;
+    }
+    if (shards_left_ > 0) continue;
+    // A whole walk over every shard is done.
+    if (!evicting) {
+      // Every key has been looked at and the fresh ones dropped. If that was
+      // not enough, memory truly runs out: evict, but only once the store is
+      // full.
+      next = keys() > low_keys_ ? Phase::kArmed : Phase::kIdle;
+      break;
+    }
+    // Evicting, and a whole walk found too few keys at or before the
+    // threshold (the sample was off, or ties): widen it and walk again.
+    WidenEvictionLocked();
+    rule.drop_at_or_before_us = std::max(now.unix_micros(), threshold_us_);
+    shards_left_ = static_cast<int64_t>(ReclaimableTable::kShards * tables_.size());
+  }
+  if (evicting) {
+    if (keys() <= low_keys_) {
+      next = Phase::kIdle;
+    } else if (dropped == 0 && visited >= kSliceVisits / 4) {
+      // A quarter slice with nothing at or before the threshold, where about
+      // one key in 16 should be: the threshold is stale (the sampled keys
+      // were used since). Take it from the latest sample, wider.
+      WidenEvictionLocked();
     }
   }
-  // 3. Ties at the threshold can leave us short: take any key.
-  for (ReclaimableTable* table : tables_) {
-    if (freed + evicted >= want) break;
-    evicted += table->DropFreshBefore(now, INT64_MAX, want - freed - evicted, forced);
-  }
+  phase_.store(next, std::memory_order_relaxed);
   forced_evictions_.fetch_add(forced, std::memory_order_relaxed);
-  fresh_evictions_.fetch_add(evicted - forced, std::memory_order_relaxed);
+  fresh_evictions_.fetch_add(dropped - forced, std::memory_order_relaxed);
+}
+
+KeyBudget::HeldKeys KeyBudget::CountHeldKeys() {
+  std::lock_guard lock(mu_);
+  for (ReclaimableTable* table : tables_) table->Freeze();
+  HeldKeys count{.held = 0, .slots = keys()};
+  for (ReclaimableTable* table : tables_) count.held += table->KeysWhileFrozen();
+  for (ReclaimableTable* table : tables_) table->Thaw();
+  return count;
 }
 
 MemoryStoreStats KeyBudget::stats() const {

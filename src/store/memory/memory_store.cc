@@ -1,7 +1,9 @@
 #include "sluice/store/memory_store.h"
 
 #include <array>
+#include <iterator>
 #include <mutex>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 
@@ -54,6 +56,7 @@ Decision CheckOnly(const Config& config, State& state, Time now, int64_t cost) {
 
 constexpr int kShardBits = 6;
 constexpr int kShards = 1 << kShardBits;
+static_assert(kShards == ReclaimableTable::kShards);
 
 template <typename Config>
 class MemoryTable final : public LimitTable, public ReclaimableTable {
@@ -88,17 +91,29 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     State state{};
     const Decision d = Apply(config_, state, now, cost);
     if (!d.allowed || cost == 0) return d;
-    if (budget_->Full()) {
+    // The slot is reserved before the key goes in, so the store never holds
+    // more than max_keys keys, however many threads insert at once.
+    KeyBudget::Admission admission = budget_->Reserve();
+    if (admission == KeyBudget::Admission::kFull) {
       lock.unlock();
-      budget_->Reclaim(now);
+      const bool reserved = budget_->MakeRoom(now);  // bounded: a few slices
       lock.lock();
       // Another thread may have created the key meanwhile: decide on its state.
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+        if (reserved) budget_->Removed(1);
         return Apply(config_, it->second, now, cost);
       }
+      if (!reserved) {
+        budget_->NotKept();
+        return d;
+      }
+      admission = KeyBudget::Admission::kAdmitted;
     }
     shard.map.emplace(CompactKey(key), std::move(state));
-    budget_->Added();
+    if (admission == KeyBudget::Admission::kAdmittedSweepDue) {
+      lock.unlock();
+      budget_->PaySweep(now);
+    }
     return d;
   }
 
@@ -129,24 +144,60 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
 
   const LimitConfig& config() const override { return limit_config_; }
 
-  int64_t DropFresh(Time now) override {
-    int64_t unused = 0;
-    return DropWhere(now, now.unix_micros(), INT64_MAX, unused);
-  }
-
-  void SampleFreshAt(std::vector<int64_t>& out, int per_shard) override {
-    for (Shard& shard : shards_) {
+  SweepProgress Sweep(SweepCursor& cursor, const SweepRule& rule, int64_t max_visits,
+                      int64_t max_drops, FreshAtSample& sample) override {
+    SweepProgress progress;
+    const int64_t now_us = rule.now.unix_micros();
+    while (cursor.shard < kShards && progress.visits < max_visits &&
+           progress.dropped < max_drops) {
+      Shard& shard = shards_[cursor.shard];
       std::lock_guard lock(shard.lock);
-      int taken = 0;
-      for (auto it = shard.map.begin(); it != shard.map.end() && taken < per_shard; ++it, ++taken) {
-        out.push_back(FreshAt(config_, it->second).unix_micros());
+      ++progress.visits;  // entering a shard costs a visit, so empty ones are bounded too
+      auto it = shard.map.begin();
+      if (cursor.has_resume) {
+        // Resume after the last key kept. Only the sweep erases keys, so it
+        // is still here; if the shard was rehashed meanwhile, the order
+        // changed and this walk may miss a few keys (the next walk sees them).
+        if (auto last = shard.map.find(std::string_view(cursor.resume)); last != shard.map.end()) {
+          it = std::next(last);
+        }
       }
+      auto last_kept = shard.map.end();
+      while (it != shard.map.end() && progress.visits < max_visits &&
+             progress.dropped < max_drops) {
+        ++progress.visits;
+        const int64_t fresh_at = FreshAt(config_, it->second).unix_micros();
+        if (fresh_at <= rule.drop_at_or_before_us) {
+          if (fresh_at > now_us) ++progress.forced;
+          shard.map.erase(it++);  // erasing leaves other iterators valid
+          ++progress.dropped;
+        } else {
+          sample.Offer(fresh_at);
+          last_kept = it++;
+        }
+      }
+      if (it == shard.map.end()) {
+        ++cursor.shard;
+        cursor.has_resume = false;
+        ++progress.shards_done;
+      } else if (last_kept != shard.map.end()) {
+        cursor.resume.assign(last_kept->first.view());
+        cursor.has_resume = true;
+      }  // else all visited were dropped: resume where this slice resumed
     }
+    return progress;
   }
 
-  int64_t DropFreshBefore(Time now, int64_t threshold_us, int64_t want,
-                          int64_t& forced) override {
-    return DropWhere(now, threshold_us, want, forced);
+  void Freeze() override {
+    for (Shard& shard : shards_) shard.lock.lock();
+  }
+  int64_t KeysWhileFrozen() const override {
+    int64_t held = 0;
+    for (const Shard& shard : shards_) held += static_cast<int64_t>(shard.map.size());
+    return held;
+  }
+  void Thaw() override {
+    for (Shard& shard : shards_) shard.lock.unlock();
   }
 
  private:
@@ -158,27 +209,6 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   };
 
   Shard& ShardFor(size_t hash) { return shards_[hash >> (64 - kShardBits)]; }
-
-  // Erases keys with FreshAt <= threshold until `want` are gone.
-  int64_t DropWhere(Time now, int64_t threshold_us, int64_t want, int64_t& forced) {
-    int64_t dropped = 0;
-    for (Shard& shard : shards_) {
-      if (dropped >= want) break;
-      std::lock_guard lock(shard.lock);
-      for (auto it = shard.map.begin(); it != shard.map.end() && dropped < want;) {
-        const int64_t fresh_at = FreshAt(config_, it->second).unix_micros();
-        if (fresh_at <= threshold_us) {
-          if (fresh_at > now.unix_micros()) ++forced;
-          shard.map.erase(it++);  // erasing leaves other iterators valid
-          ++dropped;
-        } else {
-          ++it;
-        }
-      }
-    }
-    budget_->Removed(dropped);
-    return dropped;
-  }
 
   const LimitConfig limit_config_;
   const Config& config_;

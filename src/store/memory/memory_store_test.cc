@@ -145,6 +145,37 @@ TEST(MemoryStore, ForcedEvictionsAreCountedWhenNothingIsFresh) {
   EXPECT_GT(stats.reclaim_passes, 0);
 }
 
+// Eviction runs in slices (a few keys per insert), but a forced eviction
+// still takes the keys closest to fresh first. The threshold comes from a
+// sample and each walk takes the keys under it in the order it meets them,
+// so "first" holds by bands: nearly all of the oldest keys go, none of the
+// newest half.
+TEST(MemoryStore, ForcedEvictionsTakeTheKeysClosestToFreshFirst) {
+  MemoryStore store({.max_keys = 16'000});
+  auto table = Open(store, Limit(Algorithm::kTokenBucket, "1/h", 1));
+  // Key i takes its one token at second i: it is fresh again at i + 1 h, so
+  // the earlier a key, the closer to fresh. None is fresh during the test.
+  auto at = [](int i) { return kStart + Duration::Millis(100 * i); };
+  constexpr int kKeys = 20'000;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(table->Decide("k" + std::to_string(i), at(i), 1)->allowed);
+  }
+  const MemoryStoreStats stats = store.stats();
+  EXPECT_LE(stats.keys, 16'000);
+  EXPECT_GE(stats.forced_evictions, kKeys - 16'000);
+  EXPECT_EQ(stats.fresh_evictions, 0);
+  // Check creates nothing: a kept key is denied, an evicted one is fresh.
+  auto evicted = [&](int i) {
+    return table->Check("k" + std::to_string(i), at(kKeys), 1)->allowed;
+  };
+  int oldest_evicted = 0;
+  for (int i = 0; i < 1'000; ++i) oldest_evicted += evicted(i);
+  int newest_evicted = 0;
+  for (int i = kKeys / 2; i < kKeys; ++i) newest_evicted += evicted(i);
+  EXPECT_GE(oldest_evicted, 950);
+  EXPECT_LE(newest_evicted, 10);
+}
+
 TEST(MemoryStore, ClosingATableReleasesItsKeys) {
   MemoryStore store({.max_keys = 10});
   {
