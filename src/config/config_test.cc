@@ -763,6 +763,11 @@ TEST(RealIpHeader, DefaultsToXForwardedForAndNeedsTrustedProxies) {
             "t.yaml:2: real_ip_header: \"X Real\" is not a header name");
 }
 
+TEST(ConfigErrors, AQuoteNeverClosedIsRefused) {
+  EXPECT_EQ(ErrorOf("policies:\n  - name: 'p\n    limits: [{algorithm: gcra, rate: 1/s}]\n"),
+            "t.yaml:2:11: a quoted value starts here and its ' is never closed");
+}
+
 TEST(LongKeys, HashByDefaultOrRefuse) {
   const Config config = Load(
       "policies:\n  - {name: a, limits: [{algorithm: gcra, rate: 1/s}]}\n"

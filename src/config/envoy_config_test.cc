@@ -209,6 +209,24 @@ TEST(EnvoyConfigErrors, DuplicatesAndDanglingReplaces) {
             "rl.yaml:7: descriptors[0].rate_limit.replaces[0].name: a limit cannot replace itself");
 }
 
+TEST(EnvoyConfigErrors, AQuoteNeverClosedIsRefused) {
+  // Regression: the rule loaded with `'v1\n    rate_limit: ...` as its value
+  // and limited nothing.
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: 'v1\n    rate_limit:\n"
+                    "      unit: second\n      requests_per_unit: 1\n"),
+            "rl.yaml:4:12: a quoted value starts here and its ' is never closed");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: \"k\n    value: v1\n"),
+            "rl.yaml:3:10: a quoted value starts here and its \" is never closed");
+  // Closed quotes, with their escapes, are fine.
+  absl::StatusOr<EnvoyDomain> d = ParseEnvoyDomain(
+      "domain: d\ndescriptors:\n  - key: 'it''s'\n    value: \"a \\\" b\"\n"
+      "    rate_limit: {unit: second, requests_per_unit: 1}\n",
+      "rl.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->descriptors[0].key, "it's");
+  EXPECT_EQ(*d->descriptors[0].value, "a \" b");
+}
+
 TEST(EnvoyConfigErrors, InTheMainConfig) {
   EXPECT_EQ(ConfigErrorOf("envoy:\n  - domain: d\n    descriptors:\n      - key: k\n        "
                           "rate_limit: {unit: minute}\n"),

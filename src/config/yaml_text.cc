@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include <yaml-cpp/eventhandler.h>
@@ -47,23 +48,54 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_byt
 
 namespace {
 
-// Where each document starts; every other event is ignored.
+// Where a quoted scalar starting at text[pos] ends: the byte after its
+// closing quote, or npos when the text ends first. yaml-cpp takes a quote
+// that is never closed for a scalar running to the end of the text (`value:
+// 'v1` then `rate_limit: ...` loads, as one long string), so this is checked
+// here. Single quotes escape a quote by doubling it; double quotes by '\'.
+size_t QuotedScalarEnd(std::string_view text, size_t pos) {
+  const char quote = text[pos];
+  for (size_t i = pos + 1; i < text.size(); ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;
+      } else {
+        return i + 1;
+      }
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Where each document starts, and the first quoted scalar left open; every
+// other event is ignored.
 class DocumentStarts final : public YAML::EventHandler {
  public:
+  explicit DocumentStarts(std::string_view text) : text_(text) {}
   std::vector<YAML::Mark> starts;
+  std::optional<YAML::Mark> unclosed;
 
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    const auto pos = static_cast<size_t>(mark.pos);
+    if (unclosed || pos >= text_.size() || (text_[pos] != '\'' && text_[pos] != '"')) return;
+    if (QuotedScalarEnd(text_, pos) == std::string_view::npos) unclosed = mark;
+  }
   void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
   void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value) override {}
   void OnSequenceEnd() override {}
   void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
                   YAML::EmitterStyle::value) override {}
   void OnMapEnd() override {}
+
+ private:
+  std::string_view text_;
 };
 
 }  // namespace
@@ -71,7 +103,7 @@ class DocumentStarts final : public YAML::EventHandler {
 std::vector<YAML::Node> LoadAllDocuments(std::string_view yaml) {
   std::istringstream stream{std::string(yaml)};
   YAML::Parser parser(stream);
-  DocumentStarts documents;
+  DocumentStarts documents(yaml);
   // Every document but a stuck one consumes at least one token, so this
   // loop ends; two documents starting at the same place are a stuck one.
   while (parser.HandleNextDocument(documents)) {
@@ -81,6 +113,12 @@ std::vector<YAML::Node> LoadAllDocuments(std::string_view yaml) {
       throw YAML::ParserException(
           s.back(), pos < yaml.size() ? Cat("unexpected '", yaml.substr(pos, 1), "'") : "unexpected end");
     }
+  }
+  if (documents.unclosed) {
+    throw YAML::ParserException(*documents.unclosed,
+                                Cat("a quoted value starts here and its ",
+                                    yaml[documents.unclosed->pos] == '"' ? "\"" : "'",
+                                    " is never closed"));
   }
   return YAML::LoadAll(std::string(yaml));
 }

@@ -39,7 +39,10 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_byt
 // next document at that token without consuming it, and LoadAll collects
 // the same empty document until memory runs out. Here that token is a
 // YAML::ParserException ("unexpected ','") at its place, as other syntax
-// errors are. The text is read twice (once to find where documents start).
+// errors are. yaml-cpp also takes a quote that is never closed for a value
+// running to the end of the text; that too is a YAML::ParserException, at
+// the quote. The text is read twice (once to find where documents start and
+// which quotes close).
 std::vector<YAML::Node> LoadAllDocuments(std::string_view yaml);
 
 // The node's 1-based line, or `fallback` when yaml-cpp has no mark for it.

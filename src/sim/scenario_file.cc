@@ -408,7 +408,8 @@ absl::Status Reader::ReadLimiter(const Value& v, LimiterSetup& out) const {
 absl::StatusOr<Scenario> Reader::Run(std::string_view yaml, const std::string& default_name) const {
   YAML::Node root;
   try {
-    root = YAML::Load(std::string(yaml));
+    const std::vector<YAML::Node> documents = internal::LoadAllDocuments(yaml);
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(Cat(source_, ":", e.mark.line + 1, ": ", e.msg));
   }

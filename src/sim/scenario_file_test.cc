@@ -92,6 +92,11 @@ limiters:
 }
 
 // Errors name the file, the line and the key.
+TEST(SimScenarioFile, AQuoteNeverClosedIsRefused) {
+  EXPECT_EQ(ErrorOf("duration: 1m\nname: \"storm\nclients: []\n"),
+            "storm.yaml:2: a quoted value starts here and its \" is never closed");
+}
+
 TEST(SimScenarioFile, UnknownKeyNamesFileLineAndKey) {
   EXPECT_EQ(ErrorOf("duration: 1m\nclients:\n  - name: a\n    trafic: []\n"),
             "storm.yaml:4: clients[0].trafic: unknown key (expected one of: name, count, key, retry, "
