@@ -616,6 +616,12 @@ class ServerImpl final : public Server {
     for (std::thread& t : threads) t.join();
     reloader_.join();  // a reload under way finishes (its log line included)
     if (shared_->rls != nullptr) shared_->rls->Wait();  // its drain, begun by Stop
+    // The store goes while the loops still exist: a Redis call still pending
+    // (drain_timeout shorter than store.redis.timeout, a stalled Redis) is
+    // answered Cancelled now, and its answer is posted to a loop that is
+    // stopped but alive, which frees it with the coroutine waiting for it.
+    // Destroyed after the loops, it posted into freed memory.
+    shared_->redis.reset();
     spdlog::info("event=stop in_flight={}", shared_->metrics.in_flight().value());
     return absl::OkStatus();
   }
