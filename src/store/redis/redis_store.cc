@@ -185,12 +185,13 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
   for (int i = 0; i < call.argc(); ++i) parts.emplace_back(argv[i], call.argvlen()[i]);
   std::string command;
   redis::AppendCommand(command, parts.data(), parts.size());
-  const size_t limits = tables.size();
+  // A refund's reply holds Redis' time and no decision.
+  const size_t decisions = op == BatchOp::kRefund ? 0 : tables.size();
   impl_->client->Send(redis::HashSlot(keys.front()), std::move(command),
-                      [limits, done = std::move(done)](absl::StatusOr<redis::Reply> reply) {
+                      [decisions, done = std::move(done)](absl::StatusOr<redis::Reply> reply) {
                         if (!reply.ok()) return done(reply.status());
                         absl::StatusOr<redis::ScriptResult> r =
-                            redis::ParseScriptReply(**reply, limits);
+                            redis::ParseScriptReply(**reply, decisions);
                         if (!r.ok()) return done(r.status());
                         done(BatchResult{.store_time = r->now,
                                          .decisions = std::move(r->decisions)});

@@ -193,6 +193,25 @@ TEST_F(RedisStoreTest, DecidesInRedisWithKeysThatExpire) {
   EXPECT_TRUE(other->Acquire("u2")->allowed);
 }
 
+TEST_F(RedisStoreTest, ATableRefundThatAppliedReportsOk) {
+  // Regression: the refund's reply (Redis' time, no decision) was parsed as
+  // a decision and reported INTERNAL although the refund was applied, so a
+  // caller retrying on error refunded twice.
+  auto redis = Connect();
+  ASSERT_NE(redis, nullptr);
+  absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, "2/1h"));
+  ASSERT_TRUE(config.ok());
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "refund");
+  ASSERT_TRUE(table.ok()) << table.status();
+  const Time now = SystemClock::Default().Now();
+  ASSERT_TRUE((*table)->Decide("k", now, 2)->allowed);
+  EXPECT_FALSE((*table)->Decide("k", now, 1)->allowed);
+  const absl::Status refunded = (*table)->Refund("k", now, 1);
+  EXPECT_TRUE(refunded.ok()) << refunded;
+  EXPECT_TRUE((*table)->Decide("k", now, 1)->allowed);  // exactly one was given back
+  EXPECT_FALSE((*table)->Decide("k", now, 1)->allowed);
+}
+
 // The Limiter over Redis (deciding at the caller's clock) answers exactly as
 // the Limiter over the memory store: same decisions for a random workload
 // over a layered policy (a local limit, two Redis limits, a shape limit).
