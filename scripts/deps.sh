@@ -1,5 +1,5 @@
-# Sourced by scripts/run and scripts/test. The one place that names the
-# Debian packages sluice builds and tests with.
+# Sourced by scripts/run, scripts/test and scripts/fuzz. The one place that
+# names the Debian packages sluice builds and tests with.
 #
 # sluice_install_deps PACKAGE...: apt-get installs those not yet installed,
 # so a second run costs one dpkg query.
@@ -23,6 +23,10 @@ SLUICE_TEST_PACKAGES=(
   python3          # the integration tests (standard library only)
   nginx-light      # the auth_request end-to-end test
   redis-server redis-tools  # the Redis store's tests run a real server
+)
+SLUICE_FUZZ_PACKAGES=(
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev  # libFuzzer, ASan+UBSan (scripts/fuzz)
+  ccache           # the fuzz preset compiles through it
 )
 
 sluice_install_deps() {

@@ -1,0 +1,198 @@
+// Fuzz target: what a client sends on one connection to `sluice serve`:
+// requests one after the other (keep-alive, pipelined), each read by Beast's
+// request_parser with the server's default limits (16 KiB of header, 1 MiB
+// of body), checked (Malformed), then taken where server.cc takes it: the
+// decision API's body (/v1/check), auth_request (/v1/auth, X-Original-*
+// headers), /v1/keys/{policy}/{key}, or the gateway: target path,
+// normalization, request facts (the host of an absolute-form target or of
+// Host, without port, lower case; header lookup), route, matching policies,
+// their keys (client_ip through X-Forwarded-For or Forwarded), decisions,
+// and the target sent upstream. Each request is decided from a trusted
+// proxy (under both real_ip_header variants of the config) and from an
+// untrusted peer.
+#include <algorithm>
+#include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "server/policy_set.h"
+#include "server/request_text.h"
+#include "server_fixture.h"
+
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using sluice::fuzz::Policies;
+using sluice::fuzz::RealIp;
+using sluice::server::PolicySet;
+using sluice::server::RequestFacts;
+using Request = http::request<http::string_body>;
+
+constexpr uint32_t kMaxHeaderBytes = 16 * 1024;  // server.max_header_bytes' default
+constexpr uint64_t kMaxBodyBytes = 1024 * 1024;  // server.max_body_bytes' default
+
+std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// The next request of a connection that sent `rest`, as http::async_read
+// gives it; `rest` moves past it. nullopt for a malformed or incomplete one
+// (the server answers 400, 413 or 431, or waits for more).
+std::optional<Request> Parse(boost::asio::const_buffer& rest) {
+  http::request_parser<http::string_body> parser;
+  parser.header_limit(kMaxHeaderBytes);
+  parser.body_limit(kMaxBodyBytes);
+  parser.eager(true);
+  beast::error_code ec;
+  while (!parser.is_done()) {
+    const size_t used = parser.put(rest, ec);
+    rest += used;
+    if (ec && ec != http::error::need_more) return std::nullopt;
+    if (used > 0 && rest.size() > 0) continue;
+    // Nothing more to give: the connection ends here.
+    ec = {};
+    parser.put_eof(ec);
+    if (ec || !parser.is_done()) return std::nullopt;
+  }
+  return parser.release();
+}
+
+// server.cc's Malformed: whether a parsed request is unfit to decide on.
+bool Malformed(const Request& req) {
+  const auto [host_begin, host_end] = req.equal_range(http::field::host);
+  const auto hosts = std::distance(host_begin, host_end);
+  // RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400.
+  if (req.version() >= 11 && hosts == 0) return true;
+  if (hosts > 1) return true;
+  const std::string_view target = View(req.target());
+  return target.empty() || (target.front() != '/' && !sluice::server::TargetAuthority(target));
+}
+
+// server.cc's Facts: what matching and keys read.
+RequestFacts Facts(const Request& req, std::string_view peer_ip, std::string_view method,
+                   std::string_view target, std::string& path_storage, std::string& host_storage) {
+  RequestFacts facts;
+  facts.method = method;
+  path_storage = sluice::server::NormalizePath(sluice::server::TargetPath(target));
+  facts.path = path_storage;
+  // An absolute-form target names the host itself, and the Host header is
+  // then ignored (RFC 9112 section 3.2.2), as the upstream will.
+  const std::optional<std::string_view> authority = sluice::server::TargetAuthority(target);
+  host_storage =
+      Lower(sluice::server::HostName(authority ? *authority : View(req[http::field::host])));
+  facts.host = host_storage;
+  facts.peer_ip = peer_ip;
+  facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {
+    auto it = req.find(beast::string_view(name.data(), name.size()));
+    if (it == req.end()) return std::nullopt;
+    return View(it->value());
+  };
+  facts.header_lines = [&req](std::string_view name) {
+    std::vector<std::string_view> lines;
+    const auto [begin, end] = req.equal_range(beast::string_view(name.data(), name.size()));
+    for (auto it = begin; it != end; ++it) lines.push_back(View(it->value()));
+    return lines;
+  };
+  return facts;
+}
+
+// server.cc's Auth: the request NGINX asks about, from X-Original-*.
+void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
+          std::string_view path) {
+  std::string_view method = View(req["X-Original-Method"]);
+  if (method.empty()) method = "GET";
+  std::string_view uri = View(req["X-Original-URI"]);
+  if (uri.empty()) uri = "/";
+  std::string path_storage, host;
+  RequestFacts facts = Facts(req, peer_ip, method, uri, path_storage, host);
+  if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
+    host = Lower(sluice::server::HostName(original_host));
+    facts.host = host;
+  }
+  std::vector<const sluice::server::Policy*> applying;
+  if (path.size() > 9) {
+    const sluice::server::Policy* p = set.Find(path.substr(9));
+    if (p == nullptr) return;  // 404
+    applying.push_back(p);
+  } else {
+    applying = set.Matching(facts);
+  }
+  sluice::fuzz::DecideRequest(set, applying, facts, "");
+}
+
+// server.cc's Gateway, up to forwarding: an absolute-form target is sent
+// upstream in origin form with its host as Host.
+void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip) {
+  std::string path_storage, host;
+  const std::string method(View(req.method_string()));
+  const RequestFacts facts = Facts(req, peer_ip, method, View(req.target()), path_storage, host);
+  const sluice::RouteConfig* route = set.RouteFor(facts);
+  if (route == nullptr) return;  // 404
+  sluice::fuzz::DecideRequest(set, set.Matching(facts), facts, route->name);
+  if (const std::optional<std::string_view> authority =
+          sluice::server::TargetAuthority(View(req.target()))) {
+    Request upstream = req;
+    const std::string_view target = View(req.target());
+    const std::string authority_host(*authority);
+    const std::string origin(
+        target.substr(authority->data() + authority->size() - target.data()));
+    upstream.target(origin.empty() || origin.front() != '/' ? "/" + origin : origin);
+    upstream.set(http::field::host, authority_host);
+  }
+}
+
+// One request, as server.cc's Session and Handle take it: from a trusted
+// proxy under both real_ip_header variants, and from an untrusted peer.
+void Handle(const Request& req) {
+  const std::string_view path = sluice::server::TargetPath(View(req.target()));
+  const bool decision_path =
+      path == "/v1/check" || path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
+  if (decision_path) {
+    (void)sluice::server::BearerTokenIn(Policies().config().server.decision.tokens,
+                                        View(req[http::field::authorization]));
+  }
+  if (path == "/v1/check") return sluice::fuzz::DecideCheckBody(req.body());
+  if (path.substr(0, 9) == "/v1/keys/") sluice::fuzz::InspectKey(path.substr(9));  // admin
+  const std::pair<std::string_view, RealIp> from[] = {
+      {sluice::fuzz::kTrustedPeer, RealIp::kXForwardedFor},
+      {sluice::fuzz::kTrustedPeer, RealIp::kForwarded},
+      {sluice::fuzz::kUntrustedPeer, RealIp::kXForwardedFor}};
+  for (const auto& [peer, real_ip] : from) {
+    if (decision_path) {
+      Auth(Policies(real_ip), req, peer, path);
+    } else {
+      Gateway(Policies(real_ip), req, peer);
+    }
+  }
+}
+
+}  // namespace
+
+// The input is what a client sent on one connection: requests one after
+// the other (keep-alive, pipelined), read until one is malformed or asks
+// to close.
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  boost::asio::const_buffer rest(data, size);
+  while (rest.size() > 0) {
+    const std::optional<Request> req = Parse(rest);
+    if (!req || Malformed(*req)) break;  // answered 400 (or 413, 431), then closed
+    Handle(*req);
+    if (!req->keep_alive()) break;
+  }
+  return 0;
+}

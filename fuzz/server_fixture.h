@@ -1,0 +1,52 @@
+// The fixed world the HTTP fuzz targets (http_request, check_body) decide
+// in, and the steps of server.cc they take, without a socket or an event
+// loop: one config (routes, trusted proxies, policies keyed on client_ip, a
+// header, the path and the route, one of every algorithm) over a memory
+// store whose clock stands still, built once per process.
+//
+// server.cc runs these steps inside coroutines; the same pure parts are
+// called here in the same order (see Evaluate, DecideOne, DecideChecked and
+// Check there). In-process limiters answer AcquireAsync before it returns,
+// so every decision here is synchronous.
+//
+// Thread-safety: one fuzzing thread.
+#ifndef SLUICE_FUZZ_SERVER_FIXTURE_H_
+#define SLUICE_FUZZ_SERVER_FIXTURE_H_
+
+#include <string_view>
+#include <vector>
+
+#include "server/policy_set.h"
+
+namespace sluice::fuzz {
+
+// Which header client_ip believes from a trusted proxy: the fixed config
+// comes in two variants, the same but for real_ip_header.
+enum class RealIp { kXForwardedFor, kForwarded };
+
+// The policies of the fixed config; aborts if it does not load.
+const server::PolicySet& Policies(RealIp real_ip = RealIp::kXForwardedFor);
+
+// The peers a request is decided from: one inside trusted_proxies (whose
+// real_ip_header counts) and one outside.
+inline constexpr std::string_view kTrustedPeer = "10.1.2.3";
+inline constexpr std::string_view kUntrustedPeer = "198.51.100.7";
+
+// Decides a gateway or auth_request request as server.cc's Evaluate does:
+// each applying policy's key (Policy::KeyFor), a decision by its limiter,
+// all-or-nothing refunds, and the RateLimit fields of the answer. `applying`
+// comes from `set`.
+void DecideRequest(const server::PolicySet& set, const std::vector<const server::Policy*>& applying,
+                   const server::RequestFacts& facts, std::string_view route);
+
+// A POST /v1/check body, as server.cc's Check does: the flat fast path, else
+// the depth bound, nlohmann::json and each check's fields, then a decision.
+void DecideCheckBody(std::string_view body);
+
+// GET /v1/keys/{policy}/{key} on the admin listener: the percent-decoded
+// policy and key, and the limiter's view of that key.
+void InspectKey(std::string_view rest);
+
+}  // namespace sluice::fuzz
+
+#endif  // SLUICE_FUZZ_SERVER_FIXTURE_H_
