@@ -7,7 +7,8 @@
 //
 // The handler is the service's ShouldRateLimit, which only gRPC calls: it
 // lives, with the service class, inside rls_server.cc, so that file is
-// compiled into this target. It is called without a network: its context is
+// compiled into this target (and the rest of the service library beside it,
+// fuzz/CMakeLists.txt). It is called without a network: its context is
 // unused, its decisions by in-process limits complete before it returns, and
 // the reactor it returns (which gRPC would run) is released here.
 #include "envoy/rls_server.cc"  // NOLINT: the service class has internal linkage
@@ -66,6 +67,9 @@ envoy:
       - key: plan
         value: premium
         rate_limit: {unit: day, requests_per_unit: 1000, replaces: [{name: free_daily}]}
+      - key: region
+        value: "eu-*-*1"
+        rate_limit: {unit: minute, requests_per_unit: 10}
   - domain: ext
     descriptors:
       - key: client

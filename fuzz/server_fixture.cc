@@ -227,6 +227,12 @@ void DecideRequest(const PolicySet& set, const std::vector<const Policy*>& apply
   Fixture& f = TheFixture();
   const Time now = f.clock.Now();
   const std::vector<Cidr>& trusted = set.config().trusted_proxies;
+  // client_ip is the peer, or an address a trusted peer's header names;
+  // never anything an untrusted peer wrote.
+  const std::string client = server::ClientIp(facts, trusted, set.config().real_ip_header);
+  if (client != facts.peer_ip && (facts.peer_ip != kTrustedPeer || !ParseIp(client))) {
+    __builtin_trap();
+  }
   // Policies holding a shape limit go last: their departure slot is not given back.
   std::vector<const Policy*> order;
   for (const Policy* p : applying) {

@@ -35,7 +35,8 @@ inline constexpr std::string_view kUntrustedPeer = "198.51.100.7";
 // Decides a gateway or auth_request request as server.cc's Evaluate does:
 // each applying policy's key (Policy::KeyFor), a decision by its limiter,
 // all-or-nothing refunds, and the RateLimit fields of the answer. `applying`
-// comes from `set`.
+// comes from `set`. Traps if client_ip is anything but the peer or, from
+// kTrustedPeer, an address.
 void DecideRequest(const server::PolicySet& set, const std::vector<const server::Policy*>& applying,
                    const server::RequestFacts& facts, std::string_view route);
 
