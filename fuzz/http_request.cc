@@ -24,6 +24,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "server/beast_request.h"
 #include "server/policy_set.h"
 #include "server/request_text.h"
 #include "server_fixture.h"
@@ -35,20 +36,15 @@ namespace http = beast::http;
 using sluice::fuzz::Policies;
 using sluice::fuzz::RealIp;
 using sluice::server::PolicySet;
+using sluice::server::FactsOf;
+using sluice::server::Lower;
+using sluice::server::Malformed;
 using sluice::server::RequestFacts;
+using sluice::server::View;
 using Request = http::request<http::string_body>;
 
 constexpr uint32_t kMaxHeaderBytes = 16 * 1024;  // server.max_header_bytes' default
 constexpr uint64_t kMaxBodyBytes = 1024 * 1024;  // server.max_body_bytes' default
-
-std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 // The next request of a connection that sent `rest`, as http::async_read
 // gives it; `rest` moves past it. nullopt for a malformed or incomplete one
@@ -72,45 +68,6 @@ std::optional<Request> Parse(boost::asio::const_buffer& rest) {
   return parser.release();
 }
 
-// server.cc's Malformed: whether a parsed request is unfit to decide on.
-bool Malformed(const Request& req) {
-  const auto [host_begin, host_end] = req.equal_range(http::field::host);
-  const auto hosts = std::distance(host_begin, host_end);
-  // RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400.
-  if (req.version() >= 11 && hosts == 0) return true;
-  if (hosts > 1) return true;
-  const std::string_view target = View(req.target());
-  return target.empty() || (target.front() != '/' && !sluice::server::TargetAuthority(target));
-}
-
-// server.cc's Facts: what matching and keys read.
-RequestFacts Facts(const Request& req, std::string_view peer_ip, std::string_view method,
-                   std::string_view target, std::string& path_storage, std::string& host_storage) {
-  RequestFacts facts;
-  facts.method = method;
-  path_storage = sluice::server::NormalizePath(sluice::server::TargetPath(target));
-  facts.path = path_storage;
-  // An absolute-form target names the host itself, and the Host header is
-  // then ignored (RFC 9112 section 3.2.2), as the upstream will.
-  const std::optional<std::string_view> authority = sluice::server::TargetAuthority(target);
-  host_storage =
-      Lower(sluice::server::HostName(authority ? *authority : View(req[http::field::host])));
-  facts.host = host_storage;
-  facts.peer_ip = peer_ip;
-  facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {
-    auto it = req.find(beast::string_view(name.data(), name.size()));
-    if (it == req.end()) return std::nullopt;
-    return View(it->value());
-  };
-  facts.header_lines = [&req](std::string_view name) {
-    std::vector<std::string_view> lines;
-    const auto [begin, end] = req.equal_range(beast::string_view(name.data(), name.size()));
-    for (auto it = begin; it != end; ++it) lines.push_back(View(it->value()));
-    return lines;
-  };
-  return facts;
-}
-
 // server.cc's Auth: the request NGINX asks about, from X-Original-*.
 void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
           std::string_view path) {
@@ -119,7 +76,7 @@ void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
   std::string_view uri = View(req["X-Original-URI"]);
   if (uri.empty()) uri = "/";
   std::string path_storage, host;
-  RequestFacts facts = Facts(req, peer_ip, method, uri, path_storage, host);
+  RequestFacts facts = FactsOf(req, peer_ip, method, uri, path_storage, host);
   if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
     host = Lower(sluice::server::HostName(original_host));
     facts.host = host;
@@ -140,7 +97,7 @@ void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
 void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip) {
   std::string path_storage, host;
   const std::string method(View(req.method_string()));
-  const RequestFacts facts = Facts(req, peer_ip, method, View(req.target()), path_storage, host);
+  const RequestFacts facts = FactsOf(req, peer_ip, method, View(req.target()), path_storage, host);
   const sluice::RouteConfig* route = set.RouteFor(facts);
   if (route == nullptr) return;  // 404
   sluice::fuzz::DecideRequest(set, set.Matching(facts), facts, route->name);

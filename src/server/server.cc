@@ -24,6 +24,7 @@
 #include "base/cat.h"
 #include "envoy/rls_server.h"
 #include "nlohmann/json.hpp"
+#include "server/beast_request.h"
 #include "server/headers.h"
 #include "server/metrics.h"
 #include "server/policy_set.h"
@@ -97,15 +98,6 @@ Task<absl::StatusOr<PolicyDecision>> DecideOn(net::io_context& ioc, Limiter& lim
   });
   co_return d;
 }
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
-std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
 
 Response MakeResponse(int status, unsigned version, bool keep_alive, std::string body,
                       std::string_view content_type, const HeaderList& headers = {}) {
@@ -880,50 +872,7 @@ class ServerImpl final : public Server {
     connections.Add(-1);
   }
 
-  // What makes a parsed request unfit to decide on, if anything.
-  static std::optional<std::string> Malformed(const Request& req) {
-    const auto [host_begin, host_end] = req.equal_range(http::field::host);
-    const auto hosts = std::distance(host_begin, host_end);
-    if (req.version() >= 11 && hosts == 0) {
-      // RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400.
-      return "an HTTP/1.1 request needs a Host header";
-    }
-    if (hosts > 1) return "a request has one Host header, this one has several";
-    const std::string_view target = View(req.target());
-    if (target.empty() || (target.front() != '/' && !TargetAuthority(target))) {
-      return Cat("the request target must be a path (origin form) or an http:// or https:// URL "
-                 "(absolute form), got \"", target.substr(0, 64), "\"");
-    }
-    return std::nullopt;
-  }
 
-  // `path_storage` and `host_storage` hold what `facts` points into.
-  static RequestFacts Facts(const Request& req, std::string_view peer_ip,
-                            std::string_view method, std::string_view target,
-                            std::string& path_storage, std::string& host_storage) {
-    RequestFacts facts;
-    facts.method = method;
-    path_storage = NormalizePath(TargetPath(target));
-    facts.path = path_storage;
-    // An absolute-form target names the host itself, and the Host header is
-    // then ignored (RFC 9112 section 3.2.2), as the upstream will.
-    const std::optional<std::string_view> authority = TargetAuthority(target);
-    host_storage = Lower(HostName(authority ? *authority : View(req[http::field::host])));
-    facts.host = host_storage;
-    facts.peer_ip = peer_ip;
-    facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {
-      auto it = req.find(beast::string_view(name.data(), name.size()));
-      if (it == req.end()) return std::nullopt;
-      return View(it->value());
-    };
-    facts.header_lines = [&req](std::string_view name) {
-      std::vector<std::string_view> lines;
-      const auto [begin, end] = req.equal_range(beast::string_view(name.data(), name.size()));
-      for (auto it = begin; it != end; ++it) lines.push_back(View(it->value()));
-      return lines;
-    };
-    return facts;
-  }
 
   HeaderList AnswerHeaders(const Evaluation& ev, Worker& w) {
     HeaderList headers;
@@ -1133,7 +1082,7 @@ class ServerImpl final : public Server {
     std::string_view uri = View(req["X-Original-URI"]);
     if (uri.empty()) uri = "/";
     std::string path_storage, host;
-    RequestFacts facts = Facts(req, peer_ip, method, uri, path_storage, host);
+    RequestFacts facts = FactsOf(req, peer_ip, method, uri, path_storage, host);
     if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
       host = Lower(HostName(original_host));
       facts.host = host;
@@ -1167,7 +1116,7 @@ class ServerImpl final : public Server {
     const ServerConfig& sc = set->config().server;
     std::string path_storage, host;
     const std::string method(View(req.method_string()));
-    RequestFacts facts = Facts(req, peer_ip, method, View(req.target()), path_storage, host);
+    RequestFacts facts = FactsOf(req, peer_ip, method, View(req.target()), path_storage, host);
     const RouteConfig* route = set->RouteFor(facts);
     if (route == nullptr) {
       co_return Problem(404, req, "not found",

@@ -1,0 +1,92 @@
+// Reading a parsed Beast request: whether it is fit to decide on, and the
+// RequestFacts matching and keys read. Internal to the server; server.cc
+// serves with these and the HTTP fuzz target (fuzz/http_request.cc) checks
+// them, so both read a request the same way. Header-only and free of Asio,
+// so that it compiles wherever Beast's message types do.
+//
+// Thread-safety: pure functions; the facts point into the request.
+#ifndef SLUICE_SERVER_BEAST_REQUEST_H_
+#define SLUICE_SERVER_BEAST_REQUEST_H_
+
+#include <algorithm>
+#include <cctype>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "base/cat.h"
+#include "server/policy_set.h"
+#include "server/request_text.h"
+
+namespace sluice::server {
+
+using BeastRequest = boost::beast::http::request<boost::beast::http::string_body>;
+
+inline std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+inline std::string Lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// What makes a parsed request unfit to decide on (answered 400), if anything.
+inline std::optional<std::string> Malformed(const BeastRequest& req) {
+  namespace http = boost::beast::http;
+  const auto [host_begin, host_end] = req.equal_range(http::field::host);
+  const auto hosts = std::distance(host_begin, host_end);
+  if (req.version() >= 11 && hosts == 0) {
+    // RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400.
+    return "an HTTP/1.1 request needs a Host header";
+  }
+  if (hosts > 1) return "a request has one Host header, this one has several";
+  const std::string_view target = View(req.target());
+  if (target.empty() || (target.front() != '/' && !TargetAuthority(target))) {
+    return internal::Cat(
+        "the request target must be a path (origin form) or an http:// or https:// URL "
+        "(absolute form), got \"",
+        target.substr(0, 64), "\"");
+  }
+  return std::nullopt;
+}
+
+// The facts of a request for `method` and `target` (the request's own, or
+// what X-Original-* describe); `path_storage` and `host_storage` hold what
+// they point into.
+inline RequestFacts FactsOf(const BeastRequest& req, std::string_view peer_ip,
+                            std::string_view method, std::string_view target,
+                            std::string& path_storage, std::string& host_storage) {
+  namespace http = boost::beast::http;
+  RequestFacts facts;
+  facts.method = method;
+  path_storage = NormalizePath(TargetPath(target));
+  facts.path = path_storage;
+  // An absolute-form target names the host itself, and the Host header is
+  // then ignored (RFC 9112 section 3.2.2), as the upstream will.
+  const std::optional<std::string_view> authority = TargetAuthority(target);
+  host_storage = Lower(HostName(authority ? *authority : View(req[http::field::host])));
+  facts.host = host_storage;
+  facts.peer_ip = peer_ip;
+  facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {
+    auto it = req.find(boost::beast::string_view(name.data(), name.size()));
+    if (it == req.end()) return std::nullopt;
+    return View(it->value());
+  };
+  facts.header_lines = [&req](std::string_view name) {
+    std::vector<std::string_view> lines;
+    const auto [begin, end] = req.equal_range(boost::beast::string_view(name.data(), name.size()));
+    for (auto it = begin; it != end; ++it) lines.push_back(View(it->value()));
+    return lines;
+  };
+  return facts;
+}
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_BEAST_REQUEST_H_
