@@ -71,16 +71,8 @@ std::optional<Request> Parse(boost::asio::const_buffer& rest) {
 // server.cc's Auth: the request NGINX asks about, from X-Original-*.
 void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
           std::string_view path) {
-  std::string_view method = View(req["X-Original-Method"]);
-  if (method.empty()) method = "GET";
-  std::string_view uri = View(req["X-Original-URI"]);
-  if (uri.empty()) uri = "/";
   std::string path_storage, host;
-  RequestFacts facts = FactsOf(req, peer_ip, method, uri, path_storage, host);
-  if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
-    host = Lower(sluice::server::HostName(original_host));
-    facts.host = host;
-  }
+  const RequestFacts facts = sluice::server::AuthFactsOf(req, peer_ip, path_storage, host);
   std::vector<const sluice::server::Policy*> applying;
   if (path.size() > 9) {
     const sluice::server::Policy* p = set.Find(path.substr(9));

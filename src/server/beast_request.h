@@ -87,6 +87,23 @@ inline RequestFacts FactsOf(const BeastRequest& req, std::string_view peer_ip,
   return facts;
 }
 
+// The facts of the request an NGINX auth_request subrequest describes:
+// X-Original-Method (default GET), X-Original-URI (default /) and
+// X-Original-Host (default the Host rules above).
+inline RequestFacts AuthFactsOf(const BeastRequest& req, std::string_view peer_ip,
+                                std::string& path_storage, std::string& host_storage) {
+  std::string_view method = View(req["X-Original-Method"]);
+  if (method.empty()) method = "GET";
+  std::string_view uri = View(req["X-Original-URI"]);
+  if (uri.empty()) uri = "/";
+  RequestFacts facts = FactsOf(req, peer_ip, method, uri, path_storage, host_storage);
+  if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
+    host_storage = Lower(HostName(original_host));
+    facts.host = host_storage;
+  }
+  return facts;
+}
+
 }  // namespace sluice::server
 
 #endif  // SLUICE_SERVER_BEAST_REQUEST_H_

@@ -1077,16 +1077,8 @@ class ServerImpl final : public Server {
   Task<Response> Auth(Worker& w, const Request& req, const std::string& peer_ip,
                       std::string_view path) {
     const std::shared_ptr<const PolicySet> set = Current(w);  // a copy: a decision may suspend
-    std::string_view method = View(req["X-Original-Method"]);
-    if (method.empty()) method = "GET";
-    std::string_view uri = View(req["X-Original-URI"]);
-    if (uri.empty()) uri = "/";
     std::string path_storage, host;
-    RequestFacts facts = FactsOf(req, peer_ip, method, uri, path_storage, host);
-    if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
-      host = Lower(HostName(original_host));
-      facts.host = host;
-    }
+    const RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
     std::vector<const Policy*> applying;
     if (path.size() > 9) {
       const Policy* p = set->Find(path.substr(9));
