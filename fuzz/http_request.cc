@@ -37,7 +37,6 @@ using sluice::fuzz::Policies;
 using sluice::fuzz::RealIp;
 using sluice::server::PolicySet;
 using sluice::server::FactsOf;
-using sluice::server::Lower;
 using sluice::server::Malformed;
 using sluice::server::RequestFacts;
 using sluice::server::View;
