@@ -104,6 +104,9 @@ int Serve(const std::string& config_path, bool check_only) {
     return 2;
   }
   if (check_only) {
+    for (const std::string& line : sluice::ConfigWarnings(*config)) {
+      std::cerr << "sluice: warning: " << line << "\n";
+    }
     std::cout << config_path << ": ok (" << config->policies.size() << " policies, "
               << config->routes.size() << " routes)\n";
     return 0;

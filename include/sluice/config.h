@@ -206,6 +206,11 @@ absl::StatusOr<Config> LoadConfigFile(const std::string& path, ConfigLoadOptions
 absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& source,
                                    ConfigLoadOptions options = {});
 
+// What a valid config holds and sluice reads without acting on it, one line
+// each ("file:line: path: ignored: why"): `sluice serve --check` prints
+// them, and the server logs them at start and on every reload.
+std::vector<std::string> ConfigWarnings(const Config& config);
+
 }  // namespace sluice
 
 #endif  // SLUICE_CONFIG_H_

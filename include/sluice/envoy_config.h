@@ -83,6 +83,9 @@ struct EnvoyDomain {
   std::vector<EnvoyDescriptor> descriptors;
   std::string source;  // the file it was read from ("<string>" for text)
   int line = 0;
+  // Keys read and not acted on ("file:line: path: ignored: why"), for the
+  // operator: printed by --check and logged at start and on reload.
+  std::vector<std::string> warnings;
   friend bool operator==(const EnvoyDomain&, const EnvoyDomain&) = default;
 };
 

@@ -957,6 +957,15 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml, const std::string& sou
   }
 }
 
+std::vector<std::string> ConfigWarnings(const Config& config) {
+  std::vector<std::string> out;
+  if (config.envoy == nullptr) return out;
+  for (const EnvoyDomain& domain : config.envoy->domains) {
+    out.insert(out.end(), domain.warnings.begin(), domain.warnings.end());
+  }
+  return out;
+}
+
 absl::StatusOr<Config> LoadConfigFile(const std::string& path, ConfigLoadOptions options) {
   absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
   if (!text.ok()) return text.status();

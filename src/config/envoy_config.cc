@@ -95,6 +95,8 @@ class Reader {
   EnvoyParseOptions options_;
   // Each `replaces` name read in the current domain, and where.
   mutable std::vector<std::pair<YamlAt, std::string>> replaces_;
+  // What the current domain holds that is read and then not acted on.
+  mutable std::vector<std::string> warnings_;
 };
 
 absl::StatusOr<Reader::Fields> Reader::ReadMap(const YamlAt& v, std::string_view what,
@@ -197,10 +199,12 @@ absl::StatusOr<EnvoyDomain> Reader::Domain(const YamlAt& v) const {
   SLUICE_RETURN_IF_ERROR(ReadText(domain->second, "a domain name", out.domain));
   out.line = domain->second.line;
   replaces_.clear();
+  warnings_.clear();
   if (auto d = f->find("descriptors"); d != f->end()) {
     SLUICE_RETURN_IF_ERROR(Descriptors(d->second, 1, out.descriptors));
   }
   SLUICE_RETURN_IF_ERROR(CheckReplaces(out));
+  out.warnings = std::move(warnings_);
   return out;
 }
 
@@ -233,10 +237,13 @@ absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out
   }
   absl::StatusOr<Fields> f = ReadMap(
       v, "a descriptor",
-      {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"},
+      {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "metadata"},
       {{"value_to_metric", "descriptor values in metric names (sluice's metrics are per rule)"},
        {"share_threshold", "one shared limit for all values matching a wildcard (in sluice each "
-                           "value has its own state)"}});
+                           "value has its own state)"},
+       {"quota_mode", "soft limits that admit requests over the limit and report them in "
+                      "dynamic metadata (sluice denies over the limit and sends no dynamic "
+                      "metadata; use shadow_mode to count without denying)"}});
   if (!f.ok()) return f.status();
   out.line = v.line;
   auto key = f->find("key");
@@ -264,6 +271,12 @@ absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out
   }
   if (auto x = f->find("descriptors"); x != f->end()) {
     SLUICE_RETURN_IF_ERROR(Descriptors(x->second, depth + 1, out.descriptors));
+  }
+  if (auto x = f->find("metadata"); x != f->end()) {
+    // It only feeds the dynamic metadata of an answer, which sluice does not
+    // send: decisions are the same with or without it.
+    warnings_.push_back(Cat(source_, ":", x->second.line, ": ", x->second.path,
+                            ": ignored: sluice sends no dynamic metadata"));
   }
   if (out.shadow_mode && !out.rate_limit) {
     return Fail(f->at("shadow_mode"), "shadow_mode needs a rate_limit on the same descriptor");

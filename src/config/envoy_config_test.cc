@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "sluice/config.h"
@@ -143,7 +144,7 @@ TEST(EnvoyConfig, ScopeDefaultsToGlobalWithASharedStore) {
 TEST(EnvoyConfigErrors, NameFileLineAndKey) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limits: {}\n"),
             "rl.yaml:4: descriptors[0].rate_limits: unknown key (expected one of: key, value, "
-            "rate_limit, descriptors, shadow_mode, detailed_metric)");
+            "rate_limit, descriptors, shadow_mode, detailed_metric, metadata)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n"),
             "rl.yaml:5: descriptors[0].rate_limit.requests_per_unit: required with unit (0 denies "
             "every request; write it when that is meant)");
@@ -171,6 +172,27 @@ TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
                     "leaky_bucket, mode: shape}\n"),
             "rl.yaml:4: descriptors[0].rate_limit.mode: not supported by sluice: leaky_bucket mode "
             "shape (Envoy cannot hold a request for its departure time; leaky_bucket here polices)");
+  // quota_mode changes decisions (over the limit is admitted): refused, named.
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: "
+                    "{unit: hour, requests_per_unit: 5}\n"),
+            "rl.yaml:4: descriptors[0].quota_mode: not supported by sluice: soft limits that admit "
+            "requests over the limit and report them in dynamic metadata (sluice denies over the "
+            "limit and sends no dynamic metadata; use shadow_mode to count without denying)");
+}
+
+TEST(EnvoyConfig, MetadataIsAcceptedIgnoredAndReported) {
+  // metadata only feeds dynamic metadata, which sluice does not send: the
+  // rule loads and decides as without it, and the operator is told.
+  const std::string yaml =
+      "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+      "    metadata:\n      backend: primary\n      tier: [a, b]\n";
+  absl::StatusOr<EnvoyDomain> domain = ParseEnvoyDomain(yaml, "rl.yaml");
+  ASSERT_TRUE(domain.ok()) << domain.status();
+  EXPECT_EQ(domain->descriptors[0].rate_limit->requests_per_unit, 5u);
+  EXPECT_THAT(domain->warnings,
+              testing::ElementsAre("rl.yaml:6: descriptors[0].metadata: ignored: sluice sends no "
+                                   "dynamic metadata"));
+  EXPECT_TRUE(ParseEnvoyDomain("domain: d\ndescriptors:\n  - key: k\n", "rl.yaml")->warnings.empty());
 }
 
 TEST(EnvoyConfigErrors, ConflictingAndMeaninglessSettings) {

@@ -201,7 +201,9 @@ class Service final : public rls::RateLimitService::CallbackService {
     for (int i = 0; i < request.descriptors_size(); ++i) {
       const auto& d = request.descriptors(i);
       Item& item = call.items[static_cast<size_t>(i)];
-      if (d.entries().empty()) return Invalid(Cat("descriptors[", i, "]: entries must not be empty"));
+      // No entries match no rule: OK without a limit, as envoyproxy/ratelimit
+      // answers (with a `limit` override, that limit applies, as there).
+      if (d.entries().empty() && !d.has_limit()) continue;
       if (d.entries_size() > kMaxEntries) {
         return Invalid(Cat("descriptors[", i, "]: ", d.entries_size(), " entries, the most is ",
                            kMaxEntries));
@@ -341,7 +343,10 @@ void Call::Complete() {
     }
     status->set_code(denied && !rule->shadow ? rls::RateLimitResponse::OVER_LIMIT
                                              : rls::RateLimitResponse::OK);
-    status->set_limit_remaining(Clamp32(d.remaining));
+    // As envoyproxy/ratelimit: nothing remains for a descriptor over its
+    // limit, even when a smaller cost would still pass (the RateLimit header
+    // keeps saying what is left).
+    status->set_limit_remaining(denied ? 0 : Clamp32(d.remaining));
     SetDuration(denied && !d.can_never_pass() ? d.retry_after : d.reset_after,
                 *status->mutable_duration_until_reset());
     if (rule->shadow) continue;  // a trial: clients are not told about it

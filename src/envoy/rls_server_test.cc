@@ -251,7 +251,10 @@ TEST_F(RlsTest, RequestHitsAddendCostsThatMany) {
   EXPECT_EQ(r.statuses(0).limit_remaining(), 1u);
   r = Ok("edge", {{{"remote_address", "10.1.1.1"}}}, /*hits=*/2);
   EXPECT_EQ(r.overall_code(), Response::OVER_LIMIT);  // 2 more do not fit in the 1 left
-  EXPECT_EQ(r.statuses(0).limit_remaining(), 1u);     // and took nothing
+  // Over the limit reports 0 left, as envoyproxy/ratelimit does, although
+  // the request took nothing and the RateLimit header still says 1.
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);
+  EXPECT_NE(Header(r, "RateLimit").find(";r=1;"), std::string::npos) << Header(r, "RateLimit");
   EXPECT_EQ(Ok("edge", {{{"remote_address", "10.1.1.1"}}}, /*hits=*/0).statuses(0).limit_remaining(), 0u);
 }
 
@@ -318,11 +321,27 @@ TEST_F(RlsTest, SluiceAlgorithmsAndWindowsThroughTheSameApi) {
   EXPECT_EQ(Header(r, "RateLimit-Policy"), "\"tenant_window\";q=3;w=10");
 }
 
+TEST_F(RlsTest, ADescriptorWithoutEntriesIsNotLimited) {
+  // As envoyproxy/ratelimit: it reaches no rule, so it is OK without a limit,
+  // and the request's other descriptors are decided as usual.
+  const Response r = Ok("edge", {{}, {{{"remote_address", "10.9.9.9"}}}});
+  EXPECT_EQ(r.overall_code(), Response::OK);
+  ASSERT_EQ(r.statuses_size(), 2);
+  EXPECT_EQ(r.statuses(0).code(), Response::OK);
+  EXPECT_FALSE(r.statuses(0).has_current_limit());
+  EXPECT_TRUE(r.statuses(1).has_current_limit());
+  // With a limit override, that limit applies, as there.
+  rls::RateLimitRequest request = Request("edge", {{}});
+  request.mutable_descriptors(0)->mutable_limit()->set_requests_per_unit(1);
+  request.mutable_descriptors(0)->mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::HOUR);
+  EXPECT_EQ(Ok(request).overall_code(), Response::OK);
+  EXPECT_EQ(Ok(request).overall_code(), Response::OVER_LIMIT);
+}
+
 TEST_F(RlsTest, MalformedRequestsAreInvalidArgument) {
   std::vector<std::pair<rls::RateLimitRequest, std::string>> cases;
   cases.push_back({Request("", {{{"k", "v"}}}), "domain must not be empty"});
   cases.push_back({Request("edge", {}), "descriptors must not be empty"});
-  cases.push_back({Request("edge", {{}}), "descriptors[0]: entries must not be empty"});
   cases.push_back({Request("edge", {{{"k", "v"}}, {{"", "v"}}}),
                    "descriptors[1].entries[0]: key must not be empty"});
   cases.push_back({Request("edge", {{{"remote_address", std::string(70'000, 'x')}}}),
@@ -340,7 +359,7 @@ TEST_F(RlsTest, MalformedRequestsAreInvalidArgument) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
     EXPECT_THAT(s.error_message(), HasSubstr(message));
   }
-  EXPECT_THAT(metrics_.Render(), HasSubstr("sluice_rls_requests_total{result=\"invalid_argument\"} 7"));
+  EXPECT_THAT(metrics_.Render(), HasSubstr("sluice_rls_requests_total{result=\"invalid_argument\"} 6"));
   // The service is still there.
   EXPECT_EQ(Ok("edge", {{{"remote_address", "10.0.0.1"}}}).overall_code(), Response::OK);
 }

@@ -58,6 +58,13 @@ using Resolver = net::ip::basic_resolver<tcp, Executor>;
 
 constexpr net::use_awaitable_t<Executor> kUseAwaitable;
 
+// Keys of a valid config that are read and not acted on, logged at `event`.
+void LogWarnings(std::string_view event, const Config& config) {
+  for (const std::string& line : ConfigWarnings(config)) {
+    spdlog::warn("event={} note=\"{}\"", event, line);
+  }
+}
+
 // Awaits an answer that arrives by callback on another thread (a Redis
 // decision): `start(done)` begins the work; the coroutine resumes on
 // `ioc`, its own loop, with what `done` was given.
@@ -312,6 +319,7 @@ struct Shared {
     if (next->store != config.store) {
       spdlog::warn("event=reload note=\"changes to store take effect at the next start\"");
     }
+    LogWarnings("reload", *next);
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
         PolicySet::Create(*next, store, redis.get(), *clock, policies.load().get(), metrics);
     if (!set.ok()) {
@@ -596,6 +604,7 @@ class ServerImpl final : public Server {
                  shared_->config.server.listen.host, port_, shared_->config.server.admin.host,
                  admin_port_, workers_.size(), shared_->config.policies.size(),
                  shared_->config.routes.size(), decision, dc.tokens.size(), open_files_);
+    LogWarnings("start", shared_->config);
     if (decision == "off") {
       spdlog::warn("event=start note=\"the decision API (/v1/check, /v1/auth) is not served: "
                    "routes are configured and server.decision.listen is not set\"");
