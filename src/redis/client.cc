@@ -253,7 +253,8 @@ class Client::Impl {
     Kind kind = kUser;
     std::unique_ptr<Request> req;  // kUser
     std::function<void(absl::StatusOr<Reply>)> internal;  // kHandshake, kSlots
-    SteadyClock::time_point deadline;
+    SteadyClock::time_point sent;      // when it was queued on this node
+    SteadyClock::time_point deadline;  // its own: entries are not in deadline order
   };
 
   struct Node {
@@ -336,6 +337,7 @@ class Client::Impl {
     node.out += req->command;
     Entry e;
     e.kind = Entry::kUser;
+    e.sent = SteadyClock::now();
     e.deadline = req->deadline;
     e.req = std::move(req);
     node.pending.push_back(std::move(e));
@@ -465,6 +467,7 @@ class Client::Impl {
       n.out += Command(args);
       Entry e;
       e.kind = Entry::kHandshake;
+      e.sent = SteadyClock::now();
       e.deadline = deadline;
       e.internal = std::move(then);
       n.pending.push_back(std::move(e));
@@ -549,7 +552,7 @@ class Client::Impl {
     const absl::Status lost = absl::UnavailableError(std::string(why.message()));
     for (Entry& e : pending) {
       if (e.kind == Entry::kUser) Fail(*e.req, stopping_now_ ? why : lost);
-      if (e.kind == Entry::kSlots && e.internal) e.internal(lost);
+      if (e.kind == Entry::kSlots && e.internal) std::exchange(e.internal, nullptr)(lost);
     }
     ReportFirst(n, why);
     CountMasters();
@@ -635,6 +638,7 @@ class Client::Impl {
         return;
       case Entry::kHandshake:
       case Entry::kSlots:
+        if (!e.internal) return;  // answered already (timed out)
         if (error) return e.internal(absl::UnknownError(std::string(ReplyText(*reply))));
         return e.internal(std::move(reply));
       case Entry::kUser:
@@ -693,6 +697,7 @@ class Client::Impl {
       node.out += Command({"ASKING"});
       Entry asking;
       asking.kind = Entry::kDiscard;
+      asking.sent = SteadyClock::now();
       asking.deadline = req->deadline;
       node.pending.push_back(std::move(asking));
       return Enqueue(node, std::move(req));
@@ -761,7 +766,8 @@ class Client::Impl {
     n.out += Command({"CLUSTER", "SLOTS"});
     Entry e;
     e.kind = Entry::kSlots;
-    e.deadline = SteadyClock::now() + std::chrono::microseconds(options_.connect_timeout.micros());
+    e.sent = SteadyClock::now();
+    e.deadline = e.sent + std::chrono::microseconds(options_.connect_timeout.micros());
     const std::string who = n.endpoint.ToString();
     e.internal = [this, who, done = std::move(done)](absl::StatusOr<Reply> r) {
       if (!r.ok()) {
@@ -855,12 +861,22 @@ class Client::Impl {
     const auto now = SteadyClock::now();
     for (auto& node : nodes_) {
       Node& n = *node;
+      // Every entry on its own deadline: a CLUSTER SLOTS waits up to the
+      // connect timeout and a call resent after NOSCRIPT, MOVED or ASK keeps
+      // its first deadline, so the queue is not in deadline order. A whole
+      // pass costs a compare per call waiting, a few times per timeout.
       for (Entry& e : n.pending) {
-        if (e.deadline > now) break;
+        if (e.deadline > now) continue;
         if (e.kind == Entry::kUser && e.req->done) {
           Fail(*e.req, absl::DeadlineExceededError(
                            Cat("redis ", n.endpoint.ToString(), ": no answer within ",
                                options_.timeout.micros() / 1000, " ms")));
+        } else if (e.kind == Entry::kSlots && e.internal) {
+          std::function<void(absl::StatusOr<Reply>)> internal = std::move(e.internal);
+          e.internal = nullptr;
+          internal(absl::DeadlineExceededError(
+              Cat("redis ", n.endpoint.ToString(), ": CLUSTER SLOTS: no answer within the "
+                  "connect timeout")));
         }
       }
       // Silence, not a count of timeouts, drops a connection: pipelined
@@ -868,8 +884,7 @@ class Client::Impl {
       // reason to reconnect. A node silent for `max_timeouts` timeouts
       // while a call waits is hung (or the network drops packets).
       if (n.state == Node::kReady && !n.pending.empty()) {
-        const auto sent = n.pending.front().deadline - timeout_;
-        const auto silent = now - std::max(n.last_answer, sent);
+        const auto silent = now - std::max(n.last_answer, n.pending.front().sent);
         if (silent >= timeout_ * options_.max_timeouts) {
           Close(n, absl::DeadlineExceededError(Cat(
                        "redis ", n.endpoint.ToString(), ": no answer for ",

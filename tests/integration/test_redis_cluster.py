@@ -86,6 +86,51 @@ class ClusterTopologyTest(RedisFleetTestCase):
 
     # ---- tests ----
 
+    def test_a_stalled_slot_refresh_holds_no_other_call_past_its_timeout(self):
+        """Regression: calls were timed out in queue order, so a CLUSTER
+        SLOTS waiting on a stalled master (it waits up to connect_timeout)
+        held every call queued behind it: a call with `timeout: 50ms` was
+        answered after ~connect_timeout. Here one sluice process is given
+        master X as its only seed (the refresh goes to its first connected
+        node: X). Every node but another master A is paused; sluice's
+        connection to A is killed, which makes sluice refresh the slot map
+        from X, where the refresh stalls. A decision on a key of X must
+        still be refused within its own timeout."""
+        masters = [port for port, _ in self.cluster.masters()]
+        x, a = masters[0], masters[1]
+        config = server_block(threads=2) + redis_store_block(
+            cluster=[self.cluster.server_on(x).address], timeout="50ms",
+            connect_timeout="800ms") + POLICIES
+        s = self.start_fleet(config, 1)[0]
+        client = HttpClient(s.port)
+        self.addCleanup(client.close)
+        key = None
+        for i in range(100):
+            candidate = self.unique_key("stalled-%d" % i)
+            status, _, body, _ = client.check("steady", candidate)
+            self.assertEqual(status, 200, body)
+            if self.cluster.master_of_slot(self.cluster.keyslot(self.redis_key(candidate))) == x:
+                key = candidate
+                break
+        self.assertIsNotNone(key, "no key landed on master %d" % x)
+
+        paused = [n for n in self.cluster.live() if n.port != a]
+        for n in paused:
+            n.pause()
+        try:
+            # Kills sluice's connections to A (not this one).
+            self.cluster.server_on(a).call("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            time.sleep(0.05)  # sluice sees the close and sends CLUSTER SLOTS to X
+            status, _, body, took = client.check("steady", key)
+        finally:
+            for n in paused:
+                n.resume()
+        self.assertEqual(status, 429, body)
+        self.assertEqual(body["retry_after_ms"], 1000, body)  # a store error, fail closed
+        self.assertLess(took, TIMEOUT + MARGIN)
+        # The paused time stayed under cluster-node-timeout (1 s): no failover.
+        self.cluster.wait_healthy(10)
+
     def test_live_slot_migration_ask_then_moved_keeps_the_count(self):
         """The slot of a key sluice uses is migrated between masters while
         two sluice processes keep deciding on it: after MIGRATE the old
