@@ -87,6 +87,10 @@ struct AcquireOptions {
 
 // The reported decision, and which limit (index into LimiterOptions::limits)
 // it came from.
+namespace internal {
+struct LateCall;  // a remote call that timed out and may still run (limiter.cc)
+}  // namespace internal
+
 struct PolicyDecision : Decision {
   size_t limit_index = 0;
   // When the cost was taken, by the Limiter's clock and by the remote
@@ -96,6 +100,9 @@ struct PolicyDecision : Decision {
   Time store_time;
   // The remote store failed and `on_store_error` made this decision.
   bool store_error = false;
+  // Set when the remote call timed out: it may still run in the store, and
+  // its late reply is reconciled with this decision (and with a Refund of it).
+  std::shared_ptr<internal::LateCall> late;
 };
 
 using DecisionCallback = std::function<void(absl::StatusOr<PolicyDecision>)>;

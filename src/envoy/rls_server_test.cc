@@ -427,7 +427,8 @@ class ThreadedStore final : public Store {
   }
   bool remote() const override { return true; }
   void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
-                   int64_t cost, Time taken_at, BatchCallback done) override {
+                   int64_t cost, Time taken_at, BatchCallback done,
+                   BatchCallback /*late*/) override {
     std::vector<LimitTable*> t(tables.begin(), tables.end());
     {
       std::lock_guard lock(mu_);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <future>
+#include <mutex>
 
 #include "base/cat.h"
 
@@ -217,6 +218,73 @@ PolicyDecision Limiter::Merge(const std::vector<std::optional<Decision>>& by_lim
 }
 
 // One AcquireAsync or CheckAsync over a remote store, between its steps.
+namespace internal {
+
+// A remote kDecide call that timed out: the store answered the request
+// without it (on_store_error), but the call may still run in Redis. Its late
+// reply says whether it took. If it did, what it took is given back when the
+// request was not admitted (denied by the fallback, by another limit, or
+// refunded later by the caller), and a `local` fallback that admitted the
+// request gives back its own count of it, which Redis now holds. Lives
+// without the Limiter (a reload may free it before the reply comes).
+struct LateCall {
+  Store* store = nullptr;
+  std::vector<std::shared_ptr<LimitTable>> remote;    // in the call's order
+  std::vector<std::shared_ptr<LimitTable>> fallback;  // those that took, else empty
+  std::string key;
+  Time now;
+  int64_t cost = 0;
+  bool admitted = false;  // set before anyone else sees this
+
+  std::mutex mu;
+  bool refunded = false;  // the caller gave the request back
+  bool answered = false;  // the late reply came
+  bool took = false;      // and Redis took the cost
+  bool fallback_given_back = false;
+  Time store_time;
+
+  void OnReply(const absl::StatusOr<BatchResult>& r) {
+    if (!r.ok() || r->decisions.size() != remote.size()) return;
+    bool all = true;
+    for (const Decision& d : r->decisions) all = all && d.allowed;
+    std::unique_lock lock(mu);
+    answered = true;
+    took = all;
+    store_time = r->store_time;
+    if (!took) return;
+    if (!admitted || refunded) {
+      lock.unlock();
+      return GiveBackRemote();
+    }
+    if (fallback.empty() || fallback_given_back) return;
+    fallback_given_back = true;
+    lock.unlock();
+    for (const auto& t : fallback) (void)t->Refund(key, now, cost);
+  }
+
+  void OnRefund() {
+    std::unique_lock lock(mu);
+    refunded = true;
+    const bool give_fallback = !fallback.empty() && !fallback_given_back;
+    fallback_given_back = true;
+    const bool give_remote = answered && took;
+    lock.unlock();
+    if (give_fallback) {
+      for (const auto& t : fallback) (void)t->Refund(key, now, cost);
+    }
+    if (give_remote) GiveBackRemote();
+  }
+
+  void GiveBackRemote() {
+    std::vector<LimitTable*> tables;
+    for (const auto& t : remote) tables.push_back(t.get());
+    store->DecideBatch(tables, key, BatchOp::kRefund, now, cost, store_time,
+                       [](absl::StatusOr<BatchResult>) {});
+  }
+};
+
+}  // namespace internal
+
 struct Limiter::Pending {
   std::string key;
   Time now;
@@ -225,6 +293,7 @@ struct Limiter::Pending {
   std::vector<std::optional<Decision>> by_limit;
   std::vector<size_t> taken;  // local limits that took `cost`
   DecisionCallback done;
+  std::shared_ptr<internal::LateCall> late;  // the call timed out
 };
 
 void Limiter::AcquireAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done) {
@@ -258,8 +327,12 @@ void Limiter::AcquireAsync(std::string_view key, Time now, int64_t cost, Decisio
     p->by_limit[i] = *d;
     p->taken.push_back(i);
   }
-  remote_->DecideBatch(remote_tables_, p->key, BatchOp::kDecide, now, cost, Time(),
-                       [this, p](absl::StatusOr<BatchResult> r) { Continue(p, std::move(r)); });
+  remote_->DecideBatch(
+      remote_tables_, p->key, BatchOp::kDecide, now, cost, Time(),
+      [this, p](absl::StatusOr<BatchResult> r) { Continue(p, std::move(r)); },
+      [p](absl::StatusOr<BatchResult> r) {
+        if (p->late) p->late->OnReply(r);
+      });
 }
 
 void Limiter::CheckAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done) {
@@ -310,6 +383,15 @@ void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> r
     remote_took = p->take && all;
   } else {
     store_error = true;
+    if (p->take && absl::IsDeadlineExceeded(remote.status())) {
+      // The call may still run in Redis: its late reply is reconciled.
+      p->late = std::make_shared<internal::LateCall>();
+      p->late->store = remote_;
+      for (size_t i : remote_limits_) p->late->remote.push_back(tables_[i]);
+      p->late->key = key;
+      p->late->now = p->now;
+      p->late->cost = p->cost;
+    }
     switch (on_store_error_) {
       case OnStoreError::kAllow:
         for (size_t i : remote_limits_) {
@@ -376,7 +458,17 @@ void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> r
   result.taken_at = p->now;
   result.store_time = store_time;
   result.store_error = store_error;
-  p->done(std::move(result));
+  if (p->late) {
+    p->late->admitted = allowed;
+    if (allowed && fallback_took) {
+      for (size_t i : remote_limits_) p->late->fallback.push_back(fallback_[i]);
+    }
+    result.late = p->late;
+  }
+  // `p` lives on until the late reply or its connection's end: let go of
+  // what `done` holds now.
+  DecisionCallback done = std::move(p->done);
+  done(std::move(result));
 }
 
 absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, int64_t cost) {
@@ -390,6 +482,12 @@ absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, 
     result.Update(tables_[i]->Refund(key, taken.taken_at, cost));
   }
   if (taken.store_error) {
+    // A timed-out call: the fallback's count and what Redis may have taken
+    // are given back together, whichever comes first.
+    if (taken.late != nullptr) {
+      taken.late->OnRefund();
+      return result;
+    }
     if (on_store_error_ == OnStoreError::kLocal) {
       for (size_t i : remote_limits_) {
         if (!IsShape(configs_[i])) result.Update(fallback_[i]->Refund(key, taken.taken_at, cost));

@@ -101,6 +101,7 @@ struct Request {
   uint16_t slot = 0;
   std::string command;
   ReplyCallback done;  // null once answered (a timeout answers early)
+  ReplyCallback late;  // the reply that comes after the timeout, if wanted
   SteadyClock::time_point deadline;
   int redirects = 0;
 };
@@ -119,12 +120,13 @@ class Client::Impl {
 
   // -- Called from any thread ------------------------------------------------
 
-  void Send(uint16_t slot, std::string command, ReplyCallback done) {
+  void Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late) {
     requests_.fetch_add(1, std::memory_order_relaxed);
     auto req = std::make_unique<Request>();
     req->slot = slot;
     req->command = std::move(command);
     req->done = std::move(done);
+    req->late = std::move(late);
     req->deadline = SteadyClock::now() + timeout_;
     bool post = false;
     {
@@ -148,6 +150,7 @@ class Client::Impl {
     h.requests = requests_.load(std::memory_order_relaxed);
     h.errors = errors_.load(std::memory_order_relaxed);
     h.timeouts = timeouts_.load(std::memory_order_relaxed);
+    h.late_replies = late_replies_.load(std::memory_order_relaxed);
     h.reconnects = reconnects_.load(std::memory_order_relaxed);
     h.redirects = redirects_.load(std::memory_order_relaxed);
     h.topology_refreshes = refreshes_.load(std::memory_order_relaxed);
@@ -645,7 +648,12 @@ class Client::Impl {
         break;
     }
     Request& req = *e.req;
-    if (!req.done) return;  // answered already (timed out)
+    if (!req.done) {  // answered already: it timed out, and ran after all
+      if (error) return;  // MOVED, ASK, NOSCRIPT: it did not run
+      late_replies_.fetch_add(1, std::memory_order_relaxed);
+      if (req.late) std::exchange(req.late, nullptr)(std::move(reply));
+      return;
+    }
     if (!error) {
       ReplyCallback done = std::move(req.done);
       req.done = nullptr;
@@ -924,6 +932,7 @@ class Client::Impl {
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> errors_{0};
   std::atomic<uint64_t> timeouts_{0};
+  std::atomic<uint64_t> late_replies_{0};
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> redirects_{0};
   std::atomic<uint64_t> refreshes_{0};
@@ -953,8 +962,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() { impl_->Stop(); }
-void Client::Send(uint16_t slot, std::string command, ReplyCallback done) {
-  impl_->Send(slot, std::move(command), std::move(done));
+void Client::Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late) {
+  impl_->Send(slot, std::move(command), std::move(done), std::move(late));
 }
 ClientHealth Client::Health() const { return impl_->Health(); }
 const ClientOptions& Client::options() const { return impl_->options(); }

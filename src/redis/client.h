@@ -98,6 +98,7 @@ struct ClientHealth {
   uint64_t requests = 0;
   uint64_t errors = 0;    // answered with an error status
   uint64_t timeouts = 0;  // no answer within the timeout
+  uint64_t late_replies = 0;  // replies that came after their timeout
   uint64_t reconnects = 0;
   uint64_t redirects = 0;  // MOVED and ASK followed
   uint64_t topology_refreshes = 0;
@@ -117,7 +118,11 @@ class Client {
   // Sends `command` to the node serving `slot` and calls `done` exactly
   // once on the I/O thread. An error reply is an error status carrying
   // Redis' message (Unknown), except NOSCRIPT/MOVED/ASK, handled here.
-  void Send(uint16_t slot, std::string command, ReplyCallback done);
+  // When `done` was told DeadlineExceeded and the command's reply (not an
+  // error) arrives after all, `late` (if set) gets it, on the I/O thread:
+  // the command ran. A command whose connection is lost first is unknown.
+  void Send(uint16_t slot, std::string command, ReplyCallback done,
+            ReplyCallback late = nullptr);
 
   ClientHealth Health() const;
   const ClientOptions& options() const;

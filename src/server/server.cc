@@ -561,6 +561,9 @@ class ServerImpl final : public Server {
                "counter", [redis] { return static_cast<int64_t>(redis->Health().errors); });
     m.AddGauge("sluice_redis_timeouts_total", "Redis calls not answered within the timeout.",
                "counter", [redis] { return static_cast<int64_t>(redis->Health().timeouts); });
+    m.AddGauge("sluice_redis_late_replies_total",
+               "Replies to Redis calls that had timed out: the call ran, and was reconciled.",
+               "counter", [redis] { return static_cast<int64_t>(redis->Health().late_replies); });
     m.AddGauge("sluice_redis_reconnects_total", "Redis connections re-established.", "counter",
                [redis] { return static_cast<int64_t>(redis->Health().reconnects); });
     m.AddGauge("sluice_redis_redirects_total", "Redis Cluster MOVED and ASK answers followed.",

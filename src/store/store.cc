@@ -48,7 +48,8 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
 }
 
 void Store::DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
-                        Time now, int64_t cost, Time taken_at, BatchCallback done) {
+                        Time now, int64_t cost, Time taken_at, BatchCallback done,
+                        BatchCallback /*late*/) {
   done(DecideInProcess(tables, key, op, now, cost, taken_at));
 }
 

@@ -74,6 +74,7 @@ struct RedisStoreHealth {
   uint64_t calls = 0;
   uint64_t errors = 0;
   uint64_t timeouts = 0;
+  uint64_t late_replies = 0;  // replies to calls that had timed out (used, see DecideBatch)
   uint64_t reconnects = 0;
   uint64_t redirects = 0;
   uint64_t topology_refreshes = 0;
@@ -109,7 +110,8 @@ class RedisStore final : public Store {
                                                              std::string_view name) override;
   bool remote() const override { return true; }
   void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
-                   Time now, int64_t cost, Time taken_at, BatchCallback done) override;
+                   Time now, int64_t cost, Time taken_at, BatchCallback done,
+                   BatchCallback late = nullptr) override;
 
   RedisStoreHealth Health() const;
   const RedisStoreOptions& options() const;

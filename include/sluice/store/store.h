@@ -108,9 +108,14 @@ class Store {
   // thread of the store's (or before returning, for an immediate error).
   // Errors: Unavailable (store unreachable, circuit open), DeadlineExceeded
   // (no answer within the store's timeout), InvalidArgument (key too long).
-  // The default, for in-process stores, answers inline from Decide/Check/Refund.
+  // A call answered DeadlineExceeded may still run in the store: when its
+  // reply comes after all, `late` (if set) is called with it, at most once,
+  // on the store's thread; a call whose connection is lost first is never
+  // known. The default, for in-process stores, answers inline from
+  // Decide/Check/Refund (never late).
   virtual void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
-                           Time now, int64_t cost, Time taken_at, BatchCallback done);
+                           Time now, int64_t cost, Time taken_at, BatchCallback done,
+                           BatchCallback late = nullptr);
 };
 
 }  // namespace sluice

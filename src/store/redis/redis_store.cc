@@ -162,7 +162,7 @@ std::string RedisStore::RedisKey(const LimitTable& table, std::string_view key) 
 
 void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_view key,
                              BatchOp op, Time now, int64_t cost, Time taken_at,
-                             BatchCallback done) {
+                             BatchCallback done, BatchCallback late) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return done(s);
   if (tables.empty()) return done(BatchResult{.store_time = now, .decisions = {}});
   redis::ScriptArgs args{.op = op == BatchOp::kDecide  ? redis::ScriptOp::kDecide
@@ -187,15 +187,24 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
   redis::AppendCommand(command, parts.data(), parts.size());
   // A refund's reply holds Redis' time and no decision.
   const size_t decisions = op == BatchOp::kRefund ? 0 : tables.size();
-  impl_->client->Send(redis::HashSlot(keys.front()), std::move(command),
-                      [decisions, done = std::move(done)](absl::StatusOr<redis::Reply> reply) {
-                        if (!reply.ok()) return done(reply.status());
-                        absl::StatusOr<redis::ScriptResult> r =
-                            redis::ParseScriptReply(**reply, decisions);
-                        if (!r.ok()) return done(r.status());
-                        done(BatchResult{.store_time = r->now,
-                                         .decisions = std::move(r->decisions)});
-                      });
+  auto parse = [decisions](absl::StatusOr<redis::Reply> reply) -> absl::StatusOr<BatchResult> {
+    if (!reply.ok()) return reply.status();
+    absl::StatusOr<redis::ScriptResult> r = redis::ParseScriptReply(**reply, decisions);
+    if (!r.ok()) return r.status();
+    return BatchResult{.store_time = r->now, .decisions = std::move(r->decisions)};
+  };
+  redis::ReplyCallback late_reply;
+  if (late) {
+    late_reply = [parse, late = std::move(late)](absl::StatusOr<redis::Reply> reply) {
+      late(parse(std::move(reply)));
+    };
+  }
+  impl_->client->Send(
+      redis::HashSlot(keys.front()), std::move(command),
+      [parse, done = std::move(done)](absl::StatusOr<redis::Reply> reply) {
+        done(parse(std::move(reply)));
+      },
+      std::move(late_reply));
 }
 
 RedisStoreHealth RedisStore::Health() const {
@@ -206,6 +215,7 @@ RedisStoreHealth RedisStore::Health() const {
           .calls = h.requests,
           .errors = h.errors,
           .timeouts = h.timeouts,
+          .late_replies = h.late_replies,
           .reconnects = h.reconnects,
           .redirects = h.redirects,
           .topology_refreshes = h.topology_refreshes};

@@ -399,6 +399,123 @@ TEST_F(RedisStoreTest, SlowRedisTimesOutThenTheBreakerFailsFast) {
   EXPECT_FALSE(d->store_error);
 }
 
+// Keeps Redis busy for `ms` (a script that spins), from its own connection,
+// while the caller goes on: calls sent meanwhile wait in Redis' socket.
+std::thread StallRedis(int port, int ms) {
+  std::thread t([port, ms] {
+    redisContext* c = redisConnect("127.0.0.1", port);
+    if (c == nullptr || c->err != 0) return;
+    freeReplyObject(redisCommand(
+        c, "EVAL %s 0 %d",
+        "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] "
+        "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= ARGV[1] * 1000 "
+        "return 1",
+        ms));
+    redisFree(c);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the script runs
+  return t;
+}
+
+// `count` AcquireAsync of `key` at once; their answers.
+std::vector<PolicyDecision> AcquireMany(Limiter& limiter, std::string_view key, int count,
+                                        Time now) {
+  std::vector<std::future<absl::StatusOr<PolicyDecision>>> answers;
+  for (int i = 0; i < count; ++i) {
+    auto promise = std::make_shared<std::promise<absl::StatusOr<PolicyDecision>>>();
+    answers.push_back(promise->get_future());
+    limiter.AcquireAsync(key, now, 1, [promise](absl::StatusOr<PolicyDecision> d) {
+      promise->set_value(std::move(d));
+    });
+  }
+  std::vector<PolicyDecision> out;
+  for (auto& a : answers) {
+    absl::StatusOr<PolicyDecision> d = a.get();
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (d.ok()) out.push_back(*std::move(d));
+  }
+  return out;
+}
+
+// Polls until `limiter` reports `remaining` for `key` (refunds go to Redis
+// asynchronously), for at most two seconds; the last value seen.
+int64_t RemainingSettlesAt(Limiter& limiter, std::string_view key, int64_t remaining) {
+  int64_t seen = -1;
+  const auto start = SteadyClock::now();
+  while (MillisSince(start) < 2000) {
+    // Check answers as Acquire would: what remains after taking 1.
+    absl::StatusOr<PolicyDecision> d = limiter.Check(key);
+    if (d.ok() && !d->store_error) seen = d->remaining + 1;
+    if (seen == remaining) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return seen;
+}
+
+// Regression: a call that timed out still ran in Redis and nothing
+// reconciled it. With on_store_error deny, 40 checks during a stall were all
+// denied while Redis counted 40, so only 60 more passed that hour.
+TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
+  // Calls time out after 100 ms; the connection stays (it is dropped after
+  // 300 ms of silence), so the replies of a 250 ms stall come late.
+  auto redis = Connect({.url = Url(), .timeout = Duration::Millis(100)});
+  constexpr int kCalls = 40;
+  auto late_replies_reach = [&](uint64_t n) {
+    const auto start = SteadyClock::now();
+    while (redis->Health().late_replies < n && MillisSince(start) < 2000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return redis->Health().late_replies;
+  };
+
+  // deny: every request refused; what Redis took late is given back.
+  auto deny = Make(*redis, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kDeny, "deny");
+  std::thread stall = StallRedis(server_->port(), 250);
+  std::vector<PolicyDecision> denied = AcquireMany(*deny, "k", kCalls, clock_.Now());
+  stall.join();
+  ASSERT_EQ(denied.size(), static_cast<size_t>(kCalls));
+  for (const PolicyDecision& d : denied) {
+    EXPECT_TRUE(d.store_error);
+    EXPECT_FALSE(d.allowed);
+  }
+  EXPECT_EQ(late_replies_reach(kCalls), static_cast<uint64_t>(kCalls));
+  EXPECT_EQ(RemainingSettlesAt(*deny, "k", 100), 100);
+
+  // local: admitted by the fallback and taken late in Redis, which keeps
+  // them (the fallback gives its count back). A caller's later refund of 10
+  // of them (another policy denied) reaches Redis too.
+  auto local = Make(*redis, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kLocal,
+                    "local");
+  stall = StallRedis(server_->port(), 250);
+  std::vector<PolicyDecision> admitted = AcquireMany(*local, "k", kCalls, clock_.Now());
+  stall.join();
+  ASSERT_EQ(admitted.size(), static_cast<size_t>(kCalls));
+  for (const PolicyDecision& d : admitted) {
+    EXPECT_TRUE(d.store_error);
+    EXPECT_TRUE(d.allowed);
+  }
+  EXPECT_EQ(late_replies_reach(2 * kCalls), static_cast<uint64_t>(2 * kCalls));
+  EXPECT_EQ(RemainingSettlesAt(*local, "k", 100 - kCalls), 100 - kCalls);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(local->Refund("k", admitted[i], 1).ok());
+  EXPECT_EQ(RemainingSettlesAt(*local, "k", 100 - kCalls + 10), 100 - kCalls + 10);
+
+  // allow, refunded by the caller before the late reply comes: the reply
+  // finds the request given back and gives back what Redis took.
+  auto allow = Make(*redis, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kAllow,
+                    "allow");
+  stall = StallRedis(server_->port(), 250);
+  std::vector<PolicyDecision> passed = AcquireMany(*allow, "k", 10, clock_.Now());
+  ASSERT_EQ(passed.size(), 10u);
+  for (const PolicyDecision& d : passed) {
+    EXPECT_TRUE(d.store_error);
+    EXPECT_TRUE(d.allowed);
+    EXPECT_TRUE(allow->Refund("k", d, 1).ok());
+  }
+  stall.join();
+  EXPECT_EQ(late_replies_reach(2 * kCalls + 10), static_cast<uint64_t>(2 * kCalls + 10));
+  EXPECT_EQ(RemainingSettlesAt(*allow, "k", 100), 100);
+}
+
 TEST_F(RedisStoreTest, RejectsLimitsTheScriptCannotComputeExactly) {
   auto redis = Connect();
   MemoryStore memory;
