@@ -279,7 +279,11 @@ absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out
                             ": ignored: sluice sends no dynamic metadata"));
   }
   if (out.shadow_mode && !out.rate_limit) {
-    return Fail(f->at("shadow_mode"), "shadow_mode needs a rate_limit on the same descriptor");
+    // envoyproxy/ratelimit loads it too; it does nothing there.
+    const YamlAt& at = f->at("shadow_mode");
+    warnings_.push_back(Cat(source_, ":", at.line, ": ", at.path,
+                            ": ignored: no rate_limit on this descriptor"));
+    out.shadow_mode = false;
   }
   return absl::OkStatus();
 }
@@ -287,8 +291,8 @@ absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out
 absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
   absl::StatusOr<Fields> f = ReadMap(
       v, "a rate_limit (a map with unit and requests_per_unit)",
-      {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "rate", "limit",
-       "period", "burst", "scope"},
+      {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
+       "algorithm", "rate", "limit", "period", "burst", "scope"},
       {{"mode", "leaky_bucket mode shape (Envoy cannot hold a request for its departure time; "
                 "leaky_bucket here polices)"},
        {"max_delay", "shaping delays (Envoy cannot hold a request)"},
@@ -316,11 +320,17 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
   }
   if (const YamlAt* x = find("unlimited")) SLUICE_RETURN_IF_ERROR(ReadBool(*x, out.unlimited));
   if (out.unlimited) {
-    for (std::string_view key : {"unit", "requests_per_unit", "algorithm", "rate", "limit", "period",
-                                 "burst", "scope", "replaces"}) {
+    // As envoyproxy/ratelimit: a unit is refused; its `replaces` apply.
+    for (std::string_view key : {"unit", "unit_multiplier", "algorithm", "rate", "limit", "period",
+                                 "burst", "scope"}) {
       if (const YamlAt* x = find(key)) {
         return Fail(*x, Cat(key, " does not apply to an unlimited rate_limit (unlimited: true)"));
       }
+    }
+    if (const YamlAt* x = find("requests_per_unit")) {
+      // envoyproxy/ratelimit loads it too, and ignores it.
+      warnings_.push_back(Cat(source_, ":", x->line, ": ", x->path,
+                              ": ignored: the rate_limit is unlimited"));
     }
     return absl::OkStatus();
   }
@@ -332,6 +342,10 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
   const YamlAt* period = find("period");
   LimitOptions& options = out.limit.options;
   options.algorithm = Algorithm::kFixedWindow;  // what envoyproxy/ratelimit counts with
+  const YamlAt* multiplier = find("unit_multiplier");
+  if (multiplier != nullptr && unit == nullptr) {
+    return Fail(*multiplier, "applies to unit + requests_per_unit");
+  }
   if ((unit != nullptr || per_unit != nullptr) && (rate != nullptr || limit != nullptr || period != nullptr)) {
     const YamlAt* second = rate != nullptr ? rate : limit != nullptr ? limit : period;
     return Fail(*second, "set unit + requests_per_unit, or rate (or limit + period), not both");
@@ -361,7 +375,14 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
     SLUICE_RETURN_IF_ERROR(ReadInt(*per_unit, 0, std::numeric_limits<uint32_t>::max(), n));
     out.requests_per_unit = static_cast<uint32_t>(n);
     out.deny_all = n == 0;
-    options.rate = Rate{.limit = n, .period = EnvoyUnitLength(out.unit)};
+    // unit_multiplier: N: one window of N units (as envoyproxy/ratelimit).
+    int64_t times = 1;
+    if (multiplier != nullptr) {
+      // Bounded so that the window is at most kMaxPeriod (366 days).
+      SLUICE_RETURN_IF_ERROR(ReadInt(
+          *multiplier, 1, kMaxPeriod.micros() / EnvoyUnitLength(out.unit).micros(), times));
+    }
+    options.rate = Rate{.limit = n, .period = EnvoyUnitLength(out.unit) * times};
   } else if (rate != nullptr) {
     absl::StatusOr<std::string> text = ReadScalar(*rate, "a rate such as 100/s or 10/5s");
     if (!text.ok()) return text.status();

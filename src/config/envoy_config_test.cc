@@ -180,6 +180,23 @@ TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
             "limit and sends no dynamic metadata; use shadow_mode to count without denying)");
 }
 
+TEST(EnvoyConfig, UnitMultiplierMakesOneWindowOfSeveralUnits) {
+  absl::StatusOr<EnvoyDomain> d = ParseEnvoyDomain(
+      "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 20, "
+      "unit_multiplier: 5}\n", "rl.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  const EnvoyRateLimit& rl = *d->descriptors[0].rate_limit;
+  EXPECT_EQ(rl.limit.options.rate, (Rate{20, Duration::Minutes(5)}));
+  EXPECT_EQ(rl.unit, EnvoyUnit::kMinute);  // reported as configured, as the peer does
+  EXPECT_EQ(rl.requests_per_unit, 20u);
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
+                    "requests_per_unit: 1, unit_multiplier: 367}\n"),
+            "rl.yaml:4: descriptors[0].rate_limit.unit_multiplier: must be from 1 to 366, got 367");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 1/s, "
+                    "unit_multiplier: 2}\n"),
+            "rl.yaml:4: descriptors[0].rate_limit.unit_multiplier: applies to unit + requests_per_unit");
+}
+
 TEST(EnvoyConfig, MetadataIsAcceptedIgnoredAndReported) {
   // metadata only feeds dynamic metadata, which sluice does not send: the
   // rule loads and decides as without it, and the operator is told.
@@ -214,9 +231,12 @@ TEST(EnvoyConfigErrors, ConflictingAndMeaninglessSettings) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 10/fortnight}\n"),
             "rl.yaml:4: descriptors[0].rate_limit.rate: rate \"10/fortnight\": period "
             "\"fortnight\": unknown unit \"fortnight\" (use us, ms, s, m or min, h, d)");
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n"),
-            "rl.yaml:4: descriptors[0].shadow_mode: shadow_mode needs a rate_limit on the same "
-            "descriptor");
+  // As envoyproxy/ratelimit, shadow_mode without a rate_limit loads and does
+  // nothing; sluice says so.
+  EXPECT_THAT(ParseEnvoyDomain("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n",
+                               "rl.yaml")->warnings,
+              testing::ElementsAre("rl.yaml:4: descriptors[0].shadow_mode: ignored: no rate_limit "
+                                   "on this descriptor"));
 }
 
 TEST(EnvoyConfigErrors, DuplicatesAndDanglingReplaces) {

@@ -260,8 +260,9 @@ class Service final : public rls::RateLimitService::CallbackService {
     }
     if (!replaced.empty()) {
       for (Item& item : call.items) {
-        if (item.rule != nullptr && !item.rule->limit_name.empty() &&
-            replaced.contains(item.rule->limit_name)) {
+        // As envoyproxy/ratelimit, an unlimited rule stays unlimited.
+        if (item.rule != nullptr && item.rule->kind != Rule::Kind::kUnlimited &&
+            !item.rule->limit_name.empty() && replaced.contains(item.rule->limit_name)) {
           item.rule = nullptr;
         }
       }
@@ -284,7 +285,7 @@ void Call::Complete() {
   bool over = false;
   for (const Item& item : all) {
     if (item.rule == nullptr || item.rule->shadow) continue;
-    if (item.rule->kind == Rule::Kind::kDenyAll) over = true;
+    if (item.rule->kind == Rule::Kind::kDenyAll && item.cost > 0) over = true;
     if (item.decision && !item.decision->ok() && !error) error = item.decision->status();
     if (item.decision && item.decision->ok() && !(*item.decision)->allowed) over = true;
   }
@@ -326,8 +327,9 @@ void Call::Complete() {
     if (rule->kind == Rule::Kind::kDenyAll) {
       // requests_per_unit: 0. Nothing ever passes, so no Retry-After; the
       // window still resets on its boundary, as envoyproxy/ratelimit says.
-      const int64_t unit_us = EnvoyUnitLength(rule->unit).micros();
-      d.allowed = false;
+      // A cost of 0 only reads: OK, nothing left (as there).
+      const int64_t unit_us = rule->spec.options.rate.period.micros();
+      d.allowed = item.cost == 0;
       d.retry_after = Duration::Infinite();
       d.reset_after = Duration::Micros(unit_us - (now.unix_micros() % unit_us + unit_us) % unit_us);
     } else {

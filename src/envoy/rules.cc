@@ -48,7 +48,8 @@ void Finish(Rule& rule, server::Metrics& metrics) {
     rule.counters[o] = metrics.Get("sluice_decisions_total",
                                    {{"policy", rule.stats_key}, {"outcome", kOutcomeNames[o]}});
   }
-  Duration window = EnvoyUnitLength(rule.unit);
+  // A deny-all rule's window is its unit (times unit_multiplier).
+  Duration window = rule.spec.options.rate.period;
   if (rule.limiter != nullptr) window = RateOf(rule.limiter->limits()[0]).period;
   rule.window_seconds = std::max<int64_t>(1, window.CeilSeconds());
   rule.jitter = Duration::Micros(window.micros() / 10);
