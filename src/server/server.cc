@@ -228,19 +228,43 @@ struct Shared {
     };
     std::vector<Taken> taken;
     // Policies holding a shape limit go last: their departure slot is not given back.
+    auto holds_shape = [](const Policy* p) {
+      return std::any_of(p->limiter().limits().begin(), p->limiter().limits().end(), IsShape);
+    };
     std::vector<const Policy*> order;
     for (const Policy* p : applying) {
-      if (!std::any_of(p->limiter().limits().begin(), p->limiter().limits().end(), IsShape)) {
-        order.push_back(p);
-      }
+      if (!holds_shape(p)) order.push_back(p);
     }
+    const size_t shapes = applying.size() - order.size();
     for (const Policy* p : applying) {
-      if (std::find(order.begin(), order.end(), p) == order.end()) order.push_back(p);
+      if (holds_shape(p)) order.push_back(p);
     }
+    // With several shape policies, all-or-nothing needs their answers before
+    // any slot is taken: each is first asked, taking nothing, and the slots
+    // are taken only if every one admits. Otherwise their answers stand.
+    bool take_shapes = true;
+    std::vector<std::pair<const Policy*, absl::StatusOr<PolicyDecision>>> asked;
     for (const Policy* p : order) {
       const bool enforce = !p->config().shadow;
+      const bool shape = holds_shape(p);
       std::optional<std::string> key =
           p->KeyFor(facts, route, trusted, set.config().real_ip_header);
+      if (shape && shapes >= 2 && ev.allowed && take_shapes && asked.empty()) {
+        for (const Policy* s : order) {
+          if (!holds_shape(s) || s->config().shadow) continue;
+          std::optional<std::string> k =
+              s->KeyFor(facts, route, trusted, set.config().real_ip_header);
+          if (!k) continue;  // denied below, taking nothing
+          absl::StatusOr<PolicyDecision> c =
+              co_await DecideOn(ioc, s->limiter(), *k, now, cost, /*take=*/false);
+          const bool admits = c.ok() && c->allowed;
+          asked.emplace_back(s, std::move(c));
+          if (!admits) {
+            take_shapes = false;
+            break;
+          }
+        }
+      }
       PolicyAnswer answer{.name = p->name(), .shadow = p->config().shadow};
       if (!key) {
         p->Count(Policy::kMissingKey);
@@ -253,8 +277,13 @@ struct Shared {
                         "on_missing_key: deny)");
         break;
       }
+      const bool take = ev.allowed && (!shape || take_shapes);
+      auto was_asked = std::find_if(asked.begin(), asked.end(),
+                                    [p](const auto& a) { return a.first == p; });
       absl::StatusOr<PolicyDecision> d =
-          co_await DecideOn(ioc, p->limiter(), *key, now, cost, /*take=*/ev.allowed);
+          !take && was_asked != asked.end()
+              ? std::move(was_asked->second)
+              : co_await DecideOn(ioc, p->limiter(), *key, now, cost, take);
       if (!d.ok()) {
         ev.error = d.status();
         break;
@@ -262,7 +291,7 @@ struct Shared {
       if (d->store_error) p->CountStoreError();
       answer.decision = *d;
       answer.window_seconds = p->WindowSeconds(d->limit_index);
-      const bool took = ev.allowed && d->allowed;
+      const bool took = take && d->allowed;
       if (d->allowed) {
         p->Count(Policy::kAllowed);
         if (took) taken.push_back({p, *key, *d});

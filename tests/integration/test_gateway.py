@@ -287,6 +287,37 @@ class GatewayTest(SluiceTestCase):
         # Nothing was held much longer than max_delay.
         self.assertLessEqual(arrivals[-1] - released, 1.0 + 0.3, shown)
 
+    def test_a_request_denied_by_one_shape_policy_holds_no_slot_in_another(self):
+        """Regression: with two shape policies on a request, the first took
+        its departure slot and kept it when the second denied, so one client
+        over its own shape limit filled a shared shaping queue with
+        departures that never happen, and other clients were denied."""
+        self.start("""\
+  - name: shared
+    match: {path_prefix: /q}
+    key: [global]
+    limits:
+      - {algorithm: leaky_bucket, mode: shape, rate: 2/s, queue: 2}
+  - name: per_client
+    match: {path_prefix: /q}
+    key: ["header:X-Client"]
+    limits:
+      - {algorithm: leaky_bucket, mode: shape, rate: 1/10s, max_delay: 1s}
+""")
+        a = {"X-Client": "a"}
+        self.assertEqual(request(self.sluice.port, "GET", "/q/a1", headers=a).status, 200)
+        # Client a is over its own limit: denied, taking no slot of `shared`.
+        for i in range(2, 5):
+            r = request(self.sluice.port, "GET", "/q/a%d" % i, headers=a)
+            self.assertEqual(r.status, 429, r)
+            self.assertIn("per_client", r.body.decode(), r)
+        # `shared` holds only a1's departure (500 ms per slot, two may wait):
+        # client b is admitted, after at most one slot's wait.
+        t0 = time.monotonic()
+        r = request(self.sluice.port, "GET", "/q/b1", headers={"X-Client": "b"}, timeout=5)
+        self.assertEqual(r.status, 200, r)
+        self.assertLess(time.monotonic() - t0, 1.0)
+
     # ---- client address ----
 
     CLIENT_IP_POLICY = """\
