@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <random>
@@ -525,6 +526,41 @@ TEST_F(RedisStoreTest, RejectsLimitsTheScriptCannotComputeExactly) {
                .stores = {redis.get()}});
   ASSERT_FALSE(limiter.ok());
   EXPECT_THAT(limiter.status().message(), HasSubstr("policy \"huge\" limit 1"));
+  // A sliding_log is walked in one script call: its log is kept short.
+  limiter = Limiter::Create(memory, {.name = "log",
+                                     .limits = {L(Algorithm::kSlidingLog, "10001/1h")},
+                                     .stores = {redis.get()}});
+  ASSERT_FALSE(limiter.ok());
+  EXPECT_THAT(limiter.status().message(),
+              HasSubstr("sliding_log: limit 10001 is above 10000, the most a sliding_log keeps in "
+                        "Redis"));
+}
+
+// Regression: a sliding_log script walked a whole large log in one call (a
+// 1,000,000-entry log held Redis for 0.73 s). Now the log is at most 10,000
+// entries, and a log whose newest entry has left the window is dropped
+// without a walk.
+TEST_F(RedisStoreTest, ASlidingLogCallHoldsRedisBriefly) {
+  auto redis = Connect({.url = Url(), .timeout = Duration::Seconds(2), .use_caller_time = true});
+  auto limiter = Make(*redis, {L(Algorithm::kSlidingLog, "10000/1h")});
+  const Time start = clock_.Now();
+  for (int i = 0; i < 10'000; ++i) {
+    ASSERT_TRUE(limiter->AcquireAt("k", start + Duration::Micros(i), 1)->allowed);
+  }
+  auto timed = [&](Time at) {
+    const auto t0 = SteadyClock::now();
+    absl::StatusOr<PolicyDecision> d = limiter->AcquireAt("k", at, 1);
+    const double ms = MillisSince(t0);
+    EXPECT_TRUE(d.ok() && d->allowed && !d->store_error);
+    return ms;
+  };
+  // All but the newest two have left the window: a walk of the whole log.
+  const double walk = timed(start + Duration::Hours(1) + Duration::Micros(9'997));
+  // An hour later the whole log has left: no walk.
+  const double idle = timed(start + Duration::Hours(3));
+  std::printf("sliding_log 10000 entries: walk %.2f ms, idle log %.2f ms\n", walk, idle);
+  EXPECT_LT(walk, 100.0);
+  EXPECT_LT(idle, 20.0);
 }
 
 }  // namespace

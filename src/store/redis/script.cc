@@ -69,6 +69,16 @@ absl::Status ValidateForRedis(const LimitConfig& config) {
                     " (Lua computes in doubles, exact below 2^53); lower max_delay or queue"));
           }
         }
+        if constexpr (std::is_same_v<Config, SlidingLogConfig>) {
+          // The script walks the entries that leave the window in one call;
+          // Redis runs nothing else meanwhile, so the log is kept short.
+          if (c.rate().limit > kMaxRedisSlidingLogLimit) {
+            return absl::InvalidArgumentError(Cat(
+                "sliding_log: limit ", c.rate().limit, " is above ", kMaxRedisSlidingLogLimit,
+                ", the most a sliding_log keeps in Redis (its log is walked in one script call, "
+                "while Redis serves no one else); use sliding_window, or a local scope"));
+          }
+        }
         // Window limits are at most 2^40 and periods at most 366 days < 2^45
         // (ValidateRate); the script's products of the two are exact (muldiv).
         return absl::OkStatus();

@@ -64,8 +64,14 @@ inline constexpr size_t kParamsPerLimit = 6;
 // the other intermediates are at most twice that plus a little.
 inline constexpr int64_t kMaxScriptTicks = int64_t{1} << 51;
 
-// OK when the script computes `config` exactly; otherwise InvalidArgument
-// naming the value and the bound. The window algorithms always fit.
+// The most entries a sliding_log keeps in Redis. A call walks at most the
+// entries that leave the window since the key's last call (or, denied, those
+// that must leave for it to fit), about 0.7 us each in Redis' Lua: bounded
+// by this, a call holds Redis for milliseconds at worst, not a second.
+inline constexpr int64_t kMaxRedisSlidingLogLimit = 10'000;
+
+// OK when the script computes `config` exactly and in bounded time;
+// otherwise InvalidArgument naming the value and the bound.
 absl::Status ValidateForRedis(const LimitConfig& config);
 
 // The per-limit argument group for `config`, kParamsPerLimit strings.

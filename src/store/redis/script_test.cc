@@ -122,11 +122,13 @@ TEST(ValidateForRedisTest, RejectsAShapeBoundAboveTwoToThe51Ticks) {
   EXPECT_TRUE(ValidateForRedis(ShapeLimit("2000/us", Duration::Days(1), 0)).ok());
 }
 
-TEST(ValidateForRedisTest, AcceptsEveryWindowLimit) {
+TEST(ValidateForRedisTest, AcceptsEveryWindowLimitAndSlidingLogsOfBoundedLength) {
   for (Algorithm a : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow}) {
     EXPECT_TRUE(ValidateForRedis(Limit(a, "1099511627776/366d")).ok());
   }
-  EXPECT_TRUE(ValidateForRedis(Limit(Algorithm::kSlidingLog, "1000000/366d")).ok());
+  EXPECT_TRUE(ValidateForRedis(Limit(Algorithm::kSlidingLog, "10000/366d")).ok());
+  EXPECT_THAT(ValidateForRedis(Limit(Algorithm::kSlidingLog, "10001/1s")).message(),
+              HasSubstr("use sliding_window, or a local scope"));
 }
 
 // ---- replies ----

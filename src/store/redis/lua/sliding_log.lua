@@ -65,11 +65,18 @@ function sliding_log.decide(w, key, ctx, cost)
   local at = max(last, now)
   local next_entry = sl_entries(key, 1, n)
   local dropped = 0  -- entries older than the window (at - period, at]
-  local i, t, c = next_entry()
-  while i and t <= at - period do
-    dropped = dropped + 1
-    total = total - c
+  local i, t, c
+  if n > 0 and sl_entry(redis.call('LINDEX', key, -1)) <= at - period then
+    -- The newest has left the window, so all have: no walk (a key idle for
+    -- a period would otherwise cost a pass over its whole log).
+    dropped, total = n, 0
+  else
     i, t, c = next_entry()
+    while i and t <= at - period do
+      dropped = dropped + 1
+      total = total - c
+      i, t, c = next_entry()
+    end
   end
   local d = decision(limit)
   if cost > limit then
