@@ -135,7 +135,9 @@ class Limiter {
   // caller combining several limiters keeps all-or-nothing). What remote
   // limits took is given back asynchronously, without waiting.
   absl::Status Refund(std::string_view key, const PolicyDecision& taken, int64_t cost);
-  // The same for in-process limits taken at `taken_at`.
+  // The same for in-process limits taken at `taken_at`. A limiter with
+  // remote limits answers FailedPrecondition: whether and when (by its own
+  // clock) the store took is known only from the decision.
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost);
 
   // True when every limit is in this process: the *Async forms then answer

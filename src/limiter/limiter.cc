@@ -393,21 +393,27 @@ void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> r
       p->late->cost = p->cost;
     }
     switch (on_store_error_) {
+      // A cost above what a limit can ever admit is denied as never passing
+      // by every mode: no store failure makes it fit.
       case OnStoreError::kAllow:
         for (size_t i : remote_limits_) {
           Decision d = FreshDecision(configs_[i], p->now, p->cost);
-          d.allowed = true;
-          d.retry_after = Duration::Zero();
+          if (!d.can_never_pass()) {
+            d.allowed = true;
+            d.retry_after = Duration::Zero();
+          }
           p->by_limit[i] = d;
         }
         break;
       case OnStoreError::kDeny:
         for (size_t i : remote_limits_) {
           Decision d = FreshDecision(configs_[i], p->now, p->cost);
-          d.allowed = false;
-          d.remaining = 0;
-          d.delay = Duration::Zero();
-          d.retry_after = Duration::Seconds(1);
+          if (!d.can_never_pass()) {
+            d.allowed = false;
+            d.remaining = 0;
+            d.delay = Duration::Zero();
+            d.retry_after = Duration::Seconds(1);
+          }
           p->by_limit[i] = d;
         }
         break;
@@ -503,9 +509,10 @@ absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, 
 absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) {
   SLUICE_FIT_KEY(key, absl::Status)
   if (remote_ != nullptr) {
-    PolicyDecision taken;
-    taken.taken_at = taken.store_time = taken_at;
-    return Refund(key, taken, cost);
+    // Only the decision says whether the store took and at its clock.
+    return absl::FailedPreconditionError(Cat(
+        "policy \"", name_, "\": limits in a remote store are refunded with the decision "
+        "that took them: Refund(key, decision, cost)"));
   }
   absl::Status result;
   for (size_t i : order_) {

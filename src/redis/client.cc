@@ -129,16 +129,19 @@ class Client::Impl {
     req->late = std::move(late);
     req->deadline = SteadyClock::now() + timeout_;
     bool post = false;
+    bool stopped = false;
     {
       std::lock_guard<std::mutex> lock(inbox_mu_);
-      if (stopping_) {
-        req->done(absl::CancelledError("redis client stopped"));
-        return;
+      stopped = stopping_;
+      if (!stopped) {
+        inbox_.push_back(std::move(req));
+        post = !flush_posted_;
+        flush_posted_ = true;
       }
-      inbox_.push_back(std::move(req));
-      post = !flush_posted_;
-      flush_posted_ = true;
     }
+    // Answered outside the lock: a callback that sends again must not wait
+    // for it.
+    if (stopped) return req->done(absl::CancelledError("redis client stopped"));
     if (post) net::post(ioc_, [this] { Flush(); });
   }
 

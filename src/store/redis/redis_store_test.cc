@@ -334,6 +334,13 @@ TEST_F(RedisStoreTest, FailureModesWhenRedisIsDownAndRecovery) {
     EXPECT_FALSE(d->allowed);
     EXPECT_EQ(d->retry_after, Duration::Seconds(1));
   }
+  // A cost no limit can ever admit is never allowed, whatever the mode.
+  for (Limiter* l : {allow.get(), deny.get()}) {
+    absl::StatusOr<PolicyDecision> never = l->Acquire("k", {.cost = 2});
+    ASSERT_TRUE(never.ok()) << never.status();
+    EXPECT_TRUE(never->store_error);
+    EXPECT_TRUE(never->can_never_pass()) << l->name();
+  }
   // local: an in-process fixed window of the same shape, 2 per hour.
   EXPECT_TRUE(local->Acquire("k")->allowed);
   EXPECT_TRUE(local->Acquire("k")->allowed);
@@ -498,6 +505,9 @@ TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
   EXPECT_EQ(late_replies_reach(2 * kCalls), static_cast<uint64_t>(2 * kCalls));
   EXPECT_EQ(RemainingSettlesAt(*local, "k", 100 - kCalls), 100 - kCalls);
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(local->Refund("k", admitted[i], 1).ok());
+  // Without the decision, a refund of remote limits cannot know what Redis
+  // took: refused, and nothing changes.
+  EXPECT_EQ(local->Refund("k", clock_.Now(), 1).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(RemainingSettlesAt(*local, "k", 100 - kCalls + 10), 100 - kCalls + 10);
 
   // allow, refunded by the caller before the late reply comes: the reply
