@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <random>
 #include <thread>
@@ -211,6 +212,46 @@ TEST_F(RedisStoreTest, ATableRefundThatAppliedReportsOk) {
   EXPECT_TRUE(refunded.ok()) << refunded;
   EXPECT_TRUE((*table)->Decide("k", now, 1)->allowed);  // exactly one was given back
   EXPECT_FALSE((*table)->Decide("k", now, 1)->allowed);
+}
+
+TEST_F(RedisStoreTest, ACallbackThatCallsAgainWhileTheStoreStopsDoesNotHang) {
+  // Regression: a call made while the store was stopping was answered under
+  // the client's lock, so a callback that called again deadlocked.
+  auto redis = Connect();
+  ASSERT_NE(redis, nullptr);
+  absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, "2/1h"));
+  ASSERT_TRUE(config.ok());
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "again");
+  ASSERT_TRUE(table.ok()) << table.status();
+  LimitTable* tables[] = {table->get()};
+  ASSERT_TRUE(server_->Pause().ok());  // the first call stays pending
+  // Each answer calls again, three deep: the pending call is cancelled by
+  // the stop, the calls after it are answered at once.
+  std::atomic<int> answers{0};
+  std::vector<absl::StatusCode> codes(3);
+  RedisStore* store = redis.get();
+  std::function<void(int)> call = [&](int depth) {
+    store->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+                       [&, depth](absl::StatusOr<BatchResult> r) {
+                         codes[depth] = r.status().code();
+                         ++answers;
+                         if (depth < 2) call(depth + 1);
+                       });
+  };
+  call(0);
+  std::thread stop([&] { redis.reset(); });
+  const auto start = SteadyClock::now();
+  while (answers.load() < 3 && MillisSince(start) < 3000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const bool hung = answers.load() < 3;
+  ASSERT_TRUE(server_->Resume().ok());
+  if (hung) {
+    stop.detach();  // it never returns
+    FAIL() << "the store's stop hangs";
+  }
+  stop.join();
+  for (absl::StatusCode code : codes) EXPECT_EQ(code, absl::StatusCode::kCancelled);
 }
 
 // The Limiter over Redis (deciding at the caller's clock) answers exactly as
