@@ -280,10 +280,14 @@ struct Shared {
       const bool take = ev.allowed && (!shape || take_shapes);
       auto was_asked = std::find_if(asked.begin(), asked.end(),
                                     [p](const auto& a) { return a.first == p; });
-      absl::StatusOr<PolicyDecision> d =
-          !take && was_asked != asked.end()
-              ? std::move(was_asked->second)
-              : co_await DecideOn(ioc, p->limiter(), *key, now, cost, take);
+      // (Not one conditional expression: g++ 12 miscompiles a co_await in
+      // one arm of ?:.)
+      absl::StatusOr<PolicyDecision> d;
+      if (!take && was_asked != asked.end()) {
+        d = std::move(was_asked->second);
+      } else {
+        d = co_await DecideOn(ioc, p->limiter(), *key, now, cost, take);
+      }
       if (!d.ok()) {
         ev.error = d.status();
         break;
