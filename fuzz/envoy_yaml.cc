@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "envoy/rules.h"
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 #include "sluice/clock.h"
 #include "sluice/envoy_config.h"
 #include "sluice/store/memory_store.h"
@@ -90,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Fresh state for every input: the metrics are named after the rules.
   static const sluice::ManualClock clock;
   sluice::MemoryStore store({.max_keys = 1024});
-  sluice::server::Metrics metrics;
+  sluice::metrics::Metrics metrics;
   const sluice::envoy::RuleOptions options{.local = &store, .clock = &clock, .metrics = &metrics};
   sluice::EnvoyConfig config;
   config.domains.push_back(*std::move(domain));

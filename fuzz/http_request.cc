@@ -25,8 +25,8 @@
 #include <boost/beast/http.hpp>
 
 #include "server/beast_request.h"
-#include "server/policy_set.h"
-#include "server/request_text.h"
+#include "policy/policy_set.h"
+#include "policy/request_text.h"
 #include "server_fixture.h"
 
 namespace {
@@ -35,10 +35,10 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using sluice::fuzz::Policies;
 using sluice::fuzz::RealIp;
-using sluice::server::PolicySet;
+using sluice::policy::PolicySet;
 using sluice::server::FactsOf;
 using sluice::server::Malformed;
-using sluice::server::RequestFacts;
+using sluice::policy::RequestFacts;
 using sluice::server::View;
 using Request = http::request<http::string_body>;
 
@@ -72,9 +72,9 @@ void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
           std::string_view path) {
   std::string path_storage, host;
   const RequestFacts facts = sluice::server::AuthFactsOf(req, peer_ip, path_storage, host);
-  std::vector<const sluice::server::Policy*> applying;
+  std::vector<const sluice::policy::Policy*> applying;
   if (path.size() > 9) {
-    const sluice::server::Policy* p = set.Find(path.substr(9));
+    const sluice::policy::Policy* p = set.Find(path.substr(9));
     if (p == nullptr) return;  // 404
     applying.push_back(p);
   } else {
@@ -93,7 +93,7 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
   if (route == nullptr) return;  // 404
   sluice::fuzz::DecideRequest(set, set.Matching(facts), facts, route->name);
   if (const std::optional<std::string_view> authority =
-          sluice::server::TargetAuthority(View(req.target()))) {
+          sluice::policy::TargetAuthority(View(req.target()))) {
     Request upstream = req;
     const std::string_view target = View(req.target());
     const std::string authority_host(*authority);
@@ -107,11 +107,11 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
 // One request, as server.cc's Session and Handle take it: from a trusted
 // proxy under both real_ip_header variants, and from an untrusted peer.
 void Handle(const Request& req) {
-  const std::string_view path = sluice::server::TargetPath(View(req.target()));
+  const std::string_view path = sluice::policy::TargetPath(View(req.target()));
   const bool decision_path =
       path == "/v1/check" || path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
   if (decision_path) {
-    (void)sluice::server::BearerTokenIn(Policies().config().server.decision.tokens,
+    (void)sluice::policy::BearerTokenIn(Policies().config().server.decision.tokens,
                                         View(req[http::field::authorization]));
   }
   if (path == "/v1/check") return sluice::fuzz::DecideCheckBody(req.body());

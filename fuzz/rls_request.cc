@@ -87,7 +87,7 @@ envoy:
 struct Fixture {
   sluice::ManualClock clock{sluice::Time::FromUnixMicros(int64_t{1'700'006'400} * 1'000'000)};
   sluice::MemoryStore store{{.max_keys = 4096}};
-  sluice::server::Metrics metrics;
+  sluice::metrics::Metrics metrics;
   std::unique_ptr<Service> service;
 };
 

@@ -11,9 +11,9 @@
 
 #include "base/cat.h"
 #include "nlohmann/json.hpp"
-#include "server/headers.h"
-#include "server/metrics.h"
-#include "server/request_text.h"
+#include "policy/headers.h"
+#include "metrics/metrics.h"
+#include "policy/request_text.h"
 #include "sluice/algorithm.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
@@ -23,9 +23,9 @@ namespace sluice::fuzz {
 namespace {
 
 using internal::Cat;
-using server::Policy;
-using server::PolicyAnswer;
-using server::PolicySet;
+using policy::Policy;
+using policy::PolicyAnswer;
+using policy::PolicySet;
 
 // Matched on method, path, path prefix, host and header; keyed on
 // client_ip, a header (both on_missing_key modes), the path, the route and
@@ -85,7 +85,7 @@ struct Fixture {
   // A small key budget: the fuzzer sends millions of distinct keys.
   MemoryStore store{{.max_keys = 4096}};
   ManualClock clock{Time::FromUnixMicros(int64_t{1'700'006'400} * 1'000'000)};
-  server::Metrics metrics;
+  metrics::Metrics metrics;
   std::shared_ptr<const PolicySet> policies;            // real_ip_header: x-forwarded-for
   std::shared_ptr<const PolicySet> forwarded_policies;  // real_ip_header: forwarded
   std::mt19937_64 rng{1};
@@ -131,9 +131,9 @@ absl::StatusOr<PolicyDecision> DecideOn(Limiter& limiter, std::string_view key, 
 std::string CheckError(int code, std::string_view title, const std::string& detail, int& status) {
   status = code;
   std::string out = "{\"error\":";
-  server::AppendJsonString(out, title);
+  policy::AppendJsonString(out, title);
   out += ",\"detail\":";
-  server::AppendJsonString(out, detail);
+  policy::AppendJsonString(out, detail);
   out += Cat(",\"status\":", code, "}");
   return out;
 }
@@ -152,7 +152,7 @@ std::string DecideChecked(std::string_view name, std::string_view key, int64_t c
   const bool shadow = policy->config().shadow;
   const bool enforced_denial = !d->allowed && !shadow;
   std::string out = Cat("{\"allowed\":", enforced_denial ? "false" : "true", ",\"policy\":");
-  server::AppendJsonString(out, name);
+  policy::AppendJsonString(out, name);
   out += Cat(",\"limit\":", d->limit, ",\"remaining\":", std::max<int64_t>(0, d->remaining),
              ",\"reset_after_ms\":", d->reset_after.CeilMillis(), ",\"retry_after_ms\":");
   out += d->can_never_pass() ? std::string("null") : Cat(d->retry_after.CeilMillis());
@@ -164,9 +164,9 @@ std::string DecideChecked(std::string_view name, std::string_view key, int64_t c
                        .window_seconds = policy->WindowSeconds(d->limit_index)});
   }
   std::vector<std::pair<std::string, std::string>> headers;
-  server::AppendRateLimitHeaders(answers, /*legacy=*/true, headers);
+  policy::AppendRateLimitHeaders(answers, /*legacy=*/true, headers);
   if (enforced_denial && !d->can_never_pass()) {
-    (void)server::RetryAfterSeconds(d->retry_after, policy->JitterFor(d->limit_index), f.rng);
+    (void)policy::RetryAfterSeconds(d->retry_after, policy->JitterFor(d->limit_index), f.rng);
   }
   return out;
 }
@@ -211,7 +211,7 @@ std::string DecideOne(const nlohmann::json& item, int& status) {
 void ReadBackError(const std::string& result, int status) {
   if (status == 200 || status == 429) return;
   const nlohmann::json error = nlohmann::json::parse(result);
-  (void)server::ErrorBody(status, error["error"].get<std::string>(),
+  (void)policy::ErrorBody(status, error["error"].get<std::string>(),
                           error["detail"].get<std::string>());
 }
 
@@ -223,13 +223,13 @@ const PolicySet& Policies(RealIp real_ip) {
 }
 
 void DecideRequest(const PolicySet& set, const std::vector<const Policy*>& applying,
-                   const server::RequestFacts& facts, std::string_view route) {
+                   const policy::RequestFacts& facts, std::string_view route) {
   Fixture& f = TheFixture();
   const Time now = f.clock.Now();
   const std::vector<Cidr>& trusted = set.config().trusted_proxies;
   // client_ip is the peer, or an address a trusted peer's header names;
   // never anything an untrusted peer wrote.
-  const std::string client = server::ClientIp(facts, trusted, set.config().real_ip_header);
+  const std::string client = policy::ClientIp(facts, trusted, set.config().real_ip_header);
   if (client != facts.peer_ip && (facts.peer_ip != kTrustedPeer || !ParseIp(client))) {
     __builtin_trap();
   }
@@ -289,20 +289,20 @@ void DecideRequest(const PolicySet& set, const std::vector<const Policy*>& apply
     }
   }
   std::vector<std::pair<std::string, std::string>> headers;
-  server::AppendRateLimitHeaders(answers, /*legacy=*/true, headers);
+  policy::AppendRateLimitHeaders(answers, /*legacy=*/true, headers);
   if (!allowed) {
-    if (!never) (void)server::RetryAfterSeconds(retry, jitter, f.rng);
-    (void)server::ProblemBody(429, violated, "rate limit exceeded");
+    if (!never) (void)policy::RetryAfterSeconds(retry, jitter, f.rng);
+    (void)policy::ProblemBody(429, violated, "rate limit exceeded");
   }
 }
 
 void DecideCheckBody(std::string_view body) {
-  if (std::optional<server::FlatCheck> flat = server::ParseFlatCheck(body)) {
+  if (std::optional<policy::FlatCheck> flat = policy::ParseFlatCheck(body)) {
     int status = 200;
     ReadBackError(DecideChecked(flat->policy, flat->key, flat->cost, status), status);
     return;
   }
-  if (!server::JsonDepthWithin(body, server::kMaxJsonDepth)) return;  // 400
+  if (!policy::JsonDepthWithin(body, policy::kMaxJsonDepth)) return;  // 400
   const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return;  // 400
   if (json.is_array()) {
@@ -323,8 +323,8 @@ void DecideCheckBody(std::string_view body) {
 void InspectKey(std::string_view rest) {
   const size_t slash = rest.find('/');
   if (slash == std::string_view::npos) return;
-  const std::optional<std::string> name = server::PercentDecode(rest.substr(0, slash));
-  const std::optional<std::string> key = server::PercentDecode(rest.substr(slash + 1));
+  const std::optional<std::string> name = policy::PercentDecode(rest.substr(0, slash));
+  const std::optional<std::string> key = policy::PercentDecode(rest.substr(slash + 1));
   if (!name || !key) return;
   const Policy* policy = Policies().Find(*name);
   if (policy == nullptr) return;

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/policy_set.h"
+#include "policy/policy_set.h"
 
 namespace sluice::fuzz {
 
@@ -25,7 +25,7 @@ namespace sluice::fuzz {
 enum class RealIp { kXForwardedFor, kForwarded };
 
 // The policies of the fixed config; aborts if it does not load.
-const server::PolicySet& Policies(RealIp real_ip = RealIp::kXForwardedFor);
+const policy::PolicySet& Policies(RealIp real_ip = RealIp::kXForwardedFor);
 
 // The peers a request is decided from: one inside trusted_proxies (whose
 // real_ip_header counts) and one outside.
@@ -37,8 +37,8 @@ inline constexpr std::string_view kUntrustedPeer = "198.51.100.7";
 // all-or-nothing refunds, and the RateLimit fields of the answer. `applying`
 // comes from `set`. Traps if client_ip is anything but the peer or, from
 // kTrustedPeer, an address.
-void DecideRequest(const server::PolicySet& set, const std::vector<const server::Policy*>& applying,
-                   const server::RequestFacts& facts, std::string_view route);
+void DecideRequest(const policy::PolicySet& set, const std::vector<const policy::Policy*>& applying,
+                   const policy::RequestFacts& facts, std::string_view route);
 
 // A POST /v1/check body, as server.cc's Check does: the flat fast path, else
 // the depth bound, nlohmann::json and each check's fields, then a decision.

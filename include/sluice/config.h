@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "sluice/algorithm.h"
 #include "sluice/limiter.h"
-#include "sluice/store/redis_store.h"
+#include "sluice/store/redis_options.h"
 #include "sluice/time.h"
 
 namespace sluice {

@@ -37,7 +37,7 @@ class GateImpl final : public ConnectionGate {
   // Listens on `where` (its first address, as the HTTP listeners do);
   // nothing is accepted before Start.
   static absl::StatusOr<std::unique_ptr<GateImpl>> Listen(const HostPort& where, Options options,
-                                                      server::Metrics& metrics) {
+                                                      metrics::Metrics& metrics) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -132,7 +132,7 @@ class GateImpl final : public ConnectionGate {
     uint64_t seq;  // tells a reused descriptor from the one this entry was for
   };
 
-  GateImpl(Options options, server::Metrics& metrics)
+  GateImpl(Options options, metrics::Metrics& metrics)
       : options_(options),
         open_(std::make_shared<std::atomic<int64_t>>(0)),
         refused_(metrics.Get("sluice_grpc_connections_refused_total", {})),
@@ -298,9 +298,9 @@ class GateImpl final : public ConnectionGate {
 
   const Options options_;
   std::shared_ptr<std::atomic<int64_t>> open_;  // shared with the gauge, which may outlive the gate
-  server::Counter* refused_;
-  server::Counter* handshake_timeouts_;
-  server::Metrics& metrics_;
+  metrics::Counter* refused_;
+  metrics::Counter* handshake_timeouts_;
+  metrics::Metrics& metrics_;
   int listener_ = -1;
   int epoll_ = -1;
   int wake_ = -1;
@@ -323,7 +323,7 @@ class GateImpl final : public ConnectionGate {
 
 absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(const HostPort& where,
                                                                        Options options,
-                                                                       server::Metrics& metrics) {
+                                                                       metrics::Metrics& metrics) {
   absl::StatusOr<std::unique_ptr<GateImpl>> gate = GateImpl::Listen(where, options, metrics);
   if (!gate.ok()) return gate.status();
   return std::unique_ptr<ConnectionGate>(*std::move(gate));

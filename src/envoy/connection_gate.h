@@ -29,7 +29,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 #include "sluice/config.h"
 #include "sluice/time.h"
 
@@ -47,7 +47,7 @@ class ConnectionGate {
   // must outlive it.
   static absl::StatusOr<std::unique_ptr<ConnectionGate>> Listen(const HostPort& where,
                                                                 Options options,
-                                                                server::Metrics& metrics);
+                                                                metrics::Metrics& metrics);
   virtual ~ConnectionGate() = default;
 
   // Accepts on a thread of its own; `hand_off` takes each connection that

@@ -34,7 +34,7 @@
 #include "base/cat.h"
 #include "envoy/connection_gate.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
-#include "server/headers.h"
+#include "policy/headers.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::envoy {
@@ -132,7 +132,7 @@ class Reactor final : public grpc::ServerUnaryReactor {
 
 class Service final : public rls::RateLimitService::CallbackService {
  public:
-  Service(const RuleOptions& options, server::Metrics& metrics,
+  Service(const RuleOptions& options, metrics::Metrics& metrics,
           std::shared_ptr<const RlsServer::Snapshot> snapshot)
       : clock_(*options.clock), overrides_(options), snapshot_(std::move(snapshot)) {
     metrics.SetHelp("sluice_rls_requests_total",
@@ -273,7 +273,7 @@ class Service final : public rls::RateLimitService::CallbackService {
   const Clock& clock_;
   Overrides overrides_;
   std::atomic<std::shared_ptr<const RlsServer::Snapshot>> snapshot_;
-  std::array<server::Counter*, 4> results_{};
+  std::array<metrics::Counter*, 4> results_{};
   std::atomic<int64_t> in_flight_{0};
 };
 
@@ -303,7 +303,7 @@ void Call::Complete() {
     return;
   }
 
-  std::vector<server::PolicyAnswer> answers;
+  std::vector<policy::PolicyAnswer> answers;
   std::vector<std::string> violated;
   Duration retry;
   Duration jitter;
@@ -365,14 +365,14 @@ void Call::Complete() {
   }
 
   std::vector<std::pair<std::string, std::string>> headers;
-  server::AppendRateLimitHeaders(answers, snapshot->legacy_headers, headers);
+  policy::AppendRateLimitHeaders(answers, snapshot->legacy_headers, headers);
   if (over) {
     if (retry_known) {
       thread_local std::mt19937_64 rng{std::random_device{}()};
-      headers.emplace_back("Retry-After", Cat(server::RetryAfterSeconds(retry, jitter, rng)));
+      headers.emplace_back("Retry-After", Cat(policy::RetryAfterSeconds(retry, jitter, rng)));
     }
     headers.emplace_back("Content-Type", "application/problem+json");
-    response->set_raw_body(server::ProblemBody(
+    response->set_raw_body(policy::ProblemBody(
         429, violated,
         retry_known ? Cat("rate limit exceeded; retry after ", retry.CeilMillis(), " ms")
                     : std::string("rate limit exceeded; this request can never pass")));

@@ -18,7 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
 #include "sluice/envoy_config.h"
@@ -93,7 +93,7 @@ class RlsTest : public ::testing::Test {
 
   ManualClock clock_{Time::FromUnixMicros(kStartSeconds * 1'000'000)};
   MemoryStore store_;
-  server::Metrics metrics_;
+  metrics::Metrics metrics_;
   std::unique_ptr<RlsServer> server_;
   std::unique_ptr<rls::RateLimitService::Stub> stub_;
 };

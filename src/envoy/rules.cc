@@ -41,7 +41,7 @@ absl::StatusOr<std::shared_ptr<Limiter>> MakeLimiter(const std::string& name, co
   return std::shared_ptr<Limiter>(*std::move(limiter));
 }
 
-void Finish(Rule& rule, server::Metrics& metrics) {
+void Finish(Rule& rule, metrics::Metrics& metrics) {
   static constexpr std::array<const char*, Rule::kOutcomes> kOutcomeNames = {"allowed", "denied",
                                                                              "shadow_denied"};
   for (int o = 0; o < Rule::kOutcomes; ++o) {

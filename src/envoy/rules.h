@@ -36,7 +36,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 #include "sluice/clock.h"
 #include "sluice/envoy_config.h"
 #include "sluice/limiter.h"
@@ -67,7 +67,7 @@ struct Rule {
 
   enum Outcome { kAllowed, kDenied, kShadowDenied, kOutcomes };
   void Count(Outcome outcome) const { counters[outcome]->Add(); }
-  std::array<server::Counter*, kOutcomes> counters{};
+  std::array<metrics::Counter*, kOutcomes> counters{};
 };
 
 struct Entry {
@@ -79,7 +79,7 @@ struct RuleOptions {
   Store* local = nullptr;   // required: the store of local limits
   Store* shared = nullptr;  // the store of `scope: global` limits, when configured
   const Clock* clock = nullptr;
-  server::Metrics* metrics = nullptr;
+  metrics::Metrics* metrics = nullptr;
 };
 
 class DomainRules {

@@ -28,7 +28,7 @@ class RulesTest : public ::testing::Test {
 
   ManualClock clock_{Time::FromUnixMicros(1'700'006'400'000'000)};
   MemoryStore store_;
-  server::Metrics metrics_;
+  metrics::Metrics metrics_;
 };
 
 constexpr std::string_view kRules = R"(

@@ -14,9 +14,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "base/cat.h"
-#include "server/metrics.h"
-#include "server/policy_set.h"
-#include "server/request_text.h"
+#include "metrics/metrics.h"
+#include "policy/policy_set.h"
+#include "policy/request_text.h"
 #include "sluice/clock.h"
 #include "sluice/store/memory_store.h"
 
@@ -24,9 +24,9 @@ namespace sluice::replay {
 namespace {
 
 using internal::Cat;
-using server::Policy;
-using server::PolicySet;
-using server::RequestFacts;
+using policy::Policy;
+using policy::PolicySet;
+using policy::RequestFacts;
 
 constexpr int64_t kSteps = 10;  // steps per period for the per-key peaks
 constexpr int64_t kMinuteUs = 60'000'000;
@@ -175,7 +175,7 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
   // would if it had served the whole log.
   ManualClock clock;
   MemoryStore store({.max_keys = config.store.max_keys});
-  server::Metrics metrics;
+  metrics::Metrics metrics;
   absl::StatusOr<std::shared_ptr<const PolicySet>> set =
       PolicySet::Create(config, store, &store, clock, /*previous=*/nullptr, metrics);
   if (!set.ok()) return set.status();
@@ -244,7 +244,7 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
     clock.Set(now);
 
     // The request as the server sees it (server.cc's Facts).
-    path = server::NormalizePath(server::TargetPath(record.target));
+    path = policy::NormalizePath(policy::TargetPath(record.target));
     std::string_view h = record.host;
     if (h.empty()) {
       if (auto header_host = record.Header("host")) h = *header_host;
@@ -264,7 +264,7 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
 
     for (PolicyState& s : states) {
       const PolicyConfig& pc = s.policy->config();
-      if (!s.every_line && !server::Matches(*pc.match, facts)) continue;
+      if (!s.every_line && !policy::Matches(*pc.match, facts)) continue;
       PolicyReport& r = s.report;
       ++r.requests;
       std::optional<std::string> key =

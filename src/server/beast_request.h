@@ -20,10 +20,16 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "base/cat.h"
-#include "server/policy_set.h"
-#include "server/request_text.h"
+#include "policy/policy_set.h"
+#include "policy/request_text.h"
 
 namespace sluice::server {
+
+using policy::HostName;
+using policy::NormalizePath;
+using policy::RequestFacts;
+using policy::TargetAuthority;
+using policy::TargetPath;
 
 using BeastRequest = boost::beast::http::request<boost::beast::http::string_body>;
 

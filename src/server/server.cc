@@ -25,16 +25,41 @@
 #include "envoy/rls_server.h"
 #include "nlohmann/json.hpp"
 #include "server/beast_request.h"
-#include "server/headers.h"
-#include "server/metrics.h"
-#include "server/policy_set.h"
-#include "server/request_text.h"
+#include "policy/headers.h"
+#include "metrics/metrics.h"
+#include "policy/policy_set.h"
+#include "policy/request_text.h"
 #include "spdlog/spdlog.h"
 #include "sluice/store/memory_store.h"
 #include "sluice/store/redis_store.h"
 
 namespace sluice::server {
 namespace {
+
+// The policy layer and the metrics, as the server names them.
+using metrics::Counter;
+using metrics::Histogram;
+using metrics::Metrics;
+using policy::AppendJsonString;
+using policy::AppendRateLimitHeaders;
+using policy::BearerTokenIn;
+using policy::ClientIp;
+using policy::ErrorBody;
+using policy::FlatCheck;
+using policy::HostName;
+using policy::JsonDepthWithin;
+using policy::kMaxJsonDepth;
+using policy::NormalizePath;
+using policy::ParseFlatCheck;
+using policy::PercentDecode;
+using policy::Policy;
+using policy::PolicyAnswer;
+using policy::PolicySet;
+using policy::ProblemBody;
+using policy::RequestFacts;
+using policy::RetryAfterSeconds;
+using policy::TargetAuthority;
+using policy::TargetPath;
 
 namespace net = boost::asio;
 namespace beast = boost::beast;

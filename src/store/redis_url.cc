@@ -2,7 +2,7 @@
 
 #include "base/cat.h"
 #include "base/parse_number.h"
-#include "sluice/store/redis_store.h"
+#include "sluice/store/redis_options.h"
 
 // ParseRedisUrl lives in the store library (not the Redis store) so that the
 // config loader can check a URL, with its file and line, without linking a

@@ -38,33 +38,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sluice/store/redis_options.h"
 #include "sluice/store/store.h"
 #include "sluice/time.h"
 
 namespace sluice {
-
-struct RedisStoreOptions {
-  // One server: "redis://[[user]:password@]host[:port][/database]".
-  std::string url;
-  // Or a Redis Cluster: some of its nodes, "host:port" (the rest are
-  // discovered). Exactly one of `url` and `cluster`.
-  std::vector<std::string> cluster;
-  // ACL user and password; when set they override the URL's.
-  std::string user;
-  std::string password;
-  int database = 0;  // SELECT; overrides the URL's when not 0. Not with a Cluster.
-  // Per call, from the request to Redis' answer; then the policy's
-  // on_store_error decides.
-  Duration timeout = Duration::Millis(50);
-  Duration connect_timeout = Duration::Seconds(1);
-  // Every key starts with it; no '{' or '}' (they would move the hash tag).
-  std::string key_prefix = "sluice:";
-  // Decide at Redis' TIME (production) or at the time the caller passes
-  // (tests and replays that drive a manual clock).
-  bool use_caller_time = false;
-
-  friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
-};
 
 // What the store's connections are doing, for /readyz and metrics.
 struct RedisStoreHealth {
@@ -80,16 +58,6 @@ struct RedisStoreHealth {
   uint64_t topology_refreshes = 0;
 };
 
-// Parses `url` into the endpoint fields of `options` (host, port, user,
-// password, database). Errors name the part that is wrong.
-struct RedisUrl {
-  std::string host;
-  uint16_t port = 6379;
-  std::string user;
-  std::string password;
-  int database = 0;
-};
-absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url);
 
 class RedisStore final : public Store {
  public:

@@ -1,4 +1,4 @@
-#include "server/request_text.h"
+#include "policy/request_text.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,7 +6,7 @@
 
 #include "sluice/rate.h"
 
-namespace sluice::server {
+namespace sluice::policy {
 
 std::optional<char> PercentByte(std::string_view s, size_t i) {
   if (s[i] != '%' || i + 2 >= s.size()) return std::nullopt;
@@ -228,4 +228,4 @@ bool BearerTokenIn(const std::vector<std::string>& tokens, std::string_view auth
   return found;
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::policy

@@ -1,10 +1,10 @@
-#include "server/headers.h"
+#include "policy/headers.h"
 
 #include <algorithm>
 
 #include "base/cat.h"
 
-namespace sluice::server {
+namespace sluice::policy {
 namespace {
 
 using internal::Cat;
@@ -120,4 +120,4 @@ void AppendRateLimitHeaders(const std::vector<PolicyAnswer>& answers, bool legac
   }
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::policy

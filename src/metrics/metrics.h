@@ -1,5 +1,5 @@
 // Metrics: counters, gauges and one latency histogram, written out in the
-// Prometheus text format. Internal to the server.
+// Prometheus text format. Internal: the server, the Envoy services and replay count with it.
 //
 // Thread-safety: all methods from any thread. A counter, once created, lives
 // as long as the Metrics; callers may keep the pointer (the hot path does).
@@ -8,8 +8,8 @@
 // cache line, summed when read: with one shared atomic, every request on
 // every event loop would pull the same lines from the other cores, several
 // times per request.
-#ifndef SLUICE_SERVER_METRICS_H_
-#define SLUICE_SERVER_METRICS_H_
+#ifndef SLUICE_METRICS_METRICS_H_
+#define SLUICE_METRICS_METRICS_H_
 
 #include <array>
 #include <atomic>
@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-namespace sluice::server {
+namespace sluice::metrics {
 
 inline constexpr int kMetricSlots = 16;
 // This thread's slot, handed out round-robin on first use.
@@ -98,6 +98,6 @@ class Metrics {
 // Prometheus label value escaping: backslash, quote, newline.
 std::string EscapeLabel(std::string_view value);
 
-}  // namespace sluice::server
+}  // namespace sluice::metrics
 
-#endif  // SLUICE_SERVER_METRICS_H_
+#endif  // SLUICE_METRICS_METRICS_H_

@@ -1,8 +1,8 @@
 // What a client is told: the draft-10 RateLimit fields, Retry-After with
 // jitter, legacy X-RateLimit-*, and the problem+json body of a denial.
-// Internal to the server; pure functions.
-#ifndef SLUICE_SERVER_HEADERS_H_
-#define SLUICE_SERVER_HEADERS_H_
+// Internal; pure functions.
+#ifndef SLUICE_POLICY_HEADERS_H_
+#define SLUICE_POLICY_HEADERS_H_
 
 #include <cstdint>
 #include <optional>
@@ -14,7 +14,7 @@
 
 #include "sluice/limiter.h"
 
-namespace sluice::server {
+namespace sluice::policy {
 
 // One policy's part in the answer to a request.
 struct PolicyAnswer {
@@ -46,6 +46,6 @@ std::string ErrorBody(int status, std::string_view title, std::string_view detai
 void AppendRateLimitHeaders(const std::vector<PolicyAnswer>& answers, bool legacy,
                             std::vector<std::pair<std::string, std::string>>& out);
 
-}  // namespace sluice::server
+}  // namespace sluice::policy
 
-#endif  // SLUICE_SERVER_HEADERS_H_
+#endif  // SLUICE_POLICY_HEADERS_H_

@@ -1,8 +1,8 @@
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 
 #include "base/cat.h"
 
-namespace sluice::server {
+namespace sluice::metrics {
 
 using internal::Cat;
 
@@ -111,4 +111,4 @@ std::string Metrics::Render() const {
   return out;
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::metrics

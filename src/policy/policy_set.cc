@@ -1,4 +1,4 @@
-#include "server/policy_set.h"
+#include "policy/policy_set.h"
 
 #include <arpa/inet.h>
 
@@ -7,7 +7,7 @@
 
 #include "base/cat.h"
 
-namespace sluice::server {
+namespace sluice::policy {
 namespace {
 
 std::string_view Trim(std::string_view s) {
@@ -264,4 +264,4 @@ const RouteConfig* PolicySet::RouteFor(const RequestFacts& request) const {
   return nullptr;
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::policy

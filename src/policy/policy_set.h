@@ -7,8 +7,8 @@
 // its keys) across the swap.
 //
 // Thread-safety: all const methods from any thread.
-#ifndef SLUICE_SERVER_POLICY_SET_H_
-#define SLUICE_SERVER_POLICY_SET_H_
+#ifndef SLUICE_POLICY_POLICY_SET_H_
+#define SLUICE_POLICY_POLICY_SET_H_
 
 #include <array>
 #include <functional>
@@ -24,9 +24,12 @@
 #include "sluice/config.h"
 #include "sluice/limiter.h"
 #include "sluice/store/store.h"
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 
-namespace sluice::server {
+namespace sluice::policy {
+
+using metrics::Counter;
+using metrics::Metrics;
 
 // The parts of a request that matching and keys read.
 struct RequestFacts {
@@ -108,6 +111,6 @@ class PolicySet {
   absl::flat_hash_map<std::string, size_t> by_name_;
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::policy
 
-#endif  // SLUICE_SERVER_POLICY_SET_H_
+#endif  // SLUICE_POLICY_POLICY_SET_H_

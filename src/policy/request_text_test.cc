@@ -1,8 +1,8 @@
-#include "server/request_text.h"
+#include "policy/request_text.h"
 
 #include <gtest/gtest.h>
 
-namespace sluice::server {
+namespace sluice::policy {
 namespace {
 
 TEST(NormalizePath, ResolvesWhatWouldEvadeAPathPolicy) {
@@ -119,4 +119,4 @@ TEST(BearerTokenIn, AcceptsOnlyAConfiguredToken) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::policy

@@ -1,14 +1,14 @@
-#include "server/policy_set.h"
+#include "policy/policy_set.h"
 
 #include <map>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "server/headers.h"
+#include "policy/headers.h"
 #include "sluice/store/memory_store.h"
 
-namespace sluice::server {
+namespace sluice::policy {
 namespace {
 
 constexpr Time kStart = Time::FromUnixMicros(1'700'000'000'000'000);
@@ -251,4 +251,4 @@ TEST(Headers, RetryAfterIsNeverEarlyAndSpreadsOverTheJitter) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::policy

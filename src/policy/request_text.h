@@ -1,8 +1,8 @@
 // Reading request text: paths as an origin server sees them, percent
 // escapes, and the decision API's common body. Internal to the server; pure
 // functions, unit-tested in request_text_test.cc.
-#ifndef SLUICE_SERVER_REQUEST_TEXT_H_
-#define SLUICE_SERVER_REQUEST_TEXT_H_
+#ifndef SLUICE_POLICY_REQUEST_TEXT_H_
+#define SLUICE_POLICY_REQUEST_TEXT_H_
 
 #include <cstdint>
 #include <optional>
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sluice::server {
+namespace sluice::policy {
 
 // The byte "%XX" at s[i] stands for, if it is one.
 std::optional<char> PercentByte(std::string_view s, size_t i);
@@ -60,6 +60,6 @@ inline constexpr int kMaxJsonDepth = 8;
 // first differing byte is, so the time of a refusal tells nothing of a token.
 bool BearerTokenIn(const std::vector<std::string>& tokens, std::string_view authorization);
 
-}  // namespace sluice::server
+}  // namespace sluice::policy
 
-#endif  // SLUICE_SERVER_REQUEST_TEXT_H_
+#endif  // SLUICE_POLICY_REQUEST_TEXT_H_

@@ -1,0 +1,52 @@
+// sluice/store/redis_options.h: how to reach Redis (RedisStoreOptions) and
+// the redis:// URL, apart from the Redis store itself so that a config can
+// name and check them without a Redis client (sluice/config.h).
+#ifndef SLUICE_STORE_REDIS_OPTIONS_H_
+#define SLUICE_STORE_REDIS_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sluice/time.h"
+
+namespace sluice {
+
+struct RedisStoreOptions {
+  // One server: "redis://[[user]:password@]host[:port][/database]".
+  std::string url;
+  // Or a Redis Cluster: some of its nodes, "host:port" (the rest are
+  // discovered). Exactly one of `url` and `cluster`.
+  std::vector<std::string> cluster;
+  // ACL user and password; when set they override the URL's.
+  std::string user;
+  std::string password;
+  int database = 0;  // SELECT; overrides the URL's when not 0. Not with a Cluster.
+  // Per call, from the request to Redis' answer; then the policy's
+  // on_store_error decides.
+  Duration timeout = Duration::Millis(50);
+  Duration connect_timeout = Duration::Seconds(1);
+  // Every key starts with it; no '{' or '}' (they would move the hash tag).
+  std::string key_prefix = "sluice:";
+  // Decide at Redis' TIME (production) or at the time the caller passes
+  // (tests and replays that drive a manual clock).
+  bool use_caller_time = false;
+
+  friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
+};
+
+// A redis:// URL's parts. ParseRedisUrl's errors name the part that is wrong.
+struct RedisUrl {
+  std::string host;
+  uint16_t port = 6379;
+  std::string user;
+  std::string password;
+  int database = 0;
+};
+absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url);
+
+}  // namespace sluice
+
+#endif  // SLUICE_STORE_REDIS_OPTIONS_H_
