@@ -75,21 +75,10 @@ int Explain(const std::string& algorithm_name, const std::string& rate_text, int
   };
   std::visit(
       [&](const auto& c) {
-        using Config = std::decay_t<decltype(c)>;
-        if constexpr (std::is_same_v<Config, sluice::SlidingLogConfig>) {
-          sluice::SlidingLogState state;  // decided in place
-          for (int64_t i = 0; i < requests; ++i) {
-            const sluice::Time t = sluice::Time::UnixEpoch() + *spacing * i;
-            print(t, sluice::Decide(c, state, t, 1));
-          }
-        } else {
-          decltype(sluice::Decide(c, {}, sluice::Time(), 0).state) state{};
-          for (int64_t i = 0; i < requests; ++i) {
-            const sluice::Time t = sluice::Time::UnixEpoch() + *spacing * i;
-            const auto outcome = sluice::Decide(c, state, t, 1);
-            state = outcome.state;
-            print(t, outcome.decision);
-          }
+        sluice::StateOf_t<std::decay_t<decltype(c)>> state{};
+        for (int64_t i = 0; i < requests; ++i) {
+          const sluice::Time t = sluice::Time::UnixEpoch() + *spacing * i;
+          print(t, sluice::DecideInPlace(c, state, t, 1));
         }
       },
       *config);

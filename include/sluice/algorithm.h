@@ -60,6 +60,54 @@ using LimitConfig = std::variant<TokenBucketConfig, GcraConfig, LeakyPoliceConfi
 // Validates once; the error names the field and the value.
 absl::StatusOr<LimitConfig> MakeLimit(const LimitOptions& options);
 
+// The state each algorithm keeps per key. With LimitConfig above, this is
+// where an algorithm is registered.
+template <typename Config> struct StateOf;
+template <> struct StateOf<TokenBucketConfig> { using type = TokenBucketState; };
+template <> struct StateOf<GcraConfig> { using type = GcraState; };
+template <> struct StateOf<LeakyPoliceConfig> { using type = LeakyPoliceState; };
+template <> struct StateOf<LeakyShapeConfig> { using type = LeakyShapeState; };
+template <> struct StateOf<FixedWindowConfig> { using type = FixedWindowState; };
+template <> struct StateOf<SlidingLogConfig> { using type = SlidingLogState; };
+template <> struct StateOf<SlidingWindowConfig> { using type = SlidingWindowState; };
+template <typename Config>
+using StateOf_t = typename StateOf<Config>::type;
+
+// One calling shape for every algorithm: a key's state decided, checked and
+// refunded in place. An algorithm whose state is a small value has a pure
+// Decide (decided on a copy, the copy kept); one that updates its state in
+// place (the sliding log) brings its own Check.
+template <typename Config>
+Decision DecideInPlace(const Config& config, StateOf_t<Config>& state, Time now, int64_t cost) {
+  if constexpr (requires { Decide(config, state, now, cost).state; }) {
+    auto outcome = Decide(config, state, now, cost);
+    state = outcome.state;
+    return outcome.decision;
+  } else {
+    return Decide(config, state, now, cost);
+  }
+}
+
+// What DecideInPlace would answer, taking nothing.
+template <typename Config>
+Decision CheckInPlace(const Config& config, StateOf_t<Config>& state, Time now, int64_t cost) {
+  if constexpr (requires { Check(config, state, now, cost); }) {
+    return Check(config, state, now, cost);
+  } else {
+    return Decide(config, state, now, cost).decision;
+  }
+}
+
+// Gives back `cost` taken at `taken_at`.
+template <typename Config>
+void RefundInPlace(const Config& config, StateOf_t<Config>& state, Time taken_at, int64_t cost) {
+  if constexpr (std::is_void_v<decltype(Refund(config, state, taken_at, cost))>) {
+    Refund(config, state, taken_at, cost);
+  } else {
+    state = Refund(config, state, taken_at, cost);
+  }
+}
+
 // The rate the limit was configured with, and its algorithm.
 const Rate& RateOf(const LimitConfig& config);
 Algorithm AlgorithmOf(const LimitConfig& config);

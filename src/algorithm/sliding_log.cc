@@ -108,6 +108,14 @@ Decision Decide(const SlidingLogConfig& config, SlidingLogState& state, Time now
   return d;
 }
 
+Decision Check(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost) {
+  const Decision d = Decide(config, state, now, cost);
+  if (d.allowed && cost > 0) {
+    Refund(config, state, Time::FromUnixMicros(state.last_time_us()), cost);
+  }
+  return d;
+}
+
 void Refund(const SlidingLogConfig& config, SlidingLogState& state, Time taken_at,
             int64_t cost) {
   // A request that has left the window holds no place in the log any more:

@@ -131,15 +131,8 @@ void MergeAllowed(PolicyDecision& into, const Decision& d, size_t index, bool fi
 Decision FreshDecision(const LimitConfig& config, Time now, int64_t cost) {
   return std::visit(
       [&](const auto& c) -> Decision {
-        using C = std::decay_t<decltype(c)>;
-        if constexpr (std::is_same_v<C, SlidingLogConfig>) {
-          SlidingLogState state;
-          return Decide(c, state, now, cost);
-        } else if constexpr (std::is_same_v<C, TokenBucketConfig>) {
-          return Decide(c, TokenBucketState{}, now, cost).decision;
-        } else {
-          return Decide(c, {}, now, cost).decision;
-        }
+        StateOf_t<std::decay_t<decltype(c)>> state{};
+        return DecideInPlace(c, state, now, cost);
       },
       config);
 }

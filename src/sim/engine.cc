@@ -51,15 +51,6 @@ class Gate {
   absl::Status status;  // the first error, if a store ever reports one
 };
 
-template <typename Config> struct StateFor;
-template <> struct StateFor<TokenBucketConfig> { using type = TokenBucketState; };
-template <> struct StateFor<GcraConfig> { using type = GcraState; };
-template <> struct StateFor<LeakyPoliceConfig> { using type = LeakyPoliceState; };
-template <> struct StateFor<LeakyShapeConfig> { using type = LeakyShapeState; };
-template <> struct StateFor<FixedWindowConfig> { using type = FixedWindowState; };
-template <> struct StateFor<SlidingWindowConfig> { using type = SlidingWindowState; };
-template <> struct StateFor<SlidingLogConfig> { using type = SlidingLogState; };
-
 // One limit: the algorithm's pure Decide on a dense array of states, the
 // same call the memory store makes under its shard lock.
 template <typename Config>
@@ -69,20 +60,13 @@ class DirectGate final : public Gate {
       : config_(config), keys_(keys), states_(states * keys) {}
 
   Answer Decide(size_t state, uint32_t key, Time now) override {
-    auto& s = states_[state * keys_ + key];
-    if constexpr (std::is_same_v<Config, SlidingLogConfig>) {
-      return {sluice::Decide(config_, s, now, 1), 0};  // decided in place
-    } else {
-      const auto outcome = sluice::Decide(config_, s, now, 1);
-      s = outcome.state;
-      return {outcome.decision, 0};
-    }
+    return {DecideInPlace(config_, states_[state * keys_ + key], now, 1), 0};
   }
 
  private:
   Config config_;
   size_t keys_;
-  std::vector<typename StateFor<Config>::type> states_;
+  std::vector<StateOf_t<Config>> states_;
 };
 
 // Several limits: sluice::Limiter on a MemoryStore per state, exactly as a

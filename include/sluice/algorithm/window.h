@@ -132,6 +132,9 @@ class SlidingLogState {
 
 // Updates `state` in place (see the header comment for why).
 Decision Decide(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost);
+// Decide's answer, taking nothing: it decides and gives back (cheaper than a
+// copy of the log); only the latest time seen moves, as Decide's would.
+Decision Check(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost);
 void Refund(const SlidingLogConfig& config, SlidingLogState& state, Time taken_at, int64_t cost);
 Time FreshAt(const SlidingLogConfig& config, const SlidingLogState& state);
 

@@ -18,42 +18,6 @@ namespace sluice {
 namespace internal {
 namespace {
 
-template <typename Config> struct StateOf;
-template <> struct StateOf<TokenBucketConfig> { using type = TokenBucketState; };
-template <> struct StateOf<GcraConfig> { using type = GcraState; };
-template <> struct StateOf<LeakyPoliceConfig> { using type = LeakyPoliceState; };
-template <> struct StateOf<LeakyShapeConfig> { using type = LeakyShapeState; };
-template <> struct StateOf<FixedWindowConfig> { using type = FixedWindowState; };
-template <> struct StateOf<SlidingWindowConfig> { using type = SlidingWindowState; };
-template <> struct StateOf<SlidingLogConfig> { using type = SlidingLogState; };
-
-// Decide in place, for the value states and the in-place sliding log alike.
-template <typename Config, typename State>
-Decision Apply(const Config& config, State& state, Time now, int64_t cost) {
-  if constexpr (std::is_same_v<State, SlidingLogState>) {
-    return Decide(config, state, now, cost);
-  } else {
-    const Outcome<State> outcome = Decide(config, state, now, cost);
-    state = outcome.state;
-    return outcome.decision;
-  }
-}
-
-// Decide without taking: the value states decide on a copy; the log takes
-// and gives back under the same lock (it records at the latest time seen).
-template <typename Config, typename State>
-Decision CheckOnly(const Config& config, State& state, Time now, int64_t cost) {
-  if constexpr (std::is_same_v<State, SlidingLogState>) {
-    const Decision d = Decide(config, state, now, cost);
-    if (d.allowed && cost > 0) {
-      Refund(config, state, Time::FromUnixMicros(state.last_time_us()), cost);
-    }
-    return d;
-  } else {
-    return Decide(config, state, now, cost).decision;
-  }
-}
-
 constexpr int kShardBits = 6;
 constexpr int kShards = 1 << kShardBits;
 static_assert(kShards == ReclaimableTable::kShards);
@@ -61,7 +25,7 @@ static_assert(kShards == ReclaimableTable::kShards);
 template <typename Config>
 class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
-  using State = typename StateOf<Config>::type;
+  using State = StateOf_t<Config>;
 
   MemoryTable(LimitConfig config, std::shared_ptr<KeyBudget> budget)
       : limit_config_(std::move(config)),
@@ -83,13 +47,13 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     std::unique_lock lock(shard.lock);
     // The hash is computed once, for the shard and for the lookup.
     if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-      return Apply(config_, it->second, now, cost);
+      return DecideInPlace(config_, it->second, now, cost);
     }
     // A new key: decide on a fresh state, and keep it only if it changed
     // (a denial or a peek leaves nothing behind: a flood of unique keys that
     // are all denied costs no memory).
     State state{};
-    const Decision d = Apply(config_, state, now, cost);
+    const Decision d = DecideInPlace(config_, state, now, cost);
     if (!d.allowed || cost == 0) return d;
     // The slot is reserved before the key goes in, so the store never holds
     // more than max_keys keys, however many threads insert at once.
@@ -101,7 +65,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       // Another thread may have created the key meanwhile: decide on its state.
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
         if (reserved) budget_->Removed(1);
-        return Apply(config_, it->second, now, cost);
+        return DecideInPlace(config_, it->second, now, cost);
       }
       if (!reserved) {
         budget_->NotKept();
@@ -122,10 +86,10 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     Shard& shard = ShardFor(KeyHash{}(key));
     std::lock_guard lock(shard.lock);
     if (auto it = shard.map.find(key); it != shard.map.end()) {
-      return CheckOnly(config_, it->second, now, cost);
+      return CheckInPlace(config_, it->second, now, cost);
     }
     State state{};
-    return CheckOnly(config_, state, now, cost);
+    return CheckInPlace(config_, state, now, cost);
   }
 
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) override {
@@ -133,11 +97,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     Shard& shard = ShardFor(KeyHash{}(key));
     std::lock_guard lock(shard.lock);
     if (auto it = shard.map.find(key); it != shard.map.end()) {
-      if constexpr (std::is_same_v<State, SlidingLogState>) {
-        sluice::Refund(config_, it->second, taken_at, cost);
-      } else {
-        it->second = sluice::Refund(config_, it->second, taken_at, cost);
-      }
+      RefundInPlace(config_, it->second, taken_at, cost);
     }
     return absl::OkStatus();
   }
