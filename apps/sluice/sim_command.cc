@@ -61,6 +61,9 @@ int RunSim(const SimOptions& o) {
     }
     return 2;
   }
+  for (const std::string& warning : scenario->warnings) {
+    std::cerr << "sluice sim: warning: " << warning << "\n";
+  }
   const uint64_t seed = o.seed.value_or(scenario->seed);
   absl::StatusOr<sim::Result> result = sim::Simulate(*scenario, seed);
   if (!result.ok()) {

@@ -488,6 +488,18 @@ TEST(ConfigErrors, RouteNeedsANameAndAnUpstream) {
       "t.yaml:2: routes[0].name: name \"a b\" may hold only letters, digits, '_', '.' and '-'");
 }
 
+// The name rule of every sluice file (docs/configuration.md, "Bounds").
+TEST(ConfigErrors, ANameIs1To128Characters) {
+  const std::string name128(128, 'r');
+  const Config config = Load("routes:\n  - name: " + name128 + "\n    upstream: http://a:1\n");
+  ASSERT_EQ(config.routes.size(), 1u);
+  EXPECT_EQ(config.routes[0].name, name128);
+  EXPECT_EQ(ErrorOf("routes:\n  - name: " + name128 + "r\n    upstream: http://a:1\n"),
+            "t.yaml:2: routes[0].name: name is 129 characters long, the most is 128");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: \"\"\n    upstream: http://a:1\n"),
+            "t.yaml:2: routes[0].name: must not be empty");
+}
+
 TEST(ConfigErrors, DuplicateRouteNameAtTheSecond) {
   EXPECT_EQ(ErrorOf("routes:\n"
                     "  - name: app\n"
@@ -679,15 +691,33 @@ TEST(LimitErrors, MakeLimitErrorsCarryTheLimitsLocation) {
 
 TEST(LimitErrors, FieldsOfTheirOwn) {
   EXPECT_EQ(LimitError("{algorithm: token_bucket, rate: 10/s, burst: 0}"),
-            "t.yaml:5: policies[0].limits[1].burst: must be at least 1, got 0");
+            "t.yaml:5: policies[0].limits[1].burst: must be from 1 to 1099511627776, got 0");
   EXPECT_EQ(LimitError("{algorithm: token_bucket, rate: 10/s, burst: -3}"),
-            "t.yaml:5: policies[0].limits[1].burst: must be at least 1, got -3");
+            "t.yaml:5: policies[0].limits[1].burst: must be from 1 to 1099511627776, got -3");
   EXPECT_EQ(LimitError("{algorithm: gcra, rate: 10/s, mode: shape}"),
             "t.yaml:5: policies[0].limits[1].mode: mode applies only to leaky_bucket, not gcra");
   EXPECT_EQ(LimitError("{algorithm: leaky_bucket, rate: 10/s, mode: queue}"),
             "t.yaml:5: policies[0].limits[1].mode: expected one of: police, shape; got \"queue\"");
   EXPECT_EQ(LimitError("{algorithm: leaky_bucket, mode: shape, rate: 10/s, queue: -1}"),
-            "t.yaml:5: policies[0].limits[1].queue: must be at least 0, got -1");
+            "t.yaml:5: policies[0].limits[1].queue: must be from 0 to 1099511627776, got -1");
+}
+
+// burst and queue are bounded by kMaxLimit (2^40), as a rate's limit is and
+// as in a scenario; the algorithms take that much.
+TEST(LimitErrors, BurstAndQueueAreAtMost2To40) {
+  const Config config = Load(
+      "policies:\n  - name: p\n    limits:\n"
+      "      - {algorithm: token_bucket, rate: 1000000/s, burst: 1099511627776}\n"
+      "      - {algorithm: leaky_bucket, mode: shape, rate: 1000000/s, queue: 1099511627776}\n");
+  ASSERT_EQ(config.policies.size(), 1u);
+  EXPECT_EQ(config.policies[0].limits[0].options.burst, kMaxLimit);
+  EXPECT_EQ(config.policies[0].limits[1].options.queue, kMaxLimit);
+  EXPECT_EQ(LimitError("{algorithm: token_bucket, rate: 1000000/s, burst: 1099511627777}"),
+            "t.yaml:5: policies[0].limits[1].burst: must be from 1 to 1099511627776, got "
+            "1099511627777");
+  EXPECT_EQ(LimitError("{algorithm: leaky_bucket, mode: shape, rate: 10/s, queue: 1099511627777}"),
+            "t.yaml:5: policies[0].limits[1].queue: must be from 0 to 1099511627776, got "
+            "1099511627777");
 }
 
 TEST(LimitErrors, AtMostOneShapeLimitPerPolicy) {

@@ -251,6 +251,31 @@ TEST(EnvoyConfigErrors, DuplicatesAndDanglingReplaces) {
             "rl.yaml:7: descriptors[0].rate_limit.replaces[0].name: a limit cannot replace itself");
 }
 
+// A rule's name follows the name rule of every sluice file (at most 128);
+// domains, keys and values are descriptor text, matched against what Envoy
+// sends (at most 256 bytes). The limit keys read as in the serve config.
+TEST(EnvoyConfigErrors, BoundsAndWordsAreTheConfigs) {
+  const std::string rule = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: ";
+  EXPECT_EQ(ErrorOf(rule + "{rate: 1/s, name: " + std::string(129, 'n') + "}\n"),
+            "rl.yaml:4: descriptors[0].rate_limit.name: name is 129 bytes long, the most is 128");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: " + std::string(257, 'k') + "\n"),
+            "rl.yaml:3: descriptors[0].key: is 257 bytes long, the most is 256");
+  EXPECT_EQ(ErrorOf(rule + "{algorithm: token_bucket, rate: 1/s, burst: 1099511627777}\n"),
+            "rl.yaml:4: descriptors[0].rate_limit.burst: must be from 1 to 1099511627776, got "
+            "1099511627777");
+  EXPECT_EQ(ErrorOf(rule + "{rate: 1/s, limit: 5}\n"),
+            "rl.yaml:4: descriptors[0].rate_limit.limit: set rate or limit + period, not both");
+  EXPECT_EQ(ErrorOf(rule + "{limit: 5, period: 0s}\n"),
+            "rl.yaml:4: descriptors[0].rate_limit.period: must be longer than 0, got 0s");
+  EXPECT_EQ(ErrorOf(rule + "{rate: 1/s, algorithm: [gcra]}\n"),
+            "rl.yaml:4: descriptors[0].rate_limit.algorithm: expected one of: token_bucket, gcra, "
+            "leaky_bucket, fixed_window, sliding_log, sliding_window, got a list");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors: k\n"),
+            "rl.yaml:2: descriptors: expected a list of descriptors, got \"k\" (write [k])");
+  EXPECT_EQ(ErrorOf("domain: d\n---\ndomain: e\n"),
+            "rl.yaml:3: an envoy rate limit file holds one YAML document; a second one starts here");
+}
+
 TEST(EnvoyConfigErrors, AQuoteNeverClosedIsRefused) {
   // Regression: the rule loaded with `'v1\n    rate_limit: ...` as its value
   // and limited nothing.

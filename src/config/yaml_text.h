@@ -1,7 +1,6 @@
-// What every YAML reader of sluice shares (the config, envoyproxy/ratelimit
-// files, simulator scenarios): reading a file with a size cap, and the
-// pieces of an error message that names the file, the line and the key.
-// Internal to sluice::config.
+// The text under sluice's YAML reader (yaml_reader.h): reading a file with
+// a size cap, loading its documents, and the pieces of an error message
+// that names the file, the line and the key. Internal to sluice::config.
 //
 //   absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
 //   // "scenario.yaml:12: clients[0].rate: ..."
@@ -18,9 +17,6 @@
 #include "absl/status/statusor.h"
 
 namespace sluice::internal {
-
-// Far beyond any real config or scenario file.
-inline constexpr size_t kMaxYamlBytes = size_t{16} << 20;
 
 // A node and where it sits: its dotted path ("policies[0].limits[1]") and
 // its 1-based line.

@@ -100,7 +100,7 @@ clients:
       - {poisson: 900/min}
 limiters:
   - {name: local 100/min x6, algorithm: token_bucket, rate: 100/min, scope: local}
-  - {name: shared 300/min, algorithm: token_bucket, rate: 300/min, scope: shared}
+  - {name: shared 300/min, algorithm: token_bucket, rate: 300/min, scope: global}
   - {name: local 50/min x6, algorithm: token_bucket, rate: 50/min, scope: local}
 )yaml";
 

@@ -137,7 +137,7 @@ instances: 4
 clients: [{name: c, count: 10, key: global, traffic: [{constant: 100/s}]}]
 limiters:
   - {name: local, algorithm: sliding_log, rate: 10/min, scope: local}
-  - {name: shared, algorithm: sliding_log, rate: 10/min, scope: shared}
+  - {name: shared, algorithm: sliding_log, rate: 10/min, scope: global}
 )";
   const Scenario s = Parse(kYaml);
   absl::StatusOr<Result> result = Simulate(s, 1);

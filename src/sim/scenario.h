@@ -86,8 +86,8 @@ struct ClientGroup {
 };
 
 enum class StateScope {
-  kLocal,   // each instance keeps its own state (a memory store per process)
-  kShared,  // one state for all instances (a shared store such as Redis)
+  kLocal,   // `scope: local`: each instance keeps its own state (a memory store per process)
+  kShared,  // `scope: global`: one state for all instances (a shared store such as Redis)
 };
 
 struct LimiterSetup {
@@ -127,6 +127,9 @@ struct Scenario {
   std::optional<Rate> contract;
   std::vector<ClientGroup> groups;
   std::vector<LimiterSetup> limiters;
+  // What the file says in a way that still reads but is on its way out
+  // ("storm.yaml:12: limiters[1].scope: ..."), for the caller to print.
+  std::vector<std::string> warnings;
 };
 
 }  // namespace sluice::sim

@@ -44,7 +44,7 @@ clients:
 limiters:
   - {algorithm: fixed_window, rate: 40/min, retry_after_jitter: 0s}
   - name: layered
-    scope: shared
+    scope: global
     retry: never
     limits:
       - {algorithm: token_bucket, rate: 40/s, burst: 80}
@@ -89,12 +89,27 @@ limiters:
   EXPECT_EQ(s->limiters[1].retry->kind, RetryKind::kNever);
   ASSERT_EQ(s->limiters[1].limits.size(), 2u);
   EXPECT_EQ(s->limiters[1].limits[1].rate, (Rate{300, Duration::Minutes(1)}));
+  EXPECT_TRUE(s->warnings.empty());
+}
+
+// `scope: shared` was this file's word for the serve config's global: it
+// still reads, as global, with a warning naming the place.
+TEST(SimScenarioFile, ScopeSharedIsADeprecatedAliasOfGlobal) {
+  absl::StatusOr<Scenario> s = ParseScenario(
+      "duration: 1m\nclients: [{traffic: [{burst: 1}]}]\nlimiters:\n"
+      "  - {algorithm: gcra, rate: 1/s, scope: shared}\n",
+      "storm.yaml", "storm");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->limiters[0].scope, StateScope::kShared);
+  EXPECT_THAT(s->warnings,
+              testing::ElementsAre("storm.yaml:4: limiters[0].scope: \"shared\" is deprecated: "
+                                   "write global (the same meaning, as in the serve config)"));
 }
 
 // Errors name the file, the line and the key.
 TEST(SimScenarioFile, AQuoteNeverClosedIsRefused) {
   EXPECT_EQ(ErrorOf("duration: 1m\nname: \"storm\nclients: []\n"),
-            "storm.yaml:2: a quoted value starts here and its \" is never closed");
+            "storm.yaml:2:7: a quoted value starts here and its \" is never closed");
 }
 
 TEST(SimScenarioFile, UnknownKeyNamesFileLineAndKey) {
@@ -119,8 +134,9 @@ TEST(SimScenarioFile, BadValuesNameFileLineAndKey) {
               HasSubstr("storm.yaml:3: clients[0].retry.delay: required for policy fixed"));
   EXPECT_THAT(ErrorOf("duration: 1m\nclients:\n  - retry: {policy: never, base: 1s}\n    traffic: [{burst: 1}]\n"),
               HasSubstr("storm.yaml:3: clients[0].retry.base: does not apply to policy never"));
-  EXPECT_THAT(ErrorOf(base + "limiters:\n  - {algorithm: gcra, rate: 1/s, scope: global}\n"),
-              HasSubstr("storm.yaml:4: limiters[0].scope: expected one of: local, shared"));
+  EXPECT_THAT(ErrorOf(base + "limiters:\n  - {algorithm: gcra, rate: 1/s, scope: regional}\n"),
+              HasSubstr("storm.yaml:4: limiters[0].scope: expected one of: local, global; got "
+                        "\"regional\""));
 }
 
 TEST(SimScenarioFile, MissingKeysAreNamed) {
@@ -134,7 +150,8 @@ TEST(SimScenarioFile, MissingKeysAreNamed) {
 }
 
 TEST(SimScenarioFile, DuplicatesAndConflictsAreErrors) {
-  EXPECT_THAT(ErrorOf("duration: 1m\nduration: 2m\n"), HasSubstr("storm.yaml:2: duration: duplicate key"));
+  EXPECT_EQ(ErrorOf("duration: 1m\nduration: 2m\n"),
+            "storm.yaml:2: duration: duplicate key (first at line 1)");
   EXPECT_THAT(ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1, poisson: 1/s}]}]\nlimiters: []\n"),
               HasSubstr("one pattern per entry"));
   EXPECT_THAT(
@@ -148,6 +165,41 @@ TEST(SimScenarioFile, DuplicatesAndConflictsAreErrors) {
 TEST(SimScenarioFile, YamlSyntaxErrorsHaveALine) {
   EXPECT_THAT(ErrorOf("duration: 1m\nclients: [\n  {name: a\n"), HasSubstr("storm.yaml:"));
   EXPECT_THAT(ErrorOf("- a list\n"), HasSubstr("storm.yaml:1: expected a scenario"));
+}
+
+TEST(SimScenarioFile, ASecondDocumentIsRefused) {
+  EXPECT_EQ(ErrorOf("duration: 1m\n---\nduration: 2m\n"),
+            "storm.yaml:3: a scenario file holds one YAML document; a second one starts here");
+}
+
+// Names, durations and integers follow the rules and words of the serve
+// config (docs/configuration.md, "Bounds").
+TEST(SimScenarioFile, BoundsAndWordsAreTheConfigs) {
+  const std::string limiters = "limiters: [{algorithm: gcra, rate: 1/s}]\n";
+  const std::string name128(128, 'n');
+  absl::StatusOr<Scenario> s =
+      ParseScenario("name: " + name128 + "\nduration: 1m\nclients: [{traffic: [{burst: 1}]}]\n" +
+                        limiters,
+                    "storm.yaml", "storm");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name, name128);
+  EXPECT_EQ(ErrorOf("name: " + name128 + "n\nduration: 1m\n"),
+            "storm.yaml:1: name: name is 129 characters long, the most is 128");
+  EXPECT_EQ(ErrorOf("name: \"\"\nduration: 1m\n"), "storm.yaml:1: name: must not be empty");
+  EXPECT_EQ(ErrorOf("duration: 3d\n"), "storm.yaml:1: duration: must be at most 2d, got 3d");
+  EXPECT_EQ(ErrorOf("duration: 1m\nclients:\n  - retry: {policy: fixed, delay: 0s}\n"),
+            "storm.yaml:3: clients[0].retry.delay: must be longer than 0, got 0s");
+  EXPECT_EQ(ErrorOf("duration: 1m\nseed: -1\n"), "storm.yaml:2: seed: must be at least 0, got -1");
+  EXPECT_EQ(ErrorOf("duration: 1m\nseed: 99999999999999999999\n"),
+            "storm.yaml:2: seed: \"99999999999999999999\" is too large");
+  EXPECT_EQ(ErrorOf("duration: 1m\nclients: {name: a}\n"),
+            "storm.yaml:2: clients: expected a list of client groups, got a map");
+  EXPECT_EQ(ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1}]}]\n"
+                    "limiters:\n  - {algorithm: token_bucket, rate: 1/s, burst: 1099511627777}\n"),
+            "storm.yaml:4: limiters[0].burst: must be from 1 to 1099511627776, got 1099511627777");
+  EXPECT_EQ(ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1}]}]\n"
+                    "limiters:\n  - {algorithm: gcra, limit: 5}\n"),
+            "storm.yaml:4: limiters[0].period: required with limit");
 }
 
 TEST(SimScenarioFile, LoadsAFileAndNamesItInErrors) {
