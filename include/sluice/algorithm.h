@@ -13,6 +13,7 @@
 #define SLUICE_ALGORITHM_H_
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <variant>
 
@@ -107,6 +108,11 @@ void RefundInPlace(const Config& config, StateOf_t<Config>& state, Time taken_at
     state = Refund(config, state, taken_at, cost);
   }
 }
+
+// What a limit is, in a few words, naming only what differs from the
+// defaults: "fixed_window 40/min", "gcra 100/s burst 20",
+// "leaky_bucket shape 10/s max_delay 5s".
+std::string DescribeLimit(const LimitOptions& limit);
 
 // The rate the limit was configured with, and its algorithm.
 const Rate& RateOf(const LimitConfig& config);

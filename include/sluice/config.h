@@ -128,10 +128,16 @@ struct LimitSpec {
   friend bool operator==(const LimitSpec&, const LimitSpec&) = default;
 };
 
+// The jitter added to a Retry-After when none is configured: a tenth of the
+// denying limit's period (the HTTP policies, Envoy's rules, the simulator).
+inline Duration DefaultRetryAfterJitter(Duration period) {
+  return Duration::Micros(period.micros() / 10);
+}
+
 struct DenyConfig {
   int status = 429;
-  // Uniform jitter added on top of the exact Retry-After. Unset: a tenth of
-  // the denying limit's period.
+  // Uniform jitter added on top of the exact Retry-After. Unset:
+  // DefaultRetryAfterJitter of the denying limit's period.
   std::optional<Duration> retry_after_jitter;
   friend bool operator==(const DenyConfig&, const DenyConfig&) = default;
 };

@@ -6,6 +6,9 @@
 #include "base/cat.h"
 
 namespace sluice {
+
+using internal::Cat;
+
 namespace {
 
 constexpr std::array<std::pair<Algorithm, std::string_view>, 6> kNames = {{
@@ -105,5 +108,23 @@ Algorithm AlgorithmOf(const LimitConfig& config) {
 bool IsShape(const LimitConfig& config) {
   return std::holds_alternative<LeakyShapeConfig>(config);
 }
+
+std::string DescribeLimit(const LimitOptions& limit) {
+  std::string out(AlgorithmName(limit.algorithm));
+  if (limit.algorithm == Algorithm::kLeakyBucket) {
+    out += limit.mode == LeakyMode::kShape ? " shape" : " police";
+  }
+  out += Cat(" ", FormatRate(limit.rate));
+  const bool bucket = limit.algorithm == Algorithm::kTokenBucket ||
+                      limit.algorithm == Algorithm::kGcra ||
+                      (limit.algorithm == Algorithm::kLeakyBucket && limit.mode == LeakyMode::kPolice);
+  if (bucket && limit.burst > 0 && limit.burst != limit.rate.limit) out += Cat(" burst ", limit.burst);
+  if (limit.mode == LeakyMode::kShape && limit.algorithm == Algorithm::kLeakyBucket) {
+    if (limit.max_delay > Duration::Zero()) out += Cat(" max_delay ", FormatDuration(limit.max_delay));
+    if (limit.queue > 0) out += Cat(" queue ", limit.queue);
+  }
+  return out;
+}
+
 
 }  // namespace sluice

@@ -52,7 +52,7 @@ void Finish(Rule& rule, metrics::Metrics& metrics) {
   Duration window = rule.spec.options.rate.period;
   if (rule.limiter != nullptr) window = RateOf(rule.limiter->limits()[0]).period;
   rule.window_seconds = std::max<int64_t>(1, window.CeilSeconds());
-  rule.jitter = Duration::Micros(window.micros() / 10);
+  rule.jitter = DefaultRetryAfterJitter(window);
 }
 
 }  // namespace

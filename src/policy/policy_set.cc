@@ -192,7 +192,7 @@ int64_t Policy::WindowSeconds(size_t index) const {
 
 Duration Policy::JitterFor(size_t index) const {
   if (config_.on_deny.retry_after_jitter) return *config_.on_deny.retry_after_jitter;
-  return Duration::Micros(RateOf(limiter_->limits()[index]).period.micros() / 10);
+  return DefaultRetryAfterJitter(RateOf(limiter_->limits()[index]).period);
 }
 
 absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config& config,

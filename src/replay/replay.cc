@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/ascii.h"
 #include "absl/container/flat_hash_map.h"
 #include "base/cat.h"
 #include "metrics/metrics.h"
@@ -79,14 +80,6 @@ struct PolicyState {
   PolicyReport report;
 };
 
-std::string DescribeLimit(const LimitOptions& l) {
-  std::string out(AlgorithmName(l.algorithm));
-  if (l.algorithm == Algorithm::kLeakyBucket) out += l.mode == LeakyMode::kShape ? " shape" : " police";
-  out += Cat(" ", FormatRate(l.rate));
-  if (l.burst > 0 && l.burst != l.rate.limit) out += Cat(" burst ", l.burst);
-  return out;
-}
-
 std::string DescribeMatch(const MatchConfig& m) {
   std::string out;
   auto add = [&](std::string_view s) { out += Cat(out.empty() ? "" : ", ", s); };
@@ -96,12 +89,6 @@ std::string DescribeMatch(const MatchConfig& m) {
   if (m.host) add(Cat("host ", *m.host));
   for (const std::string& h : m.headers) add(Cat("header ", h));
   return out.empty() ? "every request" : out;
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 // The value at quantile q of sorted values: the smallest v with at least
@@ -254,7 +241,7 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
     } else if (const size_t colon = h.find(':'); colon != std::string_view::npos) {
       h = h.substr(0, colon);
     }
-    host = Lower(h);
+    host = internal::AsciiLower(h);
     facts.method = record.method;
     facts.path = path;
     facts.host = host;

@@ -19,6 +19,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "base/ascii.h"
 #include "base/cat.h"
 #include "policy/policy_set.h"
 #include "policy/request_text.h"
@@ -34,13 +35,6 @@ using policy::TargetPath;
 using BeastRequest = boost::beast::http::request<boost::beast::http::string_body>;
 
 inline std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
-
-inline std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 // What makes a parsed request unfit to decide on (answered 400), if anything.
 inline std::optional<std::string> Malformed(const BeastRequest& req) {
@@ -76,7 +70,7 @@ inline RequestFacts FactsOf(const BeastRequest& req, std::string_view peer_ip,
   // An absolute-form target names the host itself, and the Host header is
   // then ignored (RFC 9112 section 3.2.2), as the upstream will.
   const std::optional<std::string_view> authority = TargetAuthority(target);
-  host_storage = Lower(HostName(authority ? *authority : View(req[http::field::host])));
+  host_storage = internal::AsciiLower(HostName(authority ? *authority : View(req[http::field::host])));
   facts.host = host_storage;
   facts.peer_ip = peer_ip;
   facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {
@@ -104,7 +98,7 @@ inline RequestFacts AuthFactsOf(const BeastRequest& req, std::string_view peer_i
   if (uri.empty()) uri = "/";
   RequestFacts facts = FactsOf(req, peer_ip, method, uri, path_storage, host_storage);
   if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
-    host_storage = Lower(HostName(original_host));
+    host_storage = internal::AsciiLower(HostName(original_host));
     facts.host = host_storage;
   }
   return facts;

@@ -24,6 +24,7 @@
 #include "sim/random.h"
 #include "sim/stats.h"
 #include "sluice/clock.h"
+#include "sluice/config.h"
 #include "sluice/limiter.h"
 #include "sluice/store/memory_store.h"
 
@@ -454,7 +455,7 @@ int64_t Engine::RetryWait(const RetryPolicy& policy, uint32_t attempt, const Ans
         jitter = *setup_.retry_after_jitter;
       } else {
         const Rate& rate = setup_.limits[std::min(answer.limit_index, setup_.limits.size() - 1)].rate;
-        jitter = Duration::Micros(rate.period.micros() / 10);
+        jitter = DefaultRetryAfterJitter(rate.period);
       }
       const int64_t seconds =
           (d.retry_after + Duration::Micros(server_rng_.UpTo(jitter.micros()))).CeilSeconds();
@@ -610,23 +611,6 @@ absl::Status Validate(const Scenario& s) {
 }
 
 }  // namespace
-
-std::string DescribeLimit(const LimitOptions& limit) {
-  std::string out = Cat(AlgorithmName(limit.algorithm));
-  if (limit.algorithm == Algorithm::kLeakyBucket) {
-    out += limit.mode == LeakyMode::kShape ? " shape" : " police";
-  }
-  out += Cat(" ", FormatRate(limit.rate));
-  const bool bucket = limit.algorithm == Algorithm::kTokenBucket ||
-                      limit.algorithm == Algorithm::kGcra ||
-                      (limit.algorithm == Algorithm::kLeakyBucket && limit.mode == LeakyMode::kPolice);
-  if (bucket && limit.burst > 0 && limit.burst != limit.rate.limit) out += Cat(" burst ", limit.burst);
-  if (limit.mode == LeakyMode::kShape && limit.algorithm == Algorithm::kLeakyBucket) {
-    if (limit.max_delay > Duration::Zero()) out += Cat(" max_delay ", FormatDuration(limit.max_delay));
-    if (limit.queue > 0) out += Cat(" queue ", limit.queue);
-  }
-  return out;
-}
 
 absl::StatusOr<LimiterRun> SimulateRun(const Scenario& scenario, size_t limiter, uint64_t seed) {
   if (absl::Status s = Validate(scenario); !s.ok()) return s;

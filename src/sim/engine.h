@@ -95,9 +95,6 @@ absl::StatusOr<Result> Simulate(const Scenario& scenario, uint64_t seed);
 // One limiter setup of the scenario, by index.
 absl::StatusOr<LimiterRun> SimulateRun(const Scenario& scenario, size_t limiter, uint64_t seed);
 
-// "fixed_window 40/min", "gcra 100/s burst 20", "leaky_bucket shape 10/s max_delay 5s".
-std::string DescribeLimit(const LimitOptions& limit);
-
 }  // namespace sluice::sim
 
 #endif  // SLUICE_SIM_ENGINE_H_
