@@ -965,6 +965,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() { impl_->Stop(); }
+void Client::Stop() { impl_->Stop(); }
 void Client::Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late) {
   impl_->Send(slot, std::move(command), std::move(done), std::move(late));
 }

@@ -110,7 +110,12 @@ class Client {
   // connects to every master) before returning. Errors name the node:
   // unreachable, refused AUTH, not a Cluster node, no slots.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
-  ~Client();  // answers what is pending with Cancelled, then stops
+  ~Client();  // Stop()
+
+  // Answers what is pending with Cancelled (callbacks run on the I/O
+  // thread, and may call Send: it answers Cancelled at once), then stops the
+  // I/O thread. Idempotent; not from the I/O thread.
+  void Stop();
 
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

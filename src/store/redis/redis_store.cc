@@ -141,7 +141,9 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOption
 }
 
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-RedisStore::~RedisStore() = default;
+// The client stops while the whole store is alive: a callback answered by
+// the stop may call the store again (it is answered Cancelled).
+RedisStore::~RedisStore() { impl_->client->Stop(); }
 
 const RedisStoreOptions& RedisStore::options() const { return impl_->options; }
 
