@@ -268,13 +268,15 @@ struct Shared {
     // any slot is taken: each is first asked, taking nothing, and the slots
     // are taken only if every one admits. Otherwise their answers stand.
     bool take_shapes = true;
+    bool shapes_asked = false;
     std::vector<std::pair<const Policy*, absl::StatusOr<PolicyDecision>>> asked;
     for (const Policy* p : order) {
       const bool enforce = !p->config().shadow;
       const bool shape = holds_shape(p);
       std::optional<std::string> key =
           p->KeyFor(facts, route, trusted, set.config().real_ip_header);
-      if (shape && shapes >= 2 && ev.allowed && take_shapes && asked.empty()) {
+      if (shape && shapes >= 2 && ev.allowed && !shapes_asked) {
+        shapes_asked = true;
         for (const Policy* s : order) {
           if (!holds_shape(s) || s->config().shadow) continue;
           std::optional<std::string> k =

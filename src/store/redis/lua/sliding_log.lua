@@ -66,7 +66,9 @@ function sliding_log.decide(w, key, ctx, cost)
   local next_entry = sl_entries(key, 1, n)
   local dropped = 0  -- entries older than the window (at - period, at]
   local i, t, c
-  if n > 0 and sl_entry(redis.call('LINDEX', key, -1)) <= at - period then
+  local last_entry = nil  -- the newest entry's time, read once
+  if n > 0 then last_entry = sl_entry(redis.call('LINDEX', key, -1)) end
+  if last_entry and last_entry <= at - period then
     -- The newest has left the window, so all have: no walk (a key idle for
     -- a period would otherwise cost a pass over its whole log).
     dropped, total = n, 0
@@ -96,7 +98,7 @@ function sliding_log.decide(w, key, ctx, cost)
     end
   end
   local newest = nil
-  if n > dropped then newest = sl_entry(redis.call('LINDEX', key, -1)) end
+  if n > dropped then newest = last_entry end
   local take = d.allowed == 1 and cost > 0
   if take then
     total = total + cost
