@@ -1,6 +1,6 @@
 // Fuzz target: an envoyproxy/ratelimit rules file (sluice::ParseEnvoyDomain),
 // then what the Envoy rate limit service builds from it: the rules tree
-// (envoy::RuleSet, built twice: the second time as a reload that keeps every
+// (policy::RuleSet, built twice: the second time as a reload that keeps every
 // rule's limiter) and a match of each path from the root down the first
 // child of every descriptor. Every wildcard value of the file is also
 // matched against every value of the file (DomainRules::WildcardMatch), and
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "envoy/rules.h"
+#include "policy/envoy_rules.h"
 #include "metrics/metrics.h"
 #include "sluice/clock.h"
 #include "sluice/envoy_config.h"
@@ -21,16 +21,16 @@
 namespace {
 
 using sluice::EnvoyDescriptor;
-using sluice::envoy::Entry;
+using sluice::policy::Entry;
 
 // Walks from `d` down its first children, matching the entries so far at
 // every level.
-void MatchDown(const sluice::envoy::DomainRules& rules, const EnvoyDescriptor& d,
+void MatchDown(const sluice::policy::DomainRules& rules, const EnvoyDescriptor& d,
                std::vector<Entry>& entries) {
   const std::string& value = d.value ? *d.value : d.key;  // a value for an "any value" node
   entries.push_back({d.key, value});
   (void)rules.Match(entries);
-  (void)sluice::envoy::StateKey(rules.domain(), entries);
+  (void)sluice::policy::StateKey(rules.domain(), entries);
   if (!d.descriptors.empty()) MatchDown(rules, d.descriptors.front(), entries);
 }
 
@@ -72,7 +72,7 @@ void CheckWildcards(const std::vector<EnvoyDescriptor>& descriptors) {
       if (value.size() > kMaxLength) continue;
       for (std::string_view v : {value, value.substr(0, value.size() / 2),
                                  value.substr(value.size() / 2)}) {
-        if (sluice::envoy::DomainRules::WildcardMatch(pattern, v) != ReferenceMatch(pattern, v)) {
+        if (sluice::policy::DomainRules::WildcardMatch(pattern, v) != ReferenceMatch(pattern, v)) {
           __builtin_trap();
         }
       }
@@ -91,14 +91,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const sluice::ManualClock clock;
   sluice::MemoryStore store({.max_keys = 1024});
   sluice::metrics::Metrics metrics;
-  const sluice::envoy::RuleOptions options{.local = &store, .clock = &clock, .metrics = &metrics};
+  const sluice::policy::RuleOptions options{.local = &store, .clock = &clock, .metrics = &metrics};
   sluice::EnvoyConfig config;
   config.domains.push_back(*std::move(domain));
-  auto first = sluice::envoy::RuleSet::Create(&config, options, nullptr);
+  auto first = sluice::policy::RuleSet::Create(&config, options, nullptr);
   if (!first.ok()) return 0;
-  auto reload = sluice::envoy::RuleSet::Create(&config, options, first->get());
+  auto reload = sluice::policy::RuleSet::Create(&config, options, first->get());
   if (!reload.ok()) __builtin_trap();  // the same rules built once already
-  const sluice::envoy::DomainRules* rules = (*reload)->Find(config.domains[0].domain);
+  const sluice::policy::DomainRules* rules = (*reload)->Find(config.domains[0].domain);
   if (rules == nullptr) __builtin_trap();
   for (const EnvoyDescriptor& d : config.domains[0].descriptors) {
     std::vector<Entry> entries;

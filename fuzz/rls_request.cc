@@ -101,9 +101,9 @@ Fixture& TheFixture() {
     auto* f = new Fixture;
     absl::StatusOr<sluice::Config> config = sluice::ParseConfig(kConfig, "fuzz.yaml");
     if (!config.ok()) Fail(config.status());
-    const sluice::envoy::RuleOptions options{.local = &f->store, .clock = &f->clock,
+    const sluice::policy::RuleOptions options{.local = &f->store, .clock = &f->clock,
                                              .metrics = &f->metrics};
-    auto rules = sluice::envoy::RuleSet::Create(config->envoy.get(), options, nullptr);
+    auto rules = sluice::policy::RuleSet::Create(config->envoy.get(), options, nullptr);
     if (!rules.ok()) Fail(rules.status());
     auto snapshot = std::make_shared<RlsServer::Snapshot>();
     snapshot->rules = *std::move(rules);

@@ -143,7 +143,8 @@ struct DenyConfig {
 };
 
 enum class MissingKey { kDeny, kClientIp };
-enum class StoreErrorMode { kAllow, kDeny, kLocal };
+// The name this header used for what the limiter calls OnStoreError.
+using StoreErrorMode [[deprecated("use sluice::OnStoreError")]] = OnStoreError;
 
 struct PolicyConfig {
   std::string name;
@@ -153,7 +154,7 @@ struct PolicyConfig {
   std::vector<LimitSpec> limits;
   bool shadow = false;
   DenyConfig on_deny;
-  StoreErrorMode on_store_error = StoreErrorMode::kAllow;
+  OnStoreError on_store_error = OnStoreError::kAllow;
   // A key over 1024 bytes (a long header value, say): decided under its
   // SHA-256, or refused with 400. Never an error a store failure mode decides.
   LongKeys long_keys = LongKeys::kHash;

@@ -543,9 +543,9 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
   if (const Value* x = f->Find("on_deny")) SLUICE_RETURN_IF_ERROR(ReadDeny(*x, out.on_deny));
   if (const Value* x = f->Find("on_store_error")) {
     SLUICE_ASSIGN_OR_RETURN(out.on_store_error,
-                            ReadChoice<StoreErrorMode>(*x, {{"allow", StoreErrorMode::kAllow},
-                                                            {"deny", StoreErrorMode::kDeny},
-                                                            {"local", StoreErrorMode::kLocal}}));
+                            ReadChoice<OnStoreError>(*x, {{"allow", OnStoreError::kAllow},
+                                                            {"deny", OnStoreError::kDeny},
+                                                            {"local", OnStoreError::kLocal}}));
   }
   if (const Value* x = f->Find("long_keys")) {
     SLUICE_ASSIGN_OR_RETURN(out.long_keys,

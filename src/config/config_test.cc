@@ -150,7 +150,7 @@ policies:
   for (const LimitSpec& limit : login.limits) EXPECT_EQ(limit.scope, Scope::kLocal);
   EXPECT_TRUE(login.shadow);
   EXPECT_EQ(login.on_deny, (DenyConfig{.status = 503, .retry_after_jitter = Duration::Seconds(2)}));
-  EXPECT_EQ(login.on_store_error, StoreErrorMode::kLocal);
+  EXPECT_EQ(login.on_store_error, OnStoreError::kLocal);
 
   const PolicyConfig& everyone = config.policies[1];
   EXPECT_EQ(everyone.match, std::nullopt);
@@ -160,7 +160,7 @@ policies:
                           Limit(Algorithm::kLeakyBucket, {5, Duration::Seconds(1)}, 10),
                           Limit(Algorithm::kFixedWindow, {100, Duration::Hours(1)}),
                           Limit(Algorithm::kSlidingLog, {10, Duration::Seconds(5)})));
-  EXPECT_EQ(everyone.on_store_error, StoreErrorMode::kDeny);
+  EXPECT_EQ(everyone.on_store_error, OnStoreError::kDeny);
 }
 
 // ---- defaults ----
@@ -238,7 +238,7 @@ TEST(ParseConfig, PolicyDefaults) {
   EXPECT_EQ(p.on_missing_key, MissingKey::kDeny);
   EXPECT_FALSE(p.shadow);
   EXPECT_EQ(p.on_deny, (DenyConfig{.status = 429, .retry_after_jitter = std::nullopt}));
-  EXPECT_EQ(p.on_store_error, StoreErrorMode::kAllow);
+  EXPECT_EQ(p.on_store_error, OnStoreError::kAllow);
   ASSERT_EQ(p.limits.size(), 1u);
   EXPECT_EQ(p.limits[0].scope, Scope::kLocal);
   EXPECT_EQ(p.limits[0].options.burst, 0);  // MakeLimit's default: one period's worth

@@ -34,10 +34,20 @@
 #include "base/cat.h"
 #include "envoy/connection_gate.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "policy/evaluation.h"
 #include "policy/headers.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::envoy {
+
+using policy::DomainRules;
+using policy::Entry;
+using policy::Rule;
+using policy::RuleOptions;
+using policy::RuleSet;
+using policy::StateKey;
+using policy::StateKeyLength;
+using policy::Overrides;
 
 struct RlsServer::Snapshot {
   std::shared_ptr<const RuleSet> rules;
@@ -87,18 +97,18 @@ uint32_t Clamp32(int64_t v) {
   return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, std::numeric_limits<uint32_t>::max()));
 }
 
-// One descriptor of a call: what applies to it and what was decided.
+// One descriptor of a call: what applies to it.
 struct Item {
   const Rule* rule = nullptr;  // null: no limit
   std::string key;
   int64_t cost = 1;
-  std::optional<absl::StatusOr<PolicyDecision>> decision;  // kLimited, once answered
+  size_t applied = 0;  // its place in Call::applied (limited and deny-all rules)
 };
 
 class Service;
 
-// One ShouldRateLimit call in flight. Shared by the limiter callbacks; the
-// last decision to arrive completes the call, on whatever thread it is.
+// One ShouldRateLimit call in flight, until the policies' verdict completes
+// it (on whatever thread it arrives).
 struct Call {
   Service* service;
   grpc::ServerUnaryReactor* reactor;
@@ -106,12 +116,9 @@ struct Call {
   std::shared_ptr<const RlsServer::Snapshot> snapshot;  // keeps rules and limiters alive
   Time now;
   std::vector<Item> items;
-  std::atomic<size_t> pending{1};  // decisions outstanding + the launcher's own hold
+  std::vector<policy::Applied> applied;  // what Evaluate decides
 
-  void Done() {
-    if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) Complete();
-  }
-  void Complete();
+  void Complete(const policy::Verdict& verdict);
 };
 
 // The call's reactor: counts the call as in flight until gRPC is done with
@@ -161,15 +168,14 @@ class Service final : public rls::RateLimitService::CallbackService {
       return reactor;
     }
     for (Item& item : call->items) {
-      if (item.rule == nullptr || item.rule->kind != Rule::Kind::kLimited) continue;
-      call->pending.fetch_add(1, std::memory_order_relaxed);
-      item.rule->limiter->AcquireAsync(item.key, call->now, item.cost,
-                                       [call, &item](absl::StatusOr<PolicyDecision> d) {
-                                         item.decision = std::move(d);
-                                         call->Done();
-                                       });
+      if (item.rule == nullptr || item.rule->kind == Rule::Kind::kUnlimited) continue;
+      item.applied = call->applied.size();
+      call->applied.push_back({.policy = &item.rule->policy, .key = item.key, .cost = item.cost});
     }
-    call->Done();  // the launcher's hold: with in-process limits the call completes here
+    // In-process rules answer before Evaluate returns; Redis ones on the
+    // store's thread, so no gRPC thread ever waits.
+    policy::Evaluate(call->applied, call->now,
+                     [call](policy::Verdict verdict) { call->Complete(verdict); });
     return reactor;
   }
 
@@ -277,39 +283,17 @@ class Service final : public rls::RateLimitService::CallbackService {
   std::atomic<int64_t> in_flight_{0};
 };
 
-void Call::Complete() {
-  const std::vector<Item>& all = items;
+void Call::Complete(const policy::Verdict& verdict) {
   // An error (a key the store refused, a store without on_store_error
   // cover) fails the whole call; Envoy then applies its failure_mode_deny.
-  std::optional<absl::Status> error;
-  bool over = false;
-  for (const Item& item : all) {
-    if (item.rule == nullptr || item.rule->shadow) continue;
-    if (item.rule->kind == Rule::Kind::kDenyAll && item.cost > 0) over = true;
-    if (item.decision && !item.decision->ok() && !error) error = item.decision->status();
-    if (item.decision && item.decision->ok() && !(*item.decision)->allowed) over = true;
-  }
-  // All-or-nothing, as for the HTTP policies: a denied request does not
-  // consume quota, so what the other descriptors took is given back.
-  const bool refund = over || error.has_value();
-  for (const Item& item : all) {
-    if (refund && item.decision && item.decision->ok() && (*item.decision)->allowed &&
-        item.cost > 0) {
-      (void)item.rule->limiter->Refund(item.key, **item.decision, item.cost);
-    }
-  }
-  if (error) {
-    service->Finish(*this, grpc::Status(ToGrpc(error->code()), std::string(error->message())));
+  if (!verdict.error.ok()) {
+    service->Finish(*this, grpc::Status(ToGrpc(verdict.error.code()),
+                                        std::string(verdict.error.message())));
     return;
   }
-
-  std::vector<policy::PolicyAnswer> answers;
-  std::vector<std::string> violated;
-  Duration retry;
-  Duration jitter;
-  bool retry_known = false;
+  const bool over = !verdict.allowed;
   response->set_overall_code(over ? rls::RateLimitResponse::OVER_LIMIT : rls::RateLimitResponse::OK);
-  for (const Item& item : all) {
+  for (const Item& item : items) {
     rls::RateLimitResponse::DescriptorStatus* status = response->add_statuses();
     status->set_code(rls::RateLimitResponse::OK);
     const Rule* rule = item.rule;
@@ -322,60 +306,27 @@ void Call::Complete() {
     limit->set_requests_per_unit(rule->requests_per_unit);
     limit->set_unit(static_cast<rls::RateLimitResponse::RateLimit::Unit>(rule->unit));
     limit->set_name(rule->limit_name);
-
-    PolicyDecision d;
-    if (rule->kind == Rule::Kind::kDenyAll) {
-      // requests_per_unit: 0. Nothing ever passes, so no Retry-After; the
-      // window still resets on its boundary, as envoyproxy/ratelimit says.
-      // A cost of 0 only reads: OK, nothing left (as there).
-      const int64_t unit_us = rule->spec.options.rate.period.micros();
-      d.allowed = item.cost == 0;
-      d.retry_after = Duration::Infinite();
-      d.reset_after = Duration::Micros(unit_us - (now.unix_micros() % unit_us + unit_us) % unit_us);
-    } else {
-      d = **item.decision;
-      // Given back above: what is left is what was left before this call.
-      if (refund && d.allowed) d.remaining = std::min(d.limit, d.remaining + item.cost);
-    }
+    // After a refund (the call was denied), what is left is what was left
+    // before it.
+    const PolicyDecision& d = verdict.answers[item.applied].decision;
     const bool denied = !d.allowed;
-    if (denied && rule->shadow) {
-      rule->Count(Rule::kShadowDenied);
-    } else {
-      rule->Count(denied ? Rule::kDenied : Rule::kAllowed);
-    }
-    status->set_code(denied && !rule->shadow ? rls::RateLimitResponse::OVER_LIMIT
-                                             : rls::RateLimitResponse::OK);
+    status->set_code(denied && !rule->policy.shadow() ? rls::RateLimitResponse::OVER_LIMIT
+                                                      : rls::RateLimitResponse::OK);
     // As envoyproxy/ratelimit: nothing remains for a descriptor over its
     // limit, even when a smaller cost would still pass (the RateLimit header
-    // keeps saying what is left).
+    // keeps saying what is left). A rule that admits nothing resets with its
+    // window, as envoyproxy/ratelimit says.
     status->set_limit_remaining(denied ? 0 : Clamp32(d.remaining));
     SetDuration(denied && !d.can_never_pass() ? d.retry_after : d.reset_after,
                 *status->mutable_duration_until_reset());
-    if (rule->shadow) continue;  // a trial: clients are not told about it
-    if (denied) {
-      violated.push_back(rule->header_name);
-      if (!d.can_never_pass() && (!retry_known || d.retry_after > retry)) {
-        retry = d.retry_after;
-        jitter = rule->jitter;
-        retry_known = true;
-      }
-    }
-    answers.push_back({.name = rule->header_name, .decision = d,
-                       .window_seconds = rule->window_seconds, .shadow = false});
   }
 
   std::vector<std::pair<std::string, std::string>> headers;
-  policy::AppendRateLimitHeaders(answers, snapshot->legacy_headers, headers);
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  verdict.AppendHeaders(applied, snapshot->legacy_headers, rng, headers);
   if (over) {
-    if (retry_known) {
-      thread_local std::mt19937_64 rng{std::random_device{}()};
-      headers.emplace_back("Retry-After", Cat(policy::RetryAfterSeconds(retry, jitter, rng)));
-    }
     headers.emplace_back("Content-Type", "application/problem+json");
-    response->set_raw_body(policy::ProblemBody(
-        429, violated,
-        retry_known ? Cat("rate limit exceeded; retry after ", retry.CeilMillis(), " ms")
-                    : std::string("rate limit exceeded; this request can never pass")));
+    response->set_raw_body(policy::ProblemBody(429, verdict.violated, verdict.detail));
   }
   for (auto& [name, value] : headers) {
     auto* h = response->add_response_headers_to_add();
@@ -384,7 +335,6 @@ void Call::Complete() {
   }
   service->Finish(*this, grpc::Status::OK);
 }
-
 
 class RlsServerImpl final : public RlsServer {
  public:

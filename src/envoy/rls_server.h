@@ -31,7 +31,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "envoy/rules.h"
+#include "policy/envoy_rules.h"
 #include "sluice/config.h"
 #include "sluice/time.h"
 
@@ -46,7 +46,7 @@ class RlsServer {
   // (which must be set), with the connection limits of config.grpc.
   // `options` (stores, clock, metrics) must outlive the server.
   static absl::StatusOr<std::unique_ptr<RlsServer>> Start(const Config& config,
-                                                          const RuleOptions& options);
+                                                          const policy::RuleOptions& options);
   // Shuts down at once if Shutdown was not called, and waits.
   virtual ~RlsServer() = default;
 

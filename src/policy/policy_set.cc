@@ -186,13 +186,28 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
   return key;
 }
 
+Duration Policy::Period(size_t index) const {
+  if (limiter_ == nullptr) return config_.limits.at(index).options.rate.period;
+  return RateOf(limiter_->limits()[index]).period;
+}
+
 int64_t Policy::WindowSeconds(size_t index) const {
-  return std::max<int64_t>(1, RateOf(limiter_->limits()[index]).period.CeilSeconds());
+  return std::max<int64_t>(1, Period(index).CeilSeconds());
 }
 
 Duration Policy::JitterFor(size_t index) const {
   if (config_.on_deny.retry_after_jitter) return *config_.on_deny.retry_after_jitter;
-  return DefaultRetryAfterJitter(RateOf(limiter_->limits()[index]).period);
+  return DefaultRetryAfterJitter(Period(index));
+}
+
+Policy::Counters Policy::CountersFor(Metrics& metrics, const std::string& label, Outcome last) {
+  static constexpr std::array<const char*, kOutcomes> kOutcomeNames = {
+      "allowed", "denied", "shadow_denied", "missing_key"};
+  Counters counters{};
+  for (int o = 0; o <= last; ++o) {
+    counters[o] = metrics.Get("sluice_decisions_total", {{"policy", label}, {"outcome", kOutcomeNames[o]}});
+  }
+  return counters;
 }
 
 absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config& config,
@@ -203,20 +218,17 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
   auto set = std::make_shared<PolicySet>();
   set->config_ = config;
   for (const PolicyConfig& pc : config.policies) {
-    Policy policy;
-    policy.config_ = pc;
+    std::shared_ptr<Limiter> limiter;
     const Policy* before = previous != nullptr ? previous->Find(pc.name) : nullptr;
     if (before != nullptr && before->config_.limits == pc.limits &&
         before->config_.on_store_error == pc.on_store_error &&
         before->config_.long_keys == pc.long_keys) {
-      policy.limiter_ = before->limiter_;  // same limits: keep the keys' state
+      limiter = before->limiter_;  // same limits: keep the keys' state
     } else {
-      LimiterOptions options{.name = pc.name, .long_keys = pc.long_keys, .clock = &clock};
-      switch (pc.on_store_error) {
-        case StoreErrorMode::kAllow: options.on_store_error = OnStoreError::kAllow; break;
-        case StoreErrorMode::kDeny: options.on_store_error = OnStoreError::kDeny; break;
-        case StoreErrorMode::kLocal: options.on_store_error = OnStoreError::kLocal; break;
-      }
+      LimiterOptions options{.name = pc.name,
+                             .on_store_error = pc.on_store_error,
+                             .long_keys = pc.long_keys,
+                             .clock = &clock};
       for (const LimitSpec& spec : pc.limits) {
         options.limits.push_back(spec.options);
         if (spec.scope == Scope::kGlobal && shared == nullptr) {
@@ -227,19 +239,14 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
         }
         options.stores.push_back(spec.scope == Scope::kGlobal ? shared : nullptr);
       }
-      absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(store, options);
-      if (!limiter.ok()) return limiter.status();
-      policy.limiter_ = std::shared_ptr<Limiter>(std::move(*limiter));
+      absl::StatusOr<std::unique_ptr<Limiter>> made = Limiter::Create(store, options);
+      if (!made.ok()) return made.status();
+      limiter = std::shared_ptr<Limiter>(std::move(*made));
     }
-    static constexpr std::array<const char*, Policy::kOutcomes> kOutcomeNames = {
-        "allowed", "denied", "shadow_denied", "missing_key"};
-    for (int o = 0; o < Policy::kOutcomes; ++o) {
-      policy.counters_[o] =
-          metrics.Get("sluice_decisions_total", {{"policy", pc.name}, {"outcome", kOutcomeNames[o]}});
-    }
-    policy.store_errors_ = metrics.Get("sluice_store_errors_total", {{"policy", pc.name}});
     set->by_name_[pc.name] = set->policies_.size();
-    set->policies_.push_back(std::move(policy));
+    set->policies_.emplace_back(pc, std::move(limiter),
+                                Policy::CountersFor(metrics, pc.name, Policy::kMissingKey),
+                                metrics.Get("sluice_store_errors_total", {{"policy", pc.name}}));
   }
   return std::shared_ptr<const PolicySet>(std::move(set));
 }

@@ -10,12 +10,14 @@
 #ifndef SLUICE_POLICY_POLICY_SET_H_
 #define SLUICE_POLICY_POLICY_SET_H_
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -55,9 +57,35 @@ std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trust
 
 class Policy {
  public:
+  enum Outcome { kAllowed, kDenied, kShadowDenied, kMissingKey, kOutcomes };
+  using Counters = std::array<Counter*, kOutcomes>;
+
+  Policy() = default;
+  // A policy built outside a PolicySet (an Envoy rule compiles into one).
+  // `limiter` null: the policy admits nothing (a limit of zero per
+  // config.limits[0]'s period). Null counters count nothing.
+  Policy(PolicyConfig config, std::shared_ptr<Limiter> limiter, Counters counters,
+         Counter* store_errors)
+      : config_(std::move(config)), limiter_(std::move(limiter)), counters_(counters),
+        store_errors_(store_errors),
+        shapes_(limiter_ != nullptr && std::any_of(limiter_->limits().begin(),
+                                                   limiter_->limits().end(), IsShape)) {}
+  // sluice_decisions_total{policy=label, outcome} for the outcomes up to
+  // `last` (the others stay null).
+  static Counters CountersFor(Metrics& metrics, const std::string& label, Outcome last);
+
   const PolicyConfig& config() const { return config_; }
   const std::string& name() const { return config_.name; }
+  bool shadow() const { return config_.shadow; }
+  // False for a policy that admits nothing; limiter() is then not to be called.
+  bool has_limiter() const { return limiter_ != nullptr; }
   Limiter& limiter() const { return *limiter_; }
+  const std::shared_ptr<Limiter>& shared_limiter() const { return limiter_; }
+  // Whether deciding answers at once (no limit in a remote store).
+  bool in_process() const { return limiter_ == nullptr || limiter_->in_process(); }
+  // Whether some limit shapes (delays) requests: such a policy decides last,
+  // since its departure slot is not given back.
+  bool shapes() const { return shapes_; }
 
   // The key for a gateway request: the parts joined by '|' ('|' and '\' in a
   // part are escaped with '\'). nullopt when a part is missing and the
@@ -66,24 +94,31 @@ class Policy {
                                     const std::vector<Cidr>& trusted_proxies,
                                     std::string_view real_ip_header) const;
 
+  // The period of limit `index`.
+  Duration Period(size_t index) const;
   // The period (seconds, rounded up) of limit `index`, for RateLimit-Policy w=.
   int64_t WindowSeconds(size_t index) const;
-  // The default Retry-After jitter for a denial by limit `index`.
+  // The Retry-After jitter for a denial by limit `index`: on_deny's, else
+  // the default for its period.
   Duration JitterFor(size_t index) const;
 
   // sluice_decisions_total{policy, outcome}, resolved once per load so the
   // hot path is one atomic add.
-  enum Outcome { kAllowed, kDenied, kShadowDenied, kMissingKey, kOutcomes };
-  void Count(Outcome outcome) const { counters_[outcome]->Add(); }
+  void Count(Outcome outcome) const {
+    if (counters_[outcome] != nullptr) counters_[outcome]->Add();
+  }
   // sluice_store_errors_total{policy}: decisions on_store_error made.
-  void CountStoreError() const { store_errors_->Add(); }
+  void CountStoreError() const {
+    if (store_errors_ != nullptr) store_errors_->Add();
+  }
 
  private:
   friend class PolicySet;
   PolicyConfig config_;
   std::shared_ptr<Limiter> limiter_;
-  std::array<Counter*, kOutcomes> counters_{};
+  Counters counters_{};
   Counter* store_errors_ = nullptr;
+  bool shapes_ = false;
 };
 
 class PolicySet {

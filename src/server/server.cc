@@ -25,6 +25,7 @@
 #include "envoy/rls_server.h"
 #include "nlohmann/json.hpp"
 #include "server/beast_request.h"
+#include "policy/evaluation.h"
 #include "policy/headers.h"
 #include "metrics/metrics.h"
 #include "policy/policy_set.h"
@@ -105,30 +106,20 @@ Task<T> Await(net::io_context& ioc, Start start) {
       kUseAwaitable);
 }
 
-// A policy's decision: at once when its limits are in this process,
-// suspending for the round trip when some are in Redis. `take` false: a
-// check that takes nothing.
-Task<absl::StatusOr<PolicyDecision>> DecideOn(net::io_context& ioc, Limiter& limiter,
-                                            std::string_view key, Time now, int64_t cost,
-                                            bool take) {
-  absl::StatusOr<PolicyDecision> d;
-  if (limiter.in_process()) {
-    auto keep = [&d](absl::StatusOr<PolicyDecision> r) { d = std::move(r); };
-    if (take) {
-      limiter.AcquireAsync(key, now, cost, keep);
-    } else {
-      limiter.CheckAsync(key, now, cost, keep);
-    }
-    co_return d;
+// The verdict of the policies that apply to a request: at once when all of
+// them are in this process, suspending for the round trip when some are in
+// Redis.
+Task<policy::Verdict> EvaluateOn(net::io_context& ioc, const std::vector<policy::Applied>& applied,
+                                 Time now) {
+  policy::Verdict verdict;
+  if (policy::InProcess(applied)) {
+    policy::Evaluate(applied, now, [&verdict](policy::Verdict v) { verdict = std::move(v); });
+    co_return verdict;
   }
-  d = co_await Await<absl::StatusOr<PolicyDecision>>(ioc, [&](DecisionCallback done) {
-    if (take) {
-      limiter.AcquireAsync(key, now, cost, std::move(done));
-    } else {
-      limiter.CheckAsync(key, now, cost, std::move(done));
-    }
+  verdict = co_await Await<policy::Verdict>(ioc, [&](policy::VerdictCallback done) {
+    policy::Evaluate(applied, now, std::move(done));
   });
-  co_return d;
+  co_return verdict;
 }
 
 Response MakeResponse(int status, unsigned version, bool keep_alive, std::string body,
@@ -156,21 +147,6 @@ Response Problem(int status, const Request& req, std::string_view title, std::st
   return MakeResponse(status, req.version(), req.keep_alive(), ErrorBody(status, title, detail),
                       "application/problem+json");
 }
-
-// The outcome of a request against the policies that apply to it.
-struct Evaluation {
-  bool allowed = true;
-  absl::Status error;  // bad input (a key too long): answered 400
-  std::vector<PolicyAnswer> answers;
-  std::vector<std::string> violated;
-  std::vector<std::string> shadow_denied;
-  Duration delay;
-  Duration retry_exact;  // the longest wait among enforced denials
-  Duration jitter;
-  bool never = false;  // some enforced denial can never pass
-  int status = 429;
-  std::string detail;
-};
 
 // Shared by every thread.
 struct Shared {
@@ -237,127 +213,25 @@ struct Shared {
   std::atomic<int64_t> accept_error_logged_ms{INT64_MIN / 2};
   std::atomic<int64_t> accept_errors_unlogged{0};
 
-  // `set` is the PolicySet `applying` came from (held by the caller for the
-  // whole request, so a reload cannot pull it away midway).
-  Task<Evaluation> Evaluate(net::io_context& ioc, const PolicySet& set,
-                            const std::vector<const Policy*>& applying, const RequestFacts& facts,
-                            std::string_view route, int64_t cost) {
-    Evaluation ev;
+  // The verdict of `applying` on a request (`set`, which they came from, is
+  // held by the caller for the whole request, so a reload cannot pull it
+  // away midway). `applied` is filled here and must outlive the call.
+  Task<policy::Verdict> Evaluate(net::io_context& ioc, const PolicySet& set,
+                                 const std::vector<const Policy*>& applying,
+                                 const RequestFacts& facts, std::string_view route,
+                                 std::vector<policy::Applied>& applied) {
     const auto start = std::chrono::steady_clock::now();
-    const Time now = clock->Now();
-    const std::vector<Cidr>& trusted = set.config().trusted_proxies;
-    struct Taken {
-      const Policy* policy;
-      std::string key;
-      PolicyDecision decision;
-    };
-    std::vector<Taken> taken;
-    // Policies holding a shape limit go last: their departure slot is not given back.
-    auto holds_shape = [](const Policy* p) {
-      return std::any_of(p->limiter().limits().begin(), p->limiter().limits().end(), IsShape);
-    };
-    std::vector<const Policy*> order;
+    applied.reserve(applying.size());
     for (const Policy* p : applying) {
-      if (!holds_shape(p)) order.push_back(p);
+      applied.push_back({.policy = p,
+                         .key = p->KeyFor(facts, route, set.config().trusted_proxies,
+                                          set.config().real_ip_header)});
     }
-    const size_t shapes = applying.size() - order.size();
-    for (const Policy* p : applying) {
-      if (holds_shape(p)) order.push_back(p);
-    }
-    // With several shape policies, all-or-nothing needs their answers before
-    // any slot is taken: each is first asked, taking nothing, and the slots
-    // are taken only if every one admits. Otherwise their answers stand.
-    bool take_shapes = true;
-    bool shapes_asked = false;
-    std::vector<std::pair<const Policy*, absl::StatusOr<PolicyDecision>>> asked;
-    for (const Policy* p : order) {
-      const bool enforce = !p->config().shadow;
-      const bool shape = holds_shape(p);
-      std::optional<std::string> key =
-          p->KeyFor(facts, route, trusted, set.config().real_ip_header);
-      if (shape && shapes >= 2 && ev.allowed && !shapes_asked) {
-        shapes_asked = true;
-        for (const Policy* s : order) {
-          if (!holds_shape(s) || s->config().shadow) continue;
-          std::optional<std::string> k =
-              s->KeyFor(facts, route, trusted, set.config().real_ip_header);
-          if (!k) continue;  // denied below, taking nothing
-          absl::StatusOr<PolicyDecision> c =
-              co_await DecideOn(ioc, s->limiter(), *k, now, cost, /*take=*/false);
-          const bool admits = c.ok() && c->allowed;
-          asked.emplace_back(s, std::move(c));
-          if (!admits) {
-            take_shapes = false;
-            break;
-          }
-        }
-      }
-      PolicyAnswer answer{.name = p->name(), .shadow = p->config().shadow};
-      if (!key) {
-        p->Count(Policy::kMissingKey);
-        if (!enforce) continue;
-        ev.allowed = false;
-        ev.violated.push_back(p->name());
-        ev.status = p->config().on_deny.status;
-        ev.never = true;
-        ev.detail = Cat("policy \"", p->name(), "\": the request lacks a key part (",
-                        "on_missing_key: deny)");
-        break;
-      }
-      const bool take = ev.allowed && (!shape || take_shapes);
-      auto was_asked = std::find_if(asked.begin(), asked.end(),
-                                    [p](const auto& a) { return a.first == p; });
-      // (Not one conditional expression: g++ 12 miscompiles a co_await in
-      // one arm of ?:.)
-      absl::StatusOr<PolicyDecision> d;
-      if (!take && was_asked != asked.end()) {
-        d = std::move(was_asked->second);
-      } else {
-        d = co_await DecideOn(ioc, p->limiter(), *key, now, cost, take);
-      }
-      if (!d.ok()) {
-        ev.error = d.status();
-        break;
-      }
-      if (d->store_error) p->CountStoreError();
-      answer.decision = *d;
-      answer.window_seconds = p->WindowSeconds(d->limit_index);
-      const bool took = take && d->allowed;
-      if (d->allowed) {
-        p->Count(Policy::kAllowed);
-        if (took) taken.push_back({p, *key, *d});
-        ev.delay = std::max(ev.delay, d->delay);
-      } else if (!enforce) {
-        p->Count(Policy::kShadowDenied);
-        ev.shadow_denied.push_back(p->name());
-      } else {
-        p->Count(Policy::kDenied);
-        if (ev.allowed) {
-          ev.status = p->config().on_deny.status;
-          // All-or-nothing across policies too: give back what was taken.
-          for (const Taken& t : taken) (void)t.policy->limiter().Refund(t.key, t.decision, cost);
-          taken.clear();
-        }
-        ev.allowed = false;
-        ev.violated.push_back(p->name());
-        if (d->can_never_pass()) {
-          ev.never = true;
-          ev.detail = Cat("a cost of ", cost, " exceeds what policy \"", p->name(), "\" can ever admit");
-        } else if (d->retry_after >= ev.retry_exact) {
-          ev.retry_exact = d->retry_after;
-          ev.jitter = p->JitterFor(d->limit_index);
-        }
-      }
-      // A shadow policy is a trial: clients are not told about it.
-      if (enforce) ev.answers.push_back(std::move(answer));
-    }
-    if (!ev.allowed && ev.detail.empty()) {
-      ev.detail = Cat("rate limit exceeded; retry after ", ev.retry_exact.CeilMillis(), " ms");
-    }
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                        std::chrono::steady_clock::now() - start).count();
-    metrics.decision_latency().Observe(us);
-    co_return ev;
+    policy::Verdict verdict = co_await EvaluateOn(ioc, applied, clock->Now());
+    metrics.decision_latency().Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+                                           std::chrono::steady_clock::now() - start)
+                                           .count());
+    co_return verdict;
   }
 
   absl::Status Reload(std::string_view why) {
@@ -946,12 +820,10 @@ class ServerImpl final : public Server {
 
 
 
-  HeaderList AnswerHeaders(const Evaluation& ev, Worker& w) {
+  HeaderList AnswerHeaders(const std::vector<policy::Applied>& applied,
+                           const policy::Verdict& verdict, Worker& w) {
     HeaderList headers;
-    AppendRateLimitHeaders(ev.answers, Current(w)->config().server.legacy_headers, headers);
-    if (!ev.allowed && !ev.never) {
-      headers.emplace_back("Retry-After", std::to_string(RetryAfterSeconds(ev.retry_exact, ev.jitter, w.rng)));
-    }
+    verdict.AppendHeaders(applied, Current(w)->config().server.legacy_headers, w.rng, headers);
     return headers;
   }
 
@@ -1055,39 +927,25 @@ class ServerImpl final : public Server {
     // refused: an InvalidArgument answered 400 below).
     // The decision API names the key itself; the policy's key parts are for
     // the gateway and auth_request.
-    const Time now = shared_->clock->Now();
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<PolicyDecision> d =
-        co_await DecideOn(w.ioc, policy->limiter(), key, now, cost, /*take=*/true);
+    const std::vector<policy::Applied> applied = {
+        {.policy = policy, .key = std::string(key), .cost = cost}};
+    const policy::Verdict verdict = co_await EvaluateOn(w.ioc, applied, shared_->clock->Now());
     shared_->metrics.decision_latency().Observe(std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::steady_clock::now() - start).count());
-    if (!d.ok()) co_return fail(400, "bad request", std::string(d.status().message()));
-    if (d->store_error) policy->CountStoreError();
-    const bool shadow = policy->config().shadow;
-    const bool enforced_denial = !d->allowed && !shadow;
-    policy->Count(d->allowed ? Policy::kAllowed : shadow ? Policy::kShadowDenied : Policy::kDenied);
-    std::string out = Cat("{\"allowed\":", enforced_denial ? "false" : "true", ",\"policy\":");
+    if (!verdict.error.ok()) co_return fail(400, "bad request", std::string(verdict.error.message()));
+    const PolicyDecision& d = verdict.answers[0].decision;
+    std::string out = Cat("{\"allowed\":", verdict.allowed ? "true" : "false", ",\"policy\":");
     AppendJsonString(out, name);
-    out += Cat(",\"limit\":", d->limit, ",\"remaining\":", std::max<int64_t>(0, d->remaining),
-               ",\"reset_after_ms\":", d->reset_after.CeilMillis(), ",\"retry_after_ms\":");
-    out += d->can_never_pass() ? std::string("null") : Cat(d->retry_after.CeilMillis());
-    out += Cat(",\"delay_ms\":", d->delay.CeilMillis());
-    if (shadow && !d->allowed) out += ",\"shadow_denied\":true";
-    if (d->can_never_pass()) out += ",\"never\":true";
+    out += Cat(",\"limit\":", d.limit, ",\"remaining\":", std::max<int64_t>(0, d.remaining),
+               ",\"reset_after_ms\":", d.reset_after.CeilMillis(), ",\"retry_after_ms\":");
+    out += d.can_never_pass() ? std::string("null") : Cat(d.retry_after.CeilMillis());
+    out += Cat(",\"delay_ms\":", d.delay.CeilMillis());
+    if (!verdict.shadow_denied.empty()) out += ",\"shadow_denied\":true";
+    if (d.can_never_pass()) out += ",\"never\":true";
     out.push_back('}');
-    status = enforced_denial ? 429 : 200;
-    if (headers != nullptr) {
-      Evaluation ev;
-      ev.allowed = !enforced_denial;
-      if (!shadow) {
-        ev.answers.push_back({.name = std::string(name), .decision = *d,
-                              .window_seconds = policy->WindowSeconds(d->limit_index)});
-      }
-      ev.retry_exact = d->retry_after;
-      ev.jitter = policy->JitterFor(d->limit_index);
-      ev.never = d->can_never_pass();
-      *headers = AnswerHeaders(ev, w);
-    }
+    status = verdict.allowed ? 200 : 429;
+    if (headers != nullptr) *headers = AnswerHeaders(applied, verdict, w);
     co_return out;
   }
 
@@ -1161,9 +1019,10 @@ class ServerImpl final : public Server {
     } else {
       applying = set->Matching(facts);
     }
-    Evaluation ev = co_await shared_->Evaluate(w.ioc, *set, applying, facts, "", 1);
+    std::vector<policy::Applied> applied;
+    const policy::Verdict ev = co_await shared_->Evaluate(w.ioc, *set, applying, facts, "", applied);
     if (!ev.error.ok()) co_return Problem(400, req, "bad request", std::string(ev.error.message()));
-    HeaderList headers = AnswerHeaders(ev, w);
+    HeaderList headers = AnswerHeaders(applied, ev, w);
     // 2xx lets NGINX forward the request; 403 (mapped to 429 by
     // `error_page 403 =429`) carries Retry-After and the RateLimit fields.
     if (ev.allowed) co_return MakeResponse(204, req.version(), req.keep_alive(), "", "", headers);
@@ -1186,9 +1045,11 @@ class ServerImpl final : public Server {
       co_return Problem(404, req, "not found",
                         Cat("no route matches ", method, " ", facts.path));
     }
-    Evaluation ev = co_await shared_->Evaluate(w.ioc, *set, set->Matching(facts), facts, route->name, 1);
+    std::vector<policy::Applied> applied;
+    const policy::Verdict ev =
+        co_await shared_->Evaluate(w.ioc, *set, set->Matching(facts), facts, route->name, applied);
     if (!ev.error.ok()) co_return Problem(400, req, "bad request", std::string(ev.error.message()));
-    HeaderList headers = AnswerHeaders(ev, w);
+    HeaderList headers = AnswerHeaders(applied, ev, w);
     if (!ev.allowed) {
       co_return MakeResponse(ev.status, req.version(), req.keep_alive(),
                              ProblemBody(ev.status, ev.violated, ev.detail),

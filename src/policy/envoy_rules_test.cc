@@ -1,6 +1,6 @@
 // Matching request descriptors against the envoy rules, and the state keys,
 // without gRPC: envoyproxy/ratelimit's semantics, case by case.
-#include "envoy/rules.h"
+#include "policy/envoy_rules.h"
 
 #include <set>
 
@@ -9,7 +9,7 @@
 #include "sluice/clock.h"
 #include "sluice/store/memory_store.h"
 
-namespace sluice::envoy {
+namespace sluice::policy {
 namespace {
 
 class RulesTest : public ::testing::Test {
@@ -156,8 +156,10 @@ TEST_F(RulesTest, ARebuildKeepsLimitersOfUnchangedRules) {
   std::shared_ptr<const RuleSet> second = Build(changed, first.get());
   const std::vector<Entry> any = {{"k", "zzz"}};
   const std::vector<Entry> exact = {{"k", "exact"}};
-  EXPECT_EQ(first->Find("d")->Match(any)->limiter, second->Find("d")->Match(any)->limiter);
-  EXPECT_NE(first->Find("d")->Match(exact)->limiter, second->Find("d")->Match(exact)->limiter);
+  EXPECT_EQ(first->Find("d")->Match(any)->policy.shared_limiter(),
+            second->Find("d")->Match(any)->policy.shared_limiter());
+  EXPECT_NE(first->Find("d")->Match(exact)->policy.shared_limiter(),
+            second->Find("d")->Match(exact)->policy.shared_limiter());
   EXPECT_EQ(second->Find("d")->Match(exact)->requests_per_unit, 9u);
 }
 
@@ -176,4 +178,4 @@ TEST_F(RulesTest, OverridesAreSharedAndBounded) {
 }
 
 }  // namespace
-}  // namespace sluice::envoy
+}  // namespace sluice::policy

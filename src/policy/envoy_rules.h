@@ -1,5 +1,7 @@
-// RuleSet: the envoy rules of one config (sluice/envoy_config.h), ready to
-// match request descriptors. Internal to the Envoy rate limit service.
+// RuleSet: the envoy rules of one config (sluice/envoy_config.h), compiled
+// into policies and ready to match request descriptors. Internal; the Envoy
+// rate limit service (src/envoy/) matches with it and decides with
+// Evaluate (policy/evaluation.h), like every other front end.
 //
 // Matching follows envoyproxy/ratelimit: a request descriptor's entries are
 // walked level by level through the domain's descriptor tree; at each level
@@ -11,7 +13,8 @@
 // does not fall back: a more specific node without a limit hides a less
 // specific one with a limit, as in envoyproxy/ratelimit.
 //
-// Each rate_limit becomes one Limiter; the state key is the domain and the
+// Each rate_limit becomes one Policy (named for the RateLimit fields, with
+// one Limiter, none when it admits nothing); the state key is the domain and the
 // request's whole entry list, so distinct values get distinct state. Like
 // PolicySet, a RuleSet is immutable once built; a rebuild for a reload
 // keeps the Limiter (and so the state) of every rule whose place in the
@@ -22,8 +25,8 @@
 //   auto rules = RuleSet::Create(config.envoy.get(), {.local = &store, ...}, nullptr);
 //   const DomainRules* d = (*rules)->Find("edge");
 //   const Rule* rule = d ? d->Match(entries) : nullptr;   // null: no limit
-#ifndef SLUICE_ENVOY_RULES_H_
-#define SLUICE_ENVOY_RULES_H_
+#ifndef SLUICE_POLICY_ENVOY_RULES_H_
+#define SLUICE_POLICY_ENVOY_RULES_H_
 
 #include <array>
 #include <cstdint>
@@ -37,12 +40,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "metrics/metrics.h"
+#include "policy/policy_set.h"
 #include "sluice/clock.h"
 #include "sluice/envoy_config.h"
 #include "sluice/limiter.h"
 #include "sluice/store/store.h"
 
-namespace sluice::envoy {
+namespace sluice::policy {
 
 struct Rule {
   enum class Kind { kLimited, kUnlimited, kDenyAll };
@@ -54,20 +58,14 @@ struct Rule {
   std::string stats_key;
   // rate_limit.name; "" when unnamed. What `replaces` refers to.
   std::string limit_name;
-  // In RateLimit-Policy / RateLimit: limit_name, else stats_key.
-  std::string header_name;
   std::vector<std::string> replaces;
-  bool shadow = false;
   EnvoyUnit unit = EnvoyUnit::kUnknown;  // DescriptorStatus.current_limit
   uint32_t requests_per_unit = 0;
   LimitSpec spec;
-  std::shared_ptr<Limiter> limiter;  // kLimited only
-  int64_t window_seconds = 1;        // RateLimit-Policy w=
-  Duration jitter;                   // Retry-After spread: a tenth of the window
-
-  enum Outcome { kAllowed, kDenied, kShadowDenied, kOutcomes };
-  void Count(Outcome outcome) const { counters[outcome]->Add(); }
-  std::array<metrics::Counter*, kOutcomes> counters{};
+  // What decides: named for RateLimit-Policy / RateLimit (limit_name, else
+  // stats_key), shadow_mode, the limiter (none for kDenyAll: it admits
+  // nothing; kUnlimited never decides).
+  Policy policy;
 };
 
 struct Entry {
@@ -152,6 +150,6 @@ std::string StateKey(std::string_view domain, std::span<const Entry> entries);
 // Its length, without building it (to refuse an over-long key up front).
 size_t StateKeyLength(std::string_view domain, std::span<const Entry> entries);
 
-}  // namespace sluice::envoy
+}  // namespace sluice::policy
 
-#endif  // SLUICE_ENVOY_RULES_H_
+#endif  // SLUICE_POLICY_ENVOY_RULES_H_

@@ -1,11 +1,11 @@
-#include "envoy/rules.h"
+#include "policy/envoy_rules.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "base/cat.h"
 
-namespace sluice::envoy {
+namespace sluice::policy {
 namespace {
 
 using internal::Cat;
@@ -41,18 +41,16 @@ absl::StatusOr<std::shared_ptr<Limiter>> MakeLimiter(const std::string& name, co
   return std::shared_ptr<Limiter>(*std::move(limiter));
 }
 
-void Finish(Rule& rule, metrics::Metrics& metrics) {
-  static constexpr std::array<const char*, Rule::kOutcomes> kOutcomeNames = {"allowed", "denied",
-                                                                             "shadow_denied"};
-  for (int o = 0; o < Rule::kOutcomes; ++o) {
-    rule.counters[o] = metrics.Get("sluice_decisions_total",
-                                   {{"policy", rule.stats_key}, {"outcome", kOutcomeNames[o]}});
-  }
-  // A deny-all rule's window is its unit (times unit_multiplier).
-  Duration window = rule.spec.options.rate.period;
-  if (rule.limiter != nullptr) window = RateOf(rule.limiter->limits()[0]).period;
-  rule.window_seconds = std::max<int64_t>(1, window.CeilSeconds());
-  rule.jitter = DefaultRetryAfterJitter(window);
+// The policy a rule decides with: `limiter` null when it admits nothing.
+void Finish(Rule& rule, std::shared_ptr<Limiter> limiter, std::string name, bool shadow,
+            metrics::Metrics& metrics) {
+  PolicyConfig config;
+  config.name = std::move(name);
+  config.shadow = shadow;
+  config.limits = {rule.spec};  // a deny-all rule's window is its unit (times unit_multiplier)
+  rule.policy = Policy(std::move(config), std::move(limiter),
+                       Policy::CountersFor(metrics, rule.stats_key, Policy::kShadowDenied),
+                       /*store_errors=*/nullptr);
 }
 
 }  // namespace
@@ -133,21 +131,21 @@ absl::StatusOr<const Rule*> Overrides::Get(uint32_t requests_per_unit, EnvoyUnit
   auto rule = std::make_unique<Rule>();
   rule->id = Cat("override/", requests_per_unit, "/", EnvoyUnitName(unit));
   rule->stats_key = Cat("override_", requests_per_unit, "_per_", EnvoyUnitName(unit));
-  rule->header_name = rule->stats_key;
   rule->unit = unit;
   rule->requests_per_unit = requests_per_unit;
   rule->spec.options.algorithm = Algorithm::kFixedWindow;
   rule->spec.options.rate = {.limit = requests_per_unit, .period = length};
   rule->spec.scope = options_.shared != nullptr ? Scope::kGlobal : Scope::kLocal;
+  std::shared_ptr<Limiter> limiter;
   if (requests_per_unit == 0) {
     rule->kind = Rule::Kind::kDenyAll;
   } else {
-    absl::StatusOr<std::shared_ptr<Limiter>> limiter =
+    absl::StatusOr<std::shared_ptr<Limiter>> made =
         MakeLimiter(Cat("envoy/", rule->id), rule->spec, options_);
-    if (!limiter.ok()) return limiter.status();
-    rule->limiter = *std::move(limiter);
+    if (!made.ok()) return made.status();
+    limiter = *std::move(made);
   }
-  Finish(*rule, *options_.metrics);
+  Finish(*rule, std::move(limiter), rule->stats_key, /*shadow=*/false, *options_.metrics);
   return rules_.emplace(id, std::move(rule)).first->second.get();
 }
 
@@ -177,15 +175,14 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig
         rule->id = node_id;
         rule->stats_key = node_stats;
         rule->limit_name = rl.name;
-        rule->header_name = rl.name.empty() ? node_stats : rl.name;
         rule->replaces = rl.replaces;
-        rule->shadow = d.shadow_mode;
         rule->unit = rl.unit;
         rule->requests_per_unit = rl.requests_per_unit;
         rule->spec = rl.limit;
         rule->kind = rl.unlimited  ? Rule::Kind::kUnlimited
                      : rl.deny_all ? Rule::Kind::kDenyAll
                                    : Rule::Kind::kLimited;
+        std::shared_ptr<Limiter> limiter;
         if (rule->kind == Rule::Kind::kLimited) {
           const Rule* before = nullptr;
           if (previous != nullptr) {
@@ -193,18 +190,19 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig
             if (it != previous->by_id_.end()) before = it->second;
           }
           if (before != nullptr && before->kind == Rule::Kind::kLimited && before->spec == rule->spec) {
-            rule->limiter = before->limiter;  // same place, same limit: keep the keys' state
+            limiter = before->policy.shared_limiter();  // same place, same limit: keep the keys' state
           } else {
-            absl::StatusOr<std::shared_ptr<Limiter>> limiter =
+            absl::StatusOr<std::shared_ptr<Limiter>> made =
                 MakeLimiter(Cat("envoy/", node_stats), rule->spec, options);
-            if (!limiter.ok()) {
+            if (!made.ok()) {
               return absl::InvalidArgumentError(
-                  Cat("envoy domain \"", domain, "\": ", node_stats, ": ", limiter.status().message()));
+                  Cat("envoy domain \"", domain, "\": ", node_stats, ": ", made.status().message()));
             }
-            rule->limiter = *std::move(limiter);
+            limiter = *std::move(made);
           }
         }
-        Finish(*rule, *options.metrics);
+        Finish(*rule, std::move(limiter), rl.name.empty() ? node_stats : rl.name, d.shadow_mode,
+               *options.metrics);
         node->rule = rule.get();
         set->by_id_[node_id] = rule.get();
         set->rules_.push_back(std::move(rule));
@@ -245,4 +243,4 @@ const DomainRules* RuleSet::Find(std::string_view domain) const {
   return it == domains_.end() ? nullptr : it->second.get();
 }
 
-}  // namespace sluice::envoy
+}  // namespace sluice::policy

@@ -1,0 +1,248 @@
+#include "policy/evaluation.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+
+#include "base/cat.h"
+
+namespace sluice::policy {
+namespace {
+
+using internal::Cat;
+
+// The answer of a policy that admits nothing (an Envoy rule with
+// requests_per_unit: 0): never passes, resets on its window's boundary.
+// A cost of 0 only reads, and passes.
+PolicyDecision Nothing(const Policy& policy, Time now, int64_t cost) {
+  PolicyDecision d;
+  const int64_t period_us = std::max<int64_t>(1, policy.Period(0).micros());
+  d.allowed = cost == 0;
+  d.retry_after = d.allowed ? Duration::Zero() : Duration::Infinite();
+  d.reset_after =
+      Duration::Micros(period_us - (now.unix_micros() % period_us + period_us) % period_us);
+  return d;
+}
+
+// One evaluation in flight. Decisions are made in waves: each in-process
+// policy alone (it answers at once), then every remote policy together,
+// then the shaping policies (asked first when there are two or more). Each
+// wave's answers are written to their own slots; the thread that brings the
+// last one reads them all and starts the next wave.
+class Run : public std::enable_shared_from_this<Run> {
+ public:
+  Run(const std::vector<Applied>& applied, Time now, VerdictCallback done)
+      : applied_(applied), now_(now), done_(std::move(done)) {
+    verdict_.answers.resize(applied.size());
+    errors_.resize(applied.size());
+  }
+
+  void Start() {
+    for (size_t i = 0; i < applied_.size(); ++i) {
+      const Applied& a = applied_[i];
+      if (a.key) continue;
+      a.policy->Count(Policy::kMissingKey);
+      if (a.policy->shadow() || !verdict_.allowed) continue;
+      verdict_.allowed = false;
+      verdict_.violated.push_back(a.policy->name());
+      verdict_.status = a.policy->config().on_deny.status;
+      verdict_.never = true;
+      verdict_.detail = Cat("policy \"", a.policy->name(),
+                            "\": the request lacks a key part (on_missing_key: deny)");
+    }
+    if (!verdict_.allowed) return Done();  // nothing is taken
+    std::vector<size_t> remote;
+    for (size_t i = 0; i < applied_.size(); ++i) {
+      const Policy& p = *applied_[i].policy;
+      if (p.shapes()) {
+        shapes_.push_back(i);
+      } else if (!p.in_process()) {
+        remote.push_back(i);
+      } else if (error_.ok()) {
+        // Answers before Decide returns.
+        Decide(i, allowed_, [this, i](absl::StatusOr<PolicyDecision> d, bool take) {
+          Record(i, std::move(d), take);
+        });
+        Absorb(i);
+      }
+    }
+    if (!error_.ok()) return Done();
+    Wave(std::move(remote), allowed_, &Run::Shapes);
+  }
+
+ private:
+  using Next = void (Run::*)();
+
+  // Asks the policy of applied_[i], taking its cost when `take`.
+  template <typename Callback>
+  void Decide(size_t i, bool take, Callback callback) {
+    const Applied& a = applied_[i];
+    const Policy& p = *a.policy;
+    if (!p.has_limiter()) return callback(Nothing(p, now_, a.cost), take);
+    auto done = [callback = std::move(callback), take](absl::StatusOr<PolicyDecision> d) mutable {
+      callback(std::move(d), take);
+    };
+    if (take) {
+      p.limiter().AcquireAsync(*a.key, now_, a.cost, std::move(done));
+    } else {
+      p.limiter().CheckAsync(*a.key, now_, a.cost, std::move(done));
+    }
+  }
+
+  void Record(size_t i, absl::StatusOr<PolicyDecision> d, bool take) {
+    Answer& answer = verdict_.answers[i];
+    if (!d.ok()) {
+      answer = Answer{};
+      errors_[i] = std::move(d).status();
+      return;
+    }
+    answer.decided = true;
+    answer.took = take && d->allowed && applied_[i].policy->has_limiter();
+    answer.decision = *std::move(d);
+  }
+
+  // Folds answer i into the running outcome (on the thread that owns it).
+  void Absorb(size_t i) {
+    if (!errors_[i].ok()) {
+      if (error_.ok()) error_ = errors_[i];
+      return;
+    }
+    if (std::find(order_.begin(), order_.end(), i) == order_.end()) order_.push_back(i);
+    const Answer& answer = verdict_.answers[i];
+    if (!answer.decision.allowed && !applied_[i].policy->shadow()) allowed_ = false;
+  }
+
+  // Decides `which` together, then calls `next`.
+  void Wave(std::vector<size_t> which, bool take, Next next) {
+    if (which.empty()) return (this->*next)();
+    wave_ = std::move(which);
+    pending_.store(wave_.size() + 1, std::memory_order_relaxed);
+    next_ = next;
+    std::shared_ptr<Run> self = shared_from_this();
+    for (size_t i : wave_) {
+      Decide(i, take, [self, i](absl::StatusOr<PolicyDecision> d, bool took) {
+        self->Record(i, std::move(d), took);
+        self->Arrive();
+      });
+    }
+    Arrive();  // the launcher's own hold
+  }
+
+  void Arrive() {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    for (size_t i : wave_) Absorb(i);
+    (this->*next_)();
+  }
+
+  void Shapes() {
+    if (!error_.ok()) return Done();
+    const auto enforced = std::count_if(shapes_.begin(), shapes_.end(),
+                                        [&](size_t i) { return !applied_[i].policy->shadow(); });
+    if (allowed_ && enforced >= 2) return Wave(shapes_, /*take=*/false, &Run::AfterShapesAsked);
+    Wave(shapes_, allowed_, &Run::Done);
+  }
+
+  // Every shaping policy was asked: take the slots only if all admit.
+  void AfterShapesAsked() {
+    if (!error_.ok() || !allowed_) return Done();
+    Wave(shapes_, /*take=*/true, &Run::Done);
+  }
+
+  void Done() {
+    Verdict& v = verdict_;
+    v.error = error_;
+    // All or nothing: a denied request keeps nothing.
+    if (!allowed_ || !error_.ok()) {
+      for (size_t i = 0; i < applied_.size(); ++i) {
+        Answer& answer = v.answers[i];
+        const Applied& a = applied_[i];
+        if (!answer.took || a.cost <= 0) continue;
+        (void)a.policy->limiter().Refund(*a.key, answer.decision, a.cost);
+        answer.refunded = true;
+        answer.decision.remaining =
+            std::min(answer.decision.limit, answer.decision.remaining + a.cost);
+      }
+    }
+    for (size_t i : order_) {
+      const Applied& a = applied_[i];
+      const Policy& p = *a.policy;
+      const PolicyDecision& d = v.answers[i].decision;
+      if (d.store_error) p.CountStoreError();
+      if (d.allowed) {
+        p.Count(Policy::kAllowed);
+        v.delay = std::max(v.delay, d.delay);
+      } else if (p.shadow()) {
+        p.Count(Policy::kShadowDenied);
+        v.shadow_denied.push_back(p.name());
+      } else {
+        p.Count(Policy::kDenied);
+        if (v.allowed) v.status = p.config().on_deny.status;
+        v.allowed = false;
+        v.violated.push_back(p.name());
+        if (d.can_never_pass()) {
+          v.never = true;
+          v.detail = p.has_limiter()
+                         ? Cat("this request can never pass: a cost of ", a.cost,
+                               " exceeds what policy \"", p.name(), "\" can ever admit")
+                         : Cat("this request can never pass: policy \"", p.name(),
+                               "\" admits nothing");
+        } else if (d.retry_after >= v.retry_after) {
+          v.retry_after = d.retry_after;
+          v.jitter = p.JitterFor(d.limit_index);
+        }
+      }
+    }
+    if (!v.allowed && v.detail.empty()) {
+      v.detail = Cat("rate limit exceeded; retry after ", v.retry_after.CeilMillis(), " ms");
+    }
+    v.order = std::move(order_);
+    VerdictCallback done = std::move(done_);
+    done(std::move(verdict_));
+  }
+
+  const std::vector<Applied>& applied_;
+  const Time now_;
+  VerdictCallback done_;
+  Verdict verdict_;
+  bool allowed_ = true;  // no enforced denial so far
+  absl::Status error_;
+  std::vector<size_t> order_;   // decided, in decision order
+  std::vector<size_t> shapes_;  // applied policies with a shaping limit
+  std::vector<size_t> wave_;
+  Next next_ = nullptr;
+  std::atomic<size_t> pending_{0};
+  // A failed decision, by slot (each thread writes its own before the count
+  // that publishes it).
+  std::vector<absl::Status> errors_;
+};
+
+}  // namespace
+
+void Evaluate(const std::vector<Applied>& applied, Time now, VerdictCallback done) {
+  std::make_shared<Run>(applied, now, std::move(done))->Start();
+}
+
+bool InProcess(const std::vector<Applied>& applied) {
+  return std::all_of(applied.begin(), applied.end(),
+                     [](const Applied& a) { return a.policy->in_process(); });
+}
+
+std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
+                                          const Verdict& verdict) {
+  std::vector<PolicyAnswer> out;
+  for (size_t i : verdict.order) {
+    const Policy& p = *applied[i].policy;
+    if (p.shadow()) continue;  // a trial: clients are not told about it
+    const PolicyDecision& d = verdict.answers[i].decision;
+    out.push_back({.name = p.name(), .decision = d, .window_seconds = p.WindowSeconds(d.limit_index)});
+  }
+  return out;
+}
+
+void Verdict::AppendHeaders(const std::vector<Applied>& applied, bool legacy, std::mt19937_64& rng,
+                            std::vector<std::pair<std::string, std::string>>& out) const {
+  AppendRateLimitHeaders(EnforcedAnswers(applied, *this), legacy, out);
+  if (!allowed && !never) out.emplace_back("Retry-After", Cat(RetryAfterSeconds(retry_after, jitter, rng)));
+}
+
+}  // namespace sluice::policy

@@ -1,0 +1,101 @@
+// Evaluate: the one place where the policies that apply to a request decide
+// it together. The decision API, auth_request, the gateway, the Envoy rate
+// limit service and replay all call it; none decides anything itself.
+//
+// The rules, in the order they apply:
+//   - A policy whose key part is missing (on_missing_key: deny) denies the
+//     request before anything is taken; a shadow one only counts.
+//   - All or nothing: a request that some enforced policy denies takes
+//     nothing from any policy. What earlier policies took is given back;
+//     later ones are only asked (taking nothing), so that every answer still
+//     reports its limit.
+//   - Policies with a shaping limit (leaky_bucket shape) decide last: a
+//     departure slot is not given back. With two or more of them, each is
+//     first asked, taking nothing, and the slots are taken only if all admit.
+//   - In-process policies decide one after the other, at once; policies in a
+//     remote store (Redis) decide together, one round trip for all of them.
+//   - Shadow policies decide and count like the others and never deny.
+//   - The verdict carries what the client is told: the answers behind the
+//     RateLimit fields, Retry-After (the longest wait among enforced
+//     denials, with the denying limit's jitter; none when some denial can
+//     never pass), the status and the problem detail.
+//
+// Thread-safety: Evaluate may be called from any thread. `done` runs once:
+// before Evaluate returns when every policy is in process (InProcess),
+// otherwise on the remote store's thread.
+#ifndef SLUICE_POLICY_EVALUATION_H_
+#define SLUICE_POLICY_EVALUATION_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "policy/headers.h"
+#include "policy/policy_set.h"
+#include "sluice/limiter.h"
+#include "sluice/time.h"
+
+namespace sluice::policy {
+
+// One policy that applies to a request, with the key and cost it decides.
+struct Applied {
+  const Policy* policy = nullptr;
+  std::optional<std::string> key;  // nullopt: a key part is missing (on_missing_key: deny)
+  int64_t cost = 1;
+};
+
+// What one applied policy answered.
+struct Answer {
+  bool decided = false;   // false: its key was missing, or an error stopped the evaluation
+  bool took = false;      // it took its cost (and still holds it unless `refunded`)
+  bool refunded = false;  // what it took was given back: the request was denied
+  // When decided. After a refund, `remaining` is what was left before the
+  // request, since nothing of it stayed taken.
+  PolicyDecision decision;
+};
+
+struct Verdict {
+  bool allowed = true;
+  // A decision failed (a key the policy refuses, a store failure that
+  // on_store_error does not cover): nothing stays taken, and the request
+  // is answered as malformed (400, INVALID_ARGUMENT, ...).
+  absl::Status error;
+  std::vector<Answer> answers;  // one per Applied, in the same order
+  // Policies that denied: enforced (by name, in decision order), and shadow.
+  std::vector<std::string> violated;
+  std::vector<std::string> shadow_denied;
+  int status = 429;            // the first enforced denial's on_deny.status
+  Duration delay;              // the longest shaping delay among admissions
+  Duration retry_after;        // the longest wait among enforced denials
+  Duration jitter;             // the jitter of the limit that set retry_after
+  bool never = false;          // some enforced denial can never pass
+  std::string detail;          // the problem document's detail of a denial
+  std::vector<size_t> order;   // the decided answers' indexes, in decision order
+
+  // The RateLimit fields of the enforced answers (legacy X-RateLimit-* too
+  // when `legacy`), and Retry-After when denied and not `never`.
+  void AppendHeaders(const std::vector<Applied>& applied, bool legacy, std::mt19937_64& rng,
+                     std::vector<std::pair<std::string, std::string>>& out) const;
+};
+
+using VerdictCallback = std::function<void(Verdict)>;
+
+// Decides `applied` at `now` (see the rules above) and calls `done` once.
+// `applied` must stay alive, with its policies, until `done` has run.
+void Evaluate(const std::vector<Applied>& applied, Time now, VerdictCallback done);
+
+// Whether Evaluate answers before it returns: every policy is in process.
+bool InProcess(const std::vector<Applied>& applied);
+
+// The answers of the enforced policies, as the RateLimit fields show them.
+std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
+                                          const Verdict& verdict);
+
+}  // namespace sluice::policy
+
+#endif  // SLUICE_POLICY_EVALUATION_H_
