@@ -27,14 +27,13 @@ PolicyDecision Nothing(const Policy& policy, Time now, int64_t cost) {
 // One evaluation in flight. Decisions are made in waves: each in-process
 // policy alone (it answers at once), then every remote policy together,
 // then the shaping policies (asked first when there are two or more). Each
-// wave's answers are written to their own slots; the thread that brings the
+// wave's answers (and errors) are written to their own slots; the thread that brings the
 // last one reads them all and starts the next wave.
-class Run : public std::enable_shared_from_this<Run> {
+class Run {
  public:
   Run(const std::vector<Applied>& applied, Time now, VerdictCallback done)
       : applied_(applied), now_(now), done_(std::move(done)) {
     verdict_.answers.resize(applied.size());
-    errors_.resize(applied.size());
   }
 
   void Start() {
@@ -70,6 +69,9 @@ class Run : public std::enable_shared_from_this<Run> {
     Wave(std::move(remote), allowed_, &Run::Shapes);
   }
 
+  // Makes the evaluation own itself until Done (when it is on the heap).
+  void Own(std::unique_ptr<Run> self) { owned_ = std::move(self); }
+
  private:
   using Next = void (Run::*)();
 
@@ -79,6 +81,9 @@ class Run : public std::enable_shared_from_this<Run> {
     const Applied& a = applied_[i];
     const Policy& p = *a.policy;
     if (!p.has_limiter()) return callback(Nothing(p, now_, a.cost), take);
+    if (take && p.limiter().in_process()) {
+      return callback(p.limiter().AcquireAt(*a.key, now_, a.cost), take);  // no callback to wrap
+    }
     auto done = [callback = std::move(callback), take](absl::StatusOr<PolicyDecision> d) mutable {
       callback(std::move(d), take);
     };
@@ -92,8 +97,7 @@ class Run : public std::enable_shared_from_this<Run> {
   void Record(size_t i, absl::StatusOr<PolicyDecision> d, bool take) {
     Answer& answer = verdict_.answers[i];
     if (!d.ok()) {
-      answer = Answer{};
-      errors_[i] = std::move(d).status();
+      answer = Answer{.error = std::move(d).status()};
       return;
     }
     answer.decided = true;
@@ -103,8 +107,8 @@ class Run : public std::enable_shared_from_this<Run> {
 
   // Folds answer i into the running outcome (on the thread that owns it).
   void Absorb(size_t i) {
-    if (!errors_[i].ok()) {
-      if (error_.ok()) error_ = errors_[i];
+    if (!verdict_.answers[i].error.ok()) {
+      if (error_.ok()) error_ = verdict_.answers[i].error;
       return;
     }
     if (std::find(order_.begin(), order_.end(), i) == order_.end()) order_.push_back(i);
@@ -118,11 +122,10 @@ class Run : public std::enable_shared_from_this<Run> {
     wave_ = std::move(which);
     pending_.store(wave_.size() + 1, std::memory_order_relaxed);
     next_ = next;
-    std::shared_ptr<Run> self = shared_from_this();
     for (size_t i : wave_) {
-      Decide(i, take, [self, i](absl::StatusOr<PolicyDecision> d, bool took) {
-        self->Record(i, std::move(d), took);
-        self->Arrive();
+      Decide(i, take, [this, i](absl::StatusOr<PolicyDecision> d, bool took) {
+        Record(i, std::move(d), took);
+        Arrive();
       });
     }
     Arrive();  // the launcher's own hold
@@ -149,6 +152,8 @@ class Run : public std::enable_shared_from_this<Run> {
   }
 
   void Done() {
+    // An evaluation on the heap lives until here (see Evaluate).
+    const std::unique_ptr<Run> owned = std::move(owned_);
     Verdict& v = verdict_;
     v.error = error_;
     // All or nothing: a denied request keeps nothing.
@@ -196,30 +201,46 @@ class Run : public std::enable_shared_from_this<Run> {
       v.detail = Cat("rate limit exceeded; retry after ", v.retry_after.CeilMillis(), " ms");
     }
     v.order = std::move(order_);
+    if (done_ == nullptr) return;  // EvaluateNow takes the verdict from here
     VerdictCallback done = std::move(done_);
     done(std::move(verdict_));
   }
 
+ public:
+  Verdict& verdict() { return verdict_; }
+
+ private:
+
+  std::unique_ptr<Run> owned_;  // itself, when on the heap
   const std::vector<Applied>& applied_;
   const Time now_;
   VerdictCallback done_;
   Verdict verdict_;
   bool allowed_ = true;  // no enforced denial so far
   absl::Status error_;
-  std::vector<size_t> order_;   // decided, in decision order
+  absl::InlinedVector<size_t, 4> order_;  // decided, in decision order
   std::vector<size_t> shapes_;  // applied policies with a shaping limit
   std::vector<size_t> wave_;
   Next next_ = nullptr;
   std::atomic<size_t> pending_{0};
-  // A failed decision, by slot (each thread writes its own before the count
-  // that publishes it).
-  std::vector<absl::Status> errors_;
 };
 
 }  // namespace
 
+Verdict EvaluateNow(const std::vector<Applied>& applied, Time now) {
+  // Every answer comes before Decide returns: the evaluation ends here.
+  Run run(applied, now, nullptr);
+  run.Start();
+  return std::move(run.verdict());
+}
+
 void Evaluate(const std::vector<Applied>& applied, Time now, VerdictCallback done) {
-  std::make_shared<Run>(applied, now, std::move(done))->Start();
+  if (InProcess(applied)) return done(EvaluateNow(applied, now));
+  // Ends on the thread of the last answer, which frees it (Run::Done).
+  auto run = std::make_unique<Run>(applied, now, std::move(done));
+  Run& r = *run;
+  r.Own(std::move(run));
+  r.Start();
 }
 
 bool InProcess(const std::vector<Applied>& applied) {

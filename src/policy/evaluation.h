@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "policy/headers.h"
 #include "policy/policy_set.h"
@@ -52,6 +53,7 @@ struct Applied {
 // What one applied policy answered.
 struct Answer {
   bool decided = false;   // false: its key was missing, or an error stopped the evaluation
+  absl::Status error;     // this policy's decision failed (Verdict::error is the first such)
   bool took = false;      // it took its cost (and still holds it unless `refunded`)
   bool refunded = false;  // what it took was given back: the request was denied
   // When decided. After a refund, `remaining` is what was left before the
@@ -75,7 +77,7 @@ struct Verdict {
   Duration jitter;             // the jitter of the limit that set retry_after
   bool never = false;          // some enforced denial can never pass
   std::string detail;          // the problem document's detail of a denial
-  std::vector<size_t> order;   // the decided answers' indexes, in decision order
+  absl::InlinedVector<size_t, 4> order;  // the decided answers' indexes, in decision order
 
   // The RateLimit fields of the enforced answers (legacy X-RateLimit-* too
   // when `legacy`), and Retry-After when denied and not `never`.
@@ -91,6 +93,8 @@ void Evaluate(const std::vector<Applied>& applied, Time now, VerdictCallback don
 
 // Whether Evaluate answers before it returns: every policy is in process.
 bool InProcess(const std::vector<Applied>& applied);
+// Evaluate, for policies that are all InProcess: the verdict, returned.
+Verdict EvaluateNow(const std::vector<Applied>& applied, Time now);
 
 // The answers of the enforced policies, as the RateLimit fields show them.
 std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,

@@ -1,7 +1,8 @@
-// The replay loop: one line, one request, every applying policy decides.
-// Per line the work is the parse, the path normalization the server does,
-// one Matches per policy, KeyFor, the limiter's decision and one hash-map
-// update for the report; bench/sim_bench.cc measures lines per second.
+// The replay loop: one line, one request, every applying policy decides
+// (policy::Evaluate, the server's evaluation, of that policy alone). Per
+// line the work is the parse, the path normalization the server does, one
+// Matches per policy, KeyFor, the evaluation and one hash-map update for the
+// report; bench/sim_bench.cc measures lines per second.
 #include "replay/replay.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "base/cat.h"
 #include "metrics/metrics.h"
+#include "policy/evaluation.h"
 #include "policy/policy_set.h"
 #include "policy/request_text.h"
 #include "sluice/clock.h"
@@ -204,6 +206,7 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
   const std::vector<Cidr>& trusted = config.trusted_proxies;
   RequestFacts facts;
   facts.header = [&record](std::string_view name) { return record.Header(name); };
+  std::vector<policy::Applied> one(1);
 
   std::string_view line;
   while (in.Next(line)) {
@@ -249,43 +252,46 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
     const RouteConfig* route = (*set)->RouteFor(facts);
     const std::string_view route_name = route != nullptr ? std::string_view(route->name) : std::string_view();
 
+    // Each applying policy decides alone (policy::Evaluate of that one
+    // policy): the report says what each would have limited.
     for (PolicyState& s : states) {
-      const PolicyConfig& pc = s.policy->config();
-      if (!s.every_line && !policy::Matches(*pc.match, facts)) continue;
+      if (!s.every_line && !policy::Matches(*s.policy->config().match, facts)) continue;
       PolicyReport& r = s.report;
       ++r.requests;
-      std::optional<std::string> key =
-          s.policy->KeyFor(facts, route_name, trusted, config.real_ip_header);
-      if (!key) {
+      one[0] = {.policy = s.policy,
+                .key = s.policy->KeyFor(facts, route_name, trusted, config.real_ip_header)};
+      if (!one[0].key) {
         ++r.missing_key;
         continue;
       }
-      const absl::StatusOr<PolicyDecision> d = s.policy->limiter().AcquireAt(*key, now, 1);
-      if (!d.ok()) {
+      const policy::Verdict verdict = policy::EvaluateNow(one, now);  // a memory store: in process
+      const policy::Answer& answer = verdict.answers[0];
+      if (!answer.error.ok()) {
         ++r.key_errors;
         continue;
       }
-      if (d->allowed) {
+      const bool limited = !answer.decision.allowed;
+      if (!limited) {
         ++r.allowed;
-        if (d->delay > Duration::Zero()) ++r.delayed;
+        if (answer.decision.delay > Duration::Zero()) ++r.delayed;
       } else {
         ++r.limited;
         if (!r.first_limited) r.first_limited = now;
         r.last_limited = now;
         ++s.limited_minutes[t / kMinuteUs];
       }
-      auto it = s.keys.find(*key);
+      auto it = s.keys.find(*one[0].key);
       if (it == s.keys.end()) {
         if (static_cast<int64_t>(s.keys.size()) >= options.max_keys) {
           ++r.untracked_requests;
           continue;
         }
-        it = s.keys.emplace(std::move(*key), KeyStats{.peaks = s.peaks.size()}).first;
+        it = s.keys.emplace(*std::move(one[0].key), KeyStats{.peaks = s.peaks.size()}).first;
         s.peaks.resize(s.peaks.size() + s.periods.size());
       }
       KeyStats& k = it->second;
       ++k.requests;
-      if (!d->allowed) {
+      if (limited) {
         if (k.limited == 0) k.first_limited_us = t;
         ++k.limited;
         k.last_limited_us = t;

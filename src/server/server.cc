@@ -111,12 +111,8 @@ Task<T> Await(net::io_context& ioc, Start start) {
 // Redis.
 Task<policy::Verdict> EvaluateOn(net::io_context& ioc, const std::vector<policy::Applied>& applied,
                                  Time now) {
-  policy::Verdict verdict;
-  if (policy::InProcess(applied)) {
-    policy::Evaluate(applied, now, [&verdict](policy::Verdict v) { verdict = std::move(v); });
-    co_return verdict;
-  }
-  verdict = co_await Await<policy::Verdict>(ioc, [&](policy::VerdictCallback done) {
+  if (policy::InProcess(applied)) co_return policy::EvaluateNow(applied, now);
+  policy::Verdict verdict = co_await Await<policy::Verdict>(ioc, [&](policy::VerdictCallback done) {
     policy::Evaluate(applied, now, std::move(done));
   });
   co_return verdict;
