@@ -87,11 +87,15 @@ int Explain(const std::string& algorithm_name, const std::string& rate_text, int
 
 // `sluice serve`: the gateway, the decision API and the admin endpoints.
 int Serve(const std::string& config_path, bool check_only) {
-  absl::StatusOr<sluice::Config> config = sluice::LoadConfigFile(config_path);
-  if (!config.ok()) {
-    std::cerr << "sluice: " << config.status().message() << "\n";
+  // The config is read here, once; the source re-reads it on SIGHUP and
+  // when the file changes.
+  absl::StatusOr<std::unique_ptr<sluice::server::ConfigSource>> source =
+      sluice::server::ConfigSource::Open(config_path);
+  if (!source.ok()) {
+    std::cerr << "sluice: " << source.status().message() << "\n";
     return 2;
   }
+  const sluice::Config* config = &(*source)->initial();
   if (check_only) {
     for (const std::string& line : sluice::ConfigWarnings(*config)) {
       std::cerr << "sluice: warning: " << line << "\n";
@@ -108,7 +112,7 @@ int Serve(const std::string& config_path, bool check_only) {
   spdlog::set_default_logger(spdlog::create_async_nb<spdlog::sinks::stderr_sink_mt>("sluice"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z level=%l %v");
   absl::StatusOr<std::unique_ptr<sluice::server::Server>> server =
-      sluice::server::Server::Create(*std::move(config), config_path);
+      sluice::server::Server::Create(**source);
   if (!server.ok()) {
     spdlog::shutdown();
     std::cerr << "sluice: " << server.status().message() << "\n";

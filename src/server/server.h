@@ -1,4 +1,8 @@
 // Server: `sluice serve`. Internal; apps/sluice/main.cc is its only user.
+// The parts, each in its own file: the transport (server.cc), the config
+// source (config_source.h), the endpoints that answer values (endpoints.h:
+// the decision API, auth_request, admin), the gateway (gateway.h); the
+// Envoy rate limit service is a sibling (src/envoy/).
 //
 // HTTP/1.1 on Boost.Beast, one event loop (io_context) per thread, each with
 // its own SO_REUSEPORT acceptor on the main listener, so the kernel spreads
@@ -16,15 +20,17 @@
 
 #include "absl/status/statusor.h"
 #include "sluice/clock.h"
+#include "server/config_source.h"
 #include "sluice/config.h"
 
 namespace sluice::server {
 
 class Server {
  public:
-  // Validates and binds the listeners; nothing is served until Run.
-  // `config_path` is re-read on SIGHUP and when the file changes.
-  static absl::StatusOr<std::unique_ptr<Server>> Create(Config config, std::string config_path,
+  // Binds the listeners for `source`'s config; nothing is served until
+  // Run, which subscribes to the source for new configs (SIGHUP, a changed
+  // file) and starts it. `source` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<Server>> Create(ConfigSource& source,
                                                         const Clock* clock = nullptr);
   virtual ~Server() = default;
 

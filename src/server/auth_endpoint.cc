@@ -1,0 +1,44 @@
+// GET /v1/auth[/{policy}]: NGINX auth_request. The original request's
+// facts (X-Original-*) are read by the transport; the policies decide them
+// through policy::Evaluate.
+#include <string>
+#include <vector>
+
+#include "base/cat.h"
+#include "policy/headers.h"
+#include "server/endpoints.h"
+
+namespace sluice::server {
+
+Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
+                              std::string_view policy) {
+  const policy::PolicySet& set = *ctx.set;
+  std::vector<const policy::Policy*> applying;
+  if (!policy.empty()) {
+    const policy::Policy* p = set.Find(policy);
+    if (p == nullptr) {
+      co_return HttpAnswer::Problem(404, "unknown policy",
+                                    internal::Cat("no policy named \"", policy, "\""));
+    }
+    applying.push_back(p);
+  } else {
+    applying = set.Matching(facts);
+  }
+  std::vector<policy::Applied> applied;
+  const policy::Verdict verdict = co_await EvaluateRequest(ctx, applying, facts, "", applied);
+  if (!verdict.error.ok()) {
+    co_return HttpAnswer::Problem(400, "bad request", std::string(verdict.error.message()));
+  }
+  HttpAnswer answer{.status = 204};
+  verdict.AppendHeaders(applied, set.config().server.legacy_headers, ctx.worker.rng, answer.headers);
+  // 2xx lets NGINX forward the request; 403 (mapped to 429 by
+  // `error_page 403 =429`) carries Retry-After and the RateLimit fields.
+  if (!verdict.allowed) {
+    answer.status = 403;
+    answer.content_type = "application/problem+json";
+    answer.body = policy::ProblemBody(429, verdict.violated, verdict.detail);
+  }
+  co_return answer;
+}
+
+}  // namespace sluice::server

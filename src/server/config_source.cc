@@ -1,0 +1,104 @@
+#include "server/config_source.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <optional>
+
+#include "spdlog/spdlog.h"
+
+namespace sluice::server {
+
+namespace {
+
+// The file's mtime (ns) and size; zeros when it cannot be read.
+std::pair<int64_t, int64_t> StampOf(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return {0, 0};
+  return {static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+          static_cast<int64_t>(st.st_size)};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConfigSource>> ConfigSource::Open(std::string path) {
+  // Taken before the file is read, so a change written from here on is seen
+  // by the watcher.
+  const Stamp stamp = StampOf(path);
+  absl::StatusOr<Config> config = LoadConfigFile(path);
+  if (!config.ok()) return config.status();
+  std::unique_ptr<ConfigSource> source(new ConfigSource(std::move(path), *std::move(config)));
+  source->stamp_ = stamp;
+  return source;
+}
+
+void ConfigSource::Start(metrics::Metrics& metrics) {
+  reloads_ok_ = metrics.Get("sluice_config_reloads_total", {{"result", "success"}});
+  reloads_failed_ = metrics.Get("sluice_config_reloads_total", {{"result", "failure"}});
+  metrics.SetHelp("sluice_config_reloads_total", "Config reloads, by result.");
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ConfigSource::Reload(std::string_view why) {
+  {
+    std::lock_guard lock(mu_);
+    asked_.emplace_back(why);
+  }
+  wake_.notify_one();
+}
+
+void ConfigSource::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ConfigSource::Loop() {
+  Stamp last = stamp_;
+  std::optional<Stamp> changed;  // seen at the previous poll
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(250),
+                   [this] { return stopping_ || !asked_.empty(); });
+    if (stopping_) break;
+    std::vector<std::string> asked = std::move(asked_);
+    asked_.clear();
+    lock.unlock();
+    for (const std::string& why : asked) Load(why);
+    const Stamp now = StampOf(path_);
+    if (now == last || now.first == 0) {
+      changed.reset();
+    } else if (changed == now) {
+      last = now;
+      changed.reset();
+      Load("file-change");
+    } else {
+      changed = now;
+    }
+    lock.lock();
+  }
+}
+
+void ConfigSource::Load(const std::string& why) {
+  absl::StatusOr<Config> next = LoadConfigFile(path_, {.allow_empty = false});
+  absl::Status status = next.status();
+  if (next.ok()) {
+    for (const std::string& line : ConfigWarnings(*next)) {
+      spdlog::warn("event=reload note=\"{}\"", line);
+    }
+    status = apply_ ? apply_(*next) : absl::OkStatus();
+  }
+  if (!status.ok()) {
+    reloads_failed_->Add();
+    spdlog::error("event=reload result=failure trigger={} error=\"{}\"", why,
+                  std::string(status.message()));
+    return;
+  }
+  reloads_ok_->Add();
+  spdlog::info("event=reload result=success trigger={} policies={}", why, next->policies.size());
+}
+
+}  // namespace sluice::server

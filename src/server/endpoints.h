@@ -1,0 +1,33 @@
+// The endpoints of `sluice serve` that answer by themselves (the gateway,
+// which forwards, is gateway.h): each a coroutine on the request's loop
+// that returns its answer as a value. The transport (server.cc) reads the
+// request, picks the endpoint and writes the answer.
+#ifndef SLUICE_SERVER_ENDPOINTS_H_
+#define SLUICE_SERVER_ENDPOINTS_H_
+
+#include <string_view>
+
+#include "policy/policy_set.h"
+#include "server/answer.h"
+#include "server/loop.h"
+
+namespace sluice::server {
+
+// POST /v1/check (check_endpoint.cc, with check_api.h): one check or a batch.
+Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body);
+
+// GET /v1/auth and /v1/auth/{policy} (auth_endpoint.cc): NGINX
+// auth_request. `facts` describe the original request (X-Original-*);
+// `policy` names the one policy to apply, empty for every policy whose match
+// fits. 204 admits; 403 (mapped to 429 by `error_page 403 =429`) denies,
+// with Retry-After and the RateLimit fields.
+Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
+                              std::string_view policy);
+
+// The admin listener (admin.cc): /metrics /healthz /readyz /v1/config
+// /v1/keys/{policy}/{key}; GET and HEAD only.
+Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::string_view target);
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_ENDPOINTS_H_

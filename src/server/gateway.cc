@@ -1,0 +1,203 @@
+// The gateway: the policies that match a request decide it; an admitted
+// request waits out its shaping delay, then goes to its route's upstream
+// over a pooled keep-alive connection, and the upstream's answer comes back
+// with the RateLimit fields.
+#include "server/gateway.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "base/cat.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::server {
+namespace {
+
+namespace beast = boost::beast;
+using internal::Cat;
+using policy::ErrorBody;
+using policy::PolicySet;
+using policy::ProblemBody;
+using policy::RequestFacts;
+
+// Drops the hop-by-hop fields of `message`: the fixed list and every
+// field the Connection header names (RFC 9110 section 7.6.1).
+template <typename Message>
+void DropHopByHop(Message& message) {
+  std::vector<std::string> named;
+  for (auto it = message.find(http::field::connection); it != message.end() &&
+                                                        it->name() == http::field::connection;
+       ++it) {
+    std::string_view value = View(it->value());
+    while (!value.empty()) {
+      const size_t comma = value.find(',');
+      std::string_view token = value.substr(0, comma);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      if (!token.empty()) named.emplace_back(token);
+      value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    }
+  }
+  for (const std::string& name : named) message.erase(beast::string_view(name.data(), name.size()));
+  for (http::field f : {http::field::connection, http::field::keep_alive,
+                        http::field::proxy_authenticate, http::field::proxy_authorization,
+                        http::field::te, http::field::trailer, http::field::transfer_encoding,
+                        http::field::upgrade}) {
+    message.erase(f);
+  }
+}
+
+// A failed upstream exchange, logged and counted: 504 on a timeout, else 502.
+Response UpstreamError(ServerState& state, const RouteConfig& route, unsigned version,
+                       bool keep_alive, const boost::system::error_code& ec,
+                       std::string_view kind) {
+  const bool timeout = kind == "timeout";
+  state.metrics.Get("sluice_upstream_errors_total",
+                       {{"route", route.name}, {"kind", timeout ? "timeout" : std::string(kind)}})
+      ->Add();
+  spdlog::warn("event=upstream_error route={} upstream={}:{} kind={} error=\"{}\"", route.name,
+               route.upstream.host, route.upstream.port, timeout ? "timeout" : kind, ec.message());
+  const int status = timeout ? 504 : 502;
+  return MakeResponse(status, version, keep_alive,
+                      ErrorBody(status, timeout ? "upstream timeout" : "bad gateway",
+                                Cat("route \"", route.name, "\": upstream ", route.upstream.host,
+                                    ":", route.upstream.port, " ",
+                                    timeout ? "did not answer in time" : Cat("failed: ", ec.message()))),
+                      "application/problem+json");
+}
+
+// `shadow_marker`: the value of Sluice-Shadow-Denied, empty for none.
+Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
+                       const std::string& peer_ip, const ServerConfig& sc,
+                       std::string_view shadow_marker) {
+  Worker& w = ctx.worker;
+  const bool client_keep_alive = req.keep_alive();
+  const unsigned client_version = req.version();
+  const bool head = req.method() == http::verb::head;
+  DropHopByHop(req);
+  // Only sluice sets the marker: a client's copy is dropped, and it is set
+  // after the hop-by-hop fields are gone, so a client naming it in
+  // Connection cannot strip it.
+  req.erase("Sluice-Shadow-Denied");
+  if (!shadow_marker.empty()) {
+    req.set("Sluice-Shadow-Denied",
+            beast::string_view(shadow_marker.data(), shadow_marker.size()));
+  }
+  // sluice holds the whole body already: the upstream has nothing to wait
+  // for, and an interim 100 Continue must not reach the client.
+  req.erase(http::field::expect);
+  std::string xff(View(req["X-Forwarded-For"]));
+  req.set("X-Forwarded-For", xff.empty() ? peer_ip : Cat(xff, ", ", peer_ip));
+  req.version(11);
+  req.keep_alive(true);
+  req.prepare_payload();
+  boost::system::error_code ec;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::optional<Socket> pooled = attempt == 0 ? w.pool.Take(route.upstream) : std::nullopt;
+    const bool reused = pooled.has_value();
+    Socket stream = reused ? std::move(*pooled) : Socket(w.ioc.get_executor());
+    Deadline deadline(w, stream);
+    deadline.After(sc.upstream_timeout);
+    if (!reused) {
+      Resolver resolver(w.ioc.get_executor());
+      auto endpoints = co_await resolver.async_resolve(
+          route.upstream.host, std::to_string(route.upstream.port),
+          net::redirect_error(kUseAwaitable, ec));
+      if (!ec) co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
+      if (ec) {
+        co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec,
+                                deadline.expired() ? "timeout" : "connect");
+      }
+    }
+    co_await http::async_write(stream, req, net::redirect_error(kUseAwaitable, ec));
+    beast::flat_buffer buffer;
+    std::optional<http::response_parser<http::string_body>> parser;
+    // Interim (1xx) answers are read and dropped; the final one is relayed.
+    do {
+      parser.emplace();
+      parser->body_limit(64 * 1024 * 1024);
+      parser->skip(head);  // a response to HEAD has no body, whatever it says
+      if (!ec) co_await http::async_read(stream, buffer, *parser, net::redirect_error(kUseAwaitable, ec));
+    } while (!ec && parser->get().result_int() >= 100 && parser->get().result_int() < 200 &&
+             parser->get().result() != http::status::switching_protocols);
+    if (ec) {
+      // A pooled connection the upstream closed meanwhile: retry once on a new one.
+      if (reused && !deadline.expired()) continue;
+      co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec,
+                              deadline.expired() ? "timeout" : "exchange");
+    }
+    Response res = parser->release();
+    if (res.keep_alive() && buffer.size() == 0) {
+      deadline.Never();
+      w.pool.Give(route.upstream, std::move(stream));
+    }
+    DropHopByHop(res);
+    res.version(client_version);
+    res.keep_alive(client_keep_alive);
+    if (head) {
+      // Keep the upstream's Content-Length: it describes the GET body.
+      res.keep_alive(client_keep_alive);
+    } else {
+      res.prepare_payload();
+    }
+    co_return res;
+  }
+  co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec, "exchange");
+}
+
+
+}  // namespace
+
+Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
+  Worker& w = ctx.worker;
+  const PolicySet* set = ctx.set.get();
+  const ServerConfig& sc = set->config().server;
+  std::string path_storage, host;
+  const std::string method(View(req.method_string()));
+  RequestFacts facts = FactsOf(req, peer_ip, method, View(req.target()), path_storage, host);
+  const RouteConfig* route = set->RouteFor(facts);
+  if (route == nullptr) {
+    co_return ToResponse(
+        HttpAnswer::Problem(404, "not found", Cat("no route matches ", method, " ", facts.path)), req);
+  }
+  std::vector<policy::Applied> applied;
+  const policy::Verdict ev =
+      co_await EvaluateRequest(ctx, set->Matching(facts), facts, route->name, applied);
+  if (!ev.error.ok()) {
+    co_return ToResponse(HttpAnswer::Problem(400, "bad request", std::string(ev.error.message())), req);
+  }
+  HeaderList headers;
+  ev.AppendHeaders(applied, sc.legacy_headers, w.rng, headers);
+  if (!ev.allowed) {
+    co_return MakeResponse(ev.status, req.version(), req.keep_alive(),
+                           ProblemBody(ev.status, ev.violated, ev.detail),
+                           "application/problem+json", headers);
+  }
+  if (ev.delay > Duration::Zero()) {  // leaky_bucket shape: hold, then forward
+    Timer timer(w.ioc.get_executor(), std::chrono::microseconds(ev.delay.micros()));
+    boost::system::error_code ec;
+    co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+  }
+  std::string marker;  // Sluice-Shadow-Denied: the shadow policies that would have denied
+  for (const std::string& name : ev.shadow_denied) {
+    if (!marker.empty()) marker += ", ";
+    marker += Cat("\"", name, "\"");
+  }
+  if (const std::optional<std::string_view> authority = TargetAuthority(View(req.target()))) {
+    // Absolute form: the upstream gets the origin form and the target's
+    // host as Host, so that it serves what the policies were decided on.
+    const std::string_view target = View(req.target());
+    const std::string host(*authority);
+    const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
+    req.target(origin.empty() || origin.front() != '/' ? Cat("/", origin) : origin);
+    req.set(http::field::host, host);
+  }
+  Response res = co_await Forward(ctx, req, *route, peer_ip, sc, marker);
+  for (const auto& [name, value] : headers) res.set(name, value);
+  co_return res;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,224 @@
+// The event loops of `sluice serve`: one io_context per thread (a Worker),
+// coroutine tasks bound to it, connection deadlines swept by the loop, and
+// the bridge from an answer that arrives by callback on another thread (a
+// Redis decision) back to the loop. Asio only; no Beast.
+//
+// Thread-safety: a Worker and everything in it belong to its loop's thread.
+#ifndef SLUICE_SERVER_LOOP_H_
+#define SLUICE_SERVER_LOOP_H_
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it
+
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/basic_socket_acceptor.hpp>
+#include <boost/asio/basic_stream_socket.hpp>
+#include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "base/cat.h"
+#include "policy/evaluation.h"
+#include "server/state.h"
+
+namespace sluice::server {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+// Every object is bound to its thread's io_context by its concrete executor
+// type; the type-erased default (any_io_executor) cost ~5% of a request in
+// copies and virtual calls.
+using Executor = net::io_context::executor_type;
+template <typename T>
+using Task = net::awaitable<T, Executor>;
+using Socket = net::basic_stream_socket<tcp, Executor>;
+using Acceptor = net::basic_socket_acceptor<tcp, Executor>;
+using Timer = net::basic_waitable_timer<std::chrono::steady_clock,
+                                        net::wait_traits<std::chrono::steady_clock>, Executor>;
+using Resolver = net::ip::basic_resolver<tcp, Executor>;
+
+inline constexpr net::use_awaitable_t<Executor> kUseAwaitable;
+
+// Awaits an answer that arrives by callback on another thread (a Redis
+// decision): `start(done)` begins the work; the coroutine resumes on
+// `ioc`, its own loop, with what `done` was given.
+template <typename T, typename Start>
+Task<T> Await(net::io_context& ioc, Start start) {
+  return net::async_initiate<const net::use_awaitable_t<Executor>, void(T)>(
+      [&ioc, start = std::move(start)](auto handler) mutable {
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        start([h, &ioc](T value) {
+          net::post(ioc, [h, value = std::move(value)]() mutable { (*h)(std::move(value)); });
+        });
+      },
+      kUseAwaitable);
+}
+
+// The verdict of the policies that apply to a request: at once when all of
+// them are in this process, suspending for the round trip when some are in
+// Redis. `applied` must outlive the call.
+inline Task<policy::Verdict> EvaluateOn(net::io_context& ioc,
+                                        const std::vector<policy::Applied>& applied, Time now) {
+  if (policy::InProcess(applied)) co_return policy::EvaluateNow(applied, now);
+  policy::Verdict verdict = co_await Await<policy::Verdict>(ioc, [&](policy::VerdictCallback done) {
+    policy::Evaluate(applied, now, std::move(done));
+  });
+  co_return verdict;
+}
+
+struct Worker;
+
+// Idle keep-alive connections to upstreams, per loop (no locking).
+class UpstreamPool {
+ public:
+  std::optional<Socket> Take(const HostPort& upstream) {
+    auto it = idle_.find(Key(upstream));
+    if (it == idle_.end() || it->second.empty()) return std::nullopt;
+    Socket socket = std::move(it->second.back());
+    it->second.pop_back();
+    return socket;
+  }
+  void Give(const HostPort& upstream, Socket socket) {
+    auto& list = idle_[Key(upstream)];
+    if (list.size() < 64) list.push_back(std::move(socket));
+  }
+
+ private:
+  static std::string Key(const HostPort& hp) { return internal::Cat(hp.host, ":", hp.port); }
+  std::map<std::string, std::vector<Socket>> idle_;
+};
+
+// Timeouts without a timer per operation. Arming a timer for every read and
+// write (what beast::tcp_stream does) costs a timerfd system call each, more
+// than deciding the request. Instead each connection keeps a deadline in its
+// loop's coarse clock, and a sweep every kSweepMs cancels the I/O of
+// connections past theirs: a timeout fires between its time and two sweeps
+// (200 ms) later.
+class Deadline {
+ public:
+  static constexpr int64_t kSweepMs = 100;
+
+  Deadline(Worker& w, Socket& socket);
+  ~Deadline();
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+  void After(Duration d);
+  void Never() { at_ms_ = INT64_MAX; }
+  // The pending operation was cancelled because the deadline passed.
+  bool expired() const { return expired_; }
+
+  // Called by the sweep.
+  void Check(int64_t now_ms) {
+    if (now_ms < at_ms_) return;
+    at_ms_ = INT64_MAX;
+    expired_ = true;
+    boost::system::error_code ignored;
+    socket_.cancel(ignored);
+  }
+
+ private:
+  Worker& worker_;
+  Socket& socket_;
+  int64_t at_ms_ = INT64_MAX;
+  bool expired_ = false;
+  std::list<Deadline*>::iterator self_;
+};
+
+struct Worker {
+  // The policies in force, for this loop. The reference stays valid until
+  // the coroutine using it next suspends; code that suspends copies the
+  // pointer.
+  const std::shared_ptr<const policy::PolicySet>& Current(ServerState& state) {
+    const uint64_t version = state.policies_version.load(std::memory_order_acquire);
+    if (version != policies_version) {
+      policies = state.policies.load();
+      policies_version = version;
+    }
+    return policies;
+  }
+
+  static int64_t SteadyMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // The policies in force as this loop last saw them (see ServerState).
+  std::shared_ptr<const policy::PolicySet> policies;
+  uint64_t policies_version = UINT64_MAX;
+  // Declared before `ioc`, so destroyed after it: coroutines still parked in
+  // the loop at shutdown unregister their deadlines as `ioc` destroys them.
+  std::list<Deadline*> deadlines;
+  net::io_context ioc{1};
+  std::unique_ptr<Acceptor> acceptor;
+  std::unique_ptr<Acceptor> decision_acceptor;  // server.decision.listen, when set
+  UpstreamPool pool;
+  std::mt19937_64 rng{std::random_device{}()};
+  // The loop's coarse clock (steady, milliseconds), moved by the sweep.
+  int64_t now_ms = SteadyMs();
+};
+
+inline Deadline::Deadline(Worker& w, Socket& socket) : worker_(w), socket_(socket) {
+  self_ = w.deadlines.insert(w.deadlines.end(), this);
+}
+inline Deadline::~Deadline() { worker_.deadlines.erase(self_); }
+inline void Deadline::After(Duration d) {
+  expired_ = false;
+  // now_ms lags the real time by up to one sweep: adding one sweep makes the
+  // timeout never shorter than asked (and at most two sweeps longer).
+  at_ms_ = worker_.now_ms + d.CeilMillis() + kSweepMs;
+}
+
+// What a handler has of the server for one request.
+struct Context {
+  ServerState& state;
+  Worker& worker;
+  // The policies in force when the request came (a copy: a reload while
+  // the request waits must not free them).
+  std::shared_ptr<const policy::PolicySet> set;
+};
+
+// EvaluateOn on the request's loop, counted in the decision latency.
+inline Task<policy::Verdict> DecideTimed(Context& ctx, const std::vector<policy::Applied>& applied) {
+  const auto start = std::chrono::steady_clock::now();
+  policy::Verdict verdict = co_await EvaluateOn(ctx.worker.ioc, applied, ctx.state.clock->Now());
+  ctx.state.metrics.decision_latency().Observe(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                   std::chrono::steady_clock::now() - start)
+                                                   .count());
+  co_return verdict;
+}
+
+// The verdict of `applying` (policies of ctx.set) on a gateway or
+// auth_request request: each policy's key from `facts` and `route`, then
+// DecideTimed. `applied` is filled here and must outlive the call.
+inline Task<policy::Verdict> EvaluateRequest(Context& ctx,
+                                             const std::vector<const policy::Policy*>& applying,
+                                             const policy::RequestFacts& facts,
+                                             std::string_view route,
+                                             std::vector<policy::Applied>& applied) {
+  const Config& config = ctx.set->config();
+  applied.reserve(applying.size());
+  for (const policy::Policy* p : applying) {
+    applied.push_back(
+        {.policy = p, .key = p->KeyFor(facts, route, config.trusted_proxies, config.real_ip_header)});
+  }
+  policy::Verdict verdict = co_await DecideTimed(ctx, applied);
+  co_return verdict;
+}
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_LOOP_H_

@@ -1,0 +1,52 @@
+// ServerState: what every part of `sluice serve` shares: the config it
+// started with, the stores, the metrics, the policies in force and whether
+// it is draining. Free of Beast and Asio.
+//
+// Thread-safety: the policies are swapped atomically (Publish); the rest is
+// set up before serving starts and read-only after, or thread-safe itself.
+#ifndef SLUICE_SERVER_STATE_H_
+#define SLUICE_SERVER_STATE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "envoy/rls_server.h"
+#include "metrics/metrics.h"
+#include "policy/policy_set.h"
+#include "sluice/clock.h"
+#include "sluice/config.h"
+#include "sluice/store/memory_store.h"
+#include "sluice/store/redis_store.h"
+
+namespace sluice::server {
+
+struct ServerState {
+  ServerState(Config c, const Clock* clk)
+      : config(std::move(c)), clock(clk), store(MemoryStoreOptions{.max_keys = config.store.max_keys}) {}
+
+  // Makes `set` the policies in force.
+  void Publish(std::shared_ptr<const policy::PolicySet> set) {
+    policies.store(std::move(set));
+    policies_version.fetch_add(1, std::memory_order_release);
+  }
+
+  const Config config;  // as loaded at start (listeners, threads, limits of the process)
+  const Clock* const clock;
+  MemoryStore store;
+  std::unique_ptr<RedisStore> redis;  // store.redis: the shared store of global limits
+  metrics::Metrics metrics;
+  std::atomic<std::shared_ptr<const policy::PolicySet>> policies;
+  // Bumped after each store to `policies`: event loops compare it with the
+  // version they cached instead of loading the shared_ptr (whose reference
+  // count would be one more cache line shared by every request).
+  std::atomic<uint64_t> policies_version{0};
+  std::atomic<bool> draining{false};
+  // grpc.listen: the Envoy rate limit service (src/envoy/). Declared after
+  // the stores and metrics it uses, so destroyed before them.
+  std::unique_ptr<envoy::RlsServer> rls;
+};
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_STATE_H_
