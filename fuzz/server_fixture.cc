@@ -8,10 +8,14 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "base/cat.h"
 #include "nlohmann/json.hpp"
+#include "policy/evaluation.h"
 #include "policy/headers.h"
+#include "server/check_api.h"
 #include "metrics/metrics.h"
 #include "policy/request_text.h"
 #include "sluice/algorithm.h"
@@ -115,104 +119,25 @@ Fixture& TheFixture() {
   return *fixture;
 }
 
-absl::StatusOr<PolicyDecision> DecideOn(Limiter& limiter, std::string_view key, Time now,
-                                        int64_t cost, bool take) {
-  absl::StatusOr<PolicyDecision> d = absl::InternalError("no answer");
-  auto keep = [&d](absl::StatusOr<PolicyDecision> r) { d = std::move(r); };
-  if (take) {
-    limiter.AcquireAsync(key, now, cost, keep);
-  } else {
-    limiter.CheckAsync(key, now, cost, keep);
-  }
-  return d;
-}
-
-// The JSON object of a bad check, as server.cc's CheckError writes it.
-std::string CheckError(int code, std::string_view title, const std::string& detail, int& status) {
-  status = code;
-  std::string out = "{\"error\":";
-  policy::AppendJsonString(out, title);
-  out += ",\"detail\":";
-  policy::AppendJsonString(out, detail);
-  out += Cat(",\"status\":", code, "}");
-  return out;
-}
-
-// server.cc's DecideChecked: a check whose fields have the right types.
-std::string DecideChecked(std::string_view name, std::string_view key, int64_t cost, int& status) {
+// check_endpoint.cc's Decide: one check of a body, read by check_api.
+void DecideCheck(const std::variant<server::CheckItem, server::CheckError>& check, bool headers) {
   Fixture& f = TheFixture();
-  const Policy* policy = f.policies->Find(name);
-  if (policy == nullptr) {
-    return CheckError(404, "unknown policy", Cat("no policy named \"", name, "\""), status);
+  const auto* item = std::get_if<server::CheckItem>(&check);
+  if (item == nullptr) {
+    (void)server::CheckErrorJson(std::get<server::CheckError>(check));
+    return;
   }
-  if (key.empty()) return CheckError(400, "bad request", "\"key\" must not be empty", status);
-  // A key over 1024 bytes is the policy's long_keys to decide.
-  absl::StatusOr<PolicyDecision> d = DecideOn(policy->limiter(), key, f.clock.Now(), cost, true);
-  if (!d.ok()) return CheckError(400, "bad request", std::string(d.status().message()), status);
-  const bool shadow = policy->config().shadow;
-  const bool enforced_denial = !d->allowed && !shadow;
-  std::string out = Cat("{\"allowed\":", enforced_denial ? "false" : "true", ",\"policy\":");
-  policy::AppendJsonString(out, name);
-  out += Cat(",\"limit\":", d->limit, ",\"remaining\":", std::max<int64_t>(0, d->remaining),
-             ",\"reset_after_ms\":", d->reset_after.CeilMillis(), ",\"retry_after_ms\":");
-  out += d->can_never_pass() ? std::string("null") : Cat(d->retry_after.CeilMillis());
-  out += Cat(",\"delay_ms\":", d->delay.CeilMillis(), "}");
-  status = enforced_denial ? 429 : 200;
-  std::vector<PolicyAnswer> answers;
-  if (!shadow) {
-    answers.push_back({.name = std::string(name), .decision = *d,
-                       .window_seconds = policy->WindowSeconds(d->limit_index)});
+  std::variant<policy::Applied, server::CheckError> prepared = server::PrepareCheck(*f.policies, *item);
+  if (const auto* e = std::get_if<server::CheckError>(&prepared)) {
+    (void)server::CheckErrorJson(*e);
+    return;
   }
-  std::vector<std::pair<std::string, std::string>> headers;
-  policy::AppendRateLimitHeaders(answers, /*legacy=*/true, headers);
-  if (enforced_denial && !d->can_never_pass()) {
-    (void)policy::RetryAfterSeconds(d->retry_after, policy->JitterFor(d->limit_index), f.rng);
-  }
-  return out;
-}
-
-// server.cc's DecideOne: one check of a JSON body.
-std::string DecideOne(const nlohmann::json& item, int& status) {
-  if (!item.is_object()) {
-    return CheckError(400, "bad request", "each check must be a JSON object", status);
-  }
-  for (const auto& [k, v] : item.items()) {
-    if (k != "policy" && k != "key" && k != "cost") {
-      return CheckError(400, "bad request",
-                        Cat("unknown field \"", k, "\" (expected policy, key, cost)"), status);
-    }
-  }
-  const auto policy_it = item.find("policy");
-  if (policy_it == item.end() || !policy_it->is_string()) {
-    return CheckError(400, "bad request", "\"policy\" (a string) is required", status);
-  }
-  const auto key_it = item.find("key");
-  if (key_it == item.end() || !key_it->is_string()) {
-    return CheckError(400, "bad request", "\"key\" (a string) is required", status);
-  }
-  int64_t cost = 1;
-  if (const auto c = item.find("cost"); c != item.end()) {
-    if (!c->is_number_integer()) {
-      return CheckError(400, "bad request", "\"cost\" must be a whole number", status);
-    }
-    if (c->is_number_unsigned() ? c->get<uint64_t>() > static_cast<uint64_t>(kMaxLimit)
-                                : c->get<int64_t>() > kMaxLimit) {
-      return CheckError(400, "bad request", Cat("\"cost\" must be at most ", kMaxLimit), status);
-    }
-    cost = c->get<int64_t>();
-    if (cost < 0) return CheckError(400, "bad request", "\"cost\" must not be negative", status);
-  }
-  return DecideChecked(policy_it->get_ref<const std::string&>(),
-                       key_it->get_ref<const std::string&>(), cost, status);
-}
-
-// A bad single check is answered as a problem document made from its JSON
-// object, read back as server.cc does: it must be JSON.
-void ReadBackError(const std::string& result, int status) {
-  if (status == 200 || status == 429) return;
-  const nlohmann::json error = nlohmann::json::parse(result);
-  (void)policy::ErrorBody(status, error["error"].get<std::string>(),
-                          error["detail"].get<std::string>());
+  const std::vector<policy::Applied> applied = {std::get<policy::Applied>(std::move(prepared))};
+  const policy::Verdict verdict = policy::EvaluateNow(applied, f.clock.Now());
+  if (!verdict.error.ok()) return;  // 400
+  (void)server::CheckJson(item->policy, verdict);
+  std::vector<std::pair<std::string, std::string>> out;
+  if (headers) verdict.AppendHeaders(applied, /*legacy=*/true, f.rng, out);
 }
 
 }  // namespace
@@ -233,91 +158,22 @@ void DecideRequest(const PolicySet& set, const std::vector<const Policy*>& apply
   if (client != facts.peer_ip && (facts.peer_ip != kTrustedPeer || !ParseIp(client))) {
     __builtin_trap();
   }
-  // Policies holding a shape limit go last: their departure slot is not given back.
-  std::vector<const Policy*> order;
+  std::vector<policy::Applied> applied;
   for (const Policy* p : applying) {
-    const auto& limits = p->limiter().limits();
-    if (std::none_of(limits.begin(), limits.end(), IsShape)) order.push_back(p);
+    applied.push_back({.policy = p, .key = p->KeyFor(facts, route, trusted, set.config().real_ip_header)});
   }
-  for (const Policy* p : applying) {
-    if (std::find(order.begin(), order.end(), p) == order.end()) order.push_back(p);
-  }
-  struct Taken {
-    const Policy* policy;
-    std::string key;
-    PolicyDecision decision;
-  };
-  std::vector<Taken> taken;
-  std::vector<PolicyAnswer> answers;
-  std::vector<std::string> violated;
-  bool allowed = true;
-  bool never = false;  // a denial no wait ends: no Retry-After
-  Duration retry;
-  Duration jitter;
-  for (const Policy* p : order) {
-    const bool enforce = !p->config().shadow;
-    const std::optional<std::string> key =
-        p->KeyFor(facts, route, trusted, set.config().real_ip_header);
-    if (!key) {
-      if (!enforce) continue;
-      allowed = false;
-      never = true;
-      violated.push_back(p->name());
-      break;
-    }
-    const absl::StatusOr<PolicyDecision> d = DecideOn(p->limiter(), *key, now, 1, allowed);
-    if (!d.ok()) return;  // 400: a key the store refuses
-    if (d->allowed) {
-      if (allowed) taken.push_back({p, *key, *d});
-    } else if (enforce) {
-      if (allowed) {
-        for (const Taken& t : taken) (void)t.policy->limiter().Refund(t.key, t.decision, 1);
-        taken.clear();
-      }
-      allowed = false;
-      violated.push_back(p->name());
-      if (d->can_never_pass()) {
-        never = true;
-      } else if (d->retry_after >= retry) {
-        retry = d->retry_after;
-        jitter = p->JitterFor(d->limit_index);
-      }
-    }
-    if (enforce) {
-      answers.push_back({.name = p->name(), .decision = *d,
-                         .window_seconds = p->WindowSeconds(d->limit_index)});
-    }
-  }
+  const policy::Verdict verdict = policy::EvaluateNow(applied, now);
+  if (!verdict.error.ok()) return;  // 400: a key the store refuses
   std::vector<std::pair<std::string, std::string>> headers;
-  policy::AppendRateLimitHeaders(answers, /*legacy=*/true, headers);
-  if (!allowed) {
-    if (!never) (void)policy::RetryAfterSeconds(retry, jitter, f.rng);
-    (void)policy::ProblemBody(429, violated, "rate limit exceeded");
-  }
+  verdict.AppendHeaders(applied, /*legacy=*/true, f.rng, headers);
+  if (!verdict.allowed) (void)policy::ProblemBody(verdict.status, verdict.violated, verdict.detail);
 }
 
 void DecideCheckBody(std::string_view body) {
-  if (std::optional<policy::FlatCheck> flat = policy::ParseFlatCheck(body)) {
-    int status = 200;
-    ReadBackError(DecideChecked(flat->policy, flat->key, flat->cost, status), status);
-    return;
-  }
-  if (!policy::JsonDepthWithin(body, policy::kMaxJsonDepth)) return;  // 400
-  const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) return;  // 400
-  if (json.is_array()) {
-    if (json.size() > 1000) return;  // 400
-    std::string results = "[";
-    for (const nlohmann::json& item : json) {
-      if (results.size() > 1) results.push_back(',');
-      int status = 200;
-      results += DecideOne(item, status);
-    }
-    results.push_back(']');
-    return;
-  }
-  int status = 200;
-  ReadBackError(DecideOne(json, status), status);
+  std::variant<server::CheckBody, server::CheckError> read = server::ReadCheckBody(body);
+  if (std::holds_alternative<server::CheckError>(read)) return;  // a problem document
+  const server::CheckBody& checks = std::get<server::CheckBody>(read);
+  for (const auto& check : checks.checks) DecideCheck(check, /*headers=*/!checks.batch);
 }
 
 void InspectKey(std::string_view rest) {

@@ -4,10 +4,10 @@
 // header, the path and the route, one of every algorithm) over a memory
 // store whose clock stands still, built once per process.
 //
-// server.cc runs these steps inside coroutines; the same pure parts are
-// called here in the same order (see Evaluate, DecideOne, DecideChecked and
-// Check there). In-process limiters answer AcquireAsync before it returns,
-// so every decision here is synchronous.
+// The server runs these steps inside coroutines; the same functions are
+// called here in the same order: policy::Evaluate (EvaluateNow: every limit
+// is in process) and the decision API's reading and writing
+// (src/server/check_api.h).
 //
 // Thread-safety: one fuzzing thread.
 #ifndef SLUICE_FUZZ_SERVER_FIXTURE_H_
@@ -32,16 +32,17 @@ const policy::PolicySet& Policies(RealIp real_ip = RealIp::kXForwardedFor);
 inline constexpr std::string_view kTrustedPeer = "10.1.2.3";
 inline constexpr std::string_view kUntrustedPeer = "198.51.100.7";
 
-// Decides a gateway or auth_request request as server.cc's Evaluate does:
-// each applying policy's key (Policy::KeyFor), a decision by its limiter,
-// all-or-nothing refunds, and the RateLimit fields of the answer. `applying`
+// Decides a gateway or auth_request request as the server does: each
+// applying policy's key (Policy::KeyFor), policy::Evaluate, and the
+// RateLimit fields and problem document of the verdict. `applying`
 // comes from `set`. Traps if client_ip is anything but the peer or, from
 // kTrustedPeer, an address.
 void DecideRequest(const policy::PolicySet& set, const std::vector<const policy::Policy*>& applying,
                    const policy::RequestFacts& facts, std::string_view route);
 
-// A POST /v1/check body, as server.cc's Check does: the flat fast path, else
-// the depth bound, nlohmann::json and each check's fields, then a decision.
+// A POST /v1/check body, as the check endpoint does: ReadCheckBody (the
+// flat fast path, else the depth bound, nlohmann::json and each check's
+// fields), then each check prepared, decided and written.
 void DecideCheckBody(std::string_view body);
 
 // GET /v1/keys/{policy}/{key} on the admin listener: the percent-decoded

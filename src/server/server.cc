@@ -6,8 +6,6 @@
 // this file and gateway.cc read and write HTTP.
 #include "server/server.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -25,9 +23,10 @@
 #include <boost/beast/http/write.hpp>
 
 #include "base/cat.h"
+#include "server/dispatch.h"
 #include "server/endpoints.h"
-#include "server/gateway.h"
 #include "server/http.h"
+#include "server/setup.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::server {
@@ -46,13 +45,6 @@ void LogWarnings(const Config& config) {
     spdlog::warn("event=start note=\"{}\"", line);
   }
 }
-
-// Which listener a connection came in on. The decision API spends any
-// key's quota, so where it is served is the operator's choice (see
-// DecisionConfig); the admin listener answers only GETs.
-enum class Listener { kGateway, kDecision, kAdmin };
-constexpr int kListeners = 3;
-constexpr std::string_view kListenerNames[kListeners] = {"main", "decision", "admin"};
 
 class ServerImpl final : public Server {
  public:
@@ -73,60 +65,15 @@ class ServerImpl final : public Server {
                [&store] { return store.stats().fresh_evictions; });
   }
 
-  // Every connection holds a file descriptor. The soft limit is often far
-  // below what the hard limit allows (1024 against 524288 under systemd), so
-  // it is raised to the hard one, as NGINX's worker_rlimit_nofile would; the
-  // connection limits should then leave room for the rest (Redis, upstreams,
-  // the config file, the admin listener), or a flood of connections starves
-  // everything else, /metrics included.
-  static constexpr int64_t kReservedFiles = 64;
-
-  void FitFileLimit() {
-    rlimit limit{};
-    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-    if (limit.rlim_cur < limit.rlim_max) {
-      rlimit raised = limit;
-      raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? std::max<rlim_t>(limit.rlim_cur, 1 << 20)
-                                                         : limit.rlim_max;
-      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-    }
-    open_files_ = limit.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(limit.rlim_cur);
-    // What client connections may hold: all but the reserve and the gRPC
-    // listener's own cap, shared by the gateway and decision listeners, two
-    // descriptors each when a gateway connection can hold an upstream
-    // connection too.
-    const ServerConfig& sc = state_->config.server;
-    const int64_t listeners = sc.decision.listen ? 2 : 1;
-    const int64_t per_connection = state_->config.routes.empty() ? 1 : 2;
-    const int64_t grpc = state_->config.grpc ? state_->config.grpc->max_connections : 0;
-    file_cap_ = std::max<int64_t>(
-        1, (open_files_ - kReservedFiles - std::min(grpc, open_files_ / 2)) / listeners /
-               per_connection);
-    if (sc.max_connections > file_cap_) {
-      spdlog::warn("event=start note=\"server.max_connections ({}) does not fit the open file "
-                   "limit ({}): connections per listener are capped at {}, keeping {} descriptors "
-                   "for the rest (upstreams, Redis, the admin listener); raise the limit (ulimit "
-                   "-n, LimitNOFILE) to allow more\"",
-                   sc.max_connections, open_files_, file_cap_, kReservedFiles);
-    }
-  }
-
   absl::Status Init() {
-    FitFileLimit();
+    const FileBudget files = FitFileLimit(state_->config);
+    open_files_ = files.open_files;
+    file_cap_ = files.per_listener;
     if (state_->config.store.redis) {
       absl::StatusOr<std::unique_ptr<RedisStore>> redis =
-          RedisStore::Connect(*state_->config.store.redis, [](bool warning, std::string_view line) {
-            if (warning) {
-              spdlog::warn("{}", line);
-            } else {
-              spdlog::info("{}", line);
-            }
-          });
-      if (!redis.ok()) {
-        return absl::Status(redis.status().code(), Cat("store.redis: ", redis.status().message()));
-      }
+          ConnectRedis(*state_->config.store.redis, state_->metrics);
+      if (!redis.ok()) return redis.status();
       state_->redis = *std::move(redis);
-      AddStoreMetrics();
     }
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
         PolicySet::Create(state_->config, state_->store, state_->redis.get(), *state_->clock,
@@ -167,33 +114,6 @@ class ServerImpl final : public Server {
       state_->rls = *std::move(rls);
     }
     return absl::OkStatus();
-  }
-
-  void AddStoreMetrics() {
-    Metrics& m = state_->metrics;
-    RedisStore* redis = state_->redis.get();
-    m.SetHelp("sluice_store_errors_total",
-              "Decisions made by on_store_error because Redis did not answer, by policy.");
-    m.AddGauge("sluice_redis_up", "1 when every Redis slot has a connected master.", "gauge",
-               [redis] { return redis->Health().up ? 1 : 0; });
-    m.AddGauge("sluice_redis_nodes", "Redis masters known.", "gauge",
-               [redis] { return redis->Health().nodes; });
-    m.AddGauge("sluice_redis_nodes_up", "Redis masters connected.", "gauge",
-               [redis] { return redis->Health().nodes_up; });
-    m.AddGauge("sluice_redis_calls_total", "Script calls sent to Redis.", "counter",
-               [redis] { return static_cast<int64_t>(redis->Health().calls); });
-    m.AddGauge("sluice_redis_errors_total",
-               "Redis calls failed: not connected (circuit open), connection lost, error reply.",
-               "counter", [redis] { return static_cast<int64_t>(redis->Health().errors); });
-    m.AddGauge("sluice_redis_timeouts_total", "Redis calls not answered within the timeout.",
-               "counter", [redis] { return static_cast<int64_t>(redis->Health().timeouts); });
-    m.AddGauge("sluice_redis_late_replies_total",
-               "Replies to Redis calls that had timed out: the call ran, and was reconciled.",
-               "counter", [redis] { return static_cast<int64_t>(redis->Health().late_replies); });
-    m.AddGauge("sluice_redis_reconnects_total", "Redis connections re-established.", "counter",
-               [redis] { return static_cast<int64_t>(redis->Health().reconnects); });
-    m.AddGauge("sluice_redis_redirects_total", "Redis Cluster MOVED and ASK answers followed.",
-               "counter", [redis] { return static_cast<int64_t>(redis->Health().redirects); });
   }
 
   absl::Status Run() override {
@@ -281,32 +201,6 @@ class ServerImpl final : public Server {
   uint16_t decision_port() const override { return decision_port_; }
 
  private:
-  static absl::StatusOr<std::unique_ptr<Acceptor>> Bind(net::io_context& ioc,
-                                                             const HostPort& where,
-                                                             bool reuse_port) {
-    boost::system::error_code ec;
-    tcp::resolver resolver(ioc);
-    auto results = resolver.resolve(where.host, std::to_string(where.port),
-                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-    if (ec || results.empty()) {
-      return absl::InvalidArgumentError(Cat("cannot resolve ", where.host, ": ", ec.message()));
-    }
-    const tcp::endpoint endpoint = results.begin()->endpoint();
-    auto acceptor = std::make_unique<Acceptor>(ioc.get_executor());
-    acceptor->open(endpoint.protocol(), ec);
-    if (!ec) acceptor->set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec && reuse_port) {
-      acceptor->set_option(net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
-    }
-    if (!ec) acceptor->bind(endpoint, ec);
-    if (!ec) acceptor->listen(net::socket_base::max_listen_connections, ec);
-    if (ec) {
-      return absl::UnavailableError(
-          Cat("cannot listen on ", where.host, ":", where.port, ": ", ec.message()));
-    }
-    return acceptor;
-  }
-
   // sluice_http_responses_total, one cached counter per listener and code.
   Counter* Responses(Listener listener, int code) {
     if (code < 100 || code > 599) code = 599;
@@ -494,7 +388,8 @@ class ServerImpl final : public Server {
             co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()));
         res = ToResponse(std::move(answer), req);
       } else {
-        res = co_await Handle(w, req, peer_ip, listener);
+        Context ctx{*state_, w, w.Current(*state_)};
+        res = co_await Dispatch(ctx, req, peer_ip, listener);
       }
       if (state_->draining.load()) res.keep_alive(false);
       if (req.method() == http::verb::head && !res.body().empty()) {
@@ -522,55 +417,6 @@ class ServerImpl final : public Server {
   }
 
 
-
-  // Whether `listener` serves the decision API under `config` (see
-  // DecisionConfig): routes can come and go with a reload.
-  static bool ServesDecisions(Listener listener, const Config& config) {
-    if (listener == Listener::kDecision) return true;
-    const DecisionConfig& dc = config.server.decision;
-    return listener == Listener::kGateway && !dc.listen &&
-           (config.routes.empty() || dc.on_gateway_listener);
-  }
-
-  // The answer to a request on the main or decision listener: the decision
-  // API where it is served, else the gateway.
-  Task<Response> Handle(Worker& w, Request& req, const std::string& peer_ip, Listener listener) {
-    Context ctx{*state_, w, w.Current(*state_)};
-    const Config& config = ctx.set->config();
-    const std::string_view path = TargetPath(View(req.target()));
-    const bool decision_path =
-        path == "/v1/check" || path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
-    HttpAnswer answer;
-    if (decision_path && ServesDecisions(listener, config)) {
-      if (!config.server.decision.tokens.empty() &&
-          !policy::BearerTokenIn(config.server.decision.tokens,
-                                 View(req[http::field::authorization]))) {
-        answer = HttpAnswer::Problem(401, "unauthorized",
-                                     "the decision API needs \"Authorization: Bearer <token>\" "
-                                     "with a token from server.decision");
-        answer.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
-      } else if (path == "/v1/check") {
-        answer = co_await CheckEndpoint(ctx, View(req.method_string()), req.body());
-      } else {
-        std::string path_storage, host;
-        const RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
-        // (Not a ?: among the arguments: g++ 12 miscompiles a conditional
-        // expression in a co_await's operand.)
-        std::string_view policy;
-        if (path.size() > 9) policy = path.substr(9);
-        answer = co_await AuthEndpoint(ctx, facts, policy);
-      }
-      co_return ToResponse(std::move(answer), req);
-    }
-    if (listener == Listener::kDecision) {
-      co_return ToResponse(
-          HttpAnswer::Problem(404, "not found",
-                              "the decision listener serves POST /v1/check and /v1/auth/{policy}"),
-          req);
-    }
-    Response res = co_await Gateway(ctx, req, peer_ip);
-    co_return res;
-  }
 
   // A new config from the source: its policies (and Envoy rules) built
   // beside the ones in force, which keep their state where their limits did

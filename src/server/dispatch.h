@@ -1,0 +1,26 @@
+// Dispatch: which endpoint answers a request on the main or decision
+// listener: the decision API (/v1/check, /v1/auth) where it is served
+// (server.decision), with its token check, else the gateway.
+#ifndef SLUICE_SERVER_DISPATCH_H_
+#define SLUICE_SERVER_DISPATCH_H_
+
+#include <string>
+#include <string_view>
+
+#include "server/http.h"
+#include "server/loop.h"
+
+namespace sluice::server {
+
+// Which listener a connection came in on. The decision API spends any
+// key's quota, so where it is served is the operator's choice (see
+// DecisionConfig); the admin listener answers only GETs.
+enum class Listener { kGateway, kDecision, kAdmin };
+inline constexpr int kListeners = 3;
+inline constexpr std::string_view kListenerNames[kListeners] = {"main", "decision", "admin"};
+
+Task<Response> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener);
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_DISPATCH_H_

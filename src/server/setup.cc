@@ -1,0 +1,119 @@
+#include "server/setup.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <string>
+
+#include "base/cat.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::server {
+namespace {
+
+using internal::Cat;
+
+constexpr int64_t kReservedFiles = 64;  // descriptors kept for all but client connections
+
+void AddRedisMetrics(metrics::Metrics& m, RedisStore* redis) {
+  m.SetHelp("sluice_store_errors_total",
+            "Decisions made by on_store_error because Redis did not answer, by policy.");
+  m.AddGauge("sluice_redis_up", "1 when every Redis slot has a connected master.", "gauge",
+             [redis] { return redis->Health().up ? 1 : 0; });
+  m.AddGauge("sluice_redis_nodes", "Redis masters known.", "gauge",
+             [redis] { return redis->Health().nodes; });
+  m.AddGauge("sluice_redis_nodes_up", "Redis masters connected.", "gauge",
+             [redis] { return redis->Health().nodes_up; });
+  m.AddGauge("sluice_redis_calls_total", "Script calls sent to Redis.", "counter",
+             [redis] { return static_cast<int64_t>(redis->Health().calls); });
+  m.AddGauge("sluice_redis_errors_total",
+             "Redis calls failed: not connected (circuit open), connection lost, error reply.",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().errors); });
+  m.AddGauge("sluice_redis_timeouts_total", "Redis calls not answered within the timeout.",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().timeouts); });
+  m.AddGauge("sluice_redis_late_replies_total",
+             "Replies to Redis calls that had timed out: the call ran, and was reconciled.",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().late_replies); });
+  m.AddGauge("sluice_redis_reconnects_total", "Redis connections re-established.", "counter",
+             [redis] { return static_cast<int64_t>(redis->Health().reconnects); });
+  m.AddGauge("sluice_redis_redirects_total", "Redis Cluster MOVED and ASK answers followed.",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().redirects); });
+}
+
+}  // namespace
+
+FileBudget FitFileLimit(const Config& config) {
+  FileBudget out;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return out;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? std::max<rlim_t>(limit.rlim_cur, 1 << 20)
+                                                       : limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  out.open_files = limit.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(limit.rlim_cur);
+  // What client connections may hold: all but the reserve and the gRPC
+  // listener's own cap, shared by the gateway and decision listeners, two
+  // descriptors each when a gateway connection can hold an upstream
+  // connection too.
+  const ServerConfig& sc = config.server;
+  const int64_t listeners = sc.decision.listen ? 2 : 1;
+  const int64_t per_connection = config.routes.empty() ? 1 : 2;
+  const int64_t grpc = config.grpc ? config.grpc->max_connections : 0;
+  out.per_listener = std::max<int64_t>(
+      1, (out.open_files - kReservedFiles - std::min(grpc, out.open_files / 2)) / listeners /
+             per_connection);
+  if (sc.max_connections > out.per_listener) {
+    spdlog::warn("event=start note=\"server.max_connections ({}) does not fit the open file "
+                 "limit ({}): connections per listener are capped at {}, keeping {} descriptors "
+                 "for the rest (upstreams, Redis, the admin listener); raise the limit (ulimit "
+                 "-n, LimitNOFILE) to allow more\"",
+                 sc.max_connections, out.open_files, out.per_listener, kReservedFiles);
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Acceptor>> Bind(net::io_context& ioc, const HostPort& where,
+                                               bool reuse_port) {
+  boost::system::error_code ec;
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(where.host, std::to_string(where.port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) {
+    return absl::InvalidArgumentError(Cat("cannot resolve ", where.host, ": ", ec.message()));
+  }
+  const tcp::endpoint endpoint = results.begin()->endpoint();
+  auto acceptor = std::make_unique<Acceptor>(ioc.get_executor());
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec && reuse_port) {
+    acceptor->set_option(net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
+  }
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        Cat("cannot listen on ", where.host, ":", where.port, ": ", ec.message()));
+  }
+  return acceptor;
+}
+
+absl::StatusOr<std::unique_ptr<RedisStore>> ConnectRedis(const RedisStoreOptions& options,
+                                                         metrics::Metrics& metrics) {
+  absl::StatusOr<std::unique_ptr<RedisStore>> redis =
+      RedisStore::Connect(options, [](bool warning, std::string_view line) {
+        if (warning) {
+          spdlog::warn("{}", line);
+        } else {
+          spdlog::info("{}", line);
+        }
+      });
+  if (!redis.ok()) {
+    return absl::Status(redis.status().code(), Cat("store.redis: ", redis.status().message()));
+  }
+  AddRedisMetrics(metrics, redis->get());
+  return redis;
+}
+
+}  // namespace sluice::server
