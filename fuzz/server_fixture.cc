@@ -119,23 +119,29 @@ Fixture& TheFixture() {
   return *fixture;
 }
 
+// What the decision API writes must be JSON, whatever a check held (the
+// policy's name and the key are the client's text, escaped).
+void MustBeJson(const std::string& text) {
+  if (!nlohmann::json::accept(text)) __builtin_trap();
+}
+
 // check_endpoint.cc's Decide: one check of a body, read by check_api.
 void DecideCheck(const std::variant<server::CheckItem, server::CheckError>& check, bool headers) {
   Fixture& f = TheFixture();
   const auto* item = std::get_if<server::CheckItem>(&check);
   if (item == nullptr) {
-    (void)server::CheckErrorJson(std::get<server::CheckError>(check));
+    MustBeJson(server::CheckErrorJson(std::get<server::CheckError>(check)));
     return;
   }
   std::variant<policy::Applied, server::CheckError> prepared = server::PrepareCheck(*f.policies, *item);
   if (const auto* e = std::get_if<server::CheckError>(&prepared)) {
-    (void)server::CheckErrorJson(*e);
+    MustBeJson(server::CheckErrorJson(*e));
     return;
   }
   const std::vector<policy::Applied> applied = {std::get<policy::Applied>(std::move(prepared))};
   const policy::Verdict verdict = policy::EvaluateNow(applied, f.clock.Now());
   if (!verdict.error.ok()) return;  // 400
-  (void)server::CheckJson(item->policy, verdict);
+  MustBeJson(server::CheckJson(item->policy, verdict));
   std::vector<std::pair<std::string, std::string>> out;
   if (headers) verdict.AppendHeaders(applied, /*legacy=*/true, f.rng, out);
 }
