@@ -22,10 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <CLI/CLI.hpp>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 
@@ -80,16 +80,22 @@ class Slot {
  public:
   Slot(rls::RateLimitService::Stub* stub, const Settings& s, std::atomic<bool>& counting,
        std::atomic<bool>& stopping, Stats& stats, std::atomic<int>& live, uint64_t seed)
-      : stub_(stub), settings_(s), counting_(counting), stopping_(stopping), stats_(stats),
-        live_(live), rng_(seed) {}
+      : stub_(stub),
+        settings_(s),
+        counting_(counting),
+        stopping_(stopping),
+        stats_(stats),
+        live_(live),
+        rng_(seed) {}
 
   void Start() {
     request_.Clear();
     request_.set_domain(settings_.domain);
     auto* entry = request_.add_descriptors()->add_entries();
     entry->set_key(settings_.key);
-    const int64_t n =
-        settings_.keys <= 1 ? 0 : std::uniform_int_distribution<int64_t>(0, settings_.keys - 1)(rng_);
+    const int64_t n = settings_.keys <= 1
+                          ? 0
+                          : std::uniform_int_distribution<int64_t>(0, settings_.keys - 1)(rng_);
     entry->set_value("k" + std::to_string(n));
     response_.Clear();
     context_ = std::make_unique<grpc::ClientContext>();
@@ -140,11 +146,13 @@ int main(int argc, char** argv) {
   app.add_option("--target", s.target, "host:port of the gRPC listener");
   app.add_option("--domain", s.domain, "the request's domain");
   app.add_option("--key", s.key, "the descriptor entry's key");
-  app.add_option("--keys", s.keys, "distinct entry values (1: always the same)")->check(CLI::PositiveNumber);
+  app.add_option("--keys", s.keys, "distinct entry values (1: always the same)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--concurrency", s.concurrency, "calls in flight")->check(CLI::Range(1, 100000));
   app.add_option("--channels", s.channels, "HTTP/2 connections")->check(CLI::Range(1, 1000));
   app.add_option("--seconds", s.seconds, "measured duration")->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--warmup", s.warmup, "unmeasured lead-in, seconds")->check(CLI::Range(0.0, 600.0));
+  app.add_option("--warmup", s.warmup, "unmeasured lead-in, seconds")
+      ->check(CLI::Range(0.0, 600.0));
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::unique_ptr<rls::RateLimitService::Stub>> stubs;
@@ -179,14 +187,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int64_t calls = stats.ok + stats.over + stats.errors;
-  std::printf("calls_per_s=%.0f calls=%lld ok=%lld over_limit=%lld errors=%lld p50_us=%lld "
-              "p99_us=%lld p999_us=%lld concurrency=%d channels=%d keys=%lld seconds=%.1f\n",
-              static_cast<double>(calls) / elapsed, static_cast<long long>(calls),
-              static_cast<long long>(stats.ok.load()), static_cast<long long>(stats.over.load()),
-              static_cast<long long>(stats.errors.load()),
-              static_cast<long long>(stats.latency.Percentile(0.5)),
-              static_cast<long long>(stats.latency.Percentile(0.99)),
-              static_cast<long long>(stats.latency.Percentile(0.999)), s.concurrency, s.channels,
-              static_cast<long long>(s.keys), elapsed);
+  std::printf(
+      "calls_per_s=%.0f calls=%lld ok=%lld over_limit=%lld errors=%lld p50_us=%lld "
+      "p99_us=%lld p999_us=%lld concurrency=%d channels=%d keys=%lld seconds=%.1f\n",
+      static_cast<double>(calls) / elapsed, static_cast<long long>(calls),
+      static_cast<long long>(stats.ok.load()), static_cast<long long>(stats.over.load()),
+      static_cast<long long>(stats.errors.load()),
+      static_cast<long long>(stats.latency.Percentile(0.5)),
+      static_cast<long long>(stats.latency.Percentile(0.99)),
+      static_cast<long long>(stats.latency.Percentile(0.999)), s.concurrency, s.channels,
+      static_cast<long long>(s.keys), elapsed);
   return stats.errors > 0 ? 1 : 0;
 }

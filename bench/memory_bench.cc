@@ -109,8 +109,7 @@ int Measure(sluice::Algorithm algorithm, const std::string& name, int64_t n) {
       }
     }
     const double insert_ns =
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
-            .count() /
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
         static_cast<double>(n);
     const int64_t after_kb = VmRssKb();
     const sluice::MemoryStoreStats stats = store.stats();

@@ -212,8 +212,8 @@ struct Fixture {
 
 std::unique_ptr<Fixture> MakeFixture(const AlgoSpec& spec, int64_t max_keys) {
   auto fixture = std::make_unique<Fixture>();
-  fixture->store = std::make_unique<sluice::MemoryStore>(
-      sluice::MemoryStoreOptions{.max_keys = max_keys});
+  fixture->store =
+      std::make_unique<sluice::MemoryStore>(sluice::MemoryStoreOptions{.max_keys = max_keys});
   absl::StatusOr<std::shared_ptr<sluice::LimitTable>> table =
       fixture->store->OpenTable(MakeLimitOrDie(OptionsFor(spec, kStoreLimit)));
   if (!table.ok()) Die(std::string(table.status().message()));
@@ -331,9 +331,9 @@ struct Rng {
 
 // "allowed": the fraction of decisions that passed, averaged over threads.
 void Finish(benchmark::State& st, int64_t allowed) {
-  st.counters["allowed"] = benchmark::Counter(
-      static_cast<double>(allowed) / static_cast<double>(st.iterations()),
-      benchmark::Counter::kAvgThreads);
+  st.counters["allowed"] =
+      benchmark::Counter(static_cast<double>(allowed) / static_cast<double>(st.iterations()),
+                         benchmark::Counter::kAvgThreads);
   st.SetItemsProcessed(st.iterations());
 }
 
@@ -368,8 +368,8 @@ enum class TimeSource {
 // cache (it just parsed it): the miss on the harness' own key vector is not
 // the store's cost.
 template <typename DecideFn>
-void RandomKeysLoop(benchmark::State& st, const std::vector<std::string>& keys,
-                    TimeSource source, DecideFn decide) {
+void RandomKeysLoop(benchmark::State& st, const std::vector<std::string>& keys, TimeSource source,
+                    DecideFn decide) {
   const sluice::SystemClock& clock = sluice::SystemClock::Default();
   Rng rng{0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(st.thread_index() + 1)};
   const size_t n = keys.size();
@@ -425,9 +425,9 @@ MapFloor& GetMapFloor(KeySet set) {
   std::lock_guard lock(mu);
   std::unique_ptr<MapFloor>& floor = floors[set == KeySet::k10M ? 1 : 0];
   if (floor == nullptr) {
-    floor = std::make_unique<MapFloor>(MapFloor{
-        std::get<sluice::TokenBucketConfig>(MakeLimitOrDie(OptionsFor(kKeyAlgorithms[1], kStoreLimit))),
-        {}});
+    floor = std::make_unique<MapFloor>(MapFloor{std::get<sluice::TokenBucketConfig>(MakeLimitOrDie(
+                                                    OptionsFor(kKeyAlgorithms[1], kStoreLimit))),
+                                                {}});
     const std::vector<std::string>& keys = set == KeySet::k10M ? Keys10M() : Keys100k();
     const Time now = sluice::SystemClock::Default().Now();
     for (const std::string& key : keys) {
@@ -509,8 +509,7 @@ benchmark::internal::Benchmark* Threads12(benchmark::internal::Benchmark* b) {
 
 template <typename... Args>
 benchmark::internal::Benchmark* Register(const std::string& name, Args&&... args) {
-  return benchmark::RegisterBenchmark(name.c_str(), std::forward<Args>(args)...)
-      ->MinTime(min_time);
+  return benchmark::RegisterBenchmark(name.c_str(), std::forward<Args>(args)...)->MinTime(min_time);
 }
 
 void RegisterAll() {
@@ -525,14 +524,13 @@ void RegisterAll() {
   }
   Threads12(Register("BM_LimiterHotKey/gcra", BM_LimiterHotKey));
   for (const AlgoSpec& spec : kKeyAlgorithms) {
-    Threads12(Register(std::string("BM_StoreDistinctKeys/") + spec.name, BM_StoreDistinctKeys,
-                       spec));
+    Threads12(
+        Register(std::string("BM_StoreDistinctKeys/") + spec.name, BM_StoreDistinctKeys, spec));
   }
   Threads12(Register("BM_StoreOwnKey/gcra", BM_StoreOwnKey, kKeyAlgorithms[0]));
   for (KeySet set : {KeySet::k100k, KeySet::k10M}) {
     const std::string size = set == KeySet::k10M ? "10M" : "100k";
-    Register("BM_MapFloor" + size + "/clock", BM_MapFloor, set, TimeSource::kClock)
-        ->UseRealTime();
+    Register("BM_MapFloor" + size + "/clock", BM_MapFloor, set, TimeSource::kClock)->UseRealTime();
     Register("BM_MapFloor" + size + "/time_in", BM_MapFloor, set, TimeSource::kPassed)
         ->UseRealTime();
     // Per algorithm, its runs together: a 10M fixture is built once for them.

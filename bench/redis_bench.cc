@@ -150,24 +150,24 @@ class Runner {
     const uint64_t r = lane.rng * 0x2545F4914F6CDD1Dull;
     const std::string& key = names_.size() == 1 ? names_[0] : names_[r % names_.size()];
     const auto start = SteadyClock::now();
-    limiter_.AcquireAsync(key, sluice::SystemClock::Default().Now(), 1,
-                          [this, &lane, start](absl::StatusOr<sluice::PolicyDecision> d) {
-                            const auto end = SteadyClock::now();
-                            lane.latency_ns.push_back(
-                                std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
-                                    .count());
-                            ++lane.done;
-                            if (!d.ok() || d->store_error) {
-                              ++lane.errors;
-                            } else if (d->allowed) {
-                              ++lane.allowed;
-                            }
-                            if (!stop_.load(std::memory_order_relaxed)) return Issue(lane);
-                            if (running_.fetch_sub(1) == 1) {
-                              last_done_ = end;
-                              drained_.set_value();
-                            }
-                          });
+    limiter_.AcquireAsync(
+        key, sluice::SystemClock::Default().Now(), 1,
+        [this, &lane, start](absl::StatusOr<sluice::PolicyDecision> d) {
+          const auto end = SteadyClock::now();
+          lane.latency_ns.push_back(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
+          ++lane.done;
+          if (!d.ok() || d->store_error) {
+            ++lane.errors;
+          } else if (d->allowed) {
+            ++lane.allowed;
+          }
+          if (!stop_.load(std::memory_order_relaxed)) return Issue(lane);
+          if (running_.fetch_sub(1) == 1) {
+            last_done_ = end;
+            drained_.set_value();
+          }
+        });
   }
 
   sluice::Limiter& limiter_;
@@ -202,8 +202,9 @@ int Main(const Flags& flags) {
   }
   // pass: a rate nobody reaches here; deny: one per minute, so every
   // decision after a key's first is a denial.
-  const std::string rate_text =
-      !flags.rate.empty() ? flags.rate : flags.mode == "pass" ? "1000000000/s" : "1/min";
+  const std::string rate_text = !flags.rate.empty()    ? flags.rate
+                                : flags.mode == "pass" ? "1000000000/s"
+                                                       : "1/min";
   absl::StatusOr<sluice::Rate> rate = sluice::ParseRate(rate_text);
   if (!rate.ok()) {
     std::fprintf(stderr, "--rate: %s\n", std::string(rate.status().message()).c_str());
@@ -237,16 +238,17 @@ int Main(const Flags& flags) {
       return 1;
     }
     const std::string key = flags.keys == 1 ? KeyName(0) : "user-__rand_int__";
-    std::vector<std::string> args = {"EVALSHA", std::string(sluice::redis::DecideScriptSha()), "1",
-                                     (*store)->RedisKey(**table, key),
-                                     "D", "", "1", ""};  // op, now (Redis' TIME), cost, taken_at
+    std::vector<std::string> args = {"EVALSHA", std::string(sluice::redis::DecideScriptSha()),
+                                     "1",       (*store)->RedisKey(**table, key),
+                                     "D",       "",
+                                     "1",       ""};  // op, now (Redis' TIME), cost, taken_at
     for (const std::string& p : sluice::redis::LimitParams(*config)) args.push_back(p);
     for (const std::string& a : args) std::printf("%s\n", a.c_str());
     return 0;
   }
 
-  absl::StatusOr<std::unique_ptr<sluice::Limiter>> limiter = sluice::Limiter::Create(
-      **store, {.name = "bench", .limits = {limit}});
+  absl::StatusOr<std::unique_ptr<sluice::Limiter>> limiter =
+      sluice::Limiter::Create(**store, {.name = "bench", .limits = {limit}});
   if (!limiter.ok()) {
     std::fprintf(stderr, "limiter: %s\n", std::string(limiter.status().message()).c_str());
     return 1;

@@ -46,14 +46,17 @@ duration: 1s
 clients:
   - name: c
     count: 1000
-    retry: )") + std::string(retry) + R"(
+    retry: )") +
+         std::string(retry) + R"(
     traffic: [{constant: 1000000/s}]
 limiters:
-  - )" + std::string(limiter) + "\n";
+  - )" + std::string(limiter) +
+         "\n";
 }
 
 void RunSim(benchmark::State& state, const std::string& yaml) {
-  absl::StatusOr<sluice::sim::Scenario> scenario = sluice::sim::ParseScenario(yaml, "bench", "bench");
+  absl::StatusOr<sluice::sim::Scenario> scenario =
+      sluice::sim::ParseScenario(yaml, "bench", "bench");
   if (!scenario.ok()) {
     state.SkipWithError(std::string(scenario.status().message()).c_str());
     return;
@@ -70,26 +73,30 @@ void RunSim(benchmark::State& state, const std::string& yaml) {
     benchmark::DoNotOptimize(run->max_admitted_1s);
   }
   state.SetItemsProcessed(items);
-  state.counters["allowed"] = items > 0 ? static_cast<double>(admitted) / static_cast<double>(items) : 0;
+  state.counters["allowed"] =
+      items > 0 ? static_cast<double>(admitted) / static_cast<double>(items) : 0;
 }
 
-#define SIM_BENCH(name, limiter, retry)                                            \
+#define SIM_BENCH(name, limiter, retry)                                                   \
   void BM_Sim_##name(benchmark::State& state) { RunSim(state, SimYaml(limiter, retry)); } \
   BENCHMARK(BM_Sim_##name)->Name("BM_Sim/" #name)->Unit(benchmark::kMillisecond)
 
 SIM_BENCH(token_bucket, "{algorithm: token_bucket, rate: 500/s, burst: 50}", "never");
 SIM_BENCH(gcra, "{algorithm: gcra, rate: 500/s, burst: 50}", "never");
 SIM_BENCH(leaky_police, "{algorithm: leaky_bucket, rate: 500/s, burst: 50}", "never");
-SIM_BENCH(leaky_shape, "{algorithm: leaky_bucket, mode: shape, rate: 500/s, max_delay: 100ms}", "never");
+SIM_BENCH(leaky_shape, "{algorithm: leaky_bucket, mode: shape, rate: 500/s, max_delay: 100ms}",
+          "never");
 SIM_BENCH(fixed_window, "{algorithm: fixed_window, rate: 500/s}", "never");
 SIM_BENCH(sliding_window, "{algorithm: sliding_window, rate: 500/s}", "never");
 SIM_BENCH(sliding_log, "{algorithm: sliding_log, rate: 500/s}", "never");
 // Every rejected request retries 10 ms later, up to twice: the heap holds
 // the thousands of waiting retries.
-SIM_BENCH(gcra_retry_fixed, "{algorithm: gcra, rate: 500/s, burst: 50}", "{policy: fixed, delay: 10ms, max_attempts: 3}");
+SIM_BENCH(gcra_retry_fixed, "{algorithm: gcra, rate: 500/s, burst: 50}",
+          "{policy: fixed, delay: 10ms, max_attempts: 3}");
 // Two limits: through sluice::Limiter on a MemoryStore (keys as strings).
 SIM_BENCH(limiter_two_limits,
-          "{limits: [{algorithm: gcra, rate: 500/s, burst: 50}, {algorithm: fixed_window, rate: 50000/min}]}",
+          "{limits: [{algorithm: gcra, rate: 500/s, burst: 50}, {algorithm: fixed_window, rate: "
+          "50000/min}]}",
           "never");
 
 // A log of 500k lines from 1,000 addresses, one second apart per 1,000
@@ -104,16 +111,18 @@ std::string LogFile(bool json) {
     const char* path_part = i % 2 == 0 ? "/login" : "/static/app.js";
     if (json) {
       std::snprintf(line, sizeof line,
-                    "{\"time\": %lld, \"remote_addr\": \"10.0.%d.%d\", \"method\": \"POST\", \"path\": \"%s\", "
+                    "{\"time\": %lld, \"remote_addr\": \"10.0.%d.%d\", \"method\": \"POST\", "
+                    "\"path\": \"%s\", "
                     "\"status\": 200, \"http_user_agent\": \"bench/1.0\"}\n",
                     static_cast<long long>(t), ip / 250, ip % 250, path_part);
     } else {
       const int64_t s = t % 86400;
-      std::snprintf(line, sizeof line,
-                    "10.0.%d.%d - - [01/Jan/2024:%02lld:%02lld:%02lld +0000] \"POST %s HTTP/1.1\" 200 512 "
-                    "\"-\" \"bench/1.0\"\n",
-                    ip / 250, ip % 250, static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60),
-                    static_cast<long long>(s % 60), path_part);
+      std::snprintf(
+          line, sizeof line,
+          "10.0.%d.%d - - [01/Jan/2024:%02lld:%02lld:%02lld +0000] \"POST %s HTTP/1.1\" 200 512 "
+          "\"-\" \"bench/1.0\"\n",
+          ip / 250, ip % 250, static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60),
+          static_cast<long long>(s % 60), path_part);
     }
     out << line;
   }
@@ -129,14 +138,16 @@ policies:
     key: [client_ip]
     limits:
       - {algorithm: sliding_window, rate: 60/min}
-)", "bench.yaml");
+)",
+                                                              "bench.yaml");
   if (!config.ok()) {
     state.SkipWithError(std::string(config.status().message()).c_str());
     return;
   }
   int64_t lines = 0, limited = 0;
   for (auto _ : state) {
-    absl::StatusOr<std::unique_ptr<sluice::replay::LineReader>> in = sluice::replay::LineReader::Open(path);
+    absl::StatusOr<std::unique_ptr<sluice::replay::LineReader>> in =
+        sluice::replay::LineReader::Open(path);
     absl::StatusOr<sluice::replay::ReplayReport> report = sluice::replay::Replay(*config, **in, {});
     if (!report.ok()) {
       state.SkipWithError(std::string(report.status().message()).c_str());
@@ -146,7 +157,8 @@ policies:
     limited += report->policies[0].limited;
   }
   state.SetItemsProcessed(lines);
-  state.counters["limited"] = lines > 0 ? static_cast<double>(limited) / static_cast<double>(lines) : 0;
+  state.counters["limited"] =
+      lines > 0 ? static_cast<double>(limited) / static_cast<double>(lines) : 0;
   std::remove(path.c_str());
 }
 BENCHMARK_CAPTURE(BM_Replay, combined, false)->Unit(benchmark::kMillisecond);

@@ -7,11 +7,10 @@
 
 int main() {
   sluice::MemoryStore store;
-  auto limiter = sluice::Limiter::Create(
-      store, {.name = "api",
-              .limits = {{.algorithm = sluice::Algorithm::kGcra,
-                          .rate = *sluice::ParseRate("10/s"),
-                          .burst = 5}}});
+  auto limiter = sluice::Limiter::Create(store, {.name = "api",
+                                                 .limits = {{.algorithm = sluice::Algorithm::kGcra,
+                                                             .rate = *sluice::ParseRate("10/s"),
+                                                             .burst = 5}}});
   if (!limiter.ok()) {
     std::fprintf(stderr, "%s\n", std::string(limiter.status().message()).c_str());
     return 1;

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "policy/envoy_rules.h"
 #include "metrics/metrics.h"
+#include "policy/envoy_rules.h"
 #include "sluice/clock.h"
 #include "sluice/envoy_config.h"
 #include "sluice/store/memory_store.h"
@@ -70,8 +70,8 @@ void CheckWildcards(const std::vector<EnvoyDescriptor>& descriptors) {
     if (pattern.size() > kMaxLength || pattern.find('*') == std::string_view::npos) continue;
     for (std::string_view value : values) {
       if (value.size() > kMaxLength) continue;
-      for (std::string_view v : {value, value.substr(0, value.size() / 2),
-                                 value.substr(value.size() / 2)}) {
+      for (std::string_view v :
+           {value, value.substr(0, value.size() / 2), value.substr(value.size() / 2)}) {
         if (sluice::policy::DomainRules::WildcardMatch(pattern, v) != ReferenceMatch(pattern, v)) {
           __builtin_trap();
         }

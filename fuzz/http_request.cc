@@ -24,9 +24,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "server/beast_request.h"
 #include "policy/policy_set.h"
 #include "policy/request_text.h"
+#include "server/beast_request.h"
 #include "server_fixture.h"
 
 namespace {
@@ -36,9 +36,9 @@ namespace http = beast::http;
 using sluice::fuzz::Policies;
 using sluice::fuzz::RealIp;
 using sluice::policy::PolicySet;
+using sluice::policy::RequestFacts;
 using sluice::server::FactsOf;
 using sluice::server::Malformed;
-using sluice::policy::RequestFacts;
 using sluice::server::View;
 using Request = http::request<http::string_body>;
 
@@ -97,8 +97,7 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
     Request upstream = req;
     const std::string_view target = View(req.target());
     const std::string authority_host(*authority);
-    const std::string origin(
-        target.substr(authority->data() + authority->size() - target.data()));
+    const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
     upstream.target(origin.empty() || origin.front() != '/' ? "/" + origin : origin);
     upstream.set(http::field::host, authority_host);
   }

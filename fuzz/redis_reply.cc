@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (;;) {
     void* raw = nullptr;
     if (redisReaderGetReply(reader.get(), &raw) != REDIS_OK) return 0;  // a protocol error
-    if (raw == nullptr) return 0;  // no whole reply left
+    if (raw == nullptr) return 0;                                       // no whole reply left
     const std::unique_ptr<redisReply, ReplyDeleter> reply(static_cast<redisReply*>(raw));
     Decode(*reply, 0);
     Decode(*reply, 1);

@@ -101,8 +101,8 @@ Fixture& TheFixture() {
     auto* f = new Fixture;
     absl::StatusOr<sluice::Config> config = sluice::ParseConfig(kConfig, "fuzz.yaml");
     if (!config.ok()) Fail(config.status());
-    const sluice::policy::RuleOptions options{.local = &f->store, .clock = &f->clock,
-                                             .metrics = &f->metrics};
+    const sluice::policy::RuleOptions options{
+        .local = &f->store, .clock = &f->clock, .metrics = &f->metrics};
     auto rules = sluice::policy::RuleSet::Create(config->envoy.get(), options, nullptr);
     if (!rules.ok()) Fail(rules.status());
     auto snapshot = std::make_shared<RlsServer::Snapshot>();

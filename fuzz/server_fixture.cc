@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "base/cat.h"
+#include "metrics/metrics.h"
 #include "nlohmann/json.hpp"
 #include "policy/evaluation.h"
 #include "policy/headers.h"
-#include "server/check_api.h"
-#include "metrics/metrics.h"
 #include "policy/request_text.h"
+#include "server/check_api.h"
 #include "sluice/algorithm.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
@@ -133,7 +133,8 @@ void DecideCheck(const std::variant<server::CheckItem, server::CheckError>& chec
     MustBeJson(server::CheckErrorJson(std::get<server::CheckError>(check)));
     return;
   }
-  std::variant<policy::Applied, server::CheckError> prepared = server::PrepareCheck(*f.policies, *item);
+  std::variant<policy::Applied, server::CheckError> prepared =
+      server::PrepareCheck(*f.policies, *item);
   if (const auto* e = std::get_if<server::CheckError>(&prepared)) {
     MustBeJson(server::CheckErrorJson(*e));
     return;
@@ -166,7 +167,8 @@ void DecideRequest(const PolicySet& set, const std::vector<const Policy*>& apply
   }
   std::vector<policy::Applied> applied;
   for (const Policy* p : applying) {
-    applied.push_back({.policy = p, .key = p->KeyFor(facts, route, trusted, set.config().real_ip_header)});
+    applied.push_back(
+        {.policy = p, .key = p->KeyFor(facts, route, trusted, set.config().real_ip_header)});
   }
   const policy::Verdict verdict = policy::EvaluateNow(applied, now);
   if (!verdict.error.ok()) return;  // 400: a key the store refuses

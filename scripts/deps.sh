@@ -23,6 +23,7 @@ SLUICE_TEST_PACKAGES=(
   python3          # the integration tests (standard library only)
   nginx-light      # the auth_request end-to-end test
   redis-server redis-tools  # the Redis store's tests run a real server
+  clang-format     # scripts/format --check: every C++ file follows .clang-format
 )
 SLUICE_FUZZ_PACKAGES=(
   clang-14 libfuzzer-14-dev libclang-rt-14-dev  # libFuzzer, ASan+UBSan (scripts/fuzz)

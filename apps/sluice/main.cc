@@ -37,8 +37,8 @@ int Explain(const std::string& algorithm_name, const std::string& rate_text, int
     std::cerr << "sluice: " << rate.status().message() << "\n";
     return 2;
   }
-  sluice::LimitOptions options{.algorithm = *algorithm, .rate = *rate, .burst = burst,
-                               .queue = queue};
+  sluice::LimitOptions options{
+      .algorithm = *algorithm, .rate = *rate, .burst = burst, .queue = queue};
   if (mode == "shape") {
     options.mode = sluice::LeakyMode::kShape;
   } else if (mode != "police") {
@@ -66,12 +66,11 @@ int Explain(const std::string& algorithm_name, const std::string& rate_text, int
   std::printf("%-10s %-7s %9s %12s %12s %12s\n", "t", "allowed", "remaining", "retry_after",
               "reset_after", "delay");
   auto print = [](sluice::Time t, const sluice::Decision& d) {
-    std::printf("%-10s %-7s %9lld %12s %12s %12s\n",
-                sluice::FormatDuration(t - sluice::Time::UnixEpoch()).c_str(),
-                d.allowed ? "yes" : "no", static_cast<long long>(d.remaining),
-                sluice::FormatDuration(d.retry_after).c_str(),
-                sluice::FormatDuration(d.reset_after).c_str(),
-                sluice::FormatDuration(d.delay).c_str());
+    std::printf(
+        "%-10s %-7s %9lld %12s %12s %12s\n",
+        sluice::FormatDuration(t - sluice::Time::UnixEpoch()).c_str(), d.allowed ? "yes" : "no",
+        static_cast<long long>(d.remaining), sluice::FormatDuration(d.retry_after).c_str(),
+        sluice::FormatDuration(d.reset_after).c_str(), sluice::FormatDuration(d.delay).c_str());
   };
   std::visit(
       [&](const auto& c) {
@@ -130,24 +129,24 @@ int Serve(const std::string& config_path, bool check_only) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "sluice " SLUICE_VERSION ": a rate limiter for services.\n"
-      "  sluice serve --config FILE   the HTTP gateway, decision API and admin endpoints\n"
-      "  sluice explain ...           how one limit answers a run of requests\n"
-      "  sluice sim NAME|FILE         simulate traffic against every algorithm (--list)\n"
-      "  sluice replay LOG --config F run an access log through a config's policies\n"
-      "Run `sluice COMMAND --help` for a command's options."};
+  CLI::App app{"sluice " SLUICE_VERSION
+               ": a rate limiter for services.\n"
+               "  sluice serve --config FILE   the HTTP gateway, decision API and admin endpoints\n"
+               "  sluice explain ...           how one limit answers a run of requests\n"
+               "  sluice sim NAME|FILE         simulate traffic against every algorithm (--list)\n"
+               "  sluice replay LOG --config F run an access log through a config's policies\n"
+               "Run `sluice COMMAND --help` for a command's options."};
   app.set_version_flag("--version", "sluice " SLUICE_VERSION);
   app.require_subcommand(0, 1);
 
-  std::string algorithm = "token_bucket", rate = "10/s", mode = "police", max_delay,
-              every = "0s";
+  std::string algorithm = "token_bucket", rate = "10/s", mode = "police", max_delay, every = "0s";
   int64_t burst = 0, queue = 0, requests = 20;
   CLI::App* explain = app.add_subcommand(
       "explain", "Decide a run of requests against one limit and print each decision");
-  explain->add_option("--algorithm,-a", algorithm,
-                      "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, "
-                      "sliding_window")
+  explain
+      ->add_option("--algorithm,-a", algorithm,
+                   "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, "
+                   "sliding_window")
       ->capture_default_str();
   explain->add_option("--rate,-r", rate, "LIMIT/PERIOD, e.g. 100/s, 40/min, 10/5s")
       ->capture_default_str();
@@ -162,9 +161,10 @@ int main(int argc, char** argv) {
   std::string config_path;
   bool check_only = false;
   CLI::App* serve = app.add_subcommand(
-      "serve", "Run the gateway, the decision API (POST /v1/check, /v1/auth) and the admin "
-               "listener (/metrics, /healthz, /readyz, /v1/config, /v1/keys) from a YAML config; "
-               "SIGHUP or a change of the file reloads it, SIGTERM drains and exits");
+      "serve",
+      "Run the gateway, the decision API (POST /v1/check, /v1/auth) and the admin "
+      "listener (/metrics, /healthz, /readyz, /v1/config, /v1/keys) from a YAML config; "
+      "SIGHUP or a change of the file reloads it, SIGTERM drains and exits");
   serve->add_option("--config,-c", config_path, "the YAML config (docs/configuration.md)")
       ->required();
   serve->add_flag("--check", check_only, "validate the config and exit (0: valid, 2: not)");

@@ -44,19 +44,23 @@ class Progress {
       const double seconds = std::chrono::duration<double>(now - start_).count();
       const double per_second = seconds > 0 ? static_cast<double>(lines) / seconds : 0;
       if (in.size() > 0) {
-        const double done = std::min(1.0, static_cast<double>(in.position()) / static_cast<double>(in.size()));
+        const double done =
+            std::min(1.0, static_cast<double>(in.position()) / static_cast<double>(in.size()));
         const int filled = static_cast<int>(done * 30);
-        std::fprintf(stderr, "\r[%s%s] %3d%%  %lld lines  %.0fk lines/s ", std::string(filled, '#').c_str(),
-                     std::string(30 - filled, '.').c_str(), static_cast<int>(done * 100),
-                     static_cast<long long>(lines), per_second / 1000);
+        std::fprintf(stderr, "\r[%s%s] %3d%%  %lld lines  %.0fk lines/s ",
+                     std::string(filled, '#').c_str(), std::string(30 - filled, '.').c_str(),
+                     static_cast<int>(done * 100), static_cast<long long>(lines),
+                     per_second / 1000);
       } else {
-        std::fprintf(stderr, "\r%lld lines  %.0fk lines/s ", static_cast<long long>(lines), per_second / 1000);
+        std::fprintf(stderr, "\r%lld lines  %.0fk lines/s ", static_cast<long long>(lines),
+                     per_second / 1000);
       }
       drawn_ = true;
     } else if ((lines & ((1 << 20) - 1)) == 0 && lines > 0) {
       if (in.size() > 0) {
         std::fprintf(stderr, "sluice replay: %lld lines (%d%%)\n", static_cast<long long>(lines),
-                     static_cast<int>(100.0 * static_cast<double>(in.position()) / static_cast<double>(in.size())));
+                     static_cast<int>(100.0 * static_cast<double>(in.position()) /
+                                      static_cast<double>(in.size())));
       } else {
         std::fprintf(stderr, "sluice replay: %lld lines\n", static_cast<long long>(lines));
       }
@@ -100,7 +104,9 @@ int RunReplay(const ReplayCommandOptions& o) {
     return 2;
   }
   Progress progress(o.quiet);
-  options.progress = [&progress](const replay::LineReader& r, int64_t lines) { progress.Update(r, lines); };
+  options.progress = [&progress](const replay::LineReader& r, int64_t lines) {
+    progress.Update(r, lines);
+  };
   absl::StatusOr<replay::ReplayReport> report = replay::Replay(*config, **in, options);
   progress.Done();
   if (!report.ok()) {
@@ -108,7 +114,8 @@ int RunReplay(const ReplayCommandOptions& o) {
     return 2;
   }
   report->log = o.log;
-  std::cout << (o.format == "json" ? replay::FormatReplayJson(*report) : replay::FormatReplayText(*report));
+  std::cout << (o.format == "json" ? replay::FormatReplayJson(*report)
+                                   : replay::FormatReplayText(*report));
   if (!report->input_error.empty()) {
     std::cerr << "sluice replay: input ended early: " << report->input_error << "\n";
     return 1;
@@ -121,21 +128,24 @@ int RunReplay(const ReplayCommandOptions& o) {
 void AddReplayCommand(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<ReplayCommandOptions>();
   CLI::App* replay = app.add_subcommand(
-      "replay", "Run an access log (NGINX/Apache combined or JSON lines, plain or gzip) through the "
-                "policies of a config at its logged times: who would have been limited, when, and "
-                "limits that fit the observed traffic");
+      "replay",
+      "Run an access log (NGINX/Apache combined or JSON lines, plain or gzip) through the "
+      "policies of a config at its logged times: who would have been limited, when, and "
+      "limits that fit the observed traffic");
   replay->add_option("log", o->log, "the access log; - reads standard input")->required();
   replay->add_option("--config,-c", o->config, "the YAML config sluice serve reads")->required();
   replay->add_option("--format", o->format, "report as text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  replay->add_option("--log-format", o->log_format, "auto, combined or json")->capture_default_str();
+  replay->add_option("--log-format", o->log_format, "auto, combined or json")
+      ->capture_default_str();
   replay->add_option("--field", o->fields,
                      "JSON lines: NAME=FIELD, NAME one of time, ip, method, path, request, host, "
                      "header:HEADER-NAME (repeatable)");
-  replay->add_option("--policy", o->policies,
-                     "apply this policy to every line, whatever its match (repeatable; decision-API "
-                     "policies have no match)");
+  replay->add_option(
+      "--policy", o->policies,
+      "apply this policy to every line, whatever its match (repeatable; decision-API "
+      "policies have no match)");
   replay->add_option("--top", o->top, "offenders listed per policy")->capture_default_str();
   replay->add_option("--max-keys", o->max_keys, "keys tracked per policy for the report")
       ->capture_default_str();

@@ -80,7 +80,8 @@ int RunSim(const SimOptions& o) {
   if (!o.plot_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.plot_dir, ec);
-    const std::string path = (std::filesystem::path(o.plot_dir) / (result->scenario + ".svg")).string();
+    const std::string path =
+        (std::filesystem::path(o.plot_dir) / (result->scenario + ".svg")).string();
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << sim::PlotSvg(*result);
     out.close();
@@ -98,16 +99,21 @@ int RunSim(const SimOptions& o) {
 void AddSimCommand(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<SimOptions>();
   CLI::App* sim = app.add_subcommand(
-      "sim", "Simulate traffic against every algorithm on a virtual clock, through the library's own "
-             "decisions: a built-in scenario (--list) or a scenario file (docs/simulator.md)");
-  sim->add_option("scenario", options->scenario, "a built-in scenario's name, or a YAML scenario file");
+      "sim",
+      "Simulate traffic against every algorithm on a virtual clock, through the library's own "
+      "decisions: a built-in scenario (--list) or a scenario file (docs/simulator.md)");
+  sim->add_option("scenario", options->scenario,
+                  "a built-in scenario's name, or a YAML scenario file");
   sim->add_flag("--list", options->list, "name the built-in scenarios");
-  sim->add_flag("--print", options->print, "print a built-in scenario as a scenario file, to start one's own");
-  sim->add_option("--seed", options->seed, "seed of the random traffic and jitter (default: the scenario's)");
+  sim->add_flag("--print", options->print,
+                "print a built-in scenario as a scenario file, to start one's own");
+  sim->add_option("--seed", options->seed,
+                  "seed of the random traffic and jitter (default: the scenario's)");
   sim->add_option("--format", options->format, "text, csv or json")
       ->check(CLI::IsMember({"text", "csv", "json"}))
       ->capture_default_str();
-  sim->add_option("--plot", options->plot_dir, "write DIR/<scenario>.svg: offered, admitted, rejected over time");
+  sim->add_option("--plot", options->plot_dir,
+                  "write DIR/<scenario>.svg: offered, admitted, rejected over time");
   sim->callback([options, &exit_code] { exit_code = RunSim(*options); });
 }
 

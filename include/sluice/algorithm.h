@@ -54,23 +54,44 @@ struct LimitOptions {
   friend bool operator==(const LimitOptions&, const LimitOptions&) = default;
 };
 
-using LimitConfig = std::variant<TokenBucketConfig, GcraConfig, LeakyPoliceConfig,
-                                 LeakyShapeConfig, FixedWindowConfig, SlidingLogConfig,
-                                 SlidingWindowConfig>;
+using LimitConfig = std::variant<TokenBucketConfig, GcraConfig, LeakyPoliceConfig, LeakyShapeConfig,
+                                 FixedWindowConfig, SlidingLogConfig, SlidingWindowConfig>;
 
 // Validates once; the error names the field and the value.
 absl::StatusOr<LimitConfig> MakeLimit(const LimitOptions& options);
 
 // The state each algorithm keeps per key. With LimitConfig above, this is
 // where an algorithm is registered.
-template <typename Config> struct StateOf;
-template <> struct StateOf<TokenBucketConfig> { using type = TokenBucketState; };
-template <> struct StateOf<GcraConfig> { using type = GcraState; };
-template <> struct StateOf<LeakyPoliceConfig> { using type = LeakyPoliceState; };
-template <> struct StateOf<LeakyShapeConfig> { using type = LeakyShapeState; };
-template <> struct StateOf<FixedWindowConfig> { using type = FixedWindowState; };
-template <> struct StateOf<SlidingLogConfig> { using type = SlidingLogState; };
-template <> struct StateOf<SlidingWindowConfig> { using type = SlidingWindowState; };
+template <typename Config>
+struct StateOf;
+template <>
+struct StateOf<TokenBucketConfig> {
+  using type = TokenBucketState;
+};
+template <>
+struct StateOf<GcraConfig> {
+  using type = GcraState;
+};
+template <>
+struct StateOf<LeakyPoliceConfig> {
+  using type = LeakyPoliceState;
+};
+template <>
+struct StateOf<LeakyShapeConfig> {
+  using type = LeakyShapeState;
+};
+template <>
+struct StateOf<FixedWindowConfig> {
+  using type = FixedWindowState;
+};
+template <>
+struct StateOf<SlidingLogConfig> {
+  using type = SlidingLogState;
+};
+template <>
+struct StateOf<SlidingWindowConfig> {
+  using type = SlidingWindowState;
+};
 template <typename Config>
 using StateOf_t = typename StateOf<Config>::type;
 

@@ -45,7 +45,9 @@ class SystemClock final : public Clock {
 class ManualClock final : public Clock {
  public:
   explicit ManualClock(Time start = Time::UnixEpoch()) : now_us_(start.unix_micros()) {}
-  Time Now() const override { return Time::FromUnixMicros(now_us_.load(std::memory_order_acquire)); }
+  Time Now() const override {
+    return Time::FromUnixMicros(now_us_.load(std::memory_order_acquire));
+  }
   void Advance(Duration d) { now_us_.fetch_add(d.micros(), std::memory_order_acq_rel); }
   // May move backwards: tests use it to model a clock step.
   void Set(Time t) { now_us_.store(t.unix_micros(), std::memory_order_release); }

@@ -37,8 +37,16 @@ namespace sluice {
 
 // The time units of the Envoy API. The numbers are those of
 // envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit.
-enum class EnvoyUnit { kUnknown = 0, kSecond = 1, kMinute = 2, kHour = 3, kDay = 4,
-                       kMonth = 5, kYear = 6, kWeek = 7 };
+enum class EnvoyUnit {
+  kUnknown = 0,
+  kSecond = 1,
+  kMinute = 2,
+  kHour = 3,
+  kDay = 4,
+  kMonth = 5,
+  kYear = 6,
+  kWeek = 7
+};
 
 // The unit's length as envoyproxy/ratelimit counts it (a month is 30 days,
 // a year 365); windows are aligned to multiples of it since the Unix epoch.

@@ -159,17 +159,17 @@ class Limiter {
 
   std::string name_;
   const Clock* clock_ = nullptr;
-  std::vector<LimitConfig> configs_;               // in the caller's order
+  std::vector<LimitConfig> configs_;                 // in the caller's order
   std::vector<std::shared_ptr<LimitTable>> tables_;  // in the caller's order
-  std::vector<size_t> order_;                      // decision order: shape last
+  std::vector<size_t> order_;                        // decision order: shape last
 
   // With a remote store: the limits in this process, except a shape limit,
   // are decided first (cheap, and they spare the remote store the requests
   // they deny), then the remote limits in one call, then a local shape limit.
   Store* remote_ = nullptr;
-  std::vector<size_t> local_first_;        // indexes, decision order
-  std::vector<size_t> remote_limits_;      // indexes, decision order
-  std::vector<bool> is_remote_;            // per limit
+  std::vector<size_t> local_first_;         // indexes, decision order
+  std::vector<size_t> remote_limits_;       // indexes, decision order
+  std::vector<bool> is_remote_;             // per limit
   std::vector<LimitTable*> remote_tables_;  // the same, as DecideBatch wants them
   std::optional<size_t> local_shape_;
   OnStoreError on_store_error_ = OnStoreError::kAllow;

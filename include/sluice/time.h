@@ -47,7 +47,10 @@ class Duration {
   constexpr Duration operator+(Duration o) const { return Duration(us_ + o.us_); }
   constexpr Duration operator-(Duration o) const { return Duration(us_ - o.us_); }
   constexpr Duration operator*(int64_t k) const { return Duration(us_ * k); }
-  constexpr Duration& operator+=(Duration o) { us_ += o.us_; return *this; }
+  constexpr Duration& operator+=(Duration o) {
+    us_ += o.us_;
+    return *this;
+  }
   constexpr auto operator<=>(const Duration&) const = default;
 
  private:
@@ -65,7 +68,10 @@ class Time {
   constexpr Time operator+(Duration d) const { return Time(us_ + d.micros()); }
   constexpr Time operator-(Duration d) const { return Time(us_ - d.micros()); }
   constexpr Duration operator-(Time o) const { return Duration::Micros(us_ - o.us_); }
-  constexpr Time& operator+=(Duration d) { us_ += d.micros(); return *this; }
+  constexpr Time& operator+=(Duration d) {
+    us_ += d.micros();
+    return *this;
+  }
   constexpr auto operator<=>(const Time&) const = default;
 
  private:

@@ -44,21 +44,21 @@ std::optional<Algorithm> AlgorithmFromName(std::string_view name) {
 }
 
 absl::StatusOr<LimitConfig> MakeLimit(const LimitOptions& options) {
-  const bool bucket = options.algorithm == Algorithm::kTokenBucket ||
-                      options.algorithm == Algorithm::kGcra ||
-                      (options.algorithm == Algorithm::kLeakyBucket &&
-                       options.mode == LeakyMode::kPolice);
+  const bool bucket =
+      options.algorithm == Algorithm::kTokenBucket || options.algorithm == Algorithm::kGcra ||
+      (options.algorithm == Algorithm::kLeakyBucket && options.mode == LeakyMode::kPolice);
   const bool shape =
       options.algorithm == Algorithm::kLeakyBucket && options.mode == LeakyMode::kShape;
   const std::string_view name = AlgorithmName(options.algorithm);
   if (!bucket && options.burst != 0) {
-    return absl::InvalidArgumentError(internal::Cat(
-        name, shape ? " mode shape" : "", ": burst applies only to token_bucket, gcra and "
-        "leaky_bucket mode police (a window's limit is its rate)"));
+    return absl::InvalidArgumentError(
+        internal::Cat(name, shape ? " mode shape" : "",
+                      ": burst applies only to token_bucket, gcra and "
+                      "leaky_bucket mode police (a window's limit is its rate)"));
   }
   if (!shape && (options.max_delay != Duration::Zero() || options.queue != 0)) {
-    return absl::InvalidArgumentError(internal::Cat(
-        name, ": max_delay and queue apply only to leaky_bucket mode shape"));
+    return absl::InvalidArgumentError(
+        internal::Cat(name, ": max_delay and queue apply only to leaky_bucket mode shape"));
   }
   absl::StatusOr<LimitConfig> result;
   switch (options.algorithm) {
@@ -69,9 +69,10 @@ absl::StatusOr<LimitConfig> MakeLimit(const LimitOptions& options) {
       result = Wrap<GcraConfig>(BucketOptions{options.rate, options.burst});
       break;
     case Algorithm::kLeakyBucket:
-      result = shape ? Wrap<LeakyShapeConfig>(
-                           ShapeOptions{options.rate, options.max_delay, options.queue})
-                     : Wrap<LeakyPoliceConfig>(BucketOptions{options.rate, options.burst});
+      result =
+          shape
+              ? Wrap<LeakyShapeConfig>(ShapeOptions{options.rate, options.max_delay, options.queue})
+              : Wrap<LeakyPoliceConfig>(BucketOptions{options.rate, options.burst});
       break;
     case Algorithm::kFixedWindow:
       result = Wrap<FixedWindowConfig>(WindowOptions{options.rate});
@@ -95,19 +96,23 @@ const Rate& RateOf(const LimitConfig& config) {
 
 Algorithm AlgorithmOf(const LimitConfig& config) {
   switch (config.index()) {
-    case 0: return Algorithm::kTokenBucket;
-    case 1: return Algorithm::kGcra;
+    case 0:
+      return Algorithm::kTokenBucket;
+    case 1:
+      return Algorithm::kGcra;
     case 2:
-    case 3: return Algorithm::kLeakyBucket;
-    case 4: return Algorithm::kFixedWindow;
-    case 5: return Algorithm::kSlidingLog;
-    default: return Algorithm::kSlidingWindow;
+    case 3:
+      return Algorithm::kLeakyBucket;
+    case 4:
+      return Algorithm::kFixedWindow;
+    case 5:
+      return Algorithm::kSlidingLog;
+    default:
+      return Algorithm::kSlidingWindow;
   }
 }
 
-bool IsShape(const LimitConfig& config) {
-  return std::holds_alternative<LeakyShapeConfig>(config);
-}
+bool IsShape(const LimitConfig& config) { return std::holds_alternative<LeakyShapeConfig>(config); }
 
 std::string DescribeLimit(const LimitOptions& limit) {
   std::string out(AlgorithmName(limit.algorithm));
@@ -115,16 +120,17 @@ std::string DescribeLimit(const LimitOptions& limit) {
     out += limit.mode == LeakyMode::kShape ? " shape" : " police";
   }
   out += Cat(" ", FormatRate(limit.rate));
-  const bool bucket = limit.algorithm == Algorithm::kTokenBucket ||
-                      limit.algorithm == Algorithm::kGcra ||
-                      (limit.algorithm == Algorithm::kLeakyBucket && limit.mode == LeakyMode::kPolice);
-  if (bucket && limit.burst > 0 && limit.burst != limit.rate.limit) out += Cat(" burst ", limit.burst);
+  const bool bucket =
+      limit.algorithm == Algorithm::kTokenBucket || limit.algorithm == Algorithm::kGcra ||
+      (limit.algorithm == Algorithm::kLeakyBucket && limit.mode == LeakyMode::kPolice);
+  if (bucket && limit.burst > 0 && limit.burst != limit.rate.limit)
+    out += Cat(" burst ", limit.burst);
   if (limit.mode == LeakyMode::kShape && limit.algorithm == Algorithm::kLeakyBucket) {
-    if (limit.max_delay > Duration::Zero()) out += Cat(" max_delay ", FormatDuration(limit.max_delay));
+    if (limit.max_delay > Duration::Zero())
+      out += Cat(" max_delay ", FormatDuration(limit.max_delay));
     if (limit.queue > 0) out += Cat(" queue ", limit.queue);
   }
   return out;
 }
-
 
 }  // namespace sluice

@@ -13,7 +13,8 @@ BucketRate BestLowerApproximation(int64_t num, int64_t den, int64_t max_p) {
   BucketRate best{0, 1, false};
   for (int64_t p = 1; p <= max_p; ++p) {
     const __int128 q = (static_cast<__int128>(p) * den + num - 1) / num;  // ceil: p/q <= num/den
-    if (static_cast<__int128>(p) * best.ticks_per_token > static_cast<__int128>(best.ticks_per_us) * q) {
+    if (static_cast<__int128>(p) * best.ticks_per_token >
+        static_cast<__int128>(best.ticks_per_us) * q) {
       best = {p, static_cast<int64_t>(q), false};
     }
   }

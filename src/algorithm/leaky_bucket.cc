@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "base/cat.h"
 #include "algorithm/bucket_math.h"
+#include "base/cat.h"
 
 namespace sluice {
 
@@ -17,19 +17,20 @@ absl::StatusOr<LeakyPoliceConfig> LeakyPoliceConfig::Create(const BucketOptions&
   return LeakyPoliceConfig{*base};
 }
 
-Outcome<LeakyPoliceState> Decide(const LeakyPoliceConfig& config, LeakyPoliceState state,
-                                 Time now, int64_t cost) {
+Outcome<LeakyPoliceState> Decide(const LeakyPoliceConfig& config, LeakyPoliceState state, Time now,
+                                 int64_t cost) {
   const int64_t now_us = now.unix_micros();
   // The level leaks while time passes; a clock that went back leaks nothing.
-  const int64_t level = std::max<int64_t>(0, state.level_ticks - config.TicksIn(now_us - state.last_us));
+  const int64_t level =
+      std::max<int64_t>(0, state.level_ticks - config.TicksIn(now_us - state.last_us));
   internal::BucketStep step = internal::BucketDecide(config, level, cost);
   internal::MeasureFromNow(step.decision, state.last_us - now_us);
   if (step.consumed) state = {step.used_after, std::max(state.last_us, now_us)};
   return {state, step.decision};
 }
 
-LeakyPoliceState Refund(const LeakyPoliceConfig& config, LeakyPoliceState state,
-                        Time /*taken_at*/, int64_t cost) {
+LeakyPoliceState Refund(const LeakyPoliceConfig& config, LeakyPoliceState state, Time /*taken_at*/,
+                        int64_t cost) {
   if (cost <= 0) return state;
   const int64_t give = std::min(cost, config.burst()) * config.bucket_rate().ticks_per_token;
   state.level_ticks = std::max<int64_t>(0, state.level_ticks - give);
@@ -47,12 +48,12 @@ absl::StatusOr<LeakyShapeConfig> LeakyShapeConfig::Create(const ShapeOptions& op
   absl::StatusOr<BucketRate> bucket_rate = MakeBucketRate(options.rate);
   if (!bucket_rate.ok()) return bucket_rate.status();
   if (options.max_delay < Duration::Zero()) {
-    return absl::InvalidArgumentError(internal::Cat(
-        "max_delay must not be negative, got ", options.max_delay.micros(), "us"));
+    return absl::InvalidArgumentError(
+        internal::Cat("max_delay must not be negative, got ", options.max_delay.micros(), "us"));
   }
   if (options.max_delay > kMaxPeriod) {
-    return absl::InvalidArgumentError(internal::Cat(
-        "max_delay ", FormatDuration(options.max_delay), " is longer than the maximum 366d"));
+    return absl::InvalidArgumentError(internal::Cat("max_delay ", FormatDuration(options.max_delay),
+                                                    " is longer than the maximum 366d"));
   }
   if (options.queue < 0) {
     return absl::InvalidArgumentError(
@@ -120,8 +121,8 @@ Outcome<LeakyShapeState> Decide(const LeakyShapeConfig& config, LeakyShapeState 
   return {state, d};
 }
 
-LeakyShapeState Refund(const LeakyShapeConfig& /*config*/, LeakyShapeState state,
-                       Time /*taken_at*/, int64_t /*cost*/) {
+LeakyShapeState Refund(const LeakyShapeConfig& /*config*/, LeakyShapeState state, Time /*taken_at*/,
+                       int64_t /*cost*/) {
   return state;
 }
 

@@ -116,8 +116,7 @@ Decision Check(const SlidingLogConfig& config, SlidingLogState& state, Time now,
   return d;
 }
 
-void Refund(const SlidingLogConfig& config, SlidingLogState& state, Time taken_at,
-            int64_t cost) {
+void Refund(const SlidingLogConfig& config, SlidingLogState& state, Time taken_at, int64_t cost) {
   // A request that has left the window holds no place in the log any more:
   // the entry at or after `taken_at` would be another request's.
   if (taken_at.unix_micros() <= state.last_time_us() - config.period().micros()) return;

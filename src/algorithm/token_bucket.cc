@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "base/cat.h"
 #include "algorithm/bucket_math.h"
+#include "base/cat.h"
 
 namespace sluice {
 
@@ -43,8 +43,8 @@ absl::StatusOr<TokenBucketConfig> TokenBucketConfig::Create(const BucketOptions&
   return TokenBucketConfig{*base};
 }
 
-Outcome<TokenBucketState> Decide(const TokenBucketConfig& config, TokenBucketState state,
-                                 Time now, int64_t cost) {
+Outcome<TokenBucketState> Decide(const TokenBucketConfig& config, TokenBucketState state, Time now,
+                                 int64_t cost) {
   const int64_t now_us = now.unix_micros();
   const int64_t capacity = config.capacity_ticks();
   int64_t tokens = capacity;
@@ -60,8 +60,8 @@ Outcome<TokenBucketState> Decide(const TokenBucketConfig& config, TokenBucketSta
   return {state, step.decision};
 }
 
-TokenBucketState Refund(const TokenBucketConfig& config, TokenBucketState state,
-                        Time /*taken_at*/, int64_t cost) {
+TokenBucketState Refund(const TokenBucketConfig& config, TokenBucketState state, Time /*taken_at*/,
+                        int64_t cost) {
   if (state.last_us == TokenBucketState::kNeverUsed || cost <= 0) return state;
   const int64_t give = std::min(cost, config.burst()) * config.bucket_rate().ticks_per_token;
   state.tokens_ticks = std::min(config.capacity_ticks(), state.tokens_ticks + give);
@@ -71,8 +71,7 @@ TokenBucketState Refund(const TokenBucketConfig& config, TokenBucketState state,
 Time FreshAt(const TokenBucketConfig& config, const TokenBucketState& state) {
   if (state.last_us == TokenBucketState::kNeverUsed) return Time::FromUnixMicros(INT64_MIN);
   const int64_t missing = config.capacity_ticks() - state.tokens_ticks;
-  return Time::FromUnixMicros(state.last_us +
-                              CeilDiv(missing, config.bucket_rate().ticks_per_us));
+  return Time::FromUnixMicros(state.last_us + CeilDiv(missing, config.bucket_rate().ticks_per_us));
 }
 
 }  // namespace sluice

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "base/cat.h"
 #include "algorithm/bucket_math.h"
+#include "base/cat.h"
 
 namespace sluice {
 
@@ -32,8 +32,8 @@ absl::StatusOr<SlidingWindowConfig> SlidingWindowConfig::Create(const WindowOpti
 
 // ---- fixed_window ----
 
-Outcome<FixedWindowState> Decide(const FixedWindowConfig& config, FixedWindowState state,
-                                 Time now, int64_t cost) {
+Outcome<FixedWindowState> Decide(const FixedWindowConfig& config, FixedWindowState state, Time now,
+                                 int64_t cost) {
   const int64_t period = config.period().micros();
   const int64_t now_us = now.unix_micros();
   // A clock that went back stays in the latest window seen.
@@ -138,7 +138,7 @@ Outcome<SlidingWindowState> Decide(const SlidingWindowConfig& config, SlidingWin
   }
   const i128 used = weighted_prev + static_cast<i128>(curr) * period;
   d.remaining = used >= capacity ? 0 : static_cast<int64_t>((capacity - used) / period);
-  const int64_t fresh_at = curr > 0 ? window_start + 2 * period
+  const int64_t fresh_at = curr > 0     ? window_start + 2 * period
                            : w.prev > 0 ? window_start + period
                                         : now_us;
   d.reset_after = Duration::Micros(std::max<int64_t>(fresh_at - now_us, 0));

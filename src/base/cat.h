@@ -18,13 +18,13 @@ inline void AppendPiece(std::string& out, const char* s) { out.append(s); }
 inline void AppendPiece(std::string& out, const std::string& s) { out.append(s); }
 inline void AppendPiece(std::string& out, char c) { out.push_back(c); }
 template <typename T>
-  requires std::same_as<T, absl::string_view> && (!std::same_as<T, std::string_view>)
-inline void AppendPiece(std::string& out, T s) {
+requires std::same_as<T, absl::string_view> &&
+    (!std::same_as<T, std::string_view>)inline void AppendPiece(std::string& out, T s) {
   out.append(s.data(), s.size());
 }
 template <std::integral T>
-  requires(!std::same_as<T, char> && !std::same_as<T, bool>)
-inline void AppendPiece(std::string& out, T value) {
+requires(!std::same_as<T, char> && !std::same_as<T, bool>) inline void AppendPiece(std::string& out,
+                                                                                   T value) {
   char buf[24];
   const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
   out.append(buf, end);

@@ -21,8 +21,8 @@ absl::Status ValidateRate(const Rate& rate) {
         internal::Cat("rate period must be positive, got ", rate.period.micros(), "us"));
   }
   if (rate.period > kMaxPeriod) {
-    return absl::InvalidArgumentError(internal::Cat(
-        "rate period ", FormatDuration(rate.period), " is longer than the maximum 366d"));
+    return absl::InvalidArgumentError(internal::Cat("rate period ", FormatDuration(rate.period),
+                                                    " is longer than the maximum 366d"));
   }
   return absl::OkStatus();
 }
@@ -30,8 +30,8 @@ absl::Status ValidateRate(const Rate& rate) {
 absl::StatusOr<Rate> ParseRate(std::string_view text) {
   const size_t slash = text.find('/');
   if (slash == std::string_view::npos) {
-    return absl::InvalidArgumentError(internal::Cat(
-        "rate \"", text, "\": expected LIMIT/PERIOD, e.g. 100/s, 40/min, 10/5s"));
+    return absl::InvalidArgumentError(
+        internal::Cat("rate \"", text, "\": expected LIMIT/PERIOD, e.g. 100/s, 40/min, 10/5s"));
   }
   const std::string_view limit_text = text.substr(0, slash);
   const std::string_view period_text = text.substr(slash + 1);
@@ -40,17 +40,17 @@ absl::StatusOr<Rate> ParseRate(std::string_view text) {
         internal::Cat("rate \"", text, "\": missing limit before '/'"));
   }
   if (limit_text.front() == '-') {
-    return absl::InvalidArgumentError(
-        internal::Cat("rate \"", text, "\": limit must be positive"));
+    return absl::InvalidArgumentError(internal::Cat("rate \"", text, "\": limit must be positive"));
   }
   int64_t limit = 0;
-  const auto [end, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
+  const auto [end, ec] =
+      std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
   if (ec == std::errc::result_out_of_range) {
     return absl::InvalidArgumentError(internal::Cat("rate \"", text, "\": limit too large"));
   }
   if (ec != std::errc() || end != limit_text.data() + limit_text.size()) {
-    return absl::InvalidArgumentError(internal::Cat(
-        "rate \"", text, "\": limit \"", limit_text, "\" is not a whole number"));
+    return absl::InvalidArgumentError(
+        internal::Cat("rate \"", text, "\": limit \"", limit_text, "\" is not a whole number"));
   }
   if (period_text.empty()) {
     return absl::InvalidArgumentError(internal::Cat(

@@ -14,15 +14,15 @@ namespace internal {
 
 std::optional<Duration> UnitDuration(std::string_view unit) {
   static constexpr std::array<std::pair<std::string_view, Duration>, 19> kUnits = {{
-      {"us", Duration::Micros(1)},     {"ms", Duration::Millis(1)},
-      {"s", Duration::Seconds(1)},     {"sec", Duration::Seconds(1)},
+      {"us", Duration::Micros(1)},      {"ms", Duration::Millis(1)},
+      {"s", Duration::Seconds(1)},      {"sec", Duration::Seconds(1)},
       {"second", Duration::Seconds(1)}, {"seconds", Duration::Seconds(1)},
-      {"m", Duration::Minutes(1)},     {"min", Duration::Minutes(1)},
+      {"m", Duration::Minutes(1)},      {"min", Duration::Minutes(1)},
       {"minute", Duration::Minutes(1)}, {"minutes", Duration::Minutes(1)},
-      {"h", Duration::Hours(1)},       {"hour", Duration::Hours(1)},
-      {"hours", Duration::Hours(1)},   {"hr", Duration::Hours(1)},
-      {"d", Duration::Days(1)},        {"day", Duration::Days(1)},
-      {"days", Duration::Days(1)},     {"mins", Duration::Minutes(1)},
+      {"h", Duration::Hours(1)},        {"hour", Duration::Hours(1)},
+      {"hours", Duration::Hours(1)},    {"hr", Duration::Hours(1)},
+      {"d", Duration::Days(1)},         {"day", Duration::Days(1)},
+      {"days", Duration::Days(1)},      {"mins", Duration::Minutes(1)},
       {"secs", Duration::Seconds(1)},
   }};
   for (const auto& [name, d] : kUnits) {
@@ -68,13 +68,13 @@ absl::StatusOr<Duration> ParseCountAndUnit(std::string_view text, std::string_vi
     numerator = 1;
   }
   if (unit.empty()) {
-    return absl::InvalidArgumentError(internal::Cat(
-        what, " \"", text, "\": missing unit (one of us, ms, s, m or min, h, d)"));
+    return absl::InvalidArgumentError(
+        internal::Cat(what, " \"", text, "\": missing unit (one of us, ms, s, m or min, h, d)"));
   }
   const std::optional<Duration> unit_d = UnitDuration(unit);
   if (!unit_d) {
     return absl::InvalidArgumentError(internal::Cat(what, " \"", text, "\": unknown unit \"", unit,
-                                                   "\" (use us, ms, s, m or min, h, d)"));
+                                                    "\" (use us, ms, s, m or min, h, d)"));
   }
   const __int128 scaled = numerator * unit_d->micros();
   if (scaled % denominator != 0) {
@@ -103,7 +103,11 @@ std::string FormatDuration(Duration d) {
   if (d == Duration::Zero()) return "0s";
   const int64_t us = d.micros();
   static constexpr std::array<std::pair<int64_t, std::string_view>, 5> kUnits = {{
-      {86'400'000'000, "d"}, {3'600'000'000, "h"}, {60'000'000, "m"}, {1'000'000, "s"}, {1000, "ms"},
+      {86'400'000'000, "d"},
+      {3'600'000'000, "h"},
+      {60'000'000, "m"},
+      {1'000'000, "s"},
+      {1000, "ms"},
   }};
   for (const auto& [size, name] : kUnits) {
     if (us != 0 && us % size == 0) return internal::Cat(us / size, name);

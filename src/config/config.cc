@@ -15,16 +15,16 @@
 #include <cctype>
 #include <cstdlib>
 #include <initializer_list>
-#include <map>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
 
-#include "base/ascii.h"
 #include "absl/status/status.h"
+#include "base/ascii.h"
 #include "base/cat.h"
 #include "config/envoy_yaml.h"
 #include "config/yaml_reader.h"
@@ -163,8 +163,7 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
 absl::Status CheckToken(std::string_view token) {
   if (token.size() < kMinTokenLength || token.size() > kMaxTokenLength) {
     return absl::InvalidArgumentError(Cat("a token must be ", kMinTokenLength, " to ",
-                                          kMaxTokenLength, " characters long, got ",
-                                          token.size()));
+                                          kMaxTokenLength, " characters long, got ", token.size()));
   }
   if (!std::all_of(token.begin(), token.end(),
                    [](char c) { return c > ' ' && c < 0x7f && c != ','; })) {
@@ -232,10 +231,9 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     }
   }
   if (const Value* redis = f->Find("redis")) {
-    absl::StatusOr<Fields> r =
-        ReadMap(*redis, kMapOfKeys,
-                {"url", "cluster", "user", "password", "password_env", "database", "timeout",
-                 "connect_timeout", "key_prefix"});
+    absl::StatusOr<Fields> r = ReadMap(*redis, kMapOfKeys,
+                                       {"url", "cluster", "user", "password", "password_env",
+                                        "database", "timeout", "connect_timeout", "key_prefix"});
     if (!r.ok()) return r.status();
     RedisStoreOptions& o = out.redis.emplace();
     const Value* url = r->Find("url");
@@ -278,7 +276,8 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
       return Fail(*r->Find("key_prefix"), "no '{' or '}': they would move the keys' hash tag");
     }
     if (const Value* x = r->Find("password_env")) {
-      if (r->Find("password") != nullptr) return Fail(*x, "give password or password_env, not both");
+      if (r->Find("password") != nullptr)
+        return Fail(*x, "give password or password_env, not both");
       absl::StatusOr<std::string> name = ReadScalar(*x, "an environment variable's name");
       if (!name.ok()) return name.status();
       const char* value = std::getenv(name->c_str());
@@ -395,8 +394,8 @@ absl::StatusOr<HostPort> Parser::ReadUpstream(const Value& v) const {
 absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names,
                                RouteConfig& out) const {
   if (!v.node.IsMap()) {
-    return Fail(
-        v, Cat("expected a route (a map with name, match and upstream), got ", DescribeNode(v.node)));
+    return Fail(v, Cat("expected a route (a map with name, match and upstream), got ",
+                       DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"name", "match", "upstream"});
   if (!f.ok()) return f.status();
@@ -464,12 +463,12 @@ absl::Status Parser::ReadKey(const Value& v, std::vector<KeyPart>& out) const {
 
 absl::StatusOr<LimitSpec> Parser::ReadLimit(const Value& v) const {
   if (!v.node.IsMap()) {
-    return Fail(v, Cat("expected a limit (a map with algorithm and rate), got ", DescribeNode(v.node)));
+    return Fail(
+        v, Cat("expected a limit (a map with algorithm and rate), got ", DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f =
-      ReadMap(v, kMapOfKeys,
-              {"algorithm", "rate", "limit", "period", "burst", "mode", "max_delay", "queue",
-               "scope"});
+  absl::StatusOr<Fields> f = ReadMap(
+      v, kMapOfKeys,
+      {"algorithm", "rate", "limit", "period", "burst", "mode", "max_delay", "queue", "scope"});
   if (!f.ok()) return f.status();
   LimitSpec out;
   SLUICE_ASSIGN_OR_RETURN(out.options, ReadLimitOptions(*f));
@@ -495,12 +494,12 @@ absl::Status Parser::ReadDeny(const Value& v, DenyConfig& out) const {
 absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& names,
                                 PolicyConfig& out) const {
   if (!v.node.IsMap()) {
-    return Fail(v, Cat("expected a policy (a map with name and limits), got ", DescribeNode(v.node)));
+    return Fail(v,
+                Cat("expected a policy (a map with name and limits), got ", DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f =
-      ReadMap(v, kMapOfKeys,
-              {"name", "match", "key", "on_missing_key", "limits", "shadow", "on_deny",
-               "on_store_error", "long_keys"});
+  absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys,
+                                     {"name", "match", "key", "on_missing_key", "limits", "shadow",
+                                      "on_deny", "on_store_error", "long_keys"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -544,13 +543,13 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
   if (const Value* x = f->Find("on_store_error")) {
     SLUICE_ASSIGN_OR_RETURN(out.on_store_error,
                             ReadChoice<OnStoreError>(*x, {{"allow", OnStoreError::kAllow},
-                                                            {"deny", OnStoreError::kDeny},
-                                                            {"local", OnStoreError::kLocal}}));
+                                                          {"deny", OnStoreError::kDeny},
+                                                          {"local", OnStoreError::kLocal}}));
   }
   if (const Value* x = f->Find("long_keys")) {
-    SLUICE_ASSIGN_OR_RETURN(out.long_keys,
-                            ReadChoice<LongKeys>(*x, {{"hash", LongKeys::kHash},
-                                                      {"refuse", LongKeys::kRefuse}}));
+    SLUICE_ASSIGN_OR_RETURN(
+        out.long_keys,
+        ReadChoice<LongKeys>(*x, {{"hash", LongKeys::kHash}, {"refuse", LongKeys::kRefuse}}));
   }
   return absl::OkStatus();
 }
@@ -573,8 +572,9 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
   if (!document->has_value()) {  // empty, or only comments: a server that limits nothing
     if (!options_.allow_empty) {
       return absl::InvalidArgumentError(
-          Cat(source(), ": the file is empty (or holds only comments); the config in force stays "
-                        "(an editor rewriting the file can leave it empty for a moment)"));
+          Cat(source(),
+              ": the file is empty (or holds only comments); the config in force stays "
+              "(an editor rewriting the file can leave it empty for a moment)"));
     }
     return config;
   }
@@ -584,10 +584,9 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
                           "routes, policies), got ",
                           DescribeNode(root.node)));
   }
-  absl::StatusOr<Fields> f =
-      ReadMap(root, kMapOfKeys,
-              {"server", "store", "trusted_proxies", "real_ip_header", "routes", "policies", "grpc",
-               "envoy", "envoy_files"});
+  absl::StatusOr<Fields> f = ReadMap(root, kMapOfKeys,
+                                     {"server", "store", "trusted_proxies", "real_ip_header",
+                                      "routes", "policies", "grpc", "envoy", "envoy_files"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
   if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
@@ -634,9 +633,8 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
     GrpcConfig& grpc = config.grpc.emplace();
     if (const Value* listen = g->Find("listen")) {
       SLUICE_ASSIGN_OR_RETURN(grpc.listen, ReadHostPort(*listen));
-      for (const HostPort& other :
-           {config.server.listen, config.server.admin,
-            config.server.decision.listen.value_or(HostPort{"", 0})}) {
+      for (const HostPort& other : {config.server.listen, config.server.admin,
+                                    config.server.decision.listen.value_or(HostPort{"", 0})}) {
         if (grpc.listen == other && other.port != 0) {
           return Fail(*listen,
                       "same address as server.listen, server.admin or server.decision.listen; "
@@ -664,8 +662,9 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
       return v == nullptr ? std::nullopt
                           : std::optional<internal::YamlAt>({v->node, v->path, v->line});
     };
-    absl::StatusOr<std::shared_ptr<const EnvoyConfig>> envoy = internal::ReadEnvoySection(
-        source(), at(f->Find("envoy")), at(f->Find("envoy_files")), {.shared_store = shared_store_});
+    absl::StatusOr<std::shared_ptr<const EnvoyConfig>> envoy =
+        internal::ReadEnvoySection(source(), at(f->Find("envoy")), at(f->Find("envoy_files")),
+                                   {.shared_store = shared_store_});
     if (!envoy.ok()) return envoy.status();
     config.envoy = *std::move(envoy);
   }

@@ -766,8 +766,9 @@ TEST(DecisionConfig, ReadsListenTokensAndTokenEnv) {
 }
 
 TEST(DecisionConfig, RefusesWeakTokensAndClashingAddresses) {
-  EXPECT_EQ(ErrorOf("server:\n  decision:\n    tokens: [short]\n"),
-            "t.yaml:3: server.decision.tokens[0]: a token must be 16 to 512 characters long, got 5");
+  EXPECT_EQ(
+      ErrorOf("server:\n  decision:\n    tokens: [short]\n"),
+      "t.yaml:3: server.decision.tokens[0]: a token must be 16 to 512 characters long, got 5");
   EXPECT_EQ(ErrorOf("server:\n  decision:\n    tokens: [\"has a space in it, sixteen\"]\n"),
             "t.yaml:3: server.decision.tokens[0]: a token may hold only visible ASCII characters, "
             "no spaces or commas");
@@ -804,8 +805,9 @@ TEST(LongKeys, HashByDefaultOrRefuse) {
       "  - {name: b, long_keys: refuse, limits: [{algorithm: gcra, rate: 1/s}]}\n");
   EXPECT_EQ(config.policies[0].long_keys, LongKeys::kHash);
   EXPECT_EQ(config.policies[1].long_keys, LongKeys::kRefuse);
-  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, long_keys: cut, limits: [{algorithm: gcra, rate: 1/s}]}\n"),
-            "t.yaml:2: policies[0].long_keys: expected one of: hash, refuse; got \"cut\"");
+  EXPECT_EQ(
+      ErrorOf("policies:\n  - {name: a, long_keys: cut, limits: [{algorithm: gcra, rate: 1/s}]}\n"),
+      "t.yaml:2: policies[0].long_keys: expected one of: hash, refuse; got \"cut\"");
 }
 
 TEST(ServerTimeouts, HugeValuesAreRefusedWithTheBound) {

@@ -16,8 +16,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "base/ascii.h"
 #include "absl/status/status.h"
+#include "base/ascii.h"
 #include "base/cat.h"
 #include "config/envoy_yaml.h"
 #include "config/yaml_reader.h"
@@ -58,8 +58,8 @@ class Reader : public internal::YamlReader {
 };
 
 absl::StatusOr<EnvoyDomain> Reader::Domain(const YamlAt& v) const {
-  absl::StatusOr<Fields> f = ReadMap(v, "a domain (a map with domain and descriptors)",
-                                     {"domain", "descriptors"});
+  absl::StatusOr<Fields> f =
+      ReadMap(v, "a domain (a map with domain and descriptors)", {"domain", "descriptors"});
   if (!f.ok()) return f.status();
   EnvoyDomain out;
   out.source = source();
@@ -89,9 +89,10 @@ absl::Status Reader::Descriptors(const YamlAt& v, int depth,
     // too: which of the two applies would otherwise depend on file order.
     for (const EnvoyDescriptor& other : out) {
       if (other.key == d.key && other.value == d.value) {
-        return Fail(item, Cat("duplicate descriptor key \"", d.key, "\"",
-                              d.value ? Cat(" value \"", *d.value, "\"") : std::string(" (any value)"),
-                              " (first at line ", other.line, ")"));
+        return Fail(item,
+                    Cat("duplicate descriptor key \"", d.key, "\"",
+                        d.value ? Cat(" value \"", *d.value, "\"") : std::string(" (any value)"),
+                        " (first at line ", other.line, ")"));
       }
     }
     out.push_back(std::move(d));
@@ -101,18 +102,21 @@ absl::Status Reader::Descriptors(const YamlAt& v, int depth,
 
 absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out) const {
   if (!v.node.IsMap()) {
-    return Fail(v, Cat("expected a descriptor (a map with key, value, rate_limit, descriptors), got ",
-                       DescribeNode(v.node)));
+    return Fail(v,
+                Cat("expected a descriptor (a map with key, value, rate_limit, descriptors), got ",
+                    DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f = ReadMap(
       v, "a descriptor",
       {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "metadata"},
       {{"value_to_metric", "descriptor values in metric names (sluice's metrics are per rule)"},
-       {"share_threshold", "one shared limit for all values matching a wildcard (in sluice each "
-                           "value has its own state)"},
-       {"quota_mode", "soft limits that admit requests over the limit and report them in "
-                      "dynamic metadata (sluice denies over the limit and sends no dynamic "
-                      "metadata; use shadow_mode to count without denying)"}});
+       {"share_threshold",
+        "one shared limit for all values matching a wildcard (in sluice each "
+        "value has its own state)"},
+       {"quota_mode",
+        "soft limits that admit requests over the limit and report them in "
+        "dynamic metadata (sluice denies over the limit and sends no dynamic "
+        "metadata; use shadow_mode to count without denying)"}});
   if (!f.ok()) return f.status();
   out.line = v.line;
   const YamlAt* key = f->Find("key");
@@ -155,14 +159,15 @@ absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out
 }
 
 absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
-  absl::StatusOr<Fields> f = ReadMap(
-      v, "a rate_limit (a map with unit and requests_per_unit)",
-      {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
-       "algorithm", "rate", "limit", "period", "burst", "scope"},
-      {{"mode", "leaky_bucket mode shape (Envoy cannot hold a request for its departure time; "
+  absl::StatusOr<Fields> f =
+      ReadMap(v, "a rate_limit (a map with unit and requests_per_unit)",
+              {"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
+               "algorithm", "rate", "limit", "period", "burst", "scope"},
+              {{"mode",
+                "leaky_bucket mode shape (Envoy cannot hold a request for its departure time; "
                 "leaky_bucket here polices)"},
-       {"max_delay", "shaping delays (Envoy cannot hold a request)"},
-       {"queue", "shaping queues (Envoy cannot hold a request)"}});
+               {"max_delay", "shaping delays (Envoy cannot hold a request)"},
+               {"queue", "shaping queues (Envoy cannot hold a request)"}});
   if (!f.ok()) return f.status();
   if (const YamlAt* x = f->Find("name")) {
     SLUICE_ASSIGN_OR_RETURN(out.name, ReadName(*x, internal::NameChars::kText));
@@ -186,8 +191,8 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
   }
   if (out.unlimited) {
     // As envoyproxy/ratelimit: a unit is refused; its `replaces` apply.
-    for (std::string_view key : {"unit", "unit_multiplier", "algorithm", "rate", "limit", "period",
-                                 "burst", "scope"}) {
+    for (std::string_view key :
+         {"unit", "unit_multiplier", "algorithm", "rate", "limit", "period", "burst", "scope"}) {
       if (const YamlAt* x = f->Find(key)) {
         return Fail(*x, Cat(key, " does not apply to an unlimited rate_limit (unlimited: true)"));
       }
@@ -210,7 +215,8 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
   if (multiplier != nullptr && unit == nullptr) {
     return Fail(*multiplier, "applies to unit + requests_per_unit");
   }
-  if ((unit != nullptr || per_unit != nullptr) && (rate != nullptr || limit != nullptr || period != nullptr)) {
+  if ((unit != nullptr || per_unit != nullptr) &&
+      (rate != nullptr || limit != nullptr || period != nullptr)) {
     const YamlAt* second = rate != nullptr ? rate : limit != nullptr ? limit : period;
     return Fail(*second, "set unit + requests_per_unit, or rate (or limit + period), not both");
   }
@@ -224,9 +230,9 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
     }
     absl::StatusOr<std::string> name = ReadScalar(*unit, "a unit");
     if (!name.ok()) return name.status();
-    static constexpr EnvoyUnit kUnits[] = {EnvoyUnit::kSecond, EnvoyUnit::kMinute, EnvoyUnit::kHour,
-                                           EnvoyUnit::kDay,    EnvoyUnit::kWeek,   EnvoyUnit::kMonth,
-                                           EnvoyUnit::kYear};
+    static constexpr EnvoyUnit kUnits[] = {
+        EnvoyUnit::kSecond, EnvoyUnit::kMinute, EnvoyUnit::kHour, EnvoyUnit::kDay,
+        EnvoyUnit::kWeek,   EnvoyUnit::kMonth,  EnvoyUnit::kYear};
     const std::string lower = internal::AsciiLower(*name);
     for (EnvoyUnit u : kUnits) {
       if (lower == EnvoyUnitName(u)) out.unit = u;
@@ -270,7 +276,8 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
   if (out.deny_all) {
     for (std::string_view key : {"algorithm", "burst"}) {
       if (const YamlAt* x = f->Find(key)) {
-        return Fail(*x, Cat(key, " does not apply with requests_per_unit: 0 (every request is denied)"));
+        return Fail(
+            *x, Cat(key, " does not apply with requests_per_unit: 0 (every request is denied)"));
       }
     }
     return absl::OkStatus();
@@ -292,7 +299,8 @@ absl::Status Reader::CheckReplaces(const EnvoyDomain& domain) const {
   walk(walk, domain.descriptors);
   for (const auto& [at, name] : replaces_) {
     if (!names.contains(name)) {
-      return Fail(at, Cat("no rate_limit of domain \"", domain.domain, "\" is named \"", name, "\""));
+      return Fail(at,
+                  Cat("no rate_limit of domain \"", domain.domain, "\" is named \"", name, "\""));
     }
   }
   return absl::OkStatus();
@@ -314,28 +322,44 @@ absl::StatusOr<EnvoyDomain> ParseDocument(std::string_view yaml, const std::stri
 
 Duration EnvoyUnitLength(EnvoyUnit unit) {
   switch (unit) {
-    case EnvoyUnit::kSecond: return Duration::Seconds(1);
-    case EnvoyUnit::kMinute: return Duration::Minutes(1);
-    case EnvoyUnit::kHour: return Duration::Hours(1);
-    case EnvoyUnit::kDay: return Duration::Days(1);
-    case EnvoyUnit::kWeek: return Duration::Days(7);
-    case EnvoyUnit::kMonth: return Duration::Days(30);
-    case EnvoyUnit::kYear: return Duration::Days(365);
-    case EnvoyUnit::kUnknown: break;
+    case EnvoyUnit::kSecond:
+      return Duration::Seconds(1);
+    case EnvoyUnit::kMinute:
+      return Duration::Minutes(1);
+    case EnvoyUnit::kHour:
+      return Duration::Hours(1);
+    case EnvoyUnit::kDay:
+      return Duration::Days(1);
+    case EnvoyUnit::kWeek:
+      return Duration::Days(7);
+    case EnvoyUnit::kMonth:
+      return Duration::Days(30);
+    case EnvoyUnit::kYear:
+      return Duration::Days(365);
+    case EnvoyUnit::kUnknown:
+      break;
   }
   return Duration::Zero();
 }
 
 std::string_view EnvoyUnitName(EnvoyUnit unit) {
   switch (unit) {
-    case EnvoyUnit::kSecond: return "second";
-    case EnvoyUnit::kMinute: return "minute";
-    case EnvoyUnit::kHour: return "hour";
-    case EnvoyUnit::kDay: return "day";
-    case EnvoyUnit::kWeek: return "week";
-    case EnvoyUnit::kMonth: return "month";
-    case EnvoyUnit::kYear: return "year";
-    case EnvoyUnit::kUnknown: break;
+    case EnvoyUnit::kSecond:
+      return "second";
+    case EnvoyUnit::kMinute:
+      return "minute";
+    case EnvoyUnit::kHour:
+      return "hour";
+    case EnvoyUnit::kDay:
+      return "day";
+    case EnvoyUnit::kWeek:
+      return "week";
+    case EnvoyUnit::kMonth:
+      return "month";
+    case EnvoyUnit::kYear:
+      return "year";
+    case EnvoyUnit::kUnknown:
+      break;
   }
   return "unknown";
 }
@@ -368,7 +392,8 @@ absl::StatusOr<std::shared_ptr<const EnvoyConfig>> ReadEnvoySection(
   auto add = [&](EnvoyDomain domain, const YamlAt& at, const Reader& where) -> absl::Status {
     auto [it, inserted] = seen.emplace(domain.domain, Cat(domain.source, ":", domain.line));
     if (!inserted) {
-      return where.Fail(at, Cat("duplicate domain \"", domain.domain, "\" (first at ", it->second, ")"));
+      return where.Fail(
+          at, Cat("duplicate domain \"", domain.domain, "\" (first at ", it->second, ")"));
     }
     config->domains.push_back(std::move(domain));
     return absl::OkStatus();

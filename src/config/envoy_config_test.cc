@@ -61,7 +61,8 @@ domain: edge
 descriptors:
   - key: remote_address
     rate_limit: {unit: Minute, requests_per_unit: 3}
-)", "rl.yaml");
+)",
+                                                   "rl.yaml");
   ASSERT_TRUE(d.ok()) << d.status();
   const EnvoyDescriptor& r = At(d->descriptors, 0);
   EXPECT_EQ(r.key, "remote_address");
@@ -98,8 +99,7 @@ TEST(EnvoyConfig, ZeroUnlimitedShadowNamesAndReplaces) {
   EXPECT_TRUE(At(edge.descriptors, 2).rate_limit->unlimited);
   const EnvoyDescriptor& login = At(edge.descriptors, 3);
   EXPECT_FALSE(login.rate_limit.has_value());
-  EXPECT_EQ(At(login.descriptors, 0).rate_limit->limit.options.rate,
-            (Rate{2, Duration::Hours(1)}));
+  EXPECT_EQ(At(login.descriptors, 0).rate_limit->limit.options.rate, (Rate{2, Duration::Hours(1)}));
 
   const EnvoyDomain& api = config->envoy->domains[2];
   const EnvoyDescriptor& orders = At(api.descriptors, 0);
@@ -132,13 +132,16 @@ TEST(EnvoyConfig, SluiceExtensionsInsideRateLimit) {
 
 TEST(EnvoyConfig, ScopeDefaultsToGlobalWithASharedStore) {
   const std::string yaml = "domain: d\ndescriptors:\n  - {key: k, rate_limit: {rate: 1/s}}\n";
-  EXPECT_EQ(ParseEnvoyDomain(yaml, "rl.yaml")->descriptors[0].rate_limit->limit.scope, Scope::kLocal);
+  EXPECT_EQ(ParseEnvoyDomain(yaml, "rl.yaml")->descriptors[0].rate_limit->limit.scope,
+            Scope::kLocal);
   EXPECT_EQ(ParseEnvoyDomain(yaml, "rl.yaml", {.shared_store = true})
-                ->descriptors[0].rate_limit->limit.scope,
+                ->descriptors[0]
+                .rate_limit->limit.scope,
             Scope::kGlobal);
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 1/s, scope: global}\n"),
-            "rl.yaml:4: descriptors[0].rate_limit.scope: global needs a shared store (store.redis), "
-            "none is configured");
+  EXPECT_EQ(
+      ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 1/s, scope: global}\n"),
+      "rl.yaml:4: descriptors[0].rate_limit.scope: global needs a shared store (store.redis), "
+      "none is configured");
 }
 
 TEST(EnvoyConfigErrors, NameFileLineAndKey) {
@@ -148,30 +151,34 @@ TEST(EnvoyConfigErrors, NameFileLineAndKey) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n"),
             "rl.yaml:5: descriptors[0].rate_limit.requests_per_unit: required with unit (0 denies "
             "every request; write it when that is meant)");
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, "
-                    "requests_per_unit: 1}\n"),
-            "rl.yaml:4: descriptors[0].rate_limit.unit: unknown unit \"fortnight\" (expected one of: "
-            "second, minute, hour, day, week, month, year)");
+  EXPECT_EQ(
+      ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, "
+              "requests_per_unit: 1}\n"),
+      "rl.yaml:4: descriptors[0].rate_limit.unit: unknown unit \"fortnight\" (expected one of: "
+      "second, minute, hour, day, week, month, year)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
                     "requests_per_unit: -1}\n"),
             "rl.yaml:4: descriptors[0].rate_limit.requests_per_unit: must be from 0 to 4294967295, "
             "got -1");
   EXPECT_EQ(ErrorOf("descriptors: []\n"), "rl.yaml:1: domain: required");
   EXPECT_EQ(ErrorOf("domain: \"\"\n"), "rl.yaml:1: domain: must not be empty");
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - value: v\n"), "rl.yaml:3: descriptors[0].key: required");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - value: v\n"),
+            "rl.yaml:3: descriptors[0].key: required");
 }
 
 TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: a*\n    share_threshold: true\n"),
-            "rl.yaml:5: descriptors[0].share_threshold: not supported by sluice: one shared limit "
-            "for all values matching a wildcard (in sluice each value has its own state)");
+  EXPECT_EQ(
+      ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: a*\n    share_threshold: true\n"),
+      "rl.yaml:5: descriptors[0].share_threshold: not supported by sluice: one shared limit "
+      "for all values matching a wildcard (in sluice each value has its own state)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value_to_metric: true\n"),
             "rl.yaml:4: descriptors[0].value_to_metric: not supported by sluice: descriptor values "
             "in metric names (sluice's metrics are per rule)");
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 1/s, algorithm: "
-                    "leaky_bucket, mode: shape}\n"),
-            "rl.yaml:4: descriptors[0].rate_limit.mode: not supported by sluice: leaky_bucket mode "
-            "shape (Envoy cannot hold a request for its departure time; leaky_bucket here polices)");
+  EXPECT_EQ(
+      ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 1/s, algorithm: "
+              "leaky_bucket, mode: shape}\n"),
+      "rl.yaml:4: descriptors[0].rate_limit.mode: not supported by sluice: leaky_bucket mode "
+      "shape (Envoy cannot hold a request for its departure time; leaky_bucket here polices)");
   // quota_mode changes decisions (over the limit is admitted): refused, named.
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: "
                     "{unit: hour, requests_per_unit: 5}\n"),
@@ -183,7 +190,8 @@ TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
 TEST(EnvoyConfig, UnitMultiplierMakesOneWindowOfSeveralUnits) {
   absl::StatusOr<EnvoyDomain> d = ParseEnvoyDomain(
       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 20, "
-      "unit_multiplier: 5}\n", "rl.yaml");
+      "unit_multiplier: 5}\n",
+      "rl.yaml");
   ASSERT_TRUE(d.ok()) << d.status();
   const EnvoyRateLimit& rl = *d->descriptors[0].rate_limit;
   EXPECT_EQ(rl.limit.options.rate, (Rate{20, Duration::Minutes(5)}));
@@ -192,9 +200,10 @@ TEST(EnvoyConfig, UnitMultiplierMakesOneWindowOfSeveralUnits) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
                     "requests_per_unit: 1, unit_multiplier: 367}\n"),
             "rl.yaml:4: descriptors[0].rate_limit.unit_multiplier: must be from 1 to 366, got 367");
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 1/s, "
-                    "unit_multiplier: 2}\n"),
-            "rl.yaml:4: descriptors[0].rate_limit.unit_multiplier: applies to unit + requests_per_unit");
+  EXPECT_EQ(
+      ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 1/s, "
+              "unit_multiplier: 2}\n"),
+      "rl.yaml:4: descriptors[0].rate_limit.unit_multiplier: applies to unit + requests_per_unit");
 }
 
 TEST(EnvoyConfig, MetadataIsAcceptedIgnoredAndReported) {
@@ -209,7 +218,8 @@ TEST(EnvoyConfig, MetadataIsAcceptedIgnoredAndReported) {
   EXPECT_THAT(domain->warnings,
               testing::ElementsAre("rl.yaml:6: descriptors[0].metadata: ignored: sluice sends no "
                                    "dynamic metadata"));
-  EXPECT_TRUE(ParseEnvoyDomain("domain: d\ndescriptors:\n  - key: k\n", "rl.yaml")->warnings.empty());
+  EXPECT_TRUE(
+      ParseEnvoyDomain("domain: d\ndescriptors:\n  - key: k\n", "rl.yaml")->warnings.empty());
 }
 
 TEST(EnvoyConfigErrors, ConflictingAndMeaninglessSettings) {
@@ -233,15 +243,17 @@ TEST(EnvoyConfigErrors, ConflictingAndMeaninglessSettings) {
             "\"fortnight\": unknown unit \"fortnight\" (use us, ms, s, m or min, h, d)");
   // As envoyproxy/ratelimit, shadow_mode without a rate_limit loads and does
   // nothing; sluice says so.
-  EXPECT_THAT(ParseEnvoyDomain("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n",
-                               "rl.yaml")->warnings,
-              testing::ElementsAre("rl.yaml:4: descriptors[0].shadow_mode: ignored: no rate_limit "
-                                   "on this descriptor"));
+  EXPECT_THAT(
+      ParseEnvoyDomain("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n", "rl.yaml")
+          ->warnings,
+      testing::ElementsAre("rl.yaml:4: descriptors[0].shadow_mode: ignored: no rate_limit "
+                           "on this descriptor"));
 }
 
 TEST(EnvoyConfigErrors, DuplicatesAndDanglingReplaces) {
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - {key: k, value: v}\n  - {key: k, value: v}\n"),
-            "rl.yaml:4: descriptors[1]: duplicate descriptor key \"k\" value \"v\" (first at line 3)");
+  EXPECT_EQ(
+      ErrorOf("domain: d\ndescriptors:\n  - {key: k, value: v}\n  - {key: k, value: v}\n"),
+      "rl.yaml:4: descriptors[1]: duplicate descriptor key \"k\" value \"v\" (first at line 3)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      rate: 1/s\n"
                     "      replaces: [{name: nobody}]\n"),
             "rl.yaml:6: descriptors[0].rate_limit.replaces[0].name: no rate_limit of domain \"d\" "
@@ -272,8 +284,9 @@ TEST(EnvoyConfigErrors, BoundsAndWordsAreTheConfigs) {
             "leaky_bucket, fixed_window, sliding_log, sliding_window, got a list");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors: k\n"),
             "rl.yaml:2: descriptors: expected a list of descriptors, got \"k\" (write [k])");
-  EXPECT_EQ(ErrorOf("domain: d\n---\ndomain: e\n"),
-            "rl.yaml:3: an envoy rate limit file holds one YAML document; a second one starts here");
+  EXPECT_EQ(
+      ErrorOf("domain: d\n---\ndomain: e\n"),
+      "rl.yaml:3: an envoy rate limit file holds one YAML document; a second one starts here");
 }
 
 TEST(EnvoyConfigErrors, AQuoteNeverClosedIsRefused) {
@@ -320,17 +333,18 @@ TEST(EnvoyConfigErrors, InTheMainConfig) {
 TEST(EnvoyConfigErrors, AFileNamesItselfAndDuplicatesAcrossFiles) {
   const std::string dir = testing::TempDir();
   std::ofstream(dir + "/envoy_a.yaml") << "domain: shared\n";
-  std::ofstream(dir + "/envoy_b.yaml")
-      << "# b\ndomain: shared\ndescriptors:\n  - key: k\n";
-  std::ofstream(dir + "/envoy_bad.yaml")
-      << "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, "
-         "burst: 2}\n";
+  std::ofstream(dir + "/envoy_b.yaml") << "# b\ndomain: shared\ndescriptors:\n  - key: k\n";
+  std::ofstream(dir + "/envoy_bad.yaml") << "domain: x\ndescriptors:\n  - key: k\n    rate_limit: "
+                                            "{unit: minute, requests_per_unit: 1, "
+                                            "burst: 2}\n";
   EXPECT_EQ(ConfigErrorOf("envoy_files: [envoy_a.yaml, envoy_b.yaml]\n", dir + "/t.yaml"),
             dir + "/envoy_b.yaml:2: domain: duplicate domain \"shared\" (first at " + dir +
                 "/envoy_a.yaml:1)");
-  EXPECT_EQ(ConfigErrorOf("envoy_files: [envoy_bad.yaml]\n", dir + "/t.yaml"),
-            dir + "/envoy_bad.yaml:4: descriptors[0].rate_limit: fixed_window: burst applies only "
-                  "to token_bucket, gcra and leaky_bucket mode police (a window's limit is its rate)");
+  EXPECT_EQ(
+      ConfigErrorOf("envoy_files: [envoy_bad.yaml]\n", dir + "/t.yaml"),
+      dir +
+          "/envoy_bad.yaml:4: descriptors[0].rate_limit: fixed_window: burst applies only "
+          "to token_bucket, gcra and leaky_bucket mode police (a window's limit is its rate)");
   absl::StatusOr<Config> ok =
       ParseConfig("envoy_files: [" + dir + "/envoy_a.yaml]\n", "/elsewhere/t.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status();  // an absolute path is taken as it is

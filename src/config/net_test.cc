@@ -14,7 +14,7 @@ std::array<uint8_t, 16> Ip(std::string_view text) {
   return ip.value_or(std::array<uint8_t, 16>{});
 }
 
-std::string ErrorOf(std::string_view text) {
+std::string NetErrorOf(std::string_view text) {
   return std::string(ParseHostPort(text).status().message());
 }
 
@@ -37,30 +37,30 @@ TEST(ParseHostPort, ReadsNames) {
 }
 
 TEST(ParseHostPort, RejectsBadPorts) {
-  EXPECT_THAT(ErrorOf("127.0.0.1:65536"),
+  EXPECT_THAT(NetErrorOf("127.0.0.1:65536"),
               HasSubstr("port \"65536\" is not a number from 0 to 65535"));
-  EXPECT_THAT(ErrorOf("127.0.0.1:-1"), HasSubstr("port \"-1\""));
-  EXPECT_THAT(ErrorOf("127.0.0.1:http"), HasSubstr("port \"http\""));
-  EXPECT_THAT(ErrorOf("127.0.0.1:80 "), HasSubstr("port \"80 \""));
-  EXPECT_THAT(ErrorOf("127.0.0.1:99999999999999999999"), HasSubstr("is not a number"));
+  EXPECT_THAT(NetErrorOf("127.0.0.1:-1"), HasSubstr("port \"-1\""));
+  EXPECT_THAT(NetErrorOf("127.0.0.1:http"), HasSubstr("port \"http\""));
+  EXPECT_THAT(NetErrorOf("127.0.0.1:80 "), HasSubstr("port \"80 \""));
+  EXPECT_THAT(NetErrorOf("127.0.0.1:99999999999999999999"), HasSubstr("is not a number"));
 }
 
 TEST(ParseHostPort, RejectsMissingPort) {
-  EXPECT_THAT(ErrorOf("127.0.0.1"), HasSubstr("missing port"));
-  EXPECT_THAT(ErrorOf("localhost"), HasSubstr("missing port"));
-  EXPECT_THAT(ErrorOf("127.0.0.1:"), HasSubstr("missing port"));
-  EXPECT_THAT(ErrorOf("[::1]"), HasSubstr("missing port"));
-  EXPECT_THAT(ErrorOf("8080"), HasSubstr("missing host"));
+  EXPECT_THAT(NetErrorOf("127.0.0.1"), HasSubstr("missing port"));
+  EXPECT_THAT(NetErrorOf("localhost"), HasSubstr("missing port"));
+  EXPECT_THAT(NetErrorOf("127.0.0.1:"), HasSubstr("missing port"));
+  EXPECT_THAT(NetErrorOf("[::1]"), HasSubstr("missing port"));
+  EXPECT_THAT(NetErrorOf("8080"), HasSubstr("missing host"));
 }
 
 TEST(ParseHostPort, RejectsMalformedHosts) {
-  EXPECT_THAT(ErrorOf(":8080"), HasSubstr("missing host"));
-  EXPECT_THAT(ErrorOf("::1:8080"), HasSubstr("IPv6 address needs brackets"));
-  EXPECT_THAT(ErrorOf("[::1:8080"), HasSubstr("missing ']'"));
-  EXPECT_THAT(ErrorOf("[::1]8080"), HasSubstr("expected ':'"));
-  EXPECT_THAT(ErrorOf("[nope]:80"), HasSubstr("\"nope\" is not an IPv6 address"));
-  EXPECT_THAT(ErrorOf("256.0.0.1:80"), HasSubstr("\"256.0.0.1\" is not an IPv4 address"));
-  EXPECT_THAT(ErrorOf("exa mple.com:80"), HasSubstr("is not a host name or IP address"));
+  EXPECT_THAT(NetErrorOf(":8080"), HasSubstr("missing host"));
+  EXPECT_THAT(NetErrorOf("::1:8080"), HasSubstr("IPv6 address needs brackets"));
+  EXPECT_THAT(NetErrorOf("[::1:8080"), HasSubstr("missing ']'"));
+  EXPECT_THAT(NetErrorOf("[::1]8080"), HasSubstr("expected ':'"));
+  EXPECT_THAT(NetErrorOf("[nope]:80"), HasSubstr("\"nope\" is not an IPv6 address"));
+  EXPECT_THAT(NetErrorOf("256.0.0.1:80"), HasSubstr("\"256.0.0.1\" is not an IPv4 address"));
+  EXPECT_THAT(NetErrorOf("exa mple.com:80"), HasSubstr("is not a host name or IP address"));
 }
 
 TEST(ParseIp, MapsIpv4IntoIpv6) {

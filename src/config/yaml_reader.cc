@@ -89,8 +89,8 @@ absl::StatusOr<YamlFields> YamlReader::ReadMap(
       for (const Unsupported& u : unsupported) {
         if (u.key == name) return Fail(at, Cat("not supported by sluice: ", u.why));
       }
-      return Fail(at, Cat("unknown key (expected one of: ",
-                          ListOf({allowed.begin(), allowed.end()}), ")"));
+      return Fail(
+          at, Cat("unknown key (expected one of: ", ListOf({allowed.begin(), allowed.end()}), ")"));
     }
     // An empty value (`key:`) takes its key's line: yaml-cpp marks an
     // implicit null where the next token starts, often a line further down.
@@ -168,8 +168,8 @@ absl::StatusOr<Duration> YamlReader::ReadDuration(const YamlAt& v, DurationBound
     return Fail(v, Cat("must be at least ", FormatDuration(bounds.min), ", got ", text));
   }
   if (*d > bounds.max) {
-    return Fail(v, Cat("must be at most ", FormatDuration(bounds.max), ", got ",
-                       FormatDuration(*d)));
+    return Fail(v,
+                Cat("must be at most ", FormatDuration(bounds.max), ", got ", FormatDuration(*d)));
   }
   return *d;
 }
@@ -209,9 +209,9 @@ absl::StatusOr<std::string> YamlReader::ReadName(const YamlAt& v, NameChars char
   }
   if (text->size() > kMaxNameLength) {
     // kText alone may hold UTF-8, whose characters are more than a byte.
-    return Fail(v, Cat("name is ", text->size(),
-                       chars == NameChars::kText ? " bytes" : " characters", " long, the most is ",
-                       kMaxNameLength));
+    return Fail(v,
+                Cat("name is ", text->size(), chars == NameChars::kText ? " bytes" : " characters",
+                    " long, the most is ", kMaxNameLength));
   }
   return text;
 }

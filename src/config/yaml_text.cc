@@ -38,8 +38,8 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_byt
     text.append(buf, static_cast<size_t>(n));
     if (text.size() > max_bytes) {
       close(fd);
-      return absl::InvalidArgumentError(Cat(path, ": cannot read: larger than ",
-                                            max_bytes >> 20, " MiB, the most a file may be"));
+      return absl::InvalidArgumentError(Cat(path, ": cannot read: larger than ", max_bytes >> 20,
+                                            " MiB, the most a file may be"));
     }
   }
   close(fd);
@@ -110,15 +110,16 @@ std::vector<YAML::Node> LoadAllDocuments(std::string_view yaml) {
     const std::vector<YAML::Mark>& s = documents.starts;
     if (s.size() >= 2 && s.back().pos == s[s.size() - 2].pos) {
       const size_t pos = static_cast<size_t>(s.back().pos);
-      throw YAML::ParserException(
-          s.back(), pos < yaml.size() ? Cat("unexpected '", yaml.substr(pos, 1), "'") : "unexpected end");
+      throw YAML::ParserException(s.back(), pos < yaml.size()
+                                                ? Cat("unexpected '", yaml.substr(pos, 1), "'")
+                                                : "unexpected end");
     }
   }
   if (documents.unclosed) {
-    throw YAML::ParserException(*documents.unclosed,
-                                Cat("a quoted value starts here and its ",
-                                    yaml[documents.unclosed->pos] == '"' ? "\"" : "'",
-                                    " is never closed"));
+    throw YAML::ParserException(
+        *documents.unclosed,
+        Cat("a quoted value starts here and its ",
+            yaml[documents.unclosed->pos] == '"' ? "\"" : "'", " is never closed"));
   }
   return YAML::LoadAll(std::string(yaml));
 }

@@ -33,11 +33,10 @@ using internal::Cat;
 
 class GateImpl final : public ConnectionGate {
  public:
-
   // Listens on `where` (its first address, as the HTTP listeners do);
   // nothing is accepted before Start.
   static absl::StatusOr<std::unique_ptr<GateImpl>> Listen(const HostPort& where, Options options,
-                                                      metrics::Metrics& metrics) {
+                                                          metrics::Metrics& metrics) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -75,9 +74,9 @@ class GateImpl final : public ConnectionGate {
       return absl::UnavailableError(
           Cat("cannot listen on ", where.host, ":", where.port, " (grpc.listen): ", strerror(e)));
     }
-    gate->port_ = ntohs(bound.ss_family == AF_INET6
-                            ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
-                            : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+    gate->port_ =
+        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
     return gate;
   }
 
@@ -158,8 +157,8 @@ class GateImpl final : public ConnectionGate {
   void Run() {
     std::array<epoll_event, 64> events;
     for (;;) {
-      const int n = epoll_wait(epoll_, events.data(), static_cast<int>(events.size()),
-                               WaitMs(Clock::now()));
+      const int n =
+          epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), WaitMs(Clock::now()));
       if (n < 0 && errno != EINTR) {
         spdlog::error("event=grpc_gate_error error=\"{}\" note=\"no more gRPC connections\"",
                       strerror(errno));
@@ -223,8 +222,8 @@ class GateImpl final : public ConnectionGate {
       }
       const uint64_t seq = ++seq_;
       pending_[fd] = seq;
-      waiting_.push_back({now + std::chrono::microseconds(options_.handshake_timeout.micros()),
-                          fd, seq});
+      waiting_.push_back(
+          {now + std::chrono::microseconds(options_.handshake_timeout.micros()), fd, seq});
       Publish();
     }
   }
@@ -234,8 +233,9 @@ class GateImpl final : public ConnectionGate {
   // out of the wait for a moment rather than spun on.
   void Pause(int e) {
     const bool fds = e == EMFILE || e == ENFILE;
-    metrics_.Get("sluice_accept_errors_total",
-                 {{"listener", "grpc"}, {"reason", fds ? "fd_limit" : "memory"}})
+    metrics_
+        .Get("sluice_accept_errors_total",
+             {{"listener", "grpc"}, {"reason", fds ? "fd_limit" : "memory"}})
         ->Add();
     epoll_event ev{};
     ev.data.fd = listener_;
@@ -244,11 +244,12 @@ class GateImpl final : public ConnectionGate {
     resume_at_ = now + kAcceptBackoff;
     if (now >= next_accept_log_) {
       next_accept_log_ = now + kAcceptLogInterval;
-      spdlog::error("event=accept_error listener=grpc reason={} error=\"{}\" backoff_ms={} "
-                    "note=\"logged at most once per {} s; see sluice_accept_errors_total\"",
-                    fds ? "fd_limit" : "memory", strerror(e),
-                    std::chrono::milliseconds(kAcceptBackoff).count(),
-                    std::chrono::seconds(kAcceptLogInterval).count());
+      spdlog::error(
+          "event=accept_error listener=grpc reason={} error=\"{}\" backoff_ms={} "
+          "note=\"logged at most once per {} s; see sluice_accept_errors_total\"",
+          fds ? "fd_limit" : "memory", strerror(e),
+          std::chrono::milliseconds(kAcceptBackoff).count(),
+          std::chrono::seconds(kAcceptLogInterval).count());
     }
   }
 

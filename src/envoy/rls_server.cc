@@ -42,12 +42,12 @@ namespace sluice::envoy {
 
 using policy::DomainRules;
 using policy::Entry;
+using policy::Overrides;
 using policy::Rule;
 using policy::RuleOptions;
 using policy::RuleSet;
 using policy::StateKey;
 using policy::StateKeyLength;
-using policy::Overrides;
 
 struct RlsServer::Snapshot {
   std::shared_ptr<const RuleSet> rules;
@@ -69,11 +69,16 @@ constexpr size_t kMaxStateKeyBytes = 64 * 1024;  // longer keys are hashed, see 
 
 grpc::StatusCode ToGrpc(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
-    case absl::StatusCode::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case absl::StatusCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
-    case absl::StatusCode::kDeadlineExceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
-    default: return grpc::StatusCode::INTERNAL;
+    case absl::StatusCode::kInvalidArgument:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case absl::StatusCode::kResourceExhausted:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case absl::StatusCode::kDeadlineExceeded:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    default:
+      return grpc::StatusCode::INTERNAL;
   }
 }
 
@@ -144,8 +149,8 @@ class Service final : public rls::RateLimitService::CallbackService {
       : clock_(*options.clock), overrides_(options), snapshot_(std::move(snapshot)) {
     metrics.SetHelp("sluice_rls_requests_total",
                     "Envoy ShouldRateLimit calls answered, by result.");
-    for (auto [i, name] : {std::pair{0, "ok"}, {1, "over_limit"}, {2, "invalid_argument"},
-                          {3, "error"}}) {
+    for (auto [i, name] :
+         {std::pair{0, "ok"}, {1, "over_limit"}, {2, "invalid_argument"}, {3, "error"}}) {
       results_[i] = metrics.Get("sluice_rls_requests_total", {{"result", name}});
     }
   }
@@ -211,8 +216,8 @@ class Service final : public rls::RateLimitService::CallbackService {
       // answers (with a `limit` override, that limit applies, as there).
       if (d.entries().empty() && !d.has_limit()) continue;
       if (d.entries_size() > kMaxEntries) {
-        return Invalid(Cat("descriptors[", i, "]: ", d.entries_size(), " entries, the most is ",
-                           kMaxEntries));
+        return Invalid(
+            Cat("descriptors[", i, "]: ", d.entries_size(), " entries, the most is ", kMaxEntries));
       }
       entries.clear();
       for (int e = 0; e < d.entries_size(); ++e) {
@@ -228,8 +233,8 @@ class Service final : public rls::RateLimitService::CallbackService {
       // descriptor is malformed.
       const size_t key_length = StateKeyLength(request.domain(), entries);
       if (key_length > kMaxStateKeyBytes) {
-        return Invalid(Cat("descriptors[", i, "]: the domain and entries make a key of ", key_length,
-                           " bytes, the most is ", kMaxStateKeyBytes));
+        return Invalid(Cat("descriptors[", i, "]: the domain and entries make a key of ",
+                           key_length, " bytes, the most is ", kMaxStateKeyBytes));
       }
       item.cost = request_cost;
       if (d.has_hits_addend()) {
@@ -251,7 +256,8 @@ class Service final : public rls::RateLimitService::CallbackService {
         // As in envoyproxy/ratelimit: the request's own limit, for a known domain.
         absl::StatusOr<const Rule*> rule =
             overrides_.Get(d.limit().requests_per_unit(), static_cast<EnvoyUnit>(d.limit().unit()));
-        if (!rule.ok()) return grpc::Status(ToGrpc(rule.status().code()), std::string(rule.status().message()));
+        if (!rule.ok())
+          return grpc::Status(ToGrpc(rule.status().code()), std::string(rule.status().message()));
         item.rule = *rule;
       } else {
         item.rule = domain->Match(entries);
@@ -287,12 +293,13 @@ void Call::Complete(const policy::Verdict& verdict) {
   // An error (a key the store refused, a store without on_store_error
   // cover) fails the whole call; Envoy then applies its failure_mode_deny.
   if (!verdict.error.ok()) {
-    service->Finish(*this, grpc::Status(ToGrpc(verdict.error.code()),
-                                        std::string(verdict.error.message())));
+    service->Finish(
+        *this, grpc::Status(ToGrpc(verdict.error.code()), std::string(verdict.error.message())));
     return;
   }
   const bool over = !verdict.allowed;
-  response->set_overall_code(over ? rls::RateLimitResponse::OVER_LIMIT : rls::RateLimitResponse::OK);
+  response->set_overall_code(over ? rls::RateLimitResponse::OVER_LIMIT
+                                  : rls::RateLimitResponse::OK);
   for (const Item& item : items) {
     rls::RateLimitResponse::DescriptorStatus* status = response->add_statuses();
     status->set_code(rls::RateLimitResponse::OK);
@@ -354,10 +361,10 @@ class RlsServerImpl final : public RlsServer {
     started_with_ = config.grpc;
     const GrpcConfig& grpc = *config.grpc;
     // The listener is the gate's (connection_gate.h); the server has no port of its own.
-    absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
-        ConnectionGate::Listen(grpc.listen, {.max_connections = grpc.max_connections,
-                                   .handshake_timeout = grpc.handshake_timeout},
-                     *options_.metrics);
+    absl::StatusOr<std::unique_ptr<ConnectionGate>> gate = ConnectionGate::Listen(
+        grpc.listen,
+        {.max_connections = grpc.max_connections, .handshake_timeout = grpc.handshake_timeout},
+        *options_.metrics);
     if (!gate.ok()) return gate.status();
     grpc::ServerBuilder builder;
     // gRPC closes a connection idle (no call in progress) this long, and
@@ -376,11 +383,12 @@ class RlsServerImpl final : public RlsServer {
                  grpc.listen.host, port_, config.envoy ? config.envoy->domains.size() : 0,
                  grpc.max_connections);
     if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
-        static_cast<uint64_t>(grpc.max_connections) >= limit.rlim_cur) {
-      spdlog::warn("event=start listener=grpc note=\"grpc.max_connections ({}) is not below the "
-                   "open file limit ({}): connections to grpc.listen alone can use up every file "
-                   "descriptor; lower it or raise the limit\"",
-                   grpc.max_connections, static_cast<uint64_t>(limit.rlim_cur));
+                        static_cast<uint64_t>(grpc.max_connections) >= limit.rlim_cur) {
+      spdlog::warn(
+          "event=start listener=grpc note=\"grpc.max_connections ({}) is not below the "
+          "open file limit ({}): connections to grpc.listen alone can use up every file "
+          "descriptor; lower it or raise the limit\"",
+          grpc.max_connections, static_cast<uint64_t>(limit.rlim_cur));
     }
     return absl::OkStatus();
   }
@@ -408,24 +416,25 @@ class RlsServerImpl final : public RlsServer {
   void Shutdown(Duration within) override {
     std::lock_guard lock(mu_);
     if (server_ == nullptr || shutdown_.joinable()) return;
-    const auto deadline = std::chrono::system_clock::now() + std::chrono::microseconds(within.micros());
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::microseconds(within.micros());
     // Server::Shutdown blocks, and the caller (an event loop draining HTTP at
     // the same time) must not. It also waits, after the calls in flight, for
     // every client to close its connection, which an idle client (Envoy
     // holds its connections open) may not do before the deadline; so once
     // the calls in flight are done, the connections are closed from here.
-    shutdown_ = std::thread([server = server_.get(), service = service_.get(),
-                             gate = gate_.get(), deadline] {
-      gate->Stop();  // no new connections: none may reach gRPC once it shuts down
-      std::thread graceful([server, deadline] { server->Shutdown(deadline); });
-      // Give Shutdown a moment to stop new calls before counting the last ones.
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      while (service->in_flight() > 0 && std::chrono::system_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      grpc_server_cancel_all_calls(server->c_server());
-      graceful.join();
-    });
+    shutdown_ = std::thread(
+        [server = server_.get(), service = service_.get(), gate = gate_.get(), deadline] {
+          gate->Stop();  // no new connections: none may reach gRPC once it shuts down
+          std::thread graceful([server, deadline] { server->Shutdown(deadline); });
+          // Give Shutdown a moment to stop new calls before counting the last ones.
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          while (service->in_flight() > 0 && std::chrono::system_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          grpc_server_cancel_all_calls(server->c_server());
+          graceful.join();
+        });
   }
 
   void Wait() override {
@@ -456,7 +465,7 @@ class RlsServerImpl final : public RlsServer {
   std::optional<GrpcConfig> started_with_;
   mutable std::mutex mu_;
   std::shared_ptr<const Snapshot> current_;
-  std::unique_ptr<Service> service_;      // declared before server_: outlives it
+  std::unique_ptr<Service> service_;  // declared before server_: outlives it
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> gate_;  // declared after server_: stopped before it goes
   std::thread shutdown_;

@@ -111,7 +111,8 @@ TEST_F(RlsTest, PerValueLimitOkThenOverLimitWithEveryField) {
     EXPECT_EQ(s.limit_remaining(), remaining);
     EXPECT_EQ(s.duration_until_reset().seconds(), 60);  // the minute window started now
     EXPECT_EQ(Header(r, "RateLimit-Policy"), "\"edge.remote_address\";q=3;w=60");
-    EXPECT_EQ(Header(r, "RateLimit"), "\"edge.remote_address\";r=" + std::to_string(remaining) + ";t=60");
+    EXPECT_EQ(Header(r, "RateLimit"),
+              "\"edge.remote_address\";r=" + std::to_string(remaining) + ";t=60");
     EXPECT_EQ(Header(r, "Retry-After"), "(absent)");
     EXPECT_TRUE(r.raw_body().empty());
   }
@@ -137,9 +138,9 @@ TEST_F(RlsTest, PerValueLimitOkThenOverLimitWithEveryField) {
 }
 
 TEST_F(RlsTest, UnknownDomainAndDescriptorsAreOkWithoutALimit) {
-  for (const Response& r : {Ok("nowhere", {{{"remote_address", "10.0.0.1"}}}),
-                            Ok("edge", {{{"user_agent", "curl"}}}),
-                            Ok("edge", {{{"path", "/other"}}})}) {
+  for (const Response& r :
+       {Ok("nowhere", {{{"remote_address", "10.0.0.1"}}}), Ok("edge", {{{"user_agent", "curl"}}}),
+        Ok("edge", {{{"path", "/other"}}})}) {
     EXPECT_EQ(r.overall_code(), Response::OK);
     ASSERT_EQ(r.statuses_size(), 1);
     EXPECT_EQ(r.statuses(0).code(), Response::OK);
@@ -178,8 +179,9 @@ TEST_F(RlsTest, NestedDescriptorsMatchOnlyAtTheirDepth) {
   // One level of the same path has no limit of its own.
   EXPECT_FALSE(Ok("edge", {{{"path", "/login"}}}).statuses(0).has_current_limit());
   // Three entries never match a two-level rule.
-  EXPECT_FALSE(
-      Ok("edge", {{{"path", "/login"}, {"remote_address", "10.0.0.9"}, {"x", "y"}}}).statuses(0).has_current_limit());
+  EXPECT_FALSE(Ok("edge", {{{"path", "/login"}, {"remote_address", "10.0.0.9"}, {"x", "y"}}})
+                   .statuses(0)
+                   .has_current_limit());
   // The client's own one-level limit is separate state.
   EXPECT_EQ(Ok("edge", {{{"remote_address", "10.0.0.9"}}}).statuses(0).limit_remaining(), 2u);
 }
@@ -255,7 +257,8 @@ TEST_F(RlsTest, RequestHitsAddendCostsThatMany) {
   // the request took nothing and the RateLimit header still says 1.
   EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);
   EXPECT_NE(Header(r, "RateLimit").find(";r=1;"), std::string::npos) << Header(r, "RateLimit");
-  EXPECT_EQ(Ok("edge", {{{"remote_address", "10.1.1.1"}}}, /*hits=*/0).statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(
+      Ok("edge", {{{"remote_address", "10.1.1.1"}}}, /*hits=*/0).statuses(0).limit_remaining(), 0u);
 }
 
 TEST_F(RlsTest, DescriptorHitsAddendOverridesTheRequests) {
@@ -299,7 +302,8 @@ TEST_F(RlsTest, ADenialGivesBackWhatOtherDescriptorsTook) {
   EXPECT_EQ(r.statuses(0).limit_remaining(), 3u);  // given back
   EXPECT_EQ(r.statuses(1).code(), Response::OVER_LIMIT);
   for (uint32_t remaining : {2u, 1u, 0u}) {
-    EXPECT_EQ(Ok("edge", {{{"remote_address", "10.4.4.4"}}}).statuses(0).limit_remaining(), remaining);
+    EXPECT_EQ(Ok("edge", {{{"remote_address", "10.4.4.4"}}}).statuses(0).limit_remaining(),
+              remaining);
   }
 }
 
@@ -351,7 +355,8 @@ TEST_F(RlsTest, MalformedRequestsAreInvalidArgument) {
   cases.push_back({huge, "descriptors[0].hits_addend: 9223372036854775808 is more than"});
   rls::RateLimitRequest bad_unit = Request("edge", {{{"remote_address", "10.0.0.1"}}});
   bad_unit.mutable_descriptors(0)->mutable_limit()->set_requests_per_unit(5);
-  bad_unit.mutable_descriptors(0)->mutable_limit()->set_unit(static_cast<::envoy::type::v3::RateLimitUnit>(99));
+  bad_unit.mutable_descriptors(0)->mutable_limit()->set_unit(
+      static_cast<::envoy::type::v3::RateLimitUnit>(99));
   cases.push_back({bad_unit, "descriptors[0].limit.unit: 99 is not a unit"});
   for (const auto& [request, message] : cases) {
     Response response;
@@ -359,7 +364,8 @@ TEST_F(RlsTest, MalformedRequestsAreInvalidArgument) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
     EXPECT_THAT(s.error_message(), HasSubstr(message));
   }
-  EXPECT_THAT(metrics_.Render(), HasSubstr("sluice_rls_requests_total{result=\"invalid_argument\"} 6"));
+  EXPECT_THAT(metrics_.Render(),
+              HasSubstr("sluice_rls_requests_total{result=\"invalid_argument\"} 6"));
   // The service is still there.
   EXPECT_EQ(Ok("edge", {{{"remote_address", "10.0.0.1"}}}).overall_code(), Response::OK);
 }
@@ -470,7 +476,8 @@ domain: fleet
 descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 2}
-)", "fleet.yaml", {.shared_store = true});
+)",
+                                                        "fleet.yaml", {.shared_store = true});
   ASSERT_TRUE(domain.ok()) << domain.status();
   Config config;
   config.grpc = GrpcConfig{.listen = {"127.0.0.1", 0}};

@@ -12,8 +12,7 @@ namespace sluice {
 
 using internal::Cat;
 
-absl::StatusOr<std::string_view> Limiter::FitKey(std::string_view key,
-                                                 std::string& storage) const {
+absl::StatusOr<std::string_view> Limiter::FitKey(std::string_view key, std::string& storage) const {
   if (key.size() <= kMaxKeyLength) return key;
   if (long_keys_ == LongKeys::kRefuse) return ValidateKey(key);
   unsigned char digest[SHA256_DIGEST_LENGTH];
@@ -29,13 +28,12 @@ absl::StatusOr<std::string_view> Limiter::FitKey(std::string_view key,
 
 // Every public entry point fits its key first (see LongKeys); `fail` turns
 // the error into that entry point's answer.
-#define SLUICE_FIT_KEY(key, fail)                                           \
-  std::string fitted_storage_;                                              \
-  if (absl::StatusOr<std::string_view> fitted_ = FitKey(key, fitted_storage_); \
-      !fitted_.ok()) {                                                      \
-    return fail(fitted_.status());                                          \
-  } else {                                                                  \
-    key = *fitted_;                                                         \
+#define SLUICE_FIT_KEY(key, fail)                                                               \
+  std::string fitted_storage_;                                                                  \
+  if (absl::StatusOr<std::string_view> fitted_ = FitKey(key, fitted_storage_); !fitted_.ok()) { \
+    return fail(fitted_.status());                                                              \
+  } else {                                                                                      \
+    key = *fitted_;                                                                             \
   }
 
 absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOptions options) {
@@ -55,8 +53,8 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
           Cat("policy \"", options.name, "\" limit ", i + 1, ": ", config.status().message()));
     }
     if (IsShape(*config)) ++shape_limits;
-    Store& where = i < options.stores.size() && options.stores[i] != nullptr ? *options.stores[i]
-                                                                               : store;
+    Store& where =
+        i < options.stores.size() && options.stores[i] != nullptr ? *options.stores[i] : store;
     limiter->is_remote_.push_back(where.remote());
     if (where.remote()) {
       if (limiter->remote_ != nullptr && limiter->remote_ != &where) {
@@ -73,8 +71,8 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
     std::shared_ptr<LimitTable> fallback;
     if (where.remote() && options.on_store_error == OnStoreError::kLocal) {
       if (store.remote()) {
-        return absl::InvalidArgumentError(Cat(
-            "policy \"", options.name, "\": on_store_error local needs an in-process store"));
+        return absl::InvalidArgumentError(
+            Cat("policy \"", options.name, "\": on_store_error local needs an in-process store"));
       }
       absl::StatusOr<std::shared_ptr<LimitTable>> local = store.OpenTable(*config);
       if (!local.ok()) return local.status();
@@ -85,8 +83,8 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
     limiter->fallback_.push_back(std::move(fallback));
   }
   if (shape_limits > 1) {
-    return absl::InvalidArgumentError(Cat("policy \"", options.name,
-                                          "\": at most one leaky_bucket shape limit per policy"));
+    return absl::InvalidArgumentError(
+        Cat("policy \"", options.name, "\": at most one leaky_bucket shape limit per policy"));
   }
   for (size_t i = 0; i < limiter->configs_.size(); ++i) {
     if (!IsShape(limiter->configs_[i])) limiter->order_.push_back(i);
@@ -503,9 +501,10 @@ absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) 
   SLUICE_FIT_KEY(key, absl::Status)
   if (remote_ != nullptr) {
     // Only the decision says whether the store took and at its clock.
-    return absl::FailedPreconditionError(Cat(
-        "policy \"", name_, "\": limits in a remote store are refunded with the decision "
-        "that took them: Refund(key, decision, cost)"));
+    return absl::FailedPreconditionError(
+        Cat("policy \"", name_,
+            "\": limits in a remote store are refunded with the decision "
+            "that took them: Refund(key, decision, cost)"));
   }
   absl::Status result;
   for (size_t i : order_) {

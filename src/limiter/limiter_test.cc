@@ -82,8 +82,10 @@ TEST_F(LimiterTest, AllowedReportsTheLeastRemaining) {
 }
 
 TEST_F(LimiterTest, ShapeIsDecidedLastAndItsDelayIsReported) {
-  LimitOptions shape{.algorithm = Algorithm::kLeakyBucket, .rate = *ParseRate("2/s"),
-                     .mode = LeakyMode::kShape, .max_delay = Duration::Seconds(5)};
+  LimitOptions shape{.algorithm = Algorithm::kLeakyBucket,
+                     .rate = *ParseRate("2/s"),
+                     .mode = LeakyMode::kShape,
+                     .max_delay = Duration::Seconds(5)};
   auto limiter = Make({shape, L(Algorithm::kFixedWindow, "3/min")});
   EXPECT_EQ(limiter->Acquire("k")->delay, Duration::Zero());
   EXPECT_EQ(limiter->Acquire("k")->delay, Duration::Millis(500));
@@ -115,9 +117,11 @@ TEST_F(LimiterTest, LongKeysAreHashedAndStillLimited) {
 }
 
 TEST_F(LimiterTest, LongKeysCanBeRefused) {
-  absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(
-      store_, {.name = "p", .limits = {L(Algorithm::kGcra, "1/s")},
-               .long_keys = LongKeys::kRefuse, .clock = &clock_});
+  absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+      Limiter::Create(store_, {.name = "p",
+                               .limits = {L(Algorithm::kGcra, "1/s")},
+                               .long_keys = LongKeys::kRefuse,
+                               .clock = &clock_});
   ASSERT_TRUE(limiter.ok());
   absl::StatusOr<PolicyDecision> d = (*limiter)->Acquire(std::string(kMaxKeyLength + 1, 'x'));
   ASSERT_FALSE(d.ok());
@@ -135,13 +139,14 @@ TEST_F(LimiterTest, RejectsBadInputWithReasons) {
   absl::StatusOr<std::unique_ptr<Limiter>> none = Limiter::Create(store_, {.name = "empty"});
   EXPECT_THAT(none.status().message(), HasSubstr("policy \"empty\": no limits"));
   absl::StatusOr<std::unique_ptr<Limiter>> bad = Limiter::Create(
-      store_, {.name = "login", .limits = {L(Algorithm::kGcra, "1/s"),
-                                           {.algorithm = Algorithm::kFixedWindow,
-                                            .rate = *ParseRate("1/s"), .burst = 5}}});
+      store_,
+      {.name = "login",
+       .limits = {L(Algorithm::kGcra, "1/s"),
+                  {.algorithm = Algorithm::kFixedWindow, .rate = *ParseRate("1/s"), .burst = 5}}});
   EXPECT_THAT(bad.status().message(),
               HasSubstr("policy \"login\" limit 2: fixed_window: burst applies only"));
-  LimitOptions shape{.algorithm = Algorithm::kLeakyBucket, .rate = *ParseRate("2/s"),
-                     .mode = LeakyMode::kShape};
+  LimitOptions shape{
+      .algorithm = Algorithm::kLeakyBucket, .rate = *ParseRate("2/s"), .mode = LeakyMode::kShape};
   EXPECT_THAT(Limiter::Create(store_, {.name = "two", .limits = {shape, shape}}).status().message(),
               HasSubstr("at most one leaky_bucket shape limit"));
 }

@@ -9,10 +9,14 @@ using internal::Cat;
 std::string EscapeLabel(std::string_view value) {
   std::string out;
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out.push_back(c);
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out.push_back(c);
   }
   return out;
 }
@@ -87,7 +91,8 @@ std::string Metrics::Render() const {
   std::string out;
   std::lock_guard lock(mu_);
   for (const auto& [name, series] : counters_) {
-    if (auto it = help_.find(name); it != help_.end()) out += Cat("# HELP ", name, " ", it->second, "\n");
+    if (auto it = help_.find(name); it != help_.end())
+      out += Cat("# HELP ", name, " ", it->second, "\n");
     out += Cat("# TYPE ", name, " counter\n");
     for (const auto& [labels, counter] : series) {
       out += labels.empty() ? name : Cat(name, "{", labels, "}");
@@ -98,15 +103,18 @@ std::string Metrics::Render() const {
     out += Cat("# HELP ", g.name, " ", g.help, "\n# TYPE ", g.name, " ", g.type, "\n");
     out += Cat(g.name, " ", g.read(), "\n");
   }
-  out += "# HELP sluice_requests_in_flight Requests being handled now.\n"
-         "# TYPE sluice_requests_in_flight gauge\n";
+  out +=
+      "# HELP sluice_requests_in_flight Requests being handled now.\n"
+      "# TYPE sluice_requests_in_flight gauge\n";
   out += Cat("sluice_requests_in_flight ", in_flight_.value(), "\n");
-  out += "# HELP sluice_connections Open connections, by listener.\n# TYPE sluice_connections gauge\n";
+  out +=
+      "# HELP sluice_connections Open connections, by listener.\n# TYPE sluice_connections gauge\n";
   out += Cat("sluice_connections{listener=\"main\"} ", connections_.value(), "\n");
   out += Cat("sluice_connections{listener=\"admin\"} ", admin_connections_.value(), "\n");
   out += Cat("sluice_connections{listener=\"decision\"} ", decision_connections_.value(), "\n");
-  out += "# HELP sluice_decision_duration_seconds Time to decide one request (all its policies).\n"
-         "# TYPE sluice_decision_duration_seconds histogram\n";
+  out +=
+      "# HELP sluice_decision_duration_seconds Time to decide one request (all its policies).\n"
+      "# TYPE sluice_decision_duration_seconds histogram\n";
   decision_latency_.Write("sluice_decision_duration_seconds", out);
   return out;
 }

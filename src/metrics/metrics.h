@@ -31,7 +31,9 @@ int ThisThreadSlot();
 // Also used as a gauge (Add(-1)); value() is exact once adds have stopped.
 class Counter {
  public:
-  void Add(int64_t n = 1) { slots_[ThisThreadSlot()].value.fetch_add(n, std::memory_order_relaxed); }
+  void Add(int64_t n = 1) {
+    slots_[ThisThreadSlot()].value.fetch_add(n, std::memory_order_relaxed);
+  }
   int64_t value() const {
     int64_t sum = 0;
     for (const Slot& s : slots_) sum += s.value.load(std::memory_order_relaxed);
@@ -48,8 +50,8 @@ class Counter {
 // Latency in microseconds, cumulative buckets as Prometheus expects.
 class Histogram {
  public:
-  static constexpr std::array<int64_t, 12> kBoundsUs = {1,    5,    10,    25,    50,     100,
-                                                        250,  500,  1000,  5000,  25000,  100000};
+  static constexpr std::array<int64_t, 12> kBoundsUs = {1,   5,   10,   25,   50,    100,
+                                                        250, 500, 1000, 5000, 25000, 100000};
   void Observe(int64_t us);
   void Write(const std::string& name, std::string& out) const;
 
@@ -65,7 +67,8 @@ class Metrics {
  public:
   // A counter by name and label set, e.g.
   // Get("sluice_decisions_total", {{"policy", "login"}, {"outcome", "denied"}}).
-  Counter* Get(const std::string& name, const std::vector<std::pair<std::string, std::string>>& labels);
+  Counter* Get(const std::string& name,
+               const std::vector<std::pair<std::string, std::string>>& labels);
   Histogram& decision_latency() { return decision_latency_; }
   Counter& in_flight() { return in_flight_; }
   Counter& connections() { return connections_; }
@@ -73,7 +76,8 @@ class Metrics {
   Counter& decision_connections() { return decision_connections_; }
 
   // Gauges read when /metrics is served (keys held, forced evictions, ...).
-  void AddGauge(std::string name, std::string help, std::string type, std::function<int64_t()> read);
+  void AddGauge(std::string name, std::string help, std::string type,
+                std::function<int64_t()> read);
 
   void SetHelp(const std::string& name, std::string help);
   std::string Render() const;

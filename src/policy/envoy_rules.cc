@@ -14,7 +14,7 @@ absl::string_view Absl(std::string_view s) { return {s.data(), s.size()}; }
 
 bool NeedsEscape(char c) { return c == '|' || c == '=' || c == '\\'; }
 
-void AppendEscaped(std::string& out, std::string_view part) {
+void AppendEscapedPart(std::string& out, std::string_view part) {
   for (char c : part) {
     if (NeedsEscape(c)) out.push_back('\\');
     out.push_back(c);
@@ -35,7 +35,8 @@ absl::StatusOr<std::shared_ptr<Limiter>> MakeLimiter(const std::string& name, co
   lo.name = name;
   lo.clock = options.clock;
   lo.limits.push_back(spec.options);
-  if (spec.scope == Scope::kGlobal && options.shared != nullptr) lo.stores.push_back(options.shared);
+  if (spec.scope == Scope::kGlobal && options.shared != nullptr)
+    lo.stores.push_back(options.shared);
   absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(*options.local, std::move(lo));
   if (!limiter.ok()) return limiter.status();
   return std::shared_ptr<Limiter>(*std::move(limiter));
@@ -58,12 +59,12 @@ void Finish(Rule& rule, std::shared_ptr<Limiter> limiter, std::string name, bool
 std::string StateKey(std::string_view domain, std::span<const Entry> entries) {
   std::string key;
   key.reserve(StateKeyLength(domain, entries));
-  AppendEscaped(key, domain);
+  AppendEscapedPart(key, domain);
   for (const Entry& e : entries) {
     key.push_back('|');
-    AppendEscaped(key, e.key);
+    AppendEscapedPart(key, e.key);
     key.push_back('=');
-    AppendEscaped(key, e.value);
+    AppendEscapedPart(key, e.value);
   }
   return key;
 }
@@ -163,9 +164,12 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig
     for (const EnvoyDescriptor& d : from) {
       std::string node_id = id;
       node_id.push_back('|');
-      AppendEscaped(node_id, d.key);
+      AppendEscapedPart(node_id, d.key);
       node_id.push_back('=');
-      if (d.value) AppendEscaped(node_id, *d.value); else node_id += kAnyValue;
+      if (d.value)
+        AppendEscapedPart(node_id, *d.value);
+      else
+        node_id += kAnyValue;
       const std::string node_stats = Cat(stats, ".", d.key, d.value ? Cat("_", *d.value) : "");
 
       auto node = std::make_unique<DomainRules::Node>();
@@ -189,14 +193,16 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig
             auto it = previous->by_id_.find(node_id);
             if (it != previous->by_id_.end()) before = it->second;
           }
-          if (before != nullptr && before->kind == Rule::Kind::kLimited && before->spec == rule->spec) {
-            limiter = before->policy.shared_limiter();  // same place, same limit: keep the keys' state
+          if (before != nullptr && before->kind == Rule::Kind::kLimited &&
+              before->spec == rule->spec) {
+            limiter =
+                before->policy.shared_limiter();  // same place, same limit: keep the keys' state
           } else {
             absl::StatusOr<std::shared_ptr<Limiter>> made =
                 MakeLimiter(Cat("envoy/", node_stats), rule->spec, options);
             if (!made.ok()) {
-              return absl::InvalidArgumentError(
-                  Cat("envoy domain \"", domain, "\": ", node_stats, ": ", made.status().message()));
+              return absl::InvalidArgumentError(Cat("envoy domain \"", domain, "\": ", node_stats,
+                                                    ": ", made.status().message()));
             }
             limiter = *std::move(made);
           }
@@ -227,9 +233,9 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig
     auto rules = std::make_unique<DomainRules>();
     rules->domain_ = domain.domain;
     std::string id;
-    AppendEscaped(id, domain.domain);
-    if (absl::Status s = build(build, domain.domain, domain.descriptors, rules->root_, id,
-                               domain.domain);
+    AppendEscapedPart(id, domain.domain);
+    if (absl::Status s =
+            build(build, domain.domain, domain.descriptors, rules->root_, id, domain.domain);
         !s.ok()) {
       return s;
     }

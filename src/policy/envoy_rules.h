@@ -8,10 +8,10 @@
 // an entry takes the node with its key and value, else the first wildcard
 // node, in file order, whose pattern the value matches (a `*` anywhere in a
 // value stands for any run of characters, none included: `foo*`, `*.com`,
-// `foo*bar*baz`), else the node with its key and no value. The rule applies only when its node is reached by the last
-// entry (a 2-entry descriptor never matches a 1-level rule) and the walk
-// does not fall back: a more specific node without a limit hides a less
-// specific one with a limit, as in envoyproxy/ratelimit.
+// `foo*bar*baz`), else the node with its key and no value. The rule applies only when its node is
+// reached by the last entry (a 2-entry descriptor never matches a 1-level rule) and the walk does
+// not fall back: a more specific node without a limit hides a less specific one with a limit, as in
+// envoyproxy/ratelimit.
 //
 // Each rate_limit becomes one Policy (named for the RateLimit fields, with
 // one Limiter, none when it admits nothing); the state key is the domain and the

@@ -24,7 +24,9 @@ class RulesTest : public ::testing::Test {
     EXPECT_TRUE(set.ok()) << set.status();
     return *set;
   }
-  static std::string NameOf(const Rule* rule) { return rule == nullptr ? "(none)" : rule->stats_key; }
+  static std::string NameOf(const Rule* rule) {
+    return rule == nullptr ? "(none)" : rule->stats_key;
+  }
 
   ManualClock clock_{Time::FromUnixMicros(1'700'006'400'000'000)};
   MemoryStore store_;
@@ -170,8 +172,10 @@ TEST_F(RulesTest, OverridesAreSharedAndBounded) {
   EXPECT_EQ(*overrides.Get(10, EnvoyUnit::kMinute), *a);
   EXPECT_EQ((*a)->stats_key, "override_10_per_minute");
   EXPECT_EQ((*overrides.Get(0, EnvoyUnit::kSecond))->kind, Rule::Kind::kDenyAll);
-  EXPECT_EQ(overrides.Get(1, EnvoyUnit::kUnknown).status().code(), absl::StatusCode::kInvalidArgument);
-  for (uint32_t n = 100; n < 100 + Overrides::kMaxOverrides; ++n) (void)overrides.Get(n, EnvoyUnit::kHour);
+  EXPECT_EQ(overrides.Get(1, EnvoyUnit::kUnknown).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (uint32_t n = 100; n < 100 + Overrides::kMaxOverrides; ++n)
+    (void)overrides.Get(n, EnvoyUnit::kHour);
   EXPECT_EQ(overrides.Get(99999, EnvoyUnit::kHour).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(overrides.Get(10, EnvoyUnit::kMinute).ok());  // known ones still answer

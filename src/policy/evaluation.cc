@@ -97,7 +97,8 @@ class Run {
   void Record(size_t i, absl::StatusOr<PolicyDecision> d, bool take) {
     Answer& answer = verdict_.answers[i];
     if (!d.ok()) {
-      answer = Answer{.error = std::move(d).status()};
+      answer = Answer{};
+      answer.error = std::move(d).status();
       return;
     }
     answer.decided = true;
@@ -186,11 +187,10 @@ class Run {
         v.violated.push_back(p.name());
         if (d.can_never_pass()) {
           v.never = true;
-          v.detail = p.has_limiter()
-                         ? Cat("this request can never pass: a cost of ", a.cost,
-                               " exceeds what policy \"", p.name(), "\" can ever admit")
-                         : Cat("this request can never pass: policy \"", p.name(),
-                               "\" admits nothing");
+          v.detail = p.has_limiter() ? Cat("this request can never pass: a cost of ", a.cost,
+                                           " exceeds what policy \"", p.name(), "\" can ever admit")
+                                     : Cat("this request can never pass: policy \"", p.name(),
+                                           "\" admits nothing");
         } else if (d.retry_after >= v.retry_after) {
           v.retry_after = d.retry_after;
           v.jitter = p.JitterFor(d.limit_index);
@@ -210,7 +210,6 @@ class Run {
   Verdict& verdict() { return verdict_; }
 
  private:
-
   std::unique_ptr<Run> owned_;  // itself, when on the heap
   const std::vector<Applied>& applied_;
   const Time now_;
@@ -219,7 +218,7 @@ class Run {
   bool allowed_ = true;  // no enforced denial so far
   absl::Status error_;
   absl::InlinedVector<size_t, 4> order_;  // decided, in decision order
-  std::vector<size_t> shapes_;  // applied policies with a shaping limit
+  std::vector<size_t> shapes_;            // applied policies with a shaping limit
   std::vector<size_t> wave_;
   Next next_ = nullptr;
   std::atomic<size_t> pending_{0};
@@ -255,7 +254,8 @@ std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
     const Policy& p = *applied[i].policy;
     if (p.shadow()) continue;  // a trial: clients are not told about it
     const PolicyDecision& d = verdict.answers[i].decision;
-    out.push_back({.name = p.name(), .decision = d, .window_seconds = p.WindowSeconds(d.limit_index)});
+    out.push_back(
+        {.name = p.name(), .decision = d, .window_seconds = p.WindowSeconds(d.limit_index)});
   }
   return out;
 }
@@ -263,7 +263,8 @@ std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
 void Verdict::AppendHeaders(const std::vector<Applied>& applied, bool legacy, std::mt19937_64& rng,
                             std::vector<std::pair<std::string, std::string>>& out) const {
   AppendRateLimitHeaders(EnforcedAnswers(applied, *this), legacy, out);
-  if (!allowed && !never) out.emplace_back("Retry-After", Cat(RetryAfterSeconds(retry_after, jitter, rng)));
+  if (!allowed && !never)
+    out.emplace_back("Retry-After", Cat(RetryAfterSeconds(retry_after, jitter, rng)));
 }
 
 }  // namespace sluice::policy

@@ -71,12 +71,12 @@ struct Verdict {
   // Policies that denied: enforced (by name, in decision order), and shadow.
   std::vector<std::string> violated;
   std::vector<std::string> shadow_denied;
-  int status = 429;            // the first enforced denial's on_deny.status
-  Duration delay;              // the longest shaping delay among admissions
-  Duration retry_after;        // the longest wait among enforced denials
-  Duration jitter;             // the jitter of the limit that set retry_after
-  bool never = false;          // some enforced denial can never pass
-  std::string detail;          // the problem document's detail of a denial
+  int status = 429;                      // the first enforced denial's on_deny.status
+  Duration delay;                        // the longest shaping delay among admissions
+  Duration retry_after;                  // the longest wait among enforced denials
+  Duration jitter;                       // the jitter of the limit that set retry_after
+  bool never = false;                    // some enforced denial can never pass
+  std::string detail;                    // the problem document's detail of a denial
   absl::InlinedVector<size_t, 4> order;  // the decided answers' indexes, in decision order
 
   // The RateLimit fields of the enforced answers (legacy X-RateLimit-* too

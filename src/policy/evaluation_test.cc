@@ -14,7 +14,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-constexpr Time kStart = Time::FromUnixMicros(1'700'000'000'000'000);
+constexpr Time kEvaluationStart = Time::FromUnixMicros(1'700'000'000'000'000);
 
 // The policies of a config over a memory store, and a synchronous Evaluate
 // (every limit is in process, so the verdict arrives before it returns).
@@ -48,13 +48,14 @@ class EvaluateTest : public ::testing::Test {
   }
 
   int64_t Count(std::string_view policy, std::string_view outcome) {
-    return metrics_.Get("sluice_decisions_total",
-                        {{"policy", std::string(policy)}, {"outcome", std::string(outcome)}})
+    return metrics_
+        .Get("sluice_decisions_total",
+             {{"policy", std::string(policy)}, {"outcome", std::string(outcome)}})
         ->value();
   }
 
   MemoryStore store_;
-  ManualClock clock_{kStart};
+  ManualClock clock_{kEvaluationStart};
   metrics::Metrics metrics_;
   std::shared_ptr<const PolicySet> set_;
 };
@@ -196,7 +197,8 @@ constexpr std::string_view kShapes = R"yaml(
 
 TEST_F(EvaluateTest, ShapingPoliciesDecideLastAndTakeOnlyWhenAllAdmit) {
   Load(kShapes);
-  const std::vector<Applied> applied = {{P("queue-a"), "k"}, {P("plain"), "k"}, {P("queue-b"), "k"}};
+  const std::vector<Applied> applied = {
+      {P("queue-a"), "k"}, {P("plain"), "k"}, {P("queue-b"), "k"}};
   Verdict v = Run(applied);
   ASSERT_TRUE(v.allowed);
   EXPECT_THAT(v.order, ElementsAre(1, 0, 2));  // plain first, the queues after

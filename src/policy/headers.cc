@@ -79,9 +79,10 @@ void AppendJsonString(std::string& out, std::string_view s) {
 // body, on the hot path.
 std::string ProblemBody(int status, const std::vector<std::string>& violated,
                         std::string_view detail) {
-  std::string out = Cat(
-      "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
-      "\"title\":\"quota-exceeded\",\"status\":", status, ",\"detail\":");
+  std::string out =
+      Cat("{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
+          "\"title\":\"quota-exceeded\",\"status\":",
+          status, ",\"detail\":");
   AppendJsonString(out, detail);
   out += ",\"violated-policies\":[";
   for (size_t i = 0; i < violated.size(); ++i) {
@@ -110,9 +111,11 @@ void AppendRateLimitHeaders(const std::vector<PolicyAnswer>& answers, bool legac
     // The legacy trio has room for one policy: the most restrictive.
     const PolicyAnswer* worst = &answers.front();
     for (const PolicyAnswer& a : answers) {
-      if (!a.decision.allowed && worst->decision.allowed) worst = &a;
+      if (!a.decision.allowed && worst->decision.allowed)
+        worst = &a;
       else if (a.decision.allowed == worst->decision.allowed &&
-               a.decision.remaining < worst->decision.remaining) worst = &a;
+               a.decision.remaining < worst->decision.remaining)
+        worst = &a;
     }
     out.emplace_back("X-RateLimit-Limit", Cat(worst->decision.limit));
     out.emplace_back("X-RateLimit-Remaining", Cat(std::max<int64_t>(0, worst->decision.remaining)));

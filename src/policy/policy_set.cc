@@ -49,8 +49,9 @@ std::string_view ForwardedFor(std::string_view element) {
     size_t end = element.find(';', pos);
     if (end == std::string_view::npos) end = element.size();
     const std::string_view pair = Trim(element.substr(pos, end - pos));
-    if (pair.size() > 4 && (pair[0] == 'f' || pair[0] == 'F') && (pair[1] == 'o' || pair[1] == 'O') &&
-        (pair[2] == 'r' || pair[2] == 'R') && pair[3] == '=') {
+    if (pair.size() > 4 && (pair[0] == 'f' || pair[0] == 'F') &&
+        (pair[1] == 'o' || pair[1] == 'O') && (pair[2] == 'r' || pair[2] == 'R') &&
+        pair[3] == '=') {
       return pair.substr(4);
     }
     pos = end + 1;
@@ -98,7 +99,8 @@ void AppendEscaped(std::string& out, std::string_view part) {
 
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
   if (match.path && request.path != *match.path) return false;
-  if (match.path_prefix && request.path.substr(0, match.path_prefix->size()) != *match.path_prefix) {
+  if (match.path_prefix &&
+      request.path.substr(0, match.path_prefix->size()) != *match.path_prefix) {
     return false;
   }
   if (match.method && request.method != *match.method) return false;
@@ -205,7 +207,8 @@ Policy::Counters Policy::CountersFor(Metrics& metrics, const std::string& label,
       "allowed", "denied", "shadow_denied", "missing_key"};
   Counters counters{};
   for (int o = 0; o <= last; ++o) {
-    counters[o] = metrics.Get("sluice_decisions_total", {{"policy", label}, {"outcome", kOutcomeNames[o]}});
+    counters[o] =
+        metrics.Get("sluice_decisions_total", {{"policy", label}, {"outcome", kOutcomeNames[o]}});
   }
   return counters;
 }
@@ -225,17 +228,19 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
         before->config_.long_keys == pc.long_keys) {
       limiter = before->limiter_;  // same limits: keep the keys' state
     } else {
-      LimiterOptions options{.name = pc.name,
-                             .on_store_error = pc.on_store_error,
-                             .long_keys = pc.long_keys,
-                             .clock = &clock};
+      LimiterOptions options;
+      options.name = pc.name;
+      options.on_store_error = pc.on_store_error;
+      options.long_keys = pc.long_keys;
+      options.clock = &clock;
       for (const LimitSpec& spec : pc.limits) {
         options.limits.push_back(spec.options);
         if (spec.scope == Scope::kGlobal && shared == nullptr) {
-          return absl::FailedPreconditionError(
-              internal::Cat("policy \"", pc.name, "\": a global limit needs the shared store, and this "
-                  "process started without store.redis (store changes take effect at the next "
-                  "start)"));
+          return absl::FailedPreconditionError(internal::Cat(
+              "policy \"", pc.name,
+              "\": a global limit needs the shared store, and this "
+              "process started without store.redis (store changes take effect at the next "
+              "start)"));
         }
         options.stores.push_back(spec.scope == Scope::kGlobal ? shared : nullptr);
       }

@@ -22,11 +22,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "metrics/metrics.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
 #include "sluice/limiter.h"
 #include "sluice/store/store.h"
-#include "metrics/metrics.h"
 
 namespace sluice::policy {
 
@@ -66,10 +66,12 @@ class Policy {
   // config.limits[0]'s period). Null counters count nothing.
   Policy(PolicyConfig config, std::shared_ptr<Limiter> limiter, Counters counters,
          Counter* store_errors)
-      : config_(std::move(config)), limiter_(std::move(limiter)), counters_(counters),
+      : config_(std::move(config)),
+        limiter_(std::move(limiter)),
+        counters_(counters),
         store_errors_(store_errors),
-        shapes_(limiter_ != nullptr && std::any_of(limiter_->limits().begin(),
-                                                   limiter_->limits().end(), IsShape)) {}
+        shapes_(limiter_ != nullptr &&
+                std::any_of(limiter_->limits().begin(), limiter_->limits().end(), IsShape)) {}
   // sluice_decisions_total{policy=label, outcome} for the outcomes up to
   // `last` (the others stay null).
   static Counters CountersFor(Metrics& metrics, const std::string& label, Outcome last);
@@ -126,9 +128,8 @@ class PolicySet {
   // `store` holds local limits; `shared` (may be null: none configured)
   // global ones. `previous` (may be null): policies with the same name,
   // limits and on_store_error keep their Limiter, hence their keys' state.
-  static absl::StatusOr<std::shared_ptr<const PolicySet>> Create(const Config& config,
-                                                                 Store& store, Store* shared,
-                                                                 const Clock& clock,
+  static absl::StatusOr<std::shared_ptr<const PolicySet>> Create(const Config& config, Store& store,
+                                                                 Store* shared, const Clock& clock,
                                                                  const PolicySet* previous,
                                                                  Metrics& metrics);
 

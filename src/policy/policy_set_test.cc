@@ -215,7 +215,7 @@ policies:
   ASSERT_TRUE(first->Find("same")->limiter().Acquire("k")->allowed);
   ASSERT_TRUE(first->Find("changed")->limiter().Acquire("k")->allowed);
   auto second = *PolicySet::Create(*Parse(after), store, nullptr, clock, first.get(), metrics);
-  EXPECT_FALSE(second->Find("same")->limiter().Acquire("k")->allowed);   // state kept
+  EXPECT_FALSE(second->Find("same")->limiter().Acquire("k")->allowed);    // state kept
   EXPECT_TRUE(second->Find("changed")->limiter().Acquire("k")->allowed);  // new limits, new state
 }
 

@@ -41,8 +41,8 @@ std::string NormalizePath(std::string_view raw) {
   decoded.reserve(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) {
     const std::optional<char> c = PercentByte(raw, i);
-    if (c && (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '.' ||
-              *c == '_' || *c == '~')) {
+    if (c && (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '.' || *c == '_' ||
+              *c == '~')) {
       decoded.push_back(*c);
       i += 2;
       continue;
@@ -119,7 +119,9 @@ std::string_view HostName(std::string_view authority) {
 std::optional<FlatCheck> ParseFlatCheck(std::string_view body) {
   size_t i = 0;
   auto skip_ws = [&] {
-    while (i < body.size() && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r')) ++i;
+    while (i < body.size() &&
+           (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r'))
+      ++i;
   };
   auto string = [&]() -> std::optional<std::string_view> {
     if (i >= body.size() || body[i] != '"') return std::nullopt;
@@ -158,7 +160,8 @@ std::optional<FlatCheck> ParseFlatCheck(std::string_view body) {
         cost = cost * 10 + (body[i++] - '0');
         ++digits;
       }
-      if (digits == 0 || cost > kMaxLimit || (digits > 1 && body[i - digits] == '0')) return std::nullopt;
+      if (digits == 0 || cost > kMaxLimit || (digits > 1 && body[i - digits] == '0'))
+        return std::nullopt;
       if (i < body.size() && ((body[i] >= '0' && body[i] <= '9') || body[i] == '.' ||
                               body[i] == 'e' || body[i] == 'E')) {
         return std::nullopt;

@@ -54,18 +54,18 @@ TEST(ParseFlatCheck, ReadsTheCommonShape) {
 
 TEST(ParseFlatCheck, LeavesEverythingElseToTheFullParser) {
   for (const char* body : {
-           R"([{"policy":"p","key":"k"}])",                 // a batch
-           R"({"policy":"p"})",                              // key missing
-           R"({"policy":"p","key":"k","cost":-1})",         // negative
-           R"({"policy":"p","key":"k","cost":1.5})",        // fraction
-           R"({"policy":"p","key":"k","cost":1e3})",        // exponent
-           R"({"policy":"p","key":"k","cost":01})",         // leading zero
-           R"({"policy":"p","key":"k","cost":"3"})",        // string cost
+           R"([{"policy":"p","key":"k"}])",           // a batch
+           R"({"policy":"p"})",                       // key missing
+           R"({"policy":"p","key":"k","cost":-1})",   // negative
+           R"({"policy":"p","key":"k","cost":1.5})",  // fraction
+           R"({"policy":"p","key":"k","cost":1e3})",  // exponent
+           R"({"policy":"p","key":"k","cost":01})",   // leading zero
+           R"({"policy":"p","key":"k","cost":"3"})",  // string cost
            R"({"policy":"p","key":"k","cost":99999999999999999999})",
-           R"({"policy":"p","key":"k\"x"})",                // an escape
+           R"({"policy":"p","key":"k\"x"})",  // an escape
            R"({"policy":"p","key":"caf\u00e9"})",
-           R"({"policy":"p","key":"k","key":"j"})",         // repeated field
-           R"({"policy":"p","key":"k","extra":1})",         // unknown field
+           R"({"policy":"p","key":"k","key":"j"})",  // repeated field
+           R"({"policy":"p","key":"k","extra":1})",  // unknown field
            R"({"policy":"p","key":"k"} trailing)",
            R"({"policy":"p","key":"k",})",
            "",

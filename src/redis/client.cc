@@ -198,7 +198,8 @@ class Client::Impl {
       }
       std::promise<absl::Status> done;
       std::future<absl::Status> f = done.get_future();
-      RunOnIo([&] { RefreshSlotsFrom(*nodes_[i], [&done](absl::Status s) { done.set_value(s); }); });
+      RunOnIo(
+          [&] { RefreshSlotsFrom(*nodes_[i], [&done](absl::Status s) { done.set_value(s); }); });
       if (f.wait_for(wait) != std::future_status::ready) {
         last = absl::DeadlineExceededError(
             Cat("redis ", options_.nodes[i].ToString(), ": no answer to CLUSTER SLOTS"));
@@ -216,15 +217,16 @@ class Client::Impl {
     }
     if (!covered_.load()) {
       std::string down = RunOnIo([this] {
-        std::string out;
-        for (const auto& n : nodes_) {
-          if (n->master && n->state != Node::kReady) {
-            out += Cat(out.empty() ? "" : ", ", n->endpoint.ToString(),
-                       n->last_error.empty() ? "" : Cat(" (", n->last_error, ")"));
-          }
-        }
-        return out;
-      }).get();
+                           std::string out;
+                           for (const auto& n : nodes_) {
+                             if (n->master && n->state != Node::kReady) {
+                               out +=
+                                   Cat(out.empty() ? "" : ", ", n->endpoint.ToString(),
+                                       n->last_error.empty() ? "" : Cat(" (", n->last_error, ")"));
+                             }
+                           }
+                           return out;
+                         }).get();
       return absl::UnavailableError(
           Cat("redis cluster: not every slot has a reachable master",
               down.empty() ? std::string() : Cat("; not connected: ", down)));
@@ -257,9 +259,9 @@ class Client::Impl {
   struct Entry {
     enum Kind { kUser, kDiscard, kHandshake, kSlots };
     Kind kind = kUser;
-    std::unique_ptr<Request> req;  // kUser
+    std::unique_ptr<Request> req;                         // kUser
     std::function<void(absl::StatusOr<Reply>)> internal;  // kHandshake, kSlots
-    SteadyClock::time_point sent;      // when it was queued on this node
+    SteadyClock::time_point sent;                         // when it was queued on this node
     SteadyClock::time_point deadline;  // its own: entries are not in deadline order
   };
 
@@ -327,8 +329,8 @@ class Client::Impl {
     Node* node = Owner(req->slot);
     if (node == nullptr) {
       RefreshSoon();
-      return Fail(*req, absl::UnavailableError(Cat("redis cluster: slot ", req->slot,
-                                                   " has no known master")));
+      return Fail(*req, absl::UnavailableError(
+                            Cat("redis cluster: slot ", req->slot, " has no known master")));
     }
     Enqueue(*node, std::move(req));
   }
@@ -405,27 +407,27 @@ class Client::Impl {
     const net::ip::address address = net::ip::make_address(n.endpoint.host, ec);
     auto connect_to = [this, &n, gen](std::vector<tcp::endpoint> targets) {
       if (targets.empty()) {
-        return Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
-                                                   ": the name has no address")));
+        return Close(n, absl::UnavailableError(
+                            Cat("redis ", n.endpoint.ToString(), ": the name has no address")));
       }
       auto shared = std::make_shared<std::vector<tcp::endpoint>>(std::move(targets));
-      net::async_connect(n.socket, *shared,
-                         [this, &n, gen, shared](boost::system::error_code ec, const tcp::endpoint&) {
-                           if (gen != n.generation) return;
-                           if (ec) {
-                             return Close(n, absl::UnavailableError(Cat(
-                                                 "redis ", n.endpoint.ToString(), ": connect: ",
-                                                 ec.message())));
-                           }
-                           OnConnected(n);
-                         });
+      net::async_connect(
+          n.socket, *shared,
+          [this, &n, gen, shared](boost::system::error_code ec, const tcp::endpoint&) {
+            if (gen != n.generation) return;
+            if (ec) {
+              return Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
+                                                         ": connect: ", ec.message())));
+            }
+            OnConnected(n);
+          });
     };
     // The whole handshake must finish within the connect timeout.
     n.retry.expires_after(std::chrono::microseconds(options_.connect_timeout.micros()));
     n.retry.async_wait([this, &n, gen](boost::system::error_code ec) {
       if (ec || gen != n.generation || n.state == Node::kReady) return;
-      Close(n, absl::DeadlineExceededError(Cat("redis ", n.endpoint.ToString(),
-                                               ": no answer within the connect timeout")));
+      Close(n, absl::DeadlineExceededError(
+                   Cat("redis ", n.endpoint.ToString(), ": no answer within the connect timeout")));
     });
     if (!ec) {
       connect_to({tcp::endpoint(address, n.endpoint.port)});
@@ -455,15 +457,14 @@ class Client::Impl {
     StartRead(n);
     // The handshake: AUTH, SELECT, the scripts, PING; the node is ready
     // when every answer is good.
-    const auto deadline = SteadyClock::now() +
-                          std::chrono::microseconds(options_.connect_timeout.micros());
+    const auto deadline =
+        SteadyClock::now() + std::chrono::microseconds(options_.connect_timeout.micros());
     auto step = [this, &n, gen = n.generation](std::string what) {
       return [this, &n, gen, what](absl::StatusOr<Reply> r) {
         if (gen != n.generation) return;
         if (!r.ok()) {
-          return Close(n, absl::Status(r.status().code(), Cat("redis ", n.endpoint.ToString(),
-                                                              ": ", what, ": ",
-                                                              r.status().message())));
+          return Close(n, absl::Status(r.status().code(), Cat("redis ", n.endpoint.ToString(), ": ",
+                                                              what, ": ", r.status().message())));
         }
         if (--n.handshake_left == 0) OnReady(n);
       };
@@ -495,28 +496,25 @@ class Client::Impl {
     add({"PING"}, step("PING"));
     if (!options_.cluster) {
       // A Cluster node given as one server would answer MOVED for most keys.
-      add({"CLUSTER", "MYID"},
-          [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
-            if (gen != n.generation) return;
-            if (r.ok()) {
-              return Close(n, absl::InvalidArgumentError(
-                                  Cat("redis ", n.endpoint.ToString(),
-                                      " is a Redis Cluster node: use store.redis.cluster")));
-            }
-            if (--n.handshake_left == 0) OnReady(n);
-          });
+      add({"CLUSTER", "MYID"}, [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
+        if (gen != n.generation) return;
+        if (r.ok()) {
+          return Close(n, absl::InvalidArgumentError(
+                              Cat("redis ", n.endpoint.ToString(),
+                                  " is a Redis Cluster node: use store.redis.cluster")));
+        }
+        if (--n.handshake_left == 0) OnReady(n);
+      });
     }
     if (n.master) {
       for (size_t i = 0; i < options_.scripts.size(); ++i) {
         auto then = step("SCRIPT LOAD");
-        add({"SCRIPT", "LOAD", options_.scripts[i]},
-            [this, i, then](absl::StatusOr<Reply> r) {
-              if (r.ok() && (*r)->type == REDIS_REPLY_STRING && shas_.size() > i &&
-                  shas_[i].empty()) {
-                shas_[i] = std::string(ReplyText(**r));
-              }
-              then(std::move(r));
-            });
+        add({"SCRIPT", "LOAD", options_.scripts[i]}, [this, i, then](absl::StatusOr<Reply> r) {
+          if (r.ok() && (*r)->type == REDIS_REPLY_STRING && shas_.size() > i && shas_[i].empty()) {
+            shas_[i] = std::string(ReplyText(**r));
+          }
+          then(std::move(r));
+        });
       }
     }
     StartWrite(n);
@@ -586,48 +584,47 @@ class Client::Impl {
     n.writing.swap(n.out);
     n.out.clear();
     const uint64_t gen = n.generation;
-    net::async_write(n.socket, net::buffer(n.writing),
-                     [this, &n, gen](boost::system::error_code ec, size_t) {
-                       if (gen != n.generation) return;
-                       n.write_active = false;
-                       n.writing.clear();
-                       if (ec) {
-                         return Close(n, absl::UnavailableError(Cat(
-                                             "redis ", n.endpoint.ToString(), ": write: ",
-                                             ec.message())));
-                       }
-                       StartWrite(n);
-                     });
+    net::async_write(
+        n.socket, net::buffer(n.writing), [this, &n, gen](boost::system::error_code ec, size_t) {
+          if (gen != n.generation) return;
+          n.write_active = false;
+          n.writing.clear();
+          if (ec) {
+            return Close(n, absl::UnavailableError(
+                                Cat("redis ", n.endpoint.ToString(), ": write: ", ec.message())));
+          }
+          StartWrite(n);
+        });
   }
 
   void StartRead(Node& n) {
     const uint64_t gen = n.generation;
-    n.socket.async_read_some(
-        net::buffer(n.in), [this, &n, gen](boost::system::error_code ec, size_t size) {
-          if (gen != n.generation) return;
-          if (ec) {
-            return Close(n, absl::UnavailableError(
-                                Cat("redis ", n.endpoint.ToString(), ": ",
-                                    ec == net::error::eof ? "connection closed by the server"
-                                                          : Cat("read: ", ec.message()))));
-          }
-          if (redisReaderFeed(n.reader, n.in.data(), size) != REDIS_OK) {
-            return Close(n, absl::InternalError(
-                                Cat("redis ", n.endpoint.ToString(), ": protocol error")));
-          }
-          for (;;) {
-            void* raw = nullptr;
-            if (redisReaderGetReply(n.reader, &raw) != REDIS_OK) {
-              return Close(n, absl::InternalError(Cat("redis ", n.endpoint.ToString(),
-                                                      ": protocol error: ", n.reader->errstr)));
-            }
-            if (raw == nullptr) break;
-            Dispatch(n, Reply(static_cast<redisReply*>(raw)));
-            if (gen != n.generation) return;  // the reply closed the connection
-          }
-          for (auto& node : nodes_) StartWrite(*node);
-          StartRead(n);
-        });
+    n.socket.async_read_some(net::buffer(n.in), [this, &n, gen](boost::system::error_code ec,
+                                                                size_t size) {
+      if (gen != n.generation) return;
+      if (ec) {
+        return Close(
+            n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(), ": ",
+                                          ec == net::error::eof ? "connection closed by the server"
+                                                                : Cat("read: ", ec.message()))));
+      }
+      if (redisReaderFeed(n.reader, n.in.data(), size) != REDIS_OK) {
+        return Close(n,
+                     absl::InternalError(Cat("redis ", n.endpoint.ToString(), ": protocol error")));
+      }
+      for (;;) {
+        void* raw = nullptr;
+        if (redisReaderGetReply(n.reader, &raw) != REDIS_OK) {
+          return Close(n, absl::InternalError(Cat("redis ", n.endpoint.ToString(),
+                                                  ": protocol error: ", n.reader->errstr)));
+        }
+        if (raw == nullptr) break;
+        Dispatch(n, Reply(static_cast<redisReply*>(raw)));
+        if (gen != n.generation) return;  // the reply closed the connection
+      }
+      for (auto& node : nodes_) StartWrite(*node);
+      StartRead(n);
+    });
   }
 
   void Dispatch(Node& n, Reply reply) {
@@ -651,7 +648,7 @@ class Client::Impl {
         break;
     }
     Request& req = *e.req;
-    if (!req.done) {  // answered already: it timed out, and ran after all
+    if (!req.done) {      // answered already: it timed out, and ran after all
       if (error) return;  // MOVED, ASK, NOSCRIPT: it did not run
       late_replies_.fetch_add(1, std::memory_order_relaxed);
       if (req.late) std::exchange(req.late, nullptr)(std::move(reply));
@@ -695,8 +692,8 @@ class Client::Impl {
     }
     redirects_.fetch_add(1, std::memory_order_relaxed);
     if (++req->redirects > 5) {
-      return Fail(*req, absl::UnavailableError(Cat("redis cluster: slot ", slot,
-                                                   " redirected more than 5 times")));
+      return Fail(*req, absl::UnavailableError(
+                            Cat("redis cluster: slot ", slot, " redirected more than 5 times")));
     }
     Node& node = NodeFor(target, /*master=*/true);
     if (ask) {
@@ -879,15 +876,15 @@ class Client::Impl {
       for (Entry& e : n.pending) {
         if (e.deadline > now) continue;
         if (e.kind == Entry::kUser && e.req->done) {
-          Fail(*e.req, absl::DeadlineExceededError(
-                           Cat("redis ", n.endpoint.ToString(), ": no answer within ",
-                               options_.timeout.micros() / 1000, " ms")));
+          Fail(*e.req, absl::DeadlineExceededError(Cat("redis ", n.endpoint.ToString(),
+                                                       ": no answer within ",
+                                                       options_.timeout.micros() / 1000, " ms")));
         } else if (e.kind == Entry::kSlots && e.internal) {
           std::function<void(absl::StatusOr<Reply>)> internal = std::move(e.internal);
           e.internal = nullptr;
-          internal(absl::DeadlineExceededError(
-              Cat("redis ", n.endpoint.ToString(), ": CLUSTER SLOTS: no answer within the "
-                  "connect timeout")));
+          internal(absl::DeadlineExceededError(Cat("redis ", n.endpoint.ToString(),
+                                                   ": CLUSTER SLOTS: no answer within the "
+                                                   "connect timeout")));
         }
       }
       // Silence, not a count of timeouts, drops a connection: pipelined
@@ -897,10 +894,10 @@ class Client::Impl {
       if (n.state == Node::kReady && !n.pending.empty()) {
         const auto silent = now - std::max(n.last_answer, n.pending.front().sent);
         if (silent >= timeout_ * options_.max_timeouts) {
-          Close(n, absl::DeadlineExceededError(Cat(
-                       "redis ", n.endpoint.ToString(), ": no answer for ",
-                       std::chrono::duration_cast<std::chrono::milliseconds>(silent).count(),
-                       " ms")));
+          Close(n,
+                absl::DeadlineExceededError(Cat(
+                    "redis ", n.endpoint.ToString(), ": no answer for ",
+                    std::chrono::duration_cast<std::chrono::milliseconds>(silent).count(), " ms")));
         }
       }
     }
@@ -922,10 +919,10 @@ class Client::Impl {
   std::vector<std::unique_ptr<Request>> inbox_;
   bool flush_posted_ = false;
   bool stopping_ = false;
-  bool stopping_now_ = false;     // I/O thread only
-  std::vector<std::string> shas_;  // written once, by the first handshake
+  bool stopping_now_ = false;                 // I/O thread only
+  std::vector<std::string> shas_;             // written once, by the first handshake
   std::vector<std::unique_ptr<Node>> nodes_;  // I/O thread only; never shrinks
-  std::array<int, kSlots> slot_owner_;       // index into nodes_, -1: unknown
+  std::array<int, kSlots> slot_owner_;        // index into nodes_, -1: unknown
   bool refresh_in_flight_ = false;
   SteadyClock::time_point last_refresh_{};
 

@@ -92,12 +92,12 @@ void AppendCommand(std::string& out, const std::string_view* args, size_t count)
 uint16_t HashSlot(std::string_view key);
 
 struct ClientHealth {
-  int nodes = 0;     // masters known (one without a Cluster)
-  int nodes_up = 0;  // connected and past the handshake
+  int nodes = 0;                   // masters known (one without a Cluster)
+  int nodes_up = 0;                // connected and past the handshake
   bool all_slots_covered = false;  // every slot has a connected master
   uint64_t requests = 0;
-  uint64_t errors = 0;    // answered with an error status
-  uint64_t timeouts = 0;  // no answer within the timeout
+  uint64_t errors = 0;        // answered with an error status
+  uint64_t timeouts = 0;      // no answer within the timeout
   uint64_t late_replies = 0;  // replies that came after their timeout
   uint64_t reconnects = 0;
   uint64_t redirects = 0;  // MOVED and ASK followed
@@ -126,8 +126,7 @@ class Client {
   // When `done` was told DeadlineExceeded and the command's reply (not an
   // error) arrives after all, `late` (if set) gets it, on the I/O thread:
   // the command ran. A command whose connection is lost first is unknown.
-  void Send(uint16_t slot, std::string command, ReplyCallback done,
-            ReplyCallback late = nullptr);
+  void Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late = nullptr);
 
   ClientHealth Health() const;
   const ClientOptions& options() const;

@@ -40,7 +40,8 @@ bool Digits(std::string_view s, size_t pos, size_t n, int& out) {
 
 std::optional<int64_t> EpochSeconds(int y, int mo, int d, int h, int mi, int s) {
   using namespace std::chrono;
-  const year_month_day ymd{year{y}, month{static_cast<unsigned>(mo)}, day{static_cast<unsigned>(d)}};
+  const year_month_day ymd{year{y}, month{static_cast<unsigned>(mo)},
+                           day{static_cast<unsigned>(d)}};
   if (!ymd.ok() || h > 23 || mi > 59 || s > 60) return std::nullopt;
   const int64_t days = sys_days(ymd).time_since_epoch().count();
   return days * 86400 + h * 3600 + mi * 60 + s;
@@ -76,7 +77,8 @@ bool SplitRequestLine(std::string_view line, std::string_view& method, std::stri
   const size_t sp2 = rest.find(' ');
   target = sp2 == std::string_view::npos ? rest : rest.substr(0, sp2);
   return IsMethod(method) && !target.empty() &&
-         (target.front() == '/' || target.front() == '*' || target.find("://") != std::string_view::npos);
+         (target.front() == '/' || target.front() == '*' ||
+          target.find("://") != std::string_view::npos);
 }
 
 // The quoted field starting at line[pos] == '"'; `pos` moves past it.
@@ -101,7 +103,8 @@ absl::StatusOr<LogFormat> ParseLogFormat(std::string_view text) {
   if (text == "auto") return LogFormat::kAuto;
   if (text == "combined" || text == "common") return LogFormat::kCombined;
   if (text == "json") return LogFormat::kJson;
-  return absl::InvalidArgumentError(Cat("unknown log format \"", text, "\" (auto, combined, json)"));
+  return absl::InvalidArgumentError(
+      Cat("unknown log format \"", text, "\" (auto, combined, json)"));
 }
 
 absl::Status ApplyFieldMapping(std::string_view spec, FieldMap& map) {
@@ -125,9 +128,10 @@ absl::Status ApplyFieldMapping(std::string_view spec, FieldMap& map) {
                                    : name == "host"    ? &map.host
                                                        : nullptr;
   if (slot == nullptr) {
-    return absl::InvalidArgumentError(Cat("field mapping \"", spec,
-                                          "\": NAME is one of time, ip, method, path, request, host, "
-                                          "header:HEADER-NAME"));
+    return absl::InvalidArgumentError(
+        Cat("field mapping \"", spec,
+            "\": NAME is one of time, ip, method, path, request, host, "
+            "header:HEADER-NAME"));
   }
   *slot = {field};
   return absl::OkStatus();
@@ -135,14 +139,22 @@ absl::Status ApplyFieldMapping(std::string_view spec, FieldMap& map) {
 
 std::string_view LineErrorName(LineError error) {
   switch (error) {
-    case LineError::kNone: return "ok";
-    case LineError::kEmpty: return "empty";
-    case LineError::kTooLong: return "too long";
-    case LineError::kSyntax: return "not the log format";
-    case LineError::kTime: return "bad time";
-    case LineError::kRequest: return "bad request line";
-    case LineError::kAddress: return "no client address";
-    case LineError::kCount: break;
+    case LineError::kNone:
+      return "ok";
+    case LineError::kEmpty:
+      return "empty";
+    case LineError::kTooLong:
+      return "too long";
+    case LineError::kSyntax:
+      return "not the log format";
+    case LineError::kTime:
+      return "bad time";
+    case LineError::kRequest:
+      return "bad request line";
+    case LineError::kAddress:
+      return "no client address";
+    case LineError::kCount:
+      break;
   }
   return "?";
 }
@@ -150,12 +162,12 @@ std::string_view LineErrorName(LineError error) {
 std::optional<Time> ParseCombinedTime(std::string_view s) {
   // 10/Oct/2000:13:55:36 -0700
   static constexpr std::string_view kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                                  "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+                                                 "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   int d, y, h, mi, sec, oh, om;
   if (s.size() < 26 || s[2] != '/' || s[6] != '/' || s[11] != ':' || s[14] != ':' || s[17] != ':' ||
       s[20] != ' ' || !Digits(s, 0, 2, d) || !Digits(s, 7, 4, y) || !Digits(s, 12, 2, h) ||
-      !Digits(s, 15, 2, mi) || !Digits(s, 18, 2, sec) || !Digits(s, 22, 2, oh) || !Digits(s, 24, 2, om) ||
-      (s[21] != '+' && s[21] != '-')) {
+      !Digits(s, 15, 2, mi) || !Digits(s, 18, 2, sec) || !Digits(s, 22, 2, oh) ||
+      !Digits(s, 24, 2, om) || (s[21] != '+' && s[21] != '-')) {
     return std::nullopt;
   }
   const auto month = std::find(std::begin(kMonths), std::end(kMonths), s.substr(3, 3));
@@ -170,9 +182,10 @@ std::optional<Time> ParseCombinedTime(std::string_view s) {
 std::optional<Time> ParseIsoTime(std::string_view s) {
   // 2000-10-10T13:55:36[.123][Z|+02:00|+0200]
   int y, mo, d, h, mi, sec;
-  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != ' ' && s[10] != 't') ||
-      s[13] != ':' || s[16] != ':' || !Digits(s, 0, 4, y) || !Digits(s, 5, 2, mo) ||
-      !Digits(s, 8, 2, d) || !Digits(s, 11, 2, h) || !Digits(s, 14, 2, mi) || !Digits(s, 17, 2, sec)) {
+  if (s.size() < 19 || s[4] != '-' || s[7] != '-' ||
+      (s[10] != 'T' && s[10] != ' ' && s[10] != 't') || s[13] != ':' || s[16] != ':' ||
+      !Digits(s, 0, 4, y) || !Digits(s, 5, 2, mo) || !Digits(s, 8, 2, d) || !Digits(s, 11, 2, h) ||
+      !Digits(s, 14, 2, mi) || !Digits(s, 17, 2, sec)) {
     return std::nullopt;
   }
   int64_t frac_us = 0;
@@ -202,7 +215,8 @@ std::optional<Time> ParseIsoTime(std::string_view s) {
 std::optional<Time> ParseEpochSeconds(std::string_view s) {
   int64_t seconds = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), seconds);
-  if (ec != std::errc() || end == s.data() || seconds < 0 || seconds > 100'000'000'000) return std::nullopt;
+  if (ec != std::errc() || end == s.data() || seconds < 0 || seconds > 100'000'000'000)
+    return std::nullopt;
   int64_t frac_us = 0;
   const size_t pos = Fraction(s, static_cast<size_t>(end - s.data()), frac_us);
   if (pos != s.size()) return std::nullopt;
@@ -417,8 +431,8 @@ bool FlatJson(std::string_view s, LogParser::JsonSax& sax, std::string& key_buff
           // not a field a replay reads
         } else if (!token.empty() && (token[0] == '-' || (token[0] >= '0' && token[0] <= '9')) &&
                    std::all_of(token.begin(), token.end(), [](char c) {
-                     return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' ||
-                            c == 'E';
+                     return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' ||
+                            c == 'e' || c == 'E';
                    })) {
           sax.Offer(token);
         } else {
@@ -456,7 +470,8 @@ LineError LogParser::Parse(std::string_view line, LogRecord& record) {
   while (first < line.size() && (line[first] == ' ' || line[first] == '\t')) ++first;
   line.remove_prefix(first);
   if (line.empty()) return LineError::kEmpty;
-  if (format_ == LogFormat::kAuto) format_ = line.front() == '{' ? LogFormat::kJson : LogFormat::kCombined;
+  if (format_ == LogFormat::kAuto)
+    format_ = line.front() == '{' ? LogFormat::kJson : LogFormat::kCombined;
   record.headers.clear();
   record.host = {};
   return format_ == LogFormat::kJson ? ParseJson(line, record) : ParseCombined(line, record);
@@ -506,7 +521,8 @@ LineError LogParser::ParseJson(std::string_view line, LogRecord& record) {
   if (line.front() != '{') return LineError::kSyntax;
   if (!FlatJson(line, j, json_key_)) {
     j.Reset();
-    if (!nlohmann::json::sax_parse(line.data(), line.data() + line.size(), &j)) return LineError::kSyntax;
+    if (!nlohmann::json::sax_parse(line.data(), line.data() + line.size(), &j))
+      return LineError::kSyntax;
   }
   using P = JsonState;
   if (j.parts[P::kTime].rank == SIZE_MAX) return LineError::kTime;
@@ -521,7 +537,8 @@ LineError LogParser::ParseJson(std::string_view line, LogRecord& record) {
     if (j.parts[P::kMethod].rank == SIZE_MAX) record.method = "GET";
   } else if (j.parts[P::kRequest].rank != SIZE_MAX) {
     std::string_view method;
-    if (!SplitRequestLine(j.parts[P::kRequest].value, method, record.target)) return LineError::kRequest;
+    if (!SplitRequestLine(j.parts[P::kRequest].value, method, record.target))
+      return LineError::kRequest;
     if (j.parts[P::kMethod].rank == SIZE_MAX) record.method = method;
   } else {
     return LineError::kRequest;
@@ -529,9 +546,11 @@ LineError LogParser::ParseJson(std::string_view line, LogRecord& record) {
   if (record.target.empty() || !IsMethod(record.method)) return LineError::kRequest;
   if (j.parts[P::kHost].rank != SIZE_MAX) record.host = j.parts[P::kHost].value;
   for (size_t i = 0; i < j.mapped.size(); ++i) {
-    if (j.mapped[i].rank != SIZE_MAX) record.headers.emplace_back(fields_.headers[i].first, j.mapped[i].value);
+    if (j.mapped[i].rank != SIZE_MAX)
+      record.headers.emplace_back(fields_.headers[i].first, j.mapped[i].value);
   }
-  for (size_t i = 0; i < j.http_count; ++i) record.headers.emplace_back(j.http[i].first, j.http[i].second);
+  for (size_t i = 0; i < j.http_count; ++i)
+    record.headers.emplace_back(j.http[i].first, j.http[i].second);
   return LineError::kNone;
 }
 

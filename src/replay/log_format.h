@@ -42,8 +42,8 @@ absl::StatusOr<LogFormat> ParseLogFormat(std::string_view text);
 
 // Which JSON fields hold a request's parts: the first name present wins.
 struct FieldMap {
-  std::vector<std::string> time = {"time", "timestamp", "@timestamp", "time_iso8601",
-                                   "time_local", "ts", "msec"};
+  std::vector<std::string> time = {"time",       "timestamp", "@timestamp", "time_iso8601",
+                                   "time_local", "ts",        "msec"};
   std::vector<std::string> ip = {"remote_addr", "client_ip", "ip", "remote_ip"};
   std::vector<std::string> method = {"method", "request_method"};
   std::vector<std::string> path = {"path", "uri", "request_uri", "url"};
@@ -79,12 +79,12 @@ struct LogRecord {
 // Why a line was skipped.
 enum class LineError {
   kNone,
-  kEmpty,        // a blank line: not counted as broken
-  kTooLong,      // longer than the reader's line limit
-  kSyntax,       // not the expected format (or invalid JSON)
-  kTime,         // no time, or one that does not parse
-  kRequest,      // no method and target (e.g. "-" or a TLS handshake sent to port 80)
-  kAddress,      // no client address
+  kEmpty,    // a blank line: not counted as broken
+  kTooLong,  // longer than the reader's line limit
+  kSyntax,   // not the expected format (or invalid JSON)
+  kTime,     // no time, or one that does not parse
+  kRequest,  // no method and target (e.g. "-" or a TLS handshake sent to port 80)
+  kAddress,  // no client address
   kCount,
 };
 std::string_view LineErrorName(LineError error);

@@ -38,10 +38,12 @@ TEST(ReplayTimes, GarbageIsRejected) {
 TEST(ReplayCombined, ReadsTheNginxMainFormat) {
   LogParser parser(LogFormat::kAuto, {});
   LogRecord r;
-  ASSERT_EQ(parser.Parse("203.0.113.7 - alice [10/Oct/2000:13:55:36 -0700] \"POST /login?next=%2F HTTP/1.1\" "
-                         "401 512 \"https://example.com/\" \"curl/8.0\" \"198.51.100.1, 10.0.0.2\"",
-                         r),
-            LineError::kNone);
+  ASSERT_EQ(
+      parser.Parse(
+          "203.0.113.7 - alice [10/Oct/2000:13:55:36 -0700] \"POST /login?next=%2F HTTP/1.1\" "
+          "401 512 \"https://example.com/\" \"curl/8.0\" \"198.51.100.1, 10.0.0.2\"",
+          r),
+      LineError::kNone);
   EXPECT_EQ(parser.format(), LogFormat::kCombined);
   EXPECT_EQ(r.ip, "203.0.113.7");
   EXPECT_EQ(r.time, Time::FromUnixMicros(971211336LL * 1'000'000));
@@ -55,7 +57,8 @@ TEST(ReplayCombined, ReadsTheNginxMainFormat) {
 TEST(ReplayCombined, ReadsTheCommonFormatAndEscapedQuotes) {
   LogParser parser(LogFormat::kCombined, {});
   LogRecord r;
-  ASSERT_EQ(parser.Parse("::1 - - [01/Jan/2024:00:00:00 +0000] \"GET / HTTP/1.0\" 200 -\r", r), LineError::kNone);
+  ASSERT_EQ(parser.Parse("::1 - - [01/Jan/2024:00:00:00 +0000] \"GET / HTTP/1.0\" 200 -\r", r),
+            LineError::kNone);
   EXPECT_EQ(r.ip, "::1");
   EXPECT_EQ(r.target, "/");
   EXPECT_TRUE(r.headers.empty());
@@ -73,19 +76,22 @@ TEST(ReplayCombined, BrokenLinesSayWhy) {
   EXPECT_EQ(parser.Parse("", r), LineError::kEmpty);
   EXPECT_EQ(parser.Parse("garbage", r), LineError::kSyntax);
   EXPECT_EQ(parser.Parse("1.2.3.4 - - [yesterday] \"GET / HTTP/1.1\" 200 1", r), LineError::kTime);
-  EXPECT_EQ(parser.Parse("1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] \"-\" 400 0", r), LineError::kRequest);
+  EXPECT_EQ(parser.Parse("1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] \"-\" 400 0", r),
+            LineError::kRequest);
   EXPECT_EQ(parser.Parse("1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] \"\\x16\\x03\\x01\" 400 0", r),
             LineError::kRequest);
-  EXPECT_EQ(parser.Parse("1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] \"GET / HTTP/1.1", r), LineError::kSyntax);
+  EXPECT_EQ(parser.Parse("1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] \"GET / HTTP/1.1", r),
+            LineError::kSyntax);
 }
 
 TEST(ReplayJson, ReadsTheUsualFieldNamesAndHttpHeaders) {
   LogParser parser(LogFormat::kAuto, {});
   LogRecord r;
-  ASSERT_EQ(parser.Parse(R"({"time_iso8601": "2024-01-01T00:00:01+00:00", "remote_addr": "10.0.0.1",)"
-                         R"( "request_method": "GET", "request_uri": "/api/x?y=1", "host": "Example.com",)"
-                         R"( "status": 200, "http_x_api_key": "k-1", "nested": {"remote_addr": "no"}})",
-                         r),
+  ASSERT_EQ(parser.Parse(
+                R"({"time_iso8601": "2024-01-01T00:00:01+00:00", "remote_addr": "10.0.0.1",)"
+                R"( "request_method": "GET", "request_uri": "/api/x?y=1", "host": "Example.com",)"
+                R"( "status": 200, "http_x_api_key": "k-1", "nested": {"remote_addr": "no"}})",
+                r),
             LineError::kNone);
   EXPECT_EQ(parser.format(), LogFormat::kJson);
   EXPECT_EQ(r.time, Time::FromUnixMicros(1704067201LL * 1'000'000));
@@ -105,15 +111,19 @@ TEST(ReplayJson, FieldMappingAndNumbers) {
   EXPECT_FALSE(ApplyFieldMapping("time", fields).ok());
   LogParser parser(LogFormat::kJson, fields);
   LogRecord r;
-  ASSERT_EQ(parser.Parse(R"({"ts": 1704067201.5, "client": "10.0.0.9", "request": "PUT /v1/items HTTP/2.0", "tenant": 7})", r),
-            LineError::kNone);
+  ASSERT_EQ(
+      parser.Parse(
+          R"({"ts": 1704067201.5, "client": "10.0.0.9", "request": "PUT /v1/items HTTP/2.0", "tenant": 7})",
+          r),
+      LineError::kNone);
   EXPECT_EQ(r.time, Time::FromUnixMicros(1704067201LL * 1'000'000 + 500'000));
   EXPECT_EQ(r.ip, "10.0.0.9");
   EXPECT_EQ(r.method, "PUT");
   EXPECT_EQ(r.target, "/v1/items");
   EXPECT_EQ(r.Header("x-tenant"), "7");
-  ASSERT_EQ(parser.Parse(R"({"ts": 1704067202, "client": "10.0.0.9", "path": "/p"})", r), LineError::kNone);
-  EXPECT_EQ(r.method, "GET");  // a path without a method
+  ASSERT_EQ(parser.Parse(R"({"ts": 1704067202, "client": "10.0.0.9", "path": "/p"})", r),
+            LineError::kNone);
+  EXPECT_EQ(r.method, "GET");          // a path without a method
   EXPECT_FALSE(r.Header("x-tenant"));  // nothing left over from the previous line
 }
 
@@ -122,30 +132,36 @@ TEST(ReplayJson, FlatLinesAndLinesNeedingTheFullParserReadAlike) {
   // the others through nlohmann::json, with the same result.
   LogParser parser(LogFormat::kJson, {});
   LogRecord r;
-  for (std::string_view line :
-       {R"({"time": 1704067201, "remote_addr": "10.0.0.1", "path": "/a", "http_x_k": "v"})",
-        R"({"time": 1704067201, "remote_addr": "10.0.0.1", "path": "/a", "http_x_k": "v", "note": "say \"hi\""})",
-        R"({"time": 1704067201, "remote_addr": "10.0.0.1", "path": "/a", "http_x_k": "v", "tags": [1, {"a": 2}]})",
-        R"(  { "time" : 1704067201 , "remote_addr":"10.0.0.1","path":"/a","http_x_k":"v", "ok": true, "z": null }  )"}) {
+  for (
+      std::string_view line :
+      {R"({"time": 1704067201, "remote_addr": "10.0.0.1", "path": "/a", "http_x_k": "v"})",
+       R"({"time": 1704067201, "remote_addr": "10.0.0.1", "path": "/a", "http_x_k": "v", "note": "say \"hi\""})",
+       R"({"time": 1704067201, "remote_addr": "10.0.0.1", "path": "/a", "http_x_k": "v", "tags": [1, {"a": 2}]})",
+       R"(  { "time" : 1704067201 , "remote_addr":"10.0.0.1","path":"/a","http_x_k":"v", "ok": true, "z": null }  )"}) {
     ASSERT_EQ(parser.Parse(line, r), LineError::kNone) << line;
     EXPECT_EQ(r.time, Time::FromUnixMicros(1704067201LL * 1'000'000)) << line;
     EXPECT_EQ(r.ip, "10.0.0.1") << line;
     EXPECT_EQ(r.target, "/a") << line;
     EXPECT_EQ(r.Header("x-k"), "v") << line;
   }
-  ASSERT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "10.0.0.1", "path": "/\u0061"})", r), LineError::kNone);
+  ASSERT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "10.0.0.1", "path": "/\u0061"})", r),
+            LineError::kNone);
   EXPECT_EQ(r.target, "/a");  // decoded by the full parser
-  EXPECT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "10.0.0.1", "path": "/a"} trailing)", r), LineError::kSyntax);
-  EXPECT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "10.0.0.1", "path": "/a", "x": nope})", r), LineError::kSyntax);
+  EXPECT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "10.0.0.1", "path": "/a"} trailing)", r),
+            LineError::kSyntax);
+  EXPECT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "10.0.0.1", "path": "/a", "x": nope})", r),
+            LineError::kSyntax);
 }
 
 TEST(ReplayJson, BrokenLinesSayWhy) {
   LogParser parser(LogFormat::kJson, {});
   LogRecord r;
-  EXPECT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "1.2.3.4", "path": "/")", r), LineError::kSyntax);
+  EXPECT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "1.2.3.4", "path": "/")", r),
+            LineError::kSyntax);
   EXPECT_EQ(parser.Parse(R"([1, 2])", r), LineError::kSyntax);
   EXPECT_EQ(parser.Parse(R"({"remote_addr": "1.2.3.4", "path": "/"})", r), LineError::kTime);
-  EXPECT_EQ(parser.Parse(R"({"time": "soon", "remote_addr": "1.2.3.4", "path": "/"})", r), LineError::kTime);
+  EXPECT_EQ(parser.Parse(R"({"time": "soon", "remote_addr": "1.2.3.4", "path": "/"})", r),
+            LineError::kTime);
   EXPECT_EQ(parser.Parse(R"({"time": 1, "path": "/"})", r), LineError::kAddress);
   EXPECT_EQ(parser.Parse(R"({"time": 1, "remote_addr": "1.2.3.4"})", r), LineError::kRequest);
 }

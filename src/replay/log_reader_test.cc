@@ -22,7 +22,8 @@ void WritePlain(const std::string& path, const std::string& text) {
 void WriteGzip(const std::string& path, const std::string& text) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())),
+            static_cast<int>(text.size()));
   gzclose(f);
 }
 
@@ -64,7 +65,8 @@ TEST(ReplayLineReader, ReadsPlainAndGzipAlike) {
 
 TEST(ReplayLineReader, SkipsRunawayLinesWithoutHoldingThem) {
   const std::string path = TempPath("long.txt");
-  WritePlain(path, "a\n" + std::string(kMaxLineBytes + 1, 'x') + "\nb\n" + std::string(3 << 20, 'y') + "\nc\n");
+  WritePlain(path, "a\n" + std::string(kMaxLineBytes + 1, 'x') + "\nb\n" +
+                       std::string(3 << 20, 'y') + "\nc\n");
   absl::StatusOr<std::unique_ptr<LineReader>> in = LineReader::Open(path);
   ASSERT_TRUE(in.ok());
   std::vector<bool> too_long;

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/ascii.h"
 #include "absl/container/flat_hash_map.h"
+#include "base/ascii.h"
 #include "base/cat.h"
 #include "metrics/metrics.h"
 #include "policy/evaluation.h"
@@ -117,7 +117,8 @@ void Finish(PolicyState& s, size_t top) {
   });
   for (size_t i = 0; i < limited.size() && i < top; ++i) {
     const KeyStats& k = *limited[i].second;
-    r.top.push_back({*limited[i].first, k.requests, k.limited, Time::FromUnixMicros(k.first_limited_us),
+    r.top.push_back({*limited[i].first, k.requests, k.limited,
+                     Time::FromUnixMicros(k.first_limited_us),
                      Time::FromUnixMicros(k.last_limited_us)});
   }
   std::vector<MinuteCount> minutes;
@@ -143,12 +144,15 @@ void Finish(PolicyState& s, size_t top) {
     sug.max = peaks.empty() ? 0 : peaks.back();
     for (const LimitSpec& l : s.policy->config().limits) {
       if (l.options.rate.period == s.periods[j]) {
-        sug.current = sug.current ? std::min(*sug.current, l.options.rate.limit) : l.options.rate.limit;
+        sug.current =
+            sug.current ? std::min(*sug.current, l.options.rate.limit) : l.options.rate.limit;
       }
     }
     if (sug.current) {
       sug.keys_over_current = static_cast<int64_t>(
-          peaks.end() - std::upper_bound(peaks.begin(), peaks.end(), static_cast<uint32_t>(std::min<int64_t>(*sug.current, UINT32_MAX))));
+          peaks.end() -
+          std::upper_bound(peaks.begin(), peaks.end(),
+                           static_cast<uint32_t>(std::min<int64_t>(*sug.current, UINT32_MAX))));
     }
     r.suggestions.push_back(sug);
   }
@@ -156,7 +160,8 @@ void Finish(PolicyState& s, size_t top) {
 
 }  // namespace
 
-absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const ReplayOptions& options) {
+absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in,
+                                    const ReplayOptions& options) {
   // The policies, built as `sluice serve` builds them, on a manual clock.
   // Local and global limits alike keep their state in one memory store: a
   // log holds the traffic of the whole fleet, so one state per limit is what
@@ -170,7 +175,8 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
   if (!set.ok()) return set.status();
   for (const std::string& name : options.apply) {
     if ((*set)->Find(name) == nullptr) {
-      return absl::InvalidArgumentError(Cat("--policy ", name, ": no such policy in ", config.source));
+      return absl::InvalidArgumentError(
+          Cat("--policy ", name, ": no such policy in ", config.source));
     }
   }
 
@@ -217,7 +223,8 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
     if (error != LineError::kNone) {
       ++report.broken;
       ++report.broken_by_reason[static_cast<size_t>(error)];
-      if (report.first_broken_lines.size() < 5) report.first_broken_lines.push_back(in.line_number());
+      if (report.first_broken_lines.size() < 5)
+        report.first_broken_lines.push_back(in.line_number());
       continue;
     }
     ++report.requests;
@@ -250,7 +257,8 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in, const 
     facts.host = host;
     facts.peer_ip = record.ip;
     const RouteConfig* route = (*set)->RouteFor(facts);
-    const std::string_view route_name = route != nullptr ? std::string_view(route->name) : std::string_view();
+    const std::string_view route_name =
+        route != nullptr ? std::string_view(route->name) : std::string_view();
 
     // Each applying policy decides alone (policy::Evaluate of that one
     // policy): the report says what each would have limited.
@@ -314,7 +322,8 @@ namespace {
 std::string Percent(int64_t part, int64_t whole) {
   if (whole == 0) return "0%";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+  std::snprintf(buf, sizeof buf, "%.1f%%",
+                100.0 * static_cast<double>(part) / static_cast<double>(whole));
   return buf;
 }
 
@@ -334,7 +343,8 @@ std::string_view FormatName(LogFormat f) {
 }  // namespace
 
 std::string FormatReplayText(const ReplayReport& r) {
-  std::string out = Cat("replay of ", r.log, " (", FormatName(r.format), ") through ", r.config, "\n");
+  std::string out =
+      Cat("replay of ", r.log, " (", FormatName(r.format), ") through ", r.config, "\n");
   out += Cat("lines ", r.lines, ": ", r.requests, " requests, ", r.broken, " broken");
   if (r.broken > 0) {
     std::string reasons;
@@ -348,7 +358,9 @@ std::string FormatReplayText(const ReplayReport& r) {
     out += Cat(" (", reasons, "; first at line ", lines, ")");
   }
   out += Cat(", ", r.out_of_order, " out of order");
-  if (r.out_of_order > 0) out += Cat(" (at most ", FormatDuration(r.max_lateness), " late, decided at the latest time seen)");
+  if (r.out_of_order > 0)
+    out += Cat(" (at most ", FormatDuration(r.max_lateness),
+               " late, decided at the latest time seen)");
   out += "\n";
   if (r.first_time) {
     out += Cat("time ", FormatUtc(*r.first_time), " to ", FormatUtc(*r.last_time), " (",
@@ -361,18 +373,20 @@ std::string FormatReplayText(const ReplayReport& r) {
   }
   for (const PolicyReport& p : r.policies) {
     out += Cat("\npolicy ", p.name, ": ", p.limits, "\n  applies to: ", p.applies, "\n");
-    out += Cat("  requests ", p.requests, " from ", p.keys, p.keys == 1 ? " key" : " keys", "; limited ",
-               p.limited, " (", Percent(p.limited, p.requests), ") from ", p.limited_keys,
-               p.limited_keys == 1 ? " key" : " keys");
+    out += Cat("  requests ", p.requests, " from ", p.keys, p.keys == 1 ? " key" : " keys",
+               "; limited ", p.limited, " (", Percent(p.limited, p.requests), ") from ",
+               p.limited_keys, p.limited_keys == 1 ? " key" : " keys");
     if (p.delayed > 0) out += Cat("; delayed ", p.delayed);
     if (p.missing_key > 0) out += Cat("; denied for a missing key part ", p.missing_key);
     if (p.key_errors > 0) out += Cat("; keys refused (too long) ", p.key_errors);
     if (p.untracked_requests > 0) out += Cat("; beyond the tracked keys ", p.untracked_requests);
     out += "\n";
     if (p.first_limited) {
-      out += Cat("  first limited ", FormatUtc(*p.first_limited), ", last ", FormatUtc(*p.last_limited), "\n");
+      out += Cat("  first limited ", FormatUtc(*p.first_limited), ", last ",
+                 FormatUtc(*p.last_limited), "\n");
       out += "  most limited minutes:";
-      for (const MinuteCount& m : p.busiest_minutes) out += Cat(" ", FormatUtc(m.minute), " (", m.limited, ")");
+      for (const MinuteCount& m : p.busiest_minutes)
+        out += Cat(" ", FormatUtc(m.minute), " (", m.limited, ")");
       out += "\n";
     }
     if (!p.top.empty()) {
@@ -380,8 +394,8 @@ std::string FormatReplayText(const ReplayReport& r) {
       for (const KeyReport& k : p.top) width = std::max(width, k.key.size());
       width = std::min<size_t>(width, 48);
       char buf[256];
-      std::snprintf(buf, sizeof buf, "  %-*s %10s %10s  %-20s  %s\n", static_cast<int>(width), "key",
-                    "requests", "limited", "first limited", "last limited");
+      std::snprintf(buf, sizeof buf, "  %-*s %10s %10s  %-20s  %s\n", static_cast<int>(width),
+                    "key", "requests", "limited", "first limited", "last limited");
       out += Cat("  top offenders:\n", buf);
       for (const KeyReport& k : p.top) {
         std::string key = k.key.size() > width ? k.key.substr(0, width - 3) + "..." : k.key;
@@ -392,11 +406,12 @@ std::string FormatReplayText(const ReplayReport& r) {
       }
     }
     if (!p.suggestions.empty()) {
-      out += "  per-key peaks (most requests in any window of one period) and the limit that lets\n"
-             "  99.9% of keys through untouched:\n";
+      out +=
+          "  per-key peaks (most requests in any window of one period) and the limit that lets\n"
+          "  99.9% of keys through untouched:\n";
       char buf[256];
-      std::snprintf(buf, sizeof buf, "  %8s %8s %8s %8s %8s  %-12s %s\n", "period", "p50", "p99", "p99.9", "max",
-                    "suggested", "current");
+      std::snprintf(buf, sizeof buf, "  %8s %8s %8s %8s %8s  %-12s %s\n", "period", "p50", "p99",
+                    "p99.9", "max", "suggested", "current");
       out += buf;
       for (const PeriodSuggestion& s : p.suggestions) {
         const std::string suggested = Cat(std::max<int64_t>(1, s.p999), "/", Unit(s.period));
@@ -405,9 +420,10 @@ std::string FormatReplayText(const ReplayReport& r) {
           current = Cat(*s.current, "/", Unit(s.period), " (", s.keys_over_current,
                         s.keys_over_current == 1 ? " key" : " keys", " above it)");
         }
-        std::snprintf(buf, sizeof buf, "  %8s %8" PRId64 " %8" PRId64 " %8" PRId64 " %8" PRId64 "  %-12s %s\n",
-                      FormatDuration(s.period).c_str(), s.p50, s.p99, s.p999, s.max, suggested.c_str(),
-                      current.c_str());
+        std::snprintf(buf, sizeof buf,
+                      "  %8s %8" PRId64 " %8" PRId64 " %8" PRId64 " %8" PRId64 "  %-12s %s\n",
+                      FormatDuration(s.period).c_str(), s.p50, s.p99, s.p999, s.max,
+                      suggested.c_str(), current.c_str());
         out += buf;
       }
     }
@@ -428,7 +444,8 @@ std::string FormatReplayJson(const ReplayReport& r) {
   for (size_t i = 0; i < r.broken_by_reason.size(); ++i) {
     const auto e = static_cast<LineError>(i);
     if (e == LineError::kNone || e == LineError::kEmpty) continue;
-    static constexpr std::string_view kKeys[] = {"", "", "too_long", "syntax", "time", "request_line", "address"};
+    static constexpr std::string_view kKeys[] = {
+        "", "", "too_long", "syntax", "time", "request_line", "address"};
     static_assert(std::size(kKeys) == static_cast<size_t>(LineError::kCount));
     broken[std::string(kKeys[i])] = r.broken_by_reason[i];
   }
@@ -458,18 +475,26 @@ std::string FormatReplayJson(const ReplayReport& r) {
     j["first_limited"] = p.first_limited ? Json(FormatUtc(*p.first_limited)) : Json();
     j["last_limited"] = p.last_limited ? Json(FormatUtc(*p.last_limited)) : Json();
     Json minutes = Json::array();
-    for (const MinuteCount& m : p.busiest_minutes) minutes.push_back({{"minute", FormatUtc(m.minute)}, {"limited", m.limited}});
+    for (const MinuteCount& m : p.busiest_minutes)
+      minutes.push_back({{"minute", FormatUtc(m.minute)}, {"limited", m.limited}});
     j["busiest_minutes"] = minutes;
     Json top = Json::array();
     for (const KeyReport& k : p.top) {
-      top.push_back({{"key", k.key}, {"requests", k.requests}, {"limited", k.limited},
-                     {"first_limited", FormatUtc(k.first_limited)}, {"last_limited", FormatUtc(k.last_limited)}});
+      top.push_back({{"key", k.key},
+                     {"requests", k.requests},
+                     {"limited", k.limited},
+                     {"first_limited", FormatUtc(k.first_limited)},
+                     {"last_limited", FormatUtc(k.last_limited)}});
     }
     j["top"] = top;
     Json suggestions = Json::array();
     for (const PeriodSuggestion& s : p.suggestions) {
-      Json sj{{"period", FormatDuration(s.period)}, {"keys", s.keys}, {"p50", s.p50}, {"p99", s.p99},
-              {"p99_9", s.p999}, {"max", s.max},
+      Json sj{{"period", FormatDuration(s.period)},
+              {"keys", s.keys},
+              {"p50", s.p50},
+              {"p99", s.p99},
+              {"p99_9", s.p999},
+              {"max", s.max},
               {"suggested", Cat(std::max<int64_t>(1, s.p999), "/", FormatDuration(s.period))}};
       if (s.current) {
         sj["current_limit"] = *s.current;

@@ -67,10 +67,10 @@ struct KeyReport {
 
 struct PeriodSuggestion {
   Duration period;
-  int64_t keys = 0;  // keys whose peaks were counted
+  int64_t keys = 0;                             // keys whose peaks were counted
   int64_t p50 = 0, p99 = 0, p999 = 0, max = 0;  // per-key peaks, quantiles over keys
-  std::optional<int64_t> current;  // the policy's limit for this period, if it has one
-  int64_t keys_over_current = 0;   // keys whose peak exceeded it
+  std::optional<int64_t> current;               // the policy's limit for this period, if it has one
+  int64_t keys_over_current = 0;                // keys whose peak exceeded it
 };
 
 struct MinuteCount {
@@ -85,11 +85,11 @@ struct PolicyReport {
   int64_t requests = 0;
   int64_t allowed = 0;
   int64_t limited = 0;
-  int64_t delayed = 0;      // allowed with a shaping delay
-  int64_t missing_key = 0;  // a key part missing and on_missing_key: deny
-  int64_t key_errors = 0;   // keys the store refuses (longer than 1024 bytes)
-  int64_t keys = 0;          // distinct keys tracked
-  int64_t limited_keys = 0;  // of which limited at least once
+  int64_t delayed = 0;             // allowed with a shaping delay
+  int64_t missing_key = 0;         // a key part missing and on_missing_key: deny
+  int64_t key_errors = 0;          // keys the store refuses (longer than 1024 bytes)
+  int64_t keys = 0;                // distinct keys tracked
+  int64_t limited_keys = 0;        // of which limited at least once
   int64_t untracked_requests = 0;  // requests of keys beyond max_keys
   std::optional<Time> first_limited, last_limited;
   std::vector<MinuteCount> busiest_minutes;  // most limited first, at most 5
@@ -111,7 +111,7 @@ struct ReplayReport {
   std::optional<Time> first_time, last_time;
   std::vector<PolicyReport> policies;  // those applied, in config order
   std::vector<std::string> skipped;    // policies without match and not in `apply`
-  std::string input_error;  // why the input ended early (a damaged gzip), else empty
+  std::string input_error;             // why the input ended early (a damaged gzip), else empty
 };
 
 // Errors: InvalidArgument for an unknown policy in options.apply, and

@@ -21,12 +21,14 @@ std::string CombinedTime(int64_t epoch) {
   static const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   // 2024-01-01T01:00:00Z -> 01/Jan/2024:01:00:00 +0100
-  return utc.substr(8, 2) + "/" + kMonths[std::stoi(utc.substr(5, 2)) - 1] + "/" + utc.substr(0, 4) + ":" +
-         utc.substr(11, 8) + " +0100";
+  return utc.substr(8, 2) + "/" + kMonths[std::stoi(utc.substr(5, 2)) - 1] + "/" +
+         utc.substr(0, 4) + ":" + utc.substr(11, 8) + " +0100";
 }
 
-std::string Line(const std::string& ip, int64_t epoch, const std::string& method, const std::string& path) {
-  return ip + " - - [" + CombinedTime(epoch) + "] \"" + method + " " + path + " HTTP/1.1\" 200 12 \"-\" \"test\"\n";
+std::string Line(const std::string& ip, int64_t epoch, const std::string& method,
+                 const std::string& path) {
+  return ip + " - - [" + CombinedTime(epoch) + "] \"" + method + " " + path +
+         " HTTP/1.1\" 200 12 \"-\" \"test\"\n";
 }
 
 Config ConfigOf(std::string_view yaml) {
@@ -61,11 +63,14 @@ std::string KnownRatesLog() {
   std::map<int64_t, std::string> by_time;  // time * 10000 + n -> line, in order
   for (int64_t ip = 0; ip < 1999; ++ip) {
     const std::string addr = "10.0." + std::to_string(ip / 250) + "." + std::to_string(ip % 250);
-    for (int64_t t = ip % 10; t < 600; t += 10) by_time[t * 10'000 + ip] = Line(addr, kStart + t, "POST", "/login");
+    for (int64_t t = ip % 10; t < 600; t += 10)
+      by_time[t * 10'000 + ip] = Line(addr, kStart + t, "POST", "/login");
   }
   for (int64_t t = 0; t < 600; ++t) {
-    for (int64_t k = 0; k < 2; ++k) by_time[t * 10'000 + 5000 + k] = Line("203.0.113.66", kStart + t, "POST", "/login");
-    by_time[t * 10'000 + 6000] = Line("10.9.9.9", kStart + t, "GET", "/static/app.js");  // matches no policy
+    for (int64_t k = 0; k < 2; ++k)
+      by_time[t * 10'000 + 5000 + k] = Line("203.0.113.66", kStart + t, "POST", "/login");
+    by_time[t * 10'000 + 6000] =
+        Line("10.9.9.9", kStart + t, "GET", "/static/app.js");  // matches no policy
   }
   std::string log;
   int64_t n = 0;
@@ -77,7 +82,9 @@ std::string KnownRatesLog() {
       log += "10.1.1.1 - - [01/Jan/2024:01:00:30 +0100] \"-\" 400 0\n";
       log += "\n";
     }
-    if (n == 2000) log += Line("10.1.1.2", kStart + key / 10'000 - 5, "GET", "/late") + Line("10.1.1.3", kStart + key / 10'000 - 2, "GET", "/late");
+    if (n == 2000)
+      log += Line("10.1.1.2", kStart + key / 10'000 - 5, "GET", "/late") +
+             Line("10.1.1.3", kStart + key / 10'000 - 2, "GET", "/late");
   }
   return log;
 }
@@ -137,7 +144,9 @@ TEST(Replay, FindsTheKeysAboveTheLimitAndSuggestsAFittingOne) {
   EXPECT_EQ(s.keys_over_current, 1);
 
   const std::string text = FormatReplayText(r);
-  EXPECT_THAT(text, HasSubstr("3 broken (not the log format 1, bad time 1, bad request line 1; first at line"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("3 broken (not the log format 1, bad time 1, bad request line 1; first at line"));
   EXPECT_THAT(text, HasSubstr("2 out of order"));
   EXPECT_THAT(text, HasSubstr("203.0.113.66"));
   EXPECT_THAT(text, HasSubstr("6/min"));
@@ -152,10 +161,13 @@ TEST(Replay, AppliesADecisionApiPolicyToEveryLineWhenAsked) {
   std::string log;
   for (int64_t t = 0; t < 10; ++t) {
     for (int k = 0; k < 20; ++k) {
-      log += R"({"time": )" + std::to_string(kStart + t) + R"(, "remote_addr": "10.0.0.1", "path": "/v1/x", )" +
-             R"("http_x_api_key": "key-)" + std::to_string(k % 2) + "\"}\n";
+      log += R"({"time": )" + std::to_string(kStart + t) +
+             R"(, "remote_addr": "10.0.0.1", "path": "/v1/x", )" + R"("http_x_api_key": "key-)" +
+             std::to_string(k % 2) + "\"}\n";
     }
-    log += R"({"time": )" + std::to_string(kStart + t) + R"(, "remote_addr": "10.0.0.2", "path": "/v1/x"})" "\n";
+    log += R"({"time": )" + std::to_string(kStart + t) +
+           R"(, "remote_addr": "10.0.0.2", "path": "/v1/x"})"
+           "\n";
   }
   ReplayOptions options;
   options.apply = {"api"};

@@ -27,7 +27,8 @@ nlohmann::json ConfigJson(const PolicySet& set) {
       if (spec.options.burst != 0) l["burst"] = spec.options.burst;
       if (spec.options.algorithm == Algorithm::kLeakyBucket) {
         l["mode"] = spec.options.mode == LeakyMode::kShape ? "shape" : "police";
-        if (spec.options.max_delay > Duration::Zero()) l["max_delay"] = FormatDuration(spec.options.max_delay);
+        if (spec.options.max_delay > Duration::Zero())
+          l["max_delay"] = FormatDuration(spec.options.max_delay);
         if (spec.options.queue > 0) l["queue"] = spec.options.queue;
       }
       limits.push_back(l);
@@ -35,20 +36,34 @@ nlohmann::json ConfigJson(const PolicySet& set) {
     nlohmann::json key = nlohmann::json::array();
     for (const KeyPart& part : p.config().key) {
       switch (part.kind) {
-        case KeyPart::Kind::kClientIp: key.push_back("client_ip"); break;
-        case KeyPart::Kind::kHeader: key.push_back("header:" + part.header); break;
-        case KeyPart::Kind::kPath: key.push_back("path"); break;
-        case KeyPart::Kind::kRoute: key.push_back("route"); break;
-        case KeyPart::Kind::kGlobal: key.push_back("global"); break;
+        case KeyPart::Kind::kClientIp:
+          key.push_back("client_ip");
+          break;
+        case KeyPart::Kind::kHeader:
+          key.push_back("header:" + part.header);
+          break;
+        case KeyPart::Kind::kPath:
+          key.push_back("path");
+          break;
+        case KeyPart::Kind::kRoute:
+          key.push_back("route");
+          break;
+        case KeyPart::Kind::kGlobal:
+          key.push_back("global");
+          break;
       }
     }
-    nlohmann::json entry = {{"name", p.name()}, {"key", key}, {"limits", limits},
-                            {"shadow", p.config().shadow},
-                            {"on_missing_key", p.config().on_missing_key == MissingKey::kDeny ? "deny" : "client_ip"},
-                            {"long_keys", p.config().long_keys == LongKeys::kHash ? "hash" : "refuse"},
-                            {"on_deny", {{"status", p.config().on_deny.status}}}};
+    nlohmann::json entry = {
+        {"name", p.name()},
+        {"key", key},
+        {"limits", limits},
+        {"shadow", p.config().shadow},
+        {"on_missing_key", p.config().on_missing_key == MissingKey::kDeny ? "deny" : "client_ip"},
+        {"long_keys", p.config().long_keys == LongKeys::kHash ? "hash" : "refuse"},
+        {"on_deny", {{"status", p.config().on_deny.status}}}};
     if (p.config().on_deny.retry_after_jitter) {
-      entry["on_deny"]["retry_after_jitter"] = FormatDuration(*p.config().on_deny.retry_after_jitter);
+      entry["on_deny"]["retry_after_jitter"] =
+          FormatDuration(*p.config().on_deny.retry_after_jitter);
     }
     if (p.config().match) {
       const MatchConfig& m = *p.config().match;
@@ -64,7 +79,8 @@ nlohmann::json ConfigJson(const PolicySet& set) {
   }
   nlohmann::json routes = nlohmann::json::array();
   for (const RouteConfig& r : set.config().routes) {
-    routes.push_back({{"name", r.name}, {"upstream", Cat("http://", r.upstream.host, ":", r.upstream.port)}});
+    routes.push_back(
+        {{"name", r.name}, {"upstream", Cat("http://", r.upstream.host, ":", r.upstream.port)}});
   }
   return {{"source", set.config().source}, {"policies", policies}, {"routes", routes}};
 }
@@ -123,7 +139,8 @@ Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::strin
   }
   ServerState& state = ctx.state;
   if (path == "/metrics") {
-    co_return HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", state.metrics.Render(), {}};
+    co_return HttpAnswer{
+        200, "text/plain; version=0.0.4; charset=utf-8", state.metrics.Render(), {}};
   }
   if (path == "/healthz") co_return HttpAnswer::Text(200, "ok\n");
   if (path == "/readyz") {
@@ -142,7 +159,8 @@ Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::strin
   if (path == "/v1/config") co_return HttpAnswer::Json(200, ConfigJson(*ctx.set).dump(2));
   if (path.substr(0, 9) == "/v1/keys/") co_return co_await KeyState(ctx, path.substr(9));
   co_return HttpAnswer::Problem(
-      404, "not found", "admin endpoints: /metrics /healthz /readyz /v1/config /v1/keys/{policy}/{key}");
+      404, "not found",
+      "admin endpoints: /metrics /healthz /readyz /v1/config /v1/keys/{policy}/{key}");
 }
 
 }  // namespace sluice::server

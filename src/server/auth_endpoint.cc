@@ -30,7 +30,8 @@ Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
     co_return HttpAnswer::Problem(400, "bad request", std::string(verdict.error.message()));
   }
   HttpAnswer answer{.status = 204};
-  verdict.AppendHeaders(applied, set.config().server.legacy_headers, ctx.worker.rng, answer.headers);
+  verdict.AppendHeaders(applied, set.config().server.legacy_headers, ctx.worker.rng,
+                        answer.headers);
   // 2xx lets NGINX forward the request; 403 (mapped to 429 by
   // `error_page 403 =429`) carries Retry-After and the RateLimit fields.
   if (!verdict.allowed) {

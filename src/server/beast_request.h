@@ -70,7 +70,8 @@ inline RequestFacts FactsOf(const BeastRequest& req, std::string_view peer_ip,
   // An absolute-form target names the host itself, and the Host header is
   // then ignored (RFC 9112 section 3.2.2), as the upstream will.
   const std::optional<std::string_view> authority = TargetAuthority(target);
-  host_storage = internal::AsciiLower(HostName(authority ? *authority : View(req[http::field::host])));
+  host_storage =
+      internal::AsciiLower(HostName(authority ? *authority : View(req[http::field::host])));
   facts.host = host_storage;
   facts.peer_ip = peer_ip;
   facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {

@@ -47,7 +47,8 @@ std::variant<CheckBody, CheckError> ReadCheckBody(std::string_view body) {
   CheckBody out;
   if (std::optional<policy::FlatCheck> flat = policy::ParseFlatCheck(body)) {
     // The common shape, read without building a JSON tree.
-    out.checks.emplace_back(CheckItem{std::string(flat->policy), std::string(flat->key), flat->cost});
+    out.checks.emplace_back(
+        CheckItem{std::string(flat->policy), std::string(flat->key), flat->cost});
     return out;
   }
   if (!policy::JsonDepthWithin(body, policy::kMaxJsonDepth)) {

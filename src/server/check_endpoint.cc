@@ -34,8 +34,9 @@ Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& ch
     co_return Checked::Failed({400, "bad request", std::string(verdict.error.message())});
   }
   Checked out{verdict.allowed ? 200 : 429, CheckJson(item->policy, verdict), std::nullopt, {}};
-  if (headers) verdict.AppendHeaders(applied, ctx.set->config().server.legacy_headers, ctx.worker.rng,
-                        out.headers);
+  if (headers)
+    verdict.AppendHeaders(applied, ctx.set->config().server.legacy_headers, ctx.worker.rng,
+                          out.headers);
   co_return out;
 }
 
@@ -55,7 +56,8 @@ Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::strin
   if (!checks.batch) {
     Checked one = co_await Decide(ctx, checks.checks[0], /*headers=*/true);
     // A bad single check: its error as a problem document.
-    if (one.error) co_return HttpAnswer::Problem(one.error->status, one.error->title, one.error->detail);
+    if (one.error)
+      co_return HttpAnswer::Problem(one.error->status, one.error->title, one.error->detail);
     co_return HttpAnswer::Json(one.status, std::move(one.json), std::move(one.headers));
   }
   std::string results = "[";

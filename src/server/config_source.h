@@ -58,7 +58,8 @@ class ConfigSource {
   void Stop();
 
  private:
-  ConfigSource(std::string path, Config initial) : path_(std::move(path)), initial_(std::move(initial)) {}
+  ConfigSource(std::string path, Config initial)
+      : path_(std::move(path)), initial_(std::move(initial)) {}
   using Stamp = std::pair<int64_t, int64_t>;  // mtime (ns), size
   void Loop();
   void Load(const std::string& why);

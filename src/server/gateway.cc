@@ -28,24 +28,25 @@ using policy::RequestFacts;
 template <typename Message>
 void DropHopByHop(Message& message) {
   std::vector<std::string> named;
-  for (auto it = message.find(http::field::connection); it != message.end() &&
-                                                        it->name() == http::field::connection;
-       ++it) {
+  for (auto it = message.find(http::field::connection);
+       it != message.end() && it->name() == http::field::connection; ++it) {
     std::string_view value = View(it->value());
     while (!value.empty()) {
       const size_t comma = value.find(',');
       std::string_view token = value.substr(0, comma);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+        token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t'))
+        token.remove_suffix(1);
       if (!token.empty()) named.emplace_back(token);
       value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
     }
   }
   for (const std::string& name : named) message.erase(beast::string_view(name.data(), name.size()));
-  for (http::field f : {http::field::connection, http::field::keep_alive,
-                        http::field::proxy_authenticate, http::field::proxy_authorization,
-                        http::field::te, http::field::trailer, http::field::transfer_encoding,
-                        http::field::upgrade}) {
+  for (http::field f :
+       {http::field::connection, http::field::keep_alive, http::field::proxy_authenticate,
+        http::field::proxy_authorization, http::field::te, http::field::trailer,
+        http::field::transfer_encoding, http::field::upgrade}) {
     message.erase(f);
   }
 }
@@ -55,18 +56,20 @@ Response UpstreamError(ServerState& state, const RouteConfig& route, unsigned ve
                        bool keep_alive, const boost::system::error_code& ec,
                        std::string_view kind) {
   const bool timeout = kind == "timeout";
-  state.metrics.Get("sluice_upstream_errors_total",
-                       {{"route", route.name}, {"kind", timeout ? "timeout" : std::string(kind)}})
+  state.metrics
+      .Get("sluice_upstream_errors_total",
+           {{"route", route.name}, {"kind", timeout ? "timeout" : std::string(kind)}})
       ->Add();
   spdlog::warn("event=upstream_error route={} upstream={}:{} kind={} error=\"{}\"", route.name,
                route.upstream.host, route.upstream.port, timeout ? "timeout" : kind, ec.message());
   const int status = timeout ? 504 : 502;
-  return MakeResponse(status, version, keep_alive,
-                      ErrorBody(status, timeout ? "upstream timeout" : "bad gateway",
-                                Cat("route \"", route.name, "\": upstream ", route.upstream.host,
-                                    ":", route.upstream.port, " ",
-                                    timeout ? "did not answer in time" : Cat("failed: ", ec.message()))),
-                      "application/problem+json");
+  return MakeResponse(
+      status, version, keep_alive,
+      ErrorBody(status, timeout ? "upstream timeout" : "bad gateway",
+                Cat("route \"", route.name, "\": upstream ", route.upstream.host, ":",
+                    route.upstream.port, " ",
+                    timeout ? "did not answer in time" : Cat("failed: ", ec.message()))),
+      "application/problem+json");
 }
 
 // `shadow_marker`: the value of Sluice-Shadow-Denied, empty for none.
@@ -83,8 +86,7 @@ Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
   // Connection cannot strip it.
   req.erase("Sluice-Shadow-Denied");
   if (!shadow_marker.empty()) {
-    req.set("Sluice-Shadow-Denied",
-            beast::string_view(shadow_marker.data(), shadow_marker.size()));
+    req.set("Sluice-Shadow-Denied", beast::string_view(shadow_marker.data(), shadow_marker.size()));
   }
   // sluice holds the whole body already: the upstream has nothing to wait
   // for, and an interim 100 Continue must not reach the client.
@@ -103,10 +105,11 @@ Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
     deadline.After(sc.upstream_timeout);
     if (!reused) {
       Resolver resolver(w.ioc.get_executor());
-      auto endpoints = co_await resolver.async_resolve(
-          route.upstream.host, std::to_string(route.upstream.port),
-          net::redirect_error(kUseAwaitable, ec));
-      if (!ec) co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
+      auto endpoints =
+          co_await resolver.async_resolve(route.upstream.host, std::to_string(route.upstream.port),
+                                          net::redirect_error(kUseAwaitable, ec));
+      if (!ec)
+        co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
       if (ec) {
         co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec,
                                 deadline.expired() ? "timeout" : "connect");
@@ -120,7 +123,8 @@ Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
       parser.emplace();
       parser->body_limit(64 * 1024 * 1024);
       parser->skip(head);  // a response to HEAD has no body, whatever it says
-      if (!ec) co_await http::async_read(stream, buffer, *parser, net::redirect_error(kUseAwaitable, ec));
+      if (!ec)
+        co_await http::async_read(stream, buffer, *parser, net::redirect_error(kUseAwaitable, ec));
     } while (!ec && parser->get().result_int() >= 100 && parser->get().result_int() < 200 &&
              parser->get().result() != http::status::switching_protocols);
     if (ec) {
@@ -148,7 +152,6 @@ Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
   co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec, "exchange");
 }
 
-
 }  // namespace
 
 Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
@@ -161,13 +164,15 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   const RouteConfig* route = set->RouteFor(facts);
   if (route == nullptr) {
     co_return ToResponse(
-        HttpAnswer::Problem(404, "not found", Cat("no route matches ", method, " ", facts.path)), req);
+        HttpAnswer::Problem(404, "not found", Cat("no route matches ", method, " ", facts.path)),
+        req);
   }
   std::vector<policy::Applied> applied;
   const policy::Verdict ev =
       co_await EvaluateRequest(ctx, set->Matching(facts), facts, route->name, applied);
   if (!ev.error.ok()) {
-    co_return ToResponse(HttpAnswer::Problem(400, "bad request", std::string(ev.error.message())), req);
+    co_return ToResponse(HttpAnswer::Problem(400, "bad request", std::string(ev.error.message())),
+                         req);
   }
   HeaderList headers;
   ev.AppendHeaders(applied, sc.legacy_headers, w.rng, headers);

@@ -72,9 +72,8 @@ Task<T> Await(net::io_context& ioc, Start start) {
 inline Task<policy::Verdict> EvaluateOn(net::io_context& ioc,
                                         const std::vector<policy::Applied>& applied, Time now) {
   if (policy::InProcess(applied)) co_return policy::EvaluateNow(applied, now);
-  policy::Verdict verdict = co_await Await<policy::Verdict>(ioc, [&](policy::VerdictCallback done) {
-    policy::Evaluate(applied, now, std::move(done));
-  });
+  policy::Verdict verdict = co_await Await<policy::Verdict>(
+      ioc, [&](policy::VerdictCallback done) { policy::Evaluate(applied, now, std::move(done)); });
   co_return verdict;
 }
 
@@ -192,12 +191,14 @@ struct Context {
 };
 
 // EvaluateOn on the request's loop, counted in the decision latency.
-inline Task<policy::Verdict> DecideTimed(Context& ctx, const std::vector<policy::Applied>& applied) {
+inline Task<policy::Verdict> DecideTimed(Context& ctx,
+                                         const std::vector<policy::Applied>& applied) {
   const auto start = std::chrono::steady_clock::now();
   policy::Verdict verdict = co_await EvaluateOn(ctx.worker.ioc, applied, ctx.state.clock->Now());
-  ctx.state.metrics.decision_latency().Observe(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                   std::chrono::steady_clock::now() - start)
-                                                   .count());
+  ctx.state.metrics.decision_latency().Observe(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                            start)
+          .count());
   co_return verdict;
 }
 
@@ -213,7 +214,8 @@ inline Task<policy::Verdict> EvaluateRequest(Context& ctx,
   applied.reserve(applying.size());
   for (const policy::Policy* p : applying) {
     applied.push_back(
-        {.policy = p, .key = p->KeyFor(facts, route, config.trusted_proxies, config.real_ip_header)});
+        {.policy = p,
+         .key = p->KeyFor(facts, route, config.trusted_proxies, config.real_ip_header)});
   }
   policy::Verdict verdict = co_await DecideTimed(ctx, applied);
   co_return verdict;

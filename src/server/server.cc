@@ -107,9 +107,11 @@ class ServerImpl final : public Server {
     admin_acceptor_ = *std::move(admin);
     admin_port_ = admin_acceptor_->local_endpoint().port();
     if (state_->config.grpc) {  // the Envoy rate limit service, on its own listener
-      absl::StatusOr<std::unique_ptr<envoy::RlsServer>> rls = envoy::RlsServer::Start(
-          state_->config, {.local = &state_->store, .shared = state_->redis.get(),
-                            .clock = state_->clock, .metrics = &state_->metrics});
+      absl::StatusOr<std::unique_ptr<envoy::RlsServer>> rls =
+          envoy::RlsServer::Start(state_->config, {.local = &state_->store,
+                                                   .shared = state_->redis.get(),
+                                                   .clock = state_->clock,
+                                                   .metrics = &state_->metrics});
       if (!rls.ok()) return rls.status();
       state_->rls = *std::move(rls);
     }
@@ -136,7 +138,8 @@ class ServerImpl final : public Server {
             signals.async_wait(on_signal);
             return;
           }
-          spdlog::info("event=signal signal={} action=drain", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+          spdlog::info("event=signal signal={} action=drain",
+                       sig == SIGTERM ? "SIGTERM" : "SIGINT");
           Stop();
         };
     signals.async_wait(on_signal);
@@ -149,15 +152,17 @@ class ServerImpl final : public Server {
     } else if (state_->config.routes.empty() || dc.on_gateway_listener) {
       decision = "listen";
     }
-    spdlog::info("event=start listen={}:{} admin={}:{} threads={} policies={} routes={} "
-                 "decision={} decision_tokens={} open_files={}",
-                 state_->config.server.listen.host, port_, state_->config.server.admin.host,
-                 admin_port_, workers_.size(), state_->config.policies.size(),
-                 state_->config.routes.size(), decision, dc.tokens.size(), open_files_);
+    spdlog::info(
+        "event=start listen={}:{} admin={}:{} threads={} policies={} routes={} "
+        "decision={} decision_tokens={} open_files={}",
+        state_->config.server.listen.host, port_, state_->config.server.admin.host, admin_port_,
+        workers_.size(), state_->config.policies.size(), state_->config.routes.size(), decision,
+        dc.tokens.size(), open_files_);
     LogWarnings(state_->config);
     if (decision == "off") {
-      spdlog::warn("event=start note=\"the decision API (/v1/check, /v1/auth) is not served: "
-                   "routes are configured and server.decision.listen is not set\"");
+      spdlog::warn(
+          "event=start note=\"the decision API (/v1/check, /v1/auth) is not served: "
+          "routes are configured and server.decision.listen is not set\"");
     }
     std::vector<std::thread> threads;
     for (size_t i = 1; i < workers_.size(); ++i) {
@@ -208,9 +213,9 @@ class ServerImpl final : public Server {
     std::atomic<Counter*>& slot = responses_[l][code];
     Counter* c = slot.load(std::memory_order_acquire);
     if (c == nullptr) {
-      c = state_->metrics.Get("sluice_http_responses_total",
-                              {{"listener", std::string(kListenerNames[l])},
-                               {"code", std::to_string(code)}});
+      c = state_->metrics.Get(
+          "sluice_http_responses_total",
+          {{"listener", std::string(kListenerNames[l])}, {"code", std::to_string(code)}});
       slot.store(c, std::memory_order_release);
     }
     return c;
@@ -219,9 +224,12 @@ class ServerImpl final : public Server {
   Counter& Connections(Listener listener) {
     Metrics& m = state_->metrics;
     switch (listener) {
-      case Listener::kGateway: return m.connections();
-      case Listener::kDecision: return m.decision_connections();
-      case Listener::kAdmin: break;
+      case Listener::kGateway:
+        return m.connections();
+      case Listener::kDecision:
+        return m.decision_connections();
+      case Listener::kAdmin:
+        break;
     }
     return m.admin_connections();
   }
@@ -265,9 +273,10 @@ class ServerImpl final : public Server {
 
   void AcceptFailed(Listener listener, std::string_view reason,
                     const boost::system::error_code& ec) {
-    state_->metrics.Get("sluice_accept_errors_total",
-                        {{"listener", std::string(kListenerNames[static_cast<int>(listener)])},
-                         {"reason", std::string(reason)}})
+    state_->metrics
+        .Get("sluice_accept_errors_total",
+             {{"listener", std::string(kListenerNames[static_cast<int>(listener)])},
+              {"reason", std::string(reason)}})
         ->Add();
     const int64_t now = Worker::SteadyMs();
     int64_t last = accept_error_logged_ms_.load(std::memory_order_relaxed);
@@ -277,11 +286,12 @@ class ServerImpl final : public Server {
       return;
     }
     const int64_t more = accept_errors_unlogged_.exchange(0, std::memory_order_relaxed);
-    spdlog::error("event=accept_error listener={} reason={} error=\"{}\" backoff_ms={} "
-                  "unlogged_since_last={} note=\"logged at most once per {} s; see "
-                  "sluice_accept_errors_total\"",
-                  kListenerNames[static_cast<int>(listener)], reason, ec.message(),
-                  kAcceptBackoffMs, more, kAcceptLogIntervalMs / 1000);
+    spdlog::error(
+        "event=accept_error listener={} reason={} error=\"{}\" backoff_ms={} "
+        "unlogged_since_last={} note=\"logged at most once per {} s; see "
+        "sluice_accept_errors_total\"",
+        kListenerNames[static_cast<int>(listener)], reason, ec.message(), kAcceptBackoffMs, more,
+        kAcceptLogIntervalMs / 1000);
   }
 
   // Refusing a request whose body is still arriving: close at once and the
@@ -308,8 +318,8 @@ class ServerImpl final : public Server {
     Response res{static_cast<http::status>(status), 11};
     res.set(http::field::server, "sluice");
     res.set(http::field::content_type, "application/problem+json");
-    res.body() = policy::ErrorBody(status, View(http::obsolete_reason(static_cast<http::status>(status))),
-                           detail);
+    res.body() = policy::ErrorBody(
+        status, View(http::obsolete_reason(static_cast<http::status>(status))), detail);
     res.keep_alive(false);
     res.prepare_payload();
     return res;
@@ -404,8 +414,8 @@ class ServerImpl final : public Server {
       const ServerConfig& sc = w.Current(*state_)->config().server;
       if (sc.access_log) {
         spdlog::info("event=access listener={} peer={} method={} target=\"{}\" status={}",
-                     kListenerNames[static_cast<int>(listener)], peer_ip,
-                     View(req.method_string()), View(req.target()), res.result_int());
+                     kListenerNames[static_cast<int>(listener)], peer_ip, View(req.method_string()),
+                     View(req.target()), res.result_int());
       }
       deadline.After(sc.read_timeout);
       co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
@@ -416,8 +426,6 @@ class ServerImpl final : public Server {
     connections.Add(-1);
   }
 
-
-
   // A new config from the source: its policies (and Envoy rules) built
   // beside the ones in force, which keep their state where their limits did
   // not change, then swapped in. Runs on the source's thread.
@@ -426,9 +434,10 @@ class ServerImpl final : public Server {
     if (next.server.listen != started.server.listen || next.server.admin != started.server.admin ||
         next.server.threads != started.server.threads ||
         next.server.decision.listen != started.server.decision.listen) {
-      spdlog::warn("event=reload note=\"changes to server.listen, server.admin, server.threads and "
-                   "server.decision.listen take effect at the next start; the other server "
-                   "settings apply now\"");
+      spdlog::warn(
+          "event=reload note=\"changes to server.listen, server.admin, server.threads and "
+          "server.decision.listen take effect at the next start; the other server "
+          "settings apply now\"");
     }
     if (next.store != started.store) {
       spdlog::warn("event=reload note=\"changes to store take effect at the next start\"");
@@ -485,7 +494,7 @@ class ServerImpl final : public Server {
   uint16_t port_ = 0;
   uint16_t admin_port_ = 0;
   uint16_t decision_port_ = 0;
-  int64_t open_files_ = 0;  // RLIMIT_NOFILE, once raised
+  int64_t open_files_ = 0;        // RLIMIT_NOFILE, once raised
   int64_t file_cap_ = INT64_MAX;  // connections per listener the file limit leaves room for
   // sluice_http_responses_total by listener and code, and
   // sluice_accept_errors_total, cached (see Responses, AcceptFailed).

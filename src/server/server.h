@@ -19,8 +19,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "sluice/clock.h"
 #include "server/config_source.h"
+#include "sluice/clock.h"
 #include "sluice/config.h"
 
 namespace sluice::server {

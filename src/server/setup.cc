@@ -49,10 +49,11 @@ FileBudget FitFileLimit(const Config& config) {
   if (limit.rlim_cur < limit.rlim_max) {
     rlimit raised = limit;
     raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? std::max<rlim_t>(limit.rlim_cur, 1 << 20)
-                                                       : limit.rlim_max;
+                                                      : limit.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
-  out.open_files = limit.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(limit.rlim_cur);
+  out.open_files =
+      limit.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(limit.rlim_cur);
   // What client connections may hold: all but the reserve and the gRPC
   // listener's own cap, shared by the gateway and decision listeners, two
   // descriptors each when a gateway connection can hold an upstream
@@ -61,15 +62,16 @@ FileBudget FitFileLimit(const Config& config) {
   const int64_t listeners = sc.decision.listen ? 2 : 1;
   const int64_t per_connection = config.routes.empty() ? 1 : 2;
   const int64_t grpc = config.grpc ? config.grpc->max_connections : 0;
-  out.per_listener = std::max<int64_t>(
-      1, (out.open_files - kReservedFiles - std::min(grpc, out.open_files / 2)) / listeners /
-             per_connection);
+  out.per_listener =
+      std::max<int64_t>(1, (out.open_files - kReservedFiles - std::min(grpc, out.open_files / 2)) /
+                               listeners / per_connection);
   if (sc.max_connections > out.per_listener) {
-    spdlog::warn("event=start note=\"server.max_connections ({}) does not fit the open file "
-                 "limit ({}): connections per listener are capped at {}, keeping {} descriptors "
-                 "for the rest (upstreams, Redis, the admin listener); raise the limit (ulimit "
-                 "-n, LimitNOFILE) to allow more\"",
-                 sc.max_connections, out.open_files, out.per_listener, kReservedFiles);
+    spdlog::warn(
+        "event=start note=\"server.max_connections ({}) does not fit the open file "
+        "limit ({}): connections per listener are capped at {}, keeping {} descriptors "
+        "for the rest (upstreams, Redis, the admin listener); raise the limit (ulimit "
+        "-n, LimitNOFILE) to allow more\"",
+        sc.max_connections, out.open_files, out.per_listener, kReservedFiles);
   }
   return out;
 }

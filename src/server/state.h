@@ -23,7 +23,9 @@ namespace sluice::server {
 
 struct ServerState {
   ServerState(Config c, const Clock* clk)
-      : config(std::move(c)), clock(clk), store(MemoryStoreOptions{.max_keys = config.store.max_keys}) {}
+      : config(std::move(c)),
+        clock(clk),
+        store(MemoryStoreOptions{.max_keys = config.store.max_keys}) {}
 
   // Makes `set` the policies in force.
   void Publish(std::shared_ptr<const policy::PolicySet> set) {

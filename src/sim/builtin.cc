@@ -11,7 +11,8 @@ namespace {
 
 // The seed's login storm. Every limiter sends Retry-After without jitter so
 // that the shapes differ only by algorithm; retry-wave shows what jitter does.
-constexpr std::string_view kLoginStorm = R"yaml(# The seed's login storm: 400 logins at one instant, then nothing for 50 s,
+constexpr std::string_view kLoginStorm =
+    R"yaml(# The seed's login storm: 400 logins at one instant, then nothing for 50 s,
 # against a service that processes 40/s. Clients retry when Retry-After says.
 # The seed's team chose fixed_window 40/min: 40 pass, 360 are rejected, and
 # every rejected client is told the same instant, the next minute.
@@ -35,7 +36,8 @@ limiters:
   - {name: sliding_window 40/s, algorithm: sliding_window, rate: 40/s, retry_after_jitter: 0s}
 )yaml";
 
-constexpr std::string_view kBoundaryBurst = R"yaml(# The window-boundary double burst: one client sends 10/s from 10 s before a
+constexpr std::string_view kBoundaryBurst =
+    R"yaml(# The window-boundary double burst: one client sends 10/s from 10 s before a
 # window boundary to 10 s after it. The clock starts at 0:59:00, so the
 # boundary at 1:00:00 ends both a minute window and an hour window: the seeds'
 # "40 at 0:59 and 40 at 1:00" (40/min) and "4 at 8:59 and 4 at 9:00" (4/h).
@@ -58,7 +60,8 @@ limiters:
   - {name: sliding_log 4/h, algorithm: sliding_log, rate: 4/h}
 )yaml";
 
-constexpr std::string_view kRetryWave = R"yaml(# The synchronized retry wave: 1000 clients arrive within one second at a
+constexpr std::string_view kRetryWave =
+    R"yaml(# The synchronized retry wave: 1000 clients arrive within one second at a
 # limit of 50/s. Told one identical Retry-After, the rejected come back
 # together, second after second; told a jittered one, or backing off on
 # their own with full jitter, they spread out.
@@ -82,7 +85,8 @@ limiters:
     retry: {policy: backoff, base: 1s, cap: 30s}
 )yaml";
 
-constexpr std::string_view kFleet = R"yaml(# The seeds' knowledge check: 6 instances each run a local limit of 100/min
+constexpr std::string_view kFleet =
+    R"yaml(# The seeds' knowledge check: 6 instances each run a local limit of 100/min
 # behind a round-robin balancer; the upstream takes at most 300/min. Local
 # state lets 6 x 100 through; one shared state holds the fleet to 300.
 name: fleet
@@ -120,7 +124,8 @@ std::span<const BuiltinScenario> BuiltinScenarios() { return kBuiltins; }
 absl::StatusOr<Scenario> LoadBuiltin(std::string_view name) {
   std::string names;
   for (const BuiltinScenario& b : kBuiltins) {
-    if (b.name == name) return ParseScenario(b.yaml, internal::Cat("builtin:", b.name), std::string(b.name));
+    if (b.name == name)
+      return ParseScenario(b.yaml, internal::Cat("builtin:", b.name), std::string(b.name));
     names += internal::Cat(names.empty() ? "" : ", ", b.name);
   }
   return absl::NotFoundError(internal::Cat("no built-in scenario \"", name, "\" (", names, ")"));

@@ -29,7 +29,8 @@ Result Simulated(std::string_view name) {
 
 int64_t Sum(const std::vector<int64_t>& v, size_t begin, size_t end) {
   return std::accumulate(v.begin() + static_cast<std::ptrdiff_t>(begin),
-                         v.begin() + static_cast<std::ptrdiff_t>(std::min(end, v.size())), int64_t{0});
+                         v.begin() + static_cast<std::ptrdiff_t>(std::min(end, v.size())),
+                         int64_t{0});
 }
 
 TEST(SimBuiltin, EveryScenarioLoadsAndRuns) {
@@ -92,9 +93,9 @@ TEST(SimLoginStorm, TheOtherAlgorithmsServeTheStormWithinSeconds) {
 
 TEST(SimBoundaryBurst, FixedWindowAdmitsTwiceTheLimitSlidingLogNeverMore) {
   const Result result = Simulated("boundary-burst");
-  EXPECT_EQ(RunNamed(result, "fixed_window 40/min").max_admitted_period, 80);   // 40 + 40
+  EXPECT_EQ(RunNamed(result, "fixed_window 40/min").max_admitted_period, 80);  // 40 + 40
   EXPECT_EQ(RunNamed(result, "sliding_log 40/min").max_admitted_period, 40);
-  EXPECT_EQ(RunNamed(result, "fixed_window 4/h").max_admitted_period, 8);       // 4 + 4
+  EXPECT_EQ(RunNamed(result, "fixed_window 4/h").max_admitted_period, 8);  // 4 + 4
   EXPECT_EQ(RunNamed(result, "sliding_log 4/h").max_admitted_period, 4);
   // In between: the two-window estimate, and a bucket's burst + refill.
   const LimiterRun& sliding = RunNamed(result, "sliding_window 40/min");

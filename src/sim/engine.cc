@@ -81,10 +81,10 @@ class LimiterGate final : public Gate {
                                                              const ManualClock& clock) {
     auto gate = std::unique_ptr<LimiterGate>(new LimiterGate());
     gate->keys_ = std::move(keys);
-    const int64_t max_keys =
-        static_cast<int64_t>(gate->keys_.size() * setup.limits.size()) + 1024;
+    const int64_t max_keys = static_cast<int64_t>(gate->keys_.size() * setup.limits.size()) + 1024;
     for (size_t i = 0; i < states; ++i) {
-      gate->stores_.push_back(std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = max_keys}));
+      gate->stores_.push_back(
+          std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = max_keys}));
       absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(
           *gate->stores_.back(), {.name = setup.name, .limits = setup.limits, .clock = &clock});
       if (!limiter.ok()) return limiter.status();
@@ -135,8 +135,8 @@ struct Source {
   const Arrival* arrival = nullptr;
   uint32_t group = 0;
   Rng rng{0};
-  int64_t index = 0;      // arrivals generated so far
-  double clock_us = 0;    // poisson, diurnal: the process's own time
+  int64_t index = 0;    // arrivals generated so far
+  double clock_us = 0;  // poisson, diurnal: the process's own time
   int64_t until_us = 0;
   int64_t round_robin = 0;
 };
@@ -147,8 +147,8 @@ int64_t NextArrival(Source& s) {
   switch (a.kind) {
     case ArrivalKind::kBurst: {
       if (s.index >= a.count) return -1;
-      const auto offset = static_cast<int64_t>(static_cast<__int128>(a.spread.micros()) *
-                                               s.index / a.count);
+      const auto offset =
+          static_cast<int64_t>(static_cast<__int128>(a.spread.micros()) * s.index / a.count);
       ++s.index;
       return a.from.micros() + offset;
     }
@@ -171,8 +171,10 @@ int64_t NextArrival(Source& s) {
     case ArrivalKind::kDiurnal: {
       // Thinning: candidates at the peak rate, each kept with probability
       // rate(t) / peak, a Poisson process of rate(t).
-      const double high = static_cast<double>(a.rate.limit) / static_cast<double>(a.rate.period.micros());
-      const double low = static_cast<double>(a.low.limit) / static_cast<double>(a.low.period.micros());
+      const double high =
+          static_cast<double>(a.rate.limit) / static_cast<double>(a.rate.period.micros());
+      const double low =
+          static_cast<double>(a.low.limit) / static_cast<double>(a.low.period.micros());
       const double cycle = static_cast<double>(a.cycle.micros());
       while (true) {
         s.clock_us += s.rng.Exponential(1.0 / high);
@@ -193,7 +195,9 @@ int64_t NextArrival(Source& s) {
 class Engine {
  public:
   Engine(const Scenario& scenario, const LimiterSetup& setup, uint64_t seed)
-      : scenario_(scenario), setup_(setup), seed_(seed),
+      : scenario_(scenario),
+        setup_(setup),
+        seed_(seed),
         clock_(Time::UnixEpoch() + scenario.clock_start),
         server_rng_(Rng::Stream(seed, kServerJitterStream)),
         client_rng_(Rng::Stream(seed, kClientJitterStream)),
@@ -226,9 +230,12 @@ class Engine {
 
   uint32_t KeyOf(uint32_t group, uint32_t client) const {
     switch (scenario_.groups[group].key) {
-      case KeyMode::kClient: return key_base_[group] + client;
-      case KeyMode::kGroup: return key_base_[group];
-      case KeyMode::kGlobal: return global_key_;
+      case KeyMode::kClient:
+        return key_base_[group] + client;
+      case KeyMode::kGroup:
+        return key_base_[group];
+      case KeyMode::kGlobal:
+        return global_key_;
     }
     return 0;
   }
@@ -361,9 +368,13 @@ absl::StatusOr<LimiterRun> Engine::Execute() {
             spread_evenly ? source.round_robin++ % clients
                           : static_cast<int64_t>(source.rng.Below(static_cast<uint64_t>(clients))));
         ++run_.requests;
-        Attempt({.time_us = e.time_us, .first_us = e.time_us, .client = client,
-                 .key = KeyOf(source.group, client), .attempt = 1,
-                 .group = static_cast<uint16_t>(source.group), .kind = Kind::kRetry});
+        Attempt({.time_us = e.time_us,
+                 .first_us = e.time_us,
+                 .client = client,
+                 .key = KeyOf(source.group, client),
+                 .attempt = 1,
+                 .group = static_cast<uint16_t>(source.group),
+                 .kind = Kind::kRetry});
         const int64_t next = NextArrival(source);
         if (next >= 0) Push({.time_us = next, .client = e.client, .kind = Kind::kArrival});
         break;
@@ -454,7 +465,8 @@ int64_t Engine::RetryWait(const RetryPolicy& policy, uint32_t attempt, const Ans
       if (setup_.retry_after_jitter) {
         jitter = *setup_.retry_after_jitter;
       } else {
-        const Rate& rate = setup_.limits[std::min(answer.limit_index, setup_.limits.size() - 1)].rate;
+        const Rate& rate =
+            setup_.limits[std::min(answer.limit_index, setup_.limits.size() - 1)].rate;
         jitter = DefaultRetryAfterJitter(rate.period);
       }
       const int64_t seconds =
@@ -518,7 +530,8 @@ std::vector<int64_t> Rebucket(const std::vector<int64_t>& per_second, size_t fac
 LimiterRun Engine::Finish() {
   LimiterRun& r = run_;
   r.max_admitted_1s = per_second_.max();
-  for (const RollingMax& m : per_key_period_) r.max_admitted_period = std::max(r.max_admitted_period, m.max());
+  for (const RollingMax& m : per_key_period_)
+    r.max_admitted_period = std::max(r.max_admitted_period, m.max());
   // Evenness over the span that saw admissions.
   size_t first = admitted_s_.size(), last = 0;
   for (size_t i = 0; i < admitted_s_.size(); ++i) {
@@ -623,8 +636,11 @@ absl::StatusOr<LimiterRun> SimulateRun(const Scenario& scenario, size_t limiter,
 
 absl::StatusOr<Result> Simulate(const Scenario& scenario, uint64_t seed) {
   if (absl::Status s = Validate(scenario); !s.ok()) return s;
-  Result result{.scenario = scenario.name, .description = scenario.description, .seed = seed,
-                .duration = scenario.duration, .instances = scenario.instances,
+  Result result{.scenario = scenario.name,
+                .description = scenario.description,
+                .seed = seed,
+                .duration = scenario.duration,
+                .instances = scenario.instances,
                 .downstream = scenario.downstream};
   for (size_t i = 0; i < scenario.limiters.size(); ++i) {
     absl::StatusOr<LimiterRun> run = SimulateRun(scenario, i, seed);

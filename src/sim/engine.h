@@ -36,7 +36,7 @@ struct Series {
   std::vector<int64_t> offered;   // attempts (first tries and retries) arriving
   std::vector<int64_t> admitted;  // leaving the limiter (after any shaping delay)
   std::vector<int64_t> rejected;
-  std::vector<int64_t> retries;   // the retries among `offered`
+  std::vector<int64_t> retries;  // the retries among `offered`
 };
 
 struct Percentiles {
@@ -65,14 +65,14 @@ struct LimiterRun {
   // Coefficient of variation of admitted per second, from the first
   // admission's second to the last's: 0 is a perfectly even stream.
   double admitted_cv = 0;
-  Percentiles delay;    // shaping delay over all admitted requests
-  Percentiles latency;  // first try to completion, over served requests
+  Percentiles delay;                  // shaping delay over all admitted requests
+  Percentiles latency;                // first try to completion, over served requests
   std::optional<Duration> served_by;  // the last completion, from the start
   int64_t peak_arrivals_1s = 0;       // most attempts in one 1 s bucket
   int64_t peak_retries_1s = 0;
-  Duration retry_wave;  // from the first retry's arrival to the last's
-  int64_t peak_backlog = 0;      // downstream: most requests in it at once
-  Duration max_queue_wait;       // downstream: longest wait before service
+  Duration retry_wave;       // from the first retry's arrival to the last's
+  int64_t peak_backlog = 0;  // downstream: most requests in it at once
+  Duration max_queue_wait;   // downstream: longest wait before service
 
   Series series;
 };

@@ -219,10 +219,13 @@ limiters: [{algorithm: gcra, rate: 1/s}]
 }
 
 TEST(SimDescribeLimit, NamesTheSettingsThatDifferFromTheDefaults) {
-  EXPECT_EQ(DescribeLimit({.algorithm = Algorithm::kGcra, .rate = {100, Duration::Seconds(1)}, .burst = 20}),
+  EXPECT_EQ(DescribeLimit(
+                {.algorithm = Algorithm::kGcra, .rate = {100, Duration::Seconds(1)}, .burst = 20}),
             "gcra 100/s burst 20");
-  EXPECT_EQ(DescribeLimit({.algorithm = Algorithm::kLeakyBucket, .rate = {10, Duration::Seconds(1)},
-                           .mode = LeakyMode::kShape, .max_delay = Duration::Seconds(5)}),
+  EXPECT_EQ(DescribeLimit({.algorithm = Algorithm::kLeakyBucket,
+                           .rate = {10, Duration::Seconds(1)},
+                           .mode = LeakyMode::kShape,
+                           .max_delay = Duration::Seconds(5)}),
             "leaky_bucket shape 10/s max_delay 5s");
 }
 

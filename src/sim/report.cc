@@ -51,13 +51,15 @@ struct Metric {
 Metric Count(std::string_view name, std::string_view label, int64_t LimiterRun::*field,
              bool downstream_only = false) {
   return {name, label, [field](const LimiterRun& r) { return Cat(r.*field); },
-          [field](const LimiterRun& r) { return nlohmann::ordered_json(r.*field); }, downstream_only};
+          [field](const LimiterRun& r) { return nlohmann::ordered_json(r.*field); },
+          downstream_only};
 }
 
-Metric Span(std::string_view name, std::string_view label, std::function<Duration(const LimiterRun&)> get,
-            bool downstream_only = false) {
+Metric Span(std::string_view name, std::string_view label,
+            std::function<Duration(const LimiterRun&)> get, bool downstream_only = false) {
   return {name, label, [get](const LimiterRun& r) { return Short(get(r)); },
-          [get](const LimiterRun& r) { return nlohmann::ordered_json(Millis(get(r))); }, downstream_only};
+          [get](const LimiterRun& r) { return nlohmann::ordered_json(Millis(get(r))); },
+          downstream_only};
 }
 
 const std::vector<Metric>& Metrics() {
@@ -74,29 +76,42 @@ const std::vector<Metric>& Metrics() {
       Count("dropped", "dropped by downstream queue", &LimiterRun::dropped, true),
       Count("max_admitted_1s", "most admitted, any 1s", &LimiterRun::max_admitted_1s),
       {"max_admitted_period", "most admitted, any period",
-       [](const LimiterRun& r) { return Cat(r.max_admitted_period, " per ", FormatRate(r.contract)); },
+       [](const LimiterRun& r) {
+         return Cat(r.max_admitted_period, " per ", FormatRate(r.contract));
+       },
        [](const LimiterRun& r) { return nlohmann::ordered_json(r.max_admitted_period); }},
       {"contract", "", nullptr,
        [](const LimiterRun& r) { return nlohmann::ordered_json(FormatRate(r.contract)); }},
-      {"period_ratio", "  x the contract", [](const LimiterRun& r) { return Fixed(Ratio(r), 2) + "x"; },
-       [](const LimiterRun& r) { return nlohmann::ordered_json(std::round(Ratio(r) * 1000) / 1000); }},
-      {"admitted_cv", "unevenness (cv per s)", [](const LimiterRun& r) { return Fixed(r.admitted_cv, 3); },
-       [](const LimiterRun& r) { return nlohmann::ordered_json(std::round(r.admitted_cv * 1000) / 1000); }},
+      {"period_ratio", "  x the contract",
+       [](const LimiterRun& r) { return Fixed(Ratio(r), 2) + "x"; },
+       [](const LimiterRun& r) {
+         return nlohmann::ordered_json(std::round(Ratio(r) * 1000) / 1000);
+       }},
+      {"admitted_cv", "unevenness (cv per s)",
+       [](const LimiterRun& r) { return Fixed(r.admitted_cv, 3); },
+       [](const LimiterRun& r) {
+         return nlohmann::ordered_json(std::round(r.admitted_cv * 1000) / 1000);
+       }},
       Span("delay_p50_ms", "delay p50", [](const LimiterRun& r) { return r.delay.p50; }),
       Span("delay_p99_ms", "delay p99", [](const LimiterRun& r) { return r.delay.p99; }),
       Span("delay_max_ms", "delay max", [](const LimiterRun& r) { return r.delay.max; }),
-      Span("latency_p50_ms", "first try to served, p50", [](const LimiterRun& r) { return r.latency.p50; }),
-      Span("latency_p99_ms", "first try to served, p99", [](const LimiterRun& r) { return r.latency.p99; }),
+      Span("latency_p50_ms", "first try to served, p50",
+           [](const LimiterRun& r) { return r.latency.p50; }),
+      Span("latency_p99_ms", "first try to served, p99",
+           [](const LimiterRun& r) { return r.latency.p99; }),
       {"served_by_ms", "backlog served by",
        [](const LimiterRun& r) { return r.served_by ? Short(*r.served_by) : std::string("-"); },
        [](const LimiterRun& r) {
-         return r.served_by ? nlohmann::ordered_json(Millis(*r.served_by)) : nlohmann::ordered_json();
+         return r.served_by ? nlohmann::ordered_json(Millis(*r.served_by))
+                            : nlohmann::ordered_json();
        }},
       Count("peak_arrivals_1s", "peak arrivals per s", &LimiterRun::peak_arrivals_1s),
       Count("peak_retries_1s", "peak retries per s", &LimiterRun::peak_retries_1s),
       Span("retry_wave_ms", "retry wave lasts", [](const LimiterRun& r) { return r.retry_wave; }),
       Count("peak_backlog", "downstream peak backlog", &LimiterRun::peak_backlog, true),
-      Span("max_queue_wait_ms", "downstream longest wait", [](const LimiterRun& r) { return r.max_queue_wait; }, true),
+      Span(
+          "max_queue_wait_ms", "downstream longest wait",
+          [](const LimiterRun& r) { return r.max_queue_wait; }, true),
   };
   return metrics;
 }
@@ -183,7 +198,8 @@ std::string FormatCsv(const Result& result) {
   for (const Metric& m : Metrics()) out += Cat(",", m.name);
   out += "\n";
   for (const LimiterRun& r : result.runs) {
-    out += Cat(CsvField(result.scenario), ",", result.seed, ",", CsvField(r.name), ",", CsvField(r.limits));
+    out += Cat(CsvField(result.scenario), ",", result.seed, ",", CsvField(r.name), ",",
+               CsvField(r.limits));
     for (const Metric& m : Metrics()) {
       const nlohmann::ordered_json v = m.json(r);
       out += ",";

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include <nlohmann/json.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_split.h"
 #include "sim/builtin.h"
@@ -53,9 +53,12 @@ TEST(SimReport, CsvHasAHeaderAndARowPerLimiter) {
   const std::vector<std::string> lines = absl::StrSplit(csv, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), r.runs.size() + 1);
   EXPECT_THAT(lines[0], HasSubstr("scenario,seed,limiter,limits,requests,offered"));
-  EXPECT_THAT(lines[1], HasSubstr("login-storm,1,fixed_window 40/min,fixed_window 40/min,400,2200,1800,400,1800"));
+  EXPECT_THAT(
+      lines[1],
+      HasSubstr("login-storm,1,fixed_window 40/min,fixed_window 40/min,400,2200,1800,400,1800"));
   const size_t columns = std::count(lines[0].begin(), lines[0].end(), ',');
-  for (const std::string& line : lines) EXPECT_EQ(std::count(line.begin(), line.end(), ','), columns) << line;
+  for (const std::string& line : lines)
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), columns) << line;
 }
 
 TEST(SimReport, JsonCarriesMetricsAndSeries) {
@@ -77,7 +80,9 @@ TEST(SimPlot, OnePanelPerLimiterWithDirectLabels) {
   EXPECT_EQ(svg.rfind("<svg ", 0), 0u);
   EXPECT_THAT(svg, HasSubstr("</svg>"));
   size_t polylines = 0;
-  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++polylines;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos;
+       at = svg.find("<polyline", at + 1))
+    ++polylines;
   EXPECT_EQ(polylines, 3 * r.runs.size());  // offered, rejected, admitted per panel
   EXPECT_THAT(svg, HasSubstr(">offered (peak 400)</text>"));
   EXPECT_THAT(svg, HasSubstr(">rejected (peak 360)</text>"));

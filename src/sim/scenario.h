@@ -45,8 +45,8 @@ enum class ArrivalKind {
 
 struct Arrival {
   ArrivalKind kind = ArrivalKind::kBurst;
-  Duration from;   // burst: when it starts
-  Duration until;  // not burst: end, exclusive (the scenario's duration if unset)
+  Duration from;      // burst: when it starts
+  Duration until;     // not burst: end, exclusive (the scenario's duration if unset)
   int64_t count = 0;  // burst
   Duration spread;    // burst: 0 is one instant
   Rate rate;          // the group's total rate; diurnal: the peak rate
@@ -64,8 +64,8 @@ enum class RetryKind {
 
 struct RetryPolicy {
   RetryKind kind = RetryKind::kNever;
-  Duration delay;   // fixed
-  Duration jitter;  // fixed, retry_after
+  Duration delay;                        // fixed
+  Duration jitter;                       // fixed, retry_after
   Duration base = Duration::Seconds(1);  // backoff
   Duration cap = Duration::Minutes(1);   // backoff
   int64_t max_attempts = 0;  // the first try included; 0: until admitted or the scenario ends
@@ -91,7 +91,7 @@ enum class StateScope {
 };
 
 struct LimiterSetup {
-  std::string name;                 // the label in tables and plots
+  std::string name;                  // the label in tables and plots
   std::vector<LimitOptions> limits;  // one or more, all-or-nothing as in a policy
   StateScope scope = StateScope::kLocal;
   // Spread added to Retry-After, as `on_deny.retry_after_jitter` in a

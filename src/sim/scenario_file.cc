@@ -57,7 +57,8 @@ absl::Status Reader::ReadRetry(const Value& v, RetryPolicy& out) const {
   };
   if (v.node.IsScalar()) {  // the short form: `retry: retry_after`
     SLUICE_ASSIGN_OR_RETURN(const RetryKind kind, ReadChoice(v, kPolicies));
-    if (kind == RetryKind::kFixed) return Fail(v, "fixed needs a delay: {policy: fixed, delay: 5s}");
+    if (kind == RetryKind::kFixed)
+      return Fail(v, "fixed needs a delay: {policy: fixed, delay: 5s}");
     out = RetryPolicy{.kind = kind};
     return absl::OkStatus();
   }
@@ -70,7 +71,8 @@ absl::Status Reader::ReadRetry(const Value& v, RetryPolicy& out) const {
   }
   SLUICE_ASSIGN_OR_RETURN(const RetryKind kind, ReadChoice(*policy, kPolicies));
   out = RetryPolicy{.kind = kind};
-  auto only_for = [&](std::string_view key, std::initializer_list<RetryKind> kinds) -> absl::Status {
+  auto only_for = [&](std::string_view key,
+                      std::initializer_list<RetryKind> kinds) -> absl::Status {
     const Value* x = f->Find(key);
     if (x == nullptr || std::find(kinds.begin(), kinds.end(), out.kind) != kinds.end()) {
       return absl::OkStatus();
@@ -114,17 +116,21 @@ absl::Status Reader::ReadArrival(const Value& v, Duration duration, Arrival& out
   for (size_t i = 0; i < std::size(kKinds); ++i) {
     const Value* x = f->Find(kKinds[i]);
     if (x == nullptr) continue;
-    if (kind != nullptr) return Fail(*x, Cat("one pattern per entry; this one already has ", kind->path.substr(kind->path.rfind('.') + 1)));
+    if (kind != nullptr)
+      return Fail(*x, Cat("one pattern per entry; this one already has ",
+                          kind->path.substr(kind->path.rfind('.') + 1)));
     kind = x;
     out.kind = static_cast<ArrivalKind>(i);
   }
   if (kind == nullptr) return Fail(v, "needs one of: burst, constant, poisson, diurnal");
   const bool burst = out.kind == ArrivalKind::kBurst;
   for (std::string_view key : {"at", "spread"}) {
-    if (const Value* x = f->Find(key); x != nullptr && !burst) return Fail(*x, "applies only to burst (use from/until)");
+    if (const Value* x = f->Find(key); x != nullptr && !burst)
+      return Fail(*x, "applies only to burst (use from/until)");
   }
   for (std::string_view key : {"from", "until"}) {
-    if (const Value* x = f->Find(key); x != nullptr && burst) return Fail(*x, "does not apply to burst (use at/spread)");
+    if (const Value* x = f->Find(key); x != nullptr && burst)
+      return Fail(*x, "does not apply to burst (use at/spread)");
   }
   if (burst) {
     SLUICE_ASSIGN_OR_RETURN(out.count, ReadInt(*kind, 0, kMaxAttempts));
@@ -134,13 +140,15 @@ absl::Status Reader::ReadArrival(const Value& v, Duration duration, Arrival& out
     if (const Value* x = f->Find("spread")) {
       SLUICE_ASSIGN_OR_RETURN(out.spread, ReadDuration(*x));
     }
-    if (out.from >= duration) return Fail(f->Find("at") ? *f->Find("at") : *kind, "is at or after the scenario's end");
+    if (out.from >= duration)
+      return Fail(f->Find("at") ? *f->Find("at") : *kind, "is at or after the scenario's end");
     return absl::OkStatus();
   }
   if (out.kind == ArrivalKind::kDiurnal) {
     absl::StatusOr<Fields> d = ReadMap(*kind, kMapOfKeys, {"low", "high", "peak_at", "cycle"});
     if (!d.ok()) return d.status();
-    if (!kind->node.IsMap()) return Fail(*kind, "expected {low: RATE, high: RATE, peak_at: DURATION}");
+    if (!kind->node.IsMap())
+      return Fail(*kind, "expected {low: RATE, high: RATE, peak_at: DURATION}");
     for (std::string_view key : {"low", "high"}) {
       const Value* x = d->Find(key);
       if (x == nullptr) return Fail(d->Missing(key), "required");
@@ -168,7 +176,9 @@ absl::Status Reader::ReadArrival(const Value& v, Duration duration, Arrival& out
   if (const Value* x = f->Find("until")) {
     SLUICE_ASSIGN_OR_RETURN(out.until, ReadDuration(*x, {.min = kPositive}));
   }
-  if (out.until <= out.from) return Fail(f->Find("until") ? *f->Find("until") : *f->Find("from"), "must end after it starts");
+  if (out.until <= out.from)
+    return Fail(f->Find("until") ? *f->Find("until") : *f->Find("from"),
+                "must end after it starts");
   return absl::OkStatus();
 }
 
@@ -189,7 +199,8 @@ absl::Status Reader::ReadGroup(const Value& v, Duration duration, ClientGroup& o
   }
   if (const Value* x = f->Find("retry")) SLUICE_RETURN_IF_ERROR(ReadRetry(*x, out.retry));
   const Value* traffic = f->Find("traffic");
-  if (traffic == nullptr) return Fail(f->Missing("traffic"), "required (a list such as [{poisson: 10/s}])");
+  if (traffic == nullptr)
+    return Fail(f->Missing("traffic"), "required (a list such as [{poisson: 10/s}])");
   absl::StatusOr<std::vector<Value>> items = ReadList(*traffic, "arrival patterns");
   if (!items.ok()) return items.status();
   if (items->empty()) return Fail(*traffic, "needs at least one arrival pattern");
@@ -205,7 +216,8 @@ absl::Status Reader::ReadGroup(const Value& v, Duration duration, ClientGroup& o
 // (docs/configuration.md), read from `f`, and validated at `v`.
 absl::StatusOr<LimitOptions> Reader::ReadLimit(const Value& v, const Fields& f) const {
   SLUICE_ASSIGN_OR_RETURN(LimitOptions out, ReadLimitOptions(f));
-  if (absl::StatusOr<LimitConfig> config = MakeLimit(out); !config.ok()) return Fail(v, config.status());
+  if (absl::StatusOr<LimitConfig> config = MakeLimit(out); !config.ok())
+    return Fail(v, config.status());
   return out;
 }
 
@@ -214,10 +226,11 @@ absl::Status Reader::ReadLimiter(const Value& v, LimiterSetup& out) {
       "algorithm", "rate", "limit", "period", "burst", "mode", "max_delay", "queue"};
   absl::StatusOr<Fields> f =
       ReadMap(v, kMapOfKeys,
-              {"name", "scope", "retry_after_jitter", "retry", "limits", "algorithm", "rate", "limit",
-               "period", "burst", "mode", "max_delay", "queue"});
+              {"name", "scope", "retry_after_jitter", "retry", "limits", "algorithm", "rate",
+               "limit", "period", "burst", "mode", "max_delay", "queue"});
   if (!f.ok()) return f.status();
-  if (!v.node.IsMap()) return Fail(v, "expected a limiter (a map with algorithm and rate, or limits)");
+  if (!v.node.IsMap())
+    return Fail(v, "expected a limiter (a map with algorithm and rate, or limits)");
   if (const Value* x = f->Find("name")) {
     SLUICE_ASSIGN_OR_RETURN(out.name, ReadName(*x, NameChars::kLabel));
   }
@@ -225,12 +238,14 @@ absl::Status Reader::ReadLimiter(const Value& v, LimiterSetup& out) {
     // `shared` was this file's word for what the serve config calls global;
     // it still reads, with a warning.
     if (x->node.IsScalar() && x->node.Scalar() == "shared") {
-      warnings_.push_back(Locate(*x, "\"shared\" is deprecated: write global (the same meaning, "
-                                     "as in the serve config)"));
+      warnings_.push_back(Locate(*x,
+                                 "\"shared\" is deprecated: write global (the same meaning, "
+                                 "as in the serve config)"));
       out.scope = StateScope::kShared;
     } else {
-      SLUICE_ASSIGN_OR_RETURN(out.scope, ReadChoice<StateScope>(*x, {{"local", StateScope::kLocal},
-                                                                     {"global", StateScope::kShared}}));
+      SLUICE_ASSIGN_OR_RETURN(
+          out.scope, ReadChoice<StateScope>(
+                         *x, {{"local", StateScope::kLocal}, {"global", StateScope::kShared}}));
     }
   }
   if (const Value* x = f->Find("retry_after_jitter")) {
@@ -243,7 +258,8 @@ absl::Status Reader::ReadLimiter(const Value& v, LimiterSetup& out) {
   }
   if (const Value* limits = f->Find("limits")) {
     for (std::string_view key : kLimitKeys) {
-      if (const Value* x = f->Find(key)) return Fail(*x, "set the limit inline or under limits, not both");
+      if (const Value* x = f->Find(key))
+        return Fail(*x, "set the limit inline or under limits, not both");
     }
     absl::StatusOr<std::vector<Value>> items = ReadList(*limits, "limits");
     if (!items.ok()) return items.status();
@@ -255,7 +271,8 @@ absl::Status Reader::ReadLimiter(const Value& v, LimiterSetup& out) {
       if (!lf.ok()) return lf.status();
       if (!item.node.IsMap()) return Fail(item, "expected a limit (a map with algorithm and rate)");
       SLUICE_ASSIGN_OR_RETURN(const LimitOptions limit, ReadLimit(item, *lf));
-      const bool is_shape = limit.algorithm == Algorithm::kLeakyBucket && limit.mode == LeakyMode::kShape;
+      const bool is_shape =
+          limit.algorithm == Algorithm::kLeakyBucket && limit.mode == LeakyMode::kShape;
       if (is_shape && shape) {
         return Fail(item, Cat("at most one leaky_bucket shape limit per limiter (limits[", *shape,
                               "] is one already)"));
@@ -268,7 +285,8 @@ absl::Status Reader::ReadLimiter(const Value& v, LimiterSetup& out) {
     out.limits.push_back(limit);
   }
   if (out.name.empty()) {
-    for (const LimitOptions& l : out.limits) out.name += Cat(out.name.empty() ? "" : " + ", DescribeLimit(l));
+    for (const LimitOptions& l : out.limits)
+      out.name += Cat(out.name.empty() ? "" : " + ", DescribeLimit(l));
   }
   return absl::OkStatus();
 }
@@ -295,22 +313,25 @@ absl::StatusOr<Scenario> Reader::Run(std::string_view yaml, const std::string& d
     SLUICE_ASSIGN_OR_RETURN(s.description, ReadScalar(*x, "text"));
   }
   const Value* duration = f->Find("duration");
-  if (duration == nullptr) return Fail(f->Missing("duration"), "required (how long to simulate, e.g. 10m)");
-  SLUICE_ASSIGN_OR_RETURN(s.duration,
-                          ReadDuration(*duration, {.min = Duration::Seconds(1), .max = kMaxDuration}));
+  if (duration == nullptr)
+    return Fail(f->Missing("duration"), "required (how long to simulate, e.g. 10m)");
+  SLUICE_ASSIGN_OR_RETURN(
+      s.duration, ReadDuration(*duration, {.min = Duration::Seconds(1), .max = kMaxDuration}));
   if (const Value* x = f->Find("clock_start")) {
     SLUICE_ASSIGN_OR_RETURN(s.clock_start, ReadDuration(*x));
   }
   if (const Value* x = f->Find("seed")) {
-    SLUICE_ASSIGN_OR_RETURN(const int64_t seed, ReadInt(*x, 0, std::numeric_limits<int64_t>::max()));
+    SLUICE_ASSIGN_OR_RETURN(const int64_t seed,
+                            ReadInt(*x, 0, std::numeric_limits<int64_t>::max()));
     s.seed = static_cast<uint64_t>(seed);
   }
   if (const Value* x = f->Find("instances")) {
     SLUICE_ASSIGN_OR_RETURN(s.instances, ReadInt(*x, 1, kMaxInstances));
   }
   if (const Value* x = f->Find("balance")) {
-    SLUICE_ASSIGN_OR_RETURN(s.balance, ReadChoice<Balance>(*x, {{"round_robin", Balance::kRoundRobin},
-                                                                {"sticky", Balance::kSticky}}));
+    SLUICE_ASSIGN_OR_RETURN(
+        s.balance, ReadChoice<Balance>(
+                       *x, {{"round_robin", Balance::kRoundRobin}, {"sticky", Balance::kSticky}}));
   }
   if (const Value* x = f->Find("downstream")) {
     absl::StatusOr<Fields> d = ReadMap(*x, kMapOfKeys, {"capacity", "queue"});
@@ -339,9 +360,11 @@ absl::StatusOr<Scenario> Reader::Run(std::string_view yaml, const std::string& d
   for (size_t i = 0; i < groups->size(); ++i) {
     ClientGroup g{.name = Cat("clients", i)};
     SLUICE_RETURN_IF_ERROR(ReadGroup((*groups)[i], s.duration, g));
-    if (!group_names.insert(g.name).second) return Fail((*groups)[i], Cat("a second group named ", g.name));
+    if (!group_names.insert(g.name).second)
+      return Fail((*groups)[i], Cat("a second group named ", g.name));
     total_clients += g.clients;
-    if (total_clients > kMaxClients) return Fail((*groups)[i], Cat("more than ", kMaxClients, " clients in all"));
+    if (total_clients > kMaxClients)
+      return Fail((*groups)[i], Cat("more than ", kMaxClients, " clients in all"));
     s.groups.push_back(std::move(g));
   }
 

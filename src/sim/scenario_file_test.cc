@@ -49,7 +49,8 @@ limiters:
     limits:
       - {algorithm: token_bucket, rate: 40/s, burst: 80}
       - {algorithm: sliding_window, limit: 300, period: 1m}
-)", "f.yaml", "f");
+)",
+                                             "f.yaml", "f");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->name, "mine");
   EXPECT_EQ(s->duration, Duration::Minutes(5));
@@ -113,26 +114,32 @@ TEST(SimScenarioFile, AQuoteNeverClosedIsRefused) {
 }
 
 TEST(SimScenarioFile, UnknownKeyNamesFileLineAndKey) {
-  EXPECT_EQ(ErrorOf("duration: 1m\nclients:\n  - name: a\n    trafic: []\n"),
-            "storm.yaml:4: clients[0].trafic: unknown key (expected one of: name, count, key, retry, "
-            "traffic)");
+  EXPECT_EQ(
+      ErrorOf("duration: 1m\nclients:\n  - name: a\n    trafic: []\n"),
+      "storm.yaml:4: clients[0].trafic: unknown key (expected one of: name, count, key, retry, "
+      "traffic)");
 }
 
 TEST(SimScenarioFile, BadValuesNameFileLineAndKey) {
   const std::string base = "duration: 1m\nclients: [{traffic: [{burst: 1}]}]\n";
   EXPECT_THAT(ErrorOf(base + "limiters:\n  - {algorithm: gcra, rate: 10/fortnight}\n"),
-              HasSubstr("storm.yaml:4: limiters[0].rate: rate \"10/fortnight\": period \"fortnight\": unknown unit"));
+              HasSubstr("storm.yaml:4: limiters[0].rate: rate \"10/fortnight\": period "
+                        "\"fortnight\": unknown unit"));
   EXPECT_THAT(ErrorOf(base + "limiters:\n  - {algorithm: bucket, rate: 1/s}\n"),
               HasSubstr("storm.yaml:4: limiters[0].algorithm: unknown algorithm \"bucket\""));
   EXPECT_THAT(ErrorOf(base + "limiters:\n  - {algorithm: fixed_window, rate: 1/s, mode: shape}\n"),
               HasSubstr("storm.yaml:4: limiters[0].mode: mode applies only to leaky_bucket"));
-  EXPECT_THAT(ErrorOf("duration: 1m\nclients:\n  - traffic:\n      - {poisson: fast}\nlimiters: []\n"),
-              HasSubstr("storm.yaml:4: clients[0].traffic[0].poisson:"));
-  EXPECT_THAT(ErrorOf("duration: 1m\nclients:\n  - traffic: [{burst: 1, from: 2s}]\nlimiters: []\n"),
-              HasSubstr("storm.yaml:3: clients[0].traffic[0].from: does not apply to burst"));
-  EXPECT_THAT(ErrorOf("duration: 1m\nclients:\n  - retry: {policy: fixed}\n    traffic: [{burst: 1}]\n"),
-              HasSubstr("storm.yaml:3: clients[0].retry.delay: required for policy fixed"));
-  EXPECT_THAT(ErrorOf("duration: 1m\nclients:\n  - retry: {policy: never, base: 1s}\n    traffic: [{burst: 1}]\n"),
+  EXPECT_THAT(
+      ErrorOf("duration: 1m\nclients:\n  - traffic:\n      - {poisson: fast}\nlimiters: []\n"),
+      HasSubstr("storm.yaml:4: clients[0].traffic[0].poisson:"));
+  EXPECT_THAT(
+      ErrorOf("duration: 1m\nclients:\n  - traffic: [{burst: 1, from: 2s}]\nlimiters: []\n"),
+      HasSubstr("storm.yaml:3: clients[0].traffic[0].from: does not apply to burst"));
+  EXPECT_THAT(
+      ErrorOf("duration: 1m\nclients:\n  - retry: {policy: fixed}\n    traffic: [{burst: 1}]\n"),
+      HasSubstr("storm.yaml:3: clients[0].retry.delay: required for policy fixed"));
+  EXPECT_THAT(ErrorOf("duration: 1m\nclients:\n  - retry: {policy: never, base: 1s}\n    traffic: "
+                      "[{burst: 1}]\n"),
               HasSubstr("storm.yaml:3: clients[0].retry.base: does not apply to policy never"));
   EXPECT_THAT(ErrorOf(base + "limiters:\n  - {algorithm: gcra, rate: 1/s, scope: regional}\n"),
               HasSubstr("storm.yaml:4: limiters[0].scope: expected one of: local, global; got "
@@ -145,21 +152,24 @@ TEST(SimScenarioFile, MissingKeysAreNamed) {
               HasSubstr("storm.yaml:3: clients[0].traffic: required"));
   EXPECT_THAT(ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1}]}]\n"),
               HasSubstr("limiters: required"));
-  EXPECT_THAT(ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1}]}]\nlimiters:\n  - {rate: 1/s}\n"),
-              HasSubstr("storm.yaml:4: limiters[0].algorithm: required"));
+  EXPECT_THAT(
+      ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1}]}]\nlimiters:\n  - {rate: 1/s}\n"),
+      HasSubstr("storm.yaml:4: limiters[0].algorithm: required"));
 }
 
 TEST(SimScenarioFile, DuplicatesAndConflictsAreErrors) {
   EXPECT_EQ(ErrorOf("duration: 1m\nduration: 2m\n"),
             "storm.yaml:2: duration: duplicate key (first at line 1)");
-  EXPECT_THAT(ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1, poisson: 1/s}]}]\nlimiters: []\n"),
-              HasSubstr("one pattern per entry"));
   EXPECT_THAT(
-      ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1}]}]\nlimiters:\n  - {algorithm: gcra, rate: 1/s}\n"
-              "  - {algorithm: gcra, rate: 1/s}\n"),
-      HasSubstr("storm.yaml:5: limiters[1]: a second limiter named \"gcra 1/s\""));
-  EXPECT_THAT(ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1, at: 2m}]}]\n"),
-              HasSubstr("storm.yaml:2: clients[0].traffic[0].at: is at or after the scenario's end"));
+      ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1, poisson: 1/s}]}]\nlimiters: []\n"),
+      HasSubstr("one pattern per entry"));
+  EXPECT_THAT(ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1}]}]\nlimiters:\n  - "
+                      "{algorithm: gcra, rate: 1/s}\n"
+                      "  - {algorithm: gcra, rate: 1/s}\n"),
+              HasSubstr("storm.yaml:5: limiters[1]: a second limiter named \"gcra 1/s\""));
+  EXPECT_THAT(
+      ErrorOf("duration: 1m\nclients: [{traffic: [{burst: 1, at: 2m}]}]\n"),
+      HasSubstr("storm.yaml:2: clients[0].traffic[0].at: is at or after the scenario's end"));
 }
 
 TEST(SimScenarioFile, YamlSyntaxErrorsHaveALine) {
@@ -177,10 +187,9 @@ TEST(SimScenarioFile, ASecondDocumentIsRefused) {
 TEST(SimScenarioFile, BoundsAndWordsAreTheConfigs) {
   const std::string limiters = "limiters: [{algorithm: gcra, rate: 1/s}]\n";
   const std::string name128(128, 'n');
-  absl::StatusOr<Scenario> s =
-      ParseScenario("name: " + name128 + "\nduration: 1m\nclients: [{traffic: [{burst: 1}]}]\n" +
-                        limiters,
-                    "storm.yaml", "storm");
+  absl::StatusOr<Scenario> s = ParseScenario(
+      "name: " + name128 + "\nduration: 1m\nclients: [{traffic: [{burst: 1}]}]\n" + limiters,
+      "storm.yaml", "storm");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->name, name128);
   EXPECT_EQ(ErrorOf("name: " + name128 + "n\nduration: 1m\n"),

@@ -71,8 +71,8 @@ absl::StatusOr<HostAndPort> ParseEndpoint(std::string_view text, std::string_vie
 absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme) {
-    return absl::InvalidArgumentError(
-        Cat("redis url \"", url, "\": must start with redis:// (TLS, rediss://, is not supported)"));
+    return absl::InvalidArgumentError(Cat(
+        "redis url \"", url, "\": must start with redis:// (TLS, rediss://, is not supported)"));
   }
   std::string_view rest = url.substr(kScheme.size());
   RedisUrl out;
@@ -109,14 +109,13 @@ absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url) {
     const std::string message(ep.status().message());
     const size_t reason = message.find("\": ");
     return absl::InvalidArgumentError(
-        Cat("redis url \"", url, "\"", reason == std::string::npos ? ": " + message
-                                                                     : message.substr(reason + 1)));
+        Cat("redis url \"", url, "\"",
+            reason == std::string::npos ? ": " + message : message.substr(reason + 1)));
   }
   if (!ep.ok()) return ep.status();
   out.host = ep->host;
   out.port = ep->port;
   return out;
 }
-
 
 }  // namespace sluice

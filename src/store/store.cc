@@ -31,7 +31,7 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
   size_t taken = 0;
   for (LimitTable* table : tables) {
     absl::StatusOr<Decision> d = denied || op == BatchOp::kCheck ? table->Check(key, now, cost)
-                                                                : table->Decide(key, now, cost);
+                                                                 : table->Decide(key, now, cost);
     if (!d.ok()) {
       for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost);
       return d.status();

@@ -15,7 +15,7 @@
 namespace sluice::conformance {
 namespace {
 
-constexpr uint64_t kSeeds[] = {201, 202, 203};
+constexpr uint64_t kBucketSeeds[] = {201, 202, 203};
 
 // Checks that over every interval [t_i, t_j] between two admitted requests
 // the admitted cost is at most burst + rate * (t_j - t_i), at the configured
@@ -51,7 +51,7 @@ TYPED_TEST(BucketTest, AdmitsAtMostBurstPlusRateTimesTOverAnyInterval) {
   using A = Algo<TypeParam>;
   for (const NamedConfig<TypeParam>& c : ConfigsOf<TypeParam>()) {
     const TypeParam& config = c.config;
-    for (uint64_t seed : kSeeds) {
+    for (uint64_t seed : kBucketSeeds) {
       SCOPED_TRACE(testing::Message() << c.name << ", seed " << seed);
       TraceOptions options;
       options.rate = config.rate();
@@ -136,7 +136,7 @@ TEST(BucketEquivalenceTest, GcraDecidesExactlyLikeTokenBucket) {
     SCOPED_TRACE(c.name);
     const TokenBucketConfig& token_bucket = c.config;
     const GcraConfig gcra = MakeSame<GcraConfig>(token_bucket);
-    for (uint64_t seed : kSeeds) {
+    for (uint64_t seed : kBucketSeeds) {
       TraceOptions options;
       options.rate = token_bucket.rate();
       options.capacity = token_bucket.burst();
@@ -162,7 +162,7 @@ TEST(BucketEquivalenceTest, LeakyPoliceDecidesExactlyLikeTokenBucket) {
     SCOPED_TRACE(c.name);
     const TokenBucketConfig& token_bucket = c.config;
     const LeakyPoliceConfig police = MakeSame<LeakyPoliceConfig>(token_bucket);
-    for (uint64_t seed : kSeeds) {
+    for (uint64_t seed : kBucketSeeds) {
       for (bool steps_back : {false, true}) {
         TraceOptions options;
         options.rate = token_bucket.rate();

@@ -26,7 +26,7 @@ namespace {
 
 using Shape = Algo<LeakyShapeConfig>;
 
-constexpr uint64_t kSeeds[] = {301, 302, 303};
+constexpr uint64_t kLeakyShapeSeeds[] = {301, 302, 303};
 
 LeakyShapeConfig MakeShape(std::string_view rate, Duration max_delay, int64_t queue = 0) {
   absl::StatusOr<LeakyShapeConfig> config = LeakyShapeConfig::Create(
@@ -102,7 +102,7 @@ void ExpectSpacedAtRate(const Rate& rate, const std::vector<Departure>& departur
 TEST(LeakyShapeTest, DeparturesAreNeverFasterThanTheRate) {
   for (const NamedConfig<LeakyShapeConfig>& c : ConfigsOf<LeakyShapeConfig>()) {
     const LeakyShapeConfig& config = c.config;
-    for (uint64_t seed : kSeeds) {
+    for (uint64_t seed : kLeakyShapeSeeds) {
       SCOPED_TRACE(testing::Message() << c.name << ", seed " << seed);
       TraceOptions options;
       options.rate = config.rate();
@@ -125,7 +125,7 @@ TEST(LeakyShapeTest, UnitDeparturesInAnyIntervalOfLengthDAreAtMostOnePlusDTimesR
     const LeakyShapeConfig& config = c.config;
     const Rate rate = config.rate();
     const int64_t period = rate.period.micros();
-    for (uint64_t seed : kSeeds) {
+    for (uint64_t seed : kLeakyShapeSeeds) {
       SCOPED_TRACE(testing::Message() << c.name << ", seed " << seed);
       const std::vector<Departure> departures =
           Departures(config, PoissonTrace(seed, rate, 3.0, 3000));

@@ -16,8 +16,8 @@
 namespace sluice::conformance {
 namespace {
 
-constexpr uint64_t kSeeds[] = {101, 102, 103};
-constexpr int kSteps = 2000;
+constexpr uint64_t kReferenceModelSeeds[] = {101, 102, 103};
+constexpr int kReferenceModelSteps = 2000;
 
 TokenBucketModel ModelFor(const TokenBucketConfig& c) { return {c.rate(), c.burst()}; }
 GcraModel ModelFor(const GcraConfig& c) { return {c.rate(), c.burst()}; }
@@ -37,7 +37,7 @@ void ExpectMatchesModel(const Config& config, uint64_t seed, bool steps_back) {
   TraceOptions options;
   options.rate = config.rate();
   options.capacity = A::Capacity(config);
-  options.steps = kSteps;
+  options.steps = kReferenceModelSteps;
   options.steps_back = steps_back;
   const std::vector<Request> trace = RandomTrace(seed, options);
   auto model = ModelFor(config);
@@ -53,8 +53,8 @@ void ExpectMatchesModel(const Config& config, uint64_t seed, bool steps_back) {
     (got.allowed ? allowed : denied) += 1;
   }
   // The trace must exercise both answers to mean anything.
-  EXPECT_GT(allowed, kSteps / 10);
-  EXPECT_GT(denied, kSteps / 20);
+  EXPECT_GT(allowed, kReferenceModelSteps / 10);
+  EXPECT_GT(denied, kReferenceModelSteps / 20);
 }
 
 template <typename Config>
@@ -62,7 +62,7 @@ class ReferenceModelTest : public testing::Test {
  protected:
   void ExpectAllMatch(bool steps_back) {
     for (const NamedConfig<Config>& c : ConfigsOf<Config>(/*exact_only=*/true)) {
-      for (uint64_t seed : kSeeds) {
+      for (uint64_t seed : kReferenceModelSeeds) {
         SCOPED_TRACE(c.name);
         ExpectMatchesModel(c.config, seed, steps_back);
         if (testing::Test::HasFatalFailure()) return;

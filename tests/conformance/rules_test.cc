@@ -19,8 +19,8 @@
 namespace sluice::conformance {
 namespace {
 
-constexpr uint64_t kSeeds[] = {11, 12};
-constexpr int kSteps = 300;
+constexpr uint64_t kRulesSeeds[] = {11, 12};
+constexpr int kRulesSteps = 300;
 
 template <typename Config>
 std::vector<Request> TraceFor(const Config& config, uint64_t seed, bool steps_back = false,
@@ -28,7 +28,7 @@ std::vector<Request> TraceFor(const Config& config, uint64_t seed, bool steps_ba
   TraceOptions options;
   options.rate = config.rate();
   options.capacity = Algo<Config>::Capacity(config);
-  options.steps = kSteps;
+  options.steps = kRulesSteps;
   options.steps_back = steps_back;
   options.start = start;
   return RandomTrace(seed, options);
@@ -65,7 +65,7 @@ class AlgorithmRulesTest : public testing::Test {
   template <typename Check>
   void ForEachConfigAndSeed(Check check) {
     for (const NamedConfig<Config>& c : ConfigsOf<Config>()) {
-      for (uint64_t seed : kSeeds) {
+      for (uint64_t seed : kRulesSeeds) {
         SCOPED_TRACE(testing::Message() << c.name << ", seed " << seed);
         check(c.config, seed);
         if (testing::Test::HasFatalFailure()) return;
@@ -169,7 +169,7 @@ TYPED_TEST(AlgorithmRulesTest, ClockSteppingBackGrantsNothing) {
       while (count < 16 && A::Step(config, copy, at, 1).allowed) ++count;
       return count;
     };
-    if (seed != kSeeds[0]) return;  // four traces per seed already
+    if (seed != kRulesSeeds[0]) return;  // four traces per seed already
     TraceRng rng(seed);
     for (const Time start : {kTraceOrigin, kYear2070 - Duration::Days(30)}) {
       for (const bool steps_back : {false, true}) {
@@ -208,7 +208,7 @@ TYPED_TEST(AlgorithmRulesTest, IdleGapOfDecadesReturnsToFresh) {
     for (const Time start : {kNearEpoch + Duration::Days(1), kTraceOrigin}) {
       Walk(config, TraceFor(config, seed, /*steps_back=*/false, start),
            [&](size_t i, const Request&, const auto&, const Decision&, const auto& after, Time) {
-             if (i % 25 != 0 && i + 1 != kSteps) return;
+             if (i % 25 != 0 && i + 1 != kRulesSteps) return;
              ASSERT_TRUE(SameFuture(config, after, typename A::State{}, kYear2070, seed + i));
              // And back from 2070 to the state's own time: nothing breaks.
              auto copy = A::Copy(after);

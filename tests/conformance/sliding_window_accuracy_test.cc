@@ -106,16 +106,16 @@ constexpr RateBounds kRates[] = {
     {"10/s", 1.70}, {"40/min", 1.35}, {"100/min", 1.30}, {"1000/h", 1.15}};
 constexpr double kMaxBurstyOvershoot = 2.0;
 constexpr double kMaxDisagreement = 0.55;
-constexpr uint64_t kSeeds[] = {501, 502};
-constexpr int kSteps = 4000;
+constexpr uint64_t kSlidingWindowAccuracySeeds[] = {501, 502};
+constexpr int kSlidingWindowAccuracySteps = 4000;
 
 TEST(SlidingWindowAccuracyTest, PoissonTrafficStaysCloseToSlidingLog) {
   Accuracy worst;
   for (const auto& [rate_text, max_overshoot] : kRates) {
     const Rate rate = MustParseRate(rate_text);
     for (const double load : {0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 4.0}) {
-      for (uint64_t seed : kSeeds) {
-        const Accuracy a = Measure(rate_text, PoissonTrace(seed, rate, load, kSteps));
+      for (uint64_t seed : kSlidingWindowAccuracySeeds) {
+        const Accuracy a = Measure(rate_text, PoissonTrace(seed, rate, load, kSlidingWindowAccuracySteps));
         Print("poisson " + std::string(rate_text) + " load " + std::to_string(load).substr(0, 3) +
                   " seed " + std::to_string(seed),
               a);
@@ -139,8 +139,8 @@ TEST(SlidingWindowAccuracyTest, BurstyTrafficStaysCloseToSlidingLog) {
     const std::string_view rate_text = bounds.rate;
     const Rate rate = MustParseRate(rate_text);
     for (const double gap : {0.3, 0.7, 1.0, 2.0}) {
-      for (uint64_t seed : kSeeds) {
-        const Accuracy a = Measure(rate_text, BurstyTrace(seed, rate, gap, kSteps));
+      for (uint64_t seed : kSlidingWindowAccuracySeeds) {
+        const Accuracy a = Measure(rate_text, BurstyTrace(seed, rate, gap, kSlidingWindowAccuracySteps));
         Print("bursty " + std::string(rate_text) + " gap " + std::to_string(gap).substr(0, 3) +
                   "p seed " + std::to_string(seed),
               a);

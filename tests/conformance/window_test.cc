@@ -14,7 +14,7 @@
 namespace sluice::conformance {
 namespace {
 
-constexpr uint64_t kSeeds[] = {401, 402, 403};
+constexpr uint64_t kWindowSeeds[] = {401, 402, 403};
 
 template <typename Config>
 Config MakeWindow(std::string_view rate) {
@@ -41,7 +41,7 @@ TEST(FixedWindowTest, AdmitsAtMostLimitPerEpochAlignedWindow) {
   for (const NamedConfig<FixedWindowConfig>& c : ConfigsOf<FixedWindowConfig>()) {
     const FixedWindowConfig& config = c.config;
     const int64_t period = config.period().micros();
-    for (uint64_t seed : kSeeds) {
+    for (uint64_t seed : kWindowSeeds) {
       SCOPED_TRACE(testing::Message() << c.name << ", seed " << seed);
       FixedWindowState state;
       std::map<int64_t, int64_t> admitted;  // window -> cost
@@ -121,7 +121,7 @@ TEST(SlidingLogTest, NeverMoreThanLimitInAnyPeriodAndDeniesOnlyWhenItMust) {
   for (const NamedConfig<SlidingLogConfig>& c : ConfigsOf<SlidingLogConfig>()) {
     const SlidingLogConfig& config = c.config;
     const int64_t period = config.period().micros();
-    for (uint64_t seed : kSeeds) {
+    for (uint64_t seed : kWindowSeeds) {
       SCOPED_TRACE(testing::Message() << c.name << ", seed " << seed);
       SlidingLogState state;
       std::vector<Request> admitted;

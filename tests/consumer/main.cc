@@ -9,11 +9,11 @@
 int main() {
   sluice::MemoryStore store;
   sluice::ManualClock clock(sluice::Time::FromUnixMicros(1'700'000'000'000'000));
-  auto limiter = sluice::Limiter::Create(
-      store, {.name = "api",
-              .limits = {{.algorithm = sluice::Algorithm::kGcra,
-                          .rate = *sluice::ParseRate("10/s"), .burst = 2}},
-              .clock = &clock});
+  auto limiter = sluice::Limiter::Create(store, {.name = "api",
+                                                 .limits = {{.algorithm = sluice::Algorithm::kGcra,
+                                                             .rate = *sluice::ParseRate("10/s"),
+                                                             .burst = 2}},
+                                                 .clock = &clock});
   if (!limiter.ok()) return 1;
   const bool first = (*limiter)->Acquire("k")->allowed;
   const bool second = (*limiter)->Acquire("k")->allowed;

@@ -78,10 +78,11 @@ std::string WriteConfig(const std::string& dir, const std::vector<std::string>& 
   std::string list;
   for (const std::string& f : files) list += (list.empty() ? "" : ", ") + f;
   const std::string path = dir + "/sluice.yaml";
-  std::ofstream(path) << "server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0, threads: 2, drain_timeout: 5s}\n"
-                         "grpc: {listen: 127.0.0.1:0}\n"
-                         "envoy_files: ["
-                      << list << "]\n";
+  std::ofstream(path)
+      << "server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0, threads: 2, drain_timeout: 5s}\n"
+         "grpc: {listen: 127.0.0.1:0}\n"
+         "envoy_files: ["
+      << list << "]\n";
   return path;
 }
 
@@ -103,8 +104,8 @@ struct CheckResult {
 // `sluice serve --config C --check` with a config naming `files`.
 CheckResult Check(const std::vector<std::string>& files) {
   static int n = 0;
-  const std::string dir =
-      testing::TempDir() + "/sluice_compat_check_" + std::to_string(getpid()) + "_" + std::to_string(++n);
+  const std::string dir = testing::TempDir() + "/sluice_compat_check_" + std::to_string(getpid()) +
+                          "_" + std::to_string(++n);
   const std::string config = WriteConfig(dir, files);
   CheckResult result;
   const pid_t pid = Spawn({"serve", "--config", config, "--check"}, dir + "/out", dir + "/err");
@@ -157,8 +158,10 @@ TEST(Check, MetadataIsIgnoredWithAWarning) {
 TEST(Check, OneDomainInTwoFilesIsRefused) {
   const CheckResult r = Check({kCompat + "/merge/first.yaml", kCompat + "/merge/second.yaml"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("sluice: " + kCompat + "/merge/second.yaml:1: domain: duplicate domain "
-                       "\"compat_merged\" (first at " + kCompat + "/merge/first.yaml:1)"),
+  EXPECT_NE(r.err.find("sluice: " + kCompat +
+                       "/merge/second.yaml:1: domain: duplicate domain "
+                       "\"compat_merged\" (first at " +
+                       kCompat + "/merge/first.yaml:1)"),
             std::string::npos)
       << r.err;
 }
@@ -179,27 +182,37 @@ TEST(Check, InvalidFilesAreRefusedWithFileLineAndProblem) {
       {"empty_key.yaml", 3, ": descriptors[0].key: must not be empty"},
       {"missing_key.yaml", 3, ": descriptors[0].key: required"},
       // "duplicate descriptor composite key 'compat_invalid.k1_v1'"
-      {"duplicate_key.yaml", 6, ": descriptors[1]: duplicate descriptor key \"k1\" value \"v1\" (first at line 3)"},
+      {"duplicate_key.yaml", 6,
+       ": descriptors[1]: duplicate descriptor key \"k1\" value \"v1\" (first at line 3)"},
       // A value "" is no value, so both are 'compat_invalid.k1.sub'.
       {"duplicate_key_nested.yaml", 8,
-       ": descriptors[0].descriptors[1]: duplicate descriptor key \"sub\" (any value) (first at line 6)"},
+       ": descriptors[0].descriptors[1]: duplicate descriptor key \"sub\" (any value) (first at "
+       "line 6)"},
       // "invalid rate limit unit 'fortnight'"
       {"bad_unit.yaml", 5, ": descriptors[0].rate_limit.unit: unknown unit \"fortnight\""},
       // "should not specify rate limit unit when unlimited"
-      {"unlimited_with_unit.yaml", 6, ": descriptors[0].rate_limit.unit: unit does not apply to an unlimited"},
+      {"unlimited_with_unit.yaml", 6,
+       ": descriptors[0].rate_limit.unit: unit does not apply to an unlimited"},
       // "should not have an empty replaces entry"
-      {"replaces_empty.yaml", 13, ": descriptors[1].rate_limit.replaces[0].name: must not be empty"},
+      {"replaces_empty.yaml", 13,
+       ": descriptors[1].rate_limit.replaces[0].name: must not be empty"},
       // "replaces should not contain name of same descriptor"
-      {"replaces_self.yaml", 9, ": descriptors[0].rate_limit.replaces[0].name: a limit cannot replace itself"},
+      {"replaces_self.yaml", 9,
+       ": descriptors[0].rate_limit.replaces[0].name: a limit cannot replace itself"},
       // "yaml file contains list of type other than map: first"
-      {"replaces_non_map.yaml", 12, ": descriptors[1].rate_limit.replaces[0]: expected a map {name: ...}, got \"first\""},
-      {"non_map_list.yaml", 3, ": descriptors[0]: expected a descriptor (a map with key, value, rate_limit, descriptors), got \"first\""},
+      {"replaces_non_map.yaml", 12,
+       ": descriptors[1].rate_limit.replaces[0]: expected a map {name: ...}, got \"first\""},
+      {"non_map_list.yaml", 3,
+       ": descriptors[0]: expected a descriptor (a map with key, value, rate_limit, descriptors), "
+       "got \"first\""},
       // "config file cannot have empty domain" (also when it is missing)
       {"empty_domain.yaml", 1, ": domain: must not be empty"},
       {"missing_domain.yaml", 1, ": domain: required"},
       // "config error, unknown key 'ratelimit'" / 'requestsperunit'
-      {"unknown_key.yaml", 4, ": descriptors[0].ratelimit: unknown key (expected one of: key, value,"},
-      {"unknown_key_nested.yaml", 6, ": descriptors[0].rate_limit.requestsperunit: unknown key (expected one of: unit,"},
+      {"unknown_key.yaml", 4,
+       ": descriptors[0].ratelimit: unknown key (expected one of: key, value,"},
+      {"unknown_key_nested.yaml", 6,
+       ": descriptors[0].rate_limit.requestsperunit: unknown key (expected one of: unit,"},
       // "config error, key is not of type string: 0.25". yaml-cpp reads
       // every scalar key as text, so sluice names it an unknown key.
       {"non_string_key.yaml", 1, ": 0.25: unknown key (expected one of: domain, descriptors)"},
@@ -215,9 +228,11 @@ TEST(Check, InvalidFilesAreRefusedWithFileLineAndProblem) {
       // Documented differences: the peer loads these two (a missing
       // requests_per_unit reads as 0; a replaces naming no limit does
       // nothing); sluice refuses them.
-      {"missing_requests_per_unit.yaml", 5, ": descriptors[0].rate_limit.requests_per_unit: required with unit"},
+      {"missing_requests_per_unit.yaml", 5,
+       ": descriptors[0].rate_limit.requests_per_unit: required with unit"},
       {"replaces_unknown_name.yaml", 8,
-       ": descriptors[0].rate_limit.replaces[0].name: no rate_limit of domain \"compat_invalid\" is named \"nobody\""},
+       ": descriptors[0].rate_limit.replaces[0].name: no rate_limit of domain \"compat_invalid\" "
+       "is named \"nobody\""},
       // Documented difference: yaml.v2's non-strict Unmarshal keeps the last
       // of two equal map keys; sluice refuses the file rather than guess.
       {"duplicate_map_key.yaml", 9,
@@ -256,11 +271,13 @@ TEST(Check, PeerAcceptedFilesLoad) {
   }
   const std::string dir = kCompat + "/peer_accepts/";
   EXPECT_NE(Check({dir + "shadow_without_limit.yaml"})
-                .err.find("sluice: warning: " + dir + "shadow_without_limit.yaml:6: "
+                .err.find("sluice: warning: " + dir +
+                          "shadow_without_limit.yaml:6: "
                           "descriptors[0].shadow_mode: ignored: no rate_limit on this descriptor"),
             std::string::npos);
   EXPECT_NE(Check({dir + "unlimited_with_requests_per_unit.yaml"})
-                .err.find("sluice: warning: " + dir + "unlimited_with_requests_per_unit.yaml:8: "
+                .err.find("sluice: warning: " + dir +
+                          "unlimited_with_requests_per_unit.yaml:8: "
                           "descriptors[0].rate_limit.requests_per_unit: ignored: the rate_limit "
                           "is unlimited"),
             std::string::npos);
@@ -277,7 +294,8 @@ struct Entry {
 struct Desc {
   std::vector<Entry> entries = {};
   std::optional<uint64_t> hits = std::nullopt;  // the descriptor's own hits_addend
-  std::optional<std::pair<uint32_t, OverrideUnit>> limit = std::nullopt;  // Envoy's per-descriptor override
+  std::optional<std::pair<uint32_t, OverrideUnit>> limit =
+      std::nullopt;  // Envoy's per-descriptor override
 };
 
 // "OK 3/HOUR r=2": code, current_limit (requests_per_unit/unit and its name
@@ -286,7 +304,8 @@ std::string Show(const Response::DescriptorStatus& s) {
   std::string out = Response::Code_Name(s.code());
   if (s.has_current_limit()) {
     const Response::RateLimit& l = s.current_limit();
-    out += " " + std::to_string(l.requests_per_unit()) + "/" + Response::RateLimit::Unit_Name(l.unit());
+    out += " " + std::to_string(l.requests_per_unit()) + "/" +
+           Response::RateLimit::Unit_Name(l.unit());
     if (!l.name().empty()) out += " " + l.name();
   } else {
     out += " -";
@@ -431,7 +450,8 @@ TEST_F(Decisions, UnlimitedIsOkWithoutLimitAndMaxRemaining) {
 TEST_F(Decisions, ShadowModeAnswersOkOverTheLimit) {
   EXPECT_EQ(One("compat_basic", {{"trial", "t1"}}), "OK 1/HOUR r=0");
   EXPECT_EQ(One("compat_basic", {{"trial", "t1"}}), "OK 1/HOUR r=0");
-  EXPECT_EQ(Ask("compat_basic", {{.entries = {{"trial", "t1"}}}, {.entries = {{"client", "shadow-neighbour"}}}}),
+  EXPECT_EQ(Ask("compat_basic",
+                {{.entries = {{"trial", "t1"}}}, {.entries = {{"client", "shadow-neighbour"}}}}),
             "OK: OK 1/HOUR r=0 | OK 2/HOUR r=1");
 }
 
@@ -470,7 +490,8 @@ TEST_F(Decisions, DescriptorWithoutEntriesIsOkWithoutLimit) {
 // README example 2: every descriptor is decided; the overall code is a
 // logical OR of the statuses.
 TEST_F(Decisions, SeveralDescriptorsAreAllDecided) {
-  EXPECT_EQ(Ask("compat_basic", {{.entries = {{"client", "blocked"}}}, {.entries = {{"path", "/health"}}}}),
+  EXPECT_EQ(Ask("compat_basic",
+                {{.entries = {{"client", "blocked"}}}, {.entries = {{"path", "/health"}}}}),
             std::string("OVER_LIMIT: OVER_LIMIT 0/HOUR r=0 | OK - ") + kMaxRemaining);
 }
 
@@ -479,7 +500,8 @@ TEST_F(Decisions, SeveralDescriptorsAreAllDecided) {
 TEST_F(Decisions, TrailingWildcard) {
   EXPECT_EQ(One("compat_wildcard", {{"prefix", "foo"}}), "OK 5/HOUR r=4");  // * matches nothing too
   EXPECT_EQ(One("compat_wildcard", {{"prefix", "foo123"}}), "OK 5/HOUR r=4");
-  EXPECT_EQ(One("compat_wildcard", {{"prefix", "foo123"}}), "OK 5/HOUR r=3");  // a counter per value
+  EXPECT_EQ(One("compat_wildcard", {{"prefix", "foo123"}}),
+            "OK 5/HOUR r=3");  // a counter per value
   EXPECT_EQ(One("compat_wildcard", {{"prefix", "foobar"}}), "OK 5/HOUR r=4");
   EXPECT_EQ(One("compat_wildcard", {{"prefix", "fo"}}), "OK - r=0");
   EXPECT_EQ(One("compat_wildcard", {{"prefix", "xfoo"}}), "OK - r=0");
@@ -505,7 +527,8 @@ TEST_F(Decisions, SeveralWildcardsInOneValue) {
 
 TEST_F(Decisions, ExactThenFirstWildcardThenKeyOnly) {
   EXPECT_EQ(One("compat_wildcard", {{"route", "/api/v1/status"}}), "OK 30/HOUR r=29");  // exact
-  EXPECT_EQ(One("compat_wildcard", {{"route", "/api/v1/users"}}), "OK 10/HOUR r=9");    // first wildcard
+  EXPECT_EQ(One("compat_wildcard", {{"route", "/api/v1/users"}}),
+            "OK 10/HOUR r=9");  // first wildcard
   EXPECT_EQ(One("compat_wildcard", {{"route", "/api/other"}}), "OK 10/HOUR r=9");
   EXPECT_EQ(One("compat_wildcard", {{"route", "/web"}}), "OK 40/HOUR r=39");  // key only
 }
@@ -517,13 +540,15 @@ TEST_F(Decisions, TwoEntriesReachTheNestedRule) {
   EXPECT_EQ(One("compat_nesting", marketing), "OK 2/DAY r=1");
   EXPECT_EQ(One("compat_nesting", marketing), "OK 2/DAY r=0");
   EXPECT_EQ(One("compat_nesting", marketing), "OVER_LIMIT 2/DAY r=0");
-  EXPECT_EQ(One("compat_nesting", {{"message_type", "marketing"}, {"to_number", "222"}}), "OK 2/DAY r=1");
+  EXPECT_EQ(One("compat_nesting", {{"message_type", "marketing"}, {"to_number", "222"}}),
+            "OK 2/DAY r=1");
   // The one-level rule on the same key has its own counter.
   EXPECT_EQ(One("compat_nesting", {{"to_number", "111"}}), "OK 5/DAY r=4");
   // README example 2's request: both descriptors decided, each by its rule.
-  EXPECT_EQ(Ask("compat_nesting", {{.entries = {{"message_type", "marketing"}, {"to_number", "444"}}},
-                                   {.entries = {{"to_number", "444"}}}}),
-            "OK: OK 2/DAY r=1 | OK 5/DAY r=4");
+  EXPECT_EQ(
+      Ask("compat_nesting", {{.entries = {{"message_type", "marketing"}, {"to_number", "444"}}},
+                             {.entries = {{"to_number", "444"}}}}),
+      "OK: OK 2/DAY r=1 | OK 5/DAY r=4");
 }
 
 TEST_F(Decisions, FewerOrMoreEntriesThanTheRuleDepthAreNotLimited) {
@@ -533,14 +558,17 @@ TEST_F(Decisions, FewerOrMoreEntriesThanTheRuleDepthAreNotLimited) {
   EXPECT_EQ(One("compat_nesting", {{"service", "auth"}}), "OK 3/HOUR r=2");
   EXPECT_EQ(One("compat_nesting", {{"service", "auth"}, {"user", "u1"}}), "OK 1/HOUR r=0");
   // More entries than levels (README example 4).
-  EXPECT_EQ(One("compat_nesting", {{"service", "auth"}, {"user", "u2"}, {"device", "d"}}), "OK - r=0");
+  EXPECT_EQ(One("compat_nesting", {{"service", "auth"}, {"user", "u2"}, {"device", "d"}}),
+            "OK - r=0");
   EXPECT_EQ(One("compat_nesting", {{"to_number", "333"}, {"extra", "x"}}), "OK - r=0");
   // A first entry that matches nothing.
-  EXPECT_EQ(One("compat_nesting", {{"message_type", "transactional"}, {"to_number", "111"}}), "OK - r=0");
+  EXPECT_EQ(One("compat_nesting", {{"message_type", "transactional"}, {"to_number", "111"}}),
+            "OK - r=0");
 }
 
 TEST_F(Decisions, MoreSpecificNodeWithoutRateLimitHidesTheKeyOnlyOne) {
-  EXPECT_EQ(One("compat_nesting", {{"team", "core"}}), "OK - r=0");  // no fall back to team's 7/HOUR
+  EXPECT_EQ(One("compat_nesting", {{"team", "core"}}),
+            "OK - r=0");  // no fall back to team's 7/HOUR
   EXPECT_EQ(One("compat_nesting", {{"team", "web"}}), "OK 7/HOUR r=6");
   EXPECT_EQ(One("compat_nesting", {{"team", "core"}, {"member", "m1"}}), "OK 2/HOUR r=1");
   EXPECT_EQ(One("compat_nesting", {{"team", "web"}, {"member", "m1"}}), "OK - r=0");
@@ -568,7 +596,8 @@ TEST_F(Decisions, ReplacesRemovesTheNamedRuleFromTheCall) {
 
 TEST_F(Decisions, ReplacedRuleDoesNotDeny) {
   EXPECT_EQ(One("compat_replaces", {{"plan", "free"}}), "OVER_LIMIT 0/HOUR free_plan r=0");
-  EXPECT_EQ(Ask("compat_replaces", {{.entries = {{"plan", "free"}}}, {.entries = {{"plan_override", "acct"}}}}),
+  EXPECT_EQ(Ask("compat_replaces",
+                {{.entries = {{"plan", "free"}}}, {.entries = {{"plan_override", "acct"}}}}),
             "OK: OK - r=0 | OK 2/HOUR r=1");
 }
 
@@ -577,7 +606,8 @@ TEST_F(Decisions, ReplacedRuleDoesNotDeny) {
 // unlimited: OK, no current_limit, limit_remaining MaxUint32.
 TEST_F(Decisions, ReplacedUnlimitedRuleStillAnswersUnlimited) {
   EXPECT_EQ(One("compat_replaces", {{"internal", "svc"}}), std::string("OK - ") + kMaxRemaining);
-  EXPECT_EQ(Ask("compat_replaces", {{.entries = {{"internal", "svc"}}}, {.entries = {{"internal_override", "svc"}}}}),
+  EXPECT_EQ(Ask("compat_replaces",
+                {{.entries = {{"internal", "svc"}}}, {.entries = {{"internal_override", "svc"}}}}),
             std::string("OK: OK - ") + kMaxRemaining + " | OK 2/HOUR r=1");
 }
 
@@ -605,17 +635,20 @@ TEST_F(Decisions, UnitMultiplierMakesOneWindowOfSeveralUnits) {
 // --- hits.yaml
 
 TEST_F(Decisions, RequestHitsAddend) {
-  EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "zero"}}}}, 0), "OK: OK 10/HOUR r=9");  // 0 means 1
+  EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "zero"}}}}, 0),
+            "OK: OK 10/HOUR r=9");  // 0 means 1
   EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "big"}}}}, 4), "OK: OK 10/HOUR r=6");
   EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "big"}}}}, 4), "OK: OK 10/HOUR r=2");
-  EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "big"}}}}, 3), "OVER_LIMIT: OVER_LIMIT 10/HOUR r=0");
+  EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "big"}}}}, 3),
+            "OVER_LIMIT: OVER_LIMIT 10/HOUR r=0");
   // Documented difference: the denied 3 consumed nothing, so 2 more pass.
   // The peer counted them (11 of 10) and answers OVER_LIMIT here.
   EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "big"}}}}, 2), "OK: OK 10/HOUR r=0");
 }
 
 TEST_F(Decisions, DescriptorHitsAddendOverridesTheRequests) {
-  EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "d1"}}, .hits = 1}, {.entries = {{"cost", "d2"}}}}, 5),
+  EXPECT_EQ(Ask("compat_hits",
+                {{.entries = {{"cost", "d1"}}, .hits = 1}, {.entries = {{"cost", "d2"}}}}, 5),
             "OK: OK 10/HOUR r=9 | OK 10/HOUR r=5");
 }
 
@@ -658,14 +691,16 @@ TEST_F(Decisions, DescriptorLimitOverridesOnAKnownDomain) {
   EXPECT_EQ(Ask("compat_hits", {unmatched}), "OK: OK 2/HOUR r=0");
   EXPECT_EQ(Ask("compat_hits", {unmatched}), "OVER_LIMIT: OVER_LIMIT 2/HOUR r=0");
   // Over a rule that matches (cost: 10/HOUR): the override applies instead.
-  EXPECT_EQ(Ask("compat_hits", {{.entries = {{"cost", "overridden"}}, .limit = {{3, OverrideUnit::DAY}}}}),
+  EXPECT_EQ(Ask("compat_hits",
+                {{.entries = {{"cost", "overridden"}}, .limit = {{3, OverrideUnit::DAY}}}}),
             "OK: OK 3/DAY r=2");
   // Without entries too: the override alone is the rule.
   const Desc bare = {.limit = {{1, OverrideUnit::HOUR}}};
   EXPECT_EQ(Ask("compat_hits", {bare}), "OK: OK 1/HOUR r=0");
   EXPECT_EQ(Ask("compat_hits", {bare}), "OVER_LIMIT: OVER_LIMIT 1/HOUR r=0");
-  EXPECT_EQ(Ask("compat_nowhere", {{.entries = {{"cost", "o2"}}, .limit = {{1, OverrideUnit::HOUR}}}}),
-            "OK: OK - r=0");
+  EXPECT_EQ(
+      Ask("compat_nowhere", {{.entries = {{"cost", "o2"}}, .limit = {{1, OverrideUnit::HOUR}}}}),
+      "OK: OK - r=0");
 }
 
 // --- metadata.yaml

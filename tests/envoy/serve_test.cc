@@ -80,15 +80,16 @@ descriptors:
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
     const std::string config = dir_ + "/sluice.yaml";
     const char* argv[] = {SLUICE_BINARY, "serve", "--config", config.c_str(), nullptr};
-    ASSERT_EQ(posix_spawn(&pid_, SLUICE_BINARY, &actions, nullptr, const_cast<char**>(argv), environ), 0);
+    ASSERT_EQ(
+        posix_spawn(&pid_, SLUICE_BINARY, &actions, nullptr, const_cast<char**>(argv), environ), 0);
     posix_spawn_file_actions_destroy(&actions);
     const std::regex started(R"(event=start listener=grpc listen=127\.0\.0\.1:(\d+))");
     for (int i = 0; i < 500; ++i) {
       std::smatch m;
       const std::string text = ReadAll(log);
       if (std::regex_search(text, m, started)) {
-        stub_ = rls::RateLimitService::NewStub(grpc::CreateChannel(
-            "127.0.0.1:" + m[1].str(), grpc::InsecureChannelCredentials()));
+        stub_ = rls::RateLimitService::NewStub(
+            grpc::CreateChannel("127.0.0.1:" + m[1].str(), grpc::InsecureChannelCredentials()));
         return;
       }
       int status = 0;
@@ -180,8 +181,9 @@ descriptors:
     value: changing
     rate_limit: {unlimited: true}
 )";
-  WriteConfig("envoy:\n  - domain: added\n    descriptors:\n"
-              "      - {key: k, rate_limit: {unit: minute, requests_per_unit: 0}}\n");
+  WriteConfig(
+      "envoy:\n  - domain: added\n    descriptors:\n"
+      "      - {key: k, rate_limit: {unit: minute, requests_per_unit: 0}}\n");
   kill(pid_, SIGHUP);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (CodeOf("generic_key", "changing") != Response::OK &&
@@ -219,9 +221,10 @@ TEST_F(Serve, ABadEnvoyFileStopsTheStartWithFileLineAndKey) {
                               " 2>" + dir_ + "/check.log";
   const int status = std::system(command.c_str());
   EXPECT_EQ(WEXITSTATUS(status), 2);
-  EXPECT_NE(ReadAll(dir_ + "/check.log")
-                .find("edge.yaml:4: descriptors[0].rate_limit.requests_per_unit: required with unit"),
-            std::string::npos)
+  EXPECT_NE(
+      ReadAll(dir_ + "/check.log")
+          .find("edge.yaml:4: descriptors[0].rate_limit.requests_per_unit: required with unit"),
+      std::string::npos)
       << ReadAll(dir_ + "/check.log");
 }
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -22,25 +23,33 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A port nobody listens on now: bind port 0 and read back what the kernel
-// chose. Another process could take it before redis-server binds it; Start
-// retries with a new port when the server fails to come up.
-absl::StatusOr<int> FreePort() {
+// Binds `port` (0: any) on loopback and returns the port bound, or 0.
+int BindPort(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::UnavailableError(std::string("socket: ") + std::strerror(errno));
+  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string error = std::strerror(errno);
-    close(fd);
-    return absl::UnavailableError("binding a free port: " + error);
-  }
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   close(fd);
-  return ntohs(addr.sin_port);
+  return bound ? ntohs(addr.sin_port) : 0;
+}
+
+// A port nobody listens on now: bind port 0 and read back what the kernel
+// chose. Another process could take it before redis-server binds it; Start
+// retries with a new port when the server fails to come up. A Cluster node
+// also listens on port + 10000 (its bus), which must exist and be free.
+absl::StatusOr<int> FreePort(bool cluster_bus) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int port = BindPort(0);
+    if (port == 0)
+      return absl::UnavailableError(std::string("binding a free port: ") + std::strerror(errno));
+    if (!cluster_bus || (port + 10000 <= 65535 && BindPort(port + 10000) != 0)) return port;
+  }
+  return absl::UnavailableError("found no free port with a free Cluster bus port");
 }
 
 bool Pong(int port) {
@@ -63,7 +72,9 @@ bool Pong(int port) {
 absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(RedisServerOptions options) {
   absl::Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    absl::StatusOr<int> port = FreePort();
+    const bool cluster = std::find(options.extra_args.begin(), options.extra_args.end(),
+                                   "--cluster-enabled") != options.extra_args.end();
+    absl::StatusOr<int> port = FreePort(cluster);
     if (!port.ok()) return port.status();
     std::unique_ptr<RedisServer> server(new RedisServer(options, *port));
     last = server->Spawn();

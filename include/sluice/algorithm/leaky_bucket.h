@@ -36,10 +36,10 @@ struct LeakyPoliceState {
   int64_t last_us = 0;
 };
 
-Outcome<LeakyPoliceState> Decide(const LeakyPoliceConfig& config, LeakyPoliceState state,
-                                 Time now, int64_t cost);
-LeakyPoliceState Refund(const LeakyPoliceConfig& config, LeakyPoliceState state,
-                        Time taken_at, int64_t cost);
+Outcome<LeakyPoliceState> Decide(const LeakyPoliceConfig& config, LeakyPoliceState state, Time now,
+                                 int64_t cost);
+LeakyPoliceState Refund(const LeakyPoliceConfig& config, LeakyPoliceState state, Time taken_at,
+                        int64_t cost);
 Time FreshAt(const LeakyPoliceConfig& config, const LeakyPoliceState& state);
 
 struct ShapeOptions {

@@ -9,9 +9,9 @@
 // Pure functions: no I/O, locks, allocation or clock reads. Thread-safety:
 // callers serialize access to one State (the memory store does).
 //
-//   auto config = sluice::TokenBucketConfig::Create({.rate = {10, sluice::Duration::Seconds(1)}, .burst = 20});
-//   sluice::TokenBucketState state;  // a full bucket
-//   auto [next, decision] = sluice::Decide(*config, state, now, /*cost=*/1);
+//   auto config = sluice::TokenBucketConfig::Create({.rate = {10, sluice::Duration::Seconds(1)},
+//   .burst = 20}); sluice::TokenBucketState state;  // a full bucket auto [next, decision] =
+//   sluice::Decide(*config, state, now, /*cost=*/1);
 #ifndef SLUICE_ALGORITHM_TOKEN_BUCKET_H_
 #define SLUICE_ALGORITHM_TOKEN_BUCKET_H_
 
@@ -66,11 +66,11 @@ struct TokenBucketState {
   int64_t last_us = kNeverUsed;  // kNeverUsed: a full bucket
 };
 
-Outcome<TokenBucketState> Decide(const TokenBucketConfig& config, TokenBucketState state,
-                                 Time now, int64_t cost);
+Outcome<TokenBucketState> Decide(const TokenBucketConfig& config, TokenBucketState state, Time now,
+                                 int64_t cost);
 // Gives back `cost` taken at `taken_at` (all-or-nothing across limits).
-TokenBucketState Refund(const TokenBucketConfig& config, TokenBucketState state,
-                        Time taken_at, int64_t cost);
+TokenBucketState Refund(const TokenBucketConfig& config, TokenBucketState state, Time taken_at,
+                        int64_t cost);
 // When the bucket is full again: from then on the state equals a fresh one.
 Time FreshAt(const TokenBucketConfig& config, const TokenBucketState& state);
 

@@ -62,8 +62,8 @@ struct FixedWindowState {
   int64_t count = 0;
 };
 
-Outcome<FixedWindowState> Decide(const FixedWindowConfig& config, FixedWindowState state,
-                                 Time now, int64_t cost);
+Outcome<FixedWindowState> Decide(const FixedWindowConfig& config, FixedWindowState state, Time now,
+                                 int64_t cost);
 FixedWindowState Refund(const FixedWindowConfig& config, FixedWindowState state, Time taken_at,
                         int64_t cost);
 Time FreshAt(const FixedWindowConfig& config, const FixedWindowState& state);
@@ -119,7 +119,9 @@ class SlidingLogState {
   void Push(int64_t time_us, int64_t cost, int64_t max_entries);
   // Takes `cost` back from the entry a request made at `time_us` joined.
   void RemoveCost(int64_t time_us, int64_t cost);
-  void SeeTime(int64_t now_us) { if (now_us > last_us_) last_us_ = now_us; }
+  void SeeTime(int64_t now_us) {
+    if (now_us > last_us_) last_us_ = now_us;
+  }
 
  private:
   std::unique_ptr<Entry[]> ring_;

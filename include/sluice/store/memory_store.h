@@ -46,7 +46,7 @@ struct MemoryStoreStats {
 namespace internal {
 class KeyBudget;
 struct MemoryStoreTestPeer;
-}
+}  // namespace internal
 
 class MemoryStore final : public Store {
  public:

@@ -23,8 +23,10 @@
 //   sluice::MemoryStore local;
 //   auto limiter = sluice::Limiter::Create(local, {
 //       .name = "login",
-//       .limits = {{.algorithm = sluice::Algorithm::kTokenBucket, .rate = *sluice::ParseRate("40/s")},
-//                  {.algorithm = sluice::Algorithm::kSlidingWindow, .rate = *sluice::ParseRate("300/min")}},
+//       .limits = {{.algorithm = sluice::Algorithm::kTokenBucket, .rate =
+//       *sluice::ParseRate("40/s")},
+//                  {.algorithm = sluice::Algorithm::kSlidingWindow, .rate =
+//                  *sluice::ParseRate("300/min")}},
 //       .stores = {nullptr, redis->get()},  // the second limit is fleet-wide
 //       .on_store_error = sluice::OnStoreError::kLocal});
 #ifndef SLUICE_STORE_REDIS_STORE_H_
@@ -58,7 +60,6 @@ struct RedisStoreHealth {
   uint64_t topology_refreshes = 0;
 };
 
-
 class RedisStore final : public Store {
  public:
   // Connects (and, for a Cluster, discovers every master) before returning;
@@ -77,8 +78,8 @@ class RedisStore final : public Store {
   absl::StatusOr<std::shared_ptr<LimitTable>> OpenNamedTable(const LimitConfig& config,
                                                              std::string_view name) override;
   bool remote() const override { return true; }
-  void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
-                   Time now, int64_t cost, Time taken_at, BatchCallback done,
+  void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
+                   int64_t cost, Time taken_at, BatchCallback done,
                    BatchCallback late = nullptr) override;
 
   RedisStoreHealth Health() const;

@@ -116,9 +116,9 @@ void KeyBudget::StartEvictingLocked(Time now) {
   // each insert then frees several keys, and the store is back at 15/16
   // before the walk has used up the candidates (it stops there).
   const int64_t keys_now = std::max<int64_t>(1, keys());
-  evict_fraction_ = std::clamp(1.25 * static_cast<double>(keys_now - low_keys_) /
-                                   static_cast<double>(keys_now),
-                               1.0 / FreshAtSample::kSampleSize, 1.0);
+  evict_fraction_ =
+      std::clamp(1.25 * static_cast<double>(keys_now - low_keys_) / static_cast<double>(keys_now),
+                 1.0 / FreshAtSample::kSampleSize, 1.0);
   threshold_us_ = std::max(now.unix_micros(), sample_.Quantile(evict_fraction_));
   shards_left_ = static_cast<int64_t>(ReclaimableTable::kShards * tables_.size());
   pace_.store(std::min(kSliceVisits, 4 * pace_.load(std::memory_order_relaxed)),

@@ -121,8 +121,8 @@ class KeyBudget {
   explicit KeyBudget(int64_t max_keys);
 
   enum class Admission {
-    kFull,      // no slot: call MakeRoom
-    kAdmitted,  // a slot is reserved
+    kFull,              // no slot: call MakeRoom
+    kAdmitted,          // a slot is reserved
     kAdmittedSweepDue,  // a slot is reserved; once the key is in and no shard
                         // lock is held, call PaySweep
   };
@@ -197,9 +197,9 @@ class KeyBudget {
 
   std::mutex mu_;  // guards what follows; held through a slice
   std::vector<ReclaimableTable*> tables_;
-  size_t table_ = 0;       // the table the sweep is in
-  SweepCursor cursor_;     // where in that table
-  int64_t shards_left_ = 0;  // of this phase's walk over every shard
+  size_t table_ = 0;          // the table the sweep is in
+  SweepCursor cursor_;        // where in that table
+  int64_t shards_left_ = 0;   // of this phase's walk over every shard
   int64_t threshold_us_ = 0;  // kEvicting: evict keys fresh at or before this
   double evict_fraction_ = 0;
   FreshAtSample sample_;

@@ -108,8 +108,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
                       int64_t max_drops, FreshAtSample& sample) override {
     SweepProgress progress;
     const int64_t now_us = rule.now.unix_micros();
-    while (cursor.shard < kShards && progress.visits < max_visits &&
-           progress.dropped < max_drops) {
+    while (cursor.shard < kShards && progress.visits < max_visits && progress.dropped < max_drops) {
       Shard& shard = shards_[cursor.shard];
       std::lock_guard lock(shard.lock);
       ++progress.visits;  // entering a shard costs a visit, so empty ones are bounded too

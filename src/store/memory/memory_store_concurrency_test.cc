@@ -23,8 +23,8 @@ class OneHotKey : public ::testing::TestWithParam<Algorithm> {};
 TEST_P(OneHotKey, AdmitsExactlyTheCapacity) {
   MemoryStore store;
   const int64_t capacity = 1000;
-  auto table = *store.OpenTable(*MakeLimit({.algorithm = GetParam(),
-                                            .rate = {capacity, Duration::Days(1)}}));
+  auto table = *store.OpenTable(
+      *MakeLimit({.algorithm = GetParam(), .rate = {capacity, Duration::Days(1)}}));
   std::atomic<int64_t> admitted{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -48,10 +48,10 @@ INSTANTIATE_TEST_SUITE_P(All, OneHotKey,
 // check and refund a shared set: the bound holds and nothing races.
 TEST(MemoryStoreConcurrency, EvictionUnderConcurrentAccess) {
   MemoryStore store({.max_keys = 2000});
-  auto table = *store.OpenTable(*MakeLimit({.algorithm = Algorithm::kTokenBucket,
-                                            .rate = *ParseRate("5/s")}));
-  auto log = *store.OpenTable(*MakeLimit({.algorithm = Algorithm::kSlidingLog,
-                                          .rate = *ParseRate("5/s")}));
+  auto table = *store.OpenTable(
+      *MakeLimit({.algorithm = Algorithm::kTokenBucket, .rate = *ParseRate("5/s")}));
+  auto log = *store.OpenTable(
+      *MakeLimit({.algorithm = Algorithm::kSlidingLog, .rate = *ParseRate("5/s")}));
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -83,10 +83,10 @@ TEST(MemoryStoreConcurrency, ConcurrentInsertsNeverPassMaxKeys) {
   internal::KeyBudget& budget = internal::MemoryStoreTestPeer::Budget(store);
   // Keys on a slow limit stay far from fresh (forced evictions); keys on a
   // fast one are fresh again within the test (fresh evictions).
-  auto slow = *store.OpenTable(*MakeLimit({.algorithm = Algorithm::kFixedWindow,
-                                           .rate = *ParseRate("5/day")}));
-  auto fast = *store.OpenTable(*MakeLimit({.algorithm = Algorithm::kGcra,
-                                           .rate = *ParseRate("100/s")}));
+  auto slow = *store.OpenTable(
+      *MakeLimit({.algorithm = Algorithm::kFixedWindow, .rate = *ParseRate("5/day")}));
+  auto fast =
+      *store.OpenTable(*MakeLimit({.algorithm = Algorithm::kGcra, .rate = *ParseRate("100/s")}));
   // Each thread inserts at least 4,000 keys, and goes on until the counter
   // below has looked 200 times, so that the two overlap however the threads
   // are scheduled.

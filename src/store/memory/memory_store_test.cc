@@ -107,10 +107,12 @@ TEST(MemoryStore, StaysWithinMaxKeysByDroppingFreshKeysFirst) {
   MemoryStore store({.max_keys = 1000});
   auto table = Open(store, Limit(Algorithm::kGcra, "10/s", 1));
   // 1000 keys used at kStart: all fresh again 100 ms later.
-  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(table->Decide("old" + std::to_string(i), kStart, 1)->allowed);
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_TRUE(table->Decide("old" + std::to_string(i), kStart, 1)->allowed);
   EXPECT_EQ(store.stats().keys, 1000);
   const Time later = kStart + Duration::Seconds(1);
-  for (int i = 0; i < 500; ++i) ASSERT_TRUE(table->Decide("new" + std::to_string(i), later, 1)->allowed);
+  for (int i = 0; i < 500; ++i)
+    ASSERT_TRUE(table->Decide("new" + std::to_string(i), later, 1)->allowed);
   const MemoryStoreStats stats = store.stats();
   EXPECT_LE(stats.keys, 1000);
   EXPECT_EQ(stats.forced_evictions, 0);

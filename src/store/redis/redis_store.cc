@@ -34,8 +34,7 @@ namespace {
 
 class RedisTable final : public LimitTable {
  public:
-  RedisTable(RedisStore& store, const redis::Client& client, LimitConfig config,
-             std::string name)
+  RedisTable(RedisStore& store, const redis::Client& client, LimitConfig config, std::string name)
       : store_(store),
         client_(client),
         config_(std::move(config)),
@@ -93,7 +92,7 @@ struct RedisStore::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOptions options,
-                                                                 EventLog log) {
+                                                                EventLog log) {
   if (options.url.empty() == options.cluster.empty()) {
     return absl::InvalidArgumentError("redis: give exactly one of url and cluster");
   }
@@ -162,9 +161,9 @@ std::string RedisStore::RedisKey(const LimitTable& table, std::string_view key) 
   return Cat(impl_->options.key_prefix, "{", t.name(), ":", key, "}", t.suffix());
 }
 
-void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_view key,
-                             BatchOp op, Time now, int64_t cost, Time taken_at,
-                             BatchCallback done, BatchCallback late) {
+void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
+                             Time now, int64_t cost, Time taken_at, BatchCallback done,
+                             BatchCallback late) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return done(s);
   if (tables.empty()) return done(BatchResult{.store_time = now, .decisions = {}});
   redis::ScriptArgs args{.op = op == BatchOp::kDecide  ? redis::ScriptOp::kDecide
@@ -234,8 +233,9 @@ absl::StatusOr<Decision> RedisTable::One(std::string_view key, BatchOp op, Time 
   std::promise<absl::StatusOr<BatchResult>> promise;
   std::future<absl::StatusOr<BatchResult>> future = promise.get_future();
   LimitTable* self = this;
-  store_.DecideBatch(std::span<LimitTable* const>(&self, 1), key, op, now, cost, taken_at,
-                     [&promise](absl::StatusOr<BatchResult> r) { promise.set_value(std::move(r)); });
+  store_.DecideBatch(
+      std::span<LimitTable* const>(&self, 1), key, op, now, cost, taken_at,
+      [&promise](absl::StatusOr<BatchResult> r) { promise.set_value(std::move(r)); });
   absl::StatusOr<BatchResult> r = future.get();
   if (!r.ok()) return r.status();
   if (op == BatchOp::kRefund) return Decision{};

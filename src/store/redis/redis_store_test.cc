@@ -181,7 +181,8 @@ TEST_F(RedisStoreTest, DecidesInRedisWithKeysThatExpire) {
   EXPECT_LE(d->retry_after, Duration::Minutes(1));
   // The key is in Redis, named by policy, key and limit, with an expiry.
   redisContext* c = redisConnect("127.0.0.1", server_->port());
-  auto* ttl = static_cast<redisReply*>(redisCommand(c, "PTTL %s", "sluice:{p:u1}:fixed_window:3/1m"));
+  auto* ttl =
+      static_cast<redisReply*>(redisCommand(c, "PTTL %s", "sluice:{p:u1}:fixed_window:3/1m"));
   ASSERT_EQ(ttl->type, REDIS_REPLY_INTEGER);
   EXPECT_GT(ttl->integer, 0);
   EXPECT_LE(ttl->integer, 60'000);
@@ -260,14 +261,17 @@ TEST_F(RedisStoreTest, ACallbackThatCallsAgainWhileTheStoreStopsDoesNotHang) {
 TEST_F(RedisStoreTest, SameDecisionsAsTheMemoryStore) {
   auto redis = Connect({.use_caller_time = true});
   ASSERT_NE(redis, nullptr);
-  const std::vector<LimitOptions> limits = {
-      L(Algorithm::kTokenBucket, "20/s", 10), L(Algorithm::kSlidingWindow, "30/2s"),
-      L(Algorithm::kGcra, "7/1s", 5),
-      {.algorithm = Algorithm::kLeakyBucket, .rate = *ParseRate("12/s"), .mode = LeakyMode::kShape,
-       .max_delay = Duration::Millis(500)}};
+  const std::vector<LimitOptions> limits = {L(Algorithm::kTokenBucket, "20/s", 10),
+                                            L(Algorithm::kSlidingWindow, "30/2s"),
+                                            L(Algorithm::kGcra, "7/1s", 5),
+                                            {.algorithm = Algorithm::kLeakyBucket,
+                                             .rate = *ParseRate("12/s"),
+                                             .mode = LeakyMode::kShape,
+                                             .max_delay = Duration::Millis(500)}};
   auto remote = Make(*redis, limits, {&memory_, redis.get(), redis.get(), &memory_});
   MemoryStore reference_store;
-  auto reference = *Limiter::Create(reference_store, {.name = "p", .limits = limits, .clock = &clock_});
+  auto reference =
+      *Limiter::Create(reference_store, {.name = "p", .limits = limits, .clock = &clock_});
   std::mt19937_64 rng(42);
   int allowed = 0;
   for (int i = 0; i < 3000; ++i) {
@@ -330,8 +334,9 @@ TEST_F(RedisStoreTest, LayeredPolicyGivesBackWhatTheLocalLimitTook) {
   auto redis = Connect();
   // Local: 5 per hour. Global: 2 per hour. The third request is denied by
   // Redis, and the local limit gets its token back.
-  auto limiter = Make(*redis, {L(Algorithm::kTokenBucket, "5/1h"), L(Algorithm::kFixedWindow, "2/1h")},
-                      {&memory_, redis.get()});
+  auto limiter =
+      Make(*redis, {L(Algorithm::kTokenBucket, "5/1h"), L(Algorithm::kFixedWindow, "2/1h")},
+           {&memory_, redis.get()});
   for (int i = 0; i < 4; ++i) (void)limiter->Acquire("u");
   absl::StatusOr<std::vector<Decision>> state = limiter->Inspect("u", clock_.Now(), 0);
   ASSERT_TRUE(state.ok()) << state.status();
@@ -354,9 +359,11 @@ TEST_F(RedisStoreTest, NoScriptAfterFlushIsReloaded) {
 
 TEST_F(RedisStoreTest, FailureModesWhenRedisIsDownAndRecovery) {
   auto redis = Connect({.url = Url(), .timeout = Duration::Millis(50)});
-  auto allow = Make(*redis, {L(Algorithm::kFixedWindow, "1/1h")}, {}, OnStoreError::kAllow, "allow");
+  auto allow =
+      Make(*redis, {L(Algorithm::kFixedWindow, "1/1h")}, {}, OnStoreError::kAllow, "allow");
   auto deny = Make(*redis, {L(Algorithm::kFixedWindow, "1/1h")}, {}, OnStoreError::kDeny, "deny");
-  auto local = Make(*redis, {L(Algorithm::kFixedWindow, "2/1h")}, {}, OnStoreError::kLocal, "local");
+  auto local =
+      Make(*redis, {L(Algorithm::kFixedWindow, "2/1h")}, {}, OnStoreError::kLocal, "local");
   ASSERT_TRUE(allow->Acquire("k")->allowed);
   ASSERT_FALSE(allow->Acquire("k")->allowed);
   ASSERT_TRUE(server_->Kill().ok());
@@ -533,8 +540,8 @@ TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
   // local: admitted by the fallback and taken late in Redis, which keeps
   // them (the fallback gives its count back). A caller's later refund of 10
   // of them (another policy denied) reaches Redis too.
-  auto local = Make(*redis, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kLocal,
-                    "local");
+  auto local =
+      Make(*redis, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kLocal, "local");
   stall = StallRedis(server_->port(), 250);
   std::vector<PolicyDecision> admitted = AcquireMany(*local, "k", kCalls, clock_.Now());
   stall.join();
@@ -553,8 +560,8 @@ TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
 
   // allow, refunded by the caller before the late reply comes: the reply
   // finds the request given back and gives back what Redis took.
-  auto allow = Make(*redis, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kAllow,
-                    "allow");
+  auto allow =
+      Make(*redis, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kAllow, "allow");
   stall = StallRedis(server_->port(), 250);
   std::vector<PolicyDecision> passed = AcquireMany(*allow, "k", 10, clock_.Now());
   ASSERT_EQ(passed.size(), 10u);
@@ -571,16 +578,16 @@ TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
 TEST_F(RedisStoreTest, RejectsLimitsTheScriptCannotComputeExactly) {
   auto redis = Connect();
   MemoryStore memory;
-  absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(
-      memory, {.name = "huge",
-               .limits = {L(Algorithm::kTokenBucket, "1/1s", int64_t{1} << 40)},
-               .stores = {redis.get()}});
+  absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+      Limiter::Create(memory, {.name = "huge",
+                               .limits = {L(Algorithm::kTokenBucket, "1/1s", int64_t{1} << 40)},
+                               .stores = {redis.get()}});
   ASSERT_FALSE(limiter.ok());
   EXPECT_THAT(limiter.status().message(), HasSubstr("policy \"huge\" limit 1"));
   // A sliding_log is walked in one script call: its log is kept short.
-  limiter = Limiter::Create(memory, {.name = "log",
-                                     .limits = {L(Algorithm::kSlidingLog, "10001/1h")},
-                                     .stores = {redis.get()}});
+  limiter = Limiter::Create(
+      memory,
+      {.name = "log", .limits = {L(Algorithm::kSlidingLog, "10001/1h")}, .stores = {redis.get()}});
   ASSERT_FALSE(limiter.ok());
   EXPECT_THAT(limiter.status().message(),
               HasSubstr("sliding_log: limit 10001 is above 10000, the most a sliding_log keeps in "
