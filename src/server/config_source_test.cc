@@ -28,9 +28,7 @@ constexpr std::string_view kTwo = R"yaml(policies:
 
 class ConfigSourceTest : public ::testing::Test {
  protected:
-  void Write(std::string_view text) {
-    std::ofstream(path_, std::ios::trunc) << text;
-  }
+  void Write(std::string_view text) { std::ofstream(path_, std::ios::trunc) << text; }
   void TearDown() override { ::unlink(path_.c_str()); }
 
   // Subscribes, starts, and records the policies of every config applied.
@@ -57,7 +55,8 @@ class ConfigSourceTest : public ::testing::Test {
     return metrics_.Get("sluice_config_reloads_total", {{"result", result}})->value();
   }
 
-  std::string path_ = ::testing::TempDir() + "config_source_test_" + std::to_string(::getpid()) + ".yaml";
+  std::string path_ =
+      ::testing::TempDir() + "config_source_test_" + std::to_string(::getpid()) + ".yaml";
   metrics::Metrics metrics_;
   std::mutex mu_;
   std::vector<size_t> applied_;

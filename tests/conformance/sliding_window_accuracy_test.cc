@@ -115,7 +115,8 @@ TEST(SlidingWindowAccuracyTest, PoissonTrafficStaysCloseToSlidingLog) {
     const Rate rate = MustParseRate(rate_text);
     for (const double load : {0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 4.0}) {
       for (uint64_t seed : kSlidingWindowAccuracySeeds) {
-        const Accuracy a = Measure(rate_text, PoissonTrace(seed, rate, load, kSlidingWindowAccuracySteps));
+        const Accuracy a =
+            Measure(rate_text, PoissonTrace(seed, rate, load, kSlidingWindowAccuracySteps));
         Print("poisson " + std::string(rate_text) + " load " + std::to_string(load).substr(0, 3) +
                   " seed " + std::to_string(seed),
               a);
@@ -140,7 +141,8 @@ TEST(SlidingWindowAccuracyTest, BurstyTrafficStaysCloseToSlidingLog) {
     const Rate rate = MustParseRate(rate_text);
     for (const double gap : {0.3, 0.7, 1.0, 2.0}) {
       for (uint64_t seed : kSlidingWindowAccuracySeeds) {
-        const Accuracy a = Measure(rate_text, BurstyTrace(seed, rate, gap, kSlidingWindowAccuracySteps));
+        const Accuracy a =
+            Measure(rate_text, BurstyTrace(seed, rate, gap, kSlidingWindowAccuracySteps));
         Print("bursty " + std::string(rate_text) + " gap " + std::to_string(gap).substr(0, 3) +
                   "p seed " + std::to_string(seed),
               a);
