@@ -29,7 +29,8 @@ Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
   if (!verdict.error.ok()) {
     co_return HttpAnswer::Problem(400, "bad request", std::string(verdict.error.message()));
   }
-  HttpAnswer answer{.status = 204};
+  HttpAnswer answer;
+  answer.status = 204;
   verdict.AppendHeaders(applied, set.config().server.legacy_headers, ctx.worker.rng,
                         answer.headers);
   // 2xx lets NGINX forward the request; 403 (mapped to 429 by

@@ -10,7 +10,9 @@
 #include "server/endpoints.h"
 
 namespace sluice::server {
-namespace {
+// (A named namespace: the endpoint's coroutine frame holds these, and GCC
+// warns about a frame of a function with linkage holding a type without.)
+namespace check_endpoint {
 
 // One check: its verdict's JSON object and status, or its error.
 struct Checked {
@@ -40,7 +42,10 @@ Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& ch
   co_return out;
 }
 
-}  // namespace
+}  // namespace check_endpoint
+
+using check_endpoint::Checked;
+using check_endpoint::Decide;
 
 Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body) {
   if (method != "POST") {

@@ -38,6 +38,10 @@ void AddRedisMetrics(metrics::Metrics& m, RedisStore* redis) {
              [redis] { return static_cast<int64_t>(redis->Health().reconnects); });
   m.AddGauge("sluice_redis_redirects_total", "Redis Cluster MOVED and ASK answers followed.",
              "counter", [redis] { return static_cast<int64_t>(redis->Health().redirects); });
+  m.AddGauge("sluice_redis_denials_answered_total",
+             "Requests denied without a Redis call: Redis had denied them, and the wait it "
+             "named had not passed.",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().denials_answered); });
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ namespace sluice {
 absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
                                             std::string_view key, BatchOp op, Time now,
                                             int64_t cost, Time taken_at) {
-  BatchResult result{.store_time = now};
+  BatchResult result;
+  result.store_time = now;
   if (op == BatchOp::kRefund) {
     for (LimitTable* table : tables) {
       if (IsShape(table->config())) continue;

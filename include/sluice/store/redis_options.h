@@ -33,6 +33,11 @@ struct RedisStoreOptions {
   // Decide at Redis' TIME (production) or at the time the caller passes
   // (tests and replays that drive a manual clock).
   bool use_caller_time = false;
+  // Answer a request Redis has certainly denied without asking again: after
+  // Redis denies a key's request of cost c with "retry after T", requests
+  // for that key with a cost of at least c are denied by this process until
+  // T has passed. Exact: meanwhile other callers can only take more.
+  bool cache_denials = true;
 
   friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
 };

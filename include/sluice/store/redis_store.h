@@ -58,6 +58,9 @@ struct RedisStoreHealth {
   uint64_t reconnects = 0;
   uint64_t redirects = 0;
   uint64_t topology_refreshes = 0;
+  // Decisions answered by this process from a denial Redis gave that still
+  // stood (RedisStoreOptions::cache_denials): calls not made.
+  uint64_t denials_answered = 0;
 };
 
 class RedisStore final : public Store {

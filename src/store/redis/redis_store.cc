@@ -2,8 +2,16 @@
 
 #include <hiredis/hiredis.h>
 
+#include <array>
+#include <atomic>
 #include <charconv>
+#include <chrono>
 #include <future>
+#include <mutex>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 
 #include "base/cat.h"
 #include "redis/client.h"
@@ -85,10 +93,136 @@ class RedisTable final : public LimitTable {
 
 }  // namespace
 
+namespace {
+
+// Denials that stay certain (docs/distributed.md, "Denials that cost no
+// call"). When Redis answers a batch "denied, retry after T" for cost c,
+// the same batch on the same key with a cost of at least c is denied until
+// T has passed: other callers can only take more from the key meanwhile,
+// and time cannot refill it sooner. So, until then, this process answers
+// such a request itself, with Redis' answer brought forward in time.
+//
+// T is counted from when the call was sent, which is no later than when
+// Redis decided: on the steady clock when Redis decides at its own TIME,
+// on the caller's clock when it decides at the caller's (use_caller_time).
+// Bounded: a shard that fills up is emptied (a lost entry costs one call).
+class DenialCache {
+ public:
+  // The remembered denial of the batch on `keys` (one user key's, in one
+  // hash tag `tag`) for `cost` at `now`, if it is still certain.
+  std::optional<BatchResult> Find(const std::string& tag, const std::string& keys, int64_t cost,
+                                  Time now) {
+    Shard& shard = ShardOf(tag);
+    std::lock_guard lock(shard.mu);
+    auto it = shard.tags.find(tag);
+    if (it == shard.tags.end()) return std::nullopt;
+    std::vector<Entry>& entries = it->second;
+    std::optional<BatchResult> out;
+    for (size_t i = 0; i < entries.size();) {
+      const Entry& e = entries[i];
+      if (now >= e.until) {  // the wait is over: Redis decides again
+        entries[i] = std::move(entries.back());
+        entries.pop_back();
+        continue;
+      }
+      if (e.keys == keys && cost >= e.cost) out = BroughtForward(e, now);
+      ++i;
+    }
+    if (entries.empty()) shard.tags.erase(it);
+    return out;
+  }
+
+  // Changes when a refund of a key in `tag`'s shard is sent: a denial whose
+  // call was sent before it may have been answered before the refund ran.
+  uint64_t Epoch(const std::string& tag) {
+    Shard& shard = ShardOf(tag);
+    std::lock_guard lock(shard.mu);
+    return shard.epoch;
+  }
+
+  // Remembers `result`, Redis' answer to the batch on `keys` for `cost` sent
+  // at `sent` in `epoch`, when it is a denial that some wait ends.
+  void Remember(const std::string& tag, const std::string& keys, int64_t cost, Time sent,
+                uint64_t epoch, const BatchResult& result) {
+    Duration wait;
+    bool denied = false;
+    for (const Decision& d : result.decisions) {
+      if (d.allowed) continue;
+      if (d.retry_after.IsInfinite()) return;  // never passes: nothing to wait for
+      denied = true;
+      wait = std::max(wait, d.retry_after);
+    }
+    if (!denied || cost <= 0 || wait <= Duration::Zero()) return;
+    Shard& shard = ShardOf(tag);
+    std::lock_guard lock(shard.mu);
+    if (shard.epoch != epoch) return;  // a refund came between: not certain
+    if (shard.tags.size() >= kMaxPerShard) shard.tags.clear();
+    std::vector<Entry>& entries = shard.tags[tag];
+    Entry entry{.keys = keys, .cost = cost, .sent = sent, .until = sent + wait, .result = result};
+    for (Entry& e : entries) {
+      if (e.keys == keys) {
+        e = std::move(entry);  // the newest answer
+        return;
+      }
+    }
+    entries.push_back(std::move(entry));
+  }
+
+  // A refund by this process gives quota back: what was certain may not be.
+  void Forget(const std::string& tag) {
+    Shard& shard = ShardOf(tag);
+    std::lock_guard lock(shard.mu);
+    ++shard.epoch;
+    shard.tags.erase(tag);
+  }
+
+ private:
+  static constexpr size_t kShards = 16;
+  static constexpr size_t kMaxPerShard = 4096;
+  struct Entry {
+    std::string keys;  // the batch's Redis keys, one per line
+    int64_t cost = 0;
+    Time sent;
+    Time until;
+    BatchResult result;
+  };
+  struct Shard {
+    std::mutex mu;
+    uint64_t epoch = 0;
+    absl::flat_hash_map<std::string, std::vector<Entry>> tags;
+  };
+
+  // Redis' answer, `now - sent` later: the waits shortened by that much.
+  static BatchResult BroughtForward(const Entry& e, Time now) {
+    const Duration elapsed = std::max(Duration::Zero(), now - e.sent);
+    BatchResult out = e.result;
+    out.store_time = out.store_time + elapsed;
+    for (Decision& d : out.decisions) {
+      if (!d.allowed) d.retry_after = std::max(Duration::Zero(), d.retry_after - elapsed);
+      d.reset_after = std::max(d.retry_after, d.reset_after - elapsed);
+    }
+    return out;
+  }
+
+  Shard& ShardOf(const std::string& tag) { return shards_[absl::HashOf(tag) % kShards]; }
+  std::array<Shard, kShards> shards_;
+};
+
+// Now on the steady clock, as a Time.
+Time SteadyNow() {
+  return Time::FromUnixMicros(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now().time_since_epoch())
+                                  .count());
+}
+
+}  // namespace
+
 struct RedisStore::Impl {
   RedisStoreOptions options;
   std::unique_ptr<redis::Client> client;
   std::string sha;
+  DenialCache denials;
+  std::atomic<uint64_t> denials_answered{0};  // calls not made (Health)
 };
 
 absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOptions options,
@@ -180,6 +314,28 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
     keys.push_back(RedisKey(*table, key));
     call.AddLimit(keys.back(), static_cast<RedisTable*>(table)->params());
   }
+  // A denial Redis gave for this batch that still stands answers at once;
+  // a refund makes the key's denials uncertain. (Every key of a batch has
+  // the same hash tag: one user key.)
+  std::string tag;
+  std::string id;
+  Time sent;
+  uint64_t epoch = 0;
+  const bool cacheable = impl_->options.cache_denials;
+  if (cacheable) {
+    tag = keys.front().substr(0, keys.front().find('}') + 1);
+    if (op == BatchOp::kRefund) {
+      impl_->denials.Forget(tag);
+    } else {
+      for (const std::string& k : keys) id.append(k).push_back('\n');
+      sent = impl_->options.use_caller_time ? now : SteadyNow();
+      epoch = impl_->denials.Epoch(tag);
+      if (std::optional<BatchResult> known = impl_->denials.Find(tag, id, cost, sent)) {
+        impl_->denials_answered.fetch_add(1, std::memory_order_relaxed);
+        return done(*std::move(known));
+      }
+    }
+  }
   const char** argv = call.argv();
   std::vector<std::string_view> parts;
   parts.reserve(static_cast<size_t>(call.argc()));
@@ -200,10 +356,16 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
       late(parse(std::move(reply)));
     };
   }
+  DenialCache* denials = cacheable && op != BatchOp::kRefund ? &impl_->denials : nullptr;
   impl_->client->Send(
       redis::HashSlot(keys.front()), std::move(command),
-      [parse, done = std::move(done)](absl::StatusOr<redis::Reply> reply) {
-        done(parse(std::move(reply)));
+      [parse, done = std::move(done), denials, tag = std::move(tag), id = std::move(id), cost, sent,
+       epoch](absl::StatusOr<redis::Reply> reply) {
+        absl::StatusOr<BatchResult> result = parse(std::move(reply));
+        if (denials != nullptr && result.ok()) {
+          denials->Remember(tag, id, cost, sent, epoch, *result);
+        }
+        done(std::move(result));
       },
       std::move(late_reply));
 }
@@ -219,7 +381,8 @@ RedisStoreHealth RedisStore::Health() const {
           .late_replies = h.late_replies,
           .reconnects = h.reconnects,
           .redirects = h.redirects,
-          .topology_refreshes = h.topology_refreshes};
+          .topology_refreshes = h.topology_refreshes,
+          .denials_answered = impl_->denials_answered.load(std::memory_order_relaxed)};
 }
 
 namespace {

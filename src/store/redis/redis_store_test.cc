@@ -196,6 +196,65 @@ TEST_F(RedisStoreTest, DecidesInRedisWithKeysThatExpire) {
   EXPECT_TRUE(other->Acquire("u2")->allowed);
 }
 
+// An abusive key: once Redis has denied it, its requests cost no call
+// until the wait Redis named has passed, and then Redis decides again.
+TEST_F(RedisStoreTest, ACertainDenialIsAnsweredWithoutACallUntilItsWaitEnds) {
+  auto redis = Connect({.url = Url(), .use_caller_time = true});
+  ASSERT_NE(redis, nullptr);
+  auto limiter = Make(*redis, {L(Algorithm::kFixedWindow, "3/1s")});
+  ASSERT_NE(limiter, nullptr);
+  clock_.Set(Time::FromUnixMicros(1'800'000'000'000'000));  // a window's start
+  int allowed = 0;
+  for (int i = 0; i < 4; ++i) allowed += limiter->Acquire("abuser")->allowed;
+  ASSERT_EQ(allowed, 3);
+  const uint64_t calls = redis->Health().calls;
+  clock_.Advance(Duration::Millis(100));
+  for (int i = 0; i < 10'000; ++i) {
+    absl::StatusOr<PolicyDecision> d = limiter->Acquire("abuser");
+    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_FALSE(d->allowed);
+    // Redis' answer brought forward: the wait still ends at the window's end.
+    ASSERT_EQ(d->retry_after, Duration::Millis(900)) << i;
+  }
+  EXPECT_EQ(redis->Health().calls, calls);
+  EXPECT_EQ(redis->Health().denials_answered, 10'000u);
+  // A smaller cost than the one denied may still pass: Redis is asked.
+  EXPECT_TRUE(limiter->Acquire("abuser", {.cost = 0})->allowed);  // a peek
+  EXPECT_EQ(redis->Health().calls, calls + 1);
+  // Other keys are Redis' to decide.
+  EXPECT_TRUE(limiter->Acquire("someone else")->allowed);
+  // When the wait is over, Redis decides again, and admits.
+  clock_.Advance(Duration::Millis(900));
+  EXPECT_TRUE(limiter->Acquire("abuser")->allowed);
+
+  // Another instance's Redis denials are its own: this one asks Redis once.
+  auto other_store = Connect({.url = Url(), .use_caller_time = true});
+  auto other = Make(*other_store, {L(Algorithm::kFixedWindow, "3/1s")});
+  EXPECT_TRUE(other->Acquire("abuser")->allowed);
+  EXPECT_TRUE(other->Acquire("abuser")->allowed);
+  EXPECT_FALSE(other->Acquire("abuser")->allowed);
+  EXPECT_FALSE(limiter->Acquire("abuser")->allowed);
+
+  // A refund by this process gives quota back: the denial is not certain.
+  clock_.Advance(Duration::Millis(10));
+  EXPECT_FALSE(limiter->Acquire("abuser")->allowed);  // Redis answers, and it is cached
+  const uint64_t answered = redis->Health().denials_answered;
+  EXPECT_FALSE(limiter->Acquire("abuser")->allowed);
+  EXPECT_EQ(redis->Health().denials_answered, answered + 1);
+  absl::StatusOr<PolicyDecision> taken = other->Acquire("abuser", {.cost = 0});
+  ASSERT_TRUE(taken.ok());
+  ASSERT_TRUE(limiter->Refund("abuser", *taken, 1).ok());
+  EXPECT_TRUE(limiter->Acquire("abuser")->allowed);
+
+  // Off: every request is a call.
+  auto plain_store = Connect({.url = Url(), .use_caller_time = true, .cache_denials = false});
+  auto plain = Make(*plain_store, {L(Algorithm::kFixedWindow, "3/1s")});
+  const uint64_t before = plain_store->Health().calls;
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(plain->Acquire("abuser")->allowed);
+  EXPECT_EQ(plain_store->Health().calls, before + 5);
+  EXPECT_EQ(plain_store->Health().denials_answered, 0u);
+}
+
 TEST_F(RedisStoreTest, ATableRefundThatAppliedReportsOk) {
   // Regression: the refund's reply (Redis' time, no decision) was parsed as
   // a decision and reported INTERNAL although the refund was applied, so a
@@ -259,7 +318,9 @@ TEST_F(RedisStoreTest, ACallbackThatCallsAgainWhileTheStoreStopsDoesNotHang) {
 // the Limiter over the memory store: same decisions for a random workload
 // over a layered policy (a local limit, two Redis limits, a shape limit).
 TEST_F(RedisStoreTest, SameDecisionsAsTheMemoryStore) {
-  auto redis = Connect({.use_caller_time = true});
+  // Every decision of the script, compared field by field: none answered by
+  // the cache of certain denials (whose `remaining` is Redis' last).
+  auto redis = Connect({.use_caller_time = true, .cache_denials = false});
   ASSERT_NE(redis, nullptr);
   const std::vector<LimitOptions> limits = {L(Algorithm::kTokenBucket, "20/s", 10),
                                             L(Algorithm::kSlidingWindow, "30/2s"),
@@ -358,7 +419,10 @@ TEST_F(RedisStoreTest, NoScriptAfterFlushIsReloaded) {
 }
 
 TEST_F(RedisStoreTest, FailureModesWhenRedisIsDownAndRecovery) {
-  auto redis = Connect({.url = Url(), .timeout = Duration::Millis(50)});
+  // What on_store_error decides: with the cache of certain denials, a key
+  // Redis denied stays denied while Redis is down (see
+  // ACertainDenialIsAnsweredWithoutACallUntilItsWaitEnds).
+  auto redis = Connect({.url = Url(), .timeout = Duration::Millis(50), .cache_denials = false});
   auto allow =
       Make(*redis, {L(Algorithm::kFixedWindow, "1/1h")}, {}, OnStoreError::kAllow, "allow");
   auto deny = Make(*redis, {L(Algorithm::kFixedWindow, "1/1h")}, {}, OnStoreError::kDeny, "deny");
