@@ -89,7 +89,7 @@ CONF
 start_sluice() {  # $1 rate (e.g. 1000000/s) $2 burst
   cat > "$WORK/sluice.yaml" <<CONF
 server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads: $WORKERS,
-         max_connections: 100000}
+         max_connections: 100000, decision: {on_gateway_listener: true}}
 store: {memory: {max_keys: 2000000}}
 routes: [{name: up, match: {path_prefix: /}, upstream: "http://127.0.0.1:$UPSTREAM_PORT"}]
 policies:
