@@ -233,7 +233,8 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
   if (const Value* redis = f->Find("redis")) {
     absl::StatusOr<Fields> r = ReadMap(*redis, kMapOfKeys,
                                        {"url", "cluster", "user", "password", "password_env",
-                                        "database", "timeout", "connect_timeout", "key_prefix"});
+                                        "database", "timeout", "connect_timeout", "key_prefix",
+                                        "cache_denials"});
     if (!r.ok()) return r.status();
     RedisStoreOptions& o = out.redis.emplace();
     const Value* url = r->Find("url");
@@ -294,6 +295,9 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     }
     if (const Value* x = r->Find("connect_timeout")) {
       SLUICE_ASSIGN_OR_RETURN(o.connect_timeout, ReadDuration(*x, kTimeout));
+    }
+    if (const Value* x = r->Find("cache_denials")) {
+      SLUICE_ASSIGN_OR_RETURN(o.cache_denials, ReadBool(*x));
     }
   }
   return absl::OkStatus();

@@ -338,11 +338,15 @@ TEST(ConfigRedis, GlobalIsTheDefaultScopeWithASharedStore) {
   ASSERT_TRUE(c->store.redis.has_value());
   EXPECT_EQ(c->store.redis->url, "redis://app:pw@10.0.0.5:6380/2");
   EXPECT_EQ(c->store.redis->timeout, Duration::Millis(20));
+  EXPECT_TRUE(c->store.redis->cache_denials);  // the default
   EXPECT_EQ(c->policies[0].limits[0].scope, Scope::kGlobal);
   EXPECT_EQ(c->policies[0].limits[1].scope, Scope::kLocal);
   c = ParseConfig("store:\n  redis: {cluster: [\"127.0.0.1:7000\", \"[::1]:7001\"]}\n", "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->store.redis->cluster.size(), 2u);
+  c = ParseConfig("store:\n  redis: {url: \"redis://a\", cache_denials: false}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->store.redis->cache_denials);
 }
 
 TEST(ConfigErrors, WrongShapes) {
