@@ -231,10 +231,10 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     }
   }
   if (const Value* redis = f->Find("redis")) {
-    absl::StatusOr<Fields> r = ReadMap(*redis, kMapOfKeys,
-                                       {"url", "cluster", "user", "password", "password_env",
-                                        "database", "timeout", "connect_timeout", "key_prefix",
-                                        "cache_denials"});
+    absl::StatusOr<Fields> r =
+        ReadMap(*redis, kMapOfKeys,
+                {"url", "cluster", "user", "password", "password_env", "database", "timeout",
+                 "connect_timeout", "key_prefix", "cache_denials"});
     if (!r.ok()) return r.status();
     RedisStoreOptions& o = out.redis.emplace();
     const Value* url = r->Find("url");
