@@ -29,6 +29,8 @@ SLUICE_FUZZ_PACKAGES=(
   clang-14 libfuzzer-14-dev libclang-rt-14-dev  # libFuzzer, ASan+UBSan (scripts/fuzz)
   ccache           # the fuzz preset compiles through it
 )
+# The asan preset compiles with clang 14 (about 1.5x faster than g++ 12 here).
+SLUICE_ASAN_PACKAGES=(clang-14 libclang-rt-14-dev)
 
 sluice_install_deps() {
   local missing=()
