@@ -24,11 +24,13 @@ SLUICE_TEST_PACKAGES=(
   nginx-light      # the auth_request end-to-end test
   redis-server redis-tools  # the Redis store's tests run a real server
   clang-format     # scripts/format --check: every C++ file follows .clang-format
-  procps           # pgrep: scripts/test stops what it started behind a suite
 )
-# The asan preset compiles with clang 14 (about 1.5x faster than g++ 12
-# here), and builds the libFuzzer targets beside the tests (scripts/fuzz).
-SLUICE_ASAN_PACKAGES=(clang-14 libclang-rt-14-dev libfuzzer-14-dev)
+SLUICE_FUZZ_PACKAGES=(
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev  # libFuzzer, ASan+UBSan (scripts/fuzz)
+  ccache           # the fuzz preset compiles through it
+)
+# The asan preset compiles with clang 14 (about 1.5x faster than g++ 12 here).
+SLUICE_ASAN_PACKAGES=(clang-14 libclang-rt-14-dev)
 
 sluice_install_deps() {
   local missing=()
