@@ -8,21 +8,22 @@
 // drain. Keys are "user-<12 digits>", uniform among `--keys` (the spelling
 // redis-benchmark's __rand_int__ produces, so both send keys of one length).
 //
-// Round trips per decision come from Redis itself: INFO commandstats before
-// and after the run, EVALSHA (+ EVAL) calls divided by the decisions made.
-// BENCH.md requires 1.00. The store's own count of calls sent is printed
-// beside it.
+// Calls per decision come from Redis itself: INFO commandstats before and
+// after the run, FCALL calls divided by the decisions made (at most 1.00;
+// below it when the store coalesced several decisions into one call). The
+// store's own count of calls sent is printed beside it.
 //
 // Prints one JSON line:
 //   {"side":"sluice","algorithm":"fixed_window","mode":"pass","depth":16,...,
-//    "decisions_per_s":..,"p50_us":..,"p99_us":..,"round_trips_per_decision":1.000,...}
+//    "decisions_per_s":..,"p50_us":..,"p99_us":..,"calls_per_decision":0.031,...}
 //
 // Helper modes for bench/redis/run.sh (they print and exit):
-//   --print-script        the Lua script, as SCRIPT LOAD takes it
-//   --print-evalsha-args  the EVALSHA call this run would make, one argument
-//                         per line (empty lines are empty arguments), with
-//                         the key spelled for redis-benchmark: the literal
-//                         key for --keys 1, "user-__rand_int__" otherwise
+//   --print-library       the function library, as FUNCTION LOAD takes it
+//   --print-fcall-args    the FCALL of one decision this run would make, one
+//                         argument per line (empty lines are empty
+//                         arguments), with the key spelled for
+//                         redis-benchmark: the literal key for --keys 1,
+//                         "user-__rand_int__" otherwise
 //
 // Usage: sluice_bench_redis --url redis://127.0.0.1:6379 [--depth 16]
 //          [--seconds 3] [--keys 1] [--algorithm fixed_window] [--mode pass|deny]
@@ -62,8 +63,8 @@ struct Flags {
   std::string rate;  // default from mode
   int64_t burst = 0;
   int timeout_ms = 1000;
-  bool print_script = false;
-  bool print_evalsha_args = false;
+  bool print_library = false;
+  bool print_fcall_args = false;
 };
 
 std::string KeyName(int64_t n) {
@@ -88,7 +89,7 @@ absl::StatusOr<std::map<std::string, CommandStat>> CommandCalls(const sluice::Re
   auto* reply = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"));
   std::map<std::string, CommandStat> calls;
   if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
-    // cmdstat_evalsha:calls=123,usec=...
+    // cmdstat_fcall:calls=123,usec=...
     const std::string text(reply->str, reply->len);
     size_t at = 0;
     while ((at = text.find("cmdstat_", at)) != std::string::npos) {
@@ -186,8 +187,8 @@ int64_t Percentile(std::vector<int64_t>& sorted, double p) {
 }
 
 int Main(const Flags& flags) {
-  if (flags.print_script) {
-    std::fwrite(sluice::redis::DecideScript().data(), 1, sluice::redis::DecideScript().size(),
+  if (flags.print_library) {
+    std::fwrite(sluice::redis::FunctionLibrary().data(), 1, sluice::redis::FunctionLibrary().size(),
                 stdout);
     return 0;
   }
@@ -229,7 +230,7 @@ int Main(const Flags& flags) {
     return 1;
   }
 
-  if (flags.print_evalsha_args) {
+  if (flags.print_fcall_args) {
     // The Limiter's table for this limit names the same Redis key.
     absl::StatusOr<std::shared_ptr<sluice::LimitTable>> table =
         (*store)->OpenNamedTable(*config, "bench");
@@ -238,11 +239,12 @@ int Main(const Flags& flags) {
       return 1;
     }
     const std::string key = flags.keys == 1 ? KeyName(0) : "user-__rand_int__";
-    std::vector<std::string> args = {"EVALSHA", std::string(sluice::redis::DecideScriptSha()),
-                                     "1",       (*store)->RedisKey(**table, key),
-                                     "D",       "",
-                                     "1",       ""};  // op, now (Redis' TIME), cost, taken_at
-    for (const std::string& p : sluice::redis::LimitParams(*config)) args.push_back(p);
+    // op, now (Redis' TIME), cost, taken_at, limits, the limit.
+    const std::vector<std::string> args = {"FCALL", std::string(sluice::redis::FunctionName()),
+                                           "1",     (*store)->RedisKey(**table, key),
+                                           "D",     "",
+                                           "1",     "",
+                                           "1",     sluice::redis::LimitParams(*config)};
     for (const std::string& a : args) std::printf("%s\n", a.c_str());
     return 0;
   }
@@ -277,22 +279,18 @@ int Main(const Flags& flags) {
     latency.insert(latency.end(), lane.latency_ns.begin(), lane.latency_ns.end());
   }
   std::sort(latency.begin(), latency.end());
-  // Round trips: the calls Redis received from clients, EVALSHA (and EVAL,
-  // which the store sends when Redis answers NOSCRIPT). The rest of
-  // commandstats but INFO counts the commands the script itself ran
-  // (TIME, GET, SET, ...), which cost no round trip. Redis' time per
-  // EVALSHA (the script, from inside Redis) is printed too: it bounds what
-  // any client can get from one Redis.
-  int64_t evalsha = 0, eval = 0, inner = 0, evalsha_usec = 0;
+  // Calls: what Redis received from clients, FCALL. The rest of
+  // commandstats but INFO (and FUNCTION, which loads the library) counts the
+  // commands the function itself ran (TIME, GET, SET, ...), which cost no
+  // round trip. Redis' time per decision inside FCALL is printed too.
+  int64_t fcall = 0, inner = 0, fcall_usec = 0;
   for (const auto& [name, stat] : *after) {
     const auto it = before->find(name);
     const int64_t delta = stat.calls - (it == before->end() ? 0 : it->second.calls);
-    if (name == "evalsha") {
-      evalsha = delta;
-      evalsha_usec = stat.usec - (it == before->end() ? 0 : it->second.usec);
-    } else if (name == "eval") {
-      eval = delta;
-    } else if (name != "info") {
+    if (name == "fcall") {
+      fcall = delta;
+      fcall_usec = stat.usec - (it == before->end() ? 0 : it->second.usec);
+    } else if (name != "info" && !name.starts_with("function")) {
       inner += delta;
     }
   }
@@ -302,14 +300,13 @@ int Main(const Flags& flags) {
       "{\"side\":\"sluice\",\"algorithm\":\"%s\",\"mode\":\"%s\",\"rate\":\"%s\",\"depth\":%d,"
       "\"keys\":%lld,\"seconds\":%.3f,\"decisions\":%lld,\"decisions_per_s\":%.0f,"
       "\"p50_us\":%.1f,\"p99_us\":%.1f,\"allowed_fraction\":%.4f,\"errors\":%lld,"
-      "\"round_trips_per_decision\":%.3f,\"evalsha_per_decision\":%.3f,"
-      "\"eval_per_decision\":%.3f,\"client_calls_per_decision\":%.3f,"
-      "\"script_commands_per_decision\":%.3f,\"redis_us_per_call\":%.2f}\n",
+      "\"calls_per_decision\":%.3f,\"client_calls_per_decision\":%.3f,"
+      "\"function_commands_per_decision\":%.3f,\"redis_us_per_decision\":%.2f}\n",
       flags.algorithm.c_str(), flags.mode.c_str(), rate_text.c_str(), flags.depth,
       static_cast<long long>(flags.keys), elapsed, static_cast<long long>(done), done / elapsed,
       Percentile(latency, 0.50) / 1e3, Percentile(latency, 0.99) / 1e3, allowed / n,
-      static_cast<long long>(errors), (evalsha + eval) / n, evalsha / n, eval / n, sent / n,
-      inner / n, evalsha > 0 ? static_cast<double>(evalsha_usec) / evalsha : 0.0);
+      static_cast<long long>(errors), fcall / n, sent / n, inner / n,
+      static_cast<double>(fcall_usec) / n);
   return errors == 0 ? 0 : 1;
 }
 
@@ -328,9 +325,9 @@ int main(int argc, char** argv) {
   app.add_option("--rate", flags.rate, "override the mode's rate (e.g. 100/s)");
   app.add_option("--burst", flags.burst, "bucket algorithms; default the rate's limit");
   app.add_option("--timeout-ms", flags.timeout_ms, "per call; the machine is shared");
-  app.add_flag("--print-script", flags.print_script, "print the Lua script and exit");
-  app.add_flag("--print-evalsha-args", flags.print_evalsha_args,
-               "print the EVALSHA arguments, one per line, and exit");
+  app.add_flag("--print-library", flags.print_library, "print the function library and exit");
+  app.add_flag("--print-fcall-args", flags.print_fcall_args,
+               "print the FCALL arguments of one decision, one per line, and exit");
   CLI11_PARSE(app, argc, argv);
   return Main(flags);
 }

@@ -1,17 +1,21 @@
 // Fuzz target: what a Redis server sends back, read as the Redis client
 // reads it (hiredis' reader: redisReaderFeed, then redisReaderGetReply until
 // no whole reply is left; CreateReader says how this reader differs), and
-// every reply decoded as the Redis store decodes the answer to its script
-// (redis::ParseScriptReply, for no limit, one limit and as many as the
-// reply's length suggests), then merged as the limiter merges one call's
-// decisions (redis::MergeDecisions).
+// every reply decoded as the Redis store decodes the answer to its
+// function (redis::ParseCallReply, for a part of one limit, a refund, as
+// many one-limit parts as the reply's length suggests, and a mix), then
+// merged as the limiter merges one part's decisions (redis::MergeDecisions).
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "store/redis/script.h"
 
@@ -53,14 +57,33 @@ struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
 };
 
-void Decode(const redisReply& reply, size_t limits) {
-  absl::StatusOr<sluice::redis::ScriptResult> r = sluice::redis::ParseScriptReply(reply, limits);
-  if (!r.ok()) {
-    (void)sluice::redis::IsNoScript(r.status());
-    return;
+// Parts of a call, as many limits each as `limits` says (0: a refund).
+std::vector<sluice::redis::CallPart> Parts(std::initializer_list<size_t> limits, size_t repeat) {
+  static const std::string_view keys[] = {"{f}:a", "{f}:b", "{f}:c"};
+  static const std::string_view params[] = {"fw 1 1", "fw 1 1", "fw 1 1"};
+  std::vector<sluice::redis::CallPart> out;
+  for (size_t r = 0; r < repeat; ++r) {
+    for (size_t n : limits) {
+      const sluice::redis::ScriptOp op =
+          n == 0 ? sluice::redis::ScriptOp::kRefund : sluice::redis::ScriptOp::kDecide;
+      const size_t k = n == 0 ? 1 : n;
+      out.push_back(
+          sluice::redis::EncodePart({.op = op}, std::span(keys, k), std::span(params, k)));
+    }
   }
-  if (r->decisions.size() != limits) __builtin_trap();
-  if (!r->decisions.empty()) (void)sluice::redis::MergeDecisions(r->decisions);
+  return out;
+}
+
+void Decode(const redisReply& reply, const std::vector<sluice::redis::CallPart>& parts) {
+  auto results = sluice::redis::ParseCallReply(reply, parts);
+  if (!results.ok()) return;
+  if (results->size() != parts.size()) __builtin_trap();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& r = (*results)[i];
+    if (!r.ok()) continue;
+    if (r->decisions.size() != parts[i].decisions) __builtin_trap();
+    if (!r->decisions.empty()) (void)sluice::redis::MergeDecisions(r->decisions);
+  }
 }
 
 }  // namespace
@@ -74,10 +97,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (redisReaderGetReply(reader.get(), &raw) != REDIS_OK) return 0;  // a protocol error
     if (raw == nullptr) return 0;                                       // no whole reply left
     const std::unique_ptr<redisReply, ReplyDeleter> reply(static_cast<redisReply*>(raw));
-    Decode(*reply, 0);
-    Decode(*reply, 1);
-    if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 1) {
-      Decode(*reply, (reply->elements - 1) / 6);
+    Decode(*reply, Parts({1}, 1));
+    Decode(*reply, Parts({0}, 1));
+    Decode(*reply, Parts({2, 0, 3}, 1));
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 7) {
+      Decode(*reply, Parts({1}, std::min<size_t>(reply->elements / 7, 64)));
     }
   }
 }

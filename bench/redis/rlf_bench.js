@@ -2,7 +2,7 @@
 // RateLimiterRedis over one ioredis connection, fixed window (its only
 // algorithm), `--inflight` consume() calls kept in flight for `--seconds`
 // over `--keys` keys "user-<12 digits>" picked uniformly. Prints one JSON
-// line shaped like sluice_bench_redis's, round trips read from Redis' INFO
+// line shaped like sluice_bench_redis's, calls read from Redis' INFO
 // commandstats (EVALSHA + EVAL calls per decision).
 //
 //   node rlf_bench.js --port 6379 --inflight 64 --seconds 3 --keys 1 --mode pass
@@ -109,10 +109,10 @@ async function main() {
     decisions_per_s: Math.round(done / seconds),
     p50_us: Number((pct(0.5) / 1e3).toFixed(1)), p99_us: Number((pct(0.99) / 1e3).toFixed(1)),
     allowed_fraction: Number((allowed / n).toFixed(4)), errors,
-    round_trips_per_decision: Number(((delta('evalsha') + delta('eval')) / n).toFixed(3)),
+    calls_per_decision: Number(((delta('evalsha') + delta('eval')) / n).toFixed(3)),
     script_commands_per_decision: Number((inner / n).toFixed(3)),
-    // Time inside Redis per EVALSHA: the script's own cost.
-    redis_us_per_call: Number((delta('evalsha usec') / Math.max(delta('evalsha'), 1)).toFixed(2)),
+    // Time inside Redis' EVALSHA per decision: the script's own cost.
+    redis_us_per_decision: Number((delta('evalsha usec') / n).toFixed(2)),
   }));
   process.exitCode = errors === 0 ? 0 : 1;
 }

@@ -347,6 +347,13 @@ TEST(ConfigRedis, GlobalIsTheDefaultScopeWithASharedStore) {
   c = ParseConfig("store:\n  redis: {url: \"redis://a\", cache_denials: false}\n", "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->store.redis->cache_denials);
+  EXPECT_EQ(c->store.redis->max_batch, 64);  // the default
+  c = ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 1}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->store.redis->max_batch, 1);
+  EXPECT_FALSE(ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 0}\n", "t.yaml").ok());
+  EXPECT_FALSE(
+      ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 1025}\n", "t.yaml").ok());
 }
 
 TEST(ConfigErrors, WrongShapes) {

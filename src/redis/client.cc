@@ -31,19 +31,6 @@ std::string Endpoint::ToString() const {
   return host.find(':') != std::string::npos ? Cat("[", host, "]:", port) : Cat(host, ":", port);
 }
 
-void AppendCommand(std::string& out, const std::string_view* args, size_t count) {
-  out += '*';
-  out += std::to_string(count);
-  out += "\r\n";
-  for (size_t i = 0; i < count; ++i) {
-    out += '$';
-    out += std::to_string(args[i].size());
-    out += "\r\n";
-    out.append(args[i].data(), args[i].size());
-    out += "\r\n";
-  }
-}
-
 std::string Command(const std::vector<std::string_view>& args) {
   std::string out;
   AppendCommand(out, args.data(), args.size());
@@ -115,19 +102,20 @@ class Client::Impl {
         timeout_(std::chrono::microseconds(options_.timeout.micros())),
         sweep_(ioc_) {
     slot_owner_.fill(-1);
-    shas_.resize(options_.scripts.size());
   }
 
   // -- Called from any thread ------------------------------------------------
 
-  void Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late) {
+  void Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late,
+            SteadyClock::time_point deadline) {
     requests_.fetch_add(1, std::memory_order_relaxed);
     auto req = std::make_unique<Request>();
     req->slot = slot;
     req->command = std::move(command);
     req->done = std::move(done);
     req->late = std::move(late);
-    req->deadline = SteadyClock::now() + timeout_;
+    req->deadline =
+        deadline == SteadyClock::time_point() ? SteadyClock::now() + timeout_ : deadline;
     bool post = false;
     bool stopped = false;
     {
@@ -253,7 +241,6 @@ class Client::Impl {
 
   bool OnIoThread() const { return std::this_thread::get_id() == thread_.get_id(); }
   const ClientOptions& options() const { return options_; }
-  const std::string& script_sha(size_t i) const { return shas_[i]; }
 
  private:
   struct Entry {
@@ -455,7 +442,7 @@ class Client::Impl {
     n.reader = redisReaderCreate();
     n.last_answer = SteadyClock::now();
     StartRead(n);
-    // The handshake: AUTH, SELECT, the scripts, PING; the node is ready
+    // The handshake: AUTH, SELECT, PING, the function libraries; the node is ready
     // when every answer is good.
     const auto deadline =
         SteadyClock::now() + std::chrono::microseconds(options_.connect_timeout.micros());
@@ -491,7 +478,7 @@ class Client::Impl {
       const std::string db = std::to_string(options_.database);
       add({"SELECT", db}, step("SELECT " + db));
     }
-    // PING before the scripts: a server that wants a password answers it
+    // PING before the libraries: a server that wants a password answers it
     // with NOAUTH, a clearer message than its refusal of a large command.
     add({"PING"}, step("PING"));
     if (!options_.cluster) {
@@ -507,11 +494,12 @@ class Client::Impl {
       });
     }
     if (n.master) {
-      for (size_t i = 0; i < options_.scripts.size(); ++i) {
-        auto then = step("SCRIPT LOAD");
-        add({"SCRIPT", "LOAD", options_.scripts[i]}, [this, i, then](absl::StatusOr<Reply> r) {
-          if (r.ok() && (*r)->type == REDIS_REPLY_STRING && shas_.size() > i && shas_[i].empty()) {
-            shas_[i] = std::string(ReplyText(**r));
+      for (const std::string& library : options_.functions) {
+        auto then = step("FUNCTION LOAD");
+        add({"FUNCTION", "LOAD", "REPLACE", library}, [then](absl::StatusOr<Reply> r) {
+          if (!r.ok() && r.status().message().find("unknown command") != std::string_view::npos) {
+            r = absl::FailedPreconditionError(
+                Cat(r.status().message(), " (Redis functions need Redis 7.0 or later)"));
           }
           then(std::move(r));
         });
@@ -649,7 +637,7 @@ class Client::Impl {
     }
     Request& req = *e.req;
     if (!req.done) {      // answered already: it timed out, and ran after all
-      if (error) return;  // MOVED, ASK, NOSCRIPT: it did not run
+      if (error) return;  // MOVED, ASK, no function: it did not run
       late_replies_.fetch_add(1, std::memory_order_relaxed);
       if (req.late) std::exchange(req.late, nullptr)(std::move(reply));
       return;
@@ -663,7 +651,7 @@ class Client::Impl {
     if (text.starts_with("MOVED ") || text.starts_with("ASK ")) {
       return Redirect(std::move(e.req), text);
     }
-    if (text.starts_with("NOSCRIPT")) return Reload(n, std::move(e.req));
+    if (text.starts_with("ERR Function not found")) return Reload(n, std::move(e.req));
     if (text.starts_with("READONLY") || text.starts_with("CLUSTERDOWN") ||
         text.starts_with("TRYAGAIN") || text.starts_with("MASTERDOWN") ||
         text.starts_with("LOADING")) {
@@ -715,28 +703,23 @@ class Client::Impl {
     Enqueue(node, std::move(req));
   }
 
-  // NOSCRIPT: the node lost its scripts (SCRIPT FLUSH, a restart without
-  // persistence). Send the same call as EVAL: it runs and loads the script.
+  // The node lost its functions (FUNCTION FLUSH, a restart without
+  // persistence): load them again, then resend the call behind them on the
+  // same connection.
   void Reload(Node& n, std::unique_ptr<Request> req) {
-    // An EVALSHA command: *N\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n<the rest>
-    const std::string& c = req->command;
-    const size_t head = c.find("\r\n");
-    constexpr std::string_view kEvalSha = "$7\r\nEVALSHA\r\n$40\r\n";
-    const size_t sha_at = head + 2 + kEvalSha.size();
-    if (head == std::string::npos || c.compare(head + 2, kEvalSha.size(), kEvalSha) != 0 ||
-        c.size() < sha_at + 42 || ++req->redirects > 5) {
-      return Fail(*req, absl::UnknownError(Cat("redis ", n.endpoint.ToString(), ": NOSCRIPT")));
+    if (options_.functions.empty() || ++req->redirects > 5) {
+      return Fail(*req, absl::UnknownError(
+                            Cat("redis ", n.endpoint.ToString(), ": ERR Function not found")));
     }
-    const std::string_view sha(c.data() + sha_at, 40);
-    for (size_t i = 0; i < shas_.size(); ++i) {
-      if (shas_[i] != sha) continue;
-      const std::string& script = options_.scripts[i];
-      std::string eval = Cat(c.substr(0, head + 2), "$4\r\nEVAL\r\n$", script.size(), "\r\n",
-                             script, "\r\n", c.substr(sha_at + 42));
-      req->command = std::move(eval);
-      return Enqueue(n, std::move(req));
+    for (const std::string& library : options_.functions) {
+      n.out += Command({"FUNCTION", "LOAD", "REPLACE", library});
+      Entry load;
+      load.kind = Entry::kDiscard;
+      load.sent = SteadyClock::now();
+      load.deadline = req->deadline;
+      n.pending.push_back(std::move(load));
     }
-    Fail(*req, absl::UnknownError(Cat("redis ", n.endpoint.ToString(), ": NOSCRIPT ", sha)));
+    Enqueue(n, std::move(req));
   }
 
   int IndexOf(const Node& node) const {
@@ -920,7 +903,6 @@ class Client::Impl {
   bool flush_posted_ = false;
   bool stopping_ = false;
   bool stopping_now_ = false;                 // I/O thread only
-  std::vector<std::string> shas_;             // written once, by the first handshake
   std::vector<std::unique_ptr<Node>> nodes_;  // I/O thread only; never shrinks
   std::array<int, kSlots> slot_owner_;        // index into nodes_, -1: unknown
   bool refresh_in_flight_ = false;
@@ -951,24 +933,18 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     impl->Stop();
     return started;
   }
-  for (size_t i = 0; i < impl->options().scripts.size(); ++i) {
-    if (impl->script_sha(i).empty()) {
-      impl->Stop();
-      return absl::InternalError("redis: SCRIPT LOAD gave no SHA");
-    }
-  }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() { impl_->Stop(); }
 void Client::Stop() { impl_->Stop(); }
-void Client::Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late) {
-  impl_->Send(slot, std::move(command), std::move(done), std::move(late));
+void Client::Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late,
+                  std::chrono::steady_clock::time_point deadline) {
+  impl_->Send(slot, std::move(command), std::move(done), std::move(late), deadline);
 }
 ClientHealth Client::Health() const { return impl_->Health(); }
 const ClientOptions& Client::options() const { return impl_->options(); }
-const std::string& Client::script_sha(size_t i) const { return impl_->script_sha(i); }
 bool Client::OnIoThread() const { return impl_->OnIoThread(); }
 
 }  // namespace sluice::redis

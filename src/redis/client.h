@@ -15,8 +15,8 @@
 //    out the requests it delays;
 //  - while a node is not connected, its requests fail at once
 //    (Unavailable): a dead Redis costs no latency per request. This is the
-//    circuit breaker; a reconnect handshake (AUTH, SELECT, SCRIPT LOAD,
-//    PING) is its half-open probe.
+//    circuit breaker; a reconnect handshake (AUTH, SELECT, PING, FUNCTION
+//    LOAD) is its half-open probe.
 //
 // Cluster: the slot map comes from CLUSTER SLOTS; keys are routed by the
 // CRC16 of their hash tag; -MOVED updates the map and resends, -ASK sends
@@ -24,9 +24,10 @@
 // MOVED, on a lost connection and every second while a slot has no
 // reachable master (a failed-over master's replica takes over).
 //
-// Scripts given in ClientOptions are loaded on every connection as it
-// connects; an EVALSHA answered with NOSCRIPT (SCRIPT FLUSH) is resent as
-// EVAL of the same script, which loads it again.
+// Function libraries given in ClientOptions are loaded on every master's
+// connection as it connects (FUNCTION LOAD REPLACE: Redis 7.0 or later); a
+// call answered "ERR Function not found" (FUNCTION FLUSH, a restart without
+// persistence) is resent behind a new load of them.
 //
 //   auto client = sluice::redis::Client::Connect({.nodes = {{"127.0.0.1", 6379}}});
 //   (*client)->Send(HashSlot("k"), Command({"GET", "k"}),
@@ -35,6 +36,7 @@
 #define SLUICE_REDIS_CLIENT_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,6 +45,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "redis/resp.h"
 #include "sluice/time.h"
 
 struct redisReply;
@@ -68,8 +71,9 @@ struct ClientOptions {
   Duration timeout = Duration::Millis(50);
   // Timeouts of silence after which a connection is dropped.
   int max_timeouts = 3;
-  // Loaded on every connection (SCRIPT LOAD), resent as EVAL on NOSCRIPT.
-  std::vector<std::string> scripts;
+  // Function libraries: loaded on every master's connection, and again
+  // when a call finds its function missing.
+  std::vector<std::string> functions;
   // Told, on the I/O thread, when a connection is lost or re-established
   // and when the Cluster's slot map changes: `warning` and one line of
   // key=value pairs ("event=redis_disconnected node=... error=\"...\"").
@@ -83,9 +87,9 @@ struct ReplyDeleter {
 using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 using ReplyCallback = std::function<void(absl::StatusOr<Reply>)>;
 
-// A command in the Redis protocol (RESP), ready to send.
+// A command in the Redis protocol (RESP), ready to send (redis/resp.h
+// writes them piece by piece).
 std::string Command(const std::vector<std::string_view>& args);
-void AppendCommand(std::string& out, const std::string_view* args, size_t count);
 
 // The Cluster slot of a key: CRC16 (XMODEM) of its hash tag (the part
 // between the first '{' and the next '}', when not empty) mod 16384.
@@ -122,16 +126,17 @@ class Client {
 
   // Sends `command` to the node serving `slot` and calls `done` exactly
   // once on the I/O thread. An error reply is an error status carrying
-  // Redis' message (Unknown), except NOSCRIPT/MOVED/ASK, handled here.
+  // Redis' message (Unknown), except MOVED/ASK and a missing function,
+  // handled here. `deadline` (default: now + the timeout) is when the call
+  // times out.
   // When `done` was told DeadlineExceeded and the command's reply (not an
   // error) arrives after all, `late` (if set) gets it, on the I/O thread:
   // the command ran. A command whose connection is lost first is unknown.
-  void Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late = nullptr);
+  void Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late = nullptr,
+            std::chrono::steady_clock::time_point deadline = {});
 
   ClientHealth Health() const;
   const ClientOptions& options() const;
-  // The SHA1 of options().scripts[i], as Redis answered SCRIPT LOAD.
-  const std::string& script_sha(size_t i) const;
 
   // The I/O thread's id (the blocking forms of the store refuse to wait on it).
   bool OnIoThread() const;

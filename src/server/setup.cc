@@ -24,8 +24,13 @@ void AddRedisMetrics(metrics::Metrics& m, RedisStore* redis) {
              [redis] { return redis->Health().nodes; });
   m.AddGauge("sluice_redis_nodes_up", "Redis masters connected.", "gauge",
              [redis] { return redis->Health().nodes_up; });
-  m.AddGauge("sluice_redis_calls_total", "Script calls sent to Redis.", "counter",
+  m.AddGauge("sluice_redis_calls_total",
+             "Function calls sent to Redis, each carrying one or more decisions.", "counter",
              [redis] { return static_cast<int64_t>(redis->Health().calls); });
+  m.AddGauge("sluice_redis_decisions_total",
+             "Decisions (and refunds) sent to Redis; several share a call when they are in "
+             "flight together.",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().decisions); });
   m.AddGauge("sluice_redis_errors_total",
              "Redis calls failed: not connected (circuit open), connection lost, error reply.",
              "counter", [redis] { return static_cast<int64_t>(redis->Health().errors); });

@@ -201,15 +201,16 @@ class RedisFaultTest(RedisFleetTestCase):
             1000 * (time.monotonic() - resumed)))
         self.assert_decided_in_redis("after")
 
-    def test_script_flush_is_invisible_to_clients(self):
-        """SCRIPT FLUSH makes the next EVALSHA fail with NOSCRIPT; sluice
-        sends the script again and the decision stands: the count goes on
-        where it was, no request fails or falls back to on_store_error."""
+    def test_function_flush_is_invisible_to_clients(self):
+        """FUNCTION FLUSH makes the next FCALL fail with "Function not
+        found"; sluice loads the library again, resends the call, and the
+        decision stands: the count goes on where it was, no request fails or
+        falls back to on_store_error."""
         key = self.unique_key("flush")
-        evals_before = self.command_calls("eval")
+        loads_before = self.command_calls("function|load")
         first = [self.client.check("closed", key) for _ in range(2)]
         self.assertEqual([a[2]["remaining"] for a in first], [2, 1], first)
-        self.assertEqual(self.redis.call("SCRIPT", "FLUSH"), "OK")
+        self.assertEqual(self.redis.call("FUNCTION", "FLUSH"), "OK")
         rest = [self.client.check("closed", key) for _ in range(2)]
         self.assertEqual([a[0] for a in rest], [200, 429], rest)
         self.assertEqual(rest[0][2]["remaining"], 0, rest)
@@ -217,11 +218,12 @@ class RedisFaultTest(RedisFleetTestCase):
         self.assertGreater(rest[1][2]["retry_after_ms"], 15000, rest)
         self.assertEqual(fleet_metric(self.fleet, "sluice_store_errors_total"), 0)
         self.assertEqual(fleet_metric(self.fleet, "sluice_redis_errors_total"), 0)
-        # The script came back by EVAL, and EVALSHA works again after it.
-        self.assertGreater(self.command_calls("eval"), evals_before)
-        evalsha = self.command_calls("evalsha")
+        # The library came back by FUNCTION LOAD, and a call is one FCALL
+        # again after it.
+        self.assertGreater(self.command_calls("function|load"), loads_before)
+        fcall = self.command_calls("fcall")
         self.assertEqual(self.client.check("closed", self.unique_key("again"))[0], 200)
-        self.assertEqual(self.command_calls("evalsha"), evalsha + 1)
+        self.assertEqual(self.command_calls("fcall"), fcall + 1)
 
     def command_calls(self, command):
         """calls= of one command in INFO commandstats (0 if never called)."""

@@ -38,6 +38,11 @@ struct RedisStoreOptions {
   // for that key with a cost of at least c are denied by this process until
   // T has passed. Exact: meanwhile other callers can only take more.
   bool cache_denials = true;
+  // Coalescing: while two calls to one Redis node (on a Cluster, one slot)
+  // are in flight, the decisions that arrive meanwhile wait and go together
+  // in the next call, at most this many in one call, each with its own
+  // answer. A decision alone is sent at once. 1: one decision per call.
+  int max_batch = 64;
 
   friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
 };

@@ -1,8 +1,9 @@
 // sluice/store/redis_store.h: limits shared by a fleet, in Redis or a Redis
 // Cluster.
 //
-// Every decision is ONE call of one Lua script (EVALSHA) that runs the
-// limit's algorithm inside Redis, atomically, at Redis' own clock (TIME):
+// Every decision is ONE call of one Redis function (FCALL; Redis 7.0 or
+// later) that runs the limit's algorithm inside Redis, atomically, at
+// Redis' own clock (TIME):
 // instances with skewed clocks agree, and two instances can never both
 // spend the last token. The limits of one key in one policy share a hash
 // tag, so they sit in one Cluster slot and one call decides them all,
@@ -10,7 +11,9 @@
 //
 // Decisions are asynchronous (DecideBatch; Limiter::AcquireAsync): calls from
 // concurrent requests are pipelined on one connection per Redis node by an
-// I/O thread of the store's. Each call has a timeout; a node that is down
+// I/O thread of the store's, and requests that arrive while two calls to a
+// node are in flight are coalesced into the next call, each decided in
+// order with its own answer. Each call has a timeout; a node that is down
 // fails its calls at once until it is back (a circuit breaker), and the
 // store reconnects by itself. docs/distributed.md has the details.
 //
@@ -61,12 +64,15 @@ struct RedisStoreHealth {
   // Decisions answered by this process from a denial Redis gave that still
   // stood (RedisStoreOptions::cache_denials): calls not made.
   uint64_t denials_answered = 0;
+  // Requests sent to Redis; `calls` carried them (several in one call when
+  // they were coalesced: RedisStoreOptions::max_batch).
+  uint64_t decisions = 0;
 };
 
 class RedisStore final : public Store {
  public:
   // Connects (and, for a Cluster, discovers every master) before returning;
-  // loads the script. Errors say what failed where: an unreachable node, a
+  // loads the function library. Errors say what failed where: an unreachable node, a
   // refused password, a node that is not in Cluster mode.
   // `log`, when given, is told (on the store's I/O thread) when a
   // connection is lost or re-established and when the Cluster's slot map
@@ -76,7 +82,7 @@ class RedisStore final : public Store {
                                                              EventLog log = nullptr);
   ~RedisStore() override;
 
-  // Rejects limits that the script cannot compute exactly (InvalidArgument).
+  // Rejects limits that the function cannot compute exactly (InvalidArgument).
   absl::StatusOr<std::shared_ptr<LimitTable>> OpenTable(const LimitConfig& config) override;
   absl::StatusOr<std::shared_ptr<LimitTable>> OpenNamedTable(const LimitConfig& config,
                                                              std::string_view name) override;

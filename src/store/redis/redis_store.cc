@@ -6,6 +6,7 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -77,7 +78,7 @@ class RedisTable final : public LimitTable {
 
   const std::string& name() const { return name_; }
   const std::string& suffix() const { return suffix_; }
-  const std::vector<std::string>& params() const { return params_; }
+  const std::string& params() const { return params_; }
 
  private:
   absl::StatusOr<Decision> One(std::string_view key, BatchOp op, Time now, int64_t cost,
@@ -88,7 +89,7 @@ class RedisTable final : public LimitTable {
   LimitConfig config_;
   std::string name_;
   std::string suffix_;
-  std::vector<std::string> params_;
+  std::string params_;
 };
 
 }  // namespace
@@ -215,15 +216,182 @@ Time SteadyNow() {
                                   .count());
 }
 
+using SteadyClock = std::chrono::steady_clock;
+
+// One request on its way to Redis: its part of a call, and who waits for it.
+struct Pending {
+  redis::CallPart part;
+  uint16_t slot = 0;
+  SteadyClock::time_point deadline;
+  BatchCallback done;
+  BatchCallback late;
+  // Remembered when Redis denies it (DenialCache::Remember), if set.
+  DenialCache* denials = nullptr;
+  std::string tag;
+  std::string id;
+  int64_t cost = 0;
+  Time sent;
+  uint64_t epoch = 0;
+};
+using Batch = std::vector<std::unique_ptr<Pending>>;
+
+// Coalescing (docs/distributed.md, "Several decisions in one call"): at
+// most kMaxInFlight calls per lane (a Redis node; on a Cluster, a slot) are
+// in flight; what arrives meanwhile waits, and goes in the next call when
+// one is answered, up to max_batch requests a call. A request alone on its
+// lane is sent at once: coalescing adds no wait at low load, and the wait it
+// adds under load is bounded by the call in flight (its timeout at worst).
+class Lanes {
+ public:
+  static constexpr size_t kMaxInFlight = 2;
+
+  explicit Lanes(size_t max_batch) : max_batch_(std::max<size_t>(1, max_batch)) {}
+
+  // Queues `p` on `lane`; returns what to send now (nothing: it waits).
+  Batch Submit(uint32_t lane, std::unique_ptr<Pending> p) {
+    Batch out;
+    std::lock_guard lock(mu_);
+    Lane& l = lanes_[lane];
+    if (l.in_flight >= kMaxInFlight && max_batch_ > 1) {
+      l.queue.push_back(std::move(p));
+      return out;
+    }
+    ++l.in_flight;
+    out.push_back(std::move(p));
+    return out;
+  }
+
+  // A call of `lane` was answered: returns the next call's requests (none:
+  // the lane has one call fewer in flight), and moves those whose deadline
+  // passed while they waited to `expired`.
+  Batch Next(uint32_t lane, Batch& expired) {
+    Batch out;
+    const SteadyClock::time_point now = SteadyClock::now();
+    std::lock_guard lock(mu_);
+    auto it = lanes_.find(lane);
+    if (it == lanes_.end()) return out;
+    Lane& l = it->second;
+    while (!l.queue.empty() && out.size() < max_batch_) {
+      std::unique_ptr<Pending>& p = l.queue.front();
+      (p->deadline <= now ? expired : out).push_back(std::move(p));
+      l.queue.pop_front();
+    }
+    if (out.empty() && --l.in_flight == 0 && l.queue.empty()) lanes_.erase(it);
+    return out;
+  }
+
+ private:
+  struct Lane {
+    size_t in_flight = 0;
+    std::deque<std::unique_ptr<Pending>> queue;
+  };
+  const size_t max_batch_;
+  std::mutex mu_;
+  absl::flat_hash_map<uint32_t, Lane> lanes_;
+};
+
 }  // namespace
 
 struct RedisStore::Impl {
+  explicit Impl(RedisStoreOptions o)
+      : options(std::move(o)), lanes(static_cast<size_t>(options.max_batch)) {}
+
+  // Sends `batch` (of `lane`) as one call; its answer is split among the
+  // requests, and the lane's next call is sent.
+  void Send(uint32_t lane, Batch batch);
+  void Answered(uint32_t lane, const std::shared_ptr<Batch>& batch,
+                absl::StatusOr<redis::Reply> reply);
+
   RedisStoreOptions options;
   std::unique_ptr<redis::Client> client;
-  std::string sha;
   DenialCache denials;
+  Lanes lanes;
   std::atomic<uint64_t> denials_answered{0};  // calls not made (Health)
+  std::atomic<uint64_t> decisions{0};         // requests sent to Redis (Health)
 };
+
+namespace {
+
+// Each request's result from the reply to the call of `batch`.
+std::vector<absl::StatusOr<BatchResult>> Split(const Batch& batch,
+                                               absl::StatusOr<redis::Reply> reply) {
+  std::vector<absl::StatusOr<BatchResult>> out;
+  out.reserve(batch.size());
+  absl::StatusOr<std::vector<absl::StatusOr<redis::ScriptResult>>> parsed =
+      reply.ok() ? [&] {
+        std::vector<const redis::CallPart*> parts;
+        parts.reserve(batch.size());
+        for (const auto& p : batch) parts.push_back(&p->part);
+        return redis::ParseCallReply(**reply, parts);
+      }()
+                 : absl::StatusOr<std::vector<absl::StatusOr<redis::ScriptResult>>>(reply.status());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!parsed.ok()) {
+      out.push_back(parsed.status());
+    } else if (!(*parsed)[i].ok()) {
+      out.push_back((*parsed)[i].status());
+    } else {
+      redis::ScriptResult& r = *(*parsed)[i];
+      out.push_back(BatchResult{.store_time = r.now, .decisions = std::move(r.decisions)});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void RedisStore::Impl::Send(uint32_t lane, Batch batch) {
+  std::vector<const redis::CallPart*> parts;
+  parts.reserve(batch.size());
+  SteadyClock::time_point deadline = batch.front()->deadline;
+  bool wants_late = false;
+  for (const auto& p : batch) {
+    parts.push_back(&p->part);
+    deadline = std::min(deadline, p->deadline);
+    wants_late = wants_late || p->late != nullptr;
+  }
+  std::string command = redis::JoinParts(parts);
+  const uint16_t slot = batch.front()->slot;
+  decisions.fetch_add(batch.size(), std::memory_order_relaxed);
+  auto shared = std::make_shared<Batch>(std::move(batch));
+  redis::ReplyCallback late;
+  if (wants_late) {
+    // The call ran after its requests were told it timed out: those that
+    // asked are told what Redis did.
+    late = [shared](absl::StatusOr<redis::Reply> reply) {
+      std::vector<absl::StatusOr<BatchResult>> results = Split(*shared, std::move(reply));
+      for (size_t i = 0; i < shared->size(); ++i) {
+        if ((*shared)[i]->late) std::exchange((*shared)[i]->late, nullptr)(std::move(results[i]));
+      }
+    };
+  }
+  client->Send(
+      slot, std::move(command),
+      [this, lane, shared](absl::StatusOr<redis::Reply> reply) {
+        Answered(lane, shared, std::move(reply));
+      },
+      std::move(late), deadline);
+}
+
+void RedisStore::Impl::Answered(uint32_t lane, const std::shared_ptr<Batch>& batch,
+                                absl::StatusOr<redis::Reply> reply) {
+  // The lane's next call first: Redis works on it while the answers go out.
+  Batch expired;
+  Batch next = lanes.Next(lane, expired);
+  if (!next.empty()) Send(lane, std::move(next));
+  for (auto& p : expired) {
+    std::exchange(p->done, nullptr)(
+        absl::DeadlineExceededError("redis: no answer within the timeout (waited to be sent)"));
+  }
+  std::vector<absl::StatusOr<BatchResult>> results = Split(*batch, std::move(reply));
+  for (size_t i = 0; i < batch->size(); ++i) {
+    Pending& p = *(*batch)[i];
+    if (p.denials != nullptr && results[i].ok()) {
+      p.denials->Remember(p.tag, p.id, p.cost, p.sent, p.epoch, *results[i]);
+    }
+    std::exchange(p.done, nullptr)(std::move(results[i]));
+  }
+}
 
 absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOptions options,
                                                                 EventLog log) {
@@ -258,18 +426,12 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOption
   if (options.database != 0) client.database = options.database;
   client.timeout = options.timeout;
   client.connect_timeout = options.connect_timeout;
-  client.scripts.push_back(std::string(redis::DecideScript()));
+  client.functions.push_back(std::string(redis::FunctionLibrary()));
   client.log = std::move(log);
   absl::StatusOr<std::unique_ptr<redis::Client>> connected = redis::Client::Connect(client);
   if (!connected.ok()) return connected.status();
-  auto impl = std::make_unique<Impl>();
-  impl->options = std::move(options);
+  auto impl = std::make_unique<Impl>(std::move(options));
   impl->client = *std::move(connected);
-  impl->sha = impl->client->script_sha(0);
-  if (impl->sha != redis::DecideScriptSha()) {
-    return absl::InternalError(Cat("redis: SCRIPT LOAD answered SHA ", impl->sha, ", expected ",
-                                   redis::DecideScriptSha()));
-  }
   return std::unique_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
 
@@ -306,68 +468,47 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
                          .cost = cost,
                          .taken_at = taken_at};
   if (impl_->options.use_caller_time) args.now = now;
+  auto p = std::make_unique<Pending>();
   std::vector<std::string> keys;
   keys.reserve(tables.size());
-  redis::ScriptCall call;
-  call.Start(impl_->sha, args, tables.size());
+  std::vector<std::string_view> key_views;
+  std::vector<std::string_view> limits;
+  key_views.reserve(tables.size());
+  limits.reserve(tables.size());
   for (LimitTable* table : tables) {
     keys.push_back(RedisKey(*table, key));
-    call.AddLimit(keys.back(), static_cast<RedisTable*>(table)->params());
+    limits.push_back(static_cast<RedisTable*>(table)->params());
   }
+  for (const std::string& k : keys) key_views.push_back(k);
   // A denial Redis gave for this batch that still stands answers at once;
   // a refund makes the key's denials uncertain. (Every key of a batch has
   // the same hash tag: one user key.)
-  std::string tag;
-  std::string id;
-  Time sent;
-  uint64_t epoch = 0;
-  const bool cacheable = impl_->options.cache_denials;
-  if (cacheable) {
-    tag = keys.front().substr(0, keys.front().find('}') + 1);
+  if (impl_->options.cache_denials) {
+    std::string tag = keys.front().substr(0, keys.front().find('}') + 1);
     if (op == BatchOp::kRefund) {
       impl_->denials.Forget(tag);
     } else {
-      for (const std::string& k : keys) id.append(k).push_back('\n');
-      sent = impl_->options.use_caller_time ? now : SteadyNow();
-      epoch = impl_->denials.Epoch(tag);
-      if (std::optional<BatchResult> known = impl_->denials.Find(tag, id, cost, sent)) {
+      for (const std::string& k : keys) p->id.append(k).push_back('\n');
+      p->sent = impl_->options.use_caller_time ? now : SteadyNow();
+      p->epoch = impl_->denials.Epoch(tag);
+      if (std::optional<BatchResult> known = impl_->denials.Find(tag, p->id, cost, p->sent)) {
         impl_->denials_answered.fetch_add(1, std::memory_order_relaxed);
         return done(*std::move(known));
       }
+      p->denials = &impl_->denials;
+      p->tag = std::move(tag);
+      p->cost = cost;
     }
   }
-  const char** argv = call.argv();
-  std::vector<std::string_view> parts;
-  parts.reserve(static_cast<size_t>(call.argc()));
-  for (int i = 0; i < call.argc(); ++i) parts.emplace_back(argv[i], call.argvlen()[i]);
-  std::string command;
-  redis::AppendCommand(command, parts.data(), parts.size());
-  // A refund's reply holds Redis' time and no decision.
-  const size_t decisions = op == BatchOp::kRefund ? 0 : tables.size();
-  auto parse = [decisions](absl::StatusOr<redis::Reply> reply) -> absl::StatusOr<BatchResult> {
-    if (!reply.ok()) return reply.status();
-    absl::StatusOr<redis::ScriptResult> r = redis::ParseScriptReply(**reply, decisions);
-    if (!r.ok()) return r.status();
-    return BatchResult{.store_time = r->now, .decisions = std::move(r->decisions)};
-  };
-  redis::ReplyCallback late_reply;
-  if (late) {
-    late_reply = [parse, late = std::move(late)](absl::StatusOr<redis::Reply> reply) {
-      late(parse(std::move(reply)));
-    };
-  }
-  DenialCache* denials = cacheable && op != BatchOp::kRefund ? &impl_->denials : nullptr;
-  impl_->client->Send(
-      redis::HashSlot(keys.front()), std::move(command),
-      [parse, done = std::move(done), denials, tag = std::move(tag), id = std::move(id), cost, sent,
-       epoch](absl::StatusOr<redis::Reply> reply) {
-        absl::StatusOr<BatchResult> result = parse(std::move(reply));
-        if (denials != nullptr && result.ok()) {
-          denials->Remember(tag, id, cost, sent, epoch, *result);
-        }
-        done(std::move(result));
-      },
-      std::move(late_reply));
+  p->part = redis::EncodePart(args, key_views, limits);
+  p->slot = redis::HashSlot(keys.front());
+  p->deadline = SteadyClock::now() + std::chrono::microseconds(impl_->options.timeout.micros());
+  p->done = std::move(done);
+  p->late = std::move(late);
+  // One lane per node; on a Cluster, per slot (one call's keys share a slot).
+  const uint32_t lane = impl_->options.cluster.empty() ? 0 : p->slot;
+  Batch now_sent = impl_->lanes.Submit(lane, std::move(p));
+  if (!now_sent.empty()) impl_->Send(lane, std::move(now_sent));
 }
 
 RedisStoreHealth RedisStore::Health() const {
@@ -382,7 +523,8 @@ RedisStoreHealth RedisStore::Health() const {
           .reconnects = h.reconnects,
           .redirects = h.redirects,
           .topology_refreshes = h.topology_refreshes,
-          .denials_answered = impl_->denials_answered.load(std::memory_order_relaxed)};
+          .denials_answered = impl_->denials_answered.load(std::memory_order_relaxed),
+          .decisions = impl_->decisions.load(std::memory_order_relaxed)};
 }
 
 namespace {

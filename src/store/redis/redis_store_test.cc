@@ -391,6 +391,80 @@ TEST_F(RedisStoreTest, ConcurrentCallersNeverOvershoot) {
   EXPECT_EQ(allowed.load(), 100);
 }
 
+// Requests that arrive while two calls are in flight go together in the
+// next call, decided in the order they arrived, each with its own answer;
+// a request whose part fails in Redis fails alone. max_batch 1 is one call
+// per request.
+TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
+  for (int max_batch : {64, 1}) {
+    SCOPED_TRACE(::testing::Message() << "max_batch " << max_batch);
+    Flush();
+    auto redis = Connect({.url = Url(),
+                          .timeout = Duration::Seconds(5),
+                          .cache_denials = false,
+                          .max_batch = max_batch});
+    ASSERT_NE(redis, nullptr);
+    absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, "100/1h"));
+    ASSERT_TRUE(config.ok());
+    absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "co");
+    ASSERT_TRUE(table.ok()) << table.status();
+    LimitTable* tables[] = {table->get()};
+    {
+      redisContext* c = redisConnect("127.0.0.1", server_->port());
+      const std::string bad = redis->RedisKey(**table, "bad");
+      freeReplyObject(redisCommand(c, "RPUSH %s x", bad.c_str()));
+      redisFree(c);
+    }
+    constexpr int kRequests = 300;
+    std::vector<absl::StatusOr<BatchResult>> results(kRequests, absl::UnknownError("none"));
+    std::atomic<int> answered{0};
+    const uint64_t calls_before = redis->Health().calls;
+    // Redis holds the first calls while every request arrives.
+    ASSERT_TRUE(server_->Pause().ok());
+    for (int i = 0; i < kRequests; ++i) {
+      // Every tenth request is on a key holding a list: its part fails.
+      redis->DecideBatch(tables, i % 10 == 9 ? "bad" : "hot", BatchOp::kDecide, clock_.Now(), 1,
+                         Time(), [&, i](absl::StatusOr<BatchResult> r) {
+                           results[i] = std::move(r);
+                           answered.fetch_add(1);
+                         });
+    }
+    ASSERT_TRUE(server_->Resume().ok());
+    const auto until = SteadyClock::now() + std::chrono::seconds(10);
+    while (answered.load() < kRequests && SteadyClock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_EQ(answered.load(), kRequests);
+    int allowed = 0;
+    int64_t last_remaining = 100;
+    for (int i = 0; i < kRequests; ++i) {
+      if (i % 10 == 9) {
+        EXPECT_EQ(results[i].status().code(), absl::StatusCode::kInternal) << i;
+        EXPECT_THAT(results[i].status().message(), HasSubstr("WRONGTYPE")) << i;
+        continue;
+      }
+      ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+      const Decision& d = results[i]->decisions.at(0);
+      if (!d.allowed) continue;
+      ++allowed;
+      // In the order they arrived: each allowed one leaves one fewer.
+      EXPECT_EQ(d.remaining, last_remaining - 1) << i;
+      last_remaining = d.remaining;
+    }
+    EXPECT_EQ(allowed, 100);
+    const RedisStoreHealth health = redis->Health();
+    EXPECT_EQ(health.decisions, static_cast<uint64_t>(kRequests));
+    const uint64_t calls = health.calls - calls_before;
+    if (max_batch == 1) {
+      EXPECT_EQ(calls, static_cast<uint64_t>(kRequests));
+    } else {
+      // 300 requests at once: the first two alone, the rest 64 a call.
+      EXPECT_GE(calls, 2u + (kRequests - 2 + 63) / 64) << calls;
+      EXPECT_LE(calls, 2u + (kRequests - 2 + 63) / 64) << calls;
+    }
+  }
+}
+
 TEST_F(RedisStoreTest, LayeredPolicyGivesBackWhatTheLocalLimitTook) {
   auto redis = Connect();
   // Local: 5 per hour. Global: 2 per hour. The third request is denied by
@@ -405,12 +479,12 @@ TEST_F(RedisStoreTest, LayeredPolicyGivesBackWhatTheLocalLimitTook) {
   EXPECT_EQ((*state)[1].remaining, 0);
 }
 
-TEST_F(RedisStoreTest, NoScriptAfterFlushIsReloaded) {
+TEST_F(RedisStoreTest, AFlushedFunctionIsLoadedAgain) {
   auto redis = Connect();
   auto limiter = Make(*redis, {L(Algorithm::kSlidingLog, "10/1m")});
   ASSERT_TRUE(limiter->Acquire("a")->allowed);
   redisContext* c = redisConnect("127.0.0.1", server_->port());
-  freeReplyObject(redisCommand(c, "SCRIPT FLUSH"));
+  freeReplyObject(redisCommand(c, "FUNCTION FLUSH"));
   redisFree(c);
   absl::StatusOr<PolicyDecision> d = limiter->Acquire("a");
   ASSERT_TRUE(d.ok()) << d.status();
@@ -577,8 +651,9 @@ int64_t RemainingSettlesAt(Limiter& limiter, std::string_view key, int64_t remai
 // denied while Redis counted 40, so only 60 more passed that hour.
 TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
   // Calls time out after 100 ms; the connection stays (it is dropped after
-  // 300 ms of silence), so the replies of a 250 ms stall come late.
-  auto redis = Connect({.url = Url(), .timeout = Duration::Millis(100)});
+  // 300 ms of silence), so the replies of a 250 ms stall come late. One
+  // request a call (max_batch 1): every request is sent and answered late.
+  auto redis = Connect({.url = Url(), .timeout = Duration::Millis(100), .max_batch = 1});
   constexpr int kCalls = 40;
   auto late_replies_reach = [&](uint64_t n) {
     const auto start = SteadyClock::now();
@@ -637,6 +712,25 @@ TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
   stall.join();
   EXPECT_EQ(late_replies_reach(2 * kCalls + 10), static_cast<uint64_t>(2 * kCalls + 10));
   EXPECT_EQ(RemainingSettlesAt(*allow, "k", 100), 100);
+
+  // Coalesced: the first two calls are sent and answered late; the requests
+  // queued behind them pass their deadline unsent, so Redis never runs them.
+  auto coalescing = Connect({.url = Url(), .timeout = Duration::Millis(100)});
+  auto queued =
+      Make(*coalescing, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kDeny, "queued");
+  stall = StallRedis(server_->port(), 250);
+  denied = AcquireMany(*queued, "k", kCalls, clock_.Now());
+  stall.join();
+  ASSERT_EQ(denied.size(), static_cast<size_t>(kCalls));
+  for (const PolicyDecision& d : denied) EXPECT_TRUE(d.store_error);
+  const auto start = SteadyClock::now();
+  while (coalescing->Health().late_replies < 2 && MillisSince(start) < 2000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(coalescing->Health().late_replies, 2u);
+  // The two sent and, once their late replies came, their refunds.
+  EXPECT_LE(coalescing->Health().decisions, 4u);
+  EXPECT_EQ(RemainingSettlesAt(*queued, "k", 100), 100);
 }
 
 TEST_F(RedisStoreTest, RejectsLimitsTheScriptCannotComputeExactly) {

@@ -6,19 +6,20 @@
 #include <variant>
 
 #include "base/cat.h"
+#include "redis/resp.h"
 
 namespace sluice::redis {
 
 // Defined in the file CMake generates from lua/*.lua (embed_script.cmake).
 namespace internal {
-extern const std::string_view kDecideScript;
-extern const std::string_view kDecideScriptSha;
+extern const std::string_view kFunctionLibrary;
+extern const std::string_view kFunctionName;
 }  // namespace internal
 
 using sluice::internal::Cat;
 
-std::string_view DecideScript() { return internal::kDecideScript; }
-std::string_view DecideScriptSha() { return internal::kDecideScriptSha; }
+std::string_view FunctionLibrary() { return internal::kFunctionLibrary; }
+std::string_view FunctionName() { return internal::kFunctionName; }
 
 namespace {
 
@@ -26,21 +27,15 @@ namespace {
 // cost with is at most kMaxScriptTicks (2^51) < 2^52.
 constexpr int64_t kMaxScriptCost = int64_t{1} << 52;
 
-std::string Int(int64_t value) { return std::to_string(value); }
-
-std::vector<std::string> BucketParams(std::string_view code, const BucketConfig& c) {
+std::string BucketParams(std::string_view code, const BucketConfig& c) {
   const int64_t per_us = c.bucket_rate().ticks_per_us;
   // fill_us: any gap longer than this refills the whole bucket (BucketConfig::TicksIn).
-  return {std::string(code),
-          Int(per_us),
-          Int(c.bucket_rate().ticks_per_token),
-          Int(c.burst()),
-          Int(c.capacity_ticks()),
-          Int(c.capacity_ticks() / per_us + 1)};
+  return Cat(code, " ", per_us, " ", c.bucket_rate().ticks_per_token, " ", c.burst(), " ",
+             c.capacity_ticks(), " ", c.capacity_ticks() / per_us + 1);
 }
 
-std::vector<std::string> WindowParams(std::string_view code, const WindowConfig& c) {
-  return {std::string(code), Int(c.limit()), Int(c.period().micros()), "", "", ""};
+std::string WindowParams(std::string_view code, const WindowConfig& c) {
+  return Cat(code, " ", c.limit(), " ", c.period().micros());
 }
 
 }  // namespace
@@ -86,9 +81,9 @@ absl::Status ValidateForRedis(const LimitConfig& config) {
       config);
 }
 
-std::vector<std::string> LimitParams(const LimitConfig& config) {
+std::string LimitParams(const LimitConfig& config) {
   return std::visit(
-      [](const auto& c) -> std::vector<std::string> {
+      [](const auto& c) -> std::string {
         using Config = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<Config, TokenBucketConfig>) {
           return BucketParams("tb", c);
@@ -97,12 +92,8 @@ std::vector<std::string> LimitParams(const LimitConfig& config) {
         } else if constexpr (std::is_same_v<Config, LeakyPoliceConfig>) {
           return BucketParams("lp", c);
         } else if constexpr (std::is_same_v<Config, LeakyShapeConfig>) {
-          return {"ls",
-                  Int(c.bucket_rate().ticks_per_us),
-                  Int(c.bucket_rate().ticks_per_token),
-                  Int(c.capacity()),
-                  Int(c.bound_ticks()),
-                  ""};
+          return Cat("ls ", c.bucket_rate().ticks_per_us, " ", c.bucket_rate().ticks_per_token, " ",
+                     c.capacity(), " ", c.bound_ticks());
         } else if constexpr (std::is_same_v<Config, FixedWindowConfig>) {
           return WindowParams("fw", c);
         } else if constexpr (std::is_same_v<Config, SlidingLogConfig>) {
@@ -115,69 +106,73 @@ std::vector<std::string> LimitParams(const LimitConfig& config) {
       config);
 }
 
-// ---- ScriptCall ----
-//
-// argv layout: EVALSHA sha numkeys | key x N | op now cost taken_at |
-// (code p1..p5) x N.
+// ---- calls ----
 
-void ScriptCall::Start(std::string_view sha, const ScriptArgs& args, size_t limits) {
-  limits_ = limits;
-  added_ = 0;
-  const size_t argc = 3 + limits + kScriptFixedArgs + limits * kParamsPerLimit;
-  // Keeps the capacity: no allocation on reuse. A limit never added stays
-  // "", which the script rejects.
-  argv_.assign(argc, "");
-  argvlen_.assign(argc, 0);
-  argv_[0] = "EVALSHA";
-  argvlen_[0] = 7;
-  argv_[1] = sha.data();
-  argvlen_[1] = sha.size();
-  SetNumber(2, numkeys_, static_cast<int64_t>(limits));
-  const size_t fixed = 3 + limits;
-  argv_[fixed] = args.op == ScriptOp::kDecide ? "D" : args.op == ScriptOp::kCheck ? "C" : "R";
-  argvlen_[fixed] = 1;
+namespace {
+
+void AppendNumber(std::string& out, int64_t value) {
+  char digits[24];
+  const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, value);
+  AppendBulk(out, std::string_view(digits, static_cast<size_t>(end - digits)));
+}
+
+}  // namespace
+
+CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> keys,
+                    std::span<const std::string_view> limits) {
+  CallPart part;
+  const size_t n = std::min(keys.size(), limits.size());
+  part.key_count = static_cast<uint32_t>(n);
+  part.arg_count = static_cast<uint32_t>(kPartFixedArgs + n);
+  part.decisions = args.op == ScriptOp::kRefund ? 0 : static_cast<uint32_t>(n);
+  size_t key_bytes = 0;
+  for (size_t i = 0; i < n; ++i) key_bytes += keys[i].size() + 16;
+  part.keys.reserve(key_bytes);
+  for (size_t i = 0; i < n; ++i) AppendBulk(part.keys, keys[i]);
+  std::string& a = part.args;
+  AppendBulk(a, args.op == ScriptOp::kDecide ? "D" : args.op == ScriptOp::kCheck ? "C" : "R");
   if (args.now.has_value()) {
-    SetNumber(fixed + 1, now_, args.now->unix_micros());
+    AppendNumber(a, args.now->unix_micros());
   } else {
-    now_[0] = '\0';
-    argvlen_[fixed + 1] = 0;
+    AppendBulk(a, "");
   }
-  SetNumber(fixed + 2, cost_, std::clamp<int64_t>(args.cost, 0, kMaxScriptCost));
+  AppendNumber(a, std::clamp<int64_t>(args.cost, 0, kMaxScriptCost));
   if (args.op == ScriptOp::kRefund) {
-    SetNumber(fixed + 3, taken_at_, args.taken_at.unix_micros());
+    AppendNumber(a, args.taken_at.unix_micros());
   } else {
-    taken_at_[0] = '\0';
-    argvlen_[fixed + 3] = 0;
+    AppendBulk(a, "");
   }
+  // n == 0 (a misuse) is sent as it is: the function refuses the call.
+  AppendNumber(a, static_cast<int64_t>(n));
+  for (size_t i = 0; i < n; ++i) AppendBulk(a, limits[i]);
+  return part;
 }
 
-void ScriptCall::AddLimit(std::string_view key, std::span<const std::string> params) {
-  // A misuse leaves a "" argument, which the script rejects with an error.
-  if (added_ >= limits_ || params.size() != kParamsPerLimit) return;
-  argv_[3 + added_] = key.data();
-  argvlen_[3 + added_] = key.size();
-  const size_t first = 3 + limits_ + kScriptFixedArgs + added_ * kParamsPerLimit;
-  for (size_t i = 0; i < kParamsPerLimit; ++i) {
-    argv_[first + i] = params[i].data();
-    argvlen_[first + i] = params[i].size();
+std::string JoinParts(std::span<const CallPart* const> parts) {
+  uint64_t keys = 0;
+  uint64_t args = 0;
+  size_t bytes = 64;
+  for (const CallPart* p : parts) {
+    keys += p->key_count;
+    args += p->arg_count;
+    bytes += p->keys.size() + p->args.size();
   }
-  ++added_;
+  std::string out;
+  out.reserve(bytes);
+  AppendHeader(out, '*', 3 + keys + args);
+  AppendBulk(out, "FCALL");
+  AppendBulk(out, FunctionName());
+  AppendNumber(out, static_cast<int64_t>(keys));
+  for (const CallPart* p : parts) out += p->keys;
+  for (const CallPart* p : parts) out += p->args;
+  return out;
 }
 
-const char** ScriptCall::argv() {
-  const size_t fixed = 3 + limits_;
-  argv_[2] = numkeys_.data();
-  argv_[fixed + 1] = now_.data();
-  argv_[fixed + 2] = cost_.data();
-  argv_[fixed + 3] = taken_at_.data();
-  return argv_.data();
-}
-
-void ScriptCall::SetNumber(size_t index, Number& buffer, int64_t value) {
-  const auto [end, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size() - 1, value);
-  *end = '\0';
-  argv_[index] = buffer.data();
-  argvlen_[index] = static_cast<size_t>(end - buffer.data());
+std::string JoinParts(std::span<const CallPart> parts) {
+  std::vector<const CallPart*> pointers;
+  pointers.reserve(parts.size());
+  for (const CallPart& p : parts) pointers.push_back(&p);
+  return JoinParts(pointers);
 }
 
 // ---- replies ----
@@ -187,7 +182,6 @@ namespace {
 absl::Status ErrorReply(std::string_view message) {
   const std::string_view code = message.substr(0, message.find(' '));
   const std::string text = Cat("redis: ", message);
-  if (code == "NOSCRIPT") return absl::FailedPreconditionError(text);
   for (std::string_view transient : {"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN",
                                      "CLUSTERDOWN", "MOVED", "ASK", "OOM"}) {
     if (code == transient) return absl::UnavailableError(text);
@@ -197,50 +191,75 @@ absl::Status ErrorReply(std::string_view message) {
 
 }  // namespace
 
-absl::StatusOr<ScriptResult> ParseScriptReply(const redisReply& reply, size_t limits) {
+absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
+    const redisReply& reply, std::span<const CallPart* const> parts) {
   if (reply.type == REDIS_REPLY_ERROR) {
     return ErrorReply(std::string_view(reply.str, reply.len));
   }
-  const size_t expected = 1 + limits * 6;
-  if (reply.type != REDIS_REPLY_ARRAY || reply.elements != expected) {
-    return absl::InternalError(Cat("the sluice script answered a reply of type ", reply.type,
-                                   " with ", reply.elements, " elements; expected an array of ",
-                                   expected, " integers"));
+  if (reply.type != REDIS_REPLY_ARRAY) {
+    return absl::InternalError(
+        Cat("the sluice function answered a reply of type ", reply.type, "; expected an array"));
   }
-  for (size_t i = 0; i < expected; ++i) {
-    if (reply.element[i]->type != REDIS_REPLY_INTEGER) {
-      return absl::InternalError(
-          Cat("the sluice script's reply element ", i, " is not an integer"));
+  std::vector<absl::StatusOr<ScriptResult>> results;
+  results.reserve(parts.size());
+  size_t i = 0;
+  auto shape_error = [&](std::string_view what) {
+    return absl::InternalError(Cat("the sluice function's answer to part ", results.size(), " of ",
+                                   parts.size(), " (reply element ", i, " of ", reply.elements,
+                                   ") ", what));
+  };
+  for (const CallPart* part : parts) {
+    if (i >= reply.elements) return shape_error("is missing");
+    const redisReply& head = *reply.element[i];
+    if (head.type == REDIS_REPLY_STRING || head.type == REDIS_REPLY_STATUS ||
+        head.type == REDIS_REPLY_ERROR) {
+      results.push_back(absl::InternalError(
+          Cat("redis: the sluice function failed: ", std::string_view(head.str, head.len))));
+      ++i;
+      continue;
     }
-  }
-  auto at = [&](size_t i) -> int64_t { return reply.element[i]->integer; };
-  ScriptResult result;
-  result.now = Time::FromUnixMicros(at(0));
-  result.decisions.reserve(limits);
-  for (size_t n = 0; n < limits; ++n) {
-    const size_t i = 1 + n * 6;
-    const int64_t allowed = at(i);
-    const int64_t retry = at(i + 4);
-    if ((allowed != 0 && allowed != 1) || retry < -1 || at(i + 3) < 0 || at(i + 5) < 0) {
-      return absl::InternalError(Cat("the sluice script's decision for limit ", n,
-                                     " is malformed (allowed ", allowed, ", retry_after ", retry,
-                                     ")"));
+    const size_t count = 1 + size_t{part->decisions} * 6;
+    if (i + count > reply.elements) return shape_error("is cut short");
+    for (size_t j = i; j < i + count; ++j) {
+      if (reply.element[j]->type != REDIS_REPLY_INTEGER) return shape_error("is not integers");
     }
-    Decision d;
-    d.allowed = allowed == 1;
-    d.limit = at(i + 1);
-    d.remaining = at(i + 2);
-    d.reset_after = Duration::Micros(at(i + 3));
-    d.retry_after = retry == -1 ? Duration::Infinite() : Duration::Micros(retry);
-    d.delay = Duration::Micros(at(i + 5));
-    result.decisions.push_back(d);
+    auto at = [&](size_t j) -> int64_t { return reply.element[i + j]->integer; };
+    ScriptResult result;
+    result.now = Time::FromUnixMicros(at(0));
+    result.decisions.reserve(part->decisions);
+    for (size_t n = 0; n < part->decisions; ++n) {
+      const size_t d0 = 1 + n * 6;
+      const int64_t allowed = at(d0);
+      const int64_t retry = at(d0 + 4);
+      if ((allowed != 0 && allowed != 1) || retry < -1 || at(d0 + 3) < 0 || at(d0 + 5) < 0) {
+        return shape_error(Cat("has a malformed decision for limit ", n, " (allowed ", allowed,
+                               ", retry_after ", retry, ")"));
+      }
+      Decision d;
+      d.allowed = allowed == 1;
+      d.limit = at(d0 + 1);
+      d.remaining = at(d0 + 2);
+      d.reset_after = Duration::Micros(at(d0 + 3));
+      d.retry_after = retry == -1 ? Duration::Infinite() : Duration::Micros(retry);
+      d.delay = Duration::Micros(at(d0 + 5));
+      result.decisions.push_back(d);
+    }
+    results.push_back(std::move(result));
+    i += count;
   }
-  return result;
+  if (i != reply.elements) {
+    return absl::InternalError(Cat("the sluice function answered ", reply.elements,
+                                   " elements for ", parts.size(), " parts; expected ", i));
+  }
+  return results;
 }
 
-bool IsNoScript(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kFailedPrecondition &&
-         status.message().find("NOSCRIPT") != std::string_view::npos;
+absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
+    const redisReply& reply, std::span<const CallPart> parts) {
+  std::vector<const CallPart*> pointers;
+  pointers.reserve(parts.size());
+  for (const CallPart& p : parts) pointers.push_back(&p);
+  return ParseCallReply(reply, pointers);
 }
 
 // ---- merging ----

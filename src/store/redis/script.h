@@ -1,31 +1,34 @@
-// store/redis/script.h: the Lua script that runs sluice's algorithms inside
-// Redis, and the C++ that encodes a call to it and decodes its answer.
+// store/redis/script.h: the Redis function that runs sluice's algorithms
+// inside Redis, and the C++ that encodes a call to it and decodes its answer.
 //
-// One script (lua/*.lua, joined at build time) serves every policy, so one
-// SHA is loaded per server. Each algorithm in it is the exact twin of its
-// C++ Decide/Refund/FreshAt: same decisions, field by field (the parity
-// tests hold it to that). A call names one Redis key per limit of a policy
-// and decides them all-or-nothing inside Redis; see docs/redis-scripts.md.
+// One function library (lua/*.lua, joined at build time) serves every
+// policy; it is loaded once per node (FUNCTION LOAD) and named after its
+// code, so two versions of sluice sharing a Redis each call their own. Each
+// algorithm in it is the exact twin of its C++ Decide/Refund/FreshAt: same
+// decisions, field by field (the parity tests hold it to that). A call
+// carries one or more parts (requests), decided in order, each over one
+// Redis key per limit of a policy, all-or-nothing within the part, each with
+// its own answer; see docs/redis-scripts.md.
 //
-//   EVALSHA sha numkeys key... op now_us cost taken_at_us [code p1..p5]...
+//   FCALL <FunctionName()> numkeys key... part...
+//   part: op now_us cost taken_at_us n limit_1 ... limit_n
 //
-// The per-limit group [code p1..p5] is LimitParams(config), computed once per
-// limit; a call formats only op, now, cost and taken_at. Keys are the
-// caller's: distinct per limit, sharing one {hash tag} (one Cluster slot),
-// and naming the limit's config, since a key's stored state is read with
-// the limit's parameters.
+// limit_i is LimitParams(config), one string computed once per limit. Keys
+// are the caller's: distinct per limit, sharing one {hash tag} (one Cluster
+// slot) within a part, and naming the limit's config, since a key's stored
+// state is read with the limit's parameters. All the keys of one call must
+// be in one Cluster slot.
 //
-// Thread-safety: the free functions are pure and safe from any thread. A
-// ScriptCall is one caller's scratch space: not shared between threads.
+// Thread-safety: the free functions are pure and safe from any thread.
 //
-//   const std::vector<std::string> params = sluice::redis::LimitParams(config);  // once
-//   sluice::redis::ScriptCall call;
-//   call.Start(sluice::redis::DecideScriptSha(), {.op = sluice::redis::ScriptOp::kDecide}, 1);
-//   call.AddLimit("{user-42}:api:0", params);
-//   auto* reply = static_cast<redisReply*>(
-//       redisCommandArgv(context, call.argc(), call.argv(), call.argvlen()));
-//   absl::StatusOr<sluice::redis::ScriptResult> result =
-//       sluice::redis::ParseScriptReply(*reply, /*limits=*/1);
+//   const std::string params = sluice::redis::LimitParams(config);  // once
+//   const std::string_view keys[] = {"{user-42}:api:0"};
+//   const std::string_view limits[] = {params};
+//   sluice::redis::CallPart part = sluice::redis::EncodePart({}, keys, limits);
+//   std::string command = sluice::redis::JoinParts({&part, 1});  // RESP, to send
+//   ... the reply to it:
+//   absl::StatusOr<std::vector<absl::StatusOr<sluice::redis::ScriptResult>>> results =
+//       sluice::redis::ParseCallReply(reply, {&part, 1});
 #ifndef SLUICE_STORE_REDIS_SCRIPT_H_
 #define SLUICE_STORE_REDIS_SCRIPT_H_
 
@@ -48,15 +51,14 @@
 
 namespace sluice::redis {
 
-// The whole script, and its SHA1 in hex (what EVALSHA names and SCRIPT LOAD
-// returns), both fixed at build time.
-std::string_view DecideScript();
-std::string_view DecideScriptSha();
+// The library's code (what FUNCTION LOAD takes, starting "#!lua
+// name=<FunctionName()>") and the name of its function, which is also the
+// library's, both fixed at build time.
+std::string_view FunctionLibrary();
+std::string_view FunctionName();
 
-// Arguments before the per-limit groups (op, now_us, cost, taken_at_us), and
-// the size of each group (an algorithm code and five parameters).
-inline constexpr size_t kScriptFixedArgs = 4;
-inline constexpr size_t kParamsPerLimit = 6;
+// A part's arguments before its limits (op, now_us, cost, taken_at_us, n).
+inline constexpr size_t kPartFixedArgs = 5;
 
 // Every value the script keeps stays an integer below 2^53, exact in Lua's
 // doubles, when the bucket capacity (burst x ticks_per_token) and the
@@ -74,9 +76,10 @@ inline constexpr int64_t kMaxRedisSlidingLogLimit = 10'000;
 // otherwise InvalidArgument naming the value and the bound.
 absl::Status ValidateForRedis(const LimitConfig& config);
 
-// The per-limit argument group for `config`, kParamsPerLimit strings.
+// The limit's parameters as the function reads them: its algorithm's code
+// and its integers, space-separated ("fw 100 60000000").
 // REQUIRES: ValidateForRedis(config).ok().
-std::vector<std::string> LimitParams(const LimitConfig& config);
+std::string LimitParams(const LimitConfig& config);
 
 enum class ScriptOp {
   kDecide,  // decide all limits, write only if all allow
@@ -97,37 +100,27 @@ struct ScriptArgs {
   Time taken_at;
 };
 
-// The argv of one EVALSHA, in the form hiredis' *CommandArgv functions take.
-// Keys and params are referenced, not copied: they must outlive the use of
-// argv(). Reusing one ScriptCall allocates nothing once it has held a call
-// with as many limits.
-class ScriptCall {
- public:
-  // Begins a call over `limits` limits (>= 1), then AddLimit each of them in
-  // decision order (a leaky_bucket shape limit last, as Limiter does).
-  void Start(std::string_view sha, const ScriptArgs& args, size_t limits);
-  void AddLimit(std::string_view key, std::span<const std::string> params);
-
-  // REQUIRES: all limits added.
-  int argc() const { return static_cast<int>(argv_.size()); }
-  const char** argv();
-  const size_t* argvlen() const { return argvlen_.data(); }
-
- private:
-  using Number = std::array<char, 24>;
-  void SetNumber(size_t index, Number& buffer, int64_t value);
-
-  std::vector<const char*> argv_;
-  std::vector<size_t> argvlen_;
-  size_t limits_ = 0;
-  size_t added_ = 0;
-  // Formatted numbers, pointed at by argv() (re-pointed there, so a copied
-  // or moved ScriptCall stays valid).
-  Number numkeys_{};
-  Number now_{};
-  Number cost_{};
-  Number taken_at_{};
+// One request of a call, encoded: its keys and its arguments as RESP bulk
+// strings, ready to be joined with other parts into one FCALL.
+struct CallPart {
+  std::string keys;
+  std::string args;
+  uint32_t key_count = 0;
+  uint32_t arg_count = 0;
+  // The decisions its answer holds: one per limit, none for a refund.
+  uint32_t decisions = 0;
 };
+
+// The part deciding (or checking, or refunding) `args` over `keys`, the
+// i-th limit with parameters `limits[i]` (LimitParams), in decision order
+// (a leaky_bucket shape limit last, as Limiter does).
+// REQUIRES: !keys.empty(), keys.size() == limits.size().
+CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> keys,
+                    std::span<const std::string_view> limits);
+
+// The FCALL that runs `parts` in order, as RESP. REQUIRES: !parts.empty().
+std::string JoinParts(std::span<const CallPart* const> parts);
+std::string JoinParts(std::span<const CallPart> parts);
 
 struct ScriptResult {
   // The time the script decided at: Redis' clock, or ScriptArgs::now. A
@@ -137,17 +130,17 @@ struct ScriptResult {
   std::vector<Decision> decisions;
 };
 
-// Decodes the reply to a call over `limits` limits (0 for kRefund). An error
-// reply becomes a Status carrying Redis' message: NOSCRIPT is
-// FailedPrecondition (see IsNoScript), LOADING / BUSY / MASTERDOWN /
+// Decodes the reply to a call of `parts`: one result per part, in order.
+// A part that failed in Redis (a key of another type, a malformed state)
+// is Internal with the function's message. An error reply to the whole call
+// is a Status carrying Redis' message: LOADING / BUSY / MASTERDOWN /
 // READONLY / TRYAGAIN / CLUSTERDOWN / MOVED / ASK / OOM are Unavailable (the
-// server cannot run the script now), the rest (a failing script, WRONGTYPE)
-// Internal. A reply of the wrong shape is
-// Internal.
-absl::StatusOr<ScriptResult> ParseScriptReply(const redisReply& reply, size_t limits);
-
-// Whether `status` is Redis' NOSCRIPT answer: load the script and retry.
-bool IsNoScript(const absl::Status& status);
+// server cannot run the function now), the rest (the function missing, a
+// malformed call) Internal. A reply of the wrong shape is Internal.
+absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
+    const redisReply& reply, std::span<const CallPart* const> parts);
+absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
+    const redisReply& reply, std::span<const CallPart> parts);
 
 // The decision a policy reports for one call's per-limit decisions (given in
 // decision order), merged exactly as Limiter does: when any denies, the

@@ -320,19 +320,20 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
   // Runs `ops` through both sides; stops at the first difference.
   template <typename Config>
   void Run(const Config& config, const std::vector<Op>& ops) {
-    const std::vector<std::string> params = LimitParams(LimitConfig(config));
+    const std::string params = LimitParams(LimitConfig(config));
     const std::string key = "{parity}:" + GetParam().name;
     Command({"DEL", key});
     Twin<Config> twin(config);
     const bool list = std::is_same_v<Config, SlidingLogConfig>;
-    ScriptCall call;
+    const std::string_view keys[] = {key};
+    const std::string_view limits[] = {params};
     for (size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      call.Start(DecideScriptSha(),
-                 {.op = op.kind, .now = op.now, .cost = op.cost, .taken_at = op.taken_at}, 1);
-      call.AddLimit(key, params);
-      // One round trip: the script, then the key it left.
-      redisAppendCommandArgv(context_, call.argc(), call.argv(), call.argvlen());
+      const CallPart part = EncodePart(
+          {.op = op.kind, .now = op.now, .cost = op.cost, .taken_at = op.taken_at}, keys, limits);
+      const std::string command = JoinParts({&part, 1});
+      // One round trip: the function, then the key it left.
+      redisAppendFormattedCommand(context_, command.data(), command.size());
       if (list) {
         redisAppendCommand(context_, "LRANGE %b 0 -1", key.data(), key.size());
       } else {
@@ -344,8 +345,10 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
       ASSERT_EQ(redisGetReply(context_, &raw), REDIS_OK);
       Reply stored(static_cast<redisReply*>(raw));
 
-      const size_t limits = op.kind == ScriptOp::kRefund ? 0 : 1;
-      absl::StatusOr<ScriptResult> result = ParseScriptReply(*script, limits);
+      absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> results =
+          ParseCallReply(*script, {&part, 1});
+      ASSERT_TRUE(results.ok()) << "op " << i << " (" << OpString(op) << "): " << results.status();
+      absl::StatusOr<ScriptResult>& result = results->front();
       ASSERT_TRUE(result.ok()) << "op " << i << " (" << OpString(op) << "): " << result.status();
       ASSERT_EQ(result->now, op.now);
       if (op.kind == ScriptOp::kDecide) {
@@ -414,7 +417,7 @@ class ScriptTableTest : public RedisTest {
   };
   void ExpectTable(const LimitOptions& options, const std::vector<Row>& rows) {
     const LimitConfig config = *MakeLimit(options);
-    const std::vector<std::string> params[] = {LimitParams(config)};
+    const std::string params[] = {LimitParams(config)};
     const std::string_view keys[] = {"{table}:k"};
     for (const Row& row : rows) {
       const Time at = kTraceOrigin + Duration::Millis(row.at_ms);

@@ -76,7 +76,7 @@ TEST_P(ScriptPolicyTest, MatchesLimiter) {
     if (IsShape((*limiter)->limits()[i])) order.push_back(i);
   }
   std::vector<std::string> key_names;
-  std::vector<std::vector<std::string>> params;
+  std::vector<std::string> params;
   for (size_t i : order) {
     ASSERT_TRUE(ValidateForRedis((*limiter)->limits()[i]).ok());
     key_names.push_back("{user-1}:" + policy.name + ":" + std::to_string(i));
@@ -146,9 +146,8 @@ INSTANTIATE_TEST_SUITE_P(Policies, ScriptPolicyTest, ::testing::ValuesIn(Policie
 // All-or-nothing, spelled out: a denial by the second limit leaves the
 // first limit's key exactly as it was.
 TEST_F(RedisTest, ADenialWritesNoLimit) {
-  const std::vector<std::string> params[] = {
-      LimitParams(*MakeLimit(L(Algorithm::kTokenBucket, "10/s"))),
-      LimitParams(*MakeLimit(L(Algorithm::kFixedWindow, "1/min")))};
+  const std::string params[] = {LimitParams(*MakeLimit(L(Algorithm::kTokenBucket, "10/s"))),
+                                LimitParams(*MakeLimit(L(Algorithm::kFixedWindow, "1/min")))};
   const std::string_view keys[] = {"{u}:bucket", "{u}:window"};
   const Time t = conformance::kTraceOrigin;
   ASSERT_TRUE(Run({.op = ScriptOp::kDecide, .now = t, .cost = 1}, keys, params).ok());

@@ -1,5 +1,6 @@
-// The script's C++ side (argv, replies, bounds) and what it leaves in Redis:
-// expiry, deletion of fresh keys, size per key, NOSCRIPT.
+// The function's C++ side (calls, replies, bounds) and what it leaves in
+// Redis: expiry, deletion of fresh keys, size per key, a flushed library,
+// several parts in one call.
 #include "store/redis/script.h"
 
 #include <chrono>
@@ -44,60 +45,60 @@ LimitConfig ShapeLimit(std::string_view rate, Duration max_delay, int64_t queue)
   return *config;
 }
 
-std::vector<std::string> Args(ScriptCall& call) {
+// The arguments of a RESP command (an array of bulk strings).
+std::vector<std::string> Args(std::string_view command) {
   std::vector<std::string> out;
-  const char** argv = call.argv();
-  for (int i = 0; i < call.argc(); ++i) out.emplace_back(argv[i], call.argvlen()[i]);
+  auto number = [&](char mark) {
+    EXPECT_EQ(command.front(), mark);
+    const size_t end = command.find("\r\n");
+    const int64_t n = std::stoll(std::string(command.substr(1, end - 1)));
+    command.remove_prefix(end + 2);
+    return static_cast<size_t>(n);
+  };
+  const size_t count = number('*');
+  for (size_t i = 0; i < count; ++i) {
+    const size_t size = number('$');
+    out.emplace_back(command.substr(0, size));
+    command.remove_prefix(size + 2);
+  }
+  EXPECT_TRUE(command.empty());
   return out;
 }
 
-// ---- argv ----
+// ---- calls ----
 
-TEST(ScriptCallTest, LaysOutKeysThenFixedArgumentsThenEachLimitsParameters) {
-  const std::vector<std::string> a = {"tb", "1", "10000", "20", "200000", "200001"};
-  const std::vector<std::string> b = {"fw", "40", "60000000", "", "", ""};
-  ScriptCall call;
-  call.Start("0123abcd",
-             {.op = ScriptOp::kDecide, .now = Time::FromUnixMicros(1704067200000001), .cost = 3},
-             2);
-  call.AddLimit("{u}:a", a);
-  call.AddLimit("{u}:b", b);
-  EXPECT_THAT(Args(call), ElementsAre("EVALSHA", "0123abcd", "2", "{u}:a", "{u}:b", "D",
-                                      "1704067200000001", "3", "", "tb", "1", "10000", "20",
-                                      "200000", "200001", "fw", "40", "60000000", "", "", ""));
+TEST(CallTest, LaysOutEveryKeyThenEachPartsArgumentsAndLimits) {
+  const std::string_view keys1[] = {"{u}:a", "{u}:b"};
+  const std::string_view limits1[] = {"tb 1 10000 20 200000 200001", "fw 40 60000000"};
+  const CallPart one = EncodePart(
+      {.op = ScriptOp::kDecide, .now = Time::FromUnixMicros(1704067200000001), .cost = 3}, keys1,
+      limits1);
+  EXPECT_EQ(one.key_count, 2u);
+  EXPECT_EQ(one.arg_count, 7u);
+  EXPECT_EQ(one.decisions, 2u);
+  const std::string_view keys2[] = {"{v}:a"};
+  const std::string_view limits2[] = {"gc 3 250000 3 750000 250001"};
+  // "" asks the function to read Redis' TIME; costs above 2^52 decide like 2^52.
+  const CallPart two =
+      EncodePart({.op = ScriptOp::kRefund, .cost = INT64_MAX, .taken_at = Time::FromUnixMicros(-5)},
+                 keys2, limits2);
+  EXPECT_EQ(two.decisions, 0u);
+  const CallPart* parts[] = {&one, &two};
+  EXPECT_THAT(
+      Args(JoinParts(parts)),
+      ElementsAre("FCALL", std::string(FunctionName()), "3", "{u}:a", "{u}:b", "{v}:a", "D",
+                  "1704067200000001", "3", "", "2", "tb 1 10000 20 200000 200001", "fw 40 60000000",
+                  "R", "", "4503599627370496", "-5", "1", "gc 3 250000 3 750000 250001"));
+  EXPECT_THAT(Args(JoinParts({&two, 1}))[3], "{v}:a");
 }
 
-TEST(ScriptCallTest, ReusedForARefundWithRedisClockAndAHugeCost) {
-  const std::vector<std::string> a = {"gc", "3", "250000", "3", "750000", "250001"};
-  ScriptCall call;
-  call.Start("sha", {.op = ScriptOp::kDecide, .cost = 1}, 3);  // a larger call first
-  call.Start("sha",
-             {.op = ScriptOp::kRefund, .cost = INT64_MAX, .taken_at = Time::FromUnixMicros(-5)}, 1);
-  call.AddLimit("k", a);
-  // "" asks the script to read Redis' TIME; costs above 2^52 decide like 2^52.
-  EXPECT_THAT(Args(call), ElementsAre("EVALSHA", "sha", "1", "k", "R", "", "4503599627370496", "-5",
-                                      "gc", "3", "250000", "3", "750000", "250001"));
-  ScriptCall copy = call;  // the copy points at its own numbers
-  call.Start("sha", {.op = ScriptOp::kCheck, .cost = 7}, 1);
-  call.AddLimit("k", a);
-  EXPECT_EQ(Args(copy)[6], "4503599627370496");
-  EXPECT_EQ(Args(call)[4], "C");
-  EXPECT_EQ(Args(call)[6], "7");
-}
-
-TEST(LimitParamsTest, OneGroupOfFixedSizePerAlgorithm) {
-  for (const LimitConfig& config :
-       {Limit(Algorithm::kTokenBucket, "3/250ms"), Limit(Algorithm::kGcra, "100/s", 20),
-        Limit(Algorithm::kLeakyBucket, "7/min"), ShapeLimit("2/s", Duration::Zero(), 3),
-        Limit(Algorithm::kFixedWindow, "40/min"), Limit(Algorithm::kSlidingLog, "5/h"),
-        Limit(Algorithm::kSlidingWindow, "1/day")}) {
-    EXPECT_EQ(LimitParams(config).size(), kParamsPerLimit);
-  }
+TEST(LimitParamsTest, OneStringPerLimit) {
   // 3/250ms is 3 ticks per microsecond, 250000 ticks per token.
-  EXPECT_THAT(LimitParams(Limit(Algorithm::kGcra, "3/250ms")),
-              ElementsAre("gc", "3", "250000", "3", "750000", "250001"));
-  EXPECT_THAT(LimitParams(ShapeLimit("2/s", Duration::Zero(), 3)),
-              ElementsAre("ls", "1", "500000", "4", "1500000", ""));
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kGcra, "3/250ms")), "gc 3 250000 3 750000 250001");
+  EXPECT_EQ(LimitParams(ShapeLimit("2/s", Duration::Zero(), 3)), "ls 1 500000 4 1500000");
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kFixedWindow, "40/min")), "fw 40 60000000");
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingLog, "5/h")), "sl 5 3600000000");
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingWindow, "1/day")), "sw 1 86400000000");
 }
 
 // ---- bounds ----
@@ -140,7 +141,22 @@ redisReply Integer(long long v) {
   return r;
 }
 
-TEST(ParseScriptReplyTest, DecodesEachLimitAndTheInfiniteRetry) {
+redisReply String(std::string_view text) {
+  redisReply r{};
+  r.type = REDIS_REPLY_STRING;
+  r.str = const_cast<char*>(text.data());
+  r.len = text.size();
+  return r;
+}
+
+CallPart PartOf(ScriptOp op, size_t limits) {
+  const std::string_view keys[] = {"{p}:a", "{p}:b", "{p}:c"};
+  const std::string_view params[] = {"fw 1 1", "fw 1 1", "fw 1 1"};
+  return EncodePart({.op = op}, std::span(keys, limits), std::span(params, limits));
+}
+
+TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
+  // A part of two limits, a refund, a failed part, a part of one limit.
   std::vector<redisReply> items = {Integer(1704067200000000),
                                    Integer(1),
                                    Integer(20),
@@ -153,6 +169,15 @@ TEST(ParseScriptReplyTest, DecodesEachLimitAndTheInfiniteRetry) {
                                    Integer(0),
                                    Integer(7),
                                    Integer(-1),
+                                   Integer(0),
+                                   Integer(1704067200000000),
+                                   String("WRONGTYPE Operation against a key"),
+                                   Integer(1704067200000000),
+                                   Integer(0),
+                                   Integer(5),
+                                   Integer(0),
+                                   Integer(30),
+                                   Integer(30),
                                    Integer(0)};
   std::vector<redisReply*> pointers;
   for (redisReply& r : items) pointers.push_back(&r);
@@ -160,87 +185,113 @@ TEST(ParseScriptReplyTest, DecodesEachLimitAndTheInfiniteRetry) {
   array.type = REDIS_REPLY_ARRAY;
   array.elements = pointers.size();
   array.element = pointers.data();
-  absl::StatusOr<ScriptResult> result = ParseScriptReply(array, 2);
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->now, Time::FromUnixMicros(1704067200000000));
-  ASSERT_EQ(result->decisions.size(), 2u);
-  EXPECT_TRUE(result->decisions[0].allowed);
-  EXPECT_EQ(result->decisions[0].remaining, 19);
-  EXPECT_EQ(result->decisions[0].reset_after, Duration::Micros(10000));
-  EXPECT_FALSE(result->decisions[1].allowed);
-  EXPECT_TRUE(result->decisions[1].can_never_pass());
-  // One element short, or a malformed field: Internal.
+  const CallPart parts[] = {PartOf(ScriptOp::kDecide, 2), PartOf(ScriptOp::kRefund, 1),
+                            PartOf(ScriptOp::kDecide, 3), PartOf(ScriptOp::kCheck, 1)};
+  auto results = ParseCallReply(array, parts);
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 4u);
+  const absl::StatusOr<ScriptResult>& first = (*results)[0];
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->now, Time::FromUnixMicros(1704067200000000));
+  ASSERT_EQ(first->decisions.size(), 2u);
+  EXPECT_TRUE(first->decisions[0].allowed);
+  EXPECT_EQ(first->decisions[0].remaining, 19);
+  EXPECT_EQ(first->decisions[0].reset_after, Duration::Micros(10000));
+  EXPECT_FALSE(first->decisions[1].allowed);
+  EXPECT_TRUE(first->decisions[1].can_never_pass());
+  ASSERT_TRUE((*results)[1].ok());
+  EXPECT_TRUE((*results)[1]->decisions.empty());
+  EXPECT_EQ((*results)[2].status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT((*results)[2].status().message(), HasSubstr("WRONGTYPE"));
+  ASSERT_TRUE((*results)[3].ok());
+  EXPECT_EQ((*results)[3]->decisions[0].retry_after, Duration::Micros(30));
+  // One element short or too many, or a malformed field: Internal.
   array.elements -= 1;
-  EXPECT_EQ(ParseScriptReply(array, 2).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(ParseCallReply(array, parts).status().code(), absl::StatusCode::kInternal);
   array.elements += 1;
+  EXPECT_EQ(ParseCallReply(array, std::span(parts, 3)).status().code(),
+            absl::StatusCode::kInternal);
   items[1].integer = 2;
-  EXPECT_EQ(ParseScriptReply(array, 2).status().code(), absl::StatusCode::kInternal);
-  items[1].type = REDIS_REPLY_STRING;
-  EXPECT_EQ(ParseScriptReply(array, 2).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(ParseCallReply(array, parts).status().code(), absl::StatusCode::kInternal);
+  items[1].type = REDIS_REPLY_NIL;
+  EXPECT_EQ(ParseCallReply(array, parts).status().code(), absl::StatusCode::kInternal);
 }
 
-TEST(ParseScriptReplyTest, ErrorRepliesKeepRedisMessage) {
-  auto error = [](std::string text) {
+TEST(ParseCallReplyTest, ErrorRepliesKeepRedisMessage) {
+  const CallPart part = PartOf(ScriptOp::kDecide, 1);
+  auto error = [&](std::string text) {
     redisReply r{};
     r.type = REDIS_REPLY_ERROR;
     static std::string keep;
     keep = std::move(text);
     r.str = keep.data();
     r.len = keep.size();
-    return ParseScriptReply(r, 1).status();
+    return ParseCallReply(r, {&part, 1}).status();
   };
-  const absl::Status noscript = error("NOSCRIPT No matching script. Please use EVAL.");
-  EXPECT_TRUE(IsNoScript(noscript));
-  EXPECT_THAT(noscript.message(), HasSubstr("No matching script"));
   EXPECT_EQ(error("BUSY Redis is busy running a script").code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(error("LOADING Redis is loading").code(), absl::StatusCode::kUnavailable);
-  const absl::Status script = error("ERR user_script:1: sluice: cost must not be negative");
+  const absl::Status script = error("ERR user_function:1: sluice: a call with no part");
   EXPECT_EQ(script.code(), absl::StatusCode::kInternal);
-  EXPECT_FALSE(IsNoScript(script));
+  EXPECT_THAT(script.message(), HasSubstr("a call with no part"));
   redisReply status{};
   status.type = REDIS_REPLY_STATUS;
-  EXPECT_EQ(ParseScriptReply(status, 1).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(ParseCallReply(status, {&part, 1}).status().code(), absl::StatusCode::kInternal);
 }
 
 // ---- against Redis ----
 
-TEST_F(RedisTest, TheEmbeddedShaIsTheOneRedisComputes) {
-  Reply sha = Command({"SCRIPT", "LOAD", DecideScript()});
-  EXPECT_EQ(Text(*sha), DecideScriptSha());
-  EXPECT_EQ(DecideScriptSha().size(), 40u);
+TEST_F(RedisTest, TheLibraryIsNamedAfterItsCode) {
+  EXPECT_TRUE(FunctionLibrary().starts_with("#!lua name=sluice_"));
+  EXPECT_EQ(FunctionName().size(), 7u + 16u);
+  Reply list = Command({"FUNCTION", "LIST", "LIBRARYNAME", FunctionName()});
+  ASSERT_EQ(list->type, REDIS_REPLY_ARRAY);
+  EXPECT_EQ(list->elements, 1u);
 }
 
-TEST_F(RedisTest, NoScriptAfterAFlushIsRecognizable) {
-  const std::vector<std::string> params[] = {LimitParams(Limit(Algorithm::kGcra, "10/s"))};
+TEST_F(RedisTest, AFlushedLibraryAnswersFunctionNotFound) {
+  const std::string params[] = {LimitParams(Limit(Algorithm::kGcra, "10/s"))};
   const std::string_view keys[] = {"{n}:k"};
   ASSERT_TRUE(Run({.op = ScriptOp::kDecide}, keys, params).ok());
-  Command({"SCRIPT", "FLUSH"});
+  Command({"FUNCTION", "FLUSH"});
   const absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide}, keys, params);
   ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(IsNoScript(r.status())) << r.status();
-  // What the client does next: load, retry.
-  EXPECT_EQ(Text(*Command({"SCRIPT", "LOAD", DecideScript()})), DecideScriptSha());
+  // What the client recognizes: load, resend.
+  EXPECT_THAT(r.status().message(), HasSubstr("ERR Function not found")) << r.status();
+  EXPECT_EQ(Text(*Command({"FUNCTION", "LOAD", FunctionLibrary()})), FunctionName());
   EXPECT_TRUE(Run({.op = ScriptOp::kDecide}, keys, params).ok());
 }
 
-TEST_F(RedisTest, ScriptErrorsAndWrongTypesSurfaceAsInternal) {
-  const std::vector<std::string> params[] = {LimitParams(Limit(Algorithm::kGcra, "10/s"))};
-  const std::string_view keys[] = {"{e}:k"};
-  Command({"RPUSH", "{e}:k", "not a gcra state"});
-  absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide}, keys, params);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(r.status().message(), HasSubstr("WRONGTYPE"));
-  // Too few parameters: the script names what it expected.
-  const std::vector<std::string> short_params[] = {{"gc", "1", "1", "1", "1", "2"}};
-  ScriptCall call;
-  call.Start(DecideScriptSha(), {.op = ScriptOp::kDecide}, 2);
-  const std::string_view two[] = {"{e}:a", "{e}:b"};
-  call.AddLimit(two[0], short_params[0]);  // the second limit never added
-  Reply reply(static_cast<redisReply*>(
-      redisCommandArgv(context_, call.argc(), call.argv(), call.argvlen())));
-  const absl::Status s = ParseScriptReply(*reply, 2).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(s.message(), HasSubstr("sluice: unknown algorithm code"));
+TEST_F(RedisTest, AFailingPartIsAnsweredAloneAndMalformedCallsAreRefused) {
+  const std::string params = LimitParams(Limit(Algorithm::kGcra, "10/s"));
+  const std::string_view limits[] = {params};
+  Command({"RPUSH", "{e}:bad", "not a gcra state"});
+  const std::string_view bad[] = {"{e}:bad"};
+  const std::string_view good[] = {"{e}:good"};
+  const CallPart parts[] = {EncodePart({.op = ScriptOp::kDecide}, good, limits),
+                            EncodePart({.op = ScriptOp::kDecide}, bad, limits),
+                            EncodePart({.op = ScriptOp::kDecide}, good, limits)};
+  Reply reply = Raw(JoinParts(parts));
+  auto results = ParseCallReply(*reply, parts);
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_TRUE((*results)[0].ok()) << (*results)[0].status();
+  EXPECT_EQ((*results)[1].status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT((*results)[1].status().message(), HasSubstr("WRONGTYPE"));
+  ASSERT_TRUE((*results)[2].ok()) << (*results)[2].status();
+  // The parts around the failed one decided in order, on one Redis time.
+  EXPECT_EQ((*results)[0]->now, (*results)[2]->now);
+  EXPECT_EQ((*results)[0]->decisions[0].remaining, 9);
+  EXPECT_EQ((*results)[2]->decisions[0].remaining, 8);
+  // An unknown algorithm code is the part's error too, named.
+  const std::string_view unknown[] = {"zz 1 2"};
+  const CallPart odd = EncodePart({.op = ScriptOp::kDecide}, good, unknown);
+  auto refused = ParseCallReply(*Raw(JoinParts({&odd, 1})), {&odd, 1});
+  ASSERT_TRUE(refused.ok());
+  EXPECT_THAT(refused->front().status().message(), HasSubstr("sluice: unknown algorithm code"));
+  // A part naming more keys than the call has: the whole call is refused.
+  Reply whole =
+      Command({"FCALL", FunctionName(), "1", "{e}:k", "D", "", "1", "", "2", "fw 1 1", "fw 1 1"});
+  EXPECT_EQ(whole->type, REDIS_REPLY_ERROR);
+  EXPECT_THAT(Text(*whole), HasSubstr("does not have them"));
 }
 
 // ---- expiry: Redis' clock (now "") as in production ----
@@ -270,7 +321,7 @@ TEST_F(RedisTest, EveryWriteExpiresWhenTheStateIsFreshAgain) {
         Limit(Algorithm::kSlidingWindow, "100/day")}) {
     const std::string key = KeyFor(config);
     SCOPED_TRACE(key);
-    const std::vector<std::string> params[] = {LimitParams(config)};
+    const std::string params[] = {LimitParams(config)};
     const std::string_view keys[] = {key};
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide, .cost = 2}, keys, params);
@@ -294,7 +345,7 @@ TEST_F(RedisTest, AKeyWhoseStateIsFreshIsDeleted) {
         Limit(Algorithm::kSlidingLog, "1/h"), Limit(Algorithm::kSlidingWindow, "1/h")}) {
     const std::string key = KeyFor(config);
     SCOPED_TRACE(key);
-    const std::vector<std::string> params[] = {LimitParams(config)};
+    const std::string params[] = {LimitParams(config)};
     const std::string_view keys[] = {key};
     absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide}, keys, params);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -316,7 +367,7 @@ TEST_F(RedisTest, NoKeySurvivesItsFreshAt) {
         Limit(Algorithm::kFixedWindow, "10/100ms"), Limit(Algorithm::kSlidingLog, "10/100ms"),
         Limit(Algorithm::kSlidingWindow, "10/100ms")}) {
     names.push_back(KeyFor(config));
-    const std::vector<std::string> params[] = {LimitParams(config)};
+    const std::string params[] = {LimitParams(config)};
     const std::string_view keys[] = {names.back()};
     ASSERT_TRUE(Run({.op = ScriptOp::kDecide, .cost = 3}, keys, params).ok());
     EXPECT_EQ(Command({"EXISTS", names.back()})->integer, 1);
@@ -328,7 +379,7 @@ TEST_F(RedisTest, NoKeySurvivesItsFreshAt) {
 
 TEST_F(RedisTest, SlidingLogHoldsOneEntryPerInstantAndAtMostTheLimit) {
   const LimitConfig config = Limit(Algorithm::kSlidingLog, "50/min");
-  const std::vector<std::string> params[] = {LimitParams(config)};
+  const std::string params[] = {LimitParams(config)};
   const std::string_view keys[] = {"{l}:k"};
   Time t = conformance::kTraceOrigin;
   for (int i = 0; i < 500; ++i) {
@@ -362,7 +413,7 @@ TEST_F(RedisTest, BytesPerKey) {
   };
   for (const Case& c : cases) {
     const std::string key = "{m}:" + std::to_string(&c - cases);
-    const std::vector<std::string> params[] = {LimitParams(c.config)};
+    const std::string params[] = {LimitParams(c.config)};
     const std::string_view keys[] = {key};
     Time t = conformance::kTraceOrigin + Duration::Micros(1);
     for (int i = 0; i < c.requests; ++i, t += Duration::Millis(100)) {

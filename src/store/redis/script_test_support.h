@@ -24,7 +24,7 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 inline std::string_view Text(const redisReply& r) { return {r.str, r.len}; }
 
-// A suite's redis-server and one connection to it, with the script loaded;
+// A suite's redis-server and one connection to it, with the function loaded;
 // every test starts on an empty database.
 class RedisTest : public ::testing::Test {
  protected:
@@ -45,9 +45,9 @@ class RedisTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(context_ != nullptr);
     ASSERT_EQ(Text(*Command({"FLUSHALL"})), "OK");
-    Reply loaded = Command({"SCRIPT", "LOAD", DecideScript()});
+    Reply loaded = Command({"FUNCTION", "LOAD", "REPLACE", FunctionLibrary()});
     ASSERT_EQ(loaded->type, REDIS_REPLY_STRING) << Text(*loaded);
-    ASSERT_EQ(Text(*loaded), DecideScriptSha());
+    ASSERT_EQ(Text(*loaded), FunctionName());
   }
 
   // Any command; never null (a lost connection fails the test).
@@ -67,17 +67,29 @@ class RedisTest : public ::testing::Test {
     return Reply(r);
   }
 
-  // Runs the script once over `keys`, each limit with its LimitParams.
+  // Sends a command written in RESP; never null.
+  static Reply Raw(const std::string& command) {
+    redisAppendFormattedCommand(context_, command.data(), command.size());
+    void* r = nullptr;
+    if (redisGetReply(context_, &r) != REDIS_OK || r == nullptr) {
+      ADD_FAILURE() << "redis connection lost: " << context_->errstr;
+      std::abort();
+    }
+    return Reply(static_cast<redisReply*>(r));
+  }
+
+  // Runs the function once, one part over `keys`, each limit with its
+  // LimitParams.
   static absl::StatusOr<ScriptResult> Run(const ScriptArgs& args,
                                           std::span<const std::string_view> keys,
-                                          std::span<const std::vector<std::string>> params) {
-    ScriptCall call;
-    call.Start(DecideScriptSha(), args, keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) call.AddLimit(keys[i], params[i]);
-    Reply r(static_cast<redisReply*>(
-        redisCommandArgv(context_, call.argc(), call.argv(), call.argvlen())));
-    if (r == nullptr) return absl::UnavailableError(context_->errstr);
-    return ParseScriptReply(*r, args.op == ScriptOp::kRefund ? 0 : keys.size());
+                                          std::span<const std::string> params) {
+    std::vector<std::string_view> limits(params.begin(), params.end());
+    const CallPart part = EncodePart(args, keys, limits);
+    Reply r = Raw(JoinParts({&part, 1}));
+    absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> results =
+        ParseCallReply(*r, {&part, 1});
+    if (!results.ok()) return results.status();
+    return std::move(results->front());
   }
 
   static inline sluice::test::RedisServer* server_ = nullptr;

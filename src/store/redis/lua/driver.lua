@@ -1,96 +1,150 @@
--- driver.lua: the entry point. Decides, checks or refunds one request over
--- the limits of one policy, one KEY per limit, all-or-nothing.
+-- driver.lua: the function's entry point. Decides, checks or refunds a
+-- batch of requests in order, each over the limits of one policy, one KEY
+-- per limit, all-or-nothing within a request, each with its own answer.
 --
---   EVALSHA sha numkeys key... op now_us cost taken_at_us [code p1..p5]...
+--   FCALL sluice_<id> numkeys key... part...
+--   part: op now_us cost taken_at_us n limit_1 ... limit_n
 --
+-- A part takes the next n keys. limit_i is the limit's parameters as one
+-- string, "code p1 p2 ..." (LimitParams in script.cc); a library keeps the
+-- parsed form of the strings it has seen, so a call parses none it knows.
 -- op "D": decide every limit on the current state without writing; only if
 -- all allow are the new states written (a denial anywhere takes nothing
 -- anywhere, as Limiter::AcquireAt's decide-refund-check does).
 -- op "C": the same decisions, never written.
 -- op "R": gives `cost` taken at taken_at_us back to every limit but a
 -- leaky_bucket shape one, whose departure slot is kept.
--- now_us "": Redis' own clock (TIME), what every production call sends, so
--- that instances with skewed clocks agree; a decimal time is used instead
--- (the parity tests replay times), and then keys get no expiry, since that
--- time is not Redis' clock.
+-- now_us "": Redis' own clock (TIME, read once per call), what every
+-- production call sends, so that instances with skewed clocks agree; a
+-- decimal time is used instead (the parity tests replay times), and then
+-- keys get no expiry, since that time is not Redis' clock.
 --
--- Reply: {now_us} followed, for D and C, by six integers per limit:
--- allowed (0/1), limit, remaining, reset_after_us, retry_after_us
--- (-1: never), delay_us.
+-- Reply, part after part: the part's now_us followed, for D and C, by six
+-- integers per limit: allowed (0/1), limit, remaining, reset_after_us,
+-- retry_after_us (-1: never), delay_us. A part that fails (a key holding
+-- another type, a malformed state) is one error string instead; the parts
+-- before and after it are decided as usual.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
--- Each algorithm's file is wrapped in a loader (embed_script.cmake), and
--- only the algorithms a call uses are built: defining every algorithm's
--- functions on every call cost Redis about 9 us a call, half the script.
-local LOADERS = {
-  tb = load_token_bucket, gc = load_gcra, lp = load_leaky_police, ls = load_leaky_shape,
-  fw = load_fixed_window, sl = load_sliding_log, sw = load_sliding_window,
+local ALGORITHMS = {
+  tb = load_token_bucket(), gc = load_gcra(), lp = load_leaky_police(), ls = load_leaky_shape(),
+  fw = load_fixed_window(), sl = load_sliding_log(), sw = load_sliding_window(),
 }
-local loaded = {}
-local FIXED_ARGS = 4
-local PARAMS_PER_LIMIT = 6
 
-local op = ARGV[1]
-if op ~= 'D' and op ~= 'C' and op ~= 'R' then
-  error('sluice: op must be D, C or R, got "' .. tostring(op) .. '"')
-end
-local ctx = {timed = ARGV[2] == ''}
-if ctx.timed then
-  local t = redis.call('TIME')
-  ctx.now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  ctx.now = int_arg(ARGV[2], 'now_us')
-end
-local cost = int_arg(ARGV[3], 'cost')
-if cost < 0 then error('sluice: cost must not be negative') end
-local limits = #KEYS
-if limits == 0 or #ARGV ~= FIXED_ARGS + limits * PARAMS_PER_LIMIT then
-  error('sluice: expected ' .. FIXED_ARGS .. ' + ' .. PARAMS_PER_LIMIT .. ' x ' .. limits ..
-        ' arguments for ' .. limits .. ' keys, got ' .. #ARGV)
+-- Parsed limit strings, kept between calls (a library's locals live as long
+-- as the library); bounded: a full table starts over.
+local limits_seen, limits_seen_count = {}, 0
+local MAX_LIMITS_SEEN = 4096
+
+local function limit_of(s)
+  local l = limits_seen[s]
+  if l then return l end
+  local p = {}
+  for word in string.gmatch(s, '%S+') do p[#p + 1] = word end
+  local algo = ALGORITHMS[p[1]]
+  if algo == nil then error('sluice: unknown algorithm code "' .. tostring(p[1]) .. '"') end
+  l = {algo = algo, params = algo.params(p, 1)}
+  if limits_seen_count >= MAX_LIMITS_SEEN then limits_seen, limits_seen_count = {}, 0 end
+  limits_seen[s] = l
+  limits_seen_count = limits_seen_count + 1
+  return l
 end
 
-local algos, params = {}, {}
-for i = 1, limits do
-  local at = FIXED_ARGS + (i - 1) * PARAMS_PER_LIMIT + 1
-  local code = ARGV[at]
-  local algo = loaded[code]
-  if algo == nil then
-    local load = LOADERS[code]
-    if load == nil then error('sluice: unknown algorithm code "' .. tostring(code) .. '"') end
-    algo = load()
-    loaded[code] = algo
+-- One part: keys[k .. k+n-1], limit strings args[a .. a+n-1]. Appends its
+-- answer to `reply` (a failure midway leaves elements the caller removes).
+local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
+  if op == 'R' then
+    for i = 0, n - 1 do
+      local l = limit_of(args[a + i])
+      if l.algo.refund then l.algo.refund(l.params, keys[k + i], ctx, taken_at, cost) end
+    end
+    reply[#reply + 1] = ctx.now
+    return
   end
-  algos[i] = algo
-  params[i] = algo.params(ARGV, at)
-end
-
-if op == 'R' then
-  local taken_at = int_arg(ARGV[4], 'taken_at_us')
-  for i = 1, limits do
-    if algos[i].refund then algos[i].refund(params[i], KEYS[i], ctx, taken_at, cost) end
+  local m = #reply + 1
+  reply[m] = ctx.now
+  if n == 1 then  -- the common case, without the tables of the general one
+    local l = limit_of(args[a])
+    local d, plan = l.algo.decide(l.params, keys[k], ctx, cost)
+    reply[m + 1], reply[m + 2], reply[m + 3] = d.allowed, d.limit, d.remaining
+    reply[m + 4], reply[m + 5], reply[m + 6] = d.reset, d.retry, d.delay
+    if op == 'D' and plan and d.allowed == 1 then l.algo.save(l.params, keys[k], plan, ctx) end
+    return
   end
-  return {ctx.now}
-end
-
-local reply = {ctx.now}
-local plans = {}
-local all_allowed = true
-for i = 1, limits do
-  local d, plan = algos[i].decide(params[i], KEYS[i], ctx, cost)
-  plans[i] = plan
-  if d.allowed == 0 then all_allowed = false end
-  local n = #reply
-  reply[n + 1] = d.allowed
-  reply[n + 2] = d.limit
-  reply[n + 3] = d.remaining
-  reply[n + 4] = d.reset
-  reply[n + 5] = d.retry
-  reply[n + 6] = d.delay
-end
-if op == 'D' and all_allowed then
-  for i = 1, limits do
-    if plans[i] then algos[i].save(params[i], KEYS[i], plans[i], ctx) end
+  local limits, plans = {}, {}
+  local all_allowed = true
+  for i = 0, n - 1 do
+    local l = limit_of(args[a + i])
+    local d, plan = l.algo.decide(l.params, keys[k + i], ctx, cost)
+    limits[i], plans[i] = l, plan
+    if d.allowed == 0 then all_allowed = false end
+    local at = m + 6 * i
+    reply[at + 1], reply[at + 2], reply[at + 3] = d.allowed, d.limit, d.remaining
+    reply[at + 4], reply[at + 5], reply[at + 6] = d.reset, d.retry, d.delay
+  end
+  if op == 'D' and all_allowed then
+    for i = 0, n - 1 do
+      if plans[i] then limits[i].algo.save(limits[i].params, keys[k + i], plans[i], ctx) end
+    end
   end
 end
-return reply
+
+-- An error of a part: a message (error()) or Redis' error table (a
+-- failing redis.call, such as WRONGTYPE).
+local function error_text(e)
+  if type(e) == 'table' then e = e.err end
+  return tostring(e)
+end
+
+-- One part's arguments read, then run_part. `call` keeps, for the parts at
+-- Redis' time, one context with the time read once.
+local function part(call, op, now_s, cost_s, taken_s, keys, k, args, a, n, reply)
+  local ctx
+  if now_s == '' then
+    ctx = call.ctx
+    if ctx == nil then
+      local t = redis.call('TIME')
+      ctx = {timed = true, now = tonumber(t[1]) * 1000000 + tonumber(t[2])}
+      call.ctx = ctx
+    end
+  else
+    ctx = {timed = false, now = int_arg(now_s, 'now_us')}
+  end
+  local cost = int_arg(cost_s, 'cost')
+  if cost < 0 then error('sluice: cost must not be negative') end
+  local taken_at = 0
+  if op == 'R' then taken_at = int_arg(taken_s, 'taken_at_us') end
+  run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
+end
+
+local PART_ARGS = 5  -- op now_us cost taken_at_us n, before the limits
+
+local function decide(keys, args)
+  local call = {}
+  local reply = {}
+  local k, a, nargs = 1, 1, #args
+  if nargs == 0 then error('sluice: a call with no part') end
+  while a <= nargs do
+    local op, n = args[a], tonumber(args[a + 4])
+    if op ~= 'D' and op ~= 'C' and op ~= 'R' then
+      error('sluice: op must be D, C or R, got "' .. tostring(op) .. '"')
+    end
+    if n == nil or n < 1 or n ~= math.floor(n) or a + PART_ARGS + n - 1 > nargs or
+       k + n - 1 > #keys then
+      error('sluice: a part needs ' .. PART_ARGS .. ' arguments, then one limit and one key per ' ..
+            'limit; the part at argument ' .. a .. ' does not have them')
+    end
+    local before = #reply
+    local ok, e = pcall(part, call, op, args[a + 1], args[a + 2], args[a + 3], keys, k, args,
+                        a + PART_ARGS, n, reply)
+    if not ok then
+      for i = #reply, before + 1, -1 do reply[i] = nil end
+      reply[before + 1] = error_text(e)
+    end
+    k = k + n
+    a = a + PART_ARGS + n
+  end
+  if k - 1 ~= #keys then error('sluice: ' .. #keys .. ' keys for parts that name ' .. (k - 1)) end
+  return reply
+end
+
+redis.register_function('SLUICE_FUNCTION_NAME', decide)
