@@ -3,20 +3,32 @@
 -- Lua 5.1 numbers are doubles: integers are exact below 2^53, and every
 -- value the algorithms keep stays below that bound (ValidateForRedis in
 -- script.cc rejects configs that would not). What doubles do NOT give for
--- free is exact division: a / b is rounded, so math.floor(a / b) can be one
+-- free is exact division: a / b is rounded, so floor(a / b) can be one
 -- off when the quotient is just below an integer. floordiv corrects it with
 -- the remainder, which is exact. Never format a number with tostring() or
 -- `..`: Lua prints 14 significant digits, and epoch microseconds have 16;
 -- fmt() prints every digit.
 --
 -- All helpers are locals: Redis forbids scripts to create globals.
+--
+-- Redis runs a library's top level with only `redis` in reach; math, string
+-- and the rest are there when its function runs. The ones the hot paths use
+-- become upvalues on the first call (bind_globals): a global is a table
+-- lookup on every use, and a call decides many requests.
+local floor, format, find, sub, match, tonum, call
+
+local function bind_globals()
+  floor, format, find, sub, match, tonum = math.floor, string.format, string.find, string.sub,
+                                           string.match, tonumber
+  call = redis.call
+end
 
 local TWO52 = 4503599627370496
 local INFINITE = -1  -- retry_after that never comes, as the reply encodes it
 
 -- floor(a / b) and a - floor(a / b) * b, exact for |a| < 2^53, 0 < b < 2^53.
 local function floordiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   local r = a - q * b
   while r < 0 do q = q - 1; r = r + b end
   while r >= b do q = q + 1; r = r - b end
@@ -67,23 +79,39 @@ local function min(a, b) if a < b then return a end return b end
 
 -- Every digit of an integral number (%d formats through a C long).
 local function fmt(x)
-  return string.format('%d', x)
+  return format('%d', x)
+end
+
+-- "a b" (and "a b c") with every digit, in one formatting.
+local function fmt2(a, b)
+  return format('%d %d', a, b)
+end
+local function fmt3(a, b, c)
+  return format('%d %d %d', a, b, c)
 end
 
 -- A decimal integer argument; errors name the argument.
 local function int_arg(s, what)
-  local n = tonumber(s)
-  if n == nil or n ~= math.floor(n) or n >= 2 * TWO52 or n <= -2 * TWO52 then
+  local n = tonum(s)
+  if n == nil or n ~= floor(n) or n >= 2 * TWO52 or n <= -2 * TWO52 then
     error('sluice: ' .. what .. ' is not an integer below 2^53: "' .. tostring(s) .. '"')
   end
   return n
 end
 
+-- The two space-separated integers of a stored state ("a b"), or nil when
+-- it is not that; cheaper than a pattern.
+local function split2(s)
+  local space = find(s, ' ', 1, true)
+  if space == nil then return nil end
+  return tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1))
+end
+
 -- The space-separated integers of a stored state (at most three).
 local function split3(s)
-  local a, b, c = string.match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
+  local a, b, c = match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
   if a == nil then error('sluice: malformed state "' .. s .. '"') end
-  return tonumber(a), tonumber(b), tonumber(c)
+  return tonum(a), tonum(b), tonum(c)
 end
 
 -- Stores a plain string state until `fresh_at`: deleted when already fresh,
@@ -92,11 +120,12 @@ end
 -- related to Redis' own clock, so the key keeps no expiry.
 local function store_string(key, value, fresh_at, ctx)
   if fresh_at == nil or fresh_at <= ctx.now then
-    redis.call('DEL', key)
+    call('DEL', key)
   elseif ctx.timed then
-    redis.call('SET', key, value, 'PX', fmt(ceildiv(fresh_at - ctx.now, 1000)))
+    -- A number argument reaches Redis with every digit below 2^53.
+    call('SET', key, value, 'PX', ceildiv(fresh_at - ctx.now, 1000))
   else
-    redis.call('SET', key, value)
+    call('SET', key, value)
   end
 end
 
@@ -106,9 +135,15 @@ local function window_params(argv, i)
   return {limit = int_arg(argv[i + 1], 'limit'), period = int_arg(argv[i + 2], 'period_us')}
 end
 
--- A Decision as the reply lists it.
+-- A Decision as the reply lists it. One table serves every decision: the
+-- driver copies a limit's decision into the reply before it asks the next
+-- limit, so no two are alive at once (a table a decision would cost more
+-- than some algorithms' arithmetic).
+local the_decision = {}
 local function decision(limit)
-  return {allowed = 0, limit = limit, remaining = 0, reset = 0, retry = 0, delay = 0}
+  local d = the_decision
+  d.allowed, d.limit, d.remaining, d.reset, d.retry, d.delay = 0, limit, 0, 0, 0, 0
+  return d
 end
 
 -- ---- the bucket arithmetic (src/algorithm/bucket_math.h) ----
@@ -192,7 +227,7 @@ end
 
 local function format_ticks(us, rem)
   if rem == 0 then return fmt(us) end  -- an integer: Redis stores it in 8 bytes
-  return fmt(us) .. ' ' .. fmt(rem)
+  return fmt2(us, rem)
 end
 
 -- Ticks from now to a tick time (us, rem): (D, rem) with D = us - now; the

@@ -95,16 +95,16 @@ local function error_text(e)
   return tostring(e)
 end
 
--- One part's arguments read, then run_part. `call` keeps, for the parts at
--- Redis' time, one context with the time read once.
-local function part(call, op, now_s, cost_s, taken_s, keys, k, args, a, n, reply)
+-- One part's arguments read, then run_part. `this_call` keeps, for the
+-- parts at Redis' time, one context with the time read once.
+local function part(this_call, op, now_s, cost_s, taken_s, keys, k, args, a, n, reply)
   local ctx
   if now_s == '' then
-    ctx = call.ctx
+    ctx = this_call.ctx
     if ctx == nil then
-      local t = redis.call('TIME')
-      ctx = {timed = true, now = tonumber(t[1]) * 1000000 + tonumber(t[2])}
-      call.ctx = ctx
+      local t = call('TIME')
+      ctx = {timed = true, now = tonum(t[1]) * 1000000 + tonum(t[2])}
+      this_call.ctx = ctx
     end
   else
     ctx = {timed = false, now = int_arg(now_s, 'now_us')}
@@ -119,22 +119,23 @@ end
 local PART_ARGS = 5  -- op now_us cost taken_at_us n, before the limits
 
 local function decide(keys, args)
-  local call = {}
+  if floor == nil then bind_globals() end
+  local this_call = {}
   local reply = {}
   local k, a, nargs = 1, 1, #args
   if nargs == 0 then error('sluice: a call with no part') end
   while a <= nargs do
-    local op, n = args[a], tonumber(args[a + 4])
+    local op, n = args[a], tonum(args[a + 4])
     if op ~= 'D' and op ~= 'C' and op ~= 'R' then
       error('sluice: op must be D, C or R, got "' .. tostring(op) .. '"')
     end
-    if n == nil or n < 1 or n ~= math.floor(n) or a + PART_ARGS + n - 1 > nargs or
+    if n == nil or n < 1 or n ~= floor(n) or a + PART_ARGS + n - 1 > nargs or
        k + n - 1 > #keys then
       error('sluice: a part needs ' .. PART_ARGS .. ' arguments, then one limit and one key per ' ..
             'limit; the part at argument ' .. a .. ' does not have them')
     end
     local before = #reply
-    local ok, e = pcall(part, call, op, args[a + 1], args[a + 2], args[a + 3], keys, k, args,
+    local ok, e = pcall(part, this_call, op, args[a + 1], args[a + 2], args[a + 3], keys, k, args,
                         a + PART_ARGS, n, reply)
     if not ok then
       for i = #reply, before + 1, -1 do reply[i] = nil end

@@ -7,19 +7,21 @@ local fixed_window = {}
 
 fixed_window.params = window_params
 
+-- window, count and whether the key exists.
 local function fw_load(key)
-  local s = redis.call('GET', key)
-  if not s then return {window = 0, count = 0}, false end
-  local window, count = split3(s)
-  return {window = window, count = count}, true
+  local s = call('GET', key)
+  if not s then return 0, 0, false end
+  local window, count = split2(s)
+  if count == nil then error('sluice: malformed state "' .. s .. '"') end
+  return window, count, true
 end
 
 function fixed_window.decide(w, key, ctx, cost)
   local now = ctx.now
-  local st = fw_load(key)
+  local st_window, st_count = fw_load(key)
   -- A clock that went back stays in the latest window seen.
-  local window = max(floordiv(now, w.period), st.window)
-  local count = (window == st.window) and st.count or 0
+  local window = max(floordiv(now, w.period), st_window)
+  local count = (window == st_window) and st_count or 0
   local until_end = (window + 1) * w.period - now
   local d = decision(w.limit)
   local used = count
@@ -40,14 +42,12 @@ end
 function fixed_window.save(w, key, st, ctx)
   local fresh_at = nil
   if st.count > 0 then fresh_at = (st.window + 1) * w.period end
-  store_string(key, fmt(st.window) .. ' ' .. fmt(st.count), fresh_at, ctx)
+  store_string(key, fmt2(st.window, st.count), fresh_at, ctx)
 end
 
 function fixed_window.refund(w, key, ctx, taken_at, cost)
-  local st, found = fw_load(key)
+  local window, count, found = fw_load(key)
   if not found then return end
-  if st.window == floordiv(taken_at, w.period) then
-    st.count = max(0, st.count - cost)
-  end
-  fixed_window.save(w, key, st, ctx)
+  if window == floordiv(taken_at, w.period) then count = max(0, count - cost) end
+  fixed_window.save(w, key, {window = window, count = count}, ctx)
 end

@@ -10,7 +10,7 @@ local gcra = {params = bucket_params}
 
 function gcra.decide(b, key, ctx, cost)
   local now = ctx.now
-  local tat_us, tat_rem = split_ticks(redis.call('GET', key) or nil)
+  local tat_us, tat_rem = split_ticks(call('GET', key) or nil)
   local used = ticks_after(b.per_us, now, tat_us, tat_rem)
   if used == nil then return bucket_decide_far(b, tat_us - now, tat_rem, cost), nil end
   local d, consumed, used_after = bucket_decide(b, used, cost)
@@ -26,7 +26,7 @@ function gcra.save(b, key, st, ctx)
 end
 
 function gcra.refund(b, key, ctx, taken_at, cost)
-  local s = redis.call('GET', key)
+  local s = call('GET', key)
   if not s then return end
   local us, rem = split_ticks(s)
   if cost > 0 then

@@ -7,7 +7,7 @@
 local leaky_police = {params = bucket_params}
 
 local function lp_load(key)
-  local s = redis.call('GET', key)
+  local s = call('GET', key)
   if not s then return nil end
   local level, last = split3(s)
   return {level = level, last = last}

@@ -17,7 +17,7 @@ end
 
 function leaky_shape.decide(s, key, ctx, cost)
   local now = ctx.now
-  local nf_us, nf_rem = split_ticks(redis.call('GET', key) or nil)
+  local nf_us, nf_rem = split_ticks(call('GET', key) or nil)
   local d = decision(s.capacity)
   -- wait = max(next_free, now) - now, in ticks
   local wait = ticks_after(s.per_us, now, nf_us, nf_rem)

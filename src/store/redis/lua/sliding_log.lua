@@ -13,9 +13,9 @@
 local sliding_log = {params = window_params}
 
 local function sl_entry(s)
-  local space = string.find(s, ' ', 1, true)
-  if not space then return tonumber(s), 1 end
-  return tonumber(string.sub(s, 1, space - 1)), tonumber(string.sub(s, space + 1))
+  local space = find(s, ' ', 1, true)
+  if not space then return tonum(s), 1 end
+  return tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1))
 end
 
 local function sl_format(time_us, cost)
@@ -25,12 +25,12 @@ end
 
 -- Returns last_us, total, entries (0, 0, 0 when there is no key).
 local function sl_header(key)
-  local h = redis.call('LINDEX', key, 0)
+  local h = call('LINDEX', key, 0)
   if not h then return 0, 0, 0 end
-  local colon = string.find(h, ':', 1, true)
+  local colon = find(h, ':', 1, true)
   if not colon then error('sluice: malformed sliding_log header "' .. h .. '"') end
-  return tonumber(string.sub(h, 1, colon - 1)), tonumber(string.sub(h, colon + 1)),
-         redis.call('LLEN', key) - 1
+  return tonum(sub(h, 1, colon - 1)), tonum(sub(h, colon + 1)),
+         call('LLEN', key) - 1
 end
 
 -- Iterates entries first..last (list indices), oldest first, reading them in
@@ -41,7 +41,7 @@ local function sl_entries(key, first, last)
     i = i + 1
     if i > last then return nil end
     if i >= buf_first + #buf then
-      buf = redis.call('LRANGE', key, i, min(i + chunk - 1, last))
+      buf = call('LRANGE', key, i, min(i + chunk - 1, last))
       buf_first = i
       chunk = min(chunk * 2, 256)
     end
@@ -52,9 +52,9 @@ end
 
 local function sl_expire(key, fresh_at, ctx)
   if ctx.timed then
-    redis.call('PEXPIRE', key, fmt(ceildiv(fresh_at - ctx.now, 1000)))
+    call('PEXPIRE', key, fmt(ceildiv(fresh_at - ctx.now, 1000)))
   else
-    redis.call('PERSIST', key)
+    call('PERSIST', key)
   end
 end
 
@@ -67,7 +67,7 @@ function sliding_log.decide(w, key, ctx, cost)
   local dropped = 0  -- entries older than the window (at - period, at]
   local i, t, c
   local last_entry = nil  -- the newest entry's time, read once
-  if n > 0 then last_entry = sl_entry(redis.call('LINDEX', key, -1)) end
+  if n > 0 then last_entry = sl_entry(call('LINDEX', key, -1)) end
   if last_entry and last_entry <= at - period then
     -- The newest has left the window, so all have: no walk (a key idle for
     -- a period would otherwise cost a pass over its whole log).
@@ -118,19 +118,19 @@ function sliding_log.save(w, key, plan, ctx)
   local header = fmt(plan.at) .. ':' .. fmt(plan.total)
   if plan.dropped > 0 then
     -- Keep the last dropped entry as the slot the header is written into.
-    redis.call('LTRIM', key, plan.dropped, -1)
+    call('LTRIM', key, plan.dropped, -1)
   end
   if plan.entries > 0 then
-    redis.call('LSET', key, 0, header)
+    call('LSET', key, 0, header)
   else
-    redis.call('RPUSH', key, header)
+    call('RPUSH', key, header)
   end
   if plan.newest == plan.at then
     -- Same instant as the newest entry: one entry.
-    local _, cost = sl_entry(redis.call('LINDEX', key, -1))
-    redis.call('LSET', key, -1, sl_format(plan.at, cost + plan.cost))
+    local _, cost = sl_entry(call('LINDEX', key, -1))
+    call('LSET', key, -1, sl_format(plan.at, cost + plan.cost))
   else
-    redis.call('RPUSH', key, sl_format(plan.at, plan.cost))
+    call('RPUSH', key, sl_format(plan.at, plan.cost))
   end
   sl_expire(key, plan.at + w.period, ctx)
 end
@@ -143,7 +143,7 @@ local function sl_remove_cost(key, n, taken_at, cost, total)
   local first = n + 1
   while first > 1 do
     local lo = max(1, first - 16)
-    local chunk = redis.call('LRANGE', key, lo, first - 1)
+    local chunk = call('LRANGE', key, lo, first - 1)
     local j = #chunk
     while j >= 1 and sl_entry(chunk[j]) >= taken_at do j = j - 1 end
     first = lo + j
@@ -157,14 +157,14 @@ local function sl_remove_cost(key, n, taken_at, cost, total)
     total = total - take
     cost = cost - take
     if c > take then
-      redis.call('LSET', key, i, sl_format(t, c - take))
+      call('LSET', key, i, sl_format(t, c - take))
       break
     end
-    redis.call('LSET', key, i, 'x')  -- erased below, in one pass
+    call('LSET', key, i, 'x')  -- erased below, in one pass
     removed = removed + 1
     i, t, c = next_entry()
   end
-  if removed > 0 then redis.call('LREM', key, removed, 'x') end
+  if removed > 0 then call('LREM', key, removed, 'x') end
   return removed, total
 end
 
@@ -177,14 +177,14 @@ function sliding_log.refund(w, key, ctx, taken_at, cost)
     local removed
     removed, total = sl_remove_cost(key, n, taken_at, cost, total)
     if removed == n then
-      redis.call('DEL', key)
+      call('DEL', key)
       return
     end
-    redis.call('LSET', key, 0, fmt(last) .. ':' .. fmt(total))
+    call('LSET', key, 0, fmt(last) .. ':' .. fmt(total))
   end
-  local newest = sl_entry(redis.call('LINDEX', key, -1))
+  local newest = sl_entry(call('LINDEX', key, -1))
   if newest + w.period <= ctx.now then
-    redis.call('DEL', key)
+    call('DEL', key)
   else
     sl_expire(key, newest + w.period, ctx)
   end

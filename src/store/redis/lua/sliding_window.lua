@@ -14,7 +14,7 @@
 local sliding_window = {params = window_params}
 
 local function sw_load(key)
-  local s = redis.call('GET', key)
+  local s = call('GET', key)
   if not s then return {window = 0, prev = 0, curr = 0}, false end
   local window, prev, curr = split3(s)
   return {window = window, prev = prev, curr = curr}, true
@@ -90,7 +90,7 @@ function sliding_window.save(w, key, st, ctx)
   elseif st.prev > 0 then
     fresh_at = (st.window + 1) * w.period
   end
-  store_string(key, fmt(st.window) .. ' ' .. fmt(st.prev) .. ' ' .. fmt(st.curr), fresh_at, ctx)
+  store_string(key, fmt3(st.window, st.prev, st.curr), fresh_at, ctx)
 end
 
 function sliding_window.refund(w, key, ctx, taken_at, cost)

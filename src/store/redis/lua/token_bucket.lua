@@ -6,7 +6,7 @@
 local token_bucket = {params = bucket_params}
 
 local function tb_load(key)
-  local s = redis.call('GET', key)
+  local s = call('GET', key)
   if not s then return nil end
   local tokens, last = split3(s)
   return {tokens = tokens, last = last}
@@ -32,7 +32,7 @@ function token_bucket.decide(b, key, ctx, cost)
 end
 
 function token_bucket.save(b, key, st, ctx)
-  store_string(key, fmt(st.tokens) .. ' ' .. fmt(st.last), tb_fresh_at(b, st), ctx)
+  store_string(key, fmt2(st.tokens, st.last), tb_fresh_at(b, st), ctx)
 end
 
 function token_bucket.refund(b, key, ctx, taken_at, cost)
