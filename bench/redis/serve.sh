@@ -1,0 +1,257 @@
+#!/usr/bin/env bash
+# sluice serve with its Redis store, end to end over HTTP: wrk POSTs
+# /v1/check ({"policy": ..., "key": ...}) to one `sluice serve` (2 threads)
+# whose policies are global, in one redis-server this script starts
+# (loopback, a free port, no persistence):
+#
+#   fleet: for each of ALGORITHMS, one sluice process with one policy named
+#          after the algorithm, a rate nobody reaches (nothing is denied),
+#          keys "user-<n>" drawn uniformly among KEYS. Reported: requests/s,
+#          p50 / p99 latency, non-2xx answers, Redis calls per decision (below
+#          1 when sluice coalesced the decisions in flight into one call) and
+#          redis-server's CPU time (user + system, /proc/PID/stat) per
+#          decision sent to Redis.
+#   abuse: one key hammered by 64 connections, under a limit of 100/10s
+#          (fixed_window and gcra). Reported: requests/s, how many were denied
+#          (429), the Redis calls they cost, per second and per 10-second
+#          retry period, and the denials sluice answered without a call
+#          (Redis had denied that key, and the wait it named had not passed:
+#          until the window ends for fixed_window; for gcra, which lets one
+#          more through every 100 ms, 100 ms at a time).
+#
+# Counts come from sluice's own /metrics (admin listener), as deltas over
+# each wrk run: sluice_redis_calls_total, sluice_redis_decisions_total,
+# sluice_redis_denials_answered_total, sluice_http_responses_total{code}.
+# Every run is repeated ROUNDS times; the tables show medians.
+#
+# Usage: bench/redis/serve.sh                           # ~1.5 minutes
+#        DURATION=2 ROUNDS=1 bench/redis/serve.sh       # smoke run, ~40 s
+# Variables: DURATION (5, seconds per wrk run), ROUNDS (2), KEYS (100000),
+#   ALGORITHMS ("fixed_window gcra token_bucket sliding_window"),
+#   ABUSE_ALGORITHMS ("fixed_window gcra"), OUT (the results folder).
+# Loopback only; every step is under `timeout`; it stops what it started, by PID.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$HERE/../.."
+
+DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-2}
+KEYS=${KEYS:-100000}
+ALGORITHMS=${ALGORITHMS:-fixed_window gcra token_bucket sliding_window}
+ABUSE_ALGORITHMS=${ABUSE_ALGORITHMS:-fixed_window gcra}
+ABUSE_RATE=100/10s ABUSE_PERIOD_S=10   # the abuse case's limit, and its period
+
+source scripts/deps.sh
+sluice_install_deps redis-server redis-tools wrk
+
+SLUICE="$PWD/build/release/sluice"
+if [[ ! -x "$SLUICE" ]]; then
+  timeout 900 cmake --preset release >/dev/null
+  timeout 900 cmake --build build/release --target sluice >/dev/null
+fi
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=${OUT:-build/release/bench/redis-serve-results/$STAMP}
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+REDIS_PID="" SLUICE_PID=""
+cleanup() {
+  for pid in $SLUICE_PID $REDIS_PID; do kill "$pid" 2>/dev/null || true; done
+  for pid in $SLUICE_PID $REDIS_PID; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_port() {
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on port $1" >&2; return 1
+}
+
+# --- one redis-server for every run; persistence off: no fork mid-run ---
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+  --dir "$WORK" --logfile "$WORK/redis.log" &
+REDIS_PID=$!
+wait_port "$REDIS_PORT"
+RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
+
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS' bench/redis/serve.sh"
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel $(uname -r)"
+  echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t2 -c64 -d${DURATION}s"
+  echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+} > "$OUT/machine.txt"
+
+# redis-server's CPU time so far, user + system, in microseconds.
+redis_cpu_us() {
+  awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000000 / hz) }' "/proc/$REDIS_PID/stat"
+}
+# sluice's counters now, as one JSON object: sums over labels, and the main
+# listener's responses by code (the admin listener counts these fetches).
+metrics() {  # $1 admin port
+  timeout 10 python3 - "$1" <<'PY'
+import json, re, sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+m = {}
+for line in text.splitlines():
+    if line.strip() and not line.startswith("#"):
+        name, value = line.rsplit(" ", 1)
+        code = re.search(r'listener="main",code="(\d+)"', name)
+        key = f"http_{code.group(1)}" if code else name.split("{")[0]
+        m[key] = m.get(key, 0) + float(value)
+print(json.dumps(m))
+PY
+}
+
+# start_sluice ALGORITHM LIMIT: one sluice serve with one global policy named
+# ALGORITHM, LIMIT its YAML limit map. The policy's `key` parts are for the
+# gateway and auth_request; /v1/check takes the key from the body.
+start_sluice() {
+  SLUICE_PORT=$(free_port); SLUICE_ADMIN=$(free_port)
+  cat > "$WORK/sluice.yaml" <<CONF
+server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads: 2}
+store:
+  redis: {url: "redis://127.0.0.1:$REDIS_PORT", timeout: 50ms}
+policies:
+  - name: $1
+    limits: [$2]
+CONF
+  timeout 10 "$SLUICE" serve --config "$WORK/sluice.yaml" --check >/dev/null
+  "$SLUICE" serve --config "$WORK/sluice.yaml" 2>>"$OUT/sluice.log" &
+  SLUICE_PID=$!
+  wait_port "$SLUICE_PORT" && wait_port "$SLUICE_ADMIN"
+}
+stop_sluice() {
+  kill "$SLUICE_PID"
+  timeout 30 tail --pid="$SLUICE_PID" -f /dev/null
+  wait "$SLUICE_PID" 2>/dev/null || true
+  SLUICE_PID=""
+}
+
+# wrk scripts. fleet: a key drawn uniformly among KEYS, each wrk thread with
+# its own seed. abuse: every request the same, for the same key.
+write_lua() {  # $1 case, $2 policy
+  printf '%s\n' 'wrk.method = "POST"' 'wrk.headers["Content-Type"] = "application/json"' > "$WORK/req.lua"
+  if [[ "$1" == fleet ]]; then
+    cat >> "$WORK/req.lua" <<LUA
+local threads = 0
+function setup(thread) thread:set("seed", threads); threads = threads + 1 end
+function init(args) math.randomseed(42 + seed) end
+function request()
+  return wrk.format(nil, nil, nil, '{"policy":"$2","key":"user-' .. math.random($KEYS) .. '"}')
+end
+LUA
+  else
+    echo "wrk.body = '{\"policy\":\"$2\",\"key\":\"abuser\"}'" >> "$WORK/req.lua"
+  fi
+}
+
+RESULTS="$OUT/results.jsonl"
+: > "$RESULTS"
+# measure CASE ALGORITHM ROUND: one wrk run against the running sluice; its
+# line (wrk's numbers, the metric deltas, redis-server's CPU) to results.jsonl.
+measure() {
+  local m0 m1 cpu0 cpu1
+  m0=$(metrics "$SLUICE_ADMIN"); cpu0=$(redis_cpu_us)
+  timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
+    "http://127.0.0.1:$SLUICE_PORT/v1/check" > "$WORK/wrk.txt" 2>&1
+  cpu1=$(redis_cpu_us); m1=$(metrics "$SLUICE_ADMIN")
+  # non_2xx: wrk's count; http_codes: sluice's own, which also counts the
+  # answers still in flight when wrk stopped.
+  timeout 10 python3 - "$1" "$2" "$3" "$WORK/wrk.txt" "$m0" "$m1" $((cpu1 - cpu0)) \
+      "$DURATION" "$ABUSE_PERIOD_S" "$KEYS" <<'PY' >> "$RESULTS"
+import json, re, sys
+case, alg, rnd, wrk_file, m0, m1, cpu, duration, period, keys = sys.argv[1:]
+text = open(wrk_file).read()
+m0, m1, cpu, duration, period = json.loads(m0), json.loads(m1), int(cpu), float(duration), float(period)
+d = lambda k: int(m1.get(k, 0) - m0.get(k, 0))
+def latency_us(q):
+    m = re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)\b", text)
+    return round(float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)], 1)
+non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+errs = re.search(r"Socket errors: (.*)", text)
+codes = {k[5:]: d(k) for k in set(m0) | set(m1) if k.startswith("http_") and d(k)}
+calls, decisions = d("sluice_redis_calls_total"), d("sluice_redis_decisions_total")
+r = {"case": case, "algorithm": alg, "round": int(rnd), "seconds": duration,
+     "keys": 1 if case == "abuse" else int(keys),
+     "requests": int(re.search(r"(\d+) requests in", text).group(1)),
+     "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)),
+     "p50_us": latency_us(50), "p99_us": latency_us(99),
+     "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+     "socket_errors": errs.group(1) if errs else "", "http_codes": codes,
+     "redis_calls": calls, "redis_decisions": decisions,
+     "denials_answered": d("sluice_redis_denials_answered_total"),
+     "redis_errors": d("sluice_redis_errors_total") + d("sluice_redis_timeouts_total"),
+     "store_errors": d("sluice_store_errors_total"),
+     "calls_per_decision": round(calls / max(decisions, 1), 4),
+     "redis_calls_per_s": round(calls / duration, 1),
+     "redis_calls_per_period": round(calls / duration * period, 1),
+     "redis_cpu_us": cpu, "redis_cpu_us_per_decision": round(cpu / max(decisions, 1), 3)}
+print(json.dumps(r))
+PY
+}
+
+# --- fleet: many keys, nothing denied, one sluice per algorithm ---
+"${RCLI[@]}" FLUSHALL >/dev/null
+for alg in $ALGORITHMS; do
+  case $alg in
+    token_bucket|gcra|leaky_bucket) limit="{algorithm: $alg, rate: 1000000000/s, burst: 1000000000}" ;;
+    *) limit="{algorithm: $alg, rate: 1000000000/s}" ;;
+  esac
+  start_sluice "$alg" "$limit"
+  write_lua fleet "$alg"
+  for round in $(seq "$ROUNDS"); do measure fleet "$alg" "$round"; done
+  stop_sluice
+  echo "done fleet $alg" >&2
+done
+
+# --- abuse: one key, a small limit; denials Redis made are answered locally ---
+"${RCLI[@]}" FLUSHALL >/dev/null
+for alg in $ABUSE_ALGORITHMS; do
+  start_sluice "$alg" "{algorithm: $alg, rate: $ABUSE_RATE}"
+  write_lua abuse "$alg"
+  for round in $(seq "$ROUNDS"); do measure abuse "$alg" "$round"; done
+  stop_sluice
+  echo "done abuse $alg" >&2
+done
+
+# --- the tables: medians over the rounds ---
+timeout 30 python3 - "$OUT" <<'PY' | tee "$OUT/summary.md"
+import collections, json, pathlib, statistics, sys
+out = pathlib.Path(sys.argv[1])
+runs = collections.defaultdict(list)
+for line in (out / "results.jsonl").read_text().splitlines():
+    r = json.loads(line)
+    runs[(r["case"], r["algorithm"])].append(r)
+med = lambda rs, f: statistics.median(r[f] for r in rs)
+print((out / "machine.txt").read_text().rstrip())
+print("\n## fleet: uniform keys, nothing denied (medians of", max(len(v) for v in runs.values()), "rounds)\n")
+print("| algorithm | keys | requests/s | p50 us | p99 us | non-2xx | Redis calls per decision "
+      "| redis-server CPU us per decision | Redis errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for (case, alg), rs in runs.items():
+    if case == "fleet":
+        print(f"| {alg} | {rs[0]['keys']} | {med(rs, 'requests_per_s'):.0f} | {med(rs, 'p50_us'):.0f} "
+              f"| {med(rs, 'p99_us'):.0f} | {med(rs, 'non_2xx'):.0f} | {med(rs, 'calls_per_decision'):.3f} "
+              f"| {med(rs, 'redis_cpu_us_per_decision'):.2f} | {med(rs, 'redis_errors'):.0f} |")
+print("\n## abuse: one key, limit 100/10s\n")
+print("| algorithm | requests/s | requests | denied (429) | allowed (200) | Redis calls "
+      "| decisions sent to Redis | denials answered locally | Redis calls/s "
+      "| Redis calls per 10 s (the limit's period) | Redis errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for (case, alg), rs in runs.items():
+    if case == "abuse":
+        code = lambda c: statistics.median(r["http_codes"].get(c, 0) for r in rs)
+        print(f"| {alg} | {med(rs, 'requests_per_s'):.0f} | {med(rs, 'requests'):.0f} | {code('429'):.0f} "
+              f"| {code('200'):.0f} | {med(rs, 'redis_calls'):.0f} | {med(rs, 'redis_decisions'):.0f} "
+              f"| {med(rs, 'denials_answered'):.0f} | {med(rs, 'redis_calls_per_s'):.1f} "
+              f"| {med(rs, 'redis_calls_per_period'):.1f} | {med(rs, 'redis_errors'):.0f} |")
+PY
+echo "results: $OUT" >&2
