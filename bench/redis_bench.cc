@@ -239,12 +239,15 @@ int Main(const Flags& flags) {
       return 1;
     }
     const std::string key = flags.keys == 1 ? KeyName(0) : "user-__rand_int__";
-    // op, now (Redis' TIME), cost, taken_at, limits, the limit.
-    const std::vector<std::string> args = {"FCALL", std::string(sluice::redis::FunctionName()),
-                                           "1",     (*store)->RedisKey(**table, key),
-                                           "D",     "",
-                                           "1",     "",
-                                           "1",     sluice::redis::LimitParams(*config)};
+    // The short form of a part, as the store sends it: decide at Redis'
+    // time, the cost, the limit.
+    const std::vector<std::string> args = {"FCALL",
+                                           std::string(sluice::redis::FunctionName()),
+                                           "1",
+                                           (*store)->RedisKey(**table, key),
+                                           "d",
+                                           "1",
+                                           sluice::redis::LimitParams(*config)};
     for (const std::string& a : args) std::printf("%s\n", a.c_str());
     return 0;
   }

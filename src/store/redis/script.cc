@@ -130,6 +130,14 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
   part.keys.reserve(key_bytes);
   for (size_t i = 0; i < n; ++i) AppendBulk(part.keys, keys[i]);
   std::string& a = part.args;
+  if (n == 1 && !args.now.has_value() && args.op != ScriptOp::kRefund) {
+    // The short form, for most requests: one limit, Redis' time.
+    part.arg_count = 3;
+    AppendBulk(a, args.op == ScriptOp::kDecide ? "d" : "c");
+    AppendNumber(a, std::clamp<int64_t>(args.cost, 0, kMaxScriptCost));
+    AppendBulk(a, limits[0]);
+    return part;
+  }
   AppendBulk(a, args.op == ScriptOp::kDecide ? "D" : args.op == ScriptOp::kCheck ? "C" : "R");
   if (args.now.has_value()) {
     AppendNumber(a, args.now->unix_micros());

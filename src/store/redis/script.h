@@ -12,6 +12,7 @@
 //
 //   FCALL <FunctionName()> numkeys key... part...
 //   part: op now_us cost taken_at_us n limit_1 ... limit_n
+//     or, one limit at Redis' time (most requests): d|c cost limit_1
 //
 // limit_i is LimitParams(config), one string computed once per limit. Keys
 // are the caller's: distinct per limit, sharing one {hash tag} (one Cluster

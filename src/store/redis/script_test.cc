@@ -90,6 +90,13 @@ TEST(CallTest, LaysOutEveryKeyThenEachPartsArgumentsAndLimits) {
                   "1704067200000001", "3", "", "2", "tb 1 10000 20 200000 200001", "fw 40 60000000",
                   "R", "", "4503599627370496", "-5", "1", "gc 3 250000 3 750000 250001"));
   EXPECT_THAT(Args(JoinParts({&two, 1}))[3], "{v}:a");
+  // One limit at Redis' time: the short form.
+  const CallPart three = EncodePart({.op = ScriptOp::kCheck, .cost = 2}, keys2, limits2);
+  EXPECT_EQ(three.arg_count, 3u);
+  EXPECT_EQ(three.decisions, 1u);
+  EXPECT_THAT(Args(JoinParts({&three, 1})),
+              ElementsAre("FCALL", std::string(FunctionName()), "1", "{v}:a", "c", "2",
+                          "gc 3 250000 3 750000 250001"));
 }
 
 TEST(LimitParamsTest, OneStringPerLimit) {

@@ -4,8 +4,10 @@
 --
 --   FCALL sluice_<id> numkeys key... part...
 --   part: op now_us cost taken_at_us n limit_1 ... limit_n
+--     or, for one limit at Redis' time (most requests): d|c cost limit_1
 --
--- A part takes the next n keys. limit_i is the limit's parameters as one
+-- A part takes the next n keys (the short form: one). Fewer arguments are
+-- less for Redis to read and turn into Lua strings, per request. limit_i is the limit's parameters as one
 -- string, "code p1 p2 ..." (LimitParams in script.cc); a library keeps the
 -- parsed form of the strings it has seen, so a call parses none it knows.
 -- op "D": decide every limit on the current state without writing; only if
@@ -117,6 +119,7 @@ local function part(this_call, op, now_s, cost_s, taken_s, keys, k, args, a, n, 
 end
 
 local PART_ARGS = 5  -- op now_us cost taken_at_us n, before the limits
+local SHORT_ARGS = 2  -- op cost, before the one limit
 
 local function decide(keys, args)
   if floor == nil then bind_globals() end
@@ -125,24 +128,30 @@ local function decide(keys, args)
   local k, a, nargs = 1, 1, #args
   if nargs == 0 then error('sluice: a call with no part') end
   while a <= nargs do
-    local op, n = args[a], tonum(args[a + 4])
-    if op ~= 'D' and op ~= 'C' and op ~= 'R' then
-      error('sluice: op must be D, C or R, got "' .. tostring(op) .. '"')
+    local op = args[a]
+    local n, now_s, cost_s, taken_s, first
+    if op == 'd' or op == 'c' then
+      -- The short form: one limit, Redis' time.
+      n, now_s, cost_s, taken_s, first = 1, '', args[a + 1], '', a + SHORT_ARGS
+      op = (op == 'd') and 'D' or 'C'
+    elseif op == 'D' or op == 'C' or op == 'R' then
+      n, now_s, cost_s, taken_s, first = tonum(args[a + 4]), args[a + 1], args[a + 2], args[a + 3],
+                                         a + PART_ARGS
+    else
+      error('sluice: op must be D, C, R, d or c, got "' .. tostring(op) .. '"')
     end
-    if n == nil or n < 1 or n ~= floor(n) or a + PART_ARGS + n - 1 > nargs or
-       k + n - 1 > #keys then
-      error('sluice: a part needs ' .. PART_ARGS .. ' arguments, then one limit and one key per ' ..
-            'limit; the part at argument ' .. a .. ' does not have them')
+    if n == nil or n < 1 or n ~= floor(n) or first + n - 1 > nargs or k + n - 1 > #keys then
+      error('sluice: a part needs its arguments, then one limit and one key per limit; the part ' ..
+            'at argument ' .. a .. ' does not have them')
     end
     local before = #reply
-    local ok, e = pcall(part, this_call, op, args[a + 1], args[a + 2], args[a + 3], keys, k, args,
-                        a + PART_ARGS, n, reply)
+    local ok, e = pcall(part, this_call, op, now_s, cost_s, taken_s, keys, k, args, first, n, reply)
     if not ok then
       for i = #reply, before + 1, -1 do reply[i] = nil end
       reply[before + 1] = error_text(e)
     end
     k = k + n
-    a = a + PART_ARGS + n
+    a = first + n
   end
   if k - 1 ~= #keys then error('sluice: ' .. #keys .. ' keys for parts that name ' .. (k - 1)) end
   return reply
