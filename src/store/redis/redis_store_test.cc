@@ -713,8 +713,10 @@ TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
   EXPECT_EQ(late_replies_reach(2 * kCalls + 10), static_cast<uint64_t>(2 * kCalls + 10));
   EXPECT_EQ(RemainingSettlesAt(*allow, "k", 100), 100);
 
-  // Coalesced: the first two calls are sent and answered late; the requests
-  // queued behind them pass their deadline unsent, so Redis never runs them.
+  // Coalesced: the first two calls are sent alone and answered late; the
+  // requests queued behind them go in later calls, or, when their own
+  // timeout passed while they waited, are never sent. Either way what Redis
+  // took is given back.
   auto coalescing = Connect({.url = Url(), .timeout = Duration::Millis(100)});
   auto queued =
       Make(*coalescing, {L(Algorithm::kFixedWindow, "100/1h")}, {}, OnStoreError::kDeny, "queued");
@@ -723,13 +725,6 @@ TEST_F(RedisStoreTest, LateRepliesToTimedOutCallsAreReconciled) {
   stall.join();
   ASSERT_EQ(denied.size(), static_cast<size_t>(kCalls));
   for (const PolicyDecision& d : denied) EXPECT_TRUE(d.store_error);
-  const auto start = SteadyClock::now();
-  while (coalescing->Health().late_replies < 2 && MillisSince(start) < 2000) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(coalescing->Health().late_replies, 2u);
-  // The two sent and, once their late replies came, their refunds.
-  EXPECT_LE(coalescing->Health().decisions, 4u);
   EXPECT_EQ(RemainingSettlesAt(*queued, "k", 100), 100);
 }
 
