@@ -16,6 +16,7 @@
 
 #include "base/cat.h"
 #include "redis/client.h"
+#include "store/redis/lanes.h"
 #include "store/redis/script.h"
 
 namespace sluice {
@@ -235,60 +236,7 @@ struct Pending {
 };
 using Batch = std::vector<std::unique_ptr<Pending>>;
 
-// Coalescing (docs/distributed.md, "Several decisions in one call"): at
-// most kMaxInFlight calls per lane (a Redis node; on a Cluster, a slot) are
-// in flight; what arrives meanwhile waits, and goes in the next call when
-// one is answered, up to max_batch requests a call. A request alone on its
-// lane is sent at once: coalescing adds no wait at low load, and the wait it
-// adds under load is bounded by the call in flight (its timeout at worst).
-class Lanes {
- public:
-  static constexpr size_t kMaxInFlight = 2;
-
-  explicit Lanes(size_t max_batch) : max_batch_(std::max<size_t>(1, max_batch)) {}
-
-  // Queues `p` on `lane`; returns what to send now (nothing: it waits).
-  Batch Submit(uint32_t lane, std::unique_ptr<Pending> p) {
-    Batch out;
-    std::lock_guard lock(mu_);
-    Lane& l = lanes_[lane];
-    if (l.in_flight >= kMaxInFlight && max_batch_ > 1) {
-      l.queue.push_back(std::move(p));
-      return out;
-    }
-    ++l.in_flight;
-    out.push_back(std::move(p));
-    return out;
-  }
-
-  // A call of `lane` was answered: returns the next call's requests (none:
-  // the lane has one call fewer in flight), and moves those whose deadline
-  // passed while they waited to `expired`.
-  Batch Next(uint32_t lane, Batch& expired) {
-    Batch out;
-    const SteadyClock::time_point now = SteadyClock::now();
-    std::lock_guard lock(mu_);
-    auto it = lanes_.find(lane);
-    if (it == lanes_.end()) return out;
-    Lane& l = it->second;
-    while (!l.queue.empty() && out.size() < max_batch_) {
-      std::unique_ptr<Pending>& p = l.queue.front();
-      (p->deadline <= now ? expired : out).push_back(std::move(p));
-      l.queue.pop_front();
-    }
-    if (out.empty() && --l.in_flight == 0 && l.queue.empty()) lanes_.erase(it);
-    return out;
-  }
-
- private:
-  struct Lane {
-    size_t in_flight = 0;
-    std::deque<std::unique_ptr<Pending>> queue;
-  };
-  const size_t max_batch_;
-  std::mutex mu_;
-  absl::flat_hash_map<uint32_t, Lane> lanes_;
-};
+using Lanes = redis::Lanes<Pending>;
 
 }  // namespace
 
@@ -377,7 +325,7 @@ void RedisStore::Impl::Answered(uint32_t lane, const std::shared_ptr<Batch>& bat
                                 absl::StatusOr<redis::Reply> reply) {
   // The lane's next call first: Redis works on it while the answers go out.
   Batch expired;
-  Batch next = lanes.Next(lane, expired);
+  Batch next = lanes.Next(lane, SteadyClock::now(), expired);
   if (!next.empty()) Send(lane, std::move(next));
   for (auto& p : expired) {
     std::exchange(p->done, nullptr)(
