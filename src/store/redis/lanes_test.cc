@@ -63,7 +63,8 @@ TEST(LanesTest, ARequestWhoseDeadlinePassedWhileItWaitedIsNeverSent) {
 TEST(LanesTest, ABatchOfOneSendsEveryRequestAtOnce) {
   Lanes<Item> lanes(1);
   const Clock::time_point later = Clock::now() + std::chrono::seconds(10);
-  for (int id = 1; id <= 5; ++id) EXPECT_EQ(Ids(lanes.Submit(0, At(id, later))), std::vector<int>{id});
+  for (int id = 1; id <= 5; ++id)
+    EXPECT_EQ(Ids(lanes.Submit(0, At(id, later))), std::vector<int>{id});
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ std::string_view FunctionName();
 // A part's arguments before its limits (op, now_us, cost, taken_at_us, n).
 inline constexpr size_t kPartFixedArgs = 5;
 
-// Every value the script keeps stays an integer below 2^53, exact in Lua's
+// Every value the function keeps stays an integer below 2^53, exact in Lua's
 // doubles, when the bucket capacity (burst x ticks_per_token) and the
 // leaky_bucket shape bound (bound_ticks + ticks_per_token) are at most this;
 // the other intermediates are at most twice that plus a little.
@@ -73,7 +73,7 @@ inline constexpr int64_t kMaxScriptTicks = int64_t{1} << 51;
 // by this, a call holds Redis for milliseconds at worst, not a second.
 inline constexpr int64_t kMaxRedisSlidingLogLimit = 10'000;
 
-// OK when the script computes `config` exactly and in bounded time;
+// OK when the function computes `config` exactly and in bounded time;
 // otherwise InvalidArgument naming the value and the bound.
 absl::Status ValidateForRedis(const LimitConfig& config);
 
@@ -90,7 +90,7 @@ enum class ScriptOp {
 
 struct ScriptArgs {
   ScriptOp op = ScriptOp::kDecide;
-  // The time the script decides at. Default (production): Redis' own clock
+  // The time the function decides at. Default (production): Redis' own clock
   // (TIME), so instances with skewed clocks agree. A given time is for tests
   // and replays; keys then get no expiry, since it is not Redis' clock.
   std::optional<Time> now;
@@ -124,7 +124,7 @@ std::string JoinParts(std::span<const CallPart* const> parts);
 std::string JoinParts(std::span<const CallPart> parts);
 
 struct ScriptResult {
-  // The time the script decided at: Redis' clock, or ScriptArgs::now. A
+  // The time the function decided at: Redis' clock, or ScriptArgs::now. A
   // caller keeps it to refund later (ScriptArgs::taken_at).
   Time now;
   // One per limit, in call order; empty for kRefund.
