@@ -260,19 +260,22 @@ struct RedisStore::Impl {
 
 namespace {
 
+// The parts of `batch`'s requests, in order.
+std::vector<const redis::CallPart*> PartsOf(const Batch& batch) {
+  std::vector<const redis::CallPart*> parts;
+  parts.reserve(batch.size());
+  for (const auto& p : batch) parts.push_back(&p->part);
+  return parts;
+}
+
 // Each request's result from the reply to the call of `batch`.
 std::vector<absl::StatusOr<BatchResult>> Split(const Batch& batch,
                                                absl::StatusOr<redis::Reply> reply) {
+  using PartResults = std::vector<absl::StatusOr<redis::ScriptResult>>;
+  absl::StatusOr<PartResults> parsed = reply.ok() ? redis::ParseCallReply(**reply, PartsOf(batch))
+                                                  : absl::StatusOr<PartResults>(reply.status());
   std::vector<absl::StatusOr<BatchResult>> out;
   out.reserve(batch.size());
-  absl::StatusOr<std::vector<absl::StatusOr<redis::ScriptResult>>> parsed =
-      reply.ok() ? [&] {
-        std::vector<const redis::CallPart*> parts;
-        parts.reserve(batch.size());
-        for (const auto& p : batch) parts.push_back(&p->part);
-        return redis::ParseCallReply(**reply, parts);
-      }()
-                 : absl::StatusOr<std::vector<absl::StatusOr<redis::ScriptResult>>>(reply.status());
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!parsed.ok()) {
       out.push_back(parsed.status());
@@ -289,16 +292,13 @@ std::vector<absl::StatusOr<BatchResult>> Split(const Batch& batch,
 }  // namespace
 
 void RedisStore::Impl::Send(uint32_t lane, Batch batch) {
-  std::vector<const redis::CallPart*> parts;
-  parts.reserve(batch.size());
   SteadyClock::time_point deadline = batch.front()->deadline;
   bool wants_late = false;
   for (const auto& p : batch) {
-    parts.push_back(&p->part);
     deadline = std::min(deadline, p->deadline);
     wants_late = wants_late || p->late != nullptr;
   }
-  std::string command = redis::JoinParts(parts);
+  std::string command = redis::JoinParts(PartsOf(batch));
   const uint16_t slot = batch.front()->slot;
   decisions.fetch_add(batch.size(), std::memory_order_relaxed);
   auto shared = std::make_shared<Batch>(std::move(batch));
