@@ -5,6 +5,7 @@
 # so a second run costs one dpkg query.
 
 SLUICE_BUILD_PACKAGES=(
+  clang-14         # the compiler of every preset (CMakePresets.json)
   g++ cmake ninja-build pkg-config
   libabsl-dev      # Status/StatusOr, flat_hash_map, Hash
   libcli11-dev     # the command line
@@ -26,11 +27,11 @@ SLUICE_TEST_PACKAGES=(
   clang-format     # scripts/format --check: every C++ file follows .clang-format
 )
 SLUICE_FUZZ_PACKAGES=(
-  clang-14 libfuzzer-14-dev libclang-rt-14-dev  # libFuzzer, ASan+UBSan (scripts/fuzz)
+  libfuzzer-14-dev libclang-rt-14-dev  # libFuzzer, ASan+UBSan (scripts/fuzz)
   ccache           # the fuzz preset compiles through it
 )
-# The asan preset compiles with clang 14 (about 1.5x faster than g++ 12 here).
-SLUICE_ASAN_PACKAGES=(clang-14 libclang-rt-14-dev)
+# The sanitizer runtimes (asan and tsan presets).
+SLUICE_SANITIZER_PACKAGES=(libclang-rt-14-dev)
 
 sluice_install_deps() {
   local missing=()
@@ -50,7 +51,7 @@ sluice_install_deps() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# Parallel jobs: all cores, but no more than memory allows for g++ (~1.5 GiB each).
+# Parallel jobs: all cores, but no more than memory allows (~1.5 GiB per compiler).
 sluice_jobs() {
   local cores mem_jobs
   cores=$(nproc)
