@@ -1,7 +1,11 @@
-# sluice_library(NAME name SOURCES ... DEPS ... [INTERNAL]): one static library per layer,
-# exported as sluice::<name>, with the public headers under include/.
+# sluice_library(NAME name SOURCES ... DEPS ... [INTERNAL] [FUZZED]): one static library
+# per layer, exported as sluice::<name>, with the public headers under include/.
+# FUZZED: it parses outside input, and with SLUICE_FUZZ it is compiled with
+# the fuzzer's coverage (fuzz/). The rest (the algorithms, the stores, the
+# limiter) runs in the fuzz targets without it: coverage hooks on every
+# comparison would slow their hot loops in the tests of the same build.
 function(sluice_library)
-  cmake_parse_arguments(ARG "INTERNAL" "NAME" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INTERNAL;FUZZED" "NAME" "SOURCES;DEPS" ${ARGN})
   add_library(sluice_${ARG_NAME} STATIC ${ARG_SOURCES})
   add_library(sluice::${ARG_NAME} ALIAS sluice_${ARG_NAME})
   set_target_properties(sluice_${ARG_NAME} PROPERTIES EXPORT_NAME ${ARG_NAME} OUTPUT_NAME sluice_${ARG_NAME})
@@ -10,15 +14,21 @@ function(sluice_library)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(sluice_${ARG_NAME} PUBLIC ${ARG_DEPS})
+  if(SLUICE_FUZZ AND ARG_FUZZED)
+    # Coverage counters and comparison hooks for libFuzzer; in the tests,
+    # which do not link libFuzzer, the sanitizer runtime's empty hooks.
+    target_compile_options(sluice_${ARG_NAME} PRIVATE -fsanitize=fuzzer-no-link)
+  endif()
   if(NOT ARG_INTERNAL)  # INTERNAL: part of the binary, not of the installed library
     set_property(GLOBAL APPEND PROPERTY SLUICE_LIBRARIES sluice_${ARG_NAME})
   endif()
 endfunction()
 
-# sluice_test(NAME name SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary
-# registered with ctest test by test.
+# sluice_test(NAME name SOURCES ... DEPS ... [LABELS ...] [OPTIMIZED]): a GoogleTest
+# binary registered with ctest test by test. OPTIMIZED: its own code is
+# compiled as the preset says (a test whose own loops are hot), not at -O0.
 function(sluice_test)
-  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "OPTIMIZED" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
@@ -27,9 +37,11 @@ function(sluice_test)
   # warns about.
   target_compile_options(${ARG_NAME} PRIVATE -Wno-missing-field-initializers)
   # The tests' own code at -O0 in every preset: it is about half of what a
-  # build compiles, and at -O0 it compiles in half the time of -O1 (a third
-  # of -O3); the code under test is still compiled as the preset says.
-  target_compile_options(${ARG_NAME} PRIVATE -O0)
+  # build compiles, and at -O0 it compiles in up to half the time of -O1;
+  # the code under test is still compiled as the preset says.
+  if(NOT ARG_OPTIMIZED)
+    target_compile_options(${ARG_NAME} PRIVATE -O0)
+  endif()
   gtest_discover_tests(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
   if("concurrency" IN_LIST ARG_LABELS)
     # `cmake --build ... --target concurrency_tests` builds what TSan runs.

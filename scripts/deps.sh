@@ -26,12 +26,9 @@ SLUICE_TEST_PACKAGES=(
   redis-server redis-tools  # the Redis store's tests run a real server
   clang-format     # scripts/format --check: every C++ file follows .clang-format
 )
-SLUICE_FUZZ_PACKAGES=(
-  libfuzzer-14-dev libclang-rt-14-dev  # libFuzzer, ASan+UBSan (scripts/fuzz)
-  ccache           # the fuzz preset compiles through it
-)
-# The sanitizer runtimes (asan and tsan presets).
-SLUICE_SANITIZER_PACKAGES=(libclang-rt-14-dev)
+# The asan and tsan presets: the sanitizer runtimes, and libFuzzer (the asan
+# preset builds the fuzz targets, scripts/fuzz).
+SLUICE_SANITIZER_PACKAGES=(libclang-rt-14-dev libfuzzer-14-dev)
 
 sluice_install_deps() {
   local missing=()
