@@ -97,63 +97,112 @@ local function error_text(e)
   return tostring(e)
 end
 
--- One part's arguments read, then run_part. `this_call` keeps, for the
--- parts at Redis' time, one context with the time read once.
-local function part(this_call, op, now_s, cost_s, taken_s, keys, k, args, a, n, reply)
-  local ctx
-  if now_s == '' then
-    ctx = this_call.ctx
-    if ctx == nil then
-      local t = call('TIME')
-      ctx = {timed = true, now = tonum(t[1]) * 1000000 + tonum(t[2])}
-      this_call.ctx = ctx
-    end
-  else
-    ctx = {timed = false, now = int_arg(now_s, 'now_us')}
-  end
-  local cost = int_arg(cost_s, 'cost')
-  if cost < 0 then error('sluice: cost must not be negative') end
-  local taken_at = 0
-  if op == 'R' then taken_at = int_arg(taken_s, 'taken_at_us') end
-  run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
+-- Costs as the parts write them ("1" nearly always), parsed once.
+local costs_seen, costs_seen_count = {}, 0
+
+local function cost_of(s)
+  local c = costs_seen[s]
+  if c then return c end
+  c = int_arg(s, 'cost')
+  if c < 0 then error('sluice: cost must not be negative') end
+  if costs_seen_count >= MAX_LIMITS_SEEN then costs_seen, costs_seen_count = {}, 0 end
+  costs_seen[s] = c
+  costs_seen_count = costs_seen_count + 1
+  return c
 end
 
 local PART_ARGS = 5  -- op now_us cost taken_at_us n, before the limits
 local SHORT_ARGS = 2  -- op cost, before the one limit
 
+-- Where run_parts is: the part it runs (its first key and argument, and
+-- the reply's length before it) and the part after it. A part that fails
+-- leaves them for decide() to resume after it.
+local at_key, at_arg, reply_before, next_key, next_arg
+-- The call's context at Redis' time (TIME read once per call).
+local call_ctx
+-- A call whose arguments do not form parts fails as a whole.
+local malformed
+
+-- Runs the parts from (at_key, at_arg) to the last, each appending its
+-- answer to `reply`. Parts at Redis' time in the short form (one limit, the
+-- common case) run here without the tables and calls of the general form.
+local function run_parts(keys, args, nargs, nkeys, reply)
+  while at_arg <= nargs do
+    local a, k = at_arg, at_key
+    local op = args[a]
+    local n, first
+    if op == 'd' or op == 'c' then
+      n, first = 1, a + SHORT_ARGS
+    elseif op == 'D' or op == 'C' or op == 'R' then
+      n, first = tonum(args[a + 4]), a + PART_ARGS
+    else
+      malformed = 'sluice: op must be D, C, R, d or c, got "' .. tostring(op) .. '"'
+      return
+    end
+    if n == nil or n < 1 or n ~= floor(n) or first + n - 1 > nargs or k + n - 1 > nkeys then
+      malformed = 'sluice: a part needs its arguments, then one limit and one key per limit; ' ..
+                  'the part at argument ' .. a .. ' does not have them'
+      return
+    end
+    reply_before, next_key, next_arg = #reply, k + n, first + n
+    if op == 'd' or op == 'c' then
+      local ctx = call_ctx
+      if ctx == nil then
+        local t = call('TIME')
+        ctx = {timed = true, now = tonum(t[1]) * 1000000 + tonum(t[2])}
+        call_ctx = ctx
+      end
+      local cost = cost_of(args[a + 1])
+      local l = limit_of(args[first])
+      local key = keys[k]
+      local d, plan = l.algo.decide(l.params, key, ctx, cost)
+      local m = reply_before
+      reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = ctx.now, d.allowed, d.limit,
+                                                               d.remaining
+      reply[m + 5], reply[m + 6], reply[m + 7] = d.reset, d.retry, d.delay
+      if op == 'd' and plan and d.allowed == 1 then l.algo.save(l.params, key, plan, ctx) end
+    else
+      local now_s = args[a + 1]
+      local ctx
+      if now_s == '' then
+        ctx = call_ctx
+        if ctx == nil then
+          local t = call('TIME')
+          ctx = {timed = true, now = tonum(t[1]) * 1000000 + tonum(t[2])}
+          call_ctx = ctx
+        end
+      else
+        ctx = {timed = false, now = int_arg(now_s, 'now_us')}
+      end
+      local cost = cost_of(args[a + 2])
+      local taken_at = 0
+      if op == 'R' then taken_at = int_arg(args[a + 3], 'taken_at_us') end
+      run_part(op, ctx, cost, taken_at, keys, k, args, first, n, reply)
+    end
+    at_key, at_arg = next_key, next_arg
+  end
+end
+
 local function decide(keys, args)
   if floor == nil then bind_globals() end
-  local this_call = {}
   local reply = {}
-  local k, a, nargs = 1, 1, #args
+  local nargs, nkeys = #args, #keys
   if nargs == 0 then error('sluice: a call with no part') end
-  while a <= nargs do
-    local op = args[a]
-    local n, now_s, cost_s, taken_s, first
-    if op == 'd' or op == 'c' then
-      -- The short form: one limit, Redis' time.
-      n, now_s, cost_s, taken_s, first = 1, '', args[a + 1], '', a + SHORT_ARGS
-      op = (op == 'd') and 'D' or 'C'
-    elseif op == 'D' or op == 'C' or op == 'R' then
-      n, now_s, cost_s, taken_s, first = tonum(args[a + 4]), args[a + 1], args[a + 2], args[a + 3],
-                                         a + PART_ARGS
-    else
-      error('sluice: op must be D, C, R, d or c, got "' .. tostring(op) .. '"')
-    end
-    if n == nil or n < 1 or n ~= floor(n) or first + n - 1 > nargs or k + n - 1 > #keys then
-      error('sluice: a part needs its arguments, then one limit and one key per limit; the part ' ..
-            'at argument ' .. a .. ' does not have them')
-    end
-    local before = #reply
-    local ok, e = pcall(part, this_call, op, now_s, cost_s, taken_s, keys, k, args, first, n, reply)
-    if not ok then
-      for i = #reply, before + 1, -1 do reply[i] = nil end
-      reply[before + 1] = error_text(e)
-    end
-    k = k + n
-    a = first + n
+  at_key, at_arg, call_ctx, malformed = 1, 1, nil, nil
+  -- One protected run for the whole call; a part that fails (an error()
+  -- or a failing redis.call) is answered with its message, and the run
+  -- resumes at the part after it.
+  while true do
+    local ok, e = pcall(run_parts, keys, args, nargs, nkeys, reply)
+    if malformed then error(malformed) end
+    if ok then break end
+    for i = #reply, reply_before + 1, -1 do reply[i] = nil end
+    reply[reply_before + 1] = error_text(e)
+    at_key, at_arg = next_key, next_arg
   end
-  if k - 1 ~= #keys then error('sluice: ' .. #keys .. ' keys for parts that name ' .. (k - 1)) end
+  if at_key - 1 ~= nkeys then
+    error('sluice: ' .. nkeys .. ' keys for parts that name ' .. (at_key - 1))
+  end
   return reply
 end
 
