@@ -133,6 +133,7 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
   if (n == 1 && !args.now.has_value() && args.op != ScriptOp::kRefund) {
     // The short form, for most requests: one limit, Redis' time.
     part.arg_count = 3;
+    part.short_form = true;
     AppendBulk(a, args.op == ScriptOp::kDecide ? "d" : "c");
     AppendNumber(a, std::clamp<int64_t>(args.cost, 0, kMaxScriptCost));
     AppendBulk(a, limits[0]);
@@ -157,13 +158,27 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
 }
 
 std::string JoinParts(std::span<const CallPart* const> parts) {
+  // The length of the run of short parts alike that starts at parts[i].
+  auto run_at = [&](size_t i) {
+    size_t j = i + 1;
+    if (parts[i]->short_form) {
+      while (j < parts.size() && parts[j]->short_form && parts[j]->args == parts[i]->args) ++j;
+    }
+    return j - i;
+  };
   uint64_t keys = 0;
   uint64_t args = 0;
   size_t bytes = 64;
-  for (const CallPart* p : parts) {
-    keys += p->key_count;
-    args += p->arg_count;
-    bytes += p->keys.size() + p->args.size();
+  for (size_t i = 0; i < parts.size();) {
+    const size_t run = run_at(i);
+    if (run > 1) args += 2;  // "*" and the run's length
+    args += parts[i]->arg_count;
+    bytes += parts[i]->args.size() + 16;
+    for (size_t j = i; j < i + run; ++j) {
+      keys += parts[j]->key_count;
+      bytes += parts[j]->keys.size();
+    }
+    i += run;
   }
   std::string out;
   out.reserve(bytes);
@@ -172,7 +187,15 @@ std::string JoinParts(std::span<const CallPart* const> parts) {
   AppendBulk(out, FunctionName());
   AppendNumber(out, static_cast<int64_t>(keys));
   for (const CallPart* p : parts) out += p->keys;
-  for (const CallPart* p : parts) out += p->args;
+  for (size_t i = 0; i < parts.size();) {
+    const size_t run = run_at(i);
+    if (run > 1) {
+      AppendBulk(out, "*");
+      AppendNumber(out, static_cast<int64_t>(run));
+    }
+    out += parts[i]->args;
+    i += run;
+  }
   return out;
 }
 

@@ -110,6 +110,9 @@ struct CallPart {
   uint32_t arg_count = 0;
   // The decisions its answer holds: one per limit, none for a refund.
   uint32_t decisions = 0;
+  // One limit at Redis' time ("d|c cost limit"): JoinParts sends a run of
+  // such parts with the same arguments once, as "* g d|c cost limit".
+  bool short_form = false;
 };
 
 // The part deciding (or checking, or refunding) `args` over `keys`, the
@@ -119,7 +122,10 @@ struct CallPart {
 CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> keys,
                     std::span<const std::string_view> limits);
 
-// The FCALL that runs `parts` in order, as RESP. REQUIRES: !parts.empty().
+// The FCALL that runs `parts` in order, as RESP. Consecutive short-form
+// parts with the same arguments (one policy's requests) go as one run, whose
+// arguments Redis reads once; the reply is the same, part by part.
+// REQUIRES: !parts.empty().
 std::string JoinParts(std::span<const CallPart* const> parts);
 std::string JoinParts(std::span<const CallPart> parts);
 

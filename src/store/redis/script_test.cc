@@ -99,6 +99,36 @@ TEST(CallTest, LaysOutEveryKeyThenEachPartsArgumentsAndLimits) {
                           "gc 3 250000 3 750000 250001"));
 }
 
+TEST(CallTest, ShortPartsAlikeGoAsOneRun) {
+  const std::string_view a[] = {"{u}:a"};
+  const std::string_view b[] = {"{u}:b"};
+  const std::string_view fw[] = {"fw 40 60000000"};
+  const std::string_view gc[] = {"gc 3 250000 3 750000 250001"};
+  const CallPart p1 = EncodePart({.op = ScriptOp::kDecide, .cost = 1}, a, fw);
+  const CallPart p2 = EncodePart({.op = ScriptOp::kDecide, .cost = 1}, b, fw);
+  const CallPart p3 = EncodePart({.op = ScriptOp::kDecide, .cost = 1}, a, fw);
+  const CallPart other_cost = EncodePart({.op = ScriptOp::kDecide, .cost = 2}, b, fw);
+  const CallPart check = EncodePart({.op = ScriptOp::kCheck, .cost = 2}, a, fw);
+  const CallPart other_limit = EncodePart({.op = ScriptOp::kDecide, .cost = 1}, b, gc);
+  EXPECT_TRUE(p1.short_form);
+  const CallPart* parts[] = {&p1, &p2, &p3, &other_cost, &check, &other_limit, &p1};
+  EXPECT_THAT(Args(JoinParts(parts)),
+              ElementsAre("FCALL", std::string(FunctionName()), "7", "{u}:a", "{u}:b", "{u}:a",
+                          "{u}:b", "{u}:a", "{u}:b", "{u}:a",       //
+                          "*", "3", "d", "1", "fw 40 60000000",     // a run of 3
+                          "d", "2", "fw 40 60000000",               // another cost
+                          "c", "2", "fw 40 60000000",               // another op
+                          "d", "1", "gc 3 250000 3 750000 250001",  // another limit
+                          "d", "1", "fw 40 60000000"));             // not next to p3
+  // A long-form part is never in a run.
+  const std::string_view two_keys[] = {"{u}:a", "{u}:b"};
+  const std::string_view two_limits[] = {"fw 40 60000000", "fw 40 60000000"};
+  const CallPart long_form = EncodePart({.op = ScriptOp::kDecide}, two_keys, two_limits);
+  EXPECT_FALSE(long_form.short_form);
+  const CallPart* longs[] = {&long_form, &long_form};
+  EXPECT_EQ(Args(JoinParts(longs)).size(), 3u + 4u + 2u * 7u);
+}
+
 TEST(LimitParamsTest, OneStringPerLimit) {
   // 3/250ms is 3 ticks per microsecond, 250000 ticks per token.
   EXPECT_EQ(LimitParams(Limit(Algorithm::kGcra, "3/250ms")), "gc 3 250000 3 750000 250001");
@@ -294,11 +324,42 @@ TEST_F(RedisTest, AFailingPartIsAnsweredAloneAndMalformedCallsAreRefused) {
   auto refused = ParseCallReply(*Raw(JoinParts({&odd, 1})), {&odd, 1});
   ASSERT_TRUE(refused.ok());
   EXPECT_THAT(refused->front().status().message(), HasSubstr("sluice: unknown algorithm code"));
+  // In a run, an unknown code is every part's error, each answered.
+  const CallPart* odd_run[] = {&odd, &odd, &odd};
+  auto refused_run = ParseCallReply(*Raw(JoinParts(odd_run)), odd_run);
+  ASSERT_TRUE(refused_run.ok()) << refused_run.status();
+  for (const auto& r : *refused_run) EXPECT_THAT(r.status().message(), HasSubstr("unknown"));
+  // A run that fails at its first part and at its last still decides the
+  // rest, in order.
+  const CallPart g = EncodePart({.op = ScriptOp::kDecide}, good, limits);
+  const CallPart b = EncodePart({.op = ScriptOp::kDecide}, bad, limits);
+  const CallPart* edges[] = {&b, &g, &g, &b};
+  auto around = ParseCallReply(*Raw(JoinParts(edges)), edges);
+  ASSERT_TRUE(around.ok()) << around.status();
+  EXPECT_FALSE((*around)[0].ok());
+  ASSERT_TRUE((*around)[1].ok()) << (*around)[1].status();
+  ASSERT_TRUE((*around)[2].ok()) << (*around)[2].status();
+  EXPECT_FALSE((*around)[3].ok());
+  EXPECT_EQ((*around)[1]->decisions[0].remaining, 7);
+  EXPECT_EQ((*around)[2]->decisions[0].remaining, 6);
   // A part naming more keys than the call has: the whole call is refused.
   Reply whole =
       Command({"FCALL", FunctionName(), "1", "{e}:k", "D", "", "1", "", "2", "fw 1 1", "fw 1 1"});
   EXPECT_EQ(whole->type, REDIS_REPLY_ERROR);
   EXPECT_THAT(Text(*whole), HasSubstr("does not have them"));
+  // So is a run longer than the keys, an empty run, or a run of long parts.
+  for (const std::vector<std::string>& run :
+       {std::vector<std::string>{"*", "2", "d", "1", "fw 1 1"},
+        std::vector<std::string>{"*", "0", "d", "1", "fw 1 1"},
+        std::vector<std::string>{"*", "1", "D", "", "1", "", "1", "fw 1 1"},
+        std::vector<std::string>{"*", "1", "d", "1"}}) {
+    std::vector<std::string> command = {"FCALL", std::string(FunctionName()), "1", "{e}:k"};
+    command.insert(command.end(), run.begin(), run.end());
+    std::vector<std::string_view> views(command.begin(), command.end());
+    Reply refused_whole = Command(views);
+    EXPECT_EQ(refused_whole->type, REDIS_REPLY_ERROR) << run[1];
+    EXPECT_THAT(Text(*refused_whole), HasSubstr("does not have them")) << run[1];
+  }
 }
 
 // ---- expiry: Redis' clock (now "") as in production ----

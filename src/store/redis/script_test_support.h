@@ -52,6 +52,9 @@ class RedisTest : public ::testing::Test {
 
   // Any command; never null (a lost connection fails the test).
   static Reply Command(std::initializer_list<std::string_view> args) {
+    return Command(std::span<const std::string_view>(args.begin(), args.size()));
+  }
+  static Reply Command(std::span<const std::string_view> args) {
     std::vector<const char*> argv;
     std::vector<size_t> argvlen;
     for (std::string_view a : args) {

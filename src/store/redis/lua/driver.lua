@@ -5,9 +5,11 @@
 --   FCALL sluice_<id> numkeys key... part...
 --   part: op now_us cost taken_at_us n limit_1 ... limit_n
 --     or, for one limit at Redis' time (most requests): d|c cost limit_1
+--     or g such parts alike, one after the other: * g d|c cost limit_1
 --
--- A part takes the next n keys (the short form: one). Fewer arguments are
--- less for Redis to read and turn into Lua strings, per request. limit_i is the limit's parameters as one
+-- A part takes the next n keys (the short form: one; a run of g short
+-- parts: g, one each, answered as g parts). Fewer arguments are less for
+-- Redis to read and turn into Lua strings, per request. limit_i is the limit's parameters as one
 -- string, "code p1 p2 ..." (LimitParams in script.cc); a library keeps the
 -- parsed form of the strings it has seen, so a call parses none it knows.
 -- op "D": decide every limit on the current state without writing; only if
@@ -112,12 +114,11 @@ local function cost_of(s)
 end
 
 local PART_ARGS = 5  -- op now_us cost taken_at_us n, before the limits
-local SHORT_ARGS = 2  -- op cost, before the one limit
 
--- Where run_parts is: the part it runs (its first key and argument, and
--- the reply's length before it) and the part after it. A part that fails
--- leaves them for decide() to resume after it.
-local at_key, at_arg, reply_before, next_key, next_arg
+-- Where run_parts is: the part it runs (its first key and argument, the
+-- part's index within a run, and the reply's length before it) and the part
+-- after it. A part that fails leaves them for decide() to resume after it.
+local at_key, at_arg, at_run, reply_before, next_key, next_arg, next_run
 -- The call's context at Redis' time (TIME read once per call).
 local call_ctx
 -- A call whose arguments do not form parts fails as a whole.
@@ -126,51 +127,73 @@ local malformed
 -- Runs the parts from (at_key, at_arg) to the last, each appending its
 -- answer to `reply`. Parts at Redis' time in the short form (one limit, the
 -- common case) run here without the tables and calls of the general form.
+local function time_ctx()
+  local ctx = call_ctx
+  if ctx == nil then
+    local t = call('TIME')
+    ctx = {timed = true, now = tonum(t[1]) * 1000000 + tonum(t[2])}
+    call_ctx = ctx
+  end
+  return ctx
+end
+
+local function malformed_part(a)
+  malformed = 'sluice: a part needs its arguments, then one limit and one key per limit; ' ..
+              'the part at argument ' .. a .. ' does not have them'
+end
+
 local function run_parts(keys, args, nargs, nkeys, reply)
   while at_arg <= nargs do
     local a, k = at_arg, at_key
     local op = args[a]
-    local n, first
+    local g, ops  -- a run of g short parts, its arguments from ops
     if op == 'd' or op == 'c' then
-      n, first = 1, a + SHORT_ARGS
-    elseif op == 'D' or op == 'C' or op == 'R' then
-      n, first = tonum(args[a + 4]), a + PART_ARGS
-    else
-      malformed = 'sluice: op must be D, C, R, d or c, got "' .. tostring(op) .. '"'
-      return
-    end
-    if n == nil or n < 1 or n ~= floor(n) or first + n - 1 > nargs or k + n - 1 > nkeys then
-      malformed = 'sluice: a part needs its arguments, then one limit and one key per limit; ' ..
-                  'the part at argument ' .. a .. ' does not have them'
-      return
-    end
-    reply_before, next_key, next_arg = #reply, k + n, first + n
-    if op == 'd' or op == 'c' then
-      local ctx = call_ctx
-      if ctx == nil then
-        local t = call('TIME')
-        ctx = {timed = true, now = tonum(t[1]) * 1000000 + tonum(t[2])}
-        call_ctx = ctx
+      g, ops = 1, a
+    elseif op == '*' then
+      g, ops = tonum(args[a + 1]), a + 2
+      op = args[ops]
+      if g == nil or g < 1 or g ~= floor(g) or (op ~= 'd' and op ~= 'c') then
+        malformed_part(a)
+        return
       end
-      local cost = cost_of(args[a + 1])
-      local l = limit_of(args[first])
-      local key = keys[k]
-      local d, plan = l.algo.decide(l.params, key, ctx, cost)
-      local m = reply_before
-      reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = ctx.now, d.allowed, d.limit,
-                                                               d.remaining
-      reply[m + 5], reply[m + 6], reply[m + 7] = d.reset, d.retry, d.delay
-      if op == 'd' and plan and d.allowed == 1 then l.algo.save(l.params, key, plan, ctx) end
-    else
+    end
+    if g then
+      -- Short parts at Redis' time, one limit and one key each.
+      if ops + 2 > nargs or k + g - 1 > nkeys then
+        malformed_part(a)
+        return
+      end
+      local after = ops + 3
+      for j = at_run, g - 1 do
+        reply_before = #reply
+        if j + 1 < g then
+          next_key, next_arg, next_run = k, a, j + 1
+        else
+          next_key, next_arg, next_run = k + g, after, 0
+        end
+        local ctx = time_ctx()
+        local cost = cost_of(args[ops + 1])
+        local l = limit_of(args[ops + 2])
+        local key = keys[k + j]
+        local d, plan = l.algo.decide(l.params, key, ctx, cost)
+        local m = reply_before
+        reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = ctx.now, d.allowed, d.limit,
+                                                                 d.remaining
+        reply[m + 5], reply[m + 6], reply[m + 7] = d.reset, d.retry, d.delay
+        if op == 'd' and plan and d.allowed == 1 then l.algo.save(l.params, key, plan, ctx) end
+      end
+      at_key, at_arg, at_run = k + g, after, 0
+    elseif op == 'D' or op == 'C' or op == 'R' then
+      local n, first = tonum(args[a + 4]), a + PART_ARGS
+      if n == nil or n < 1 or n ~= floor(n) or first + n - 1 > nargs or k + n - 1 > nkeys then
+        malformed_part(a)
+        return
+      end
+      reply_before, next_key, next_arg, next_run = #reply, k + n, first + n, 0
       local now_s = args[a + 1]
       local ctx
       if now_s == '' then
-        ctx = call_ctx
-        if ctx == nil then
-          local t = call('TIME')
-          ctx = {timed = true, now = tonum(t[1]) * 1000000 + tonum(t[2])}
-          call_ctx = ctx
-        end
+        ctx = time_ctx()
       else
         ctx = {timed = false, now = int_arg(now_s, 'now_us')}
       end
@@ -178,8 +201,11 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       local taken_at = 0
       if op == 'R' then taken_at = int_arg(args[a + 3], 'taken_at_us') end
       run_part(op, ctx, cost, taken_at, keys, k, args, first, n, reply)
+      at_key, at_arg = next_key, next_arg
+    else
+      malformed = 'sluice: op must be D, C, R, d, c or *, got "' .. tostring(op) .. '"'
+      return
     end
-    at_key, at_arg = next_key, next_arg
   end
 end
 
@@ -188,7 +214,7 @@ local function decide(keys, args)
   local reply = {}
   local nargs, nkeys = #args, #keys
   if nargs == 0 then error('sluice: a call with no part') end
-  at_key, at_arg, call_ctx, malformed = 1, 1, nil, nil
+  at_key, at_arg, at_run, call_ctx, malformed = 1, 1, 0, nil, nil
   -- One protected run for the whole call; a part that fails (an error()
   -- or a failing redis.call) is answered with its message, and the run
   -- resumes at the part after it.
@@ -198,7 +224,7 @@ local function decide(keys, args)
     if ok then break end
     for i = #reply, reply_before + 1, -1 do reply[i] = nil end
     reply[reply_before + 1] = error_text(e)
-    at_key, at_arg = next_key, next_arg
+    at_key, at_arg, at_run = next_key, next_arg, next_run
   end
   if at_key - 1 ~= nkeys then
     error('sluice: ' .. nkeys .. ' keys for parts that name ' .. (at_key - 1))
