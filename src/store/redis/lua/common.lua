@@ -115,15 +115,24 @@ local function split3(s)
 end
 
 -- Stores a plain string state until `fresh_at`: deleted when already fresh,
--- expiring when it becomes fresh (rounded up to a millisecond, so never
--- early). With a caller-given time (`ctx.timed` false) the expiry cannot be
--- related to Redis' own clock, so the key keeps no expiry.
-local function store_string(key, value, fresh_at, ctx)
+-- expiring when it becomes fresh: PXAT the millisecond after it (rounded
+-- up, so never early; an absolute time, from the same TIME as `now`). With
+-- a caller-given time (`ctx.timed` false) the expiry cannot be related to
+-- Redis' own clock, so the key keeps no expiry. `keep` (optional, a
+-- limit's parameters) keeps the last expiry's text: the window algorithms
+-- store every key of a window with the same one.
+local function store_string(key, value, fresh_at, ctx, keep)
   if fresh_at == nil or fresh_at <= ctx.now then
     call('DEL', key)
   elseif ctx.timed then
-    -- A number argument reaches Redis with every digit below 2^53.
-    call('SET', key, value, 'PX', ceildiv(fresh_at - ctx.now, 1000))
+    local at
+    if keep and keep.expiry_us == fresh_at then
+      at = keep.expiry_text
+    else
+      at = fmt(ceildiv(fresh_at, 1000))
+      if keep then keep.expiry_us, keep.expiry_text = fresh_at, at end
+    end
+    call('SET', key, value, 'PXAT', at)
   else
     call('SET', key, value)
   end

@@ -42,7 +42,7 @@ end
 function fixed_window.save(w, key, st, ctx)
   local fresh_at = nil
   if st.count > 0 then fresh_at = (st.window + 1) * w.period end
-  store_string(key, fmt2(st.window, st.count), fresh_at, ctx)
+  store_string(key, fmt2(st.window, st.count), fresh_at, ctx, w)
 end
 
 function fixed_window.refund(w, key, ctx, taken_at, cost)

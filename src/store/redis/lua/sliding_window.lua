@@ -90,7 +90,7 @@ function sliding_window.save(w, key, st, ctx)
   elseif st.prev > 0 then
     fresh_at = (st.window + 1) * w.period
   end
-  store_string(key, fmt3(st.window, st.prev, st.curr), fresh_at, ctx)
+  store_string(key, fmt3(st.window, st.prev, st.curr), fresh_at, ctx, w)
 end
 
 function sliding_window.refund(w, key, ctx, taken_at, cost)
