@@ -107,30 +107,47 @@ local function split2(s)
   return tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1))
 end
 
--- The space-separated integers of a stored state (at most three).
+-- The space-separated integers of a stored state (one to three); an error
+-- when a field is not a number. Plain finds, not a pattern: a pattern
+-- match costs more than the rest of a decision's arithmetic.
 local function split3(s)
-  local a, b, c = match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
-  if a == nil then error('sluice: malformed state "' .. s .. '"') end
-  return tonum(a), tonum(b), tonum(c)
+  local i = find(s, ' ', 1, true)
+  if i == nil then
+    local a = tonum(s)
+    if a == nil then error('sluice: malformed state "' .. s .. '"') end
+    return a
+  end
+  local a, b, c = tonum(sub(s, 1, i - 1)), nil, nil
+  local j = find(s, ' ', i + 1, true)
+  if j == nil then
+    b = tonum(sub(s, i + 1))
+  else
+    b, c = tonum(sub(s, i + 1, j - 1)), tonum(sub(s, j + 1))
+    if c == nil then error('sluice: malformed state "' .. s .. '"') end
+  end
+  if a == nil or b == nil then error('sluice: malformed state "' .. s .. '"') end
+  return a, b, c
 end
 
 -- Stores a plain string state until `fresh_at`: deleted when already fresh,
 -- expiring when it becomes fresh: PXAT the millisecond after it (rounded
 -- up, so never early; an absolute time, from the same TIME as `now`). With
 -- a caller-given time (`ctx.timed` false) the expiry cannot be related to
--- Redis' own clock, so the key keeps no expiry. `keep` (optional, a
--- limit's parameters) keeps the last expiry's text: the window algorithms
--- store every key of a window with the same one.
+-- Redis' own clock, so the key keeps no expiry. `keep` (a limit's
+-- parameters) keeps the last expiry's text: the keys of a call (one `now`)
+-- and of a window often expire in the same millisecond, formatted once.
 local function store_string(key, value, fresh_at, ctx, keep)
   if fresh_at == nil or fresh_at <= ctx.now then
     call('DEL', key)
   elseif ctx.timed then
-    local at
-    if keep and keep.expiry_us == fresh_at then
-      at = keep.expiry_text
-    else
-      at = fmt(ceildiv(fresh_at, 1000))
-      if keep then keep.expiry_us, keep.expiry_text = fresh_at, at end
+    local at = keep.expiry_text
+    if keep.expiry_us ~= fresh_at then
+      local ms = ceildiv(fresh_at, 1000)
+      if keep.expiry_ms ~= ms then
+        at = fmt(ms)
+        keep.expiry_ms, keep.expiry_text = ms, at
+      end
+      keep.expiry_us = fresh_at
     end
     call('SET', key, value, 'PXAT', at)
   else

@@ -22,7 +22,7 @@ function gcra.decide(b, key, ctx, cost)
 end
 
 function gcra.save(b, key, st, ctx)
-  store_string(key, format_ticks(st.us, st.rem), ceil_ticks(st.us, st.rem), ctx)
+  store_string(key, format_ticks(st.us, st.rem), ceil_ticks(st.us, st.rem), ctx, b)
 end
 
 function gcra.refund(b, key, ctx, taken_at, cost)

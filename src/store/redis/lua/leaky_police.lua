@@ -25,8 +25,7 @@ function leaky_police.decide(b, key, ctx, cost)
 end
 
 function leaky_police.save(b, key, st, ctx)
-  store_string(key, fmt(st.level) .. ' ' .. fmt(st.last),
-               st.last + ceildiv(st.level, b.per_us), ctx)
+  store_string(key, fmt2(st.level, st.last), st.last + ceildiv(st.level, b.per_us), ctx, b)
 end
 
 function leaky_police.refund(b, key, ctx, taken_at, cost)

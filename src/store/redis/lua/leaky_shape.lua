@@ -64,5 +64,5 @@ function leaky_shape.decide(s, key, ctx, cost)
 end
 
 function leaky_shape.save(s, key, st, ctx)
-  store_string(key, format_ticks(st.us, st.rem), ceil_ticks(st.us, st.rem), ctx)
+  store_string(key, format_ticks(st.us, st.rem), ceil_ticks(st.us, st.rem), ctx, s)
 end

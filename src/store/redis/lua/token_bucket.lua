@@ -32,7 +32,7 @@ function token_bucket.decide(b, key, ctx, cost)
 end
 
 function token_bucket.save(b, key, st, ctx)
-  store_string(key, fmt2(st.tokens, st.last), tb_fresh_at(b, st), ctx)
+  store_string(key, fmt2(st.tokens, st.last), tb_fresh_at(b, st), ctx, b)
 end
 
 function token_bucket.refund(b, key, ctx, taken_at, cost)
