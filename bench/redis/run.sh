@@ -77,9 +77,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+source bench/lib.sh  # free_port, wait_port
 PORT=$(free_port)
 # Persistence off: no fork for RDB or AOF in the middle of a run.
 redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \

@@ -62,16 +62,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "nothing listens on port $1" >&2; return 1
-}
+source bench/lib.sh  # free_port, wait_port
 
 # --- one redis-server for every run; persistence off: no fork mid-run ---
 REDIS_PORT=$(free_port)
