@@ -1,18 +1,40 @@
-# sluice_library(NAME name SOURCES ... DEPS ... [INTERNAL] [FUZZED]): one static library
-# per layer, exported as sluice::<name>, with the public headers under include/.
+# sluice_library(NAME name [FOLDER folder] SOURCES ... DEPS ... [INTERNAL] [FUZZED]): one
+# static library per layer, exported as sluice::<name>, with the public headers
+# under include/.
+# FOLDER: the layer's folder under src/ (docs/design.md's layer table). The
+# library and whatever links it see include/ and that folder, as
+# "folder/header.h", and nothing else of src/: a header of a layer the
+# library does not link is not found. (The folder's headers are reached
+# through <build>/layers/<name>/<folder>/, a link to each; the folders of
+# other layers below it, such as store/memory under store, are not.) Without FOLDER
+# (the fuzz targets' libraries, above every layer) the library sees all of
+# src/.
 # FUZZED: it parses outside input, and with SLUICE_FUZZ it is compiled with
 # the fuzzer's coverage (fuzz/). The rest (the algorithms, the stores, the
 # limiter) runs in the fuzz targets without it: coverage hooks on every
 # comparison would slow their hot loops in the tests of the same build.
 function(sluice_library)
-  cmake_parse_arguments(ARG "INTERNAL;FUZZED" "NAME" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INTERNAL;FUZZED" "NAME;FOLDER" "SOURCES;DEPS" ${ARGN})
   add_library(sluice_${ARG_NAME} STATIC ${ARG_SOURCES})
   add_library(sluice::${ARG_NAME} ALIAS sluice_${ARG_NAME})
   set_target_properties(sluice_${ARG_NAME} PROPERTIES EXPORT_NAME ${ARG_NAME} OUTPUT_NAME sluice_${ARG_NAME})
   target_include_directories(sluice_${ARG_NAME} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
-    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  if(ARG_FOLDER)
+    set(_root ${PROJECT_BINARY_DIR}/layers/${ARG_NAME})
+    file(REMOVE_RECURSE ${_root})
+    file(MAKE_DIRECTORY ${_root}/${ARG_FOLDER})
+    # A header added to the folder configures again.
+    file(GLOB _headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${ARG_FOLDER}/*.h)
+    foreach(_h IN LISTS _headers)
+      cmake_path(GET _h FILENAME _name)
+      file(CREATE_LINK ${_h} ${_root}/${ARG_FOLDER}/${_name} SYMBOLIC)
+    endforeach()
+    target_include_directories(sluice_${ARG_NAME} PUBLIC $<BUILD_INTERFACE:${_root}>)
+  else()
+    target_include_directories(sluice_${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  endif()
   target_link_libraries(sluice_${ARG_NAME} PUBLIC ${ARG_DEPS})
   if(SLUICE_FUZZ AND ARG_FUZZED)
     # Coverage counters and comparison hooks for libFuzzer; in the tests,
@@ -31,7 +53,8 @@ function(sluice_test)
   cmake_parse_arguments(ARG "OPTIMIZED" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
-  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  # Its layers' folders come with the libraries it links (FOLDER above).
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   # Tests write options as designated initializers that leave the other
   # fields to their defaults ({.url = ..., .timeout = ...}), which GCC 12
   # warns about.
