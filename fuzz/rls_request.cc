@@ -5,26 +5,29 @@
 // body), on the rules of a fixed config and a memory store whose clock
 // stands still.
 //
-// The handler is the service's ShouldRateLimit, which only gRPC calls: it
-// lives, with the service class, inside rls_server.cc, so that file is
-// compiled into this target (and the rest of the service library beside it,
-// fuzz/CMakeLists.txt). It is called without a network: its context is
-// unused, its decisions by in-process limits complete before it returns, and
-// the reactor it returns (which gRPC would run) is released here.
-#include "envoy/rls_server.cc"  // NOLINT: the service class has internal linkage
-
+// The handler is the service's ShouldRateLimit (envoy/rls_service.h), which
+// gRPC calls. It is called here without a network: its context is unused,
+// its decisions by in-process limits complete before it returns, and the
+// reactor it returns (which gRPC would run) is released here.
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
 
 #include <google/protobuf/stubs/logging.h>
 
+#include "envoy/rls_service.h"
+#include "metrics/metrics.h"
+#include "policy/envoy_rules.h"
+#include "sluice/clock.h"
+#include "sluice/config.h"
 #include "sluice/store/memory_store.h"
 
 namespace {
 
 namespace rls = ::envoy::service::ratelimit::v3;
 using sluice::envoy::RlsServer;
-using sluice::envoy::Service;
 
 // The rules of tests/envoy: envoyproxy/ratelimit's own keys (values,
 // wildcards, nesting, unlimited, requests_per_unit 0, shadow_mode, named
@@ -88,7 +91,7 @@ struct Fixture {
   sluice::ManualClock clock{sluice::Time::FromUnixMicros(int64_t{1'700'006'400} * 1'000'000)};
   sluice::MemoryStore store{{.max_keys = 4096}};
   sluice::metrics::Metrics metrics;
-  std::unique_ptr<Service> service;
+  std::unique_ptr<rls::RateLimitService::CallbackService> service;
 };
 
 [[noreturn]] void Fail(const absl::Status& status) {
@@ -108,7 +111,7 @@ Fixture& TheFixture() {
     auto snapshot = std::make_shared<RlsServer::Snapshot>();
     snapshot->rules = *std::move(rules);
     snapshot->legacy_headers = true;
-    f->service = std::make_unique<Service>(options, f->metrics, std::move(snapshot));
+    f->service = sluice::envoy::MakeService(options, f->metrics, std::move(snapshot));
     return f;
   }();
   return *fixture;

@@ -33,6 +33,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "base/cat.h"
 #include "envoy/connection_gate.h"
+#include "envoy/rls_service.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "policy/evaluation.h"
 #include "policy/headers.h"
@@ -48,11 +49,6 @@ using policy::RuleOptions;
 using policy::RuleSet;
 using policy::StateKey;
 using policy::StateKeyLength;
-
-struct RlsServer::Snapshot {
-  std::shared_ptr<const RuleSet> rules;
-  bool legacy_headers = false;  // server.legacy_headers
-};
 
 namespace {
 
@@ -473,6 +469,12 @@ class RlsServerImpl final : public RlsServer {
 };
 
 }  // namespace
+
+std::unique_ptr<rls::RateLimitService::CallbackService> MakeService(
+    const RuleOptions& options, metrics::Metrics& metrics,
+    std::shared_ptr<const RlsServer::Snapshot> snapshot) {
+  return std::make_unique<Service>(options, metrics, std::move(snapshot));
+}
 
 absl::StatusOr<std::unique_ptr<RlsServer>> RlsServer::Start(const Config& config,
                                                             const RuleOptions& options) {

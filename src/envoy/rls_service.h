@@ -1,0 +1,34 @@
+// The rate limit service's handler without gRPC's server around it: the
+// generated service with its one method, ShouldRateLimit, on the rules of a
+// snapshot. RlsServer registers it with gRPC; the fuzz target
+// (fuzz/rls_request.cc) calls it with requests parsed from its input.
+// Includes the gRPC and protobuf headers: only the files that need the
+// service itself include this.
+#ifndef SLUICE_ENVOY_RLS_SERVICE_H_
+#define SLUICE_ENVOY_RLS_SERVICE_H_
+
+#include <memory>
+
+#include "envoy/rls_server.h"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "metrics/metrics.h"
+#include "policy/envoy_rules.h"
+
+namespace sluice::envoy {
+
+struct RlsServer::Snapshot {
+  std::shared_ptr<const policy::RuleSet> rules;
+  bool legacy_headers = false;  // server.legacy_headers
+};
+
+// The service on `snapshot`'s rules, counting its calls in `metrics`.
+// ShouldRateLimit returns the call's reactor; a call whose limits are all in
+// process is answered before it returns. gRPC calls the reactor's OnDone
+// once the answer is sent (without gRPC, the caller does), which frees it.
+std::unique_ptr<::envoy::service::ratelimit::v3::RateLimitService::CallbackService> MakeService(
+    const policy::RuleOptions& options, metrics::Metrics& metrics,
+    std::shared_ptr<const RlsServer::Snapshot> snapshot);
+
+}  // namespace sluice::envoy
+
+#endif  // SLUICE_ENVOY_RLS_SERVICE_H_
