@@ -129,8 +129,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rls::RateLimitRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   rls::RateLimitResponse response;
-  grpc::ServerUnaryReactor* reactor =
-      TheFixture().service->ShouldRateLimit(nullptr, &request, &response);
+  grpc::ServerUnaryReactor* reactor = TheFixture().service->ShouldRateLimit(
+      static_cast<grpc::CallbackServerContext*>(nullptr), &request, &response);
   // Answered (in-process limits decide before the handler returns): one
   // status per descriptor, or none when the request was refused.
   if (response.statuses_size() != 0 && response.statuses_size() != request.descriptors_size()) {
