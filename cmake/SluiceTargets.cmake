@@ -46,15 +46,19 @@ function(sluice_library)
   endif()
 endfunction()
 
-# sluice_test(NAME name SOURCES ... DEPS ... [LABELS ...] [OPTIMIZED]): a GoogleTest
-# binary, registered with ctest as one test that runs all of it. (One ctest
-# test per GoogleTest case started a process per case, and the suites'
-# fixtures, a redis-server among them, once per case: under ASan that was
-# about half of the suite's CPU time.) `NAME --gtest_filter=...` runs a part.
+# sluice_test(NAME name SOURCES ... DEPS ... [LABELS ...] [SHARDS n] [OPTIMIZED]): a
+# GoogleTest binary, registered with ctest as one test that runs all of it.
+# (One ctest test per GoogleTest case started a process per case, and the
+# suites' fixtures, a redis-server among them, once per case: under ASan
+# that was about half of the suite's CPU time.) `NAME --gtest_filter=...`
+# runs a part.
+# SHARDS n: a long binary, started before the short tests (COST) so that it
+# does not finish the suite alone; with n > 1, run as n ctest tests name.0 ..
+# name.<n-1>, each a GoogleTest shard (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX).
 # OPTIMIZED: its own code is compiled as the preset says (a test whose own
 # loops are hot), not at -O0.
 function(sluice_test)
-  cmake_parse_arguments(ARG "OPTIMIZED" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "OPTIMIZED" "NAME;SHARDS" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   # Its layers' folders come with the libraries it links (FOLDER above).
@@ -69,10 +73,28 @@ function(sluice_test)
   if(NOT ARG_OPTIMIZED)
     target_compile_options(${ARG_NAME} PRIVATE -O0)
   endif()
-  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
-  if(ARG_LABELS)
-    set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}")
+  set(_tests ${ARG_NAME})
+  if(ARG_SHARDS GREATER 1)
+    math(EXPR _last "${ARG_SHARDS} - 1")
+    set(_tests)
+    foreach(_i RANGE ${_last})
+      list(APPEND _tests ${ARG_NAME}.${_i})
+    endforeach()
   endif()
+  foreach(_test IN LISTS _tests)
+    add_test(NAME ${_test} COMMAND ${ARG_NAME})
+    if(ARG_LABELS)
+      set_tests_properties(${_test} PROPERTIES LABELS "${ARG_LABELS}")
+    endif()
+    if(ARG_SHARDS)
+      set_tests_properties(${_test} PROPERTIES COST 100)
+    endif()
+    if(ARG_SHARDS GREATER 1)
+      string(REGEX REPLACE ".*\\." "" _i ${_test})
+      set_tests_properties(${_test} PROPERTIES
+        ENVIRONMENT "GTEST_TOTAL_SHARDS=${ARG_SHARDS};GTEST_SHARD_INDEX=${_i}")
+    endif()
+  endforeach()
   if("concurrency" IN_LIST ARG_LABELS)
     # `cmake --build ... --target concurrency_tests` builds what TSan runs.
     if(NOT TARGET concurrency_tests)

@@ -212,8 +212,8 @@ class GateImpl final : public ConnectionGate {
         next_look_when_full_ = now + kLookWhenFullEvery;
       }
       if (Open() >= options_.max_connections) {
-        close(fd);  // full: refuse at once
-        refused_->Add();
+        refused_->Add();  // counted before the client can see it closed
+        close(fd);        // full: refuse at once
         continue;
       }
       if (!Watch(fd, EPOLLIN | EPOLLRDHUP)) {
@@ -271,8 +271,10 @@ class GateImpl final : public ConnectionGate {
     Publish();
   }
 
+  // The counters and the gauge change before the connections close: a
+  // client that sees its connection closed then reads metrics that count it.
   void Expire(Clock::time_point now) {
-    bool changed = false;
+    std::vector<int> expired;
     while (!waiting_.empty() && waiting_.front().deadline <= now) {
       const Waiting w = waiting_.front();
       waiting_.pop_front();
@@ -280,11 +282,12 @@ class GateImpl final : public ConnectionGate {
       if (it == pending_.end() || it->second != w.seq) continue;  // handed off or gone
       pending_.erase(it);
       epoll_ctl(epoll_, EPOLL_CTL_DEL, w.fd, nullptr);
-      close(w.fd);
       handshake_timeouts_->Add();
-      changed = true;
+      expired.push_back(w.fd);
     }
-    if (changed) Publish();
+    if (expired.empty()) return;
+    Publish();
+    for (int fd : expired) close(fd);
   }
 
   // Forgets the connections gRPC has closed.
