@@ -130,6 +130,18 @@ class Client::Impl {
     // Answered outside the lock: a callback that sends again must not wait
     // for it.
     if (stopped) return req->done(absl::CancelledError("redis client stopped"));
+    // On the client's own thread (a reply's callback sending the next call)
+    // the call is written at once, before the reply's other callbacks run:
+    // Redis works on it meanwhile, instead of waiting for all of them (with
+    // one connection, Redis and the client otherwise take turns). Not
+    // from inside such a write: a request failed there, whose callback
+    // sends again, goes through the loop.
+    if (ioc_.get_executor().running_in_this_thread() && !flushing_now_) {
+      flushing_now_ = true;
+      Flush();
+      flushing_now_ = false;
+      return;
+    }
     if (post) net::post(ioc_, [this] { Flush(); });
   }
 
@@ -901,6 +913,7 @@ class Client::Impl {
   std::mutex inbox_mu_;
   std::vector<std::unique_ptr<Request>> inbox_;
   bool flush_posted_ = false;
+  bool flushing_now_ = false;  // Send is writing at once (the client's thread only)
   bool stopping_ = false;
   bool stopping_now_ = false;                 // I/O thread only
   std::vector<std::unique_ptr<Node>> nodes_;  // I/O thread only; never shrinks
