@@ -28,7 +28,9 @@
 #        DURATION=2 ROUNDS=1 bench/redis/serve.sh       # smoke run, ~40 s
 # Variables: DURATION (5, seconds per wrk run), ROUNDS (2), KEYS (100000),
 #   ALGORITHMS ("fixed_window gcra token_bucket sliding_window"),
-#   ABUSE_ALGORITHMS ("fixed_window gcra"), OUT (the results folder).
+#   ABUSE_ALGORITHMS ("fixed_window gcra"), OUT (the results folder),
+#   SLUICE (the binary: build/release/sluice, built when missing; another
+#   build's binary compares two versions).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -44,7 +46,7 @@ ABUSE_RATE=100/10s ABUSE_PERIOD_S=10   # the abuse case's limit, and its period
 source scripts/deps.sh
 sluice_install_deps redis-server redis-tools wrk
 
-SLUICE="$PWD/build/release/sluice"
+SLUICE="${SLUICE:-$PWD/build/release/sluice}"
 if [[ ! -x "$SLUICE" ]]; then
   timeout 900 cmake --preset release >/dev/null
   timeout 900 cmake --build build/release --target sluice >/dev/null
