@@ -53,6 +53,12 @@ local function limit_of(s)
   return l
 end
 
+-- An algorithm's decide(params, key, ctx, cost, reuse) returns the decision
+-- and, when it would write, the plan its save writes. With `reuse` the plan
+-- may be the algorithm's one scratch table (no table made per decision):
+-- only where it is saved before the next decide (one limit per part); a
+-- part of several limits keeps every plan until all have decided.
+
 -- One part: keys[k .. k+n-1], limit strings args[a .. a+n-1]. Appends its
 -- answer to `reply` (a failure midway leaves elements the caller removes).
 local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
@@ -68,7 +74,7 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
   reply[m] = ctx.now
   if n == 1 then  -- the common case, without the tables of the general one
     local l = limit_of(args[a])
-    local d, plan = l.algo.decide(l.params, keys[k], ctx, cost)
+    local d, plan = l.algo.decide(l.params, keys[k], ctx, cost, true)
     reply[m + 1], reply[m + 2], reply[m + 3] = d.allowed, d.limit, d.remaining
     reply[m + 4], reply[m + 5], reply[m + 6] = d.reset, d.retry, d.delay
     if op == 'D' and plan and d.allowed == 1 then l.algo.save(l.params, keys[k], plan, ctx) end
@@ -183,7 +189,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       for j = at_run, g - 1 do
         mark(j)
         local key = keys[k + j]
-        local d, plan = algo.decide(params, key, ctx, cost)
+        local d, plan = algo.decide(params, key, ctx, cost, true)
         local m = reply_before
         reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = now, d.allowed, d.limit, d.remaining
         reply[m + 5], reply[m + 6], reply[m + 7] = d.reset, d.retry, d.delay

@@ -16,7 +16,9 @@ local function fw_load(key)
   return window, count, true
 end
 
-function fixed_window.decide(w, key, ctx, cost)
+local fw_plan = {}
+
+function fixed_window.decide(w, key, ctx, cost, reuse)
   local now = ctx.now
   local st_window, st_count = fw_load(key)
   -- A clock that went back stays in the latest window seen.
@@ -35,7 +37,11 @@ function fixed_window.decide(w, key, ctx, cost)
   end
   d.remaining = w.limit - used
   d.reset = (used > 0) and until_end or 0
-  if d.allowed == 1 and cost > 0 then return d, {window = window, count = used} end
+  if d.allowed == 1 and cost > 0 then
+    local plan = reuse and fw_plan or {}
+    plan.window, plan.count = window, used
+    return d, plan
+  end
   return d, nil
 end
 

@@ -8,15 +8,18 @@
 
 local gcra = {params = bucket_params}
 
-function gcra.decide(b, key, ctx, cost)
+local gcra_plan = {}
+
+function gcra.decide(b, key, ctx, cost, reuse)
   local now = ctx.now
   local tat_us, tat_rem = split_ticks(call('GET', key) or nil)
   local used = ticks_after(b.per_us, now, tat_us, tat_rem)
   if used == nil then return bucket_decide_far(b, tat_us - now, tat_rem, cost), nil end
   local d, consumed, used_after = bucket_decide(b, used, cost)
   if consumed then
-    local us, rem = ticks_from(b.per_us, now, used_after)
-    return d, {us = us, rem = rem}
+    local plan = reuse and gcra_plan or {}
+    plan.us, plan.rem = ticks_from(b.per_us, now, used_after)
+    return d, plan
   end
   return d, nil
 end

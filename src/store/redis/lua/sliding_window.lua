@@ -13,12 +13,15 @@
 
 local sliding_window = {params = window_params}
 
+-- window, prev, curr, found.
 local function sw_load(key)
   local s = call('GET', key)
-  if not s then return {window = 0, prev = 0, curr = 0}, false end
+  if not s then return 0, 0, 0, false end
   local window, prev, curr = split3(s)
-  return {window = window, prev = prev, curr = curr}, true
+  return window, prev, curr, true
 end
+
+local sw_plan = {}
 
 -- Earliest elapsed time e in [0, period] of a window with `prev` behind it
 -- at which prev * (period - e) <= room * period; period when none before
@@ -29,15 +32,15 @@ local function earliest_elapsed(prev, room, period)
   return period - fits
 end
 
-function sliding_window.decide(w, key, ctx, cost)
+function sliding_window.decide(w, key, ctx, cost, reuse)
   local now, period, limit = ctx.now, w.period, w.limit
-  local st = sw_load(key)
-  local index = max(floordiv(now, period), st.window)
+  local st_window, st_prev, st_curr = sw_load(key)
+  local index = max(floordiv(now, period), st_window)
   local prev, curr = 0, 0
-  if index == st.window then
-    prev, curr = st.prev, st.curr
-  elseif index == st.window + 1 then
-    prev = st.curr
+  if index == st_window then
+    prev, curr = st_prev, st_curr
+  elseif index == st_window + 1 then
+    prev = st_curr
   end
   local window_start = index * period
   -- Clamped: a clock that went back counts the previous window in full.
@@ -78,7 +81,9 @@ function sliding_window.decide(w, key, ctx, cost)
   end
   d.reset = max(fresh_at - now, 0)
   if d.allowed == 1 and cost > 0 then
-    return d, {window = index, prev = prev, curr = curr_after}
+    local plan = reuse and sw_plan or {}
+    plan.window, plan.prev, plan.curr = index, prev, curr_after
+    return d, plan
   end
   return d, nil
 end
@@ -94,13 +99,13 @@ function sliding_window.save(w, key, st, ctx)
 end
 
 function sliding_window.refund(w, key, ctx, taken_at, cost)
-  local st, found = sw_load(key)
+  local window, prev, curr, found = sw_load(key)
   if not found then return end
   local taken_window = floordiv(taken_at, w.period)
-  if taken_window == st.window then
-    st.curr = max(0, st.curr - cost)
-  elseif taken_window + 1 == st.window then
-    st.prev = max(0, st.prev - cost)
+  if taken_window == window then
+    curr = max(0, curr - cost)
+  elseif taken_window + 1 == window then
+    prev = max(0, prev - cost)
   end
-  sliding_window.save(w, key, st, ctx)
+  sliding_window.save(w, key, {window = window, prev = prev, curr = curr}, ctx)
 end

@@ -5,29 +5,35 @@
 
 local token_bucket = {params = bucket_params}
 
+-- tokens_ticks, last_us; nil when there is no key.
 local function tb_load(key)
   local s = call('GET', key)
   if not s then return nil end
-  local tokens, last = split3(s)
-  return {tokens = tokens, last = last}
+  return split3(s)
 end
+
+local tb_plan = {}
 
 local function tb_fresh_at(b, st)
   return st.last + ceildiv(b.cap - st.tokens, b.per_us)
 end
 
-function token_bucket.decide(b, key, ctx, cost)
+function token_bucket.decide(b, key, ctx, cost, reuse)
   local now = ctx.now
-  local st = tb_load(key)
+  local st_tokens, st_last = tb_load(key)
   local tokens, last = b.cap, now
-  if st then
+  if st_tokens then
     -- Lazy refill. A clock that went back refills nothing and keeps `last`.
-    tokens = min(b.cap, st.tokens + ticks_in(b, now - st.last))
-    last = max(st.last, now)
+    tokens = min(b.cap, st_tokens + ticks_in(b, now - st_last))
+    last = max(st_last, now)
   end
   local d, consumed, used_after = bucket_decide(b, b.cap - tokens, cost)
   measure_from_now(d, last - now)
-  if consumed then return d, {tokens = b.cap - used_after, last = last} end
+  if consumed then
+    local plan = reuse and tb_plan or {}
+    plan.tokens, plan.last = b.cap - used_after, last
+    return d, plan
+  end
   return d, nil
 end
 
@@ -36,8 +42,8 @@ function token_bucket.save(b, key, st, ctx)
 end
 
 function token_bucket.refund(b, key, ctx, taken_at, cost)
-  local st = tb_load(key)
-  if not st then return end
-  if cost > 0 then st.tokens = min(b.cap, st.tokens + min(cost, b.burst) * b.per_token) end
-  token_bucket.save(b, key, st, ctx)
+  local tokens, last = tb_load(key)
+  if not tokens then return end
+  if cost > 0 then tokens = min(b.cap, tokens + min(cost, b.burst) * b.per_token) end
+  token_bucket.save(b, key, {tokens = tokens, last = last}, ctx)
 end
