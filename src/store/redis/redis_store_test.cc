@@ -465,6 +465,63 @@ TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
   }
 }
 
+TEST_F(RedisStoreTest, TheNextCallIsSentBeforeTheAnsweredCallsCallbacksRun) {
+  // Two calls in flight (a and b), a third request waiting (c). When a is
+  // answered, c's call must reach Redis while a's callback still runs: the
+  // callback holds the client's thread until Redis has counted c.
+  Flush();
+  auto redis = Connect({.url = Url(), .timeout = Duration::Seconds(5), .cache_denials = false});
+  ASSERT_NE(redis, nullptr);
+  absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, "1000/1h"));
+  ASSERT_TRUE(config.ok());
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "next");
+  ASSERT_TRUE(table.ok()) << table.status();
+  LimitTable* tables[] = {table->get()};
+  const std::string key = redis->RedisKey(**table, "k");
+  // The count Redis holds for the key ("window count"), read on a
+  // connection of the test's own.
+  redisContext* c = redisConnect("127.0.0.1", server_->port());
+  ASSERT_TRUE(c != nullptr && c->err == 0);
+  auto count = [&] {
+    auto* reply = static_cast<redisReply*>(redisCommand(c, "GET %s", key.c_str()));
+    int64_t n = -1;
+    if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
+      const std::string_view state(reply->str, reply->len);
+      n = std::stoll(std::string(state.substr(state.find(' ') + 1)));
+    }
+    freeReplyObject(reply);
+    return n;
+  };
+  std::atomic<int> answered{0};
+  std::atomic<int64_t> seen_in_callback{-1};
+  ASSERT_TRUE(server_->Pause().ok());
+  for (int i = 0; i < 3; ++i) {
+    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+                       [&, i](absl::StatusOr<BatchResult> r) {
+                         EXPECT_TRUE(r.ok()) << r.status();
+                         if (i == 0) {
+                           const auto until = SteadyClock::now() + std::chrono::seconds(2);
+                           int64_t n = count();
+                           while (n < 3 && SteadyClock::now() < until) {
+                             std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                             n = count();
+                           }
+                           seen_in_callback.store(n);
+                         }
+                         answered.fetch_add(1);
+                       });
+  }
+  ASSERT_TRUE(server_->Resume().ok());
+  const auto until = SteadyClock::now() + std::chrono::seconds(10);
+  while (answered.load() < 3 && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(answered.load(), 3);
+  EXPECT_EQ(seen_in_callback.load(), 3);
+  EXPECT_EQ(count(), 3);
+  redisFree(c);
+}
+
 TEST_F(RedisStoreTest, LayeredPolicyGivesBackWhatTheLocalLimitTook) {
   auto redis = Connect();
   // Local: 5 per hour. Global: 2 per hour. The third request is denied by
