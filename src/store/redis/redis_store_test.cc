@@ -108,6 +108,15 @@ class RedisStoreTest : public ::testing::Test {
     return store.ok() ? *std::move(store) : nullptr;
   }
 
+  // A fixed_window table of `rate`, named `name`.
+  static absl::StatusOr<std::shared_ptr<LimitTable>> FixedWindowTable(RedisStore& redis,
+                                                                      std::string_view rate,
+                                                                      std::string_view name) {
+    absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, rate));
+    if (!config.ok()) return config.status();
+    return redis.OpenNamedTable(*config, name);
+  }
+
   std::unique_ptr<Limiter> Make(RedisStore& redis, std::vector<LimitOptions> limits,
                                 std::vector<Store*> stores = {},
                                 OnStoreError on_error = OnStoreError::kAllow,
@@ -261,9 +270,7 @@ TEST_F(RedisStoreTest, ATableRefundThatAppliedReportsOk) {
   // caller retrying on error refunded twice.
   auto redis = Connect();
   ASSERT_NE(redis, nullptr);
-  absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, "2/1h"));
-  ASSERT_TRUE(config.ok());
-  absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "refund");
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = FixedWindowTable(*redis, "2/1h", "refund");
   ASSERT_TRUE(table.ok()) << table.status();
   const Time now = SystemClock::Default().Now();
   ASSERT_TRUE((*table)->Decide("k", now, 2)->allowed);
@@ -279,9 +286,7 @@ TEST_F(RedisStoreTest, ACallbackThatCallsAgainWhileTheStoreStopsDoesNotHang) {
   // the client's lock, so a callback that called again deadlocked.
   auto redis = Connect();
   ASSERT_NE(redis, nullptr);
-  absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, "2/1h"));
-  ASSERT_TRUE(config.ok());
-  absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "again");
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = FixedWindowTable(*redis, "2/1h", "again");
   ASSERT_TRUE(table.ok()) << table.status();
   LimitTable* tables[] = {table->get()};
   ASSERT_TRUE(server_->Pause().ok());  // the first call stays pending
@@ -404,9 +409,7 @@ TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
                           .cache_denials = false,
                           .max_batch = max_batch});
     ASSERT_NE(redis, nullptr);
-    absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, "100/1h"));
-    ASSERT_TRUE(config.ok());
-    absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "co");
+    absl::StatusOr<std::shared_ptr<LimitTable>> table = FixedWindowTable(*redis, "100/1h", "co");
     ASSERT_TRUE(table.ok()) << table.status();
     LimitTable* tables[] = {table->get()};
     {
@@ -472,9 +475,7 @@ TEST_F(RedisStoreTest, TheNextCallIsSentBeforeTheAnsweredCallsCallbacksRun) {
   Flush();
   auto redis = Connect({.url = Url(), .timeout = Duration::Seconds(5), .cache_denials = false});
   ASSERT_NE(redis, nullptr);
-  absl::StatusOr<LimitConfig> config = MakeLimit(L(Algorithm::kFixedWindow, "1000/1h"));
-  ASSERT_TRUE(config.ok());
-  absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "next");
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = FixedWindowTable(*redis, "1000/1h", "next");
   ASSERT_TRUE(table.ok()) << table.status();
   LimitTable* tables[] = {table->get()};
   const std::string key = redis->RedisKey(**table, "k");
