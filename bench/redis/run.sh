@@ -126,9 +126,13 @@ record() {  # $1 case, $2 JSON line from a side, $3 redis-server CPU us over it:
 }
 # measured NAME COMMAND...: runs a side, records its line with redis-server's
 # CPU time over it; prints the line.
+# Every run starts on an empty keyspace: the keys the run before it left
+# (the peer's live its 1 s window) would otherwise expire, and be counted,
+# during this one.
 measured() {
   local name=$1 cpu0 line
   shift
+  "${RCLI[@]}" FLUSHALL >/dev/null
   cpu0=$(redis_cpu_us)
   line=$("$@")
   record "$name" "$line" "$(( $(redis_cpu_us) - cpu0 ))" >/dev/null
@@ -176,7 +180,6 @@ rate_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])["decision
 for keys in $KEYS; do
   for depth in $A_DEPTHS; do
     name="A-depth$depth-keys$keys"
-    "${RCLI[@]}" FLUSHALL >/dev/null
     expected=""
     for round in $(seq "$ROUNDS"); do
       line=$(measured "$name" run_sluice "$depth" "$keys" "$ALGORITHM")
@@ -189,7 +192,6 @@ for keys in $KEYS; do
   for inflight in $B_INFLIGHT; do
     for algorithm in $ALGORITHMS; do
       name="B-inflight$inflight-keys$keys-$algorithm"
-      "${RCLI[@]}" FLUSHALL >/dev/null
       for round in $(seq "$ROUNDS"); do
         measured "$name" run_sluice "$inflight" "$keys" "$algorithm" >/dev/null
         measured "$name" run_rlf "$inflight" "$keys" >/dev/null

@@ -26,13 +26,17 @@ end
 local TWO52 = 4503599627370496
 local INFINITE = -1  -- retry_after that never comes, as the reply encodes it
 
--- floor(a / b) and a - floor(a / b) * b, exact for |a| < 2^53, 0 < b < 2^53.
+-- floor(a / b) and a - floor(a / b) * b, exact for 0 < b < 2^53 and
+-- 0 <= a < 2^53 or |a| < 2^52 (below -2^52, floor(a / b) * b may pass 2^53).
+-- Lua's a % b is a - floor(a / b) * b in doubles: the product is exact (it
+-- is within b of a), and floor(a / b) is exact unless a / b rounded up onto
+-- the next integer, which leaves a remainder in (-b, 0), corrected here.
+-- (a - r) is then a multiple of b, and its quotient exact. No call of
+-- math.floor: this runs several times a decision.
 local function floordiv(a, b)
-  local q = floor(a / b)
-  local r = a - q * b
-  while r < 0 do q = q - 1; r = r + b end
-  while r >= b do q = q + 1; r = r - b end
-  return q, r
+  local r = a % b
+  if r < 0 then r = r + b end
+  return (a - r) / b, r
 end
 
 -- a / b rounded up, 0 for a <= 0 (the C++ CeilDiv).

@@ -170,30 +170,28 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         return
       end
       local after = ops + 3
-      -- The run's time, cost and limit are read once, as the part at_run's:
-      -- should one fail, that part answers the error and the run resumes
-      -- at the next, which reads them again (and fails alone too).
-      local function mark(j)
-        reply_before = #reply
-        if j + 1 < g then
-          next_key, next_arg, next_run = k, a, j + 1
-        else
-          next_key, next_arg, next_run = k + g, after, 0
-        end
-      end
-      mark(at_run)
+      -- Before each part j: where its answer starts (reply_before) and where
+      -- to resume should it fail (next_*: the run's next part, or the part
+      -- after the run). The run's time, cost and limit are read once, as
+      -- the part at_run's: should one fail, that part answers the error and
+      -- the run resumes at the next, which reads them again (and fails
+      -- alone too).
+      reply_before, next_key, next_arg, next_run = #reply, k, a, at_run + 1
+      if at_run + 1 == g then next_key, next_arg, next_run = k + g, after, 0 end
       local ctx = time_ctx()
       local cost = cost_of(args[ops + 1])
       local l = limit_of(args[ops + 2])
       local algo, params, now, writes = l.algo, l.params, ctx.now, op == 'd'
+      local m = reply_before
       for j = at_run, g - 1 do
-        mark(j)
+        reply_before, next_run = m, j + 1
+        if next_run == g then next_key, next_arg, next_run = k + g, after, 0 end
         local key = keys[k + j]
         local d, plan = algo.decide(params, key, ctx, cost, true)
-        local m = reply_before
         reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = now, d.allowed, d.limit, d.remaining
         reply[m + 5], reply[m + 6], reply[m + 7] = d.reset, d.retry, d.delay
         if writes and plan and d.allowed == 1 then algo.save(params, key, plan, ctx) end
+        m = m + 7
       end
       at_key, at_arg, at_run = k + g, after, 0
     elseif op == 'D' or op == 'C' or op == 'R' then
