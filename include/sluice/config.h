@@ -125,6 +125,9 @@ enum class Scope { kLocal, kGlobal };
 struct LimitSpec {
   LimitOptions options;
   Scope scope = Scope::kLocal;
+  // `lease:` (global fixed_window limits): decided on slices of the limit
+  // in this process (docs/distributed.md, "Leased limits").
+  std::optional<LeaseOptions> lease;
   friend bool operator==(const LimitSpec&, const LimitSpec&) = default;
 };
 

@@ -74,6 +74,10 @@ struct LimiterOptions {
   // stores[i] is null, the store passed to Create. At most one remote store
   // per limiter. Each store must outlive the Limiter.
   std::vector<Store*> stores;
+  // Limit i is leased from its store (Store::OpenLeasedTable) when
+  // leases[i] is set: only a remote store's limit, and then the only one of
+  // the limiter in that store.
+  std::vector<std::optional<LeaseOptions>> leases;
   OnStoreError on_store_error = OnStoreError::kAllow;
   LongKeys long_keys = LongKeys::kHash;
   // Read once per call. Default: SystemClock::Default(). Must outlive the Limiter.

@@ -77,6 +77,7 @@ class Parser : public internal::YamlReader {
   absl::Status ReadRoute(const Value& v, std::map<std::string, int>& names, RouteConfig& out) const;
   absl::Status ReadKey(const Value& v, std::vector<KeyPart>& out) const;
   absl::StatusOr<LimitSpec> ReadLimit(const Value& v) const;
+  absl::StatusOr<LeaseOptions> ReadLease(const Value& v) const;
   absl::Status ReadDeny(const Value& v, DenyConfig& out) const;
   absl::Status ReadPolicy(const Value& v, std::map<std::string, int>& names,
                           PolicyConfig& out) const;
@@ -474,15 +475,44 @@ absl::StatusOr<LimitSpec> Parser::ReadLimit(const Value& v) const {
     return Fail(
         v, Cat("expected a limit (a map with algorithm and rate), got ", DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f = ReadMap(
-      v, kMapOfKeys,
-      {"algorithm", "rate", "limit", "period", "burst", "mode", "max_delay", "queue", "scope"});
+  absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys,
+                                     {"algorithm", "rate", "limit", "period", "burst", "mode",
+                                      "max_delay", "queue", "scope", "lease"});
   if (!f.ok()) return f.status();
   LimitSpec out;
   SLUICE_ASSIGN_OR_RETURN(out.options, ReadLimitOptions(*f));
   SLUICE_ASSIGN_OR_RETURN(out.scope, ReadScope(*f, {.shared_store = shared_store_}));
+  if (const Value* x = f->Find("lease")) {
+    if (out.scope != Scope::kGlobal) {
+      return Fail(*x, "a lease is a slice of a global limit (scope: global, store.redis)");
+    }
+    if (out.options.algorithm != Algorithm::kFixedWindow) {
+      return Fail(
+          *x, Cat(AlgorithmName(out.options.algorithm), " cannot be leased yet; fixed_window can"));
+    }
+    SLUICE_ASSIGN_OR_RETURN(out.lease, ReadLease(*x));
+  }
   absl::StatusOr<LimitConfig> made = MakeLimit(out.options);
   if (!made.ok()) return Fail(v, made.status());
+  return out;
+}
+
+// lease: {size: auto | N, ttl: D}; both optional.
+absl::StatusOr<LeaseOptions> Parser::ReadLease(const Value& v) const {
+  absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"size", "ttl"});
+  if (!f.ok()) return f.status();
+  LeaseOptions out;
+  if (const Value* x = f->Find("size")) {
+    if (x->node.IsScalar() && x->node.Scalar() == "auto") {
+      out.size = 0;
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(out.size, ReadInt(*x, 1, int64_t{1} << 40));
+    }
+  }
+  if (const Value* x = f->Find("ttl")) {
+    SLUICE_ASSIGN_OR_RETURN(
+        out.ttl, ReadDuration(*x, {.min = Duration::Millis(1), .max = Duration::Minutes(60)}));
+  }
   return out;
 }
 

@@ -294,7 +294,7 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
       ErrorOf(
           "policies:\n  - name: p\n    limits:\n      - {algorithm: gcra, rate: 1/s, brust: 2}\n"),
       "t.yaml:4: policies[0].limits[0].brust: unknown key (expected one of: algorithm, rate, "
-      "limit, period, burst, mode, max_delay, queue, scope)");
+      "limit, period, burst, mode, max_delay, queue, scope, lease)");
   EXPECT_EQ(ErrorOf("routes:\n  - name: r\n    upstream: http://a:1\n    match: {prefix: /}\n"),
             "t.yaml:4: routes[0].match.prefix: unknown key (expected one of: path_prefix, path, "
             "method, host, headers)");
@@ -322,6 +322,36 @@ TEST(ConfigErrors, RedisStore) {
             "t.yaml:2: store.redis.key_prefix: no '{' or '}': they would move the keys' hash tag");
   EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"redis://a\", password_env: SLUICE_NO_SUCH_VAR}\n"),
             "t.yaml:2: store.redis.password_env: the environment has no SLUICE_NO_SUCH_VAR");
+}
+
+TEST(ConfigRedis, AGlobalFixedWindowMayBeLeased) {
+  const std::string head =
+      "store:\n"
+      "  redis: {url: \"redis://127.0.0.1\"}\n"
+      "policies:\n"
+      "  - name: p\n"
+      "    limits:\n";
+  Config c = Load(head +
+                  "      - {algorithm: fixed_window, rate: 50000/h, lease: {size: auto, ttl: 3s}}\n"
+                  "      - {algorithm: gcra, rate: 10/s, scope: local}\n");
+  ASSERT_EQ(c.policies.size(), 1u);
+  ASSERT_TRUE(c.policies[0].limits[0].lease.has_value());
+  EXPECT_EQ(c.policies[0].limits[0].lease->size, 0);  // auto
+  EXPECT_EQ(c.policies[0].limits[0].lease->ttl, Duration::Seconds(3));
+  EXPECT_FALSE(c.policies[0].limits[1].lease.has_value());
+  c = Load(head + "      - {algorithm: fixed_window, rate: 100/s, lease: {size: 10}}\n");
+  EXPECT_EQ(c.policies[0].limits[0].lease->size, 10);
+  EXPECT_EQ(c.policies[0].limits[0].lease->ttl, Duration::Seconds(2));  // the default
+  EXPECT_EQ(ErrorOf(head + "      - {algorithm: gcra, rate: 100/s, lease: {}}\n"),
+            "t.yaml:6: policies[0].limits[0].lease: gcra cannot be leased yet; fixed_window can");
+  EXPECT_EQ(
+      ErrorOf(head + "      - {algorithm: fixed_window, rate: 100/s, scope: local, lease: {}}\n"),
+      "t.yaml:6: policies[0].limits[0].lease: a lease is a slice of a global limit "
+      "(scope: global, store.redis)");
+  EXPECT_THAT(ErrorOf(head + "      - {algorithm: fixed_window, rate: 100/s, lease: {size: 0}}\n"),
+              HasSubstr("lease.size"));
+  EXPECT_THAT(ErrorOf(head + "      - {algorithm: fixed_window, rate: 100/s, lease: {sise: 1}}\n"),
+              HasSubstr("unknown key"));
 }
 
 TEST(ConfigRedis, GlobalIsTheDefaultScopeWithASharedStore) {

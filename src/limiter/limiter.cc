@@ -63,7 +63,10 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
       }
       limiter->remote_ = &where;
     }
-    absl::StatusOr<std::shared_ptr<LimitTable>> table = where.OpenNamedTable(*config, options.name);
+    const bool leased = i < options.leases.size() && options.leases[i].has_value();
+    absl::StatusOr<std::shared_ptr<LimitTable>> table =
+        leased ? where.OpenLeasedTable(*config, options.name, *options.leases[i])
+               : where.OpenNamedTable(*config, options.name);
     if (!table.ok()) {
       return absl::Status(table.status().code(), Cat("policy \"", options.name, "\" limit ", i + 1,
                                                      ": ", table.status().message()));
@@ -91,6 +94,19 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
   }
   for (size_t i = 0; i < limiter->configs_.size(); ++i) {
     if (IsShape(limiter->configs_[i])) limiter->order_.push_back(i);
+  }
+  size_t remote_limits = 0, leased_limits = 0;
+  for (size_t i = 0; i < limiter->configs_.size(); ++i) {
+    if (!limiter->is_remote_[i]) continue;
+    ++remote_limits;
+    if (i < options.leases.size() && options.leases[i].has_value()) ++leased_limits;
+  }
+  if (leased_limits > 0 && remote_limits > 1) {
+    // A leased limit is decided on this process' slice, the others in one
+    // call: all-or-nothing across them would need the slice in that call.
+    return absl::InvalidArgumentError(
+        Cat("policy \"", options.name,
+            "\": a leased limit must be the policy's only limit in the shared store"));
   }
   if (limiter->remote_ != nullptr) {
     for (size_t i : limiter->order_) {

@@ -243,6 +243,7 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
               "start)"));
         }
         options.stores.push_back(spec.scope == Scope::kGlobal ? shared : nullptr);
+        options.leases.push_back(spec.lease);
       }
       absl::StatusOr<std::unique_ptr<Limiter>> made = Limiter::Create(store, options);
       if (!made.ok()) return made.status();

@@ -31,6 +31,11 @@ nlohmann::json ConfigJson(const PolicySet& set) {
           l["max_delay"] = FormatDuration(spec.options.max_delay);
         if (spec.options.queue > 0) l["queue"] = spec.options.queue;
       }
+      if (spec.lease) {
+        l["lease"] = {{"size", spec.lease->size == 0 ? nlohmann::json("auto")
+                                                     : nlohmann::json(spec.lease->size)},
+                      {"ttl", FormatDuration(spec.lease->ttl)}};
+      }
       limits.push_back(l);
     }
     nlohmann::json key = nlohmann::json::array();

@@ -47,6 +47,15 @@ void AddRedisMetrics(metrics::Metrics& m, RedisStore* redis) {
              "Requests denied without a Redis call: Redis had denied them, and the wait it "
              "named had not passed.",
              "counter", [redis] { return static_cast<int64_t>(redis->Health().denials_answered); });
+  m.AddGauge("sluice_lease_decisions_total",
+             "Decisions of leased limits answered in this process, from a slice (or a window "
+             "Redis said was full).",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().lease_decisions); });
+  m.AddGauge("sluice_lease_slices_total", "Slices of leased limits Redis granted this process.",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().lease_slices); });
+  m.AddGauge("sluice_lease_returned_units_total",
+             "Units of leased limits given back to Redis unused (a quiet key, a stop).", "counter",
+             [redis] { return static_cast<int64_t>(redis->Health().lease_returned); });
 }
 
 }  // namespace

@@ -55,3 +55,14 @@ void Store::DecideBatch(std::span<LimitTable* const> tables, std::string_view ke
 }
 
 }  // namespace sluice
+
+namespace sluice {
+
+absl::StatusOr<std::shared_ptr<LimitTable>> Store::OpenLeasedTable(const LimitConfig& /*config*/,
+                                                                   std::string_view /*name*/,
+                                                                   const LeaseOptions& /*lease*/) {
+  return absl::InvalidArgumentError(
+      "lease: only a limit in the shared store (scope: global, store.redis) can be leased");
+}
+
+}  // namespace sluice

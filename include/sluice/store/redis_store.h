@@ -17,6 +17,10 @@
 // fails its calls at once until it is back (a circuit breaker), and the
 // store reconnects by itself. docs/distributed.md has the details.
 //
+// A leased limit (OpenLeasedTable) is decided in this process against a
+// slice of it that one call reserved in Redis; unused slices go back when
+// the key goes quiet and when the store is destroyed.
+//
 // Thread-safety: every method from any thread. The blocking LimitTable
 // methods (Decide, Check, Refund) must not be called from the store's own
 // I/O thread (a DecideBatch callback): they would wait for themselves.
@@ -67,6 +71,11 @@ struct RedisStoreHealth {
   // Requests sent to Redis; `calls` carried them (several in one call when
   // they were coalesced: RedisStoreOptions::max_batch).
   uint64_t decisions = 0;
+  // Leased limits (OpenLeasedTable): decisions answered from a slice in
+  // this process, slices Redis granted, and units given back unused.
+  uint64_t lease_decisions = 0;
+  uint64_t lease_slices = 0;
+  uint64_t lease_returned = 0;
 };
 
 class RedisStore final : public Store {
@@ -86,6 +95,11 @@ class RedisStore final : public Store {
   absl::StatusOr<std::shared_ptr<LimitTable>> OpenTable(const LimitConfig& config) override;
   absl::StatusOr<std::shared_ptr<LimitTable>> OpenNamedTable(const LimitConfig& config,
                                                              std::string_view name) override;
+  // fixed_window only (docs/distributed.md, "Leased limits"); the other
+  // algorithms answer InvalidArgument.
+  absl::StatusOr<std::shared_ptr<LimitTable>> OpenLeasedTable(const LimitConfig& config,
+                                                              std::string_view name,
+                                                              const LeaseOptions& lease) override;
   bool remote() const override { return true; }
   void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
                    int64_t cost, Time taken_at, BatchCallback done,

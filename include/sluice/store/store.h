@@ -83,6 +83,20 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
                                             std::string_view key, BatchOp op, Time now,
                                             int64_t cost, Time taken_at);
 
+// A leased limit (docs/distributed.md, "Leased limits"): the instance takes
+// a slice of the limit from the shared store in one call, reserved there
+// before anything is admitted, and decides requests against it in memory.
+struct LeaseOptions {
+  // Units a slice asks for; 0 ("auto"): what this instance used in the last
+  // tenth of a second, at least 1. Either way at most half of what the
+  // window has left, as the store last said, and at most an eighth of the
+  // limit: slices shrink to single units as the limit runs out.
+  int64_t size = 0;
+  // A key's slice unused for this long is given back.
+  Duration ttl = Duration::Seconds(2);
+  friend bool operator==(const LeaseOptions&, const LeaseOptions&) = default;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -97,6 +111,13 @@ class Store {
     (void)name;
     return OpenTable(config);
   }
+
+  // A named table whose decisions are leased. Stores that cannot lease
+  // (every store in this process: there is nothing to save) answer
+  // InvalidArgument.
+  virtual absl::StatusOr<std::shared_ptr<LimitTable>> OpenLeasedTable(const LimitConfig& config,
+                                                                      std::string_view name,
+                                                                      const LeaseOptions& lease);
 
   // True for stores whose state lives in another process (Redis): their
   // answers take a round trip, so callers use DecideBatch, which answers

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <future>
 #include <mutex>
@@ -41,6 +42,15 @@ absl::StatusOr<redis::Endpoint> ParseEndpoint(std::string_view text, std::string
 // ---------------------------------------------------------------------------
 
 namespace {
+
+// A leased table's limit, as its slices need it (docs/distributed.md,
+// "Leased limits").
+struct LeaseLimit {
+  std::string params;  // LimitParams
+  int64_t limit = 0;
+  Duration period;
+  LeaseOptions options;
+};
 
 class RedisTable final : public LimitTable {
  public:
@@ -80,6 +90,14 @@ class RedisTable final : public LimitTable {
   const std::string& name() const { return name_; }
   const std::string& suffix() const { return suffix_; }
   const std::string& params() const { return params_; }
+  // Set when the table is leased.
+  const std::shared_ptr<const LeaseLimit>& lease() const { return lease_; }
+  void set_lease(const LeaseOptions& options) {
+    lease_ = std::make_shared<const LeaseLimit>(LeaseLimit{.params = params_,
+                                                           .limit = RateOf(config_).limit,
+                                                           .period = RateOf(config_).period,
+                                                           .options = options});
+  }
 
  private:
   absl::StatusOr<Decision> One(std::string_view key, BatchOp op, Time now, int64_t cost,
@@ -91,6 +109,7 @@ class RedisTable final : public LimitTable {
   std::string name_;
   std::string suffix_;
   std::string params_;
+  std::shared_ptr<const LeaseLimit> lease_;
 };
 
 }  // namespace
@@ -238,6 +257,66 @@ using Batch = std::vector<std::unique_ptr<Pending>>;
 
 using Lanes = redis::Lanes<Pending>;
 
+// ---- leased limits (docs/distributed.md, "Leased limits") ----
+//
+// A leased fixed_window key's slice in this process: `units` that one call
+// took from the key's window in Redis (a decision of that cost, so Redis
+// counted them before any was admitted), spent here one request at a time
+// until the window ends. The window's end is counted on the steady clock
+// from when the call was sent, which is no later than when Redis decided,
+// less kLeaseClockMargin: a slice is never spent after its window ended in
+// Redis, so the fleet never admits more than the limit in a window.
+struct LeaseWaiter {
+  int64_t cost = 0;
+  BatchCallback done;
+};
+
+struct Lease {
+  std::shared_ptr<const LeaseLimit> limit;
+  int64_t units = 0;         // left in the slice
+  int64_t window = -1;       // the window it was taken in (Redis time / period)
+  Time valid_until;          // steady: the slice is void from here on
+  Time store_taken;          // Redis' time of the last grant: a refund's taken_at
+  Time taken_sent;           // steady: when the call of that grant was sent
+  Time full_until;           // steady: Redis said the window had nothing left
+  int64_t window_left = -1;  // what the window had left after the last call; -1 unknown
+  int64_t last_ask = 0;
+  bool taking = false;  // a call for a slice is on its way
+  std::deque<LeaseWaiter> waiters;
+  Time last_use;     // steady
+  int64_t used = 0;  // units spent since `since` (the auto size)
+  Time since;
+};
+
+// A slice of a window ending in T (by Redis) is spent until the steady
+// clock says T minus this fraction of the wait, minus a millisecond: room
+// for two clocks that run up to 1000 ppm apart.
+constexpr int64_t kLeaseClockPpm = 1000;
+constexpr Duration kLeaseClockSlack = Duration::Millis(1);
+
+Time LeaseValidUntil(Time sent, Duration until_window_end) {
+  const int64_t us = until_window_end.micros();
+  return sent +
+         Duration::Micros(us - us / 1'000'000 * kLeaseClockPpm -
+                          us % 1'000'000 * kLeaseClockPpm / 1'000'000) -
+         kLeaseClockSlack;
+}
+
+// The slices of one store, by Redis key, in shards.
+class LeaseBook {
+ public:
+  struct Shard {
+    std::mutex mu;
+    absl::flat_hash_map<std::string, Lease> leases;
+  };
+  Shard& ShardOf(const std::string& key) { return shards_[absl::HashOf(key) % kShards]; }
+  std::array<Shard, 16>& shards() { return shards_; }
+
+ private:
+  static constexpr size_t kShards = 16;
+  std::array<Shard, kShards> shards_;
+};
+
 }  // namespace
 
 struct RedisStore::Impl {
@@ -250,12 +329,46 @@ struct RedisStore::Impl {
   void Answered(uint32_t lane, const std::shared_ptr<Batch>& batch,
                 absl::StatusOr<redis::Reply> reply);
 
+  // Queues `p` (a request, a slice's call or a slice given back) in its
+  // lane and sends the lane's next call if one may go now.
+  void Submit(std::unique_ptr<Pending> p);
+
+  // A leased table's requests (docs/distributed.md, "Leased limits").
+  using LimitPtr = std::shared_ptr<const LeaseLimit>;
+  void LeaseDecide(const std::string& key, const LimitPtr& limit, int64_t cost, BatchCallback done);
+  void LeaseRefund(const std::string& key, Time taken_at, int64_t cost);
+  // Sends the call for a slice of `ask` units (the lease's `taking` set).
+  void SendTake(const std::string& key, const LimitPtr& limit, int64_t ask);
+  void TakeAnswered(const std::string& key, int64_t ask, Time sent, absl::StatusOr<BatchResult> r);
+  // Gives `units` taken at `store_taken` back to Redis; `done` (may be
+  // null) once Redis answered.
+  void GiveBack(const std::string& key, const LeaseLimit& limit, int64_t units, Time store_taken,
+                std::function<void()> done);
+  // The slices of `shard` unused for their ttl, taken out of it to be given
+  // back (at the first request, of any key, 100 ms after the last look);
+  // forgets idle keys. Nothing is sent under a shard's lock: a call sent
+  // on the I/O thread may answer at once, and its callback lock a shard.
+  struct Unused {
+    std::string key;
+    std::shared_ptr<const LeaseLimit> limit;
+    int64_t units = 0;
+    Time store_taken;
+  };
+  void Sweep(LeaseBook::Shard& shard, Time now, std::vector<Unused>& out);
+  // Every slice back to Redis, waiting up to the timeout (the destructor).
+  void ReturnAll();
+
   RedisStoreOptions options;
   std::unique_ptr<redis::Client> client;
   DenialCache denials;
   Lanes lanes;
+  LeaseBook leases;
   std::atomic<uint64_t> denials_answered{0};  // calls not made (Health)
   std::atomic<uint64_t> decisions{0};         // requests sent to Redis (Health)
+  std::atomic<uint64_t> lease_decisions{0};
+  std::atomic<uint64_t> lease_slices{0};
+  std::atomic<uint64_t> lease_returned{0};
+  std::atomic<int64_t> lease_swept_at{0};  // steady microseconds of the last Sweep
 };
 
 namespace {
@@ -341,6 +454,264 @@ void RedisStore::Impl::Answered(uint32_t lane, const std::shared_ptr<Batch>& bat
   }
 }
 
+namespace {
+
+// Redis' time now, from the last grant: its time then plus what has passed.
+Time LeaseStoreTime(const Lease& l, Time now) {
+  return l.store_taken + std::max(Duration::Zero(), now - l.taken_sent);
+}
+
+BatchResult LeaseAnswer(const Lease& l, Time now, bool allowed, Duration retry_after) {
+  Decision d;
+  d.allowed = allowed;
+  d.limit = l.limit->limit;
+  // What this process can still admit from its slice: a lower bound of
+  // what the window has left.
+  d.remaining = l.units;
+  d.retry_after = allowed ? Duration::Zero() : std::max(Duration::Micros(1), retry_after);
+  d.reset_after = std::max(d.retry_after, std::max(Duration::Zero(), l.valid_until - now));
+  return BatchResult{.store_time = LeaseStoreTime(l, now), .decisions = {d}};
+}
+
+// The units the next slice asks for: the configured size, or ("auto") what
+// this process spent in the last tenth of a second; at least `at_least`
+// (the request waiting for it), at most an eighth of the limit, and at most
+// half of what the window had left the last time Redis said (at least 1):
+// slices shrink to single units as the window runs out, so the fleet can
+// spend all of it.
+int64_t LeaseAsk(Lease& l, Time now, int64_t at_least) {
+  const LeaseLimit& lim = *l.limit;
+  int64_t want = lim.options.size;
+  if (want == 0) {
+    const int64_t elapsed_us = std::max<int64_t>((now - l.since).micros(), 1000);
+    want = l.used > 0 ? std::max<int64_t>(1, l.used * 100'000 / elapsed_us) : 1;
+  }
+  l.used = 0;
+  l.since = now;
+  want = std::min(want, std::max<int64_t>(1, lim.limit / 8));
+  if (l.window_left >= 0) want = std::min(want, std::max<int64_t>(1, l.window_left / 2));
+  return std::max(want, at_least);
+}
+
+}  // namespace
+
+void RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit, int64_t cost,
+                                   BatchCallback done) {
+  const Time now = SteadyNow();
+  // Every 100 ms one request looks for slices unused for their ttl.
+  int64_t swept = lease_swept_at.load(std::memory_order_relaxed);
+  if (now.unix_micros() - swept >= 100'000 &&
+      lease_swept_at.compare_exchange_strong(swept, now.unix_micros())) {
+    std::vector<Unused> unused;
+    for (LeaseBook::Shard& s : leases.shards()) {
+      std::lock_guard lock(s.mu);
+      Sweep(s, now, unused);
+    }
+    for (Unused& u : unused) GiveBack(u.key, *u.limit, u.units, u.store_taken, nullptr);
+  }
+  LeaseBook::Shard& shard = leases.ShardOf(key);
+  std::unique_lock lock(shard.mu);
+  Lease& l = shard.leases[key];
+  if (l.limit == nullptr) {
+    l.limit = limit;
+    l.since = now;
+  }
+  l.last_use = now;
+  if (now >= l.valid_until) {  // the slice's window has ended (or there is none)
+    l.units = 0;
+    l.window_left = -1;
+  }
+  if (l.waiters.empty() && l.units >= cost) {
+    l.units -= cost;
+    l.used += cost;
+    BatchResult answer = LeaseAnswer(l, now, true, Duration::Zero());
+    // The next slice before this one runs out.
+    int64_t ask = 0;
+    if (!l.taking && l.units * 2 < std::max<int64_t>(l.last_ask, 2) && now >= l.full_until) {
+      ask = LeaseAsk(l, now, 1);
+      l.taking = true;
+      l.last_ask = ask;
+    }
+    lock.unlock();
+    lease_decisions.fetch_add(1, std::memory_order_relaxed);
+    if (ask > 0) SendTake(key, limit, ask);
+    return done(std::move(answer));
+  }
+  if (now < l.full_until) {  // Redis said the window is full until its end
+    BatchResult answer = LeaseAnswer(l, now, false, l.full_until - now);
+    lock.unlock();
+    lease_decisions.fetch_add(1, std::memory_order_relaxed);
+    return done(std::move(answer));
+  }
+  l.waiters.push_back({cost, std::move(done)});
+  if (l.taking) return;
+  const int64_t ask = LeaseAsk(l, now, cost);
+  l.taking = true;
+  l.last_ask = ask;
+  lock.unlock();
+  SendTake(key, limit, ask);
+}
+
+void RedisStore::Impl::SendTake(const std::string& key, const LimitPtr& limit, int64_t ask) {
+  auto p = std::make_unique<Pending>();
+  const std::string_view keys[] = {key};
+  const std::string_view limits[] = {limit->params};
+  p->part = redis::EncodePart({.op = redis::ScriptOp::kDecide, .cost = ask}, keys, limits);
+  p->slot = redis::HashSlot(key);
+  p->deadline = SteadyClock::now() + std::chrono::microseconds(options.timeout.micros());
+  const Time sent = SteadyNow();
+  p->done = [this, key, ask, sent](absl::StatusOr<BatchResult> r) {
+    TakeAnswered(key, ask, sent, std::move(r));
+  };
+  Submit(std::move(p));
+}
+
+void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time sent,
+                                    absl::StatusOr<BatchResult> r) {
+  const Time now = SteadyNow();
+  std::vector<std::pair<BatchCallback, absl::StatusOr<BatchResult>>> answers;
+  std::shared_ptr<const LeaseLimit> limit;
+  int64_t next_ask = 0;
+  {
+    LeaseBook::Shard& shard = leases.ShardOf(key);
+    std::lock_guard lock(shard.mu);
+    Lease& l = shard.leases[key];
+    limit = l.limit;
+    l.taking = false;
+    if (limit == nullptr) return;  // cannot happen: the key was there when it asked
+    if (!r.ok() || r->decisions.size() != 1) {
+      // Redis did not answer: the waiting requests get the error (and the
+      // policy's on_store_error); the slice left, if any, stays good.
+      const absl::Status error =
+          r.ok() ? absl::InternalError("redis: wrong number of decisions") : r.status();
+      for (LeaseWaiter& w : l.waiters) answers.emplace_back(std::move(w.done), error);
+      l.waiters.clear();
+    } else {
+      const Decision& d = r->decisions.front();
+      l.window_left = d.remaining;
+      if (d.allowed) {
+        const int64_t window = r->store_time.unix_micros() / limit->period.micros();
+        if (window != l.window || now >= l.valid_until) l.units = 0;  // a new window's slice
+        l.units += ask;
+        l.window = window;
+        l.valid_until = LeaseValidUntil(sent, d.reset_after);
+        l.store_taken = r->store_time;
+        l.taken_sent = sent;
+        l.full_until = Time();
+        lease_slices.fetch_add(1, std::memory_order_relaxed);
+      } else if (d.remaining == 0) {
+        // Nothing left in the window until it ends: denied here until then.
+        l.full_until = sent + d.retry_after;
+      }
+      // The waiting requests, in order, from the slice.
+      while (!l.waiters.empty() && now < l.valid_until && l.units >= l.waiters.front().cost) {
+        LeaseWaiter& w = l.waiters.front();
+        l.units -= w.cost;
+        l.used += w.cost;
+        answers.emplace_back(std::move(w.done), LeaseAnswer(l, now, true, Duration::Zero()));
+        l.waiters.pop_front();
+        lease_decisions.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (!l.waiters.empty()) {
+        const int64_t front = l.waiters.front().cost;
+        if (now < l.full_until || (d.remaining < front && !d.allowed)) {
+          // The window cannot fit them: denied until it ends.
+          const Duration wait =
+              now < l.full_until ? l.full_until - now : std::max(Duration::Zero(), d.retry_after);
+          for (LeaseWaiter& w : l.waiters) {
+            answers.emplace_back(std::move(w.done), LeaseAnswer(l, now, false, wait));
+            lease_decisions.fetch_add(1, std::memory_order_relaxed);
+          }
+          l.waiters.clear();
+        } else {
+          next_ask = LeaseAsk(l, now, front);
+          if (!d.allowed) next_ask = std::min(next_ask, std::max(front, d.remaining));
+          l.taking = true;
+          l.last_ask = next_ask;
+        }
+      }
+    }
+  }
+  if (next_ask > 0) SendTake(key, limit, next_ask);
+  for (auto& [done, answer] : answers) done(std::move(answer));
+}
+
+void RedisStore::Impl::LeaseRefund(const std::string& key, Time taken_at, int64_t cost) {
+  LeaseBook::Shard& shard = leases.ShardOf(key);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.leases.find(key);
+  if (it == shard.leases.end() || cost <= 0) return;
+  Lease& l = it->second;
+  // Back into the slice it came from, while that window lasts; a window
+  // that has ended needs nothing back.
+  if (SteadyNow() < l.valid_until &&
+      taken_at.unix_micros() / l.limit->period.micros() == l.window) {
+    l.units += cost;
+  }
+}
+
+void RedisStore::Impl::GiveBack(const std::string& key, const LeaseLimit& limit, int64_t units,
+                                Time store_taken, std::function<void()> done) {
+  auto p = std::make_unique<Pending>();
+  const std::string_view keys[] = {key};
+  const std::string_view limits[] = {limit.params};
+  p->part = redis::EncodePart(
+      {.op = redis::ScriptOp::kRefund, .cost = units, .taken_at = store_taken}, keys, limits);
+  p->slot = redis::HashSlot(key);
+  p->deadline = SteadyClock::now() + std::chrono::microseconds(options.timeout.micros());
+  p->done = [this, units, done = std::move(done)](absl::StatusOr<BatchResult> r) {
+    if (r.ok()) lease_returned.fetch_add(units, std::memory_order_relaxed);
+    if (done) done();
+  };
+  Submit(std::move(p));
+}
+
+void RedisStore::Impl::Sweep(LeaseBook::Shard& shard, Time now, std::vector<Unused>& out) {
+  for (auto it = shard.leases.begin(); it != shard.leases.end();) {
+    Lease& l = it->second;
+    const bool idle = !l.taking && l.waiters.empty() && now - l.last_use >= l.limit->options.ttl;
+    if (idle && l.units > 0 && now < l.valid_until) {
+      out.push_back({it->first, l.limit, l.units, l.store_taken});
+      l.units = 0;
+    }
+    if (idle && now >= l.full_until) {
+      shard.leases.erase(it++);  // forgotten: the next request asks again
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RedisStore::Impl::ReturnAll() {
+  // Shared with the callbacks: one may come after the wait gave up.
+  struct Count {
+    std::mutex mu;
+    std::condition_variable cv;
+    int outstanding = 0;
+  };
+  auto count = std::make_shared<Count>();
+  const Time now = SteadyNow();
+  std::vector<Unused> unused;
+  for (LeaseBook::Shard& shard : leases.shards()) {
+    std::lock_guard lock(shard.mu);
+    for (auto& [key, l] : shard.leases) {
+      if (l.units <= 0 || now >= l.valid_until) continue;
+      unused.push_back({key, l.limit, l.units, l.store_taken});
+      l.units = 0;
+    }
+  }
+  count->outstanding = static_cast<int>(unused.size());
+  for (Unused& u : unused) {
+    GiveBack(u.key, *u.limit, u.units, u.store_taken, [count] {
+      std::lock_guard c(count->mu);
+      if (--count->outstanding == 0) count->cv.notify_all();
+    });
+  }
+  std::unique_lock wait(count->mu);
+  count->cv.wait_for(wait, std::chrono::microseconds(options.timeout.micros()) * 2,
+                     [&] { return count->outstanding == 0; });
+}
+
 absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOptions options,
                                                                 EventLog log) {
   if (options.url.empty() == options.cluster.empty()) {
@@ -386,7 +757,10 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOption
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 // The client stops while the whole store is alive: a callback answered by
 // the stop may call the store again (it is answered Cancelled).
-RedisStore::~RedisStore() { impl_->client->Stop(); }
+RedisStore::~RedisStore() {
+  impl_->ReturnAll();
+  impl_->client->Stop();
+}
 
 const RedisStoreOptions& RedisStore::options() const { return impl_->options; }
 
@@ -400,6 +774,26 @@ absl::StatusOr<std::shared_ptr<LimitTable>> RedisStore::OpenNamedTable(const Lim
   return std::make_shared<RedisTable>(*this, *impl_->client, config, std::string(name));
 }
 
+absl::StatusOr<std::shared_ptr<LimitTable>> RedisStore::OpenLeasedTable(const LimitConfig& config,
+                                                                        std::string_view name,
+                                                                        const LeaseOptions& lease) {
+  if (!std::holds_alternative<FixedWindowConfig>(config)) {
+    return absl::InvalidArgumentError(
+        Cat("lease: ", AlgorithmName(AlgorithmOf(config)),
+            " cannot be leased yet; fixed_window can (docs/distributed.md, \"Leased limits\")"));
+  }
+  if (lease.size < 0) return absl::InvalidArgumentError("lease: size must be auto or positive");
+  if (lease.ttl <= Duration::Zero())
+    return absl::InvalidArgumentError("lease: ttl must be positive");
+  if (impl_->options.use_caller_time) {
+    return absl::InvalidArgumentError("lease: needs Redis' own clock (not use_caller_time)");
+  }
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = OpenNamedTable(config, name);
+  if (!table.ok()) return table;
+  static_cast<RedisTable&>(**table).set_lease(lease);
+  return table;
+}
+
 std::string RedisStore::RedisKey(const LimitTable& table, std::string_view key) const {
   const auto& t = static_cast<const RedisTable&>(table);
   return Cat(impl_->options.key_prefix, "{", t.name(), ":", key, "}", t.suffix());
@@ -410,6 +804,21 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
                              BatchCallback late) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return done(s);
   if (tables.empty()) return done(BatchResult{.store_time = now, .decisions = {}});
+  if (tables.size() == 1) {
+    const auto* table = static_cast<const RedisTable*>(tables.front());
+    const std::shared_ptr<const LeaseLimit>& lease = table->lease();
+    // A leased limit decides from its slice; a check (nothing taken) and a
+    // request that could never pass ask Redis as usual.
+    if (lease != nullptr && !impl_->options.use_caller_time) {
+      if (op == BatchOp::kDecide && cost > 0 && cost <= lease->limit) {
+        return impl_->LeaseDecide(RedisKey(*table, key), lease, cost, std::move(done));
+      }
+      if (op == BatchOp::kRefund) {
+        impl_->LeaseRefund(RedisKey(*table, key), taken_at, cost);
+        return done(BatchResult{.store_time = taken_at, .decisions = {}});
+      }
+    }
+  }
   redis::ScriptArgs args{.op = op == BatchOp::kDecide  ? redis::ScriptOp::kDecide
                                : op == BatchOp::kCheck ? redis::ScriptOp::kCheck
                                                        : redis::ScriptOp::kRefund,
@@ -453,10 +862,14 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
   p->deadline = SteadyClock::now() + std::chrono::microseconds(impl_->options.timeout.micros());
   p->done = std::move(done);
   p->late = std::move(late);
+  impl_->Submit(std::move(p));
+}
+
+void RedisStore::Impl::Submit(std::unique_ptr<Pending> p) {
   // One lane per node; on a Cluster, per slot (one call's keys share a slot).
-  const uint32_t lane = impl_->options.cluster.empty() ? 0 : p->slot;
-  Batch now_sent = impl_->lanes.Submit(lane, std::move(p));
-  if (!now_sent.empty()) impl_->Send(lane, std::move(now_sent));
+  const uint32_t lane = options.cluster.empty() ? 0 : p->slot;
+  Batch now_sent = lanes.Submit(lane, std::move(p));
+  if (!now_sent.empty()) Send(lane, std::move(now_sent));
 }
 
 RedisStoreHealth RedisStore::Health() const {
@@ -472,7 +885,10 @@ RedisStoreHealth RedisStore::Health() const {
           .redirects = h.redirects,
           .topology_refreshes = h.topology_refreshes,
           .denials_answered = impl_->denials_answered.load(std::memory_order_relaxed),
-          .decisions = impl_->decisions.load(std::memory_order_relaxed)};
+          .decisions = impl_->decisions.load(std::memory_order_relaxed),
+          .lease_decisions = impl_->lease_decisions.load(std::memory_order_relaxed),
+          .lease_slices = impl_->lease_slices.load(std::memory_order_relaxed),
+          .lease_returned = impl_->lease_returned.load(std::memory_order_relaxed)};
 }
 
 namespace {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,51 @@ TEST(RedisStoreConcurrencyTest, ExactUnderConcurrentCallers) {
   EXPECT_EQ(counts.errors.load(), 0);
   EXPECT_EQ(counts.store_errors.load(), 0);
   EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
+}
+
+// Leased limits (docs/distributed.md, "Leased limits"): two stores (two
+// instances) with four threads each decide from their slices, take the next
+// ones and give back the unused at the end, never more than the limit. (A
+// window boundary inside the run would admit twice the limit: the test is
+// 1 h windows and takes about a second.)
+TEST(RedisStoreConcurrencyTest, LeasedSlicesUnderConcurrentCallers) {
+  auto server = test::RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int64_t now_us = SystemClock::Default().Now().unix_micros();
+  const int64_t hour_us = int64_t{3600} * 1'000'000;
+  if (hour_us - now_us % hour_us < 20'000'000) {
+    std::this_thread::sleep_for(std::chrono::microseconds(hour_us - now_us % hour_us + 100'000));
+  }
+  MemoryStore memory;
+  std::vector<std::unique_ptr<RedisStore>> stores;
+  std::vector<std::unique_ptr<Limiter>> limiters;
+  for (int i = 0; i < 2; ++i) {
+    auto redis =
+        RedisStore::Connect({.url = "redis://127.0.0.1:" + std::to_string((*server)->port()),
+                             .timeout = Duration::Seconds(5)});
+    ASSERT_TRUE(redis.ok()) << redis.status();
+    stores.push_back(*std::move(redis));
+    auto limiter = Limiter::Create(
+        memory, {.name = "leased",
+                 .limits = {{.algorithm = Algorithm::kFixedWindow, .rate = *ParseRate("200/1h")}},
+                 .stores = {stores.back().get()},
+                 .leases = {LeaseOptions{.ttl = Duration::Millis(20)}}});
+    ASSERT_TRUE(limiter.ok()) << limiter.status();
+    limiters.push_back(*std::move(limiter));
+  }
+  Counts counts;
+  std::thread other([&] { Hammer(*limiters[1], 4, 300, 16, counts); });
+  Hammer(*limiters[0], 4, 300, 16, counts);
+  other.join();
+  EXPECT_EQ(counts.answered.load(), 2400);
+  EXPECT_EQ(counts.errors.load(), 0);
+  EXPECT_EQ(counts.store_errors.load(), 0);
+  // At most 200 on each of the two keys; the slices of both stores were
+  // spent while demand lasted (6x the limit).
+  EXPECT_LE(counts.allowed.load(), 400);
+  EXPECT_GE(counts.allowed.load(), 400 - 2 * 2 * 25);  // at most a slice per store and key lost
+  limiters.clear();
+  stores.clear();  // each gives back what its slices have left
 }
 
 TEST(RedisStoreConcurrencyTest, EveryCallAnsweredOnceWhileRedisDiesAndReturns) {

@@ -396,6 +396,156 @@ TEST_F(RedisStoreTest, ConcurrentCallersNeverOvershoot) {
   EXPECT_EQ(allowed.load(), 100);
 }
 
+// ---- leased limits (docs/distributed.md, "Leased limits") ----
+
+// The count Redis keeps for `key` of the fixed_window policy `name`, as the
+// store names it (0 when there is no key).
+int64_t WindowCount(int port, const std::string& redis_key) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  EXPECT_TRUE(c != nullptr && c->err == 0);
+  auto* r = static_cast<redisReply*>(redisCommand(c, "GET %b", redis_key.data(), redis_key.size()));
+  int64_t count = 0;
+  if (r != nullptr && r->type == REDIS_REPLY_STRING) {
+    const std::string state(r->str, r->len);  // "window count"
+    count = std::stoll(state.substr(state.find(' ') + 1));
+  }
+  freeReplyObject(r);
+  redisFree(c);
+  return count;
+}
+
+// Sleeps past the next boundary of `period` (by this machine's clock, as
+// Redis' on loopback) when one is less than `margin` away: a test that
+// counts one window must not straddle two.
+void StayInOneWindow(Duration period, Duration margin) {
+  const int64_t now = SystemClock::Default().Now().unix_micros();
+  const int64_t left = period.micros() - now % period.micros();
+  if (left < margin.micros())
+    std::this_thread::sleep_for(std::chrono::microseconds(left + 100'000));
+}
+
+TEST_F(RedisStoreTest, LeasedWindowAdmitsExactlyTheLimitAcrossInstances) {
+  StayInOneWindow(Duration::Minutes(60), Duration::Seconds(30));
+  constexpr int kInstances = 3, kThreads = 2, kPerThread = 2500;  // 15,000 requests
+  constexpr int kLimit = 3000;
+  std::vector<std::unique_ptr<RedisStore>> stores;
+  std::vector<std::unique_ptr<Limiter>> limiters;
+  for (int i = 0; i < kInstances; ++i) {
+    stores.push_back(Connect({.timeout = Duration::Seconds(5)}));
+    absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+        Limiter::Create(memory_, {.name = "leased",
+                                  .limits = {L(Algorithm::kFixedWindow, "3000/1h")},
+                                  .stores = {stores.back().get()},
+                                  .leases = {LeaseOptions{}},
+                                  .on_store_error = OnStoreError::kDeny});
+    ASSERT_TRUE(limiter.ok()) << limiter.status();
+    limiters.push_back(*std::move(limiter));
+  }
+  std::atomic<int> allowed{0}, answered{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kInstances; ++i) {
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, i] {
+        for (int n = 0; n < kPerThread; ++n) {
+          // At most a few hundred in flight per thread.
+          while (n - answered.load() / (kInstances * kThreads) > 200) std::this_thread::yield();
+          limiters[i]->AcquireAsync("hot", SystemClock::Default().Now(), 1,
+                                    [&](absl::StatusOr<PolicyDecision> d) {
+                                      if (!d.ok() || d->store_error) errors.fetch_add(1);
+                                      if (d.ok() && d->allowed) allowed.fetch_add(1);
+                                      answered.fetch_add(1);
+                                    });
+        }
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  const int total = kInstances * kThreads * kPerThread;
+  const auto until = SteadyClock::now() + std::chrono::seconds(20);
+  while (answered.load() < total && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(answered.load(), total);
+  EXPECT_EQ(errors.load(), 0);
+  // Not one more than the limit; and, with demand 5x the limit to the end,
+  // not one less: every slice was spent.
+  EXPECT_EQ(allowed.load(), kLimit);
+  uint64_t calls = 0, slices = 0, local = 0;
+  for (auto& store : stores) {
+    const RedisStoreHealth h = store->Health();
+    calls += h.calls;
+    slices += h.lease_slices;
+    local += h.lease_decisions;
+  }
+  std::printf("leased: %d requests, %d admitted, %llu calls, %llu slices, %llu from slices\n",
+              total, allowed.load(), static_cast<unsigned long long>(calls),
+              static_cast<unsigned long long>(slices), static_cast<unsigned long long>(local));
+  EXPECT_GT(slices, 0u);
+  EXPECT_LT(calls * 20, static_cast<uint64_t>(total)) << calls << " calls";
+  absl::StatusOr<std::shared_ptr<LimitTable>> table =
+      FixedWindowTable(*stores[0], "3000/1h", "leased");
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(WindowCount(server_->port(), stores[0]->RedisKey(**table, "hot")), kLimit);
+}
+
+TEST_F(RedisStoreTest, ALeasedSliceGoesBackWhenTheKeyIsQuietAndWhenTheStoreStops) {
+  StayInOneWindow(Duration::Minutes(60), Duration::Seconds(10));
+  auto redis = Connect({.timeout = Duration::Seconds(5)});
+  auto make = [&](RedisStore& store, Duration ttl) {
+    absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+        Limiter::Create(memory_, {.name = "slices",
+                                  .limits = {L(Algorithm::kFixedWindow, "1000/1h")},
+                                  .stores = {&store},
+                                  .leases = {LeaseOptions{.size = 100, .ttl = ttl}}});
+    EXPECT_TRUE(limiter.ok()) << limiter.status();
+    return *std::move(limiter);
+  };
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = FixedWindowTable(*redis, "1000/1h", "slices");
+  ASSERT_TRUE(table.ok());
+  const std::string quiet = redis->RedisKey(**table, "quiet");
+  const std::string busy = redis->RedisKey(**table, "busy");
+  {
+    auto limiter = make(*redis, Duration::Millis(50));
+    ASSERT_TRUE(limiter->Acquire("quiet")->allowed);
+    // The slice of 100 is counted in Redis before anything is admitted.
+    EXPECT_EQ(WindowCount(server_->port(), quiet), 100);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(limiter->Acquire("busy")->allowed);
+    EXPECT_EQ(WindowCount(server_->port(), busy), 100);
+    // Quiet for its ttl: the next request (of any key) gives it back.
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    ASSERT_TRUE(limiter->Acquire("busy")->allowed);
+    const auto until = SteadyClock::now() + std::chrono::seconds(5);
+    while (WindowCount(server_->port(), quiet) != 1 && SteadyClock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(WindowCount(server_->port(), quiet), 1);
+  }
+  // The store stops: what its slices hold goes back. (The busy key's slice
+  // was given back by the same sweep or now: 4 admitted either way.)
+  redis.reset();
+  EXPECT_EQ(WindowCount(server_->port(), busy), 4);
+}
+
+TEST_F(RedisStoreTest, OnlyAGlobalFixedWindowCanBeLeased) {
+  auto redis = Connect();
+  auto create = [&](LimitOptions limit, Store* store) {
+    return Limiter::Create(
+               memory_,
+               {.name = "p", .limits = {limit}, .stores = {store}, .leases = {LeaseOptions{}}})
+        .status();
+  };
+  EXPECT_THAT(create(L(Algorithm::kGcra, "10/s"), redis.get()).message(),
+              HasSubstr("gcra cannot be leased yet"));
+  EXPECT_THAT(create(L(Algorithm::kFixedWindow, "10/s"), nullptr).message(),
+              HasSubstr("only a limit in the shared store"));
+  absl::StatusOr<std::unique_ptr<Limiter>> two = Limiter::Create(
+      memory_, {.name = "p",
+                .limits = {L(Algorithm::kFixedWindow, "10/s"), L(Algorithm::kGcra, "100/h")},
+                .stores = {redis.get(), redis.get()},
+                .leases = {LeaseOptions{}, std::nullopt}});
+  EXPECT_THAT(two.status().message(), HasSubstr("only limit in the shared store"));
+}
+
 // Requests that arrive while two calls are in flight go together in the
 // next call, decided in the order they arrived, each with its own answer;
 // a request whose part fails in Redis fails alone. max_batch 1 is one call
