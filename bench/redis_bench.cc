@@ -27,6 +27,7 @@
 //
 // Usage: sluice_bench_redis --url redis://127.0.0.1:6379 [--depth 16]
 //          [--seconds 3] [--keys 1] [--algorithm fixed_window] [--mode pass|deny]
+//          [--rate R] [--lease -1|N]
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -65,6 +66,9 @@ struct Flags {
   int timeout_ms = 1000;
   bool print_library = false;
   bool print_fcall_args = false;
+  // The limit leased (docs/distributed.md, "Leased limits"): 0 none, -1
+  // auto, else the slice size.
+  int64_t lease = 0;
 };
 
 std::string KeyName(int64_t n) {
@@ -110,6 +114,10 @@ absl::StatusOr<std::map<std::string, CommandStat>> CommandCalls(const sluice::Re
 // One chain of decisions, each started by the previous one's completion.
 // Touched by one thread at a time (the caller, then the store's I/O thread).
 struct alignas(64) Lane {
+  // Decisions to start: a completion that comes while one is being started
+  // (answered before AcquireAsync returned: a lease's slice, a certain
+  // denial) adds one for that loop, instead of starting it one call deeper.
+  std::atomic<int> to_issue{0};
   uint64_t rng = 0;
   int64_t done = 0;
   int64_t allowed = 0;
@@ -133,9 +141,15 @@ class Runner {
   double Run(double seconds) {
     running_ = static_cast<int>(lanes_.size());
     const auto start = SteadyClock::now();
+    // Stopped from a thread of its own: when answers come before
+    // AcquireAsync returns (a lease's slice, a certain denial), a lane's
+    // loop below runs on this thread until then.
+    std::thread stopper([this, seconds] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      stop_.store(true, std::memory_order_relaxed);
+    });
     for (Lane& lane : lanes_) Issue(lane);
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-    stop_.store(true, std::memory_order_relaxed);
+    stopper.join();
     drained_.get_future().wait();
     return std::chrono::duration<double>(last_done_ - start).count();
   }
@@ -144,6 +158,13 @@ class Runner {
 
  private:
   void Issue(Lane& lane) {
+    if (lane.to_issue.fetch_add(1) != 0) return;
+    do {
+      IssueOne(lane);
+    } while (lane.to_issue.fetch_sub(1) != 1);
+  }
+
+  void IssueOne(Lane& lane) {
     // xorshift64*: no division when there is one key.
     lane.rng ^= lane.rng >> 12;
     lane.rng ^= lane.rng << 25;
@@ -252,8 +273,12 @@ int Main(const Flags& flags) {
     return 0;
   }
 
-  absl::StatusOr<std::unique_ptr<sluice::Limiter>> limiter =
-      sluice::Limiter::Create(**store, {.name = "bench", .limits = {limit}});
+  std::vector<std::optional<sluice::LeaseOptions>> leases;
+  if (flags.lease != 0) {
+    leases.push_back(sluice::LeaseOptions{.size = std::max<int64_t>(flags.lease, 0)});
+  }
+  absl::StatusOr<std::unique_ptr<sluice::Limiter>> limiter = sluice::Limiter::Create(
+      **store, {.name = "bench", .limits = {limit}, .leases = std::move(leases)});
   if (!limiter.ok()) {
     std::fprintf(stderr, "limiter: %s\n", std::string(limiter.status().message()).c_str());
     return 1;
@@ -304,12 +329,14 @@ int Main(const Flags& flags) {
       "\"keys\":%lld,\"seconds\":%.3f,\"decisions\":%lld,\"decisions_per_s\":%.0f,"
       "\"p50_us\":%.1f,\"p99_us\":%.1f,\"allowed_fraction\":%.4f,\"errors\":%lld,"
       "\"calls_per_decision\":%.3f,\"client_calls_per_decision\":%.3f,"
-      "\"function_commands_per_decision\":%.3f,\"redis_us_per_decision\":%.2f}\n",
+      "\"function_commands_per_decision\":%.3f,\"redis_us_per_decision\":%.2f,"
+      "\"lease\":%lld,\"allowed\":%lld}\n",
       flags.algorithm.c_str(), flags.mode.c_str(), rate_text.c_str(), flags.depth,
       static_cast<long long>(flags.keys), elapsed, static_cast<long long>(done), done / elapsed,
       Percentile(latency, 0.50) / 1e3, Percentile(latency, 0.99) / 1e3, allowed / n,
       static_cast<long long>(errors), fcall / n, sent / n, inner / n,
-      static_cast<double>(fcall_usec) / n);
+      static_cast<double>(fcall_usec) / n, static_cast<long long>(flags.lease),
+      static_cast<long long>(allowed));
   return errors == 0 ? 0 : 1;
 }
 
@@ -328,6 +355,8 @@ int main(int argc, char** argv) {
   app.add_option("--rate", flags.rate, "override the mode's rate (e.g. 100/s)");
   app.add_option("--burst", flags.burst, "bucket algorithms; default the rate's limit");
   app.add_option("--timeout-ms", flags.timeout_ms, "per call; the machine is shared");
+  app.add_option("--lease", flags.lease,
+                 "lease the limit (fixed_window): -1 slices of size auto, N slices of N");
   app.add_flag("--print-library", flags.print_library, "print the function library and exit");
   app.add_flag("--print-fcall-args", flags.print_fcall_args,
                "print the FCALL arguments of one decision, one per line, and exit");

@@ -122,14 +122,27 @@ Task<HttpAnswer> KeyState(Context& ctx, std::string_view rest) {
   nlohmann::json limits = nlohmann::json::array();
   for (size_t i = 0; i < state->size(); ++i) {
     const LimitConfig& c = limiter.limits()[i];
-    limits.push_back({{"algorithm", std::string(AlgorithmName(AlgorithmOf(c)))},
-                      {"rate", FormatRate(RateOf(c))},
-                      {"limit", (*state)[i].limit},
-                      {"remaining", std::max<int64_t>(0, (*state)[i].remaining)},
-                      {"reset_after_ms", (*state)[i].reset_after.CeilMillis()},
-                      {"next_request_allowed", (*next)[i].allowed},
-                      {"next_request_retry_after_ms", (*next)[i].retry_after.CeilMillis()},
-                      {"next_request_delay_ms", (*next)[i].delay.CeilMillis()}});
+    nlohmann::json l = {{"algorithm", std::string(AlgorithmName(AlgorithmOf(c)))},
+                        {"rate", FormatRate(RateOf(c))},
+                        {"limit", (*state)[i].limit},
+                        {"remaining", std::max<int64_t>(0, (*state)[i].remaining)},
+                        {"reset_after_ms", (*state)[i].reset_after.CeilMillis()},
+                        {"next_request_allowed", (*next)[i].allowed},
+                        {"next_request_retry_after_ms", (*next)[i].retry_after.CeilMillis()},
+                        {"next_request_delay_ms", (*next)[i].delay.CeilMillis()}};
+    // A leased limit: what this process holds of the key (the state above
+    // is Redis', slices of every process counted in it).
+    if (i < policy->config().limits.size() && policy->config().limits[i].lease &&
+        ctx.state.redis != nullptr) {
+      if (auto lease = ctx.state.redis->LeaseOf(c, *name, *key)) {
+        l["lease"] = {{"units", lease->units},
+                      {"valid_for_ms", lease->valid_for.CeilMillis()},
+                      {"window_full", lease->window_full}};
+      } else {
+        l["lease"] = nullptr;
+      }
+    }
+    limits.push_back(std::move(l));
   }
   const nlohmann::json body = {{"policy", *name}, {"key", *key}, {"limits", limits}};
   co_return HttpAnswer::Json(200, body.dump(2));

@@ -7,7 +7,8 @@ The bucket algorithms refill continuously (100/min is one unit every
 100; a slower one may admit one more per 600 ms elapsed between its first
 request and its last answer, and never fewer than 100. The window
 algorithms count per minute of Redis' clock; each burst is started clear of
-a minute boundary, so it must admit exactly 100.
+a minute boundary, so it must admit exactly 100; so must a fixed_window
+leased to the processes in slices (docs/distributed.md, "Leased limits").
 """
 
 import sys
@@ -47,10 +48,15 @@ policies:
   - name: sliding_window
     limits:
       - {algorithm: sliding_window, rate: 100/1m}
+  # Decided in each process on slices reserved in Redis
+  # (docs/distributed.md, "Leased limits").
+  - name: fixed_window_leased
+    limits:
+      - {algorithm: fixed_window, rate: 100/1m, lease: {size: auto}}
 """
 
 BUCKETS = ("token_bucket", "gcra", "leaky_police", "leaky_shape")
-CALENDAR_WINDOWS = ("fixed_window", "sliding_window")
+CALENDAR_WINDOWS = ("fixed_window", "sliding_window", "fixed_window_leased")
 
 
 # The exactness tests prove atomicity, not timeouts (test_redis_faults does):
@@ -75,7 +81,7 @@ class ExactnessChecks:
         key = self.unique_key("exact-" + policy)
         calls_before = fleet_metric(self.fleet, "sluice_redis_calls_total")
         sent_before = fleet_metric(self.fleet, "sluice_redis_decisions_total")
-        answered_before = fleet_metric(self.fleet, "sluice_redis_denials_answered_total")
+        answered_before = self.answered_here()
         result = burst(self.fleet, policy, key, REQUESTS)
         self.assertEqual(result.errors, [], result.errors[:5])
         self.assertEqual(len(result.statuses), REQUESTS)
@@ -88,7 +94,7 @@ class ExactnessChecks:
         # on_store_error. Once the limit is reached, denials cost no call.
         calls = fleet_metric(self.fleet, "sluice_redis_calls_total") - calls_before
         sent = fleet_metric(self.fleet, "sluice_redis_decisions_total") - sent_before
-        answered = fleet_metric(self.fleet, "sluice_redis_denials_answered_total") - answered_before
+        answered = self.answered_here() - answered_before
         self.assertGreaterEqual(sent + answered, REQUESTS)
         self.assertLess(sent, REQUESTS)
         self.assertLessEqual(calls, sent)
@@ -98,6 +104,12 @@ class ExactnessChecks:
             "\n  %s/%s: %d of %d admitted, burst took %.3f s, %d decisions in %d Redis calls\n" % (
                 type(self).__name__, policy, result.allowed, REQUESTS, result.elapsed, sent, calls))
         return result
+
+    def answered_here(self):
+        """Decisions the fleet answered without a call of their own: denials
+        Redis had made that still stood, and leased limits' decisions."""
+        return (fleet_metric(self.fleet, "sluice_redis_denials_answered_total") +
+                fleet_metric(self.fleet, "sluice_lease_decisions_total"))
 
     def store_trouble(self, result):
         """What went wrong with Redis, for a failure message."""
@@ -145,6 +157,16 @@ class ExactnessChecks:
 
     def test_fixed_window(self):
         self.assert_exact("fixed_window")
+
+    def test_fixed_window_leased(self):
+        """Exactly 100 with slices in each process: not one more (every unit
+        was counted in Redis first), not one less (demand lasted until every
+        slice was spent); a few calls for the whole burst."""
+        calls_before = fleet_metric(self.fleet, "sluice_redis_calls_total")
+        self.assert_exact("fixed_window_leased")
+        calls = fleet_metric(self.fleet, "sluice_redis_calls_total") - calls_before
+        self.assertLess(calls, REQUESTS // 10)
+        self.assertGreater(fleet_metric(self.fleet, "sluice_lease_slices_total"), 0)
 
     def test_sliding_log(self):
         self.assert_exact("sliding_log")

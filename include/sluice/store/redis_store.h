@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,6 +111,19 @@ class RedisStore final : public Store {
 
   // The Redis key of `key` in a table opened with `name` (tests, tools).
   std::string RedisKey(const LimitTable& table, std::string_view key) const;
+
+  // What this process holds of a leased limit's key (GET /v1/keys): the
+  // units left in its slice, how long the slice stays good, what the window
+  // had left at the last call (-1 unknown), and whether Redis said the
+  // window is full. Nothing when the process holds no lease of the key.
+  struct LeaseView {
+    int64_t units = 0;
+    Duration valid_for;
+    int64_t window_left = -1;
+    bool window_full = false;
+  };
+  std::optional<LeaseView> LeaseOf(const LimitConfig& config, std::string_view name,
+                                   std::string_view key) const;
 
   struct Impl;
 

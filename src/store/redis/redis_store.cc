@@ -872,6 +872,24 @@ void RedisStore::Impl::Submit(std::unique_ptr<Pending> p) {
   if (!now_sent.empty()) Send(lane, std::move(now_sent));
 }
 
+std::optional<RedisStore::LeaseView> RedisStore::LeaseOf(const LimitConfig& config,
+                                                         std::string_view name,
+                                                         std::string_view key) const {
+  if (!redis::ValidateForRedis(config).ok()) return std::nullopt;
+  const RedisTable table(const_cast<RedisStore&>(*this), *impl_->client, config, std::string(name));
+  const std::string redis_key = RedisKey(table, key);
+  LeaseBook::Shard& shard = impl_->leases.ShardOf(redis_key);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.leases.find(redis_key);
+  if (it == shard.leases.end()) return std::nullopt;
+  const Lease& l = it->second;
+  const Time now = SteadyNow();
+  return LeaseView{.units = now < l.valid_until ? l.units : 0,
+                   .valid_for = std::max(Duration::Zero(), l.valid_until - now),
+                   .window_left = now < l.valid_until ? l.window_left : -1,
+                   .window_full = now < l.full_until};
+}
+
 RedisStoreHealth RedisStore::Health() const {
   const redis::ClientHealth h = impl_->client->Health();
   return {.up = h.all_slots_covered,
