@@ -39,27 +39,8 @@ if [[ -z "${SKIP_BUILD:-}" && -z "${SLUICE_BENCH_REDIS:-}" ]]; then
   timeout 900 cmake --build build/release --target sluice_bench_redis >/dev/null
 fi
 
-WORK=$(mktemp -d)
-REDIS_PID=""
-cleanup() {
-  if [[ -n "$REDIS_PID" ]]; then
-    kill "$REDIS_PID" 2>/dev/null || true
-    wait "$REDIS_PID" 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-source bench/lib.sh  # free_port
-PORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
-  --dir "$WORK" --logfile "$WORK/redis.log" &
-REDIS_PID=$!
-for _ in $(seq 100); do
-  redis-cli -p "$PORT" PING >/dev/null 2>&1 && break
-  sleep 0.05
-done
-RCLI=(timeout 10 redis-cli -p "$PORT")
+source bench/lib.sh  # start_bench_redis: PORT, REDIS_PID, WORK, RCLI
+start_bench_redis
 
 fcalls() {
   "${RCLI[@]}" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/p' |

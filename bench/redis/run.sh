@@ -66,28 +66,8 @@ fi
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-build/release/bench/redis-results/$STAMP}
 mkdir -p "$OUT"
-WORK=$(mktemp -d)
-REDIS_PID=""
-cleanup() {
-  if [[ -n "$REDIS_PID" ]]; then
-    kill "$REDIS_PID" 2>/dev/null || true
-    wait "$REDIS_PID" 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-source bench/lib.sh  # free_port, wait_port
-PORT=$(free_port)
-# Persistence off: no fork for RDB or AOF in the middle of a run.
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
-  --dir "$WORK" --logfile "$WORK/redis.log" &
-REDIS_PID=$!
-for _ in $(seq 100); do
-  redis-cli -p "$PORT" PING >/dev/null 2>&1 && break
-  sleep 0.05
-done
-RCLI=(timeout 10 redis-cli -p "$PORT")
+source bench/lib.sh  # start_bench_redis: PORT, REDIS_PID, WORK, RCLI
+start_bench_redis
 
 # Load the library as redis-benchmark will call it, and check its name.
 library=$(timeout 10 "$BIN" --print-library | "${RCLI[@]}" -x FUNCTION LOAD REPLACE)
