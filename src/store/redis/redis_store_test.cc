@@ -526,6 +526,39 @@ TEST_F(RedisStoreTest, ALeasedSliceGoesBackWhenTheKeyIsQuietAndWhenTheStoreStops
   EXPECT_EQ(WindowCount(server_->port(), busy), 4);
 }
 
+TEST_F(RedisStoreTest, LeasedSlicesFollowEachInstancesDemand) {
+  StayInOneWindow(Duration::Minutes(60), Duration::Seconds(10));
+  auto busy_store = Connect({.timeout = Duration::Seconds(5)});
+  auto quiet_store = Connect({.timeout = Duration::Seconds(5)});
+  auto make = [&](RedisStore& store) {
+    absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+        Limiter::Create(memory_, {.name = "fair",
+                                  .limits = {L(Algorithm::kFixedWindow, "1000/1h")},
+                                  .stores = {&store},
+                                  .leases = {LeaseOptions{}}});
+    EXPECT_TRUE(limiter.ok()) << limiter.status();
+    return *std::move(limiter);
+  };
+  auto busy = make(*busy_store);
+  auto quiet = make(*quiet_store);
+  // Demand 9:1, together three times the limit, spread over about a
+  // second (3000 requests, 10 every 3 ms).
+  int busy_allowed = 0, quiet_allowed = 0;
+  for (int round = 0; round < 300; ++round) {
+    for (int i = 0; i < 9; ++i) busy_allowed += busy->Acquire("k")->allowed ? 1 : 0;
+    quiet_allowed += quiet->Acquire("k")->allowed ? 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  // The whole limit, shared about as the demand was: a slice is what its
+  // instance spent in the last 100 ms (the quiet one's are a ninth of the
+  // busy one's), and slices shrink as the window runs out. What the quiet
+  // one gets beyond its tenth is at most its last slice.
+  EXPECT_EQ(busy_allowed + quiet_allowed, 1000);
+  std::printf("9:1 demand: %d : %d admitted\n", busy_allowed, quiet_allowed);
+  EXPECT_GE(quiet_allowed, 70) << busy_allowed << " : " << quiet_allowed;
+  EXPECT_LE(quiet_allowed, 160) << busy_allowed << " : " << quiet_allowed;
+}
+
 TEST_F(RedisStoreTest, OnlyAGlobalFixedWindowCanBeLeased) {
   auto redis = Connect();
   auto create = [&](LimitOptions limit, Store* store) {
