@@ -53,6 +53,10 @@ void AddRedisMetrics(metrics::Metrics& m, RedisStore* redis) {
              "counter", [redis] { return static_cast<int64_t>(redis->Health().lease_decisions); });
   m.AddGauge("sluice_lease_slices_total", "Slices of leased limits Redis granted this process.",
              "counter", [redis] { return static_cast<int64_t>(redis->Health().lease_slices); });
+  m.AddGauge("sluice_lease_held_units",
+             "Units of leased limits held in this process's slices now, unspent: quota the rest "
+             "of the fleet cannot use until they are spent, given back or expire.",
+             "gauge", [redis] { return static_cast<int64_t>(redis->Health().lease_held); });
   m.AddGauge("sluice_lease_returned_units_total",
              "Units of leased limits given back to Redis unused (a quiet key, a stop).", "counter",
              [redis] { return static_cast<int64_t>(redis->Health().lease_returned); });

@@ -55,6 +55,8 @@ class RedisLeaseTest(RedisFleetTestCase):
         self.assertGreater(limit["lease"]["valid_for_ms"], 0, limit)
         self.assertEqual(limit["remaining"], LIMIT - 2 * SLICE, limit)
         self.assertGreaterEqual(fleet_metric([stopped, killed], "sluice_lease_slices_total"), 2)
+        self.assertEqual(fleet_metric([stopped, killed], "sluice_lease_held_units"),
+                         2 * (SLICE - 10))
 
         # SIGTERM: the 40 left in its slice go back.
         self.assertEqual(stopped.stop(), 0, stopped.output())

@@ -77,6 +77,9 @@ struct RedisStoreHealth {
   uint64_t lease_decisions = 0;
   uint64_t lease_slices = 0;
   uint64_t lease_returned = 0;
+  // Units held in this process's slices now, unspent (quota the rest of the
+  // fleet cannot use until they are spent, given back or expire).
+  uint64_t lease_held = 0;
 };
 
 class RedisStore final : public Store {

@@ -357,6 +357,8 @@ struct RedisStore::Impl {
   void Sweep(LeaseBook::Shard& shard, Time now, std::vector<Unused>& out);
   // Every slice back to Redis, waiting up to the timeout (the destructor).
   void ReturnAll();
+  // Units in slices still good now (Health).
+  uint64_t LeaseHeld();
 
   RedisStoreOptions options;
   std::unique_ptr<redis::Client> client;
@@ -682,6 +684,18 @@ void RedisStore::Impl::Sweep(LeaseBook::Shard& shard, Time now, std::vector<Unus
   }
 }
 
+uint64_t RedisStore::Impl::LeaseHeld() {
+  const Time now = SteadyNow();
+  uint64_t held = 0;
+  for (LeaseBook::Shard& shard : leases.shards()) {
+    std::lock_guard lock(shard.mu);
+    for (const auto& [key, l] : shard.leases) {
+      if (now < l.valid_until && l.units > 0) held += static_cast<uint64_t>(l.units);
+    }
+  }
+  return held;
+}
+
 void RedisStore::Impl::ReturnAll() {
   // Shared with the callbacks: one may come after the wait gave up.
   struct Count {
@@ -906,7 +920,8 @@ RedisStoreHealth RedisStore::Health() const {
           .decisions = impl_->decisions.load(std::memory_order_relaxed),
           .lease_decisions = impl_->lease_decisions.load(std::memory_order_relaxed),
           .lease_slices = impl_->lease_slices.load(std::memory_order_relaxed),
-          .lease_returned = impl_->lease_returned.load(std::memory_order_relaxed)};
+          .lease_returned = impl_->lease_returned.load(std::memory_order_relaxed),
+          .lease_held = impl_->LeaseHeld()};
 }
 
 namespace {
