@@ -43,6 +43,11 @@ struct RedisStoreOptions {
   // in the next call, at most this many in one call, each with its own
   // answer. A decision alone is sent at once. 1: one decision per call.
   int max_batch = 64;
+  // Leased limits: at most this many keys hold a lease in this process at
+  // once (a key's lease is forgotten once it has been idle for its ttl). A
+  // new key beyond it is decided by Redis call by call, as without a lease:
+  // a flood of new keys costs calls, never unbounded memory.
+  int64_t max_leased_keys = 65'536;
 
   friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
 };

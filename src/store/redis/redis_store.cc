@@ -52,6 +52,32 @@ struct LeaseLimit {
   LeaseOptions options;
 };
 
+// What makes two limits of one policy distinct in their keys, readable in
+// redis-cli: ":gcra:100/1s:20" (":token_bucket:40/1s:40",
+// ":fixed_window:300/1m").
+std::string KeySuffix(const LimitConfig& config) {
+  const Rate& rate = RateOf(config);
+  std::string suffix = Cat(":", AlgorithmName(AlgorithmOf(config)), ":", rate.limit, "/",
+                           FormatDuration(rate.period));
+  std::visit(
+      [&](const auto& c) {
+        using C = std::decay_t<decltype(c)>;
+        if constexpr (std::is_base_of_v<BucketConfig, C>) suffix += Cat(":", c.burst());
+        if constexpr (std::is_same_v<C, LeakyShapeConfig>) {
+          suffix += Cat(":shape:", FormatDuration(c.max_delay()), ":", c.queue());
+        }
+      },
+      config);
+  return suffix;
+}
+
+// The Redis key of `key` in the table of policy `name` (keys of one user
+// key share a hash tag, so one call decides them on a Cluster).
+std::string KeyOf(std::string_view prefix, std::string_view name, std::string_view key,
+                  std::string_view suffix) {
+  return Cat(prefix, "{", name, ":", key, "}", suffix);
+}
+
 class RedisTable final : public LimitTable {
  public:
   RedisTable(RedisStore& store, const redis::Client& client, LimitConfig config, std::string name)
@@ -59,22 +85,8 @@ class RedisTable final : public LimitTable {
         client_(client),
         config_(std::move(config)),
         name_(std::move(name)),
-        params_(redis::LimitParams(config_)) {
-    // What makes two limits of one policy distinct, readable in redis-cli:
-    // "gcra:100/1s:20" ("token_bucket:40/1s:40", "fixed_window:300/1m").
-    const Rate& rate = RateOf(config_);
-    suffix_ = Cat(":", AlgorithmName(AlgorithmOf(config_)), ":", rate.limit, "/",
-                  FormatDuration(rate.period));
-    std::visit(
-        [&](const auto& c) {
-          using C = std::decay_t<decltype(c)>;
-          if constexpr (std::is_base_of_v<BucketConfig, C>) suffix_ += Cat(":", c.burst());
-          if constexpr (std::is_same_v<C, LeakyShapeConfig>) {
-            suffix_ += Cat(":shape:", FormatDuration(c.max_delay()), ":", c.queue());
-          }
-        },
-        config_);
-  }
+        params_(redis::LimitParams(config_)),
+        suffix_(KeySuffix(config_)) {}
 
   absl::StatusOr<Decision> Decide(std::string_view key, Time now, int64_t cost) override {
     return One(key, BatchOp::kDecide, now, cost, Time());
@@ -107,8 +119,8 @@ class RedisTable final : public LimitTable {
   const redis::Client& client_;
   LimitConfig config_;
   std::string name_;
-  std::string suffix_;
   std::string params_;
+  std::string suffix_;
   std::shared_ptr<const LeaseLimit> lease_;
 };
 
@@ -335,8 +347,14 @@ struct RedisStore::Impl {
 
   // A leased table's requests (docs/distributed.md, "Leased limits").
   using LimitPtr = std::shared_ptr<const LeaseLimit>;
-  void LeaseDecide(const std::string& key, const LimitPtr& limit, int64_t cost, BatchCallback done);
-  void LeaseRefund(const std::string& key, Time taken_at, int64_t cost);
+  // False, leaving `done` alone, for a new key when max_leased_keys keys
+  // hold leases already: the caller decides it in Redis.
+  bool LeaseDecide(const std::string& key, const LimitPtr& limit, int64_t cost,
+                   BatchCallback& done);
+  // False when the key holds no lease (decided in Redis, past
+  // max_leased_keys, or its lease forgotten): the caller refunds in Redis,
+  // where a slice's spent units were counted too.
+  bool LeaseRefund(const std::string& key, Time taken_at, int64_t cost);
   // Sends the call for a slice of `ask` units (the lease's `taking` set).
   void SendTake(const std::string& key, const LimitPtr& limit, int64_t ask);
   void TakeAnswered(const std::string& key, int64_t ask, Time sent, absl::StatusOr<BatchResult> r);
@@ -371,6 +389,7 @@ struct RedisStore::Impl {
   std::atomic<uint64_t> lease_slices{0};
   std::atomic<uint64_t> lease_returned{0};
   std::atomic<int64_t> lease_swept_at{0};  // steady microseconds of the last Sweep
+  std::atomic<int64_t> leased_keys{0};     // entries in `leases`
 };
 
 namespace {
@@ -497,8 +516,8 @@ int64_t LeaseAsk(Lease& l, Time now, int64_t at_least) {
 
 }  // namespace
 
-void RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit, int64_t cost,
-                                   BatchCallback done) {
+bool RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit, int64_t cost,
+                                   BatchCallback& done) {
   const Time now = SteadyNow();
   // Every 100 ms one request looks for slices unused for their ttl.
   int64_t swept = lease_swept_at.load(std::memory_order_relaxed);
@@ -513,11 +532,15 @@ void RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
   }
   LeaseBook::Shard& shard = leases.ShardOf(key);
   std::unique_lock lock(shard.mu);
-  Lease& l = shard.leases[key];
-  if (l.limit == nullptr) {
-    l.limit = limit;
-    l.since = now;
+  auto it = shard.leases.find(key);
+  if (it == shard.leases.end()) {
+    if (leased_keys.load(std::memory_order_relaxed) >= options.max_leased_keys) return false;
+    leased_keys.fetch_add(1, std::memory_order_relaxed);
+    it = shard.leases.try_emplace(key).first;
+    it->second.limit = limit;
+    it->second.since = now;
   }
+  Lease& l = it->second;
   l.last_use = now;
   if (now >= l.valid_until) {  // the slice's window has ended (or there is none)
     l.units = 0;
@@ -537,21 +560,24 @@ void RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
     lock.unlock();
     lease_decisions.fetch_add(1, std::memory_order_relaxed);
     if (ask > 0) SendTake(key, limit, ask);
-    return done(std::move(answer));
+    std::exchange(done, nullptr)(std::move(answer));
+    return true;
   }
   if (now < l.full_until) {  // Redis said the window is full until its end
     BatchResult answer = LeaseAnswer(l, now, false, l.full_until - now);
     lock.unlock();
     lease_decisions.fetch_add(1, std::memory_order_relaxed);
-    return done(std::move(answer));
+    std::exchange(done, nullptr)(std::move(answer));
+    return true;
   }
-  l.waiters.push_back({cost, std::move(done)});
-  if (l.taking) return;
+  l.waiters.push_back({cost, std::exchange(done, nullptr)});
+  if (l.taking) return true;
   const int64_t ask = LeaseAsk(l, now, cost);
   l.taking = true;
   l.last_ask = ask;
   lock.unlock();
   SendTake(key, limit, ask);
+  return true;
 }
 
 void RedisStore::Impl::SendTake(const std::string& key, const LimitPtr& limit, int64_t ask) {
@@ -638,11 +664,12 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
   for (auto& [done, answer] : answers) done(std::move(answer));
 }
 
-void RedisStore::Impl::LeaseRefund(const std::string& key, Time taken_at, int64_t cost) {
+bool RedisStore::Impl::LeaseRefund(const std::string& key, Time taken_at, int64_t cost) {
   LeaseBook::Shard& shard = leases.ShardOf(key);
   std::lock_guard lock(shard.mu);
   auto it = shard.leases.find(key);
-  if (it == shard.leases.end() || cost <= 0) return;
+  if (it == shard.leases.end()) return false;
+  if (cost <= 0) return true;
   Lease& l = it->second;
   // Back into the slice it came from, while that window lasts; a window
   // that has ended needs nothing back.
@@ -650,6 +677,7 @@ void RedisStore::Impl::LeaseRefund(const std::string& key, Time taken_at, int64_
       taken_at.unix_micros() / l.limit->period.micros() == l.window) {
     l.units += cost;
   }
+  return true;
 }
 
 void RedisStore::Impl::GiveBack(const std::string& key, const LeaseLimit& limit, int64_t units,
@@ -678,6 +706,7 @@ void RedisStore::Impl::Sweep(LeaseBook::Shard& shard, Time now, std::vector<Unus
     }
     if (idle && now >= l.full_until) {
       shard.leases.erase(it++);  // forgotten: the next request asks again
+      leased_keys.fetch_sub(1, std::memory_order_relaxed);
     } else {
       ++it;
     }
@@ -810,7 +839,7 @@ absl::StatusOr<std::shared_ptr<LimitTable>> RedisStore::OpenLeasedTable(const Li
 
 std::string RedisStore::RedisKey(const LimitTable& table, std::string_view key) const {
   const auto& t = static_cast<const RedisTable&>(table);
-  return Cat(impl_->options.key_prefix, "{", t.name(), ":", key, "}", t.suffix());
+  return KeyOf(impl_->options.key_prefix, t.name(), key, t.suffix());
 }
 
 void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
@@ -824,11 +853,11 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
     // A leased limit decides from its slice; a check (nothing taken) and a
     // request that could never pass ask Redis as usual.
     if (lease != nullptr && !impl_->options.use_caller_time) {
-      if (op == BatchOp::kDecide && cost > 0 && cost <= lease->limit) {
-        return impl_->LeaseDecide(RedisKey(*table, key), lease, cost, std::move(done));
+      if (op == BatchOp::kDecide && cost > 0 && cost <= lease->limit &&
+          impl_->LeaseDecide(RedisKey(*table, key), lease, cost, done)) {
+        return;
       }
-      if (op == BatchOp::kRefund) {
-        impl_->LeaseRefund(RedisKey(*table, key), taken_at, cost);
+      if (op == BatchOp::kRefund && impl_->LeaseRefund(RedisKey(*table, key), taken_at, cost)) {
         return done(BatchResult{.store_time = taken_at, .decisions = {}});
       }
     }
@@ -889,9 +918,7 @@ void RedisStore::Impl::Submit(std::unique_ptr<Pending> p) {
 std::optional<RedisStore::LeaseView> RedisStore::LeaseOf(const LimitConfig& config,
                                                          std::string_view name,
                                                          std::string_view key) const {
-  if (!redis::ValidateForRedis(config).ok()) return std::nullopt;
-  const RedisTable table(const_cast<RedisStore&>(*this), *impl_->client, config, std::string(name));
-  const std::string redis_key = RedisKey(table, key);
+  const std::string redis_key = KeyOf(impl_->options.key_prefix, name, key, KeySuffix(config));
   LeaseBook::Shard& shard = impl_->leases.ShardOf(redis_key);
   std::lock_guard lock(shard.mu);
   auto it = shard.leases.find(redis_key);

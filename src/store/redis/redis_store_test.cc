@@ -559,6 +559,68 @@ TEST_F(RedisStoreTest, LeasedSlicesFollowEachInstancesDemand) {
   EXPECT_LE(quiet_allowed, 160) << busy_allowed << " : " << quiet_allowed;
 }
 
+TEST_F(RedisStoreTest, AFloodOfNewKeysPastMaxLeasedKeysIsDecidedInRedis) {
+  StayInOneWindow(Duration::Minutes(60), Duration::Seconds(10));
+  auto redis = Connect({.timeout = Duration::Seconds(5), .max_leased_keys = 4});
+  absl::StatusOr<std::unique_ptr<Limiter>> limiter = Limiter::Create(
+      memory_, {.name = "flood",
+                .limits = {L(Algorithm::kFixedWindow, "1000/1h")},
+                .stores = {redis.get()},
+                .leases = {LeaseOptions{.size = 50, .ttl = Duration::Minutes(60)}}});
+  ASSERT_TRUE(limiter.ok()) << limiter.status();
+  for (int i = 0; i < 10; ++i) {
+    absl::StatusOr<PolicyDecision> d = (*limiter)->Acquire("key-" + std::to_string(i));
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_TRUE(d->allowed);
+    EXPECT_FALSE(d->store_error);
+  }
+  // Four keys hold slices of 50; the six after them were decided in Redis,
+  // one unit each, and hold nothing here.
+  EXPECT_EQ(redis->Health().lease_slices, 4u);
+  EXPECT_EQ(redis->Health().lease_held, 4u * 49);
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = FixedWindowTable(*redis, "1000/1h", "flood");
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(WindowCount(server_->port(), redis->RedisKey(**table, "key-0")), 50);
+  EXPECT_EQ(WindowCount(server_->port(), redis->RedisKey(**table, "key-9")), 1);
+  // A refund of such a key goes to Redis.
+  absl::StatusOr<PolicyDecision> d = (*limiter)->Acquire("key-9");
+  ASSERT_TRUE(d.ok() && d->allowed);
+  EXPECT_EQ(WindowCount(server_->port(), redis->RedisKey(**table, "key-9")), 2);
+  ASSERT_TRUE((*limiter)->Refund("key-9", *d, 1).ok());
+  const auto until = SteadyClock::now() + std::chrono::seconds(5);
+  while (WindowCount(server_->port(), redis->RedisKey(**table, "key-9")) != 1 &&
+         SteadyClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(WindowCount(server_->port(), redis->RedisKey(**table, "key-9")), 1);
+}
+
+TEST_F(RedisStoreTest, ALeasedKeyIsDecidedFromItsSliceWhileRedisIsDown) {
+  StayInOneWindow(Duration::Minutes(60), Duration::Seconds(10));
+  auto redis = Connect({.timeout = Duration::Millis(200)});
+  absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+      Limiter::Create(memory_, {.name = "down",
+                                .limits = {L(Algorithm::kFixedWindow, "1000/1h")},
+                                .stores = {redis.get()},
+                                .leases = {LeaseOptions{.size = 5, .ttl = Duration::Minutes(60)}},
+                                .on_store_error = OnStoreError::kDeny});
+  ASSERT_TRUE(limiter.ok()) << limiter.status();
+  ASSERT_TRUE((*limiter)->Acquire("k")->allowed);  // takes a slice of 5
+  ASSERT_TRUE(server_->Kill().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The 4 left in the slice, without Redis; then on_store_error (deny).
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<PolicyDecision> d = (*limiter)->Acquire("k");
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_TRUE(d->allowed);
+    EXPECT_FALSE(d->store_error);
+  }
+  absl::StatusOr<PolicyDecision> d = (*limiter)->Acquire("k");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->allowed);
+  EXPECT_TRUE(d->store_error);
+}
+
 TEST_F(RedisStoreTest, OnlyAGlobalFixedWindowCanBeLeased) {
   auto redis = Connect();
   auto create = [&](LimitOptions limit, Store* store) {
