@@ -482,18 +482,18 @@ absl::StatusOr<LimitSpec> Parser::ReadLimit(const Value& v) const {
   LimitSpec out;
   SLUICE_ASSIGN_OR_RETURN(out.options, ReadLimitOptions(*f));
   SLUICE_ASSIGN_OR_RETURN(out.scope, ReadScope(*f, {.shared_store = shared_store_}));
-  if (const Value* x = f->Find("lease")) {
+  const Value* lease_at = f->Find("lease");
+  if (const Value* x = lease_at) {
     if (out.scope != Scope::kGlobal) {
       return Fail(*x, "a lease is a slice of a global limit (scope: global, store.redis)");
-    }
-    if (out.options.algorithm != Algorithm::kFixedWindow) {
-      return Fail(
-          *x, Cat(AlgorithmName(out.options.algorithm), " cannot be leased yet; fixed_window can"));
     }
     SLUICE_ASSIGN_OR_RETURN(out.lease, ReadLease(*x));
   }
   absl::StatusOr<LimitConfig> made = MakeLimit(out.options);
   if (!made.ok()) return Fail(v, made.status());
+  if (out.lease.has_value()) {
+    if (absl::Status s = ValidateLease(*made, *out.lease); !s.ok()) return Fail(*lease_at, s);
+  }
   return out;
 }
 

@@ -342,8 +342,19 @@ TEST(ConfigRedis, AGlobalFixedWindowMayBeLeased) {
   c = Load(head + "      - {algorithm: fixed_window, rate: 100/s, lease: {size: 10}}\n");
   EXPECT_EQ(c.policies[0].limits[0].lease->size, 10);
   EXPECT_EQ(c.policies[0].limits[0].lease->ttl, Duration::Seconds(2));  // the default
-  EXPECT_EQ(ErrorOf(head + "      - {algorithm: gcra, rate: 100/s, lease: {}}\n"),
-            "t.yaml:6: policies[0].limits[0].lease: gcra cannot be leased yet; fixed_window can");
+  c = Load(head + "      - {algorithm: gcra, rate: 100/s, burst: 20, lease: {size: 2}}\n");
+  EXPECT_EQ(c.policies[0].limits[0].lease->size, 2);
+  c = Load(head + "      - {algorithm: token_bucket, rate: 100/s, lease: {}}\n");
+  EXPECT_TRUE(c.policies[0].limits[0].lease.has_value());
+  EXPECT_THAT(ErrorOf(head + "      - {algorithm: sliding_window, rate: 100/s, lease: {}}\n"),
+              HasSubstr("policies[0].limits[0].lease: sliding_window cannot be leased"));
+  // A burst of 1 has no tolerance to spend a slot in; 2 at 100/s has 10 ms.
+  EXPECT_THAT(ErrorOf(head + "      - {algorithm: gcra, rate: 100/s, burst: 1, lease: {}}\n"),
+              HasSubstr("gcra with burst 1 at 100/s cannot be leased"));
+  EXPECT_THAT(ErrorOf(head + "      - {algorithm: gcra, rate: 1000/s, burst: 10, lease: {}}\n"),
+              HasSubstr("needs a burst of 2 or more spanning at least 10ms"));
+  c = Load(head + "      - {algorithm: gcra, rate: 100/s, burst: 2, lease: {}}\n");
+  EXPECT_TRUE(c.policies[0].limits[0].lease.has_value());
   EXPECT_EQ(
       ErrorOf(head + "      - {algorithm: fixed_window, rate: 100/s, scope: local, lease: {}}\n"),
       "t.yaml:6: policies[0].limits[0].lease: a lease is a slice of a global limit "

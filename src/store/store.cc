@@ -58,6 +58,35 @@ void Store::DecideBatch(std::span<LimitTable* const> tables, std::string_view ke
 
 namespace sluice {
 
+absl::Status ValidateLease(const LimitConfig& config, const LeaseOptions& lease) {
+  using internal::Cat;
+  if (lease.size < 0) return absl::InvalidArgumentError("size must be auto or positive");
+  if (lease.ttl <= Duration::Zero()) return absl::InvalidArgumentError("ttl must be positive");
+  const std::string_view name = AlgorithmName(AlgorithmOf(config));
+  if (std::holds_alternative<FixedWindowConfig>(config)) return absl::OkStatus();
+  const BucketConfig* bucket = nullptr;
+  if (const auto* c = std::get_if<GcraConfig>(&config)) bucket = c;
+  if (const auto* c = std::get_if<TokenBucketConfig>(&config)) bucket = c;
+  if (bucket == nullptr) {
+    return absl::InvalidArgumentError(
+        Cat(name,
+            " cannot be leased: a slice cannot reserve what it weighs or schedules; "
+            "fixed_window, gcra and token_bucket can (docs/distributed.md, \"Leased limits\")"));
+  }
+  // A slice's slots are spent within the burst tolerance (burst - 1
+  // emission intervals): too short a one leaves no time to spend them.
+  const BucketRate& r = bucket->bucket_rate();
+  const int64_t tolerance_us = (bucket->capacity_ticks() - r.ticks_per_token) / r.ticks_per_us;
+  if (bucket->burst() < 2 || tolerance_us < kMinLeaseTolerance.micros()) {
+    return absl::InvalidArgumentError(
+        Cat(name, " with burst ", bucket->burst(), " at ", FormatRate(bucket->rate()),
+            " cannot be leased: a leased bucket needs a burst of 2 or more spanning at least ",
+            FormatDuration(kMinLeaseTolerance),
+            " beyond one request ((burst - 1) x period / limit) to spend its slices in"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<LimitTable>> Store::OpenLeasedTable(const LimitConfig& /*config*/,
                                                                    std::string_view /*name*/,
                                                                    const LeaseOptions& /*lease*/) {

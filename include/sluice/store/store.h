@@ -97,6 +97,13 @@ struct LeaseOptions {
   friend bool operator==(const LeaseOptions&, const LeaseOptions&) = default;
 };
 
+// The limits a lease can slice: fixed_window, and gcra and token_bucket
+// with a burst of 2 or more whose burst tolerance ((burst - 1) emission
+// intervals) is at least kMinLeaseTolerance; a positive ttl and a size of
+// auto (0) or more. InvalidArgument says which and why.
+inline constexpr Duration kMinLeaseTolerance = Duration::Millis(10);
+absl::Status ValidateLease(const LimitConfig& config, const LeaseOptions& lease);
+
 class Store {
  public:
   virtual ~Store() = default;

@@ -47,10 +47,44 @@ namespace {
 // "Leased limits").
 struct LeaseLimit {
   std::string params;  // LimitParams
-  int64_t limit = 0;
+  int64_t limit = 0;   // fixed_window: the limit; gcra, token_bucket: the burst
   Duration period;
   LeaseOptions options;
+  // A request costing more is decided in Redis.
+  int64_t max_cost = 0;
+  // gcra and token_bucket: a slice is a run of slots (BucketSlice).
+  bool bucket = false;
+  int64_t per_us = 1;     // ticks a microsecond
+  int64_t per_token = 1;  // ticks a unit: the emission interval T
+  int64_t cap = 0;        // capacity ticks: burst x per_token
+  // How long a slice is sized to last: an eighth of the burst tolerance,
+  // within [1 ms, 100 ms]; fixed_window: 100 ms.
+  Duration horizon = Duration::Millis(100);
 };
+
+LeaseLimit MakeLeaseLimit(const LimitConfig& config, std::string params,
+                          const LeaseOptions& options) {
+  LeaseLimit l{.params = std::move(params),
+               .limit = RateOf(config).limit,
+               .period = RateOf(config).period,
+               .options = options,
+               .max_cost = RateOf(config).limit};
+  const BucketConfig* bucket = nullptr;
+  if (const auto* c = std::get_if<GcraConfig>(&config)) bucket = c;
+  if (const auto* c = std::get_if<TokenBucketConfig>(&config)) bucket = c;
+  if (bucket != nullptr) {
+    l.bucket = true;
+    l.limit = bucket->burst();
+    // Half the burst at most: a slice's lead and its slots must fit in it.
+    l.max_cost = std::max<int64_t>(1, bucket->burst() / 2);
+    l.per_us = bucket->bucket_rate().ticks_per_us;
+    l.per_token = bucket->bucket_rate().ticks_per_token;
+    l.cap = bucket->capacity_ticks();
+    const int64_t tolerance_us = (l.cap - l.per_token) / l.per_us;
+    l.horizon = Duration::Micros(std::clamp<int64_t>(tolerance_us / 8, 1000, 100'000));
+  }
+  return l;
+}
 
 // What makes two limits of one policy distinct in their keys, readable in
 // redis-cli: ":gcra:100/1s:20" (":token_bucket:40/1s:40",
@@ -105,10 +139,7 @@ class RedisTable final : public LimitTable {
   // Set when the table is leased.
   const std::shared_ptr<const LeaseLimit>& lease() const { return lease_; }
   void set_lease(const LeaseOptions& options) {
-    lease_ = std::make_shared<const LeaseLimit>(LeaseLimit{.params = params_,
-                                                           .limit = RateOf(config_).limit,
-                                                           .period = RateOf(config_).period,
-                                                           .options = options});
+    lease_ = std::make_shared<const LeaseLimit>(MakeLeaseLimit(config_, params_, options));
   }
 
  private:
@@ -283,6 +314,21 @@ struct LeaseWaiter {
   BatchCallback done;
 };
 
+// A leased gcra or token_bucket slice: `n` slots, the next n emission times
+// of the bucket, reserved in Redis by one op L call (its TAT moved past
+// them). Slot j (0-based) lies at Redis time r + (end - (n - j) x
+// per_token) / per_us ticks, r being Redis' time of the grant; it is spent
+// only before that time (on the steady clock from `sent`, less the clock
+// margin), and every slot is spendable from the grant on (the bucket had
+// room for all n then). So every unit the fleet admits sits on its own
+// slot within the burst tolerance before it: the limit's own bound.
+struct BucketSlice {
+  Time sent;         // steady: when the call was sent
+  int64_t end = 0;   // ticks from r to the last slot's end, rounded down
+  int64_t n = 0;     // slots
+  int64_t next = 0;  // the first slot not spent or passed
+};
+
 struct Lease {
   std::shared_ptr<const LeaseLimit> limit;
   int64_t units = 0;         // left in the slice
@@ -295,23 +341,49 @@ struct Lease {
   int64_t last_ask = 0;
   bool taking = false;  // a call for a slice is on its way
   std::deque<LeaseWaiter> waiters;
-  Time last_use;     // steady
-  int64_t used = 0;  // units spent since `since` (the auto size)
+  std::deque<BucketSlice> slices;  // gcra, token_bucket: oldest (earliest slots) first
+  Time last_use;                   // steady
+  int64_t used = 0;                // units spent since `since` (the auto size)
   Time since;
 };
 
 // A slice of a window ending in T (by Redis) is spent until the steady
 // clock says T minus this fraction of the wait, minus a millisecond: room
 // for two clocks that run up to 1000 ppm apart.
+// A bucket's slot, closer apart, gets 100 us of slack.
 constexpr int64_t kLeaseClockPpm = 1000;
 constexpr Duration kLeaseClockSlack = Duration::Millis(1);
+constexpr Duration kSlotClockSlack = Duration::Micros(100);
 
-Time LeaseValidUntil(Time sent, Duration until_window_end) {
+Time LeaseValidUntil(Time sent, Duration until_window_end, Duration slack = kLeaseClockSlack) {
   const int64_t us = until_window_end.micros();
   return sent +
          Duration::Micros(us - us / 1'000'000 * kLeaseClockPpm -
                           us % 1'000'000 * kLeaseClockPpm / 1'000'000) -
-         kLeaseClockSlack;
+         slack;
+}
+
+// Until when (steady) slot j of `s` may be spent.
+Time SlotValidUntil(const LeaseLimit& lim, const BucketSlice& s, int64_t j) {
+  const int64_t ticks = s.end - (s.n - j) * lim.per_token;
+  if (ticks < 0) return Time();  // at or before the grant: gone
+  return LeaseValidUntil(s.sent, Duration::Micros(ticks / lim.per_us), kSlotClockSlack);
+}
+
+// The first slot of `s` from s.next on that may still be spent at `now`
+// (s.n when none): slots' times grow with j.
+int64_t FirstLiveSlot(const LeaseLimit& lim, const BucketSlice& s, Time now) {
+  int64_t lo = s.next;
+  int64_t hi = s.n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (now < SlotValidUntil(lim, s, mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
 }
 
 // The slices of one store, by Redis key, in shards.
@@ -505,13 +577,61 @@ int64_t LeaseAsk(Lease& l, Time now, int64_t at_least) {
   int64_t want = lim.options.size;
   if (want == 0) {
     const int64_t elapsed_us = std::max<int64_t>((now - l.since).micros(), 1000);
-    want = l.used > 0 ? std::max<int64_t>(1, l.used * 100'000 / elapsed_us) : 1;
+    want = l.used > 0 ? std::max<int64_t>(1, l.used * lim.horizon.micros() / elapsed_us) : 1;
   }
   l.used = 0;
   l.since = now;
   want = std::min(want, std::max<int64_t>(1, lim.limit / 8));
   if (l.window_left >= 0) want = std::min(want, std::max<int64_t>(1, l.window_left / 2));
   return std::max(want, at_least);
+}
+
+// How far ahead of Redis' now a bucket slice of n slots starts (op L): far
+// enough that its slots outlast the horizon it is sized for (the n-th
+// needed then), at least a quarter of an emission interval (what a slot
+// costs to skip) and a millisecond (the round trip), at most the horizon,
+// and leaving room in the burst for the n slots.
+Duration LeaseLead(const LeaseLimit& lim, int64_t n) {
+  const int64_t t_us = lim.per_token / lim.per_us;
+  int64_t lead = lim.horizon.micros() - (n - 1) * t_us;
+  lead = std::max({lead, t_us / 4, int64_t{1000}});
+  lead = std::min(lead, lim.horizon.micros());
+  lead = std::min(lead, (lim.cap - n * lim.per_token) / lim.per_us);
+  return Duration::Micros(std::max<int64_t>(lead, 0));
+}
+
+// The units `l` can admit at `now`: none once a fixed_window slice's
+// window has ended; a bucket's slots not spent and not yet passed (those
+// passed are dropped).
+int64_t LiveUnits(Lease& l, Time now) {
+  const LeaseLimit& lim = *l.limit;
+  if (!lim.bucket) {
+    if (now >= l.valid_until) l.units = 0;
+    return l.units;
+  }
+  int64_t units = 0;
+  for (BucketSlice& slice : l.slices) {
+    slice.next = FirstLiveSlot(lim, slice, now);
+    units += slice.n - slice.next;
+  }
+  while (!l.slices.empty() && l.slices.front().next == l.slices.front().n) l.slices.pop_front();
+  l.units = units;
+  return units;
+}
+
+// Spends `cost` of them (REQUIRES: LiveUnits(l, now) >= cost just now), a
+// bucket's earliest slots first.
+void SpendUnits(Lease& l, int64_t cost) {
+  l.units -= cost;
+  l.used += cost;
+  if (!l.limit->bucket) return;
+  for (BucketSlice& slice : l.slices) {
+    const int64_t take = std::min(cost, slice.n - slice.next);
+    slice.next += take;
+    cost -= take;
+    if (cost == 0) break;
+  }
+  while (!l.slices.empty() && l.slices.front().next == l.slices.front().n) l.slices.pop_front();
 }
 
 }  // namespace
@@ -542,13 +662,12 @@ bool RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
   }
   Lease& l = it->second;
   l.last_use = now;
-  if (now >= l.valid_until) {  // the slice's window has ended (or there is none)
+  if (now >= l.valid_until) {  // the slice's window has ended, its slots passed (or none)
     l.units = 0;
     l.window_left = -1;
   }
-  if (l.waiters.empty() && l.units >= cost) {
-    l.units -= cost;
-    l.used += cost;
+  if (l.waiters.empty() && LiveUnits(l, now) >= cost) {
+    SpendUnits(l, cost);
     BatchResult answer = LeaseAnswer(l, now, true, Duration::Zero());
     // The next slice before this one runs out.
     int64_t ask = 0;
@@ -584,7 +703,12 @@ void RedisStore::Impl::SendTake(const std::string& key, const LimitPtr& limit, i
   auto p = std::make_unique<Pending>();
   const std::string_view keys[] = {key};
   const std::string_view limits[] = {limit->params};
-  p->part = redis::EncodePart({.op = redis::ScriptOp::kDecide, .cost = ask}, keys, limits);
+  p->part = redis::EncodePart(limit->bucket
+                                  ? redis::ScriptArgs{.op = redis::ScriptOp::kLease,
+                                                      .cost = ask,
+                                                      .lead = LeaseLead(*limit, ask)}
+                                  : redis::ScriptArgs{.op = redis::ScriptOp::kDecide, .cost = ask},
+                              keys, limits);
   p->slot = redis::HashSlot(key);
   p->deadline = SteadyClock::now() + std::chrono::microseconds(options.timeout.micros());
   const Time sent = SteadyNow();
@@ -617,25 +741,44 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
     } else {
       const Decision& d = r->decisions.front();
       l.window_left = d.remaining;
-      if (d.allowed) {
+      if (d.allowed && limit->bucket) {
+        // reset_after is the last slot's end from Redis' now, rounded up to
+        // a microsecond: one less is a bound from below.
+        const BucketSlice slice{
+            .sent = sent,
+            .end = std::max<int64_t>(0, d.reset_after.micros() - 1) * limit->per_us,
+            .n = ask};
+        l.slices.push_back(slice);
+        l.valid_until = SlotValidUntil(*limit, slice, ask - 1);
+      } else if (d.allowed) {
         const int64_t window = r->store_time.unix_micros() / limit->period.micros();
         if (window != l.window || now >= l.valid_until) l.units = 0;  // a new window's slice
         l.units += ask;
         l.window = window;
         l.valid_until = LeaseValidUntil(sent, d.reset_after);
+      } else if (limit->bucket && !d.retry_after.IsInfinite()) {
+        // No unit fits until the bucket refills to one: the wait for `ask`
+        // less ask - 1 emission intervals (and a microsecond of rounding),
+        // from when the call was sent.
+        const int64_t one_us =
+            (d.retry_after.micros() * limit->per_us - (ask - 1) * limit->per_token) /
+                limit->per_us -
+            1;
+        if (one_us > 0) l.full_until = sent + Duration::Micros(one_us);
+      } else if (!limit->bucket && d.remaining == 0) {
+        // Nothing left in the window until it ends: denied here until then.
+        l.full_until = sent + d.retry_after;
+      }
+      if (d.allowed) {
         l.store_taken = r->store_time;
         l.taken_sent = sent;
         l.full_until = Time();
         lease_slices.fetch_add(1, std::memory_order_relaxed);
-      } else if (d.remaining == 0) {
-        // Nothing left in the window until it ends: denied here until then.
-        l.full_until = sent + d.retry_after;
       }
       // The waiting requests, in order, from the slice.
-      while (!l.waiters.empty() && now < l.valid_until && l.units >= l.waiters.front().cost) {
+      while (!l.waiters.empty() && LiveUnits(l, now) >= l.waiters.front().cost) {
         LeaseWaiter& w = l.waiters.front();
-        l.units -= w.cost;
-        l.used += w.cost;
+        SpendUnits(l, w.cost);
         answers.emplace_back(std::move(w.done), LeaseAnswer(l, now, true, Duration::Zero()));
         l.waiters.pop_front();
         lease_decisions.fetch_add(1, std::memory_order_relaxed);
@@ -669,8 +812,10 @@ bool RedisStore::Impl::LeaseRefund(const std::string& key, Time taken_at, int64_
   std::lock_guard lock(shard.mu);
   auto it = shard.leases.find(key);
   if (it == shard.leases.end()) return false;
-  if (cost <= 0) return true;
   Lease& l = it->second;
+  // A bucket's spent slot is not reused: which one it was is not known,
+  // and only that one could be (docs/distributed.md).
+  if (cost <= 0 || l.limit->bucket) return true;
   // Back into the slice it came from, while that window lasts; a window
   // that has ended needs nothing back.
   if (SteadyNow() < l.valid_until &&
@@ -700,7 +845,8 @@ void RedisStore::Impl::Sweep(LeaseBook::Shard& shard, Time now, std::vector<Unus
   for (auto it = shard.leases.begin(); it != shard.leases.end();) {
     Lease& l = it->second;
     const bool idle = !l.taking && l.waiters.empty() && now - l.last_use >= l.limit->options.ttl;
-    if (idle && l.units > 0 && now < l.valid_until) {
+    // A bucket's slots are not given back (docs/distributed.md): they pass.
+    if (idle && !l.limit->bucket && l.units > 0 && now < l.valid_until) {
       out.push_back({it->first, l.limit, l.units, l.store_taken});
       l.units = 0;
     }
@@ -718,9 +864,7 @@ uint64_t RedisStore::Impl::LeaseHeld() {
   uint64_t held = 0;
   for (LeaseBook::Shard& shard : leases.shards()) {
     std::lock_guard lock(shard.mu);
-    for (const auto& [key, l] : shard.leases) {
-      if (now < l.valid_until && l.units > 0) held += static_cast<uint64_t>(l.units);
-    }
+    for (auto& [key, l] : shard.leases) held += static_cast<uint64_t>(LiveUnits(l, now));
   }
   return held;
 }
@@ -738,7 +882,7 @@ void RedisStore::Impl::ReturnAll() {
   for (LeaseBook::Shard& shard : leases.shards()) {
     std::lock_guard lock(shard.mu);
     for (auto& [key, l] : shard.leases) {
-      if (l.units <= 0 || now >= l.valid_until) continue;
+      if (l.limit->bucket || l.units <= 0 || now >= l.valid_until) continue;
       unused.push_back({key, l.limit, l.units, l.store_taken});
       l.units = 0;
     }
@@ -820,14 +964,9 @@ absl::StatusOr<std::shared_ptr<LimitTable>> RedisStore::OpenNamedTable(const Lim
 absl::StatusOr<std::shared_ptr<LimitTable>> RedisStore::OpenLeasedTable(const LimitConfig& config,
                                                                         std::string_view name,
                                                                         const LeaseOptions& lease) {
-  if (!std::holds_alternative<FixedWindowConfig>(config)) {
-    return absl::InvalidArgumentError(
-        Cat("lease: ", AlgorithmName(AlgorithmOf(config)),
-            " cannot be leased yet; fixed_window can (docs/distributed.md, \"Leased limits\")"));
+  if (absl::Status s = ValidateLease(config, lease); !s.ok()) {
+    return absl::InvalidArgumentError(Cat("lease: ", s.message()));
   }
-  if (lease.size < 0) return absl::InvalidArgumentError("lease: size must be auto or positive");
-  if (lease.ttl <= Duration::Zero())
-    return absl::InvalidArgumentError("lease: ttl must be positive");
   if (impl_->options.use_caller_time) {
     return absl::InvalidArgumentError("lease: needs Redis' own clock (not use_caller_time)");
   }
@@ -853,11 +992,14 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
     // A leased limit decides from its slice; a check (nothing taken) and a
     // request that could never pass ask Redis as usual.
     if (lease != nullptr && !impl_->options.use_caller_time) {
-      if (op == BatchOp::kDecide && cost > 0 && cost <= lease->limit &&
+      if (op == BatchOp::kDecide && cost > 0 && cost <= lease->max_cost &&
           impl_->LeaseDecide(RedisKey(*table, key), lease, cost, done)) {
         return;
       }
-      if (op == BatchOp::kRefund && impl_->LeaseRefund(RedisKey(*table, key), taken_at, cost)) {
+      // A leased bucket's refunds are dropped, even of what Redis decided:
+      // lowering its TAT would hand out slots that slices still hold.
+      if (op == BatchOp::kRefund &&
+          (lease->bucket || impl_->LeaseRefund(RedisKey(*table, key), taken_at, cost))) {
         return done(BatchResult{.store_time = taken_at, .decisions = {}});
       }
     }
@@ -923,9 +1065,9 @@ std::optional<RedisStore::LeaseView> RedisStore::LeaseOf(const LimitConfig& conf
   std::lock_guard lock(shard.mu);
   auto it = shard.leases.find(redis_key);
   if (it == shard.leases.end()) return std::nullopt;
-  const Lease& l = it->second;
+  Lease& l = it->second;
   const Time now = SteadyNow();
-  return LeaseView{.units = now < l.valid_until ? l.units : 0,
+  return LeaseView{.units = LiveUnits(l, now),
                    .valid_for = std::max(Duration::Zero(), l.valid_until - now),
                    .window_left = now < l.valid_until ? l.window_left : -1,
                    .window_full = now < l.full_until};

@@ -77,9 +77,10 @@ TEST(RedisStoreConcurrencyTest, ExactUnderConcurrentCallers) {
 
 // Leased limits (docs/distributed.md, "Leased limits"): two stores (two
 // instances) with four threads each decide from their slices, take the next
-// ones and give back the unused at the end, never more than the limit. (A
-// window boundary inside the run would admit twice the limit: the test is
-// 1 h windows and takes about a second.)
+// ones and give back the unused at the end, never more than the limit: a
+// fixed_window, and a gcra whose burst is the limit (200 an hour: in about
+// a second no more than the burst). (A window boundary inside the run would
+// admit twice the limit: the test is 1 h windows and takes about a second.)
 TEST(RedisStoreConcurrencyTest, LeasedSlicesUnderConcurrentCallers) {
   auto server = test::RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status();
@@ -88,36 +89,39 @@ TEST(RedisStoreConcurrencyTest, LeasedSlicesUnderConcurrentCallers) {
   if (hour_us - now_us % hour_us < 20'000'000) {
     std::this_thread::sleep_for(std::chrono::microseconds(hour_us - now_us % hour_us + 100'000));
   }
-  MemoryStore memory;
-  std::vector<std::unique_ptr<RedisStore>> stores;
-  std::vector<std::unique_ptr<Limiter>> limiters;
-  for (int i = 0; i < 2; ++i) {
-    auto redis =
-        RedisStore::Connect({.url = "redis://127.0.0.1:" + std::to_string((*server)->port()),
-                             .timeout = Duration::Seconds(5)});
-    ASSERT_TRUE(redis.ok()) << redis.status();
-    stores.push_back(*std::move(redis));
-    auto limiter = Limiter::Create(
-        memory, {.name = "leased",
-                 .limits = {{.algorithm = Algorithm::kFixedWindow, .rate = *ParseRate("200/1h")}},
-                 .stores = {stores.back().get()},
-                 .leases = {LeaseOptions{.ttl = Duration::Millis(20)}}});
-    ASSERT_TRUE(limiter.ok()) << limiter.status();
-    limiters.push_back(*std::move(limiter));
+  for (const Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kGcra}) {
+    SCOPED_TRACE(AlgorithmName(algorithm));
+    MemoryStore memory;
+    std::vector<std::unique_ptr<RedisStore>> stores;
+    std::vector<std::unique_ptr<Limiter>> limiters;
+    for (int i = 0; i < 2; ++i) {
+      auto redis =
+          RedisStore::Connect({.url = "redis://127.0.0.1:" + std::to_string((*server)->port()),
+                               .timeout = Duration::Seconds(5)});
+      ASSERT_TRUE(redis.ok()) << redis.status();
+      stores.push_back(*std::move(redis));
+      auto limiter = Limiter::Create(
+          memory, {.name = "leased",
+                   .limits = {{.algorithm = algorithm, .rate = *ParseRate("200/1h")}},
+                   .stores = {stores.back().get()},
+                   .leases = {LeaseOptions{.ttl = Duration::Millis(20)}}});
+      ASSERT_TRUE(limiter.ok()) << limiter.status();
+      limiters.push_back(*std::move(limiter));
+    }
+    Counts counts;
+    std::thread other([&] { Hammer(*limiters[1], 4, 300, 16, counts); });
+    Hammer(*limiters[0], 4, 300, 16, counts);
+    other.join();
+    EXPECT_EQ(counts.answered.load(), 2400);
+    EXPECT_EQ(counts.errors.load(), 0);
+    EXPECT_EQ(counts.store_errors.load(), 0);
+    // At most 200 on each of the two keys; the slices of both stores were
+    // spent while demand lasted (6x the limit).
+    EXPECT_LE(counts.allowed.load(), 400);
+    EXPECT_GE(counts.allowed.load(), 400 - 2 * 2 * 25);  // at most a slice per store and key lost
+    limiters.clear();
+    stores.clear();  // each gives back what its (window) slices have left
   }
-  Counts counts;
-  std::thread other([&] { Hammer(*limiters[1], 4, 300, 16, counts); });
-  Hammer(*limiters[0], 4, 300, 16, counts);
-  other.join();
-  EXPECT_EQ(counts.answered.load(), 2400);
-  EXPECT_EQ(counts.errors.load(), 0);
-  EXPECT_EQ(counts.store_errors.load(), 0);
-  // At most 200 on each of the two keys; the slices of both stores were
-  // spent while demand lasted (6x the limit).
-  EXPECT_LE(counts.allowed.load(), 400);
-  EXPECT_GE(counts.allowed.load(), 400 - 2 * 2 * 25);  // at most a slice per store and key lost
-  limiters.clear();
-  stores.clear();  // each gives back what its slices have left
 }
 
 TEST(RedisStoreConcurrencyTest, EveryCallAnsweredOnceWhileRedisDiesAndReturns) {

@@ -10,12 +10,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -488,6 +490,163 @@ TEST_F(RedisStoreTest, LeasedWindowAdmitsExactlyTheLimitAcrossInstances) {
   EXPECT_EQ(WindowCount(server_->port(), stores[0]->RedisKey(**table, "hot")), kLimit);
 }
 
+// gcra and token_bucket leases: 3 instances (stores) with 2 threads each
+// hammer one key of 2000/s with a burst of 200, far past the limit, for
+// about a second. Every admission, wherever it happened, must conform to
+// the limit (the virtual scheduling algorithm over all of them, on the one
+// steady clock), and together they must spend most of what the limit
+// allowed in that time.
+TEST_F(RedisStoreTest, LeasedBucketsConformToTheLimitAcrossInstances) {
+  for (const Algorithm algorithm : {Algorithm::kGcra, Algorithm::kTokenBucket}) {
+    SCOPED_TRACE(AlgorithmName(algorithm));
+    Flush();
+    LimitOptions limit = L(algorithm, "2000/s");
+    limit.burst = 200;
+    constexpr int kInstances = 3, kThreads = 2;
+    std::vector<std::unique_ptr<RedisStore>> stores;
+    std::vector<std::unique_ptr<Limiter>> limiters;
+    for (int i = 0; i < kInstances; ++i) {
+      stores.push_back(Connect({.timeout = Duration::Seconds(5)}));
+      absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+          Limiter::Create(memory_, {.name = "bucket",
+                                    .limits = {limit},
+                                    .stores = {stores.back().get()},
+                                    .leases = {LeaseOptions{}},
+                                    .on_store_error = OnStoreError::kDeny});
+      ASSERT_TRUE(limiter.ok()) << limiter.status();
+      limiters.push_back(*std::move(limiter));
+    }
+    std::mutex mu;
+    std::vector<int64_t> admitted;  // steady microseconds
+    std::atomic<int> sent{0}, answered{0}, errors{0};
+    const auto deadline = SteadyClock::now() + std::chrono::milliseconds(1200);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kInstances; ++i) {
+      for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, i] {
+          while (SteadyClock::now() < deadline) {
+            while (sent.load() - answered.load() > 200) std::this_thread::yield();
+            sent.fetch_add(1);
+            limiters[i]->AcquireAsync(
+                "hot", SystemClock::Default().Now(), 1, [&](absl::StatusOr<PolicyDecision> d) {
+                  if (!d.ok() || d->store_error) errors.fetch_add(1);
+                  if (d.ok() && d->allowed) {
+                    const int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
+                                            SteadyClock::now().time_since_epoch())
+                                            .count();
+                    std::lock_guard lock(mu);
+                    admitted.push_back(now);
+                  }
+                  answered.fetch_add(1);
+                });
+          }
+        });
+      }
+    }
+    for (std::thread& t : threads) t.join();
+    const auto until = SteadyClock::now() + std::chrono::seconds(20);
+    while (answered.load() < sent.load() && SteadyClock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_EQ(answered.load(), sent.load());
+    EXPECT_EQ(errors.load(), 0);
+    std::lock_guard lock(mu);
+    ASSERT_FALSE(admitted.empty());
+    std::sort(admitted.begin(), admitted.end());
+    // GCRA over the fleet's admissions: T = 500 us, tau = 199 T. An
+    // admission is recorded a little after it was decided; a millisecond
+    // (two units) of room for that.
+    constexpr int64_t kT = 500, kTau = 199 * kT, kRecorded = 1000;
+    int64_t tat = admitted.front(), late = 0;
+    for (const int64_t t : admitted) {
+      if (t < tat - kTau - kRecorded) {
+        ++late;
+      } else {
+        tat = std::max(tat, t) + kT;
+      }
+    }
+    EXPECT_EQ(late, 0) << "admissions beyond the limit";
+    const int64_t span = admitted.back() - admitted.front();
+    const int64_t most = 200 + span / kT;
+    uint64_t calls = 0, slices = 0;
+    for (auto& store : stores) {
+      calls += store->Health().calls;
+      slices += store->Health().lease_slices;
+    }
+    std::printf(
+        "%s leased: %d requests, %zu admitted of at most %lld in %lld us, %llu calls, "
+        "%llu slices\n",
+        std::string(AlgorithmName(algorithm)).c_str(), sent.load(), admitted.size(),
+        static_cast<long long>(most), static_cast<long long>(span),
+        static_cast<unsigned long long>(calls), static_cast<unsigned long long>(slices));
+    EXPECT_GE(static_cast<int64_t>(admitted.size()) * 10, most * 8) << "most of the limit spent";
+    EXPECT_LT(calls * 10, static_cast<uint64_t>(sent.load()));
+  }
+}
+
+// A bucket's slice is a run of slots, each spent only before its time:
+// 100/s with a burst of 100 (T = 10 ms), slices of 10 taken with a lead of
+// 10 ms (100 ms sized horizon, less 9 T): slots at 10, 20, ... 100 ms after
+// the grant. As time passes them they are dropped, never spent late.
+TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
+  auto redis = Connect({.timeout = Duration::Seconds(5)});
+  LimitOptions options = L(Algorithm::kGcra, "100/s");
+  absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+      Limiter::Create(memory_, {.name = "slots",
+                                .limits = {options},
+                                .stores = {redis.get()},
+                                .leases = {LeaseOptions{.size = 10}}});
+  ASSERT_TRUE(limiter.ok()) << limiter.status();
+  absl::StatusOr<LimitConfig> config = MakeLimit(options);
+  ASSERT_TRUE(config.ok());
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "slots");
+  ASSERT_TRUE(table.ok());
+  const auto start = SteadyClock::now();
+  ASSERT_TRUE((*limiter)->Acquire("k")->allowed);
+  std::optional<RedisStore::LeaseView> view = redis->LeaseOf(*config, "slots", "k");
+  ASSERT_TRUE(view.has_value());
+  const auto elapsed_ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start)
+        .count();
+  };
+  if (elapsed_ms() < 8) EXPECT_EQ(view->units, 9);
+  // Redis' state: the slice's end, 10 ms of lead and 10 slots ahead.
+  redisContext* c = redisConnect("127.0.0.1", server_->port());
+  ASSERT_NE(c, nullptr);
+  auto tat = [&] {
+    auto* r =
+        static_cast<redisReply*>(redisCommand(c, "GET %s", redis->RedisKey(**table, "k").c_str()));
+    std::string v = r != nullptr && r->type == REDIS_REPLY_STRING ? r->str : "";
+    freeReplyObject(r);
+    return v;
+  };
+  const std::string before = tat();
+  EXPECT_FALSE(before.empty());
+  // A refund of a leased bucket is dropped: lowering Redis' TAT would hand
+  // out slots that slices still hold.
+  absl::StatusOr<PolicyDecision> second = (*limiter)->Acquire("k");
+  ASSERT_TRUE(second.ok() && second->allowed);
+  EXPECT_TRUE((*limiter)->Refund("k", *second, 1).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a refund sent would be there
+  EXPECT_EQ(tat(), before);
+  redisFree(c);
+  std::this_thread::sleep_for(std::chrono::milliseconds(35));
+  view = redis->LeaseOf(*config, "slots", "k");
+  ASSERT_TRUE(view.has_value());
+  const int64_t ms = elapsed_ms();
+  if (ms < 60) {
+    // Slots 0 and 1 spent; those at 10..50 ms passed by 55 ms: 4 or 5 left.
+    EXPECT_GE(view->units, 4) << ms << " ms";
+    EXPECT_LE(view->units, 5) << ms << " ms";
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_EQ(redis->LeaseOf(*config, "slots", "k")->units, 0);
+  // The next request takes a new slice.
+  EXPECT_EQ(redis->Health().lease_slices, 1u);
+  ASSERT_TRUE((*limiter)->Acquire("k")->allowed);
+  EXPECT_EQ(redis->Health().lease_slices, 2u);
+}
+
 TEST_F(RedisStoreTest, ALeasedSliceGoesBackWhenTheKeyIsQuietAndWhenTheStoreStops) {
   StayInOneWindow(Duration::Minutes(60), Duration::Seconds(10));
   auto redis = Connect({.timeout = Duration::Seconds(5)});
@@ -629,8 +788,15 @@ TEST_F(RedisStoreTest, OnlyAGlobalFixedWindowCanBeLeased) {
                {.name = "p", .limits = {limit}, .stores = {store}, .leases = {LeaseOptions{}}})
         .status();
   };
-  EXPECT_THAT(create(L(Algorithm::kGcra, "10/s"), redis.get()).message(),
-              HasSubstr("gcra cannot be leased yet"));
+  EXPECT_THAT(create(L(Algorithm::kSlidingWindow, "10/s"), redis.get()).message(),
+              HasSubstr("lease: sliding_window cannot be leased"));
+  // 10/s with the default burst of 10: 900 ms of tolerance, leasable; a
+  // burst of 1 is not.
+  EXPECT_TRUE(create(L(Algorithm::kGcra, "10/s"), redis.get()).ok());
+  LimitOptions one = L(Algorithm::kTokenBucket, "10/s");
+  one.burst = 1;
+  EXPECT_THAT(create(one, redis.get()).message(),
+              HasSubstr("token_bucket with burst 1 at 10/s cannot be leased"));
   EXPECT_THAT(create(L(Algorithm::kFixedWindow, "10/s"), nullptr).message(),
               HasSubstr("only a limit in the shared store"));
   absl::StatusOr<std::unique_ptr<Limiter>> two = Limiter::Create(

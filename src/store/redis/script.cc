@@ -130,7 +130,8 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
   part.keys.reserve(key_bytes);
   for (size_t i = 0; i < n; ++i) AppendBulk(part.keys, keys[i]);
   std::string& a = part.args;
-  if (n == 1 && !args.now.has_value() && args.op != ScriptOp::kRefund) {
+  if (n == 1 && !args.now.has_value() &&
+      (args.op == ScriptOp::kDecide || args.op == ScriptOp::kCheck)) {
     // The short form, for most requests: one limit, Redis' time.
     part.arg_count = 3;
     part.short_form = true;
@@ -139,7 +140,10 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
     AppendBulk(a, limits[0]);
     return part;
   }
-  AppendBulk(a, args.op == ScriptOp::kDecide ? "D" : args.op == ScriptOp::kCheck ? "C" : "R");
+  AppendBulk(a, args.op == ScriptOp::kDecide  ? "D"
+                : args.op == ScriptOp::kCheck ? "C"
+                : args.op == ScriptOp::kLease ? "L"
+                                              : "R");
   if (args.now.has_value()) {
     AppendNumber(a, args.now->unix_micros());
   } else {
@@ -148,6 +152,8 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
   AppendNumber(a, std::clamp<int64_t>(args.cost, 0, kMaxScriptCost));
   if (args.op == ScriptOp::kRefund) {
     AppendNumber(a, args.taken_at.unix_micros());
+  } else if (args.op == ScriptOp::kLease) {
+    AppendNumber(a, std::max<int64_t>(0, args.lead.micros()));
   } else {
     AppendBulk(a, "");
   }

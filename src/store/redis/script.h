@@ -86,6 +86,7 @@ enum class ScriptOp {
   kDecide,  // decide all limits, write only if all allow
   kCheck,   // the same decisions, nothing written
   kRefund,  // give back `cost` taken at `taken_at` (leaky shape limits keep it)
+  kLease,   // kDecide of one gcra or token_bucket limit, its slots `lead` ahead
 };
 
 struct ScriptArgs {
@@ -99,6 +100,10 @@ struct ScriptArgs {
   int64_t cost = 1;
   // kRefund only: the time the cost was taken (ScriptResult::now of that call).
   Time taken_at;
+  // kLease only: decide as if at least this much of the bucket were used
+  // (its fill time), so that the `cost` slots taken lie at least this far
+  // ahead of now (docs/distributed.md, "Leased limits").
+  Duration lead;
 };
 
 // One request of a call, encoded: its keys and its arguments as RESP bulk

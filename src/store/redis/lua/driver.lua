@@ -18,6 +18,9 @@
 -- op "C": the same decisions, never written.
 -- op "R": gives `cost` taken at taken_at_us back to every limit but a
 -- leaky_bucket shape one, whose departure slot is kept.
+-- op "L": a leased slice of one gcra or token_bucket limit: D of `cost`
+-- deciding as if at least taken_at_us (the lead) of the bucket were used,
+-- so its slots lie at least that far ahead of now.
 -- now_us "": Redis' own clock (TIME, read once per call), what every
 -- production call sends, so that instances with skewed clocks agree; a
 -- decimal time is used instead (the parity tests replay times), and then
@@ -68,6 +71,20 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
       if l.algo.refund then l.algo.refund(l.params, keys[k + i], ctx, taken_at, cost) end
     end
     reply[#reply + 1] = ctx.now
+    return
+  end
+  if op == 'L' then
+    -- A leased slice of a bucket: a decision of `cost` whose slots start at
+    -- least `taken_at` (the lead, microseconds) ahead (docs/redis-scripts.md).
+    local l = limit_of(args[a])
+    if n ~= 1 or not l.algo.leases then error('sluice: op L takes one gcra or token_bucket limit') end
+    local b = l.params
+    local d, plan = l.algo.decide(b, keys[k], ctx, cost, true, min(taken_at, b.fill_us) * b.per_us)
+    reply[#reply + 1] = ctx.now
+    local m = #reply
+    reply[m + 1], reply[m + 2], reply[m + 3] = d.allowed, d.limit, d.remaining
+    reply[m + 4], reply[m + 5], reply[m + 6] = d.reset, d.retry, d.delay
+    if plan and d.allowed == 1 then l.algo.save(b, keys[k], plan, ctx) end
     return
   end
   local m = #reply + 1
@@ -194,7 +211,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         m = m + 7
       end
       at_key, at_arg, at_run = k + g, after, 0
-    elseif op == 'D' or op == 'C' or op == 'R' then
+    elseif op == 'D' or op == 'C' or op == 'R' or op == 'L' then
       local n, first = tonum(args[a + 4]), a + PART_ARGS
       if n == nil or n < 1 or n ~= floor(n) or first + n - 1 > nargs or k + n - 1 > nkeys then
         malformed_part(a)
@@ -210,11 +227,11 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       end
       local cost = cost_of(args[a + 2])
       local taken_at = 0
-      if op == 'R' then taken_at = int_arg(args[a + 3], 'taken_at_us') end
+      if op == 'R' or op == 'L' then taken_at = int_arg(args[a + 3], 'taken_at_us') end
       run_part(op, ctx, cost, taken_at, keys, k, args, first, n, reply)
       at_key, at_arg = next_key, next_arg
     else
-      malformed = 'sluice: op must be D, C, R, d, c or *, got "' .. tostring(op) .. '"'
+      malformed = 'sluice: op must be D, C, R, L, d, c or *, got "' .. tostring(op) .. '"'
       return
     end
   end

@@ -6,15 +6,18 @@
 -- are formed, and those below 2^52. A TAT further ahead than that (the
 -- clock went far back) is handled by bucket_decide_far.
 
-local gcra = {params = bucket_params}
+local gcra = {params = bucket_params, leases = true}  -- op L
 
 local gcra_plan = {}
 
-function gcra.decide(b, key, ctx, cost, reuse)
+-- `floor` (op L, a leased slice): decide as if at least that many ticks
+-- were used, so that the slice's slots lie at least that far ahead.
+function gcra.decide(b, key, ctx, cost, reuse, floor_ticks)
   local now = ctx.now
   local tat_us, tat_rem = split_ticks(call('GET', key) or nil)
   local used = ticks_after(b.per_us, now, tat_us, tat_rem)
   if used == nil then return bucket_decide_far(b, tat_us - now, tat_rem, cost), nil end
+  if floor_ticks and used < floor_ticks then used = floor_ticks end
   local d, consumed, used_after = bucket_decide(b, used, cost)
   if consumed then
     local plan = reuse and gcra_plan or {}

@@ -3,7 +3,7 @@
 -- State: the string "tokens_ticks last_us"; no key is a full bucket (the
 -- C++ kNeverUsed). tokens_ticks <= capacity < 2^51, last_us < 2^53.
 
-local token_bucket = {params = bucket_params}
+local token_bucket = {params = bucket_params, leases = true}  -- op L
 
 -- tokens_ticks, last_us; nil when there is no key.
 local function tb_load(key)
@@ -18,7 +18,8 @@ local function tb_fresh_at(b, st)
   return st.last + ceildiv(b.cap - st.tokens, b.per_us)
 end
 
-function token_bucket.decide(b, key, ctx, cost, reuse)
+-- `floor_ticks`: as gcra.decide's.
+function token_bucket.decide(b, key, ctx, cost, reuse, floor_ticks)
   local now = ctx.now
   local st_tokens, st_last = tb_load(key)
   local tokens, last = b.cap, now
@@ -27,7 +28,9 @@ function token_bucket.decide(b, key, ctx, cost, reuse)
     tokens = min(b.cap, st_tokens + ticks_in(b, now - st_last))
     last = max(st_last, now)
   end
-  local d, consumed, used_after = bucket_decide(b, b.cap - tokens, cost)
+  local used = b.cap - tokens
+  if floor_ticks and used < floor_ticks then used = floor_ticks end
+  local d, consumed, used_after = bucket_decide(b, used, cost)
   measure_from_now(d, last - now)
   if consumed then
     local plan = reuse and tb_plan or {}
