@@ -316,15 +316,21 @@ struct LeaseWaiter {
 
 // A leased gcra or token_bucket slice: `n` slots, the next n emission times
 // of the bucket, reserved in Redis by one op L call (its TAT moved past
-// them). Slot j (0-based) lies at Redis time r + (end - (n - j) x
-// per_token) / per_us ticks, r being Redis' time of the grant; it is spent
-// only before that time (on the steady clock from `sent`, less the clock
-// margin), and every slot is spendable from the grant on (the bucket had
-// room for all n then). So every unit the fleet admits sits on its own
-// slot within the burst tolerance before it: the limit's own bound.
+// them). With U the bucket's use after the grant and r Redis' time of it,
+// slot j (0-based) lies at s_j = r + (U - (n - j) x per_token) / per_us;
+// it is spent only within the burst tolerance before it, from s_j - tau =
+// r + (U - (n - 1 - j) x per_token - capacity) / per_us on (the first at
+// once: Redis grants when it fits) until s_j. On the steady clock: not
+// before `recv` (after Redis decided) plus the upper bound of that, not
+// after `sent` (before it) plus the lower bound of s_j - r, each with a
+// margin for the clocks' rates. So every unit the fleet admits sits on a
+// slot of its own that lies within the burst tolerance after it: the
+// limit's own bound (docs/distributed.md).
 struct BucketSlice {
   Time sent;         // steady: when the call was sent
-  int64_t end = 0;   // ticks from r to the last slot's end, rounded down
+  Time recv;         // steady: when its answer came
+  int64_t end = 0;   // U, rounded down (ticks)
+  int64_t top = 0;   // U, rounded up (ticks)
   int64_t n = 0;     // slots
   int64_t next = 0;  // the first slot not spent or passed
 };
@@ -345,6 +351,7 @@ struct Lease {
   Time last_use;                   // steady
   int64_t used = 0;                // units spent since `since` (the auto size)
   Time since;
+  int64_t pace = 0;  // units spent in the last whole horizon measured
 };
 
 // A slice of a window ending in T (by Redis) is spent until the steady
@@ -355,12 +362,23 @@ constexpr int64_t kLeaseClockPpm = 1000;
 constexpr Duration kLeaseClockSlack = Duration::Millis(1);
 constexpr Duration kSlotClockSlack = Duration::Micros(100);
 
-Time LeaseValidUntil(Time sent, Duration until_window_end, Duration slack = kLeaseClockSlack) {
-  const int64_t us = until_window_end.micros();
-  return sent +
-         Duration::Micros(us - us / 1'000'000 * kLeaseClockPpm -
+// `d` of Redis' clock on the steady clock, at most: shortened by the
+// margin. And at least: lengthened by it.
+Duration ShortOfRedis(Duration d, Duration slack) {
+  const int64_t us = d.micros();
+  return Duration::Micros(us - us / 1'000'000 * kLeaseClockPpm -
                           us % 1'000'000 * kLeaseClockPpm / 1'000'000) -
          slack;
+}
+Duration LongOfRedis(Duration d, Duration slack) {
+  const int64_t us = d.micros();
+  return Duration::Micros(us + us / 1'000'000 * kLeaseClockPpm +
+                          (us % 1'000'000 * kLeaseClockPpm + 999'999) / 1'000'000) +
+         slack;
+}
+
+Time LeaseValidUntil(Time sent, Duration until_window_end, Duration slack = kLeaseClockSlack) {
+  return sent + ShortOfRedis(until_window_end, slack);
 }
 
 // Until when (steady) slot j of `s` may be spent.
@@ -368,6 +386,14 @@ Time SlotValidUntil(const LeaseLimit& lim, const BucketSlice& s, int64_t j) {
   const int64_t ticks = s.end - (s.n - j) * lim.per_token;
   if (ticks < 0) return Time();  // at or before the grant: gone
   return LeaseValidUntil(s.sent, Duration::Micros(ticks / lim.per_us), kSlotClockSlack);
+}
+
+// From when (steady) slot j of `s` may be spent.
+Time SlotReadyAt(const LeaseLimit& lim, const BucketSlice& s, int64_t j) {
+  const int64_t ticks = s.top - (s.n - 1 - j) * lim.per_token - lim.cap;
+  if (ticks <= 0) return Time();  // at once
+  return s.recv +
+         LongOfRedis(Duration::Micros((ticks + lim.per_us - 1) / lim.per_us), kSlotClockSlack);
 }
 
 // The first slot of `s` from s.next on that may still be spent at `now`
@@ -567,7 +593,8 @@ BatchResult LeaseAnswer(const Lease& l, Time now, bool allowed, Duration retry_a
 }
 
 // The units the next slice asks for: the configured size, or ("auto") what
-// this process spent in the last tenth of a second; at least `at_least`
+// this process spends in a horizon (a tenth of a second for a window), as
+// measured over the last whole one and since; at least `at_least`
 // (the request waiting for it), at most an eighth of the limit, and at most
 // half of what the window had left the last time Redis said (at least 1):
 // slices shrink to single units as the window runs out, so the fleet can
@@ -575,14 +602,20 @@ BatchResult LeaseAnswer(const Lease& l, Time now, bool allowed, Duration retry_a
 int64_t LeaseAsk(Lease& l, Time now, int64_t at_least) {
   const LeaseLimit& lim = *l.limit;
   int64_t want = lim.options.size;
-  if (want == 0) {
-    const int64_t elapsed_us = std::max<int64_t>((now - l.since).micros(), 1000);
-    want = l.used > 0 ? std::max<int64_t>(1, l.used * lim.horizon.micros() / elapsed_us) : 1;
+  const int64_t elapsed_us = std::max<int64_t>((now - l.since).micros(), 1000);
+  const int64_t pace = l.used * lim.horizon.micros() / elapsed_us;
+  if (want == 0) want = std::max<int64_t>({1, pace, l.pace});
+  if (elapsed_us >= lim.horizon.micros()) {
+    l.pace = pace;
+    l.used = 0;
+    l.since = now;
   }
-  l.used = 0;
-  l.since = now;
   want = std::min(want, std::max<int64_t>(1, lim.limit / 8));
-  if (l.window_left >= 0) want = std::min(want, std::max<int64_t>(1, l.window_left / 2));
+  // A window's slices shrink with what it has left; a bucket refills, and
+  // its slices queue for the slots as they come (BucketSlice).
+  if (!lim.bucket && l.window_left >= 0) {
+    want = std::min(want, std::max<int64_t>(1, l.window_left / 2));
+  }
   return std::max(want, at_least);
 }
 
@@ -619,8 +652,19 @@ int64_t LiveUnits(Lease& l, Time now) {
   return units;
 }
 
-// Spends `cost` of them (REQUIRES: LiveUnits(l, now) >= cost just now), a
-// bucket's earliest slots first.
+// From when the first `cost` of them may be spent (REQUIRES: LiveUnits(l,
+// now) >= cost just now): a bucket's slots lie ahead, a window's are ready.
+Time ReadyAt(const Lease& l, int64_t cost) {
+  if (!l.limit->bucket) return Time();
+  for (const BucketSlice& slice : l.slices) {
+    if (cost <= slice.n - slice.next) return SlotReadyAt(*l.limit, slice, slice.next + cost - 1);
+    cost -= slice.n - slice.next;
+  }
+  return Time();
+}
+
+// Spends `cost` of them (REQUIRES: LiveUnits(l, now) >= cost and ReadyAt(l,
+// cost) <= now just now), a bucket's earliest slots first.
 void SpendUnits(Lease& l, int64_t cost) {
   l.units -= cost;
   l.used += cost;
@@ -666,7 +710,16 @@ bool RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
     l.units = 0;
     l.window_left = -1;
   }
-  if (l.waiters.empty() && LiveUnits(l, now) >= cost) {
+  if (l.waiters.empty() && LiveUnits(l, now) >= cost && ReadyAt(l, cost) > now) {
+    // This process holds the bucket's next slots, not yet due: Redis
+    // would deny too.
+    BatchResult answer = LeaseAnswer(l, now, false, ReadyAt(l, cost) - now);
+    lock.unlock();
+    lease_decisions.fetch_add(1, std::memory_order_relaxed);
+    std::exchange(done, nullptr)(std::move(answer));
+    return true;
+  }
+  if (l.waiters.empty() && l.units >= cost) {
     SpendUnits(l, cost);
     BatchResult answer = LeaseAnswer(l, now, true, Duration::Zero());
     // The next slice before this one runs out.
@@ -746,7 +799,9 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
         // a microsecond: one less is a bound from below.
         const BucketSlice slice{
             .sent = sent,
+            .recv = now,
             .end = std::max<int64_t>(0, d.reset_after.micros() - 1) * limit->per_us,
+            .top = d.reset_after.micros() * limit->per_us,
             .n = ask};
         l.slices.push_back(slice);
         l.valid_until = SlotValidUntil(*limit, slice, ask - 1);
@@ -757,13 +812,9 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
         l.window = window;
         l.valid_until = LeaseValidUntil(sent, d.reset_after);
       } else if (limit->bucket && !d.retry_after.IsInfinite()) {
-        // No unit fits until the bucket refills to one: the wait for `ask`
-        // less ask - 1 emission intervals (and a microsecond of rounding),
-        // from when the call was sent.
-        const int64_t one_us =
-            (d.retry_after.micros() * limit->per_us - (ask - 1) * limit->per_token) /
-                limit->per_us -
-            1;
+        // No slot fits until the bucket drains to one: the wait Redis said
+        // (less a microsecond of rounding), from when the call was sent.
+        const int64_t one_us = d.retry_after.micros() - 1;
         if (one_us > 0) l.full_until = sent + Duration::Micros(one_us);
       } else if (!limit->bucket && d.remaining == 0) {
         // Nothing left in the window until it ends: denied here until then.
@@ -775,8 +826,17 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
         l.full_until = Time();
         lease_slices.fetch_add(1, std::memory_order_relaxed);
       }
-      // The waiting requests, in order, from the slice.
+      // The waiting requests, in order, from the slice; those whose slots
+      // are not yet due are denied until they are.
       while (!l.waiters.empty() && LiveUnits(l, now) >= l.waiters.front().cost) {
+        if (const Time ready = ReadyAt(l, l.waiters.front().cost); ready > now) {
+          for (LeaseWaiter& w : l.waiters) {
+            answers.emplace_back(std::move(w.done), LeaseAnswer(l, now, false, ready - now));
+            lease_decisions.fetch_add(1, std::memory_order_relaxed);
+          }
+          l.waiters.clear();
+          break;
+        }
         LeaseWaiter& w = l.waiters.front();
         SpendUnits(l, w.cost);
         answers.emplace_back(std::move(w.done), LeaseAnswer(l, now, true, Duration::Zero()));

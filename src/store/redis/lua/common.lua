@@ -222,6 +222,22 @@ local function bucket_decide(b, used, cost)
   return d, false, used
 end
 
+-- op L, a leased slice of gcra or token_bucket (docs/distributed.md,
+-- "Leased limits"): `used` raised to `floor_ticks` (the lead), then `n`
+-- slots granted when the first of them fits now; the others lie beyond the
+-- capacity, each spendable once the bucket has drained to it. The decision's
+-- reset is then the last slot's end, its retry (denied) the wait for one.
+local function bucket_lease(b, used, n, floor_ticks)
+  if used < floor_ticks then used = floor_ticks end
+  if n > b.burst then return bucket_decide(b, used, n) end  -- never
+  local d, fits = bucket_decide(b, used, 1)
+  if not fits then return d, false, used end
+  local used_after = used + n * b.per_token
+  d.remaining = max(0, floordiv(b.cap - used_after, b.per_token))
+  d.reset = ceildiv(used_after, b.per_us)
+  return d, true, used_after
+end
+
 -- The same decision when `used` = D * per_us + rem is too large to form
 -- (D > 2^52 / per_us: only after the clock went far back, gcra and shape).
 -- It is then far above the capacity, so the request is denied; the

@@ -10,15 +10,18 @@ local gcra = {params = bucket_params, leases = true}  -- op L
 
 local gcra_plan = {}
 
--- `floor` (op L, a leased slice): decide as if at least that many ticks
--- were used, so that the slice's slots lie at least that far ahead.
+-- `floor_ticks` (op L, a leased slice of `cost` slots): see bucket_lease.
 function gcra.decide(b, key, ctx, cost, reuse, floor_ticks)
   local now = ctx.now
   local tat_us, tat_rem = split_ticks(call('GET', key) or nil)
   local used = ticks_after(b.per_us, now, tat_us, tat_rem)
   if used == nil then return bucket_decide_far(b, tat_us - now, tat_rem, cost), nil end
-  if floor_ticks and used < floor_ticks then used = floor_ticks end
-  local d, consumed, used_after = bucket_decide(b, used, cost)
+  local d, consumed, used_after
+  if floor_ticks then
+    d, consumed, used_after = bucket_lease(b, used, cost, floor_ticks)
+  else
+    d, consumed, used_after = bucket_decide(b, used, cost)
+  end
   if consumed then
     local plan = reuse and gcra_plan or {}
     plan.us, plan.rem = ticks_from(b.per_us, now, used_after)

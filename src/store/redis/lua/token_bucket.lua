@@ -18,7 +18,8 @@ local function tb_fresh_at(b, st)
   return st.last + ceildiv(b.cap - st.tokens, b.per_us)
 end
 
--- `floor_ticks`: as gcra.decide's.
+-- `floor_ticks` (op L, a leased slice of `cost` slots): see bucket_lease;
+-- tokens may then go below zero, by the slots beyond the capacity.
 function token_bucket.decide(b, key, ctx, cost, reuse, floor_ticks)
   local now = ctx.now
   local st_tokens, st_last = tb_load(key)
@@ -28,9 +29,12 @@ function token_bucket.decide(b, key, ctx, cost, reuse, floor_ticks)
     tokens = min(b.cap, st_tokens + ticks_in(b, now - st_last))
     last = max(st_last, now)
   end
-  local used = b.cap - tokens
-  if floor_ticks and used < floor_ticks then used = floor_ticks end
-  local d, consumed, used_after = bucket_decide(b, used, cost)
+  local d, consumed, used_after
+  if floor_ticks then
+    d, consumed, used_after = bucket_lease(b, b.cap - tokens, cost, floor_ticks)
+  else
+    d, consumed, used_after = bucket_decide(b, b.cap - tokens, cost)
+  end
   measure_from_now(d, last - now)
   if consumed then
     local plan = reuse and tb_plan or {}
