@@ -355,8 +355,9 @@ int main(int argc, char** argv) {
   app.add_option("--rate", flags.rate, "override the mode's rate (e.g. 100/s)");
   app.add_option("--burst", flags.burst, "bucket algorithms; default the rate's limit");
   app.add_option("--timeout-ms", flags.timeout_ms, "per call; the machine is shared");
-  app.add_option("--lease", flags.lease,
-                 "lease the limit (fixed_window): -1 slices of size auto, N slices of N");
+  app.add_option(
+      "--lease", flags.lease,
+      "lease the limit (fixed_window, gcra, token_bucket): -1 slices of size auto, N slices of N");
   app.add_flag("--print-library", flags.print_library, "print the function library and exit");
   app.add_flag("--print-fcall-args", flags.print_fcall_args,
                "print the FCALL arguments of one decision, one per line, and exit");

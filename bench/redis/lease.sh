@@ -2,33 +2,39 @@
 # Leased limits against the plain Redis path (docs/distributed.md, "Leased
 # limits"), in one run on one redis-server this script starts (loopback, a
 # free port, no persistence): PROCESSES sluice_bench_redis processes at
-# once on ONE hot key of a fixed_window limit, DEPTH decisions in flight
+# once on ONE hot key of an ALGORITHM limit, DEPTH decisions in flight
 # each, first without a lease and then with `--lease -1` (slices of size
 # auto), alternately, ROUNDS times.
 #
-#   pass: a limit nobody reaches (10^9 per hour): decisions/s of the
+#   pass: a limit nobody reaches (10^9 per hour; a bucket: 10^8 per
+#         second, its burst as much): decisions/s of the
 #         processes together, and Redis calls per decision (FCALLs counted by
 #         Redis over the run / decisions). Targets: >= 10x the plain path's
 #         decisions/s, <= 1/100 calls per decision.
-#   over: a limit the demand exceeds (LIMIT per hour, default 200000):
-#         what the processes admitted together, against the limit (never
-#         more; less by at most the slices outstanding when demand stopped).
+#   over: a limit the demand exceeds (LIMIT per hour, default 200000; a
+#         bucket's burst is LIMIT too): what the processes admitted
+#         together, against the limit (never more: a bucket may add what
+#         refills meanwhile, LIMIT/3600 a second; less by at most the slices
+#         outstanding when demand stopped).
 #         Each round uses a fresh key space (FLUSHALL) and starts clear of an
 #         hour boundary.
 #
 # Usage: bench/redis/lease.sh     # about 1 minute
-# Variables: PROCESSES (3), DEPTH (64), DURATION (3), ROUNDS (2), LIMIT
-#   (200000), SLUICE_BENCH_REDIS (a built sluice_bench_redis), SKIP_BUILD=1.
+# Variables: ALGORITHM (fixed_window; gcra, token_bucket), PROCESSES (3),
+#   DEPTH (64), DURATION (3), ROUNDS (2), LIMIT (200000), SLUICE_BENCH_REDIS (a built sluice_bench_redis), SKIP_BUILD=1.
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE/../.."
 
+ALGORITHM=${ALGORITHM:-fixed_window}
 PROCESSES=${PROCESSES:-3}
 DEPTH=${DEPTH:-64}
 DURATION=${DURATION:-3}
 ROUNDS=${ROUNDS:-2}
 LIMIT=${LIMIT:-200000}
+PASS_RATE=1000000000/1h
+if [[ "$ALGORITHM" != fixed_window ]]; then PASS_RATE=100000000/1s; fi
 
 source scripts/deps.sh
 sluice_install_deps redis-server redis-tools
@@ -52,7 +58,7 @@ fcalls() {
 run() {
   local name=$1 rate=$2 lease=$3 pids=() calls0 calls1
   "${RCLI[@]}" FLUSHALL >/dev/null
-  if [[ "$rate" != 1000000000/1h ]]; then
+  if [[ "$rate" != "$PASS_RATE" ]]; then
     # Clear of an hour boundary (Redis' clock is this machine's).
     local left=$(( 3600 - $(date +%s) % 3600 ))
     if (( left < DURATION + 10 )); then sleep $((left + 1)); fi
@@ -60,7 +66,7 @@ run() {
   calls0=$(fcalls)
   for p in $(seq "$PROCESSES"); do
     timeout $((DURATION + 60)) "$BIN" --url "redis://127.0.0.1:$PORT" --depth "$DEPTH" --keys 1 \
-      --seconds "$DURATION" --algorithm fixed_window --rate "$rate" --lease "$lease" \
+      --seconds "$DURATION" --algorithm "$ALGORITHM" --rate "$rate" --lease "$lease" \
       --timeout-ms 5000 > "$WORK/$name.$p.json" &
     pids+=($!)
   done
@@ -85,19 +91,22 @@ PY
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-  echo "processes $PROCESSES, depth $DEPTH each, $DURATION s, one key; redis $(redis-server --version | cut -d' ' -f3)"
+  echo "$ALGORITHM: processes $PROCESSES, depth $DEPTH each, $DURATION s, one key; redis $(redis-server --version | cut -d' ' -f3)"
   for round in $(seq "$ROUNDS"); do
-    run "pass-plain" 1000000000/1h 0
-    run "pass-leased" 1000000000/1h -1
+    run "pass-plain" "$PASS_RATE" 0
+    run "pass-leased" "$PASS_RATE" -1
   done
   for round in $(seq "$ROUNDS"); do
     run "over-leased" "$LIMIT/1h" -1
   done
 } | tee "$WORK/summary.txt"
-python3 - "$WORK/summary.txt" "$LIMIT" <<'PY'
-import json, statistics, sys
+python3 - "$WORK/summary.txt" "$LIMIT" "$ALGORITHM" "$DURATION" <<'PY'
+import json, math, statistics, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-limit = int(sys.argv[2])
+limit, algorithm, duration = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+# A bucket refills while the processes run (DURATION, plus 2 s for their
+# start and stop): LIMIT per hour more.
+most = limit if algorithm == "fixed_window" else limit + math.ceil(limit * (duration + 2) / 3600)
 def med(case, field):
     vals = [l[field] for l in lines if l["case"] == case]
     return statistics.median(vals) if vals else float("nan")
@@ -109,7 +118,8 @@ print("| leased | %s | %.6f |" % (f"{leased:,.0f}", med("pass-leased", "calls_pe
 print("\nleased / plain decisions/s: %.1fx (target >= 10x)" % (leased / plain))
 for l in lines:
     if l["case"] == "over-leased":
-        print("over the limit: %d admitted of %d requests, limit %d (%s)" % (
-            l["allowed"], l["decisions"], limit,
-            "over the limit!" if l["allowed"] > limit else "short by %d" % (limit - l["allowed"])))
+        print("over the limit: %d admitted of %d requests, at most %d (%s), %d Redis calls" % (
+            l["allowed"], l["decisions"], most,
+            "over the limit!" if l["allowed"] > most else "short by %d" % (most - l["allowed"]),
+            l["redis_calls"]))
 PY

@@ -8,7 +8,8 @@ The bucket algorithms refill continuously (100/min is one unit every
 request and its last answer, and never fewer than 100. The window
 algorithms count per minute of Redis' clock; each burst is started clear of
 a minute boundary, so it must admit exactly 100; so must a fixed_window
-leased to the processes in slices (docs/distributed.md, "Leased limits").
+leased to the processes in slices (docs/distributed.md, "Leased limits"),
+and gcra and token_bucket leased are held to their buckets' bound.
 """
 
 import sys
@@ -53,9 +54,16 @@ policies:
   - name: fixed_window_leased
     limits:
       - {algorithm: fixed_window, rate: 100/1m, lease: {size: auto}}
+  - name: gcra_leased
+    limits:
+      - {algorithm: gcra, rate: 100/1m, lease: {size: auto}}
+  - name: token_bucket_leased
+    limits:
+      - {algorithm: token_bucket, rate: 100/1m, lease: {size: auto}}
 """
 
-BUCKETS = ("token_bucket", "gcra", "leaky_police", "leaky_shape")
+BUCKETS = ("token_bucket", "gcra", "leaky_police", "leaky_shape", "gcra_leased",
+           "token_bucket_leased")
 CALENDAR_WINDOWS = ("fixed_window", "sliding_window", "fixed_window_leased")
 
 
@@ -167,6 +175,16 @@ class ExactnessChecks:
         calls = fleet_metric(self.fleet, "sluice_redis_calls_total") - calls_before
         self.assertLess(calls, REQUESTS // 10)
         self.assertGreater(fleet_metric(self.fleet, "sluice_lease_slices_total"), 0)
+
+    def test_buckets_leased(self):
+        """gcra and token_bucket in slices of the bucket's slots: within
+        the bucket's bound, and the whole burst spent."""
+        for policy in ("gcra_leased", "token_bucket_leased"):
+            with self.subTest(policy):
+                calls_before = fleet_metric(self.fleet, "sluice_redis_calls_total")
+                self.assert_exact(policy)
+                calls = fleet_metric(self.fleet, "sluice_redis_calls_total") - calls_before
+                self.assertLess(calls, REQUESTS // 10)
 
     def test_sliding_log(self):
         self.assert_exact("sliding_log")

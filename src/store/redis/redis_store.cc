@@ -352,6 +352,7 @@ struct Lease {
   int64_t used = 0;                // units spent since `since` (the auto size)
   Time since;
   int64_t pace = 0;  // units spent in the last whole horizon measured
+  Duration rtt;      // the last slice's round trip
 };
 
 // A slice of a window ending in T (by Redis) is spent until the steady
@@ -454,7 +455,8 @@ struct RedisStore::Impl {
   // where a slice's spent units were counted too.
   bool LeaseRefund(const std::string& key, Time taken_at, int64_t cost);
   // Sends the call for a slice of `ask` units (the lease's `taking` set).
-  void SendTake(const std::string& key, const LimitPtr& limit, int64_t ask);
+  // `lead`: a bucket's (LeaseLead).
+  void SendTake(const std::string& key, const LimitPtr& limit, int64_t ask, Duration lead);
   void TakeAnswered(const std::string& key, int64_t ask, Time sent, absl::StatusOr<BatchResult> r);
   // Gives `units` taken at `store_taken` back to Redis; `done` (may be
   // null) once Redis answered.
@@ -619,17 +621,26 @@ int64_t LeaseAsk(Lease& l, Time now, int64_t at_least) {
   return std::max(want, at_least);
 }
 
-// How far ahead of Redis' now a bucket slice of n slots starts (op L): far
-// enough that its slots outlast the horizon it is sized for (the n-th
-// needed then), at least a quarter of an emission interval (what a slot
-// costs to skip) and a millisecond (the round trip), at most the horizon,
-// and leaving room in the burst for the n slots.
-Duration LeaseLead(const LeaseLimit& lim, int64_t n) {
+// How far ahead of Redis' now a bucket slice of n slots starts (op L):
+// slot j lies lead + j x T ahead, and at the pace the slice was sized for
+// (n in a horizon) it is spent about j x horizon / n after the grant, so
+// the lead is what the last slot needs, (n - 1) x (horizon / n - T). At
+// least four times the last round trip (before one is known, the
+// horizon) and 5 ms (the first slot goes to the request that waits for it,
+// when the answer comes: a slot passed on the way is a unit lost, a lead
+// is only time); at most the horizon; and
+// leaving room in the burst for the n slots. What it skips of an idle
+// bucket is lost to the fleet (docs/distributed.md).
+Duration LeaseLead(const Lease& l, int64_t n) {
+  const LeaseLimit& lim = *l.limit;
+  if (!lim.bucket) return Duration::Zero();
+  const int64_t horizon = lim.horizon.micros();
   const int64_t t_us = lim.per_token / lim.per_us;
-  int64_t lead = lim.horizon.micros() - (n - 1) * t_us;
-  lead = std::max({lead, t_us / 4, int64_t{1000}});
-  lead = std::min(lead, lim.horizon.micros());
-  lead = std::min(lead, (lim.cap - n * lim.per_token) / lim.per_us);
+  int64_t lead = n > 1 ? (n - 1) * (horizon / n - t_us) : 0;
+  // No round trip measured yet (the key's first slice): the horizon.
+  const int64_t rtt = l.rtt > Duration::Zero() ? l.rtt.micros() : horizon / 4;
+  lead = std::max({lead, 4 * rtt, int64_t{5000}});
+  lead = std::min({lead, horizon, (lim.cap - n * lim.per_token) / lim.per_us});
   return Duration::Micros(std::max<int64_t>(lead, 0));
 }
 
@@ -724,14 +735,16 @@ bool RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
     BatchResult answer = LeaseAnswer(l, now, true, Duration::Zero());
     // The next slice before this one runs out.
     int64_t ask = 0;
+    Duration lead;
     if (!l.taking && l.units * 2 < std::max<int64_t>(l.last_ask, 2) && now >= l.full_until) {
       ask = LeaseAsk(l, now, 1);
+      lead = LeaseLead(l, ask);
       l.taking = true;
       l.last_ask = ask;
     }
     lock.unlock();
     lease_decisions.fetch_add(1, std::memory_order_relaxed);
-    if (ask > 0) SendTake(key, limit, ask);
+    if (ask > 0) SendTake(key, limit, ask, lead);
     std::exchange(done, nullptr)(std::move(answer));
     return true;
   }
@@ -745,23 +758,23 @@ bool RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
   l.waiters.push_back({cost, std::exchange(done, nullptr)});
   if (l.taking) return true;
   const int64_t ask = LeaseAsk(l, now, cost);
+  const Duration lead = LeaseLead(l, ask);
   l.taking = true;
   l.last_ask = ask;
   lock.unlock();
-  SendTake(key, limit, ask);
+  SendTake(key, limit, ask, lead);
   return true;
 }
 
-void RedisStore::Impl::SendTake(const std::string& key, const LimitPtr& limit, int64_t ask) {
+void RedisStore::Impl::SendTake(const std::string& key, const LimitPtr& limit, int64_t ask,
+                                Duration lead) {
   auto p = std::make_unique<Pending>();
   const std::string_view keys[] = {key};
   const std::string_view limits[] = {limit->params};
-  p->part = redis::EncodePart(limit->bucket
-                                  ? redis::ScriptArgs{.op = redis::ScriptOp::kLease,
-                                                      .cost = ask,
-                                                      .lead = LeaseLead(*limit, ask)}
-                                  : redis::ScriptArgs{.op = redis::ScriptOp::kDecide, .cost = ask},
-                              keys, limits);
+  p->part = redis::EncodePart(
+      limit->bucket ? redis::ScriptArgs{.op = redis::ScriptOp::kLease, .cost = ask, .lead = lead}
+                    : redis::ScriptArgs{.op = redis::ScriptOp::kDecide, .cost = ask},
+      keys, limits);
   p->slot = redis::HashSlot(key);
   p->deadline = SteadyClock::now() + std::chrono::microseconds(options.timeout.micros());
   const Time sent = SteadyNow();
@@ -777,12 +790,14 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
   std::vector<std::pair<BatchCallback, absl::StatusOr<BatchResult>>> answers;
   std::shared_ptr<const LeaseLimit> limit;
   int64_t next_ask = 0;
+  Duration next_lead;
   {
     LeaseBook::Shard& shard = leases.ShardOf(key);
     std::lock_guard lock(shard.mu);
     Lease& l = shard.leases[key];
     limit = l.limit;
     l.taking = false;
+    l.rtt = now - sent;
     if (limit == nullptr) return;  // cannot happen: the key was there when it asked
     if (!r.ok() || r->decisions.size() != 1) {
       // Redis did not answer: the waiting requests get the error (and the
@@ -857,13 +872,14 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
         } else {
           next_ask = LeaseAsk(l, now, front);
           if (!d.allowed) next_ask = std::min(next_ask, std::max(front, d.remaining));
+          next_lead = LeaseLead(l, next_ask);
           l.taking = true;
           l.last_ask = next_ask;
         }
       }
     }
   }
-  if (next_ask > 0) SendTake(key, limit, next_ask);
+  if (next_ask > 0) SendTake(key, limit, next_ask, next_lead);
   for (auto& [done, answer] : answers) done(std::move(answer));
 }
 

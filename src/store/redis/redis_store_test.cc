@@ -585,9 +585,10 @@ TEST_F(RedisStoreTest, LeasedBucketsConformToTheLimitAcrossInstances) {
 }
 
 // A bucket's slice is a run of slots, each spent only before its time:
-// 100/s with a burst of 100 (T = 10 ms), slices of 10 taken with a lead of
-// 10 ms (100 ms sized horizon, less 9 T): slots at 10, 20, ... 100 ms after
-// the grant. As time passes them they are dropped, never spent late.
+// 100/s with a burst of 100 (T = 10 ms), slices of 10. The key's first
+// slice, before any round trip is measured, leads by the horizon, 100 ms:
+// slots at 100, 110, ... 190 ms after the grant. As time passes them they
+// are dropped, never spent late.
 TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
   auto redis = Connect({.timeout = Duration::Seconds(5)});
   LimitOptions options = L(Algorithm::kGcra, "100/s");
@@ -610,7 +611,7 @@ TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
         .count();
   };
   if (elapsed_ms() < 8) EXPECT_EQ(view->units, 9);
-  // Redis' state: the slice's end, 10 ms of lead and 10 slots ahead.
+  // Redis' state: the slice's end, 100 ms of lead and 10 slots ahead.
   redisContext* c = redisConnect("127.0.0.1", server_->port());
   ASSERT_NE(c, nullptr);
   auto tat = [&] {
@@ -630,16 +631,25 @@ TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a refund sent would be there
   EXPECT_EQ(tat(), before);
   redisFree(c);
+  // Slots 0 and 1 spent; slot j passes 100 + 10 j ms after the grant
+  // (less a margin): what is left at `ms`, give or take the one passing.
+  auto left_at = [](int64_t ms) {
+    int64_t left = 0;
+    for (int64_t j = 2; j < 10; ++j) left += 100 + 10 * j > ms ? 1 : 0;
+    return left;
+  };
   std::this_thread::sleep_for(std::chrono::milliseconds(35));
-  view = redis->LeaseOf(*config, "slots", "k");
-  ASSERT_TRUE(view.has_value());
-  const int64_t ms = elapsed_ms();
-  if (ms < 60) {
-    // Slots 0 and 1 spent; those at 10..50 ms passed by 55 ms: 4 or 5 left.
-    EXPECT_GE(view->units, 4) << ms << " ms";
-    EXPECT_LE(view->units, 5) << ms << " ms";
+  for (const int sleep_ms : {0, 100}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    const int64_t before = elapsed_ms();
+    view = redis->LeaseOf(*config, "slots", "k");
+    const int64_t after = elapsed_ms();
+    ASSERT_TRUE(view.has_value());
+    EXPECT_LE(view->units, left_at(before) + 1) << before << " ms";
+    EXPECT_GE(view->units, left_at(after + 1) - 1) << after << " ms";
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(210 - std::min<int64_t>(elapsed_ms(), 200)));
   EXPECT_EQ(redis->LeaseOf(*config, "slots", "k")->units, 0);
   // The next request takes a new slice.
   EXPECT_EQ(redis->Health().lease_slices, 1u);

@@ -381,6 +381,62 @@ std::string KeyFor(const LimitConfig& config) {
          (IsShape(config) ? "_shape" : "");
 }
 
+// Op L, a leased slice (docs/distributed.md, "Leased limits"): `cost`
+// slots, the bucket's use first raised to the lead, granted when the first
+// slot fits now; the others may lie past the capacity. 100/s with a burst
+// of 10: T = 10 ms, a capacity of 100 ms.
+TEST_F(RedisTest, OpLeaseTakesSlotsALeadAheadAndPastTheCapacity) {
+  for (const Algorithm algorithm : {Algorithm::kGcra, Algorithm::kTokenBucket}) {
+    SCOPED_TRACE(AlgorithmName(algorithm));
+    const LimitConfig config = Limit(algorithm, "100/s", 10);
+    const std::string key = KeyFor(config);
+    const std::string params[] = {LimitParams(config)};
+    const std::string_view keys[] = {key};
+    const Time t0 = Time::FromUnixMicros(1'800'000'000'000'000);
+    auto lease = [&](Time at, int64_t n, Duration lead) {
+      absl::StatusOr<ScriptResult> r =
+          Run({.op = ScriptOp::kLease, .now = at, .cost = n, .lead = lead}, keys, params);
+      EXPECT_TRUE(r.ok()) << r.status();
+      return r.ok() ? r->decisions.at(0) : Decision{};
+    };
+    // Idle: 20 ms of lead, then 3 slots: used 50 ms, 5 left.
+    Decision d = lease(t0, 3, Duration::Millis(20));
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 5);
+    EXPECT_EQ(d.reset_after, Duration::Millis(50));
+    // A lead below the use changes nothing: 5 more fill the capacity.
+    d = lease(t0, 5, Duration::Millis(1));
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 0);
+    EXPECT_EQ(d.reset_after, Duration::Millis(100));
+    // Full: denied until one slot fits, 10 ms.
+    d = lease(t0, 4, Duration::Millis(1));
+    EXPECT_FALSE(d.allowed);
+    EXPECT_EQ(d.retry_after, Duration::Millis(10));
+    // Then the first fits and the other three lie past the capacity.
+    d = lease(t0 + Duration::Millis(10), 4, Duration::Millis(1));
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 0);
+    EXPECT_EQ(d.reset_after, Duration::Millis(130));
+    // A plain request waits for all of them: 130 - 90 ms.
+    absl::StatusOr<ScriptResult> plain =
+        Run({.op = ScriptOp::kDecide, .now = t0 + Duration::Millis(10)}, keys, params);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_FALSE(plain->decisions[0].allowed);
+    EXPECT_EQ(plain->decisions[0].retry_after, Duration::Millis(40));
+    // More slots than the burst: never.
+    d = lease(t0 + Duration::Seconds(10), 11, Duration::Millis(1));
+    EXPECT_FALSE(d.allowed);
+    EXPECT_TRUE(d.retry_after.IsInfinite());
+  }
+  const LimitConfig window = Limit(Algorithm::kFixedWindow, "40/min");
+  const std::string key = KeyFor(window);
+  const std::string params[] = {LimitParams(window)};
+  const std::string_view keys[] = {key};
+  absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kLease, .cost = 2}, keys, params);
+  EXPECT_THAT(r.status().message(), HasSubstr("op L takes one gcra or token_bucket limit"));
+}
+
 TEST_F(RedisTest, EveryWriteExpiresWhenTheStateIsFreshAgain) {
   for (const LimitConfig& config :
        {Limit(Algorithm::kTokenBucket, "1/h", 5), Limit(Algorithm::kGcra, "3/250ms"),
