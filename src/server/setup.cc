@@ -60,6 +60,10 @@ void AddRedisMetrics(metrics::Metrics& m, RedisStore* redis) {
   m.AddGauge("sluice_lease_returned_units_total",
              "Units of leased limits given back to Redis unused (a quiet key, a stop).", "counter",
              [redis] { return static_cast<int64_t>(redis->Health().lease_returned); });
+  m.AddGauge("sluice_lease_expired_units_total",
+             "Units of leased limits never spent nor given back: left when a window ended, a "
+             "bucket's slots whose time passed (quota lost to the fleet).",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().lease_expired); });
 }
 
 }  // namespace

@@ -77,6 +77,10 @@ struct RedisStoreHealth {
   uint64_t lease_decisions = 0;
   uint64_t lease_slices = 0;
   uint64_t lease_returned = 0;
+  // Units of slices that were never spent nor given back: a window's left
+  // when it ended, a bucket's slots whose time passed (or held by a key
+  // forgotten as idle). Lost to the fleet: the under-admission.
+  uint64_t lease_expired = 0;
   // Units held in this process's slices now, unspent (quota the rest of the
   // fleet cannot use until they are spent, given back or expire).
   uint64_t lease_held = 0;

@@ -488,6 +488,7 @@ struct RedisStore::Impl {
   std::atomic<uint64_t> lease_decisions{0};
   std::atomic<uint64_t> lease_slices{0};
   std::atomic<uint64_t> lease_returned{0};
+  std::atomic<uint64_t> lease_expired{0};
   std::atomic<int64_t> lease_swept_at{0};  // steady microseconds of the last Sweep
   std::atomic<int64_t> leased_keys{0};     // entries in `leases`
 };
@@ -645,17 +646,24 @@ Duration LeaseLead(const Lease& l, int64_t n) {
 }
 
 // The units `l` can admit at `now`: none once a fixed_window slice's
-// window has ended; a bucket's slots not spent and not yet passed (those
-// passed are dropped).
-int64_t LiveUnits(Lease& l, Time now) {
+// window has ended; a bucket's slots not spent and not yet passed. What is
+// dropped is added to `expired`.
+int64_t LiveUnits(Lease& l, Time now, std::atomic<uint64_t>& expired) {
   const LeaseLimit& lim = *l.limit;
   if (!lim.bucket) {
-    if (now >= l.valid_until) l.units = 0;
+    if (now >= l.valid_until && l.units > 0) {
+      expired.fetch_add(static_cast<uint64_t>(l.units), std::memory_order_relaxed);
+      l.units = 0;
+    }
     return l.units;
   }
   int64_t units = 0;
   for (BucketSlice& slice : l.slices) {
-    slice.next = FirstLiveSlot(lim, slice, now);
+    const int64_t live = FirstLiveSlot(lim, slice, now);
+    if (live > slice.next) {
+      expired.fetch_add(static_cast<uint64_t>(live - slice.next), std::memory_order_relaxed);
+    }
+    slice.next = live;
     units += slice.n - slice.next;
   }
   while (!l.slices.empty() && l.slices.front().next == l.slices.front().n) l.slices.pop_front();
@@ -718,10 +726,10 @@ bool RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
   Lease& l = it->second;
   l.last_use = now;
   if (now >= l.valid_until) {  // the slice's window has ended, its slots passed (or none)
-    l.units = 0;
+    LiveUnits(l, now, lease_expired);
     l.window_left = -1;
   }
-  if (l.waiters.empty() && LiveUnits(l, now) >= cost && ReadyAt(l, cost) > now) {
+  if (l.waiters.empty() && LiveUnits(l, now, lease_expired) >= cost && ReadyAt(l, cost) > now) {
     // This process holds the bucket's next slots, not yet due: Redis
     // would deny too.
     BatchResult answer = LeaseAnswer(l, now, false, ReadyAt(l, cost) - now);
@@ -822,7 +830,10 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
         l.valid_until = SlotValidUntil(*limit, slice, ask - 1);
       } else if (d.allowed) {
         const int64_t window = r->store_time.unix_micros() / limit->period.micros();
-        if (window != l.window || now >= l.valid_until) l.units = 0;  // a new window's slice
+        if (window != l.window || now >= l.valid_until) {  // a new window's slice
+          lease_expired.fetch_add(static_cast<uint64_t>(l.units), std::memory_order_relaxed);
+          l.units = 0;
+        }
         l.units += ask;
         l.window = window;
         l.valid_until = LeaseValidUntil(sent, d.reset_after);
@@ -843,7 +854,7 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
       }
       // The waiting requests, in order, from the slice; those whose slots
       // are not yet due are denied until they are.
-      while (!l.waiters.empty() && LiveUnits(l, now) >= l.waiters.front().cost) {
+      while (!l.waiters.empty() && LiveUnits(l, now, lease_expired) >= l.waiters.front().cost) {
         if (const Time ready = ReadyAt(l, l.waiters.front().cost); ready > now) {
           for (LeaseWaiter& w : l.waiters) {
             answers.emplace_back(std::move(w.done), LeaseAnswer(l, now, false, ready - now));
@@ -927,6 +938,9 @@ void RedisStore::Impl::Sweep(LeaseBook::Shard& shard, Time now, std::vector<Unus
       l.units = 0;
     }
     if (idle && now >= l.full_until) {
+      // A bucket's slots held still pass unspent.
+      const int64_t held = LiveUnits(l, now, lease_expired);
+      lease_expired.fetch_add(static_cast<uint64_t>(held), std::memory_order_relaxed);
       shard.leases.erase(it++);  // forgotten: the next request asks again
       leased_keys.fetch_sub(1, std::memory_order_relaxed);
     } else {
@@ -940,7 +954,8 @@ uint64_t RedisStore::Impl::LeaseHeld() {
   uint64_t held = 0;
   for (LeaseBook::Shard& shard : leases.shards()) {
     std::lock_guard lock(shard.mu);
-    for (auto& [key, l] : shard.leases) held += static_cast<uint64_t>(LiveUnits(l, now));
+    for (auto& [key, l] : shard.leases)
+      held += static_cast<uint64_t>(LiveUnits(l, now, lease_expired));
   }
   return held;
 }
@@ -1143,7 +1158,7 @@ std::optional<RedisStore::LeaseView> RedisStore::LeaseOf(const LimitConfig& conf
   if (it == shard.leases.end()) return std::nullopt;
   Lease& l = it->second;
   const Time now = SteadyNow();
-  return LeaseView{.units = LiveUnits(l, now),
+  return LeaseView{.units = LiveUnits(l, now, impl_->lease_expired),
                    .valid_for = std::max(Duration::Zero(), l.valid_until - now),
                    .window_left = now < l.valid_until ? l.window_left : -1,
                    .window_full = now < l.full_until};
@@ -1166,6 +1181,7 @@ RedisStoreHealth RedisStore::Health() const {
           .lease_decisions = impl_->lease_decisions.load(std::memory_order_relaxed),
           .lease_slices = impl_->lease_slices.load(std::memory_order_relaxed),
           .lease_returned = impl_->lease_returned.load(std::memory_order_relaxed),
+          .lease_expired = impl_->lease_expired.load(std::memory_order_relaxed),
           .lease_held = impl_->LeaseHeld()};
 }
 

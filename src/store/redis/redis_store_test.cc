@@ -651,6 +651,8 @@ TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
   std::this_thread::sleep_for(
       std::chrono::milliseconds(210 - std::min<int64_t>(elapsed_ms(), 200)));
   EXPECT_EQ(redis->LeaseOf(*config, "slots", "k")->units, 0);
+  // The 8 never spent are counted as lost (sluice_lease_expired_units_total).
+  EXPECT_EQ(redis->Health().lease_expired, 8u);
   // The next request takes a new slice.
   EXPECT_EQ(redis->Health().lease_slices, 1u);
   ASSERT_TRUE((*limiter)->Acquire("k")->allowed);
@@ -790,7 +792,7 @@ TEST_F(RedisStoreTest, ALeasedKeyIsDecidedFromItsSliceWhileRedisIsDown) {
   EXPECT_TRUE(d->store_error);
 }
 
-TEST_F(RedisStoreTest, OnlyAGlobalFixedWindowCanBeLeased) {
+TEST_F(RedisStoreTest, OnlyGlobalWindowsAndBucketsCanBeLeased) {
   auto redis = Connect();
   auto create = [&](LimitOptions limit, Store* store) {
     return Limiter::Create(
