@@ -519,7 +519,7 @@ TEST_F(RedisStoreTest, LeasedBucketsConformToTheLimitAcrossInstances) {
     std::mutex mu;
     std::vector<int64_t> admitted;  // steady microseconds
     std::atomic<int> sent{0}, answered{0}, errors{0};
-    const auto deadline = SteadyClock::now() + std::chrono::milliseconds(1200);
+    const auto deadline = SteadyClock::now() + std::chrono::milliseconds(700);
     std::vector<std::thread> threads;
     for (int i = 0; i < kInstances; ++i) {
       for (int t = 0; t < kThreads; ++t) {
