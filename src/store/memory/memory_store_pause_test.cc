@@ -50,8 +50,22 @@ int64_t WallMicros() {
 // hash table growing (its cost grows with the shard, here up to ~2,000
 // keys) or the allocator. So the test allows a few runs over 10 ms, and
 // fails when a stall comes back with every pass.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// Under a sanitizer: a tenth of the flood, the same evictions checked, the
+// time only printed (a sanitizer's slowdown is no measure of a stall).
 TEST(MemoryStorePause, AFloodPastMaxKeysStallsNoDecision) {
-  constexpr int64_t kMaxKeys = 1'000'000;
+  constexpr int64_t kMaxKeys = kSanitized ? 100'000 : 1'000'000;
   constexpr int64_t kFloodKeys = 2 * kMaxKeys;
   constexpr int kTables = 16;
   constexpr int64_t kRun = 16;
@@ -110,7 +124,7 @@ TEST(MemoryStorePause, AFloodPastMaxKeysStallsNoDecision) {
   EXPECT_LE(stats.keys, kMaxKeys);
   EXPECT_GT(stats.fresh_evictions, kMaxKeys / 2);
   EXPECT_GT(stats.forced_evictions, kMaxKeys / 4);
-  EXPECT_LE(over, kMostRunsOverLimit);
+  if (!kSanitized) EXPECT_LE(over, kMostRunsOverLimit);
 }
 
 }  // namespace
