@@ -184,6 +184,40 @@ struct GrpcConfig {
 };
 inline constexpr int64_t kMaxGrpcConnections = 1'000'000;
 
+// rlqs: Envoy's rate limit quota service (RLQS) on grpc.listen: the
+// buckets Envoys report, each bucket's limit split among the Envoys asking
+// for it (docs/envoy.md, "Quota service").
+struct RlqsLimitConfig {
+  Rate rate;
+  int64_t burst = 0;  // 0: the rate's limit
+  // The strategy pushed to Envoy: a token bucket (default), or requests per
+  // time unit.
+  bool requests_per_time_unit = false;
+  friend bool operator==(const RlqsLimitConfig&, const RlqsLimitConfig&) = default;
+};
+struct RlqsBucketConfig {
+  // The bucket_id entries a bucket must have, with these values ("*": any
+  // value, each its own bucket); other entries may be there too.
+  std::vector<std::pair<std::string, std::string>> match;
+  RlqsLimitConfig limit;
+  friend bool operator==(const RlqsBucketConfig&, const RlqsBucketConfig&) = default;
+};
+enum class RlqsUnknown { kDenyAll, kAllowAll, kLimit };
+struct RlqsDomainConfig {
+  std::string domain;
+  std::vector<RlqsBucketConfig> buckets;        // the first that matches
+  RlqsUnknown unknown = RlqsUnknown::kDenyAll;  // buckets no entry matches
+  RlqsLimitConfig unknown_limit;                // RlqsUnknown::kLimit
+  friend bool operator==(const RlqsDomainConfig&, const RlqsDomainConfig&) = default;
+};
+struct RlqsConfig {
+  Duration assignment_ttl = Duration::Seconds(10);
+  Duration abandon_after = Duration::Seconds(60);
+  int64_t max_buckets_per_stream = 1'000;
+  std::vector<RlqsDomainConfig> domains;
+  friend bool operator==(const RlqsConfig&, const RlqsConfig&) = default;
+};
+
 struct EnvoyConfig;  // sluice/envoy_config.h
 
 struct Config {
@@ -199,6 +233,7 @@ struct Config {
   std::vector<RouteConfig> routes;
   std::vector<PolicyConfig> policies;
   std::optional<GrpcConfig> grpc;  // absent: no gRPC listener
+  std::optional<RlqsConfig> rlqs;  // needs grpc
   // envoy: and envoy_files: (rules in envoyproxy/ratelimit's format, see
   // sluice/envoy_config.h); null when neither is set.
   std::shared_ptr<const EnvoyConfig> envoy;

@@ -78,6 +78,8 @@ class Parser : public internal::YamlReader {
   absl::Status ReadKey(const Value& v, std::vector<KeyPart>& out) const;
   absl::StatusOr<LimitSpec> ReadLimit(const Value& v) const;
   absl::StatusOr<LeaseOptions> ReadLease(const Value& v) const;
+  absl::Status ReadRlqs(const Value& v, RlqsConfig& out) const;
+  absl::Status ReadRlqsLimit(const Fields& f, RlqsLimitConfig& out) const;
   absl::Status ReadDeny(const Value& v, DenyConfig& out) const;
   absl::Status ReadPolicy(const Value& v, std::map<std::string, int>& names,
                           PolicyConfig& out) const;
@@ -497,6 +499,97 @@ absl::StatusOr<LimitSpec> Parser::ReadLimit(const Value& v) const {
   return out;
 }
 
+// rlqs: the quota service (docs/envoy.md, "Quota service").
+absl::Status Parser::ReadRlqs(const Value& v, RlqsConfig& out) const {
+  absl::StatusOr<Fields> f = ReadMap(
+      v, kMapOfKeys, {"assignment_ttl", "abandon_after", "max_buckets_per_stream", "domains"});
+  if (!f.ok()) return f.status();
+  if (const Value* x = f->Find("assignment_ttl")) {
+    SLUICE_ASSIGN_OR_RETURN(out.assignment_ttl, ReadDuration(*x, {.min = Duration::Millis(100),
+                                                                  .max = Duration::Hours(1)}));
+  }
+  if (const Value* x = f->Find("abandon_after")) {
+    SLUICE_ASSIGN_OR_RETURN(out.abandon_after, ReadDuration(*x, {.min = Duration::Seconds(1),
+                                                                 .max = Duration::Days(1)}));
+  }
+  if (const Value* x = f->Find("max_buckets_per_stream")) {
+    SLUICE_ASSIGN_OR_RETURN(out.max_buckets_per_stream, ReadInt(*x, 1, 1'000'000));
+  }
+  const Value* domains = f->Find("domains");
+  if (domains == nullptr) return Fail(f->Missing("domains"), "domains: the domains Envoys report");
+  absl::StatusOr<std::vector<Value>> items = ReadList(*domains, "domains");
+  if (!items.ok()) return items.status();
+  for (const Value& item : *items) {
+    absl::StatusOr<Fields> d = ReadMap(item, kMapOfKeys, {"domain", "buckets", "unknown"});
+    if (!d.ok()) return d.status();
+    RlqsDomainConfig& domain = out.domains.emplace_back();
+    const Value* name = d->Find("domain");
+    if (name == nullptr) return Fail(d->Missing("domain"), "domain: the name Envoy sends");
+    SLUICE_ASSIGN_OR_RETURN(domain.domain, ReadText(*name, "a domain", 256));
+    for (size_t i = 0; i + 1 < out.domains.size(); ++i) {
+      if (out.domains[i].domain == domain.domain) {
+        return Fail(*name, Cat("domain \"", domain.domain, "\" twice"));
+      }
+    }
+    if (const Value* buckets = d->Find("buckets")) {
+      absl::StatusOr<std::vector<Value>> list = ReadList(*buckets, "buckets");
+      if (!list.ok()) return list.status();
+      for (const Value& b : *list) {
+        absl::StatusOr<Fields> bf =
+            ReadMap(b, kMapOfKeys, {"match", "rate", "limit", "period", "burst", "strategy"});
+        if (!bf.ok()) return bf.status();
+        RlqsBucketConfig& bucket = domain.buckets.emplace_back();
+        const Value* match = bf->Find("match");
+        if (match == nullptr) {
+          return Fail(bf->Missing("match"), "match: the bucket_id entries this limit is for");
+        }
+        if (!match->node.IsMap() || match->node.size() == 0) {
+          return Fail(*match, "expected a map of bucket_id keys and values (\"*\": any value)");
+        }
+        for (const auto& kv : match->node) {
+          if (!kv.first.IsScalar() || !kv.second.IsScalar() || kv.first.Scalar().empty() ||
+              kv.second.Scalar().empty()) {
+            return Fail(*match, "bucket_id keys and values are non-empty text");
+          }
+          bucket.match.emplace_back(kv.first.Scalar(), kv.second.Scalar());
+        }
+        std::sort(bucket.match.begin(), bucket.match.end());
+        SLUICE_RETURN_IF_ERROR(ReadRlqsLimit(*bf, bucket.limit));
+      }
+    }
+    if (const Value* unknown = d->Find("unknown")) {
+      if (unknown->node.IsScalar()) {
+        SLUICE_ASSIGN_OR_RETURN(
+            domain.unknown,
+            ReadChoice<RlqsUnknown>(*unknown, {{"deny_all", RlqsUnknown::kDenyAll},
+                                               {"allow_all", RlqsUnknown::kAllowAll}}));
+      } else {
+        absl::StatusOr<Fields> uf =
+            ReadMap(*unknown, "deny_all, allow_all or a limit ({rate: ...})",
+                    {"rate", "limit", "period", "burst", "strategy"});
+        if (!uf.ok()) return uf.status();
+        domain.unknown = RlqsUnknown::kLimit;
+        SLUICE_RETURN_IF_ERROR(ReadRlqsLimit(*uf, domain.unknown_limit));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// rate (or limit and period), burst, strategy.
+absl::Status Parser::ReadRlqsLimit(const Fields& f, RlqsLimitConfig& out) const {
+  SLUICE_ASSIGN_OR_RETURN(out.rate, ReadLimitRate(f));
+  if (const Value* x = f.Find("burst")) {
+    SLUICE_ASSIGN_OR_RETURN(out.burst, ReadInt(*x, 1, UINT32_MAX));
+  }
+  if (const Value* x = f.Find("strategy")) {
+    SLUICE_ASSIGN_OR_RETURN(
+        out.requests_per_time_unit,
+        ReadChoice<bool>(*x, {{"token_bucket", false}, {"requests_per_time_unit", true}}));
+  }
+  return absl::OkStatus();
+}
+
 // lease: {size: auto | N, ttl: D}; both optional.
 absl::StatusOr<LeaseOptions> Parser::ReadLease(const Value& v) const {
   absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"size", "ttl"});
@@ -622,9 +715,10 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
                           "routes, policies), got ",
                           DescribeNode(root.node)));
   }
-  absl::StatusOr<Fields> f = ReadMap(root, kMapOfKeys,
-                                     {"server", "store", "trusted_proxies", "real_ip_header",
-                                      "routes", "policies", "grpc", "envoy", "envoy_files"});
+  absl::StatusOr<Fields> f =
+      ReadMap(root, kMapOfKeys,
+              {"server", "store", "trusted_proxies", "real_ip_header", "routes", "policies", "grpc",
+               "envoy", "envoy_files", "rlqs"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
   if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
@@ -694,6 +788,12 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
         SLUICE_ASSIGN_OR_RETURN(*field, ReadDuration(*v, kTimeout));
       }
     }
+  }
+  if (const Value* x = f->Find("rlqs")) {
+    if (!config.grpc.has_value()) {
+      return Fail(*x, "the quota service is served on grpc.listen: set grpc");
+    }
+    SLUICE_RETURN_IF_ERROR(ReadRlqs(*x, config.rlqs.emplace()));
   }
   if (f->Find("envoy") != nullptr || f->Find("envoy_files") != nullptr) {
     auto at = [](const Value* v) {

@@ -83,8 +83,8 @@ QuotaAction QuotaBook::ShareAction(const QuotaLimit& limit, double rate, Duratio
   }
   // Requests per time unit: the shortest unit that holds ten or more (the
   // floor loses at most a tenth), else a day.
-  for (const Duration unit : {Duration::Seconds(1), Duration::Minutes(1), Duration::Hours(1),
-                              Duration::Days(1)}) {
+  for (const Duration unit :
+       {Duration::Seconds(1), Duration::Minutes(1), Duration::Hours(1), Duration::Days(1)}) {
     a.unit = unit;
     a.requests_per_unit = static_cast<uint64_t>(std::floor(rate * unit.micros() / 1e6));
     if (a.requests_per_unit >= 10) break;
@@ -179,8 +179,8 @@ absl::Status QuotaBook::Report(StreamId stream, const std::string& domain, Bucke
   Member& member = m->second;
   member.last_report = now;
   if (elapsed > Duration::Zero()) {
-    member.demand = static_cast<double>(allowed + denied) * 1e6 /
-                    static_cast<double>(elapsed.micros());
+    member.demand =
+        static_cast<double>(allowed + denied) * 1e6 / static_cast<double>(elapsed.micros());
   }
   b.allowed += allowed;
   b.denied += denied;
@@ -308,7 +308,9 @@ std::vector<QuotaBook::Send> QuotaBook::Rebalance(Time now) {
       if (!m->second.closed && now - m->second.last_report >= options_.abandon_after) {
         QuotaAction a;
         a.kind = QuotaAction::Kind::kAbandon;
-        out.push_back({.stream = m->first, .domain = it->first.first, .bucket = it->first.second,
+        out.push_back({.stream = m->first,
+                       .domain = it->first.first,
+                       .bucket = it->first.second,
                        .action = a});
         auto held = stream_buckets_.find(m->first);
         if (held != stream_buckets_.end() && --held->second == 0) stream_buckets_.erase(held);

@@ -87,9 +87,9 @@ struct QuotaAction {
   // kShare: requests per second, and the strategy's numbers for it.
   double rate = 0;
   QuotaStrategy strategy = QuotaStrategy::kTokenBucket;
-  uint32_t max_tokens = 0;     // token bucket
+  uint32_t max_tokens = 0;  // token bucket
   uint32_t tokens_per_fill = 0;
-  Duration fill_interval;      // rounded up: never faster than `rate`
+  Duration fill_interval;          // rounded up: never faster than `rate`
   uint64_t requests_per_unit = 0;  // requests per time unit
   Duration unit;                   // 1 s, 1 min, 1 h or 1 day
   Duration ttl;                    // not kAbandon
@@ -110,11 +110,11 @@ class QuotaBook {
   struct BucketView {
     std::string domain;
     BucketKey bucket;
-    double limit = 0;       // requests per second
+    double limit = 0;  // requests per second
     int streams = 0;
-    double assigned = 0;    // the latest assignments' rates, summed
-    double committed = 0;   // what may be in force, summed (<= limit)
-    uint64_t allowed = 0;   // reported, all time
+    double assigned = 0;   // the latest assignments' rates, summed
+    double committed = 0;  // what may be in force, summed (<= limit)
+    uint64_t allowed = 0;  // reported, all time
     uint64_t denied = 0;
   };
 
@@ -149,7 +149,7 @@ class QuotaBook {
  private:
   // One stream's part in one bucket.
   struct Member {
-    double demand = -1;  // requests per second reported; -1: none yet
+    double demand = -1;   // requests per second reported; -1: none yet
     double assigned = 0;  // the latest assignment's rate
     bool sent = false;
     bool resend = false;

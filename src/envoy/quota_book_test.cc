@@ -21,8 +21,8 @@ QuotaOptions Options() {
   o.abandon_after = Duration::Seconds(30);
   QuotaDomain web{.domain = "web"};
   web.rules.push_back({.match = {{"name", "api"}}, .limit = {.rate = {500, Duration::Seconds(1)}}});
-  web.rules.push_back(
-      {.match = {{"client", "*"}, {"name", "per-client"}}, .limit = {.rate = {20, Duration::Seconds(1)}}});
+  web.rules.push_back({.match = {{"client", "*"}, {"name", "per-client"}},
+                       .limit = {.rate = {20, Duration::Seconds(1)}}});
   web.unknown = UnknownBucket::kDenyAll;
   o.domains.push_back(web);
   return o;
@@ -92,8 +92,8 @@ TEST(QuotaBook, SharesConvergeMaxMinFairAndNeverSumPastTheLimit) {
     now = now + Duration::Millis(100);
     if (step % 10 == 0) {
       for (const auto& [id, d] : demand) {
-        ASSERT_TRUE(book.Report(id, "web", kApi, Duration::Seconds(1),
-                                static_cast<uint64_t>(d / 2), static_cast<uint64_t>(d / 2), now)
+        ASSERT_TRUE(book.Report(id, "web", kApi, Duration::Seconds(1), static_cast<uint64_t>(d / 2),
+                                static_cast<uint64_t>(d / 2), now)
                         .ok());
       }
     }
@@ -133,9 +133,9 @@ TEST(QuotaBook, LeavingAndJoiningNeverAddOnTop) {
       now = now + Duration::Millis(100);
       if (step % 10 == 0) {
         for (const auto& [id, d] : demand) {
-          ASSERT_TRUE(book.Report(id, "web", kApi, Duration::Seconds(1),
-                                  static_cast<uint64_t>(d), 0, now)
-                          .ok());
+          ASSERT_TRUE(
+              book.Report(id, "web", kApi, Duration::Seconds(1), static_cast<uint64_t>(d), 0, now)
+                  .ok());
         }
       }
       envoys.Take(book.Rebalance(now), now);
@@ -177,12 +177,12 @@ TEST(QuotaBook, RulesWildcardsAndUnknownBuckets) {
   QuotaBook book(options);
   const Time now = kStart;
   // {name: per-client, client: *}: each client a bucket of its own.
-  ASSERT_TRUE(book.Report(1, "web", {{"name", "per-client"}, {"client", "a"}}, Duration::Zero(), 0,
-                          0, now)
-                  .ok());
-  ASSERT_TRUE(book.Report(1, "web", {{"client", "b"}, {"name", "per-client"}}, Duration::Zero(), 0,
-                          0, now)
-                  .ok());
+  ASSERT_TRUE(
+      book.Report(1, "web", {{"name", "per-client"}, {"client", "a"}}, Duration::Zero(), 0, 0, now)
+          .ok());
+  ASSERT_TRUE(
+      book.Report(1, "web", {{"client", "b"}, {"name", "per-client"}}, Duration::Zero(), 0, 0, now)
+          .ok());
   // No rule matches: deny all (the domain's unknown).
   ASSERT_TRUE(book.Report(1, "web", {{"name", "other"}}, Duration::Zero(), 0, 0, now).ok());
   std::map<std::string, QuotaAction> got;
@@ -218,16 +218,15 @@ TEST(QuotaBook, BadReportsAreRefusedAndBucketsPerStreamBounded) {
               HasSubstr("time_elapsed must be between 0 and 1h"));
   EXPECT_THAT(book.Report(1, "web", kApi, Duration::Seconds(-1), 0, 0, now).message(),
               HasSubstr("time_elapsed"));
-  EXPECT_THAT(book.Report(1, "web", kApi, Duration::Seconds(1), uint64_t{1} << 60, 0, now)
-                  .message(),
-              HasSubstr("above 2^48"));
+  EXPECT_THAT(
+      book.Report(1, "web", kApi, Duration::Seconds(1), uint64_t{1} << 60, 0, now).message(),
+      HasSubstr("above 2^48"));
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(
         book.Report(1, "web", {{"name", "x" + std::to_string(i)}}, Duration::Zero(), 0, 0, now)
             .ok());
   }
-  const absl::Status flood =
-      book.Report(1, "web", {{"name", "x3"}}, Duration::Zero(), 0, 0, now);
+  const absl::Status flood = book.Report(1, "web", {{"name", "x3"}}, Duration::Zero(), 0, 0, now);
   EXPECT_EQ(flood.code(), absl::StatusCode::kResourceExhausted);
   // Another stream has its own allowance.
   EXPECT_TRUE(book.Report(2, "web", {{"name", "x3"}}, Duration::Zero(), 0, 0, now).ok());

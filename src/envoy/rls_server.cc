@@ -33,6 +33,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "base/cat.h"
 #include "envoy/connection_gate.h"
+#include "envoy/rlqs_service.h"
 #include "envoy/rls_service.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "policy/evaluation.h"
@@ -370,14 +371,19 @@ class RlsServerImpl final : public RlsServer {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                                Millis(grpc.max_connection_age_grace));
     builder.RegisterService(service_.get());
+    if (config.rlqs.has_value()) {
+      rlqs_ = std::make_unique<RlqsService>(*config.rlqs, *options_.clock, *options_.metrics);
+      builder.RegisterService(rlqs_.get());
+    }
     server_ = builder.BuildAndStart();
     if (server_ == nullptr) return absl::UnavailableError("cannot start the gRPC server");
     gate_ = *std::move(gate);
     gate_->Start([server = server_.get()](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
     port_ = gate_->port();
-    spdlog::info("event=start listener=grpc listen={}:{} domains={} max_connections={}",
-                 grpc.listen.host, port_, config.envoy ? config.envoy->domains.size() : 0,
-                 grpc.max_connections);
+    spdlog::info(
+        "event=start listener=grpc listen={}:{} domains={} quota_domains={} max_connections={}",
+        grpc.listen.host, port_, config.envoy ? config.envoy->domains.size() : 0,
+        config.rlqs ? config.rlqs->domains.size() : 0, grpc.max_connections);
     if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
                         static_cast<uint64_t>(grpc.max_connections) >= limit.rlim_cur) {
       spdlog::warn(
@@ -445,6 +451,10 @@ class RlsServerImpl final : public RlsServer {
 
   uint16_t port() const override { return port_; }
 
+  std::vector<QuotaBook::BucketView> QuotaBuckets() const override {
+    return rlqs_ == nullptr ? std::vector<QuotaBook::BucketView>() : rlqs_->Buckets();
+  }
+
  private:
   absl::StatusOr<std::shared_ptr<const Snapshot>> Build(const Config& config,
                                                         const RuleSet* previous) const {
@@ -461,7 +471,8 @@ class RlsServerImpl final : public RlsServer {
   std::optional<GrpcConfig> started_with_;
   mutable std::mutex mu_;
   std::shared_ptr<const Snapshot> current_;
-  std::unique_ptr<Service> service_;  // declared before server_: outlives it
+  std::unique_ptr<Service> service_;   // declared before server_: outlives it
+  std::unique_ptr<RlqsService> rlqs_;  // the same
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> gate_;  // declared after server_: stopped before it goes
   std::thread shutdown_;

@@ -31,6 +31,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "envoy/quota_book.h"
 #include "policy/envoy_rules.h"
 #include "sluice/config.h"
 #include "sluice/time.h"
@@ -63,6 +64,9 @@ class RlsServer {
   virtual void Wait() = 0;
 
   virtual uint16_t port() const = 0;
+
+  // The quota service's buckets (rlqs:), and what each is assigned.
+  virtual std::vector<QuotaBook::BucketView> QuotaBuckets() const = 0;
 };
 
 }  // namespace sluice::envoy

@@ -1,0 +1,287 @@
+#include "envoy/rlqs_service.h"
+
+#include <deque>
+#include <utility>
+
+#include "base/cat.h"
+
+namespace sluice::envoy {
+
+namespace {
+
+namespace rlqs = ::envoy::service::rate_limit_quota::v3;
+namespace type = ::envoy::type::v3;
+using Reports = rlqs::RateLimitQuotaUsageReports;
+using Response = rlqs::RateLimitQuotaResponse;
+using internal::Cat;
+
+QuotaLimit ToLimit(const RlqsLimitConfig& c) {
+  return {.rate = c.rate,
+          .burst = c.burst,
+          .strategy = c.requests_per_time_unit ? QuotaStrategy::kRequestsPerTimeUnit
+                                               : QuotaStrategy::kTokenBucket};
+}
+
+void SetDuration(Duration d, google::protobuf::Duration* out) {
+  out->set_seconds(d.micros() / 1'000'000);
+  out->set_nanos(static_cast<int32_t>(d.micros() % 1'000'000 * 1000));
+}
+
+type::RateLimitUnit UnitOf(Duration unit) {
+  if (unit == Duration::Minutes(1)) return type::MINUTE;
+  if (unit == Duration::Hours(1)) return type::HOUR;
+  if (unit == Duration::Days(1)) return type::DAY;
+  return type::SECOND;
+}
+
+void Fill(const QuotaBook::Send& s, Response::BucketAction& out) {
+  auto& id = *out.mutable_bucket_id()->mutable_bucket();
+  for (const auto& [key, value] : s.bucket) id[key] = value;
+  const QuotaAction& a = s.action;
+  if (a.kind == QuotaAction::Kind::kAbandon) {
+    out.mutable_abandon_action();
+    return;
+  }
+  auto* assignment = out.mutable_quota_assignment_action();
+  SetDuration(a.ttl, assignment->mutable_assignment_time_to_live());
+  type::RateLimitStrategy& strategy = *assignment->mutable_rate_limit_strategy();
+  switch (a.kind) {
+    case QuotaAction::Kind::kAllowAll:
+      strategy.set_blanket_rule(type::RateLimitStrategy::ALLOW_ALL);
+      return;
+    case QuotaAction::Kind::kDenyAll:
+      strategy.set_blanket_rule(type::RateLimitStrategy::DENY_ALL);
+      return;
+    case QuotaAction::Kind::kShare:
+      break;
+    case QuotaAction::Kind::kAbandon:
+      return;
+  }
+  if (a.strategy == QuotaStrategy::kTokenBucket) {
+    type::TokenBucket& bucket = *strategy.mutable_token_bucket();
+    bucket.set_max_tokens(a.max_tokens);
+    bucket.mutable_tokens_per_fill()->set_value(a.tokens_per_fill);
+    SetDuration(a.fill_interval, bucket.mutable_fill_interval());
+  } else {
+    auto& per_unit = *strategy.mutable_requests_per_time_unit();
+    per_unit.set_requests_per_time_unit(a.requests_per_unit);
+    per_unit.set_time_unit(UnitOf(a.unit));
+  }
+}
+
+grpc::Status BadReport(std::string message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
+}
+
+}  // namespace
+
+QuotaOptions ToQuotaOptions(const RlqsConfig& config) {
+  QuotaOptions o;
+  o.ttl = config.assignment_ttl;
+  o.abandon_after = config.abandon_after;
+  o.max_buckets_per_stream = config.max_buckets_per_stream;
+  for (const RlqsDomainConfig& d : config.domains) {
+    QuotaDomain domain{.domain = d.domain};
+    for (const RlqsBucketConfig& b : d.buckets) {
+      domain.rules.push_back({.match = b.match, .limit = ToLimit(b.limit)});
+    }
+    domain.unknown = d.unknown == RlqsUnknown::kAllowAll ? UnknownBucket::kAllowAll
+                     : d.unknown == RlqsUnknown::kLimit  ? UnknownBucket::kLimit
+                                                         : UnknownBucket::kDenyAll;
+    domain.unknown_limit = ToLimit(d.unknown_limit);
+    o.domains.push_back(std::move(domain));
+  }
+  return o;
+}
+
+// One Envoy's stream. Reads reports one at a time; writes what the service
+// pushes, one at a time, in order. Ends with the first bad report.
+class RlqsService::Stream final : public grpc::ServerBidiReactor<Reports, Response> {
+ public:
+  Stream(RlqsService& service, uint64_t id) : service_(service), id_(id) {}
+
+  void Begin() { StartRead(&report_); }
+
+  // From any thread, under the service's mutex (the stream is alive then).
+  void Push(Response response) {
+    std::lock_guard lock(mu_);
+    if (ending_) return;
+    pending_.push_back(std::move(response));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&pending_.front());
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // Envoy closed its side, or the call is gone
+      End(grpc::Status::OK);
+      return;
+    }
+    if (grpc::Status s = Take(report_); !s.ok()) {
+      End(s);
+      return;
+    }
+    service_.Dispatch();
+    StartRead(&report_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock lock(mu_);
+    pending_.pop_front();
+    if (!ok) pending_.clear();
+    if (!pending_.empty()) {
+      StartWrite(&pending_.front());
+      return;
+    }
+    writing_ = false;
+    if (ending_ && !finished_) {
+      finished_ = true;
+      lock.unlock();
+      Finish(final_);
+    }
+  }
+
+  void OnDone() override {
+    service_.Closed(id_);
+    delete this;
+  }
+
+ private:
+  grpc::Status Take(const Reports& r) {
+    if (domain_.empty()) {
+      if (r.domain().empty()) return BadReport("the first report of a stream must name its domain");
+      domain_ = r.domain();
+    } else if (!r.domain().empty() && r.domain() != domain_) {
+      return BadReport(Cat("a stream's domain cannot change (it is \"", domain_.substr(0, 256),
+                         "\"); open another stream"));
+    }
+    const Time now = service_.clock_.Now();
+    std::lock_guard lock(service_.mu_);
+    for (const Reports::BucketQuotaUsage& u : r.bucket_quota_usages()) {
+      const google::protobuf::Duration& e = u.time_elapsed();
+      if (e.seconds() < 0 || e.seconds() > 3600 || e.nanos() < 0 || e.nanos() > 999'999'999) {
+        return BadReport("time_elapsed must be between 0 and 1h");
+      }
+      const Duration elapsed = Duration::Micros(e.seconds() * 1'000'000 + e.nanos() / 1000);
+      BucketKey key(u.bucket_id().bucket().begin(), u.bucket_id().bucket().end());
+      absl::Status s = service_.book_.Report(id_, domain_, std::move(key), elapsed,
+                                             u.num_requests_allowed(), u.num_requests_denied(), now);
+      if (!s.ok()) {
+        return grpc::Status(s.code() == absl::StatusCode::kResourceExhausted
+                                ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                : grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string(s.message()));
+      }
+      service_.metrics_.Get("sluice_rlqs_reported_requests_total", {{"domain", domain_}, {"outcome", "allowed"}})
+          ->Add(static_cast<int64_t>(u.num_requests_allowed()));
+      service_.metrics_.Get("sluice_rlqs_reported_requests_total", {{"domain", domain_}, {"outcome", "denied"}})
+          ->Add(static_cast<int64_t>(u.num_requests_denied()));
+    }
+    return grpc::Status::OK;
+  }
+
+  void End(const grpc::Status& status) {
+    if (!status.ok()) {
+      service_.metrics_.Get("sluice_rlqs_streams_refused_total", {})->Add();
+    }
+    std::unique_lock lock(mu_);
+    if (ending_) return;
+    ending_ = true;
+    final_ = status;
+    if (!writing_) {
+      finished_ = true;
+      lock.unlock();
+      Finish(status);
+    }
+  }
+
+  RlqsService& service_;
+  const uint64_t id_;
+  Reports report_;
+  std::string domain_;
+  std::mutex mu_;  // the writes
+  std::deque<Response> pending_;
+  bool writing_ = false;
+  bool ending_ = false;
+  bool finished_ = false;
+  grpc::Status final_;
+};
+
+RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::Metrics& metrics)
+    : clock_(clock), metrics_(metrics), book_(ToQuotaOptions(config)) {
+  metrics_.SetHelp("sluice_rlqs_streams", "Envoy quota streams (RLQS) open now.");
+  metrics_.SetHelp("sluice_rlqs_reported_requests_total",
+                   "Requests Envoys reported to the quota service, by domain and outcome.");
+  metrics_.SetHelp("sluice_rlqs_assignments_total", "Bucket assignments sent to Envoys.");
+  metrics_.SetHelp("sluice_rlqs_streams_refused_total",
+                   "Quota streams ended for a bad report (INVALID_ARGUMENT, RESOURCE_EXHAUSTED).");
+  // Assignments are renewed, and shares freed by passed ones handed out,
+  // without waiting for a report.
+  ticker_ = std::thread([this] {
+    std::unique_lock lock(tick_mu_);
+    while (!tick_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+      lock.unlock();
+      Dispatch();
+      lock.lock();
+    }
+  });
+}
+
+RlqsService::~RlqsService() {
+  {
+    std::lock_guard lock(tick_mu_);
+    stopping_ = true;
+  }
+  tick_cv_.notify_all();
+  ticker_.join();
+}
+
+grpc::ServerBidiReactor<Reports, Response>* RlqsService::StreamRateLimitQuotas(
+    grpc::CallbackServerContext* /*context*/) {
+  Stream* stream = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    const uint64_t id = next_id_++;
+    stream = new Stream(*this, id);
+    streams_[id] = stream;
+  }
+  metrics_.Get("sluice_rlqs_streams", {})->Add(1);
+  stream->Begin();
+  return stream;
+}
+
+void RlqsService::Dispatch() {
+  std::lock_guard lock(mu_);
+  const std::vector<QuotaBook::Send> sends = book_.Rebalance(clock_.Now());
+  if (sends.empty()) return;
+  std::map<uint64_t, Response> out;
+  for (const QuotaBook::Send& s : sends) Fill(s, *out[s.stream].add_bucket_action());
+  for (auto& [id, response] : out) {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) continue;
+    metrics_.Get("sluice_rlqs_assignments_total", {})->Add(response.bucket_action_size());
+    it->second->Push(std::move(response));
+  }
+}
+
+void RlqsService::Closed(uint64_t id) {
+  {
+    std::lock_guard lock(mu_);
+    streams_.erase(id);
+    book_.Close(id, clock_.Now());
+  }
+  metrics_.Get("sluice_rlqs_streams", {})->Add(-1);
+}
+
+std::vector<QuotaBook::BucketView> RlqsService::Buckets() const {
+  std::lock_guard lock(mu_);
+  return book_.Buckets(clock_.Now());
+}
+
+int64_t RlqsService::streams() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int64_t>(streams_.size());
+}
+
+}  // namespace sluice::envoy

@@ -1,0 +1,76 @@
+// RlqsService: Envoy's rate limit quota service (RLQS v3,
+// `envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas`),
+// served beside ShouldRateLimit on grpc.listen when the config has `rlqs:`
+// (docs/envoy.md, "Quota service"). Each Envoy holds one bidirectional
+// stream: it reports per bucket what it allowed and denied; the service
+// splits each bucket's limit among the Envoys reporting it (QuotaBook) and
+// pushes assignments, on every report and whenever shares change.
+//
+// A stream whose first report names no domain, or a later one another
+// domain, or that reports a malformed bucket, is ended with
+// INVALID_ARGUMENT and the reason; one that names more buckets than
+// rlqs.max_buckets_per_stream, with RESOURCE_EXHAUSTED.
+//
+// Includes the gRPC and protobuf headers: only rls_server.cc and the tests
+// include it. Thread-safety: gRPC's threads and the service's own ticker
+// (every 100 ms) meet under one mutex.
+#ifndef SLUICE_ENVOY_RLQS_SERVICE_H_
+#define SLUICE_ENVOY_RLQS_SERVICE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "envoy/quota_book.h"
+#include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
+#include "metrics/metrics.h"
+#include "sluice/clock.h"
+#include "sluice/config.h"
+
+namespace sluice::envoy {
+
+// The book's options from the config's `rlqs:`.
+QuotaOptions ToQuotaOptions(const RlqsConfig& config);
+
+class RlqsService final
+    : public ::envoy::service::rate_limit_quota::v3::RateLimitQuotaService::CallbackService {
+ public:
+  // `clock` and `metrics` must outlive the service.
+  RlqsService(const RlqsConfig& config, const Clock& clock, metrics::Metrics& metrics);
+  // Stops the ticker. The gRPC server must be gone first.
+  ~RlqsService() override;
+
+  grpc::ServerBidiReactor<::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports,
+                          ::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse>*
+  StreamRateLimitQuotas(grpc::CallbackServerContext* context) override;
+
+  // The book's view, for tests and metrics.
+  std::vector<QuotaBook::BucketView> Buckets() const;
+  int64_t streams() const;
+
+  class Stream;
+
+ private:
+  friend class Stream;
+  // Recomputes the shares and writes what changed. `mu_` not held.
+  void Dispatch();
+  void Closed(uint64_t id);
+
+  const Clock& clock_;
+  metrics::Metrics& metrics_;
+  mutable std::mutex mu_;
+  QuotaBook book_;
+  std::map<uint64_t, Stream*> streams_;
+  uint64_t next_id_ = 1;
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stopping_ = false;
+  std::thread ticker_;
+};
+
+}  // namespace sluice::envoy
+
+#endif  // SLUICE_ENVOY_RLQS_SERVICE_H_

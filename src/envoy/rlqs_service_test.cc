@@ -1,0 +1,184 @@
+// The quota service (RLQS) over real gRPC streams: three clients play
+// Envoys with unequal demand against one bucket of 500/s, report every
+// 100 ms, and apply what they are pushed; and streams that report badly.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "envoy/rls_server.h"
+#include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
+#include "metrics/metrics.h"
+#include "sluice/clock.h"
+#include "sluice/config.h"
+#include "sluice/store/memory_store.h"
+
+namespace sluice::envoy {
+namespace {
+
+namespace rlqs = ::envoy::service::rate_limit_quota::v3;
+using ::testing::HasSubstr;
+using QuotaReports = rlqs::RateLimitQuotaUsageReports;
+using QuotaResponse = rlqs::RateLimitQuotaResponse;
+using QuotaStream = grpc::ClientReaderWriter<QuotaReports, QuotaResponse>;
+
+constexpr char kQuotaConfig[] = R"(
+grpc:
+  listen: 127.0.0.1:0
+rlqs:
+  assignment_ttl: 1s
+  max_buckets_per_stream: 5
+  domains:
+    - domain: web
+      buckets:
+        - match: {name: api}
+          rate: 500/s
+      unknown: deny_all
+)";
+
+class RlqsServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<Config> config = ParseConfig(kQuotaConfig, "rlqs.yaml");
+    ASSERT_TRUE(config.ok()) << config.status();
+    absl::StatusOr<std::unique_ptr<RlsServer>> server =
+        RlsServer::Start(*config, {.local = &store_, .clock = &clock_, .metrics = &metrics_});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = rlqs::RateLimitQuotaService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  }
+
+  static QuotaReports Report(const std::string& domain,
+                        const std::vector<std::pair<std::string, std::string>>& bucket,
+                        int64_t elapsed_ms, uint64_t allowed, uint64_t denied) {
+    QuotaReports r;
+    r.set_domain(domain);
+    auto* u = r.add_bucket_quota_usages();
+    for (const auto& [k, v] : bucket) (*u->mutable_bucket_id()->mutable_bucket())[k] = v;
+    u->mutable_time_elapsed()->set_seconds(elapsed_ms / 1000);
+    u->mutable_time_elapsed()->set_nanos(static_cast<int32_t>(elapsed_ms % 1000 * 1'000'000));
+    u->set_num_requests_allowed(allowed);
+    u->set_num_requests_denied(denied);
+    return r;
+  }
+
+  // The rate a token bucket assignment allows, per second.
+  static double RateOf(const QuotaResponse::BucketAction& a) {
+    if (!a.has_quota_assignment_action()) return 0;
+    const auto& s = a.quota_assignment_action().rate_limit_strategy();
+    if (!s.has_token_bucket()) return 0;  // a blanket rule: deny all here
+    const auto& b = s.token_bucket();
+    const double interval_s = b.fill_interval().seconds() + b.fill_interval().nanos() / 1e9;
+    return b.tokens_per_fill().value() / interval_s;
+  }
+
+  SystemClock clock_;
+  MemoryStore store_;
+  metrics::Metrics metrics_;
+  std::unique_ptr<RlsServer> server_;
+  std::unique_ptr<rlqs::RateLimitQuotaService::Stub> stub_;
+};
+
+TEST_F(RlqsServiceTest, ThreeEnvoysShareALimitByDemand) {
+  const std::vector<double> demand = {10, 100, 1000};
+  std::mutex mu;
+  std::vector<double> latest(demand.size(), 0);
+  double worst_sum = 0;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> envoys;
+  for (size_t i = 0; i < demand.size(); ++i) {
+    envoys.emplace_back([&, i] {
+      grpc::ClientContext context;
+      std::unique_ptr<QuotaStream> stream = stub_->StreamRateLimitQuotas(&context);
+      std::thread reader([&] {
+        QuotaResponse r;
+        while (stream->Read(&r)) {
+          for (const auto& a : r.bucket_action()) {
+            std::lock_guard lock(mu);
+            latest[i] = RateOf(a);
+            double sum = 0;
+            for (double x : latest) sum += x;
+            worst_sum = std::max(worst_sum, sum);
+          }
+        }
+      });
+      ASSERT_TRUE(stream->Write(Report("web", {{"name", "api"}}, 0, 0, 0)));
+      while (!stop.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        // What it wanted in 100 ms, as allowed and denied.
+        const auto wanted = static_cast<uint64_t>(demand[i] / 10);
+        if (!stream->Write(Report("", {{"name", "api"}}, 100, wanted / 2, wanted - wanted / 2))) {
+          break;
+        }
+      }
+      stream->WritesDone();
+      reader.join();
+      EXPECT_TRUE(stream->Finish().ok());
+    });
+  }
+  // Within a few TTLs (1 s each) the shares are max-min fair.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  bool converged = false;
+  while (!converged && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::lock_guard lock(mu);
+    converged = std::abs(latest[0] - 10) < 0.5 && std::abs(latest[1] - 100) < 1 &&
+                std::abs(latest[2] - 390) < 4;
+  }
+  stop = true;
+  for (std::thread& t : envoys) t.join();
+  EXPECT_TRUE(converged) << latest[0] << ", " << latest[1] << ", " << latest[2];
+  // The latest assignments of the three never summed past the limit.
+  EXPECT_LE(worst_sum, 500 + 1e-6);
+  // The book's own account: never more in force than the limit.
+  for (const QuotaBook::BucketView& v : server_->QuotaBuckets()) EXPECT_LE(v.committed, 500 + 1e-6);
+}
+
+TEST_F(RlqsServiceTest, BadStreamsAreEndedWithTheReason) {
+  auto run = [&](const std::vector<QuotaReports>& reports) {
+    grpc::ClientContext context;
+    std::unique_ptr<QuotaStream> stream = stub_->StreamRateLimitQuotas(&context);
+    for (const QuotaReports& r : reports) {
+      if (!stream->Write(r)) break;
+    }
+    stream->WritesDone();
+    QuotaResponse ignored;
+    while (stream->Read(&ignored)) {
+    }
+    return stream->Finish();
+  };
+  grpc::Status s = run({Report("", {{"name", "api"}}, 0, 0, 0)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("must name its domain"));
+  s = run({Report("web", {{"name", "api"}}, 0, 0, 0), Report("mail", {{"name", "api"}}, 0, 0, 0)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("domain cannot change"));
+  s = run({Report("nobody", {{"name", "api"}}, 0, 0, 0)});
+  EXPECT_THAT(s.error_message(), HasSubstr("unknown domain"));
+  s = run({Report("web", {}, 0, 0, 0)});
+  EXPECT_THAT(s.error_message(), HasSubstr("no entries"));
+  s = run({Report("web", {{"name", "api"}}, 7'200'000, 0, 0)});
+  EXPECT_THAT(s.error_message(), HasSubstr("time_elapsed"));
+  std::vector<QuotaReports> flood;
+  for (int i = 0; i < 6; ++i) {
+    flood.push_back(Report(i == 0 ? "web" : "", {{"name", "b" + std::to_string(i)}}, 0, 0, 0));
+  }
+  s = run(flood);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("at most 5 buckets"));
+  // A good stream that closes its side ends OK.
+  s = run({Report("web", {{"name", "api"}}, 0, 0, 0)});
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+}  // namespace
+}  // namespace sluice::envoy
