@@ -210,6 +210,66 @@ TEST(ParseConfig, GrpcDefaultsMatchTheHeader) {
   EXPECT_FALSE(Load("server: {}\n").grpc.has_value());
 }
 
+TEST(ParseConfig, TheQuotaService) {
+  const Config config = Load(
+      "grpc: {listen: 127.0.0.1:0}\n"
+      "rlqs:\n"
+      "  assignment_ttl: 5s\n"
+      "  abandon_after: 2m\n"
+      "  max_buckets_per_stream: 50\n"
+      "  domains:\n"
+      "    - domain: web\n"
+      "      buckets:\n"
+      "        - {match: {name: api, client: '*'}, rate: 500/s, burst: 100}\n"
+      "        - {match: {name: batch}, limit: 10, period: 1m, strategy: requests_per_time_unit}\n"
+      "      unknown: {rate: 1/s}\n"
+      "    - domain: mail\n"
+      "      unknown: allow_all\n");
+  ASSERT_TRUE(config.rlqs.has_value());
+  const RlqsConfig& q = *config.rlqs;
+  EXPECT_EQ(q.assignment_ttl, Duration::Seconds(5));
+  EXPECT_EQ(q.abandon_after, Duration::Minutes(2));
+  EXPECT_EQ(q.max_buckets_per_stream, 50);
+  ASSERT_EQ(q.domains.size(), 2u);
+  ASSERT_EQ(q.domains[0].buckets.size(), 2u);
+  // Sorted by key.
+  EXPECT_EQ(q.domains[0].buckets[0].match,
+            (std::vector<std::pair<std::string, std::string>>{{"client", "*"}, {"name", "api"}}));
+  EXPECT_EQ(q.domains[0].buckets[0].limit.rate, (Rate{500, Duration::Seconds(1)}));
+  EXPECT_EQ(q.domains[0].buckets[0].limit.burst, 100);
+  EXPECT_FALSE(q.domains[0].buckets[0].limit.requests_per_time_unit);
+  EXPECT_TRUE(q.domains[0].buckets[1].limit.requests_per_time_unit);
+  EXPECT_EQ(q.domains[0].unknown, RlqsUnknown::kLimit);
+  EXPECT_EQ(q.domains[0].unknown_limit.rate, (Rate{1, Duration::Seconds(1)}));
+  EXPECT_EQ(q.domains[1].unknown, RlqsUnknown::kAllowAll);
+  // Defaults.
+  const Config d = Load("grpc: {}\nrlqs: {domains: [{domain: web}]}\n");
+  EXPECT_EQ(d.rlqs->assignment_ttl, Duration::Seconds(10));
+  EXPECT_EQ(d.rlqs->abandon_after, Duration::Seconds(60));
+  EXPECT_EQ(d.rlqs->max_buckets_per_stream, 1000);
+  EXPECT_EQ(d.rlqs->domains[0].unknown, RlqsUnknown::kDenyAll);
+}
+
+TEST(ConfigErrors, TheQuotaService) {
+  EXPECT_EQ(ErrorOf("rlqs: {domains: [{domain: web}]}\n"),
+            "t.yaml:1: rlqs: the quota service is served on grpc.listen: set grpc");
+  EXPECT_THAT(ErrorOf("grpc: {}\nrlqs: {}\n"), HasSubstr("domains"));
+  EXPECT_THAT(ErrorOf("grpc: {}\nrlqs: {domains: [{domain: web}, {domain: web}]}\n"),
+              HasSubstr("domain \"web\" twice"));
+  EXPECT_THAT(ErrorOf("grpc: {}\nrlqs: {domains: [{domain: web, buckets: [{rate: 1/s}]}]}\n"),
+              HasSubstr("match"));
+  EXPECT_THAT(
+      ErrorOf("grpc: {}\nrlqs: {domains: [{domain: web, buckets: [{match: {}, rate: 1/s}]}]}\n"),
+      HasSubstr("expected a map of bucket_id keys and values"));
+  EXPECT_THAT(ErrorOf("grpc: {}\nrlqs: {domains: [{domain: web, buckets: [{match: {a: b}, "
+                      "rate: 1/s, strategy: leaky}]}]}\n"),
+              HasSubstr("strategy"));
+  EXPECT_THAT(ErrorOf("grpc: {}\nrlqs: {domains: [{domain: web, unknown: maybe}]}\n"),
+              HasSubstr("unknown"));
+  EXPECT_THAT(ErrorOf("grpc: {}\nrlqs: {assignment_ttl: 1ms, domains: [{domain: web}]}\n"),
+              HasSubstr("assignment_ttl"));
+}
+
 TEST(ParseConfig, GrpcConnectionLimits) {
   const Config config = Load(
       "grpc:\n"

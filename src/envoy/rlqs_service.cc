@@ -154,7 +154,7 @@ class RlqsService::Stream final : public grpc::ServerBidiReactor<Reports, Respon
       domain_ = r.domain();
     } else if (!r.domain().empty() && r.domain() != domain_) {
       return BadReport(Cat("a stream's domain cannot change (it is \"", domain_.substr(0, 256),
-                         "\"); open another stream"));
+                           "\"); open another stream"));
     }
     const Time now = service_.clock_.Now();
     std::lock_guard lock(service_.mu_);
@@ -165,17 +165,20 @@ class RlqsService::Stream final : public grpc::ServerBidiReactor<Reports, Respon
       }
       const Duration elapsed = Duration::Micros(e.seconds() * 1'000'000 + e.nanos() / 1000);
       BucketKey key(u.bucket_id().bucket().begin(), u.bucket_id().bucket().end());
-      absl::Status s = service_.book_.Report(id_, domain_, std::move(key), elapsed,
-                                             u.num_requests_allowed(), u.num_requests_denied(), now);
+      absl::Status s =
+          service_.book_.Report(id_, domain_, std::move(key), elapsed, u.num_requests_allowed(),
+                                u.num_requests_denied(), now);
       if (!s.ok()) {
         return grpc::Status(s.code() == absl::StatusCode::kResourceExhausted
                                 ? grpc::StatusCode::RESOURCE_EXHAUSTED
                                 : grpc::StatusCode::INVALID_ARGUMENT,
                             std::string(s.message()));
       }
-      service_.metrics_.Get("sluice_rlqs_reported_requests_total", {{"domain", domain_}, {"outcome", "allowed"}})
+      service_.metrics_
+          .Get("sluice_rlqs_reported_requests_total", {{"domain", domain_}, {"outcome", "allowed"}})
           ->Add(static_cast<int64_t>(u.num_requests_allowed()));
-      service_.metrics_.Get("sluice_rlqs_reported_requests_total", {{"domain", domain_}, {"outcome", "denied"}})
+      service_.metrics_
+          .Get("sluice_rlqs_reported_requests_total", {{"domain", domain_}, {"outcome", "denied"}})
           ->Add(static_cast<int64_t>(u.num_requests_denied()));
     }
     return grpc::Status::OK;

@@ -1,9 +1,9 @@
 // The quota service (RLQS) over real gRPC streams: three clients play
 // Envoys with unequal demand against one bucket of 500/s, report every
 // 100 ms, and apply what they are pushed; and streams that report badly.
+#include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -58,8 +58,8 @@ class RlqsServiceTest : public ::testing::Test {
   }
 
   static QuotaReports Report(const std::string& domain,
-                        const std::vector<std::pair<std::string, std::string>>& bucket,
-                        int64_t elapsed_ms, uint64_t allowed, uint64_t denied) {
+                             const std::vector<std::pair<std::string, std::string>>& bucket,
+                             int64_t elapsed_ms, uint64_t allowed, uint64_t denied) {
     QuotaReports r;
     r.set_domain(domain);
     auto* u = r.add_bucket_quota_usages();

@@ -148,6 +148,26 @@ Task<HttpAnswer> KeyState(Context& ctx, std::string_view rest) {
   co_return HttpAnswer::Json(200, body.dump(2));
 }
 
+// The quota service's buckets (docs/envoy.md, "Quota service").
+nlohmann::json QuotaJson(const ServerState& state) {
+  nlohmann::json buckets = nlohmann::json::array();
+  if (state.rls != nullptr) {
+    for (const envoy::QuotaBook::BucketView& v : state.rls->QuotaBuckets()) {
+      nlohmann::json id = nlohmann::json::object();
+      for (const auto& [key, value] : v.bucket) id[key] = value;
+      buckets.push_back({{"domain", v.domain},
+                         {"bucket_id", id},
+                         {"limit_per_s", v.limit},
+                         {"envoys", v.streams},
+                         {"assigned_per_s", v.assigned},
+                         {"in_force_per_s", v.committed},
+                         {"reported_allowed", v.allowed},
+                         {"reported_denied", v.denied}});
+    }
+  }
+  return {{"buckets", buckets}};
+}
+
 }  // namespace
 
 Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::string_view target) {
@@ -176,9 +196,10 @@ Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::strin
   }
   if (path == "/v1/config") co_return HttpAnswer::Json(200, ConfigJson(*ctx.set).dump(2));
   if (path.substr(0, 9) == "/v1/keys/") co_return co_await KeyState(ctx, path.substr(9));
+  if (path == "/v1/quota") co_return HttpAnswer::Json(200, QuotaJson(state).dump(2));
   co_return HttpAnswer::Problem(
       404, "not found",
-      "admin endpoints: /metrics /healthz /readyz /v1/config /v1/keys/{policy}/{key}");
+      "admin endpoints: /metrics /healthz /readyz /v1/config /v1/keys/{policy}/{key} /v1/quota");
 }
 
 }  // namespace sluice::server

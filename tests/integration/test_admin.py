@@ -1,4 +1,5 @@
-"""The admin listener: /healthz /readyz /metrics /v1/config /v1/keys/{policy}/{key}."""
+"""The admin listener: /healthz /readyz /metrics /v1/config /v1/keys/{policy}/{key}
+/v1/quota."""
 
 import math
 import re
@@ -56,6 +57,11 @@ class AdminTest(SluiceTestCase):
 
     def test_unknown_admin_path_is_404(self):
         self.assert_problem(self.get("/nope", admin=True), 404)
+
+    def test_quota_lists_no_bucket_without_the_quota_service(self):
+        r = self.get("/v1/quota", admin=True)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json(), {"buckets": []})
 
     def test_metrics_text_format_parses(self):
         self.check("two", "m")
