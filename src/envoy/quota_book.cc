@@ -338,6 +338,11 @@ std::vector<QuotaBook::Send> QuotaBook::Rebalance(Time now) {
   return out;
 }
 
+bool QuotaBook::HasDomain(const std::string& domain) const {
+  return std::any_of(options_.domains.begin(), options_.domains.end(),
+                     [&](const QuotaDomain& d) { return d.domain == domain; });
+}
+
 std::vector<QuotaBook::BucketView> QuotaBook::Buckets(Time now) const {
   std::vector<BucketView> views;
   for (const auto& [key, b] : buckets_) {

@@ -138,6 +138,8 @@ class QuotaBook {
 
   std::vector<BucketView> Buckets(Time now) const;
 
+  bool HasDomain(const std::string& domain) const;
+
   // The action a bucket would get by its rule alone (the unknown-bucket
   // policy included), without shares: kShare of the whole limit, or a
   // blanket rule. nullopt when the domain is not configured.

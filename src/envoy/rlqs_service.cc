@@ -69,11 +69,39 @@ void Fill(const QuotaBook::Send& s, Response::BucketAction& out) {
   }
 }
 
-grpc::Status BadReport(std::string message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
-}
-
 }  // namespace
+
+absl::Status ApplyReports(QuotaBook& book, uint64_t stream, std::string& domain,
+                          const Reports& reports, Time now) {
+  if (domain.empty()) {
+    if (reports.domain().empty()) {
+      return absl::InvalidArgumentError("the first report of a stream must name its domain");
+    }
+    // Only a configured domain is kept (and named in metrics): the book
+    // refuses others below, before anything is counted.
+    domain = reports.domain();
+  } else if (!reports.domain().empty() && reports.domain() != domain) {
+    return absl::InvalidArgumentError(
+        Cat("a stream's domain cannot change (it is \"", domain, "\"); open another stream"));
+  }
+  if (!book.HasDomain(domain)) {
+    const std::string shown = domain.substr(0, 256);
+    domain.clear();
+    return absl::InvalidArgumentError(Cat("unknown domain \"", shown, "\""));
+  }
+  for (const Reports::BucketQuotaUsage& u : reports.bucket_quota_usages()) {
+    const google::protobuf::Duration& e = u.time_elapsed();
+    if (e.seconds() < 0 || e.seconds() > 3600 || e.nanos() < 0 || e.nanos() > 999'999'999) {
+      return absl::InvalidArgumentError("time_elapsed must be between 0 and 1h");
+    }
+    const Duration elapsed = Duration::Micros(e.seconds() * 1'000'000 + e.nanos() / 1000);
+    BucketKey key(u.bucket_id().bucket().begin(), u.bucket_id().bucket().end());
+    absl::Status s = book.Report(stream, domain, std::move(key), elapsed, u.num_requests_allowed(),
+                                 u.num_requests_denied(), now);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 
 QuotaOptions ToQuotaOptions(const RlqsConfig& config) {
   QuotaOptions o;
@@ -149,37 +177,24 @@ class RlqsService::Stream final : public grpc::ServerBidiReactor<Reports, Respon
 
  private:
   grpc::Status Take(const Reports& r) {
-    if (domain_.empty()) {
-      if (r.domain().empty()) return BadReport("the first report of a stream must name its domain");
-      domain_ = r.domain();
-    } else if (!r.domain().empty() && r.domain() != domain_) {
-      return BadReport(Cat("a stream's domain cannot change (it is \"", domain_.substr(0, 256),
-                           "\"); open another stream"));
-    }
     const Time now = service_.clock_.Now();
     std::lock_guard lock(service_.mu_);
+    absl::Status s = ApplyReports(service_.book_, id_, domain_, r, now);
+    if (!s.ok()) {
+      return grpc::Status(s.code() == absl::StatusCode::kResourceExhausted
+                              ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                              : grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string(s.message()));
+    }
+    if (allowed_ == nullptr) {
+      allowed_ = service_.metrics_.Get("sluice_rlqs_reported_requests_total",
+                                       {{"domain", domain_}, {"outcome", "allowed"}});
+      denied_ = service_.metrics_.Get("sluice_rlqs_reported_requests_total",
+                                      {{"domain", domain_}, {"outcome", "denied"}});
+    }
     for (const Reports::BucketQuotaUsage& u : r.bucket_quota_usages()) {
-      const google::protobuf::Duration& e = u.time_elapsed();
-      if (e.seconds() < 0 || e.seconds() > 3600 || e.nanos() < 0 || e.nanos() > 999'999'999) {
-        return BadReport("time_elapsed must be between 0 and 1h");
-      }
-      const Duration elapsed = Duration::Micros(e.seconds() * 1'000'000 + e.nanos() / 1000);
-      BucketKey key(u.bucket_id().bucket().begin(), u.bucket_id().bucket().end());
-      absl::Status s =
-          service_.book_.Report(id_, domain_, std::move(key), elapsed, u.num_requests_allowed(),
-                                u.num_requests_denied(), now);
-      if (!s.ok()) {
-        return grpc::Status(s.code() == absl::StatusCode::kResourceExhausted
-                                ? grpc::StatusCode::RESOURCE_EXHAUSTED
-                                : grpc::StatusCode::INVALID_ARGUMENT,
-                            std::string(s.message()));
-      }
-      service_.metrics_
-          .Get("sluice_rlqs_reported_requests_total", {{"domain", domain_}, {"outcome", "allowed"}})
-          ->Add(static_cast<int64_t>(u.num_requests_allowed()));
-      service_.metrics_
-          .Get("sluice_rlqs_reported_requests_total", {{"domain", domain_}, {"outcome", "denied"}})
-          ->Add(static_cast<int64_t>(u.num_requests_denied()));
+      allowed_->Add(static_cast<int64_t>(u.num_requests_allowed()));
+      denied_->Add(static_cast<int64_t>(u.num_requests_denied()));
     }
     return grpc::Status::OK;
   }
@@ -203,6 +218,8 @@ class RlqsService::Stream final : public grpc::ServerBidiReactor<Reports, Respon
   const uint64_t id_;
   Reports report_;
   std::string domain_;
+  metrics::Counter* allowed_ = nullptr;  // once the domain is known
+  metrics::Counter* denied_ = nullptr;
   std::mutex mu_;  // the writes
   std::deque<Response> pending_;
   bool writing_ = false;

@@ -35,6 +35,15 @@ namespace sluice::envoy {
 // The book's options from the config's `rlqs:`.
 QuotaOptions ToQuotaOptions(const RlqsConfig& config);
 
+// One report of `stream` into `book`: the domain checked against the
+// stream's (`domain`, empty before its first report, set by it), then each
+// bucket's usage. InvalidArgument or ResourceExhausted (QuotaBook::Report)
+// say why the stream must end. The service's handling, without gRPC (the
+// fuzz target calls it too).
+absl::Status ApplyReports(
+    QuotaBook& book, uint64_t stream, std::string& domain,
+    const ::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports& reports, Time now);
+
 class RlqsService final
     : public ::envoy::service::rate_limit_quota::v3::RateLimitQuotaService::CallbackService {
  public:
