@@ -113,7 +113,8 @@ class Envoys {
         if (now >= at + action.ttl + margin_) continue;
         bool replaced = false;
         for (size_t j = i + 1; j < list.size(); ++j) replaced |= list[j].first + margin_ <= now;
-        if (!replaced && action.kind == QuotaAction::Kind::kShare) most = std::max(most, action.rate);
+        if (!replaced && action.kind == QuotaAction::Kind::kShare)
+          most = std::max(most, action.rate);
       }
       sum += most;
     }

@@ -345,7 +345,7 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
             "on_missing_key, limits, shadow, on_deny, on_store_error, long_keys)");
   EXPECT_EQ(ErrorOf("servr:\n  threads: 2\n"),
             "t.yaml:1: servr: unknown key (expected one of: server, store, trusted_proxies, "
-            "real_ip_header, routes, policies, grpc, envoy, envoy_files)");
+            "real_ip_header, routes, policies, grpc, envoy, envoy_files, rlqs)");
   EXPECT_EQ(ErrorOf("server:\n  thread: 2\n"),
             "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
             "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "

@@ -13,6 +13,9 @@ using internal::Cat;
 namespace {
 
 constexpr uint64_t kMaxReportedCount = uint64_t{1} << 48;
+// A bucket_id's size: its entries and each key's and value's bytes.
+constexpr size_t kMaxBucketEntries = 16;
+constexpr size_t kMaxBucketText = 512;
 // Rates closer than this (requests per second) are the same share.
 constexpr double kSameRate = 1e-9;
 
@@ -121,10 +124,18 @@ std::optional<QuotaAction> QuotaBook::RuleAction(const std::string& domain,
 absl::Status QuotaBook::Report(StreamId stream, const std::string& domain, BucketKey bucket,
                                Duration elapsed, uint64_t allowed, uint64_t denied, Time now) {
   if (bucket.empty()) return absl::InvalidArgumentError("a bucket_id with no entries");
+  if (bucket.size() > kMaxBucketEntries) {
+    return absl::InvalidArgumentError(
+        Cat("a bucket_id with more than ", kMaxBucketEntries, " entries"));
+  }
   std::sort(bucket.begin(), bucket.end());
   for (size_t i = 0; i < bucket.size(); ++i) {
     if (bucket[i].first.empty() || bucket[i].second.empty()) {
       return absl::InvalidArgumentError("a bucket_id entry with an empty key or value");
+    }
+    if (bucket[i].first.size() > kMaxBucketText || bucket[i].second.size() > kMaxBucketText) {
+      return absl::InvalidArgumentError(
+          Cat("a bucket_id key or value longer than ", kMaxBucketText, " bytes"));
     }
     if (i > 0 && bucket[i].first == bucket[i - 1].first) {
       return absl::InvalidArgumentError(Cat("bucket_id key \"", bucket[i].first, "\" twice"));
@@ -156,7 +167,8 @@ absl::Status QuotaBook::Report(StreamId stream, const std::string& domain, Bucke
       if (!b.limit.has_value() && d.unknown == UnknownBucket::kLimit) b.limit = d.unknown_limit;
     }
     if (b.limit.has_value()) {
-      b.rate = PerSecond(b.limit->rate);
+      b.rule_rate = PerSecond(b.limit->rate);
+      b.rate = options_.fleet ? 0 : b.rule_rate;
     } else {
       b.blanket = rule->kind;
     }
@@ -215,8 +227,61 @@ double QuotaBook::Committed(const Member& m, Time now) const {
   return c;
 }
 
+double QuotaBook::RateNow(const Bucket& b, Time now) const {
+  if (!options_.fleet) return b.rule_rate;
+  // A claim is used only while it outlasts what is sent now; while a new
+  // one is asked, nothing grows past what the Envoys may hold (the floor
+  // sent), so the answer, never below it, is never below what they hold.
+  if (now + options_.ttl + options_.delivery_margin >= b.claim_until) return 0;
+  double rate = std::min({b.rule_rate, b.claim, b.claim_target});
+  if (b.claim_in_flight) rate = std::min(rate, b.claim_floor);
+  return rate;
+}
+
+std::vector<QuotaBook::ClaimNeed> QuotaBook::ClaimNeeds(Time now) {
+  std::vector<ClaimNeed> out;
+  if (!options_.fleet) return out;
+  for (auto& [key, b] : buckets_) {
+    if (!b.limit.has_value() || b.claim_in_flight) continue;
+    ClaimNeed need{.domain = key.first, .bucket = key.second, .limit = b.rule_rate};
+    for (const auto& [id, m] : b.members) {
+      if (!m.closed) need.want += m.demand < 0 ? b.rule_rate : m.demand;
+      need.floor += Committed(m, now);
+    }
+    need.want = std::min(need.want, b.rule_rate);
+    const bool good = now + options_.ttl + options_.delivery_margin < b.claim_until;
+    const bool hungry = need.want > b.claim + kSameRate || need.floor < b.claim - kSameRate;
+    const Duration every = good && !hungry ? Duration::Seconds(1) : Duration::Millis(100);
+    if (now - b.claim_asked < every) continue;
+    b.claim_asked = now;
+    b.claim_in_flight = true;
+    b.claim_floor = need.floor;
+    out.push_back(std::move(need));
+  }
+  return out;
+}
+
+void QuotaBook::SetClaim(const std::string& domain, const BucketKey& bucket, double rate,
+                         double target, Time valid_until) {
+  auto it = buckets_.find(std::make_pair(domain, bucket));
+  if (it == buckets_.end()) return;
+  it->second.claim = rate;
+  it->second.claim_target = target;
+  it->second.claim_until = valid_until;
+  it->second.claim_in_flight = false;
+  it->second.dirty = true;
+}
+
+void QuotaBook::ClaimFailed(const std::string& domain, const BucketKey& bucket) {
+  auto it = buckets_.find(std::make_pair(domain, bucket));
+  if (it == buckets_.end()) return;
+  it->second.claim_in_flight = false;
+  it->second.dirty = true;
+}
+
 void QuotaBook::RebalanceBucket(const std::string& domain, const BucketKey& key, Bucket& b,
                                 Time now, bool renew_all, std::vector<Send>& out) {
+  b.rate = RateNow(b, now);
   // What passed no longer counts; a closed stream whose assignments all
   // passed is gone.
   for (auto it = b.members.begin(); it != b.members.end();) {
@@ -324,11 +389,13 @@ std::vector<QuotaBook::Send> QuotaBook::Rebalance(Time now) {
     const bool freeing = std::any_of(b.members.begin(), b.members.end(), [](const auto& m) {
       return m.second.closed || !m.second.older.empty();
     });
-    if (b.dirty || renew_all || freeing) {
+    if (b.dirty || renew_all || freeing || options_.fleet) {
       RebalanceBucket(it->first.first, it->first.second, b, now, renew_all, out);
       b.dirty = false;
     }
-    if (b.members.empty()) {
+    // A bucket with no stream left is forgotten (a claim asked for it is
+    // answered into nothing; its claim in the store passes by itself).
+    if (b.members.empty() && !b.claim_in_flight) {
       it = buckets_.erase(it);
     } else {
       ++it;

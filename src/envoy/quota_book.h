@@ -78,6 +78,11 @@ struct QuotaOptions {
   Duration abandon_after = Duration::Seconds(60);
   // Buckets one stream may hold; a report naming more is refused.
   int64_t max_buckets_per_stream = 1000;
+  // Several instances share each limit (a shared store): a bucket's limit
+  // here is the part of it this instance has claimed (SetClaim), and only
+  // while the claim outlasts any assignment sent now (its TTL and the
+  // margin); before the first claim, nothing.
+  bool fleet = false;
 };
 
 // What to send one stream about one bucket.
@@ -138,6 +143,26 @@ class QuotaBook {
 
   std::vector<BucketView> Buckets(Time now) const;
 
+  // Fleet mode: the buckets whose claim to renew now (every second; every
+  // 100 ms while they want more than they hold or hold more than their
+  // Envoys may use), each marked as asked until SetClaim or ClaimFailed.
+  // Rates in requests per second: `want` the Envoys' demand (the limit for
+  // an Envoy that reported none yet), at most the limit; `floor` what they
+  // may be enforcing (a claim never goes below it).
+  struct ClaimNeed {
+    std::string domain;
+    BucketKey bucket;
+    double want = 0;
+    double floor = 0;
+    double limit = 0;
+  };
+  std::vector<ClaimNeed> ClaimNeeds(Time now);
+  // The claim granted, good until `valid_until` (this clock), and the fair
+  // share the Envoys are shrunk to when the claim is above it.
+  void SetClaim(const std::string& domain, const BucketKey& bucket, double rate, double target,
+                Time valid_until);
+  void ClaimFailed(const std::string& domain, const BucketKey& bucket);
+
   bool HasDomain(const std::string& domain) const;
 
   // The action a bucket would get by its rule alone (the unknown-bucket
@@ -169,7 +194,15 @@ class QuotaBook {
   struct Bucket {
     std::optional<QuotaLimit> limit;  // unset: a blanket rule
     QuotaAction::Kind blanket = QuotaAction::Kind::kAllowAll;
-    double rate = 0;  // the limit, requests per second
+    double rule_rate = 0;  // the configured limit, requests per second
+    double rate = 0;       // the limit here: the rule's, or (fleet) the claim's
+    // Fleet mode.
+    double claim = 0;
+    double claim_target = 0;
+    Time claim_until;
+    Time claim_asked;
+    bool claim_in_flight = false;
+    double claim_floor = 0;  // the floor sent with the claim in flight
     std::map<StreamId, Member> members;
     bool dirty = false;
     uint64_t allowed = 0;
@@ -178,6 +211,8 @@ class QuotaBook {
 
   // What `m` may be enforcing now.
   double Committed(const Member& m, Time now) const;
+  // The limit `b` may be shared out to at `now`.
+  double RateNow(const Bucket& b, Time now) const;
   void RebalanceBucket(const std::string& domain, const BucketKey& key, Bucket& b, Time now,
                        bool renew_all, std::vector<Send>& out);
 

@@ -1,6 +1,10 @@
 #include "envoy/rlqs_service.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <deque>
+#include <random>
 #include <utility>
 
 #include "base/cat.h"
@@ -228,8 +232,52 @@ class RlqsService::Stream final : public grpc::ServerBidiReactor<Reports, Respon
   grpc::Status final_;
 };
 
-RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::Metrics& metrics)
-    : clock_(clock), metrics_(metrics), book_(ToQuotaOptions(config)) {
+namespace {
+
+QuotaOptions FleetOptions(const RlqsConfig& config, bool fleet) {
+  QuotaOptions o = ToQuotaOptions(config);
+  o.fleet = fleet;
+  return o;
+}
+
+// A bucket's name in the store: the domain and the sorted entries.
+std::string BucketName(const std::string& domain, const BucketKey& bucket) {
+  std::string out = domain;
+  for (const auto& [key, value] : bucket) {
+    out.push_back('\x1f');
+    out += key;
+    out.push_back('=');
+    out += value;
+  }
+  return out;
+}
+
+// Requests per second in the store's integers (micro-requests per second),
+// rounded down, or up (a floor must not shrink).
+int64_t MicroRate(double per_second, bool up = false) {
+  const double micro = std::clamp(per_second, 0.0, 1e9) * 1e6;
+  return static_cast<int64_t>(up ? std::ceil(micro) : std::floor(micro));
+}
+
+std::string InstanceName() {
+  std::random_device random;
+  char name[24];
+  std::snprintf(name, sizeof name, "%08x%08x", random(), random());
+  return name;
+}
+
+}  // namespace
+
+RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::Metrics& metrics,
+                         Store* fleet)
+    : clock_(clock),
+      metrics_(metrics),
+      book_(FleetOptions(config, fleet != nullptr)),
+      fleet_(fleet),
+      // A claim outlasts the last assignment it backs (the TTL and the
+      // delivery margin) by the renewals' slack.
+      claim_ttl_(config.assignment_ttl + Duration::Seconds(4)) {
+  if (fleet_ != nullptr) instance_ = InstanceName();
   metrics_.SetHelp("sluice_rlqs_streams", "Envoy quota streams (RLQS) open now.");
   metrics_.SetHelp("sluice_rlqs_reported_requests_total",
                    "Requests Envoys reported to the quota service, by domain and outcome.");
@@ -242,6 +290,7 @@ RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::
     std::unique_lock lock(tick_mu_);
     while (!tick_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
       lock.unlock();
+      Claim();
       Dispatch();
       lock.lock();
     }
@@ -255,6 +304,49 @@ RlqsService::~RlqsService() {
   }
   tick_cv_.notify_all();
   ticker_.join();
+  std::unique_lock lock(claims_mu_);
+  claims_cv_.wait(lock, [this] { return claims_in_flight_ == 0; });
+}
+
+void RlqsService::Claim() {
+  if (fleet_ == nullptr) return;
+  std::vector<QuotaBook::ClaimNeed> needs;
+  Time sent;
+  {
+    std::lock_guard lock(mu_);
+    sent = clock_.Now();
+    needs = book_.ClaimNeeds(sent);
+  }
+  for (QuotaBook::ClaimNeed& need : needs) {
+    {
+      std::lock_guard lock(claims_mu_);
+      ++claims_in_flight_;
+    }
+    const std::string name = BucketName(need.domain, need.bucket);
+    fleet_->ClaimQuota(
+        name, instance_, MicroRate(need.want), MicroRate(need.floor, /*up=*/true),
+        MicroRate(need.limit), claim_ttl_,
+        [this, need = std::move(need), sent](absl::StatusOr<Store::QuotaClaim> claim) {
+          {
+            std::lock_guard lock(mu_);
+            if (claim.ok()) {
+              // Good until its time in the store, counted from when it was
+              // asked (no later than the store's now), with room for the
+              // clocks' rates (0.1%).
+              const Duration ttl = claim_ttl_ - Duration::Micros(claim_ttl_.micros() / 1000);
+              book_.SetClaim(need.domain, need.bucket, static_cast<double>(claim->claim) / 1e6,
+                             static_cast<double>(claim->target) / 1e6, sent + ttl);
+            } else {
+              book_.ClaimFailed(need.domain, need.bucket);
+            }
+          }
+          metrics_.Get("sluice_rlqs_claims_total", {{"result", claim.ok() ? "ok" : "error"}})
+              ->Add();
+          Dispatch();
+          std::lock_guard lock(claims_mu_);
+          if (--claims_in_flight_ == 0) claims_cv_.notify_all();
+        });
+  }
 }
 
 grpc::ServerBidiReactor<Reports, Response>* RlqsService::StreamRateLimitQuotas(

@@ -29,6 +29,7 @@
 #include "metrics/metrics.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
+#include "sluice/store/store.h"
 
 namespace sluice::envoy {
 
@@ -47,9 +48,13 @@ absl::Status ApplyReports(
 class RlqsService final
     : public ::envoy::service::rate_limit_quota::v3::RateLimitQuotaService::CallbackService {
  public:
-  // `clock` and `metrics` must outlive the service.
-  RlqsService(const RlqsConfig& config, const Clock& clock, metrics::Metrics& metrics);
-  // Stops the ticker. The gRPC server must be gone first.
+  // `clock` and `metrics` must outlive the service; so must `fleet`, a
+  // shared store (Redis) through which several instances share each
+  // bucket's limit (Store::ClaimQuota), or null for one instance alone.
+  RlqsService(const RlqsConfig& config, const Clock& clock, metrics::Metrics& metrics,
+              Store* fleet = nullptr);
+  // Stops the ticker and waits for the claims in flight. The gRPC server
+  // must be gone first.
   ~RlqsService() override;
 
   grpc::ServerBidiReactor<::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports,
@@ -67,6 +72,8 @@ class RlqsService final
   // Recomputes the shares and writes what changed. `mu_` not held.
   void Dispatch();
   void Closed(uint64_t id);
+  // Fleet mode: asks the store for the claims due.
+  void Claim();
 
   const Clock& clock_;
   metrics::Metrics& metrics_;
@@ -78,6 +85,13 @@ class RlqsService final
   std::condition_variable tick_cv_;
   bool stopping_ = false;
   std::thread ticker_;
+  // Fleet mode.
+  Store* fleet_ = nullptr;
+  std::string instance_;  // this instance's name in the store's claims
+  Duration claim_ttl_;
+  std::mutex claims_mu_;
+  std::condition_variable claims_cv_;
+  int claims_in_flight_ = 0;
 };
 
 }  // namespace sluice::envoy

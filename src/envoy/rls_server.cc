@@ -372,7 +372,11 @@ class RlsServerImpl final : public RlsServer {
                                Millis(grpc.max_connection_age_grace));
     builder.RegisterService(service_.get());
     if (config.rlqs.has_value()) {
-      rlqs_ = std::make_unique<RlqsService>(*config.rlqs, *options_.clock, *options_.metrics);
+      // With a shared store, the instances share each bucket's limit.
+      Store* fleet =
+          options_.shared != nullptr && options_.shared->remote() ? options_.shared : nullptr;
+      rlqs_ =
+          std::make_unique<RlqsService>(*config.rlqs, *options_.clock, *options_.metrics, fleet);
       builder.RegisterService(rlqs_.get());
     }
     server_ = builder.BuildAndStart();

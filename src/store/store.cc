@@ -87,6 +87,12 @@ absl::Status ValidateLease(const LimitConfig& config, const LeaseOptions& lease)
   return absl::OkStatus();
 }
 
+void Store::ClaimQuota(std::string_view /*bucket*/, std::string_view /*instance*/, int64_t /*want*/,
+                       int64_t /*floor*/, int64_t /*limit*/, Duration /*ttl*/,
+                       std::function<void(absl::StatusOr<QuotaClaim>)> done) {
+  done(absl::UnimplementedError("quota claims need a shared store (store.redis)"));
+}
+
 absl::StatusOr<std::shared_ptr<LimitTable>> Store::OpenLeasedTable(const LimitConfig& /*config*/,
                                                                    std::string_view /*name*/,
                                                                    const LeaseOptions& /*lease*/) {

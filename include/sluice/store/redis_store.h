@@ -105,6 +105,11 @@ class RedisStore final : public Store {
                                                              std::string_view name) override;
   // fixed_window only (docs/distributed.md, "Leased limits"); the other
   // algorithms answer InvalidArgument.
+  // The claim lives in the hash `<key_prefix>rlqs:{<bucket>}`, one field
+  // per instance (lua/quota.lua).
+  void ClaimQuota(std::string_view bucket, std::string_view instance, int64_t want, int64_t floor,
+                  int64_t limit, Duration ttl,
+                  std::function<void(absl::StatusOr<QuotaClaim>)> done) override;
   absl::StatusOr<std::shared_ptr<LimitTable>> OpenLeasedTable(const LimitConfig& config,
                                                               std::string_view name,
                                                               const LeaseOptions& lease) override;

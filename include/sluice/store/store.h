@@ -126,6 +126,22 @@ class Store {
                                                                       std::string_view name,
                                                                       const LeaseOptions& lease);
 
+  // Envoy's quota service across instances (docs/envoy.md, "Quota service
+  // (RLQS)"): claims for `instance` its share of `bucket`'s limit, `want`
+  // at most and never below `floor` (rates in micro-requests per second),
+  // valid for `ttl` from the store's now. `done` gets the claim and the
+  // instance's fair share (`target`, to shrink to when the claim is above
+  // it), once, on a thread of the store's. Stores in this process answer
+  // Unimplemented: one instance needs no claim.
+  struct QuotaClaim {
+    int64_t claim = 0;
+    int64_t target = 0;
+    Time store_time;
+  };
+  virtual void ClaimQuota(std::string_view bucket, std::string_view instance, int64_t want,
+                          int64_t floor, int64_t limit, Duration ttl,
+                          std::function<void(absl::StatusOr<QuotaClaim>)> done);
+
   // True for stores whose state lives in another process (Redis): their
   // answers take a round trip, so callers use DecideBatch, which answers
   // asynchronously for all the limits of one key at once.

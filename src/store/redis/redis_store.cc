@@ -1067,6 +1067,32 @@ absl::StatusOr<std::shared_ptr<LimitTable>> RedisStore::OpenLeasedTable(const Li
   return table;
 }
 
+void RedisStore::ClaimQuota(std::string_view bucket, std::string_view instance, int64_t want,
+                            int64_t floor, int64_t limit, Duration ttl,
+                            std::function<void(absl::StatusOr<QuotaClaim>)> done) {
+  const std::string key = Cat(impl_->options.key_prefix, "rlqs:{", bucket, "}");
+  const std::string name = Cat(redis::FunctionName(), "_quota");
+  const std::string args[] = {std::to_string(want), std::to_string(floor), std::to_string(limit),
+                              std::to_string(std::max<int64_t>(1, ttl.micros()))};
+  std::string command =
+      redis::Command({"FCALL", name, "1", key, instance, args[0], args[1], args[2], args[3]});
+  impl_->client->Send(
+      redis::HashSlot(key), std::move(command),
+      [done = std::move(done)](absl::StatusOr<redis::Reply> reply) {
+        if (!reply.ok()) return done(reply.status());
+        const redisReply& r = **reply;
+        if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 ||
+            r.element[0]->type != REDIS_REPLY_INTEGER ||
+            r.element[1]->type != REDIS_REPLY_INTEGER ||
+            r.element[2]->type != REDIS_REPLY_INTEGER) {
+          return done(absl::InternalError("redis: a quota claim answered in the wrong shape"));
+        }
+        done(QuotaClaim{.claim = r.element[0]->integer,
+                        .target = r.element[1]->integer,
+                        .store_time = Time::FromUnixMicros(r.element[2]->integer)});
+      });
+}
+
 std::string RedisStore::RedisKey(const LimitTable& table, std::string_view key) const {
   const auto& t = static_cast<const RedisTable&>(table);
   return KeyOf(impl_->options.key_prefix, t.name(), key, t.suffix());

@@ -261,3 +261,5 @@ local function decide(keys, args)
 end
 
 redis.register_function('SLUICE_FUNCTION_NAME', decide)
+-- Envoy's quota service across instances (quota.lua).
+redis.register_function('SLUICE_FUNCTION_NAME_quota', load_quota().claim)
