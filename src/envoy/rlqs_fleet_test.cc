@@ -1,5 +1,5 @@
-// The quota service across two sluice instances on one Redis: the Envoys
-// of both share each bucket's limit, never more than it in all (each
+// The quota service across two `sluice serve` processes on one Redis: the
+// Envoys of both share each bucket's limit, never more than it in all (each
 // instance assigns only what it claimed in Redis; the claims sum to at most
 // the limit).
 #include <grpcpp/create_channel.h>
@@ -7,21 +7,23 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "envoy/rls_server.h"
 #include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
-#include "metrics/metrics.h"
 #include "redis/redis_server.h"
-#include "sluice/clock.h"
-#include "sluice/config.h"
-#include "sluice/store/memory_store.h"
-#include "sluice/store/redis_store.h"
 
 namespace sluice::envoy {
 namespace {
@@ -29,26 +31,6 @@ namespace {
 namespace rlqs = ::envoy::service::rate_limit_quota::v3;
 using FleetReports = rlqs::RateLimitQuotaUsageReports;
 using FleetResponse = rlqs::RateLimitQuotaResponse;
-
-constexpr char kFleetConfig[] = R"(
-grpc:
-  listen: 127.0.0.1:0
-rlqs:
-  assignment_ttl: 1s
-  domains:
-    - domain: web
-      buckets:
-        - match: {name: api}
-          rate: 500/s
-)";
-
-struct Instance {
-  std::unique_ptr<RedisStore> redis;
-  MemoryStore memory;
-  metrics::Metrics metrics;
-  std::unique_ptr<RlsServer> server;
-  std::unique_ptr<rlqs::RateLimitQuotaService::Stub> stub;
-};
 
 FleetReports Usage(bool first, int64_t elapsed_ms, uint64_t requests) {
   FleetReports r;
@@ -68,32 +50,110 @@ double RateOf(const FleetResponse::BucketAction& a) {
          (b.fill_interval().seconds() + b.fill_interval().nanos() / 1e9);
 }
 
-TEST(RlqsFleetTest, TwoInstancesShareOneLimit) {
+// A `sluice serve` of the test's own, on `config`; stopped (SIGTERM, by
+// its PID) when it goes. Its gRPC port is read from its start log.
+class Serve {
+ public:
+  static std::unique_ptr<Serve> Start(const std::string& dir, const std::string& config) {
+    const std::string path = dir + "/sluice.yaml";
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) return nullptr;
+    std::fputs(config.c_str(), f);
+    std::fclose(f);
+    int out[2];
+    if (pipe(out) != 0) return nullptr;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      dup2(out[1], 2);
+      close(out[0]);
+      close(out[1]);
+      execl(SLUICE_BINARY, SLUICE_BINARY, "serve", "--config", path.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(out[1]);
+    auto serve = std::unique_ptr<Serve>(new Serve(pid, out[0]));
+    // "event=start listener=grpc listen=127.0.0.1:PORT ..."
+    const std::string marker = "listener=grpc listen=127.0.0.1:";
+    std::string log;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{.fd = out[0], .events = POLLIN, .revents = 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(out[0], buf, sizeof buf);
+      if (n <= 0) break;
+      log.append(buf, static_cast<size_t>(n));
+      if (const size_t at = log.find(marker); at != std::string::npos) {
+        const size_t digits = at + marker.size();
+        const size_t stop = log.find_first_not_of("0123456789", digits);
+        if (stop != std::string::npos) {
+          serve->port_ = std::stoi(log.substr(digits, stop - digits));
+          // The rest of its log is read and dropped: a full pipe would
+          // stall it.
+          serve->drain_ = std::thread([fd = out[0]] {
+            char sink[4096];
+            while (read(fd, sink, sizeof sink) > 0) {
+            }
+          });
+          return serve;
+        }
+      }
+    }
+    ADD_FAILURE() << "sluice serve did not start:\n" << log;
+    return nullptr;
+  }
+  ~Serve() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    if (drain_.joinable()) drain_.join();  // the pipe's writer is gone: EOF
+    close(log_);
+  }
+  int port() const { return port_; }
+
+ private:
+  Serve(pid_t pid, int log) : pid_(pid), log_(log) {}
+  pid_t pid_;
+  int log_;
+  int port_ = 0;
+  std::thread drain_;
+};
+
+// Two `sluice serve` on one Redis. Envoy 0 on the first wants 1000 a
+// second; Envoys 1 and 2 on the second want 1000 and 10. The instances
+// split 500 by their wants (500 each, capped at the limit): 250 and 250;
+// the second gives 10 and 240.
+TEST(RlqsFleetTest, TwoServeProcessesShareOneLimit) {
   absl::StatusOr<std::unique_ptr<test::RedisServer>> redis_server = test::RedisServer::Start();
   ASSERT_TRUE(redis_server.ok()) << redis_server.status();
-  absl::StatusOr<Config> config = ParseConfig(kFleetConfig, "fleet.yaml");
-  ASSERT_TRUE(config.ok()) << config.status();
-  SystemClock clock;
-  std::vector<std::unique_ptr<Instance>> instances;
+  const std::string config = std::string(R"(
+server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0}
+store:
+  redis: {url: "redis://127.0.0.1:)") +
+                             std::to_string((*redis_server)->port()) + R"("}
+grpc:
+  listen: 127.0.0.1:0
+rlqs:
+  assignment_ttl: 1s
+  domains:
+    - domain: web
+      buckets:
+        - match: {name: api}
+          rate: 500/s
+)";
+  char dir_template[] = "/tmp/sluice-rlqs-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  std::vector<std::unique_ptr<Serve>> serves;
+  std::vector<std::unique_ptr<rlqs::RateLimitQuotaService::Stub>> stubs;
   for (int i = 0; i < 2; ++i) {
-    auto in = std::make_unique<Instance>();
-    absl::StatusOr<std::unique_ptr<RedisStore>> redis = RedisStore::Connect(
-        {.url = "redis://127.0.0.1:" + std::to_string((*redis_server)->port())});
-    ASSERT_TRUE(redis.ok()) << redis.status();
-    in->redis = *std::move(redis);
-    absl::StatusOr<std::unique_ptr<RlsServer>> server = RlsServer::Start(
-        *config,
-        {.local = &in->memory, .shared = in->redis.get(), .clock = &clock, .metrics = &in->metrics});
-    ASSERT_TRUE(server.ok()) << server.status();
-    in->server = *std::move(server);
-    in->stub = rlqs::RateLimitQuotaService::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(in->server->port()), grpc::InsecureChannelCredentials()));
-    instances.push_back(std::move(in));
+    const std::string dir = std::string(dir_template) + "/" + std::to_string(i);
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+    serves.push_back(Serve::Start(dir, config));
+    ASSERT_NE(serves.back(), nullptr);
+    stubs.push_back(rlqs::RateLimitQuotaService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(serves.back()->port()), grpc::InsecureChannelCredentials())));
   }
-  // Envoy 0 on instance 0 wants 1000 a second; Envoys 1 and 2 on
-  // instance 1 want 1000 and 10. The instances split 500 by their wants
-  // (500 each, capped at the limit): 250 and 250; instance 1 gives 10 and
-  // 240.
   struct Envoy {
     int instance;
     double demand;
@@ -107,7 +167,7 @@ TEST(RlqsFleetTest, TwoInstancesShareOneLimit) {
   for (size_t e = 0; e < envoys.size(); ++e) {
     threads.emplace_back([&, e] {
       grpc::ClientContext context;
-      auto stream = instances[envoys[e].instance]->stub->StreamRateLimitQuotas(&context);
+      auto stream = stubs[envoys[e].instance]->StreamRateLimitQuotas(&context);
       std::thread reader([&] {
         FleetResponse r;
         while (stream->Read(&r)) {
@@ -131,7 +191,7 @@ TEST(RlqsFleetTest, TwoInstancesShareOneLimit) {
       EXPECT_TRUE(stream->Finish().ok());
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   bool converged = false;
   while (!converged && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -142,14 +202,9 @@ TEST(RlqsFleetTest, TwoInstancesShareOneLimit) {
   stop = true;
   for (std::thread& t : threads) t.join();
   EXPECT_TRUE(converged) << latest[0] << ", " << latest[1] << ", " << latest[2];
-  // The latest assignments of the three, across both instances, never
+  // The latest assignments of the three, across both processes, never
   // summed past the limit.
   EXPECT_LE(worst_sum, 500 + 1e-6);
-  for (auto& in : instances) {
-    for (const QuotaBook::BucketView& v : in->server->QuotaBuckets()) {
-      EXPECT_LE(v.committed, 500 + 1e-6);
-    }
-  }
   // The claims in Redis: one per instance, together within the limit
   // (micro-requests per second).
   redisContext* c = redisConnect("127.0.0.1", (*redis_server)->port());
@@ -164,6 +219,8 @@ TEST(RlqsFleetTest, TwoInstancesShareOneLimit) {
   EXPECT_GE(claims, 490'000'000);
   freeReplyObject(r);
   redisFree(c);
+  serves.clear();
+  std::filesystem::remove_all(dir_template);
 }
 
 }  // namespace
