@@ -161,9 +161,14 @@ absl::Status QuotaBook::Report(StreamId stream, const std::string& domain, Bucke
       for (const QuotaRule& r : d.rules) {
         if (Matches(r.match, key.second)) {
           b.limit = r.limit;
+          for (const auto& [k, v] : r.match) {
+            if (!b.rule.empty()) b.rule.push_back(',');
+            b.rule += k + "=" + v;
+          }
           break;
         }
       }
+      if (b.rule.empty()) b.rule = "unknown";
       if (!b.limit.has_value() && d.unknown == UnknownBucket::kLimit) b.limit = d.unknown_limit;
     }
     if (b.limit.has_value()) {
@@ -415,6 +420,7 @@ std::vector<QuotaBook::BucketView> QuotaBook::Buckets(Time now) const {
   for (const auto& [key, b] : buckets_) {
     BucketView v{.domain = key.first,
                  .bucket = key.second,
+                 .rule = b.rule,
                  .limit = b.rate,
                  .allowed = b.allowed,
                  .denied = b.denied};

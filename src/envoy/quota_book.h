@@ -115,6 +115,7 @@ class QuotaBook {
   struct BucketView {
     std::string domain;
     BucketKey bucket;
+    std::string rule;  // the rule's match ("client=*,name=api"), or "unknown"
     double limit = 0;  // requests per second
     int streams = 0;
     double assigned = 0;   // the latest assignments' rates, summed
@@ -193,6 +194,7 @@ class QuotaBook {
   };
   struct Bucket {
     std::optional<QuotaLimit> limit;  // unset: a blanket rule
+    std::string rule;                 // BucketView::rule
     QuotaAction::Kind blanket = QuotaAction::Kind::kAllowAll;
     double rule_rate = 0;  // the configured limit, requests per second
     double rate = 0;       // the limit here: the rule's, or (fleet) the claim's

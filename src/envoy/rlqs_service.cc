@@ -282,6 +282,10 @@ RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::
   metrics_.SetHelp("sluice_rlqs_reported_requests_total",
                    "Requests Envoys reported to the quota service, by domain and outcome.");
   metrics_.SetHelp("sluice_rlqs_assignments_total", "Bucket assignments sent to Envoys.");
+  metrics_.SetHelp("sluice_rlqs_envoys",
+                   "Envoy streams reporting the buckets of a quota rule, summed over its buckets.");
+  metrics_.SetHelp("sluice_rlqs_assigned_per_second",
+                   "Requests per second assigned to Envoys in the buckets of a quota rule.");
   metrics_.SetHelp("sluice_rlqs_streams_refused_total",
                    "Quota streams ended for a bad report (INVALID_ARGUMENT, RESOURCE_EXHAUSTED).");
   // Assignments are renewed, and shares freed by passed ones handed out,
@@ -365,7 +369,30 @@ grpc::ServerBidiReactor<Reports, Response>* RlqsService::StreamRateLimitQuotas(
 
 void RlqsService::Dispatch() {
   std::lock_guard lock(mu_);
-  const std::vector<QuotaBook::Send> sends = book_.Rebalance(clock_.Now());
+  const Time now = clock_.Now();
+  const std::vector<QuotaBook::Send> sends = book_.Rebalance(now);
+  // The per-rule gauges: Envoys reporting its buckets, their assignments
+  // summed (requests per second, rounded down).
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, double>> totals;
+  for (auto& [key, g] : rule_gauges_) totals[key];  // a rule with nothing left goes to 0
+  for (const QuotaBook::BucketView& v : book_.Buckets(now)) {
+    auto& [envoys, assigned] = totals[{v.domain, v.rule}];
+    envoys += v.streams;
+    assigned += v.assigned;
+  }
+  for (const auto& [key, t] : totals) {
+    RuleGauges& g = rule_gauges_[key];
+    if (g.envoys == nullptr) {
+      g.envoys = metrics_.Get("sluice_rlqs_envoys", {{"domain", key.first}, {"rule", key.second}});
+      g.assigned = metrics_.Get("sluice_rlqs_assigned_per_second",
+                                {{"domain", key.first}, {"rule", key.second}});
+    }
+    const auto assigned = static_cast<int64_t>(std::floor(t.second));
+    g.envoys->Add(t.first - g.envoys_now);
+    g.assigned->Add(assigned - g.assigned_now);
+    g.envoys_now = t.first;
+    g.assigned_now = assigned;
+  }
   if (sends.empty()) return;
   std::map<uint64_t, Response> out;
   for (const QuotaBook::Send& s : sends) Fill(s, *out[s.stream].add_bucket_action());

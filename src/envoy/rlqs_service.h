@@ -85,6 +85,15 @@ class RlqsService final
   std::condition_variable tick_cv_;
   bool stopping_ = false;
   std::thread ticker_;
+  // Per configured rule (bounded by the config, not by what Envoys send):
+  // the gauges and the values they were last set to.
+  struct RuleGauges {
+    metrics::Counter* envoys = nullptr;
+    metrics::Counter* assigned = nullptr;
+    int64_t envoys_now = 0;
+    int64_t assigned_now = 0;
+  };
+  std::map<std::pair<std::string, std::string>, RuleGauges> rule_gauges_;
   // Fleet mode.
   Store* fleet_ = nullptr;
   std::string instance_;  // this instance's name in the store's claims

@@ -134,6 +134,10 @@ TEST_F(RlqsServiceTest, ThreeEnvoysShareALimitByDemand) {
     converged = std::abs(latest[0] - 10) < 0.5 && std::abs(latest[1] - 100) < 1 &&
                 std::abs(latest[2] - 390) < 4;
   }
+  // Per rule: three Envoys, about 500 a second assigned.
+  const std::string metrics = metrics_.Render();
+  EXPECT_THAT(metrics, HasSubstr("sluice_rlqs_envoys{domain=\"web\",rule=\"name=api\"} 3"));
+  EXPECT_THAT(metrics, HasSubstr("sluice_rlqs_streams 3"));
   stop = true;
   for (std::thread& t : envoys) t.join();
   EXPECT_TRUE(converged) << latest[0] << ", " << latest[1] << ", " << latest[2];
