@@ -22,33 +22,13 @@
 #include <thread>
 #include <vector>
 
-#include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
+#include "envoy/rlqs_test_support.h"
 #include "redis/redis_server.h"
 
 namespace sluice::envoy {
 namespace {
 
 namespace rlqs = ::envoy::service::rate_limit_quota::v3;
-using FleetReports = rlqs::RateLimitQuotaUsageReports;
-using FleetResponse = rlqs::RateLimitQuotaResponse;
-
-FleetReports Usage(bool first, int64_t elapsed_ms, uint64_t requests) {
-  FleetReports r;
-  if (first) r.set_domain("web");
-  auto* u = r.add_bucket_quota_usages();
-  (*u->mutable_bucket_id()->mutable_bucket())["name"] = "api";
-  u->mutable_time_elapsed()->set_nanos(static_cast<int32_t>(elapsed_ms * 1'000'000));
-  u->set_num_requests_denied(requests);
-  return r;
-}
-
-double RateOf(const FleetResponse::BucketAction& a) {
-  const auto& s = a.quota_assignment_action().rate_limit_strategy();
-  if (!s.has_token_bucket()) return 0;
-  const auto& b = s.token_bucket();
-  return b.tokens_per_fill().value() /
-         (b.fill_interval().seconds() + b.fill_interval().nanos() / 1e9);
-}
 
 // A `sluice serve` of the test's own, on `config`; stopped (SIGTERM, by
 // its PID) when it goes. Its gRPC port is read from its start log.
@@ -154,57 +134,18 @@ rlqs:
     stubs.push_back(rlqs::RateLimitQuotaService::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(serves.back()->port()), grpc::InsecureChannelCredentials())));
   }
-  struct Envoy {
-    int instance;
-    double demand;
-  };
-  const std::vector<Envoy> envoys = {{0, 1000}, {1, 1000}, {1, 10}};
-  std::mutex mu;
-  std::vector<double> latest(envoys.size(), 0);
-  double worst_sum = 0;
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> threads;
-  for (size_t e = 0; e < envoys.size(); ++e) {
-    threads.emplace_back([&, e] {
-      grpc::ClientContext context;
-      auto stream = stubs[envoys[e].instance]->StreamRateLimitQuotas(&context);
-      std::thread reader([&] {
-        FleetResponse r;
-        while (stream->Read(&r)) {
-          for (const auto& a : r.bucket_action()) {
-            if (!a.has_quota_assignment_action()) continue;
-            std::lock_guard lock(mu);
-            latest[e] = RateOf(a);
-            double sum = 0;
-            for (double x : latest) sum += x;
-            worst_sum = std::max(worst_sum, sum);
-          }
-        }
-      });
-      ASSERT_TRUE(stream->Write(Usage(true, 0, 0)));
-      while (!stop.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (!stream->Write(Usage(false, 100, static_cast<uint64_t>(envoys[e].demand / 10)))) break;
-      }
-      stream->WritesDone();
-      reader.join();
-      EXPECT_TRUE(stream->Finish().ok());
-    });
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  bool converged = false;
-  while (!converged && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::lock_guard lock(mu);
-    converged = std::abs(latest[0] - 250) < 3 && std::abs(latest[1] - 240) < 3 &&
-                std::abs(latest[2] - 10) < 0.5;
-  }
-  stop = true;
-  for (std::thread& t : threads) t.join();
-  EXPECT_TRUE(converged) << latest[0] << ", " << latest[1] << ", " << latest[2];
+  const rlqs_test::PlayResult played = rlqs_test::PlayEnvoys(
+      {{stubs[0].get(), 1000}, {stubs[1].get(), 1000}, {stubs[1].get(), 10}},
+      [](const std::vector<double>& rate) {
+        return std::abs(rate[0] - 250) < 3 && std::abs(rate[1] - 240) < 3 &&
+               std::abs(rate[2] - 10) < 0.5;
+      },
+      std::chrono::seconds(20));
+  EXPECT_TRUE(played.converged) << played.latest[0] << ", " << played.latest[1] << ", "
+                                << played.latest[2];
   // The latest assignments of the three, across both processes, never
   // summed past the limit.
-  EXPECT_LE(worst_sum, 500 + 1e-6);
+  EXPECT_LE(played.worst_sum, 500 + 1e-6);
   // The claims in Redis: one per instance, together within the limit
   // (micro-requests per second).
   redisContext* c = redisConnect("127.0.0.1", (*redis_server)->port());

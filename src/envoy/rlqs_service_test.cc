@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "envoy/rlqs_test_support.h"
 #include "envoy/rls_server.h"
 #include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
 #include "metrics/metrics.h"
@@ -71,16 +72,6 @@ class RlqsServiceTest : public ::testing::Test {
     return r;
   }
 
-  // The rate a token bucket assignment allows, per second.
-  static double RateOf(const QuotaResponse::BucketAction& a) {
-    if (!a.has_quota_assignment_action()) return 0;
-    const auto& s = a.quota_assignment_action().rate_limit_strategy();
-    if (!s.has_token_bucket()) return 0;  // a blanket rule: deny all here
-    const auto& b = s.token_bucket();
-    const double interval_s = b.fill_interval().seconds() + b.fill_interval().nanos() / 1e9;
-    return b.tokens_per_fill().value() / interval_s;
-  }
-
   SystemClock clock_;
   MemoryStore store_;
   metrics::Metrics metrics_;
@@ -89,60 +80,23 @@ class RlqsServiceTest : public ::testing::Test {
 };
 
 TEST_F(RlqsServiceTest, ThreeEnvoysShareALimitByDemand) {
-  const std::vector<double> demand = {10, 100, 1000};
-  std::mutex mu;
-  std::vector<double> latest(demand.size(), 0);
-  double worst_sum = 0;
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> envoys;
-  for (size_t i = 0; i < demand.size(); ++i) {
-    envoys.emplace_back([&, i] {
-      grpc::ClientContext context;
-      std::unique_ptr<QuotaStream> stream = stub_->StreamRateLimitQuotas(&context);
-      std::thread reader([&] {
-        QuotaResponse r;
-        while (stream->Read(&r)) {
-          for (const auto& a : r.bucket_action()) {
-            std::lock_guard lock(mu);
-            latest[i] = RateOf(a);
-            double sum = 0;
-            for (double x : latest) sum += x;
-            worst_sum = std::max(worst_sum, sum);
-          }
-        }
-      });
-      ASSERT_TRUE(stream->Write(Report("web", {{"name", "api"}}, 0, 0, 0)));
-      while (!stop.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        // What it wanted in 100 ms, as allowed and denied.
-        const auto wanted = static_cast<uint64_t>(demand[i] / 10);
-        if (!stream->Write(Report("", {{"name", "api"}}, 100, wanted / 2, wanted - wanted / 2))) {
-          break;
-        }
-      }
-      stream->WritesDone();
-      reader.join();
-      EXPECT_TRUE(stream->Finish().ok());
-    });
-  }
   // Within a few TTLs (1 s each) the shares are max-min fair.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
-  bool converged = false;
-  while (!converged && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::lock_guard lock(mu);
-    converged = std::abs(latest[0] - 10) < 0.5 && std::abs(latest[1] - 100) < 1 &&
-                std::abs(latest[2] - 390) < 4;
-  }
-  // Per rule: three Envoys, about 500 a second assigned.
-  const std::string metrics = metrics_.Render();
-  EXPECT_THAT(metrics, HasSubstr("sluice_rlqs_envoys{domain=\"web\",rule=\"name=api\"} 3"));
-  EXPECT_THAT(metrics, HasSubstr("sluice_rlqs_streams 3"));
-  stop = true;
-  for (std::thread& t : envoys) t.join();
-  EXPECT_TRUE(converged) << latest[0] << ", " << latest[1] << ", " << latest[2];
+  const rlqs_test::PlayResult r = rlqs_test::PlayEnvoys(
+      {{stub_.get(), 10}, {stub_.get(), 100}, {stub_.get(), 1000}},
+      [](const std::vector<double>& rate) {
+        return std::abs(rate[0] - 10) < 0.5 && std::abs(rate[1] - 100) < 1 &&
+               std::abs(rate[2] - 390) < 4;
+      },
+      std::chrono::seconds(8),
+      [&] {
+        // Per rule: three Envoys.
+        const std::string metrics = metrics_.Render();
+        EXPECT_THAT(metrics, HasSubstr("sluice_rlqs_envoys{domain=\"web\",rule=\"name=api\"} 3"));
+        EXPECT_THAT(metrics, HasSubstr("sluice_rlqs_streams 3"));
+      });
+  EXPECT_TRUE(r.converged) << r.latest[0] << ", " << r.latest[1] << ", " << r.latest[2];
   // The latest assignments of the three never summed past the limit.
-  EXPECT_LE(worst_sum, 500 + 1e-6);
+  EXPECT_LE(r.worst_sum, 500 + 1e-6);
   // The book's own account: never more in force than the limit.
   for (const QuotaBook::BucketView& v : server_->QuotaBuckets()) EXPECT_LE(v.committed, 500 + 1e-6);
 }
