@@ -148,35 +148,12 @@ absl::Status QuotaBook::Report(StreamId stream, const std::string& domain, Bucke
   if (allowed > kMaxReportedCount || denied > kMaxReportedCount) {
     return absl::InvalidArgumentError("num_requests_allowed or _denied above 2^48");
   }
-  const std::optional<QuotaAction> rule = RuleAction(domain, bucket);
-  if (!rule.has_value()) return absl::InvalidArgumentError(Cat("unknown domain \"", domain, "\""));
+  if (!HasDomain(domain)) return absl::InvalidArgumentError(Cat("unknown domain \"", domain, "\""));
   auto key = std::make_pair(domain, std::move(bucket));
   auto it = buckets_.find(key);
   if (it == buckets_.end()) {
     Bucket b;
-    // The rule's limit, found again as a QuotaLimit (RuleAction says only
-    // whether there is one).
-    for (const QuotaDomain& d : options_.domains) {
-      if (d.domain != domain) continue;
-      for (const QuotaRule& r : d.rules) {
-        if (Matches(r.match, key.second)) {
-          b.limit = r.limit;
-          for (const auto& [k, v] : r.match) {
-            if (!b.rule.empty()) b.rule.push_back(',');
-            b.rule += k + "=" + v;
-          }
-          break;
-        }
-      }
-      if (b.rule.empty()) b.rule = "unknown";
-      if (!b.limit.has_value() && d.unknown == UnknownBucket::kLimit) b.limit = d.unknown_limit;
-    }
-    if (b.limit.has_value()) {
-      b.rule_rate = PerSecond(b.limit->rate);
-      b.rate = options_.fleet ? 0 : b.rule_rate;
-    } else {
-      b.blanket = rule->kind;
-    }
+    Resolve(key.first, key.second, b);
     it = buckets_.emplace(std::move(key), std::move(b)).first;
   }
   Bucket& b = it->second;
@@ -205,6 +182,48 @@ absl::Status QuotaBook::Report(StreamId stream, const std::string& domain, Bucke
   // Every report is answered: the stream's assignment renewed.
   member.resend = true;
   return absl::OkStatus();
+}
+
+void QuotaBook::Resolve(const std::string& domain, const BucketKey& bucket, Bucket& b) const {
+  b.limit.reset();
+  b.rule.clear();
+  for (const QuotaDomain& d : options_.domains) {
+    if (d.domain != domain) continue;
+    for (const QuotaRule& r : d.rules) {
+      if (Matches(r.match, bucket)) {
+        b.limit = r.limit;
+        for (const auto& [k, v] : r.match) {
+          if (!b.rule.empty()) b.rule.push_back(',');
+          b.rule += k + "=" + v;
+        }
+        break;
+      }
+    }
+    if (b.rule.empty()) b.rule = "unknown";
+    if (!b.limit.has_value() && d.unknown == UnknownBucket::kLimit) b.limit = d.unknown_limit;
+  }
+  if (b.limit.has_value()) {
+    b.rule_rate = PerSecond(b.limit->rate);
+    if (!options_.fleet) b.rate = b.rule_rate;
+  } else if (const std::optional<QuotaAction> blanket = RuleAction(domain, bucket)) {
+    b.blanket = blanket->kind;
+  }
+}
+
+void QuotaBook::Reconfigure(QuotaOptions options) {
+  options.fleet = options_.fleet;
+  options_ = std::move(options);
+  for (auto& [key, b] : buckets_) {
+    if (!HasDomain(key.first)) {
+      // A domain no longer served: its buckets are abandoned at the next
+      // Rebalance, and their shares freed as a closed stream's are.
+      for (auto& [id, m] : b.members) m.last_report = Time::FromUnixMicros(0);
+      continue;
+    }
+    Resolve(key.first, key.second, b);
+    b.dirty = true;
+    for (auto& [id, m] : b.members) m.resend = true;  // the new rule, sent now
+  }
 }
 
 void QuotaBook::Close(StreamId stream, Time now) {

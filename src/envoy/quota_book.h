@@ -166,6 +166,12 @@ class QuotaBook {
 
   bool HasDomain(const std::string& domain) const;
 
+  // New rules (a reload), the buckets' state kept: each bucket takes its
+  // rule in `options` (its shares shrink at once to a lower limit, the
+  // assignments in force follow within a TTL); a domain no longer there
+  // has its buckets abandoned. `fleet` stays as it was.
+  void Reconfigure(QuotaOptions options);
+
   // The action a bucket would get by its rule alone (the unknown-bucket
   // policy included), without shares: kShare of the whole limit, or a
   // blanket rule. nullopt when the domain is not configured.
@@ -211,6 +217,8 @@ class QuotaBook {
     uint64_t denied = 0;
   };
 
+  // Sets `b`'s rule, limit and blanket action from the options.
+  void Resolve(const std::string& domain, const BucketKey& bucket, Bucket& b) const;
   // What `m` may be enforcing now.
   double Committed(const Member& m, Time now) const;
   // The limit `b` may be shared out to at `now`.

@@ -172,6 +172,36 @@ TEST(QuotaBook, LeavingAndJoiningNeverAddOnTop) {
   EXPECT_LE(worst, 500 + 1e-6);
 }
 
+// A reload: the bucket's limit drops from 500 to 200; the shares shrink
+// at once. Then the domain goes: its buckets are abandoned.
+TEST(QuotaBook, AReloadTakesTheNewRulesAndKeepsTheBuckets) {
+  QuotaOptions options = Options();
+  QuotaBook book(options);
+  Time now = kStart;
+  for (QuotaBook::StreamId id : {1, 2}) {
+    ASSERT_TRUE(book.Report(id, "web", kApi, Duration::Seconds(1), 1000, 0, now).ok());
+  }
+  std::map<QuotaBook::StreamId, QuotaAction> got;
+  for (const QuotaBook::Send& s : book.Rebalance(now)) got[s.stream] = s.action;
+  EXPECT_NEAR(got[1].rate, 250, 1e-6);
+  options.domains[0].rules[0].limit.rate = {200, Duration::Seconds(1)};
+  book.Reconfigure(options);
+  now = now + Duration::Millis(100);
+  got.clear();
+  for (const QuotaBook::Send& s : book.Rebalance(now)) got[s.stream] = s.action;
+  EXPECT_NEAR(got[1].rate, 100, 1e-6);
+  EXPECT_NEAR(got[2].rate, 100, 1e-6);
+  options.domains.clear();
+  book.Reconfigure(options);
+  now = now + Duration::Millis(100);
+  got.clear();
+  for (const QuotaBook::Send& s : book.Rebalance(now)) got[s.stream] = s.action;
+  EXPECT_EQ(got[1].kind, QuotaAction::Kind::kAbandon);
+  EXPECT_EQ(got[2].kind, QuotaAction::Kind::kAbandon);
+  // A report for it now is refused: the domain is gone.
+  EXPECT_FALSE(book.Report(1, "web", kApi, Duration::Seconds(1), 1, 0, now).ok());
+}
+
 TEST(QuotaBook, RulesWildcardsAndUnknownBuckets) {
   QuotaOptions options = Options();
   QuotaBook book(options);

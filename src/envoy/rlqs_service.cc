@@ -276,7 +276,7 @@ RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::
       fleet_(fleet),
       // A claim outlasts the last assignment it backs (the TTL and the
       // delivery margin) by the renewals' slack.
-      claim_ttl_(config.assignment_ttl + Duration::Seconds(4)) {
+      claim_ttl_us_((config.assignment_ttl + Duration::Seconds(4)).micros()) {
   if (fleet_ != nullptr) instance_ = InstanceName();
   metrics_.SetHelp("sluice_rlqs_streams", "Envoy quota streams (RLQS) open now.");
   metrics_.SetHelp("sluice_rlqs_reported_requests_total",
@@ -321,6 +321,7 @@ void RlqsService::Claim() {
     sent = clock_.Now();
     needs = book_.ClaimNeeds(sent);
   }
+  const Duration claim_ttl = Duration::Micros(claim_ttl_us_.load());
   for (QuotaBook::ClaimNeed& need : needs) {
     {
       std::lock_guard lock(claims_mu_);
@@ -329,15 +330,15 @@ void RlqsService::Claim() {
     const std::string name = BucketName(need.domain, need.bucket);
     fleet_->ClaimQuota(
         name, instance_, MicroRate(need.want), MicroRate(need.floor, /*up=*/true),
-        MicroRate(need.limit), claim_ttl_,
-        [this, need = std::move(need), sent](absl::StatusOr<Store::QuotaClaim> claim) {
+        MicroRate(need.limit), claim_ttl,
+        [this, need = std::move(need), sent, claim_ttl](absl::StatusOr<Store::QuotaClaim> claim) {
           {
             std::lock_guard lock(mu_);
             if (claim.ok()) {
               // Good until its time in the store, counted from when it was
               // asked (no later than the store's now), with room for the
               // clocks' rates (0.1%).
-              const Duration ttl = claim_ttl_ - Duration::Micros(claim_ttl_.micros() / 1000);
+              const Duration ttl = claim_ttl - Duration::Micros(claim_ttl.micros() / 1000);
               book_.SetClaim(need.domain, need.bucket, static_cast<double>(claim->claim) / 1e6,
                              static_cast<double>(claim->target) / 1e6, sent + ttl);
             } else {
@@ -411,6 +412,15 @@ void RlqsService::Closed(uint64_t id) {
     book_.Close(id, clock_.Now());
   }
   metrics_.Get("sluice_rlqs_streams", {})->Add(-1);
+}
+
+void RlqsService::Reconfigure(const RlqsConfig& config) {
+  {
+    std::lock_guard lock(mu_);
+    book_.Reconfigure(ToQuotaOptions(config));
+  }
+  claim_ttl_us_ = (config.assignment_ttl + Duration::Seconds(4)).micros();
+  Dispatch();
 }
 
 std::vector<QuotaBook::BucketView> RlqsService::Buckets() const {

@@ -17,6 +17,7 @@
 #ifndef SLUICE_ENVOY_RLQS_SERVICE_H_
 #define SLUICE_ENVOY_RLQS_SERVICE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -61,6 +62,10 @@ class RlqsService final
                           ::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse>*
   StreamRateLimitQuotas(grpc::CallbackServerContext* context) override;
 
+  // The rules of a reloaded config (QuotaBook::Reconfigure): the buckets
+  // and their shares are kept.
+  void Reconfigure(const RlqsConfig& config);
+
   // The book's view, for tests and metrics.
   std::vector<QuotaBook::BucketView> Buckets() const;
   int64_t streams() const;
@@ -97,7 +102,7 @@ class RlqsService final
   // Fleet mode.
   Store* fleet_ = nullptr;
   std::string instance_;  // this instance's name in the store's claims
-  Duration claim_ttl_;
+  std::atomic<int64_t> claim_ttl_us_;
   std::mutex claims_mu_;
   std::condition_variable claims_cv_;
   int claims_in_flight_ = 0;

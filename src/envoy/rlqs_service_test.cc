@@ -101,6 +101,26 @@ TEST_F(RlqsServiceTest, ThreeEnvoysShareALimitByDemand) {
   for (const QuotaBook::BucketView& v : server_->QuotaBuckets()) EXPECT_LE(v.committed, 500 + 1e-6);
 }
 
+// A reload's new limit applies to the buckets the service holds.
+TEST_F(RlqsServiceTest, AReloadChangesTheLimit) {
+  auto near = [](double want) {
+    return [want](const std::vector<double>& rate) { return std::abs(rate[0] - want) < 1; };
+  };
+  rlqs_test::PlayResult r =
+      rlqs_test::PlayEnvoys({{stub_.get(), 1000}}, near(500), std::chrono::seconds(5), [&] {
+        std::string text = kQuotaConfig;
+        text.replace(text.find("rate: 500/s"), 11, "rate: 200/s");
+        absl::StatusOr<Config> config = ParseConfig(text, "rlqs.yaml");
+        ASSERT_TRUE(config.ok()) << config.status();
+        auto next = server_->Prepare(*config);
+        ASSERT_TRUE(next.ok()) << next.status();
+        server_->Swap(*next);
+      });
+  EXPECT_TRUE(r.converged) << r.latest[0];
+  r = rlqs_test::PlayEnvoys({{stub_.get(), 1000}}, near(200), std::chrono::seconds(5));
+  EXPECT_TRUE(r.converged) << r.latest[0];
+}
+
 TEST_F(RlqsServiceTest, BadStreamsAreEndedWithTheReason) {
   auto run = [&](const std::vector<QuotaReports>& reports) {
     grpc::ClientContext context;

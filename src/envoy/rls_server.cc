@@ -403,6 +403,11 @@ class RlsServerImpl final : public RlsServer {
     if (config.grpc != started_with_) {
       spdlog::warn("event=reload note=\"changes to grpc take effect at the next start\"");
     }
+    if (config.rlqs.has_value() != (rlqs_ != nullptr)) {
+      spdlog::warn(
+          "event=reload note=\"adding or removing rlqs takes effect at the next start; "
+          "changes to its rules take effect now\"");
+    }
     std::shared_ptr<const Snapshot> before;
     {
       std::lock_guard lock(mu_);
@@ -412,10 +417,14 @@ class RlsServerImpl final : public RlsServer {
   }
 
   void Swap(std::shared_ptr<const Snapshot> next) override {
+    bool rlqs_changed = false;
     {
       std::lock_guard lock(mu_);
+      rlqs_changed = rlqs_ != nullptr && next->rlqs.has_value() &&
+                     (current_ == nullptr || current_->rlqs != next->rlqs);
       current_ = next;
     }
+    if (rlqs_changed) rlqs_->Reconfigure(*next->rlqs);
     service_->Swap(std::move(next));
   }
 
@@ -468,6 +477,7 @@ class RlsServerImpl final : public RlsServer {
     auto snapshot = std::make_shared<Snapshot>();
     snapshot->rules = *std::move(rules);
     snapshot->legacy_headers = config.server.legacy_headers;
+    snapshot->rlqs = config.rlqs;
     return std::shared_ptr<const Snapshot>(std::move(snapshot));
   }
 

@@ -18,7 +18,8 @@ namespace sluice::envoy {
 
 struct RlsServer::Snapshot {
   std::shared_ptr<const policy::RuleSet> rules;
-  bool legacy_headers = false;  // server.legacy_headers
+  bool legacy_headers = false;     // server.legacy_headers
+  std::optional<RlqsConfig> rlqs;  // the quota service's rules
 };
 
 // The service on `snapshot`'s rules, counting its calls in `metrics`.
