@@ -87,12 +87,15 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
 // a slice of the limit from the shared store in one call, reserved there
 // before anything is admitted, and decides requests against it in memory.
 struct LeaseOptions {
-  // Units a slice asks for; 0 ("auto"): what this instance used in the last
-  // tenth of a second, at least 1. Either way at most half of what the
-  // window has left, as the store last said, and at most an eighth of the
-  // limit: slices shrink to single units as the limit runs out.
+  // Units a slice asks for; 0 ("auto"): what this instance uses in a tenth
+  // of a second (a bucket: in its horizon, an eighth of its burst
+  // tolerance within 1 to 100 ms), at least 1. Either way at most an eighth
+  // of the limit (a bucket: of its burst); a window's slices also at most
+  // half of what it has left, as the store last said, so they shrink to
+  // single units as the limit runs out.
   int64_t size = 0;
-  // A key's slice unused for this long is given back.
+  // A key's slice unused for this long is given back (a bucket's slots
+  // are not: they pass with their time).
   Duration ttl = Duration::Seconds(2);
   friend bool operator==(const LeaseOptions&, const LeaseOptions&) = default;
 };
