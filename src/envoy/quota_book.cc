@@ -199,14 +199,16 @@ void QuotaBook::Resolve(const std::string& domain, const BucketKey& bucket, Buck
         break;
       }
     }
-    if (b.rule.empty()) b.rule = "unknown";
-    if (!b.limit.has_value() && d.unknown == UnknownBucket::kLimit) b.limit = d.unknown_limit;
+    if (b.rule.empty()) {
+      b.rule = "unknown";
+      if (d.unknown == UnknownBucket::kLimit) b.limit = d.unknown_limit;
+      b.blanket = d.unknown == UnknownBucket::kAllowAll ? QuotaAction::Kind::kAllowAll
+                                                        : QuotaAction::Kind::kDenyAll;
+    }
   }
   if (b.limit.has_value()) {
     b.rule_rate = PerSecond(b.limit->rate);
     if (!options_.fleet) b.rate = b.rule_rate;
-  } else if (const std::optional<QuotaAction> blanket = RuleAction(domain, bucket)) {
-    b.blanket = blanket->kind;
   }
 }
 
@@ -390,6 +392,10 @@ void QuotaBook::RebalanceBucket(const std::string& domain, const BucketKey& key,
 std::vector<QuotaBook::Send> QuotaBook::Rebalance(Time now) {
   std::vector<Send> out;
   const bool renew_all = now - last_renewal_ >= Duration::Micros(options_.ttl.micros() / 2);
+  // Fleet mode: a bucket's limit moves with its claim's time, so every
+  // bucket is looked at every 100 ms (not on every report).
+  const bool fleet_pass = options_.fleet && now - last_fleet_pass_ >= Duration::Millis(100);
+  if (fleet_pass) last_fleet_pass_ = now;
   for (auto it = buckets_.begin(); it != buckets_.end();) {
     Bucket& b = it->second;
     // Buckets a stream stopped reporting are abandoned for it.
@@ -413,7 +419,7 @@ std::vector<QuotaBook::Send> QuotaBook::Rebalance(Time now) {
     const bool freeing = std::any_of(b.members.begin(), b.members.end(), [](const auto& m) {
       return m.second.closed || !m.second.older.empty();
     });
-    if (b.dirty || renew_all || freeing || options_.fleet) {
+    if (b.dirty || renew_all || freeing || fleet_pass) {
       RebalanceBucket(it->first.first, it->first.second, b, now, renew_all, out);
       b.dirty = false;
     }

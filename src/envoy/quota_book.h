@@ -230,6 +230,7 @@ class QuotaBook {
   std::map<std::pair<std::string, BucketKey>, Bucket> buckets_;
   std::map<StreamId, int64_t> stream_buckets_;  // buckets per stream
   Time last_renewal_;
+  Time last_fleet_pass_;
 };
 
 }  // namespace sluice::envoy

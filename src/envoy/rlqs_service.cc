@@ -296,6 +296,7 @@ RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::
       lock.unlock();
       Claim();
       Dispatch();
+      UpdateGauges();
       lock.lock();
     }
   });
@@ -368,10 +369,9 @@ grpc::ServerBidiReactor<Reports, Response>* RlqsService::StreamRateLimitQuotas(
   return stream;
 }
 
-void RlqsService::Dispatch() {
+void RlqsService::UpdateGauges() {
   std::lock_guard lock(mu_);
   const Time now = clock_.Now();
-  const std::vector<QuotaBook::Send> sends = book_.Rebalance(now);
   // The per-rule gauges: Envoys reporting its buckets, their assignments
   // summed (requests per second, rounded down).
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, double>> totals;
@@ -394,6 +394,11 @@ void RlqsService::Dispatch() {
     g.envoys_now = t.first;
     g.assigned_now = assigned;
   }
+}
+
+void RlqsService::Dispatch() {
+  std::lock_guard lock(mu_);
+  const std::vector<QuotaBook::Send> sends = book_.Rebalance(clock_.Now());
   if (sends.empty()) return;
   std::map<uint64_t, Response> out;
   for (const QuotaBook::Send& s : sends) Fill(s, *out[s.stream].add_bucket_action());

@@ -76,6 +76,9 @@ class RlqsService final
   friend class Stream;
   // Recomputes the shares and writes what changed. `mu_` not held.
   void Dispatch();
+  // The per-rule gauges, from the book (the ticker's, every 100 ms: not
+  // on every report). `mu_` not held.
+  void UpdateGauges();
   void Closed(uint64_t id);
   // Fleet mode: asks the store for the claims due.
   void Claim();

@@ -450,9 +450,10 @@ struct RedisStore::Impl {
   // hold leases already: the caller decides it in Redis.
   bool LeaseDecide(const std::string& key, const LimitPtr& limit, int64_t cost,
                    BatchCallback& done);
-  // False when the key holds no lease (decided in Redis, past
-  // max_leased_keys, or its lease forgotten): the caller refunds in Redis,
-  // where a slice's spent units were counted too.
+  // A fixed_window's refund (a bucket's are dropped by the caller). False
+  // when the key holds no lease (decided in Redis, past max_leased_keys, or
+  // its lease forgotten): the caller refunds in Redis, where a slice's
+  // spent units were counted too.
   bool LeaseRefund(const std::string& key, Time taken_at, int64_t cost);
   // Sends the call for a slice of `ask` units (the lease's `taking` set).
   // `lead`: a bucket's (LeaseLead).
@@ -900,9 +901,7 @@ bool RedisStore::Impl::LeaseRefund(const std::string& key, Time taken_at, int64_
   auto it = shard.leases.find(key);
   if (it == shard.leases.end()) return false;
   Lease& l = it->second;
-  // A bucket's spent slot is not reused: which one it was is not known,
-  // and only that one could be (docs/distributed.md).
-  if (cost <= 0 || l.limit->bucket) return true;
+  if (cost <= 0) return true;
   // Back into the slice it came from, while that window lasts; a window
   // that has ended needs nothing back.
   if (SteadyNow() < l.valid_until &&
