@@ -6,6 +6,7 @@
 
 SLUICE_BUILD_PACKAGES=(
   clang-14         # the compiler of every preset (CMakePresets.json)
+  lld-14           # its linker (CMakeLists.txt: -fuse-ld=lld where found)
   g++ cmake ninja-build pkg-config
   libabsl-dev      # Status/StatusOr, flat_hash_map, Hash
   libcli11-dev     # the command line
