@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sanitizers.h"
 #include "sluice/store/memory_store.h"
 
 namespace sluice {
@@ -50,17 +51,7 @@ int64_t WallMicros() {
 // hash table growing (its cost grows with the shard, here up to ~2,000
 // keys) or the allocator. So the test allows a few runs over 10 ms, and
 // fails when a stall comes back with every pass.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using sluice::testing::kSanitized;
 
 // Under a sanitizer: a tenth of the flood, the same evictions checked, the
 // time only printed (a sanitizer's slowdown is no measure of a stall).

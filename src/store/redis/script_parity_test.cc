@@ -26,6 +26,7 @@
 #include "conformance/algorithms.h"
 #include "conformance/trace.h"
 #include "gtest/gtest.h"
+#include "sanitizers.h"
 #include "store/redis/script_test_support.h"
 
 namespace sluice::redis {
@@ -381,8 +382,9 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
   }
 };
 
-// One test per config (each test is a process with its own redis-server
-// under ctest): the edge sequence, then two random ones.
+// One test per config: the edge sequence, then two random ones (a third
+// as long under the sanitizers: a Redis call per step, and the same code
+// checked on every step).
 TEST_P(ScriptParityTest, EdgesAndRandomSequences) {
   WithConfig([&](const auto& c, const LimitConfig& config) {
     {
@@ -392,7 +394,7 @@ TEST_P(ScriptParityTest, EdgesAndRandomSequences) {
     }
     for (uint64_t seed : {1, 2}) {
       SCOPED_TRACE(::testing::Message() << "random sequence, seed " << seed);
-      Run(c, RandomOps(seed, config, 1500));
+      Run(c, RandomOps(seed, config, ::sluice::testing::kSanitized ? 500 : 1500));
       if (HasFatalFailure()) return;
     }
   });
