@@ -2,7 +2,8 @@
 // Tests that repeat work for its own sake (long random sequences, floods)
 // do less of it there: the sanitizers check every run of the code the same,
 // and the suite stays within its time.
-#pragma once
+#ifndef SLUICE_TESTS_SANITIZERS_H_
+#define SLUICE_TESTS_SANITIZERS_H_
 
 namespace sluice::testing {
 
@@ -19,3 +20,5 @@ inline constexpr bool kSanitized = false;
 #endif
 
 }  // namespace sluice::testing
+
+#endif  // SLUICE_TESTS_SANITIZERS_H_
