@@ -18,6 +18,7 @@
 #include <variant>
 
 #include "absl/status/statusor.h"
+#include "sluice/algorithm/concurrency.h"
 #include "sluice/algorithm/gcra.h"
 #include "sluice/algorithm/leaky_bucket.h"
 #include "sluice/algorithm/token_bucket.h"
@@ -32,12 +33,13 @@ enum class Algorithm {
   kFixedWindow,
   kSlidingLog,
   kSlidingWindow,
+  kConcurrency,
 };
 
 enum class LeakyMode { kPolice, kShape };
 
 // The config-file names: "token_bucket", "gcra", "leaky_bucket",
-// "fixed_window", "sliding_log", "sliding_window".
+// "fixed_window", "sliding_log", "sliding_window", "concurrency".
 std::string_view AlgorithmName(Algorithm algorithm);
 std::optional<Algorithm> AlgorithmFromName(std::string_view name);
 
@@ -50,12 +52,17 @@ struct LimitOptions {
   LeakyMode mode = LeakyMode::kPolice;
   Duration max_delay;  // shape; default rate.period when queue is 0 too
   int64_t queue = 0;   // shape; 0: bounded by max_delay only
+  // concurrency only: rate.limit is the slots (requests in flight), and
+  // rate.period stays zero; a slot not given back is free after lease_ttl
+  // (default kDefaultLeaseTtl).
+  Duration lease_ttl;
 
   friend bool operator==(const LimitOptions&, const LimitOptions&) = default;
 };
 
-using LimitConfig = std::variant<TokenBucketConfig, GcraConfig, LeakyPoliceConfig, LeakyShapeConfig,
-                                 FixedWindowConfig, SlidingLogConfig, SlidingWindowConfig>;
+using LimitConfig =
+    std::variant<TokenBucketConfig, GcraConfig, LeakyPoliceConfig, LeakyShapeConfig,
+                 FixedWindowConfig, SlidingLogConfig, SlidingWindowConfig, ConcurrencyConfig>;
 
 // Validates once; the error names the field and the value.
 absl::StatusOr<LimitConfig> MakeLimit(const LimitOptions& options);
@@ -91,6 +98,10 @@ struct StateOf<SlidingLogConfig> {
 template <>
 struct StateOf<SlidingWindowConfig> {
   using type = SlidingWindowState;
+};
+template <>
+struct StateOf<ConcurrencyConfig> {
+  using type = SlidingLogState;
 };
 template <typename Config>
 using StateOf_t = typename StateOf<Config>::type;
@@ -139,6 +150,8 @@ std::string DescribeLimit(const LimitOptions& limit);
 const Rate& RateOf(const LimitConfig& config);
 Algorithm AlgorithmOf(const LimitConfig& config);
 bool IsShape(const LimitConfig& config);
+// A concurrency limit: what it took is held until released (Limiter::Release).
+bool IsConcurrency(const LimitConfig& config);
 
 }  // namespace sluice
 

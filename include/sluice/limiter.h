@@ -144,6 +144,16 @@ class Limiter {
   // clock) the store took is known only from the decision.
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost);
 
+  // Gives back what `taken` holds of the concurrency limits (their slots),
+  // once the request is done; the other limits keep what it took. What a
+  // remote store holds is released asynchronously, without waiting. A slot
+  // taken while the remote store failed (on_store_error) is not released
+  // there: it ends with its lease_ttl. Release each decision at most once:
+  // slots are counted, not named.
+  absl::Status Release(std::string_view key, const PolicyDecision& taken, int64_t cost);
+  // Whether some limit is a concurrency limit (what Release gives back).
+  bool holds() const { return holds_; }
+
   // True when every limit is in this process: the *Async forms then answer
   // before they return.
   bool in_process() const { return remote_ == nullptr; }
@@ -175,6 +185,8 @@ class Limiter {
   std::vector<size_t> remote_limits_;       // indexes, decision order
   std::vector<bool> is_remote_;             // per limit
   std::vector<LimitTable*> remote_tables_;  // the same, as DecideBatch wants them
+  std::vector<LimitTable*> remote_held_;    // the remote concurrency limits' tables
+  bool holds_ = false;
   std::optional<size_t> local_shape_;
   OnStoreError on_store_error_ = OnStoreError::kAllow;
   LongKeys long_keys_ = LongKeys::kHash;

@@ -11,13 +11,14 @@ using internal::Cat;
 
 namespace {
 
-constexpr std::array<std::pair<Algorithm, std::string_view>, 6> kNames = {{
+constexpr std::array<std::pair<Algorithm, std::string_view>, 7> kNames = {{
     {Algorithm::kTokenBucket, "token_bucket"},
     {Algorithm::kGcra, "gcra"},
     {Algorithm::kLeakyBucket, "leaky_bucket"},
     {Algorithm::kFixedWindow, "fixed_window"},
     {Algorithm::kSlidingLog, "sliding_log"},
     {Algorithm::kSlidingWindow, "sliding_window"},
+    {Algorithm::kConcurrency, "concurrency"},
 }};
 
 template <typename Config, typename Options>
@@ -56,6 +57,10 @@ absl::StatusOr<LimitConfig> MakeLimit(const LimitOptions& options) {
                       ": burst applies only to token_bucket, gcra and "
                       "leaky_bucket mode police (a window's limit is its rate)"));
   }
+  if (options.algorithm != Algorithm::kConcurrency && options.lease_ttl != Duration::Zero()) {
+    return absl::InvalidArgumentError(
+        internal::Cat(name, ": lease_ttl applies only to concurrency"));
+  }
   if (!shape && (options.max_delay != Duration::Zero() || options.queue != 0)) {
     return absl::InvalidArgumentError(
         internal::Cat(name, ": max_delay and queue apply only to leaky_bucket mode shape"));
@@ -83,6 +88,18 @@ absl::StatusOr<LimitConfig> MakeLimit(const LimitOptions& options) {
     case Algorithm::kSlidingWindow:
       result = Wrap<SlidingWindowConfig>(WindowOptions{options.rate});
       break;
+    case Algorithm::kConcurrency:
+      if (options.rate.period != Duration::Zero()) {
+        result = absl::InvalidArgumentError(
+            "a concurrency limit has no period (rate.limit is its slots; a slot is held until "
+            "released or for lease_ttl)");
+        break;
+      }
+      result = Wrap<ConcurrencyConfig>(ConcurrencyOptions{
+          .limit = options.rate.limit,
+          .lease_ttl =
+              options.lease_ttl == Duration::Zero() ? kDefaultLeaseTtl : options.lease_ttl});
+      break;
   }
   if (!result.ok()) {
     return absl::InvalidArgumentError(internal::Cat(name, ": ", result.status().message()));
@@ -107,15 +124,27 @@ Algorithm AlgorithmOf(const LimitConfig& config) {
       return Algorithm::kFixedWindow;
     case 5:
       return Algorithm::kSlidingLog;
-    default:
+    case 6:
       return Algorithm::kSlidingWindow;
+    default:
+      return Algorithm::kConcurrency;
   }
 }
 
 bool IsShape(const LimitConfig& config) { return std::holds_alternative<LeakyShapeConfig>(config); }
 
+bool IsConcurrency(const LimitConfig& config) {
+  return std::holds_alternative<ConcurrencyConfig>(config);
+}
+
 std::string DescribeLimit(const LimitOptions& limit) {
   std::string out(AlgorithmName(limit.algorithm));
+  if (limit.algorithm == Algorithm::kConcurrency) {
+    out += Cat(" ", limit.rate.limit);
+    if (limit.lease_ttl != Duration::Zero() && limit.lease_ttl != kDefaultLeaseTtl)
+      out += Cat(" lease_ttl ", FormatDuration(limit.lease_ttl));
+    return out;
+  }
   if (limit.algorithm == Algorithm::kLeakyBucket) {
     out += limit.mode == LeakyMode::kShape ? " shape" : " police";
   }

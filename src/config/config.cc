@@ -479,7 +479,7 @@ absl::StatusOr<LimitSpec> Parser::ReadLimit(const Value& v) const {
   }
   absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys,
                                      {"algorithm", "rate", "limit", "period", "burst", "mode",
-                                      "max_delay", "queue", "scope", "lease"});
+                                      "max_delay", "queue", "scope", "lease", "lease_ttl"});
   if (!f.ok()) return f.status();
   LimitSpec out;
   SLUICE_ASSIGN_OR_RETURN(out.options, ReadLimitOptions(*f));
@@ -752,6 +752,18 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
     for (const Value& item : *items) {
       PolicyConfig policy;
       SLUICE_RETURN_IF_ERROR(ReadPolicy(item, names, policy));
+      for (const LimitSpec& limit : policy.limits) {
+        if (limit.options.algorithm != Algorithm::kConcurrency || config.routes.empty()) continue;
+        const Duration ttl = limit.options.lease_ttl == Duration::Zero() ? kDefaultLeaseTtl
+                                                                         : limit.options.lease_ttl;
+        if (ttl <= config.server.upstream_timeout) {
+          // The gateway holds a slot until the upstream answers or times out.
+          return Fail(item, Cat("policy \"", policy.name, "\": lease_ttl ", FormatDuration(ttl),
+                                " must be longer than server.upstream_timeout (",
+                                FormatDuration(config.server.upstream_timeout),
+                                "), or a slow answer's slot would end before it"));
+        }
+      }
       config.policies.push_back(std::move(policy));
     }
   }

@@ -250,6 +250,39 @@ TEST(ParseConfig, TheQuotaService) {
   EXPECT_EQ(d.rlqs->domains[0].unknown, RlqsUnknown::kDenyAll);
 }
 
+TEST(ParseConfig, ConcurrencyLimits) {
+  const Config config = Load(
+      "policies:\n  - name: p\n    limits:\n"
+      "      - {algorithm: concurrency, limit: 10}\n"
+      "      - {algorithm: concurrency, limit: 2, lease_ttl: 90s}\n");
+  const std::vector<LimitSpec>& limits = config.policies[0].limits;
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_EQ(limits[0].options.algorithm, Algorithm::kConcurrency);
+  EXPECT_EQ(limits[0].options.rate.limit, 10);
+  EXPECT_EQ(limits[0].options.lease_ttl, Duration::Zero());  // the default, kDefaultLeaseTtl
+  EXPECT_EQ(limits[1].options.lease_ttl, Duration::Seconds(90));
+}
+
+TEST(ConfigErrors, ConcurrencyLimits) {
+  const std::string head = "policies:\n  - name: p\n    limits:\n      - ";
+  EXPECT_THAT(ErrorOf(head + "{algorithm: concurrency}\n"),
+              HasSubstr("limit: required (the requests in flight)"));
+  EXPECT_THAT(ErrorOf(head + "{algorithm: concurrency, rate: 10/s}\n"),
+              HasSubstr("rate does not apply to concurrency"));
+  EXPECT_THAT(ErrorOf(head + "{algorithm: concurrency, limit: 10, period: 1s}\n"),
+              HasSubstr("period does not apply to concurrency"));
+  EXPECT_THAT(ErrorOf(head + "{algorithm: concurrency, limit: 0}\n"), HasSubstr("limit"));
+  EXPECT_THAT(ErrorOf(head + "{algorithm: concurrency, limit: 5, lease_ttl: 10ms}\n"),
+              HasSubstr("lease_ttl"));
+  EXPECT_THAT(ErrorOf(head + "{algorithm: gcra, rate: 5/s, lease_ttl: 10s}\n"),
+              HasSubstr("lease_ttl applies only to concurrency, not gcra"));
+  // The gateway holds a slot until the upstream answers or times out.
+  EXPECT_THAT(ErrorOf("server: {upstream_timeout: 30s}\nroutes:\n  - {name: r, match: "
+                      "{path_prefix: /}, upstream: \"http://127.0.0.1:1\"}\n" +
+                      head + "{algorithm: concurrency, limit: 5, lease_ttl: 30s}\n"),
+              HasSubstr("lease_ttl 30s must be longer than server.upstream_timeout (30s)"));
+}
+
 TEST(ConfigErrors, TheQuotaService) {
   EXPECT_EQ(ErrorOf("rlqs: {domains: [{domain: web}]}\n"),
             "t.yaml:1: rlqs: the quota service is served on grpc.listen: set grpc");
@@ -354,7 +387,7 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
       ErrorOf(
           "policies:\n  - name: p\n    limits:\n      - {algorithm: gcra, rate: 1/s, brust: 2}\n"),
       "t.yaml:4: policies[0].limits[0].brust: unknown key (expected one of: algorithm, rate, "
-      "limit, period, burst, mode, max_delay, queue, scope, lease)");
+      "limit, period, burst, mode, max_delay, queue, scope, lease, lease_ttl)");
   EXPECT_EQ(ErrorOf("routes:\n  - name: r\n    upstream: http://a:1\n    match: {prefix: /}\n"),
             "t.yaml:4: routes[0].match.prefix: unknown key (expected one of: path_prefix, path, "
             "method, host, headers)");
@@ -761,7 +794,7 @@ TEST(LimitErrors, AlgorithmIsRequiredAndKnown) {
   EXPECT_EQ(LimitError("{algorithm: token-bucket, rate: 1/s}"),
             "t.yaml:5: policies[0].limits[1].algorithm: unknown algorithm \"token-bucket\" "
             "(expected one of: token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, "
-            "sliding_window)");
+            "sliding_window, concurrency)");
 }
 
 TEST(LimitErrors, RateOrLimitAndPeriod) {

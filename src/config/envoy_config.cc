@@ -268,6 +268,14 @@ absl::Status Reader::RateLimit(const YamlAt& v, EnvoyRateLimit& out) const {
 
   if (const YamlAt* x = f->Find("algorithm")) {
     SLUICE_ASSIGN_OR_RETURN(options.algorithm, ReadAlgorithm(*x));
+    if (options.algorithm == Algorithm::kConcurrency) {
+      // Envoy's ShouldRateLimit has no call that ends a request: a slot taken
+      // there could only run out its lease (docs/concurrency.md).
+      return Fail(*x,
+                  "concurrency limits are not offered through Envoy's rate limit service (it "
+                  "never says when a request ends, so a slot could not be released); limit "
+                  "concurrency in sluice's gateway, or with Envoy's own circuit breakers");
+    }
   }
   if (const YamlAt* x = f->Find("burst")) {
     SLUICE_ASSIGN_OR_RETURN(options.burst, ReadInt(*x, 1, internal::kMaxBurst));

@@ -179,6 +179,11 @@ TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
               "leaky_bucket, mode: shape}\n"),
       "rl.yaml:4: descriptors[0].rate_limit.mode: not supported by sluice: leaky_bucket mode "
       "shape (Envoy cannot hold a request for its departure time; leaky_bucket here polices)");
+  // Envoy never says when a request ends: no slot could be released.
+  EXPECT_THAT(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rate: 1/s, "
+                      "algorithm: concurrency}\n"),
+              ::testing::HasSubstr(
+                  "concurrency limits are not offered through Envoy's rate limit service"));
   // quota_mode changes decisions (over the limit is admitted): refused, named.
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: "
                     "{unit: hour, requests_per_unit: 5}\n"),
@@ -281,7 +286,7 @@ TEST(EnvoyConfigErrors, BoundsAndWordsAreTheConfigs) {
             "rl.yaml:4: descriptors[0].rate_limit.period: must be longer than 0, got 0s");
   EXPECT_EQ(ErrorOf(rule + "{rate: 1/s, algorithm: [gcra]}\n"),
             "rl.yaml:4: descriptors[0].rate_limit.algorithm: expected one of: token_bucket, gcra, "
-            "leaky_bucket, fixed_window, sliding_log, sliding_window, got a list");
+            "leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency, got a list");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors: k\n"),
             "rl.yaml:2: descriptors: expected a list of descriptors, got \"k\" (write [k])");
   EXPECT_EQ(

@@ -234,7 +234,7 @@ absl::StatusOr<Rate> YamlReader::ReadRate(const YamlAt& v) const {
 
 absl::StatusOr<Algorithm> YamlReader::ReadAlgorithm(const YamlAt& v) const {
   static constexpr std::string_view kAlgorithms =
-      "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window";
+      "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency";
   absl::StatusOr<std::string> name = ReadScalar(v, Cat("one of: ", kAlgorithms));
   if (!name.ok()) return name.status();
   const std::optional<Algorithm> algorithm = AlgorithmFromName(*name);
@@ -269,6 +269,11 @@ absl::StatusOr<LimitOptions> YamlReader::ReadLimitOptions(const Fields& f) const
   const YamlAt* algorithm = f.Find("algorithm");
   if (algorithm == nullptr) return Fail(f.Missing("algorithm"), "required");
   SLUICE_ASSIGN_OR_RETURN(out.algorithm, ReadAlgorithm(*algorithm));
+  if (out.algorithm == Algorithm::kConcurrency) return ReadConcurrency(f, out);
+  if (const YamlAt* x = f.Find("lease_ttl")) {
+    return Fail(*x,
+                Cat("lease_ttl applies only to concurrency, not ", AlgorithmName(out.algorithm)));
+  }
   SLUICE_ASSIGN_OR_RETURN(out.rate, ReadLimitRate(f));
   if (const YamlAt* x = f.Find("burst")) {
     SLUICE_ASSIGN_OR_RETURN(out.burst, ReadInt(*x, 1, kMaxBurst));
@@ -285,6 +290,26 @@ absl::StatusOr<LimitOptions> YamlReader::ReadLimitOptions(const Fields& f) const
   }
   if (const YamlAt* x = f.Find("queue")) {
     SLUICE_ASSIGN_OR_RETURN(out.queue, ReadInt(*x, 0, kMaxQueue));
+  }
+  return out;
+}
+
+// concurrency: limit (requests in flight) and lease_ttl; no rate, period
+// or burst.
+absl::StatusOr<LimitOptions> YamlReader::ReadConcurrency(const Fields& f, LimitOptions out) const {
+  for (std::string_view other : {"rate", "period", "burst", "mode", "max_delay", "queue"}) {
+    if (const YamlAt* x = f.Find(other)) {
+      return Fail(*x, Cat(other,
+                          " does not apply to concurrency (limit: the requests in flight; "
+                          "lease_ttl: how long an unreleased slot is held)"));
+    }
+  }
+  const YamlAt* limit = f.Find("limit");
+  if (limit == nullptr) return Fail(f.Missing("limit"), "required (the requests in flight)");
+  SLUICE_ASSIGN_OR_RETURN(out.rate.limit, ReadInt(*limit, 1, kMaxSlidingLogLimit));
+  if (const YamlAt* x = f.Find("lease_ttl")) {
+    SLUICE_ASSIGN_OR_RETURN(out.lease_ttl,
+                            ReadDuration(*x, {.min = kMinLeaseTtl, .max = kMaxLeaseTtl}));
   }
   return out;
 }

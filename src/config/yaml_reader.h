@@ -205,6 +205,7 @@ class YamlReader {
   // algorithm (required), the rate, burst, mode, max_delay and queue. Not
   // yet validated as a whole: MakeLimit does that.
   absl::StatusOr<LimitOptions> ReadLimitOptions(const Fields& f) const;
+  absl::StatusOr<LimitOptions> ReadConcurrency(const Fields& f, LimitOptions out) const;
   // `scope` of a serve config limit or an envoy rule: local or global.
   // global needs a shared store, and is the default when there is one.
   absl::StatusOr<Scope> ReadScope(const Fields& f, ScopeOptions options) const;

@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
       if (!local.ok()) return local.status();
       fallback = *std::move(local);
     }
+    limiter->holds_ = limiter->holds_ || IsConcurrency(*config);
     limiter->configs_.push_back(*std::move(config));
     limiter->tables_.push_back(*std::move(table));
     limiter->fallback_.push_back(std::move(fallback));
@@ -113,6 +114,8 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
       if (limiter->is_remote_[i]) {
         limiter->remote_limits_.push_back(i);
         limiter->remote_tables_.push_back(limiter->tables_[i].get());
+        if (IsConcurrency(limiter->configs_[i]))
+          limiter->remote_held_.push_back(limiter->tables_[i].get());
       } else if (IsShape(limiter->configs_[i])) {
         limiter->local_shape_ = i;
       } else {
@@ -510,6 +513,31 @@ absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, 
   }
   remote_->DecideBatch(remote_tables_, key, BatchOp::kRefund, taken.taken_at, cost,
                        taken.store_time, [](absl::StatusOr<BatchResult>) {});
+  return result;
+}
+
+absl::Status Limiter::Release(std::string_view key, const PolicyDecision& taken, int64_t cost) {
+  if (!holds_) return absl::OkStatus();
+  SLUICE_FIT_KEY(key, absl::Status)
+  absl::Status result;
+  for (size_t i : order_) {
+    if (IsConcurrency(configs_[i]) && !is_remote_[i])
+      result.Update(tables_[i]->Refund(key, taken.taken_at, cost));
+  }
+  if (remote_held_.empty()) return result;
+  if (taken.store_error) {
+    // A timed-out call (taken.late) may hold a slot in the store or not:
+    // either way it ends with its lease. A `local` fallback's slot is here.
+    if (taken.late == nullptr && on_store_error_ == OnStoreError::kLocal) {
+      for (size_t i : remote_limits_) {
+        if (IsConcurrency(configs_[i]))
+          result.Update(fallback_[i]->Refund(key, taken.taken_at, cost));
+      }
+    }
+    return result;
+  }
+  remote_->DecideBatch(remote_held_, key, BatchOp::kRefund, taken.taken_at, cost, taken.store_time,
+                       [](absl::StatusOr<BatchResult>) {});
   return result;
 }
 

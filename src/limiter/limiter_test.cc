@@ -160,5 +160,79 @@ TEST_F(LimiterTest, CostWeighsRequests) {
   EXPECT_TRUE(never->can_never_pass());
 }
 
+// ---- concurrency limits (docs/concurrency.md) ----
+
+LimitOptions Concurrency(int64_t slots, Duration lease_ttl = Duration::Zero()) {
+  return {.algorithm = Algorithm::kConcurrency, .rate = {.limit = slots}, .lease_ttl = lease_ttl};
+}
+
+TEST_F(LimiterTest, ConcurrencyHoldsSlotsUntilReleasedWhileOtherLimitsKeepTheirTake) {
+  auto limiter = Make({Concurrency(2), L(Algorithm::kFixedWindow, "10/h")});
+  ASSERT_TRUE(limiter->holds());
+  const absl::StatusOr<PolicyDecision> first = limiter->Acquire("k");
+  const absl::StatusOr<PolicyDecision> second = limiter->Acquire("k");
+  ASSERT_TRUE(first->allowed && second->allowed);
+  const absl::StatusOr<PolicyDecision> third = limiter->Acquire("k");
+  EXPECT_FALSE(third->allowed);
+  EXPECT_EQ(third->limit_index, 0u);
+  // The longest a slot can still be held: its lease.
+  EXPECT_EQ(third->retry_after, kDefaultLeaseTtl);
+  EXPECT_TRUE(limiter->Acquire("other")->allowed);  // keys are apart
+
+  ASSERT_TRUE(limiter->Release("k", *first, 1).ok());
+  const absl::StatusOr<PolicyDecision> fourth = limiter->Acquire("k");
+  EXPECT_TRUE(fourth->allowed);
+  // The window kept what every admitted request took: 3 of 10 for "k".
+  const absl::StatusOr<std::vector<Decision>> state = limiter->Inspect("k", clock_.Now(), 0);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ((*state)[0].remaining, 0);
+  EXPECT_EQ((*state)[1].remaining, 7);
+}
+
+TEST_F(LimiterTest, AnUnreleasedSlotComesBackWhenItsLeaseEnds) {
+  auto limiter = Make({Concurrency(1, Duration::Seconds(5))});
+  ASSERT_TRUE(limiter->Acquire("k")->allowed);  // never released: its holder died
+  clock_.Advance(Duration::Millis(4999));
+  const absl::StatusOr<PolicyDecision> denied = limiter->Acquire("k");
+  EXPECT_FALSE(denied->allowed);
+  EXPECT_EQ(denied->retry_after, Duration::Millis(1));
+  clock_.Advance(Duration::Millis(1));
+  EXPECT_TRUE(limiter->Acquire("k")->allowed);
+}
+
+TEST_F(LimiterTest, ADenialByALaterLimitFreesTheSlot) {
+  auto limiter = Make({Concurrency(1), L(Algorithm::kFixedWindow, "1/h")});
+  const absl::StatusOr<PolicyDecision> first = limiter->Acquire("k");
+  ASSERT_TRUE(first->allowed);
+  ASSERT_TRUE(limiter->Release("k", *first, 1).ok());
+  // The slot is free and the window is spent: denied, and the slot the
+  // concurrency limit took for it is given back at once.
+  const absl::StatusOr<PolicyDecision> second = limiter->Acquire("k");
+  EXPECT_FALSE(second->allowed);
+  EXPECT_EQ(second->limit_index, 1u);
+  const absl::StatusOr<std::vector<Decision>> state = limiter->Inspect("k", clock_.Now(), 0);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ((*state)[0].remaining, 1);
+}
+
+TEST(ConcurrencyLimit, OptionsAreValidated) {
+  EXPECT_TRUE(MakeLimit(Concurrency(10)).ok());
+  EXPECT_THAT(MakeLimit(Concurrency(0)).status().message(), HasSubstr("limit must be 1 to"));
+  EXPECT_THAT(MakeLimit(Concurrency(10, Duration::Millis(10))).status().message(),
+              HasSubstr("lease_ttl must be 100ms to 1d"));
+  LimitOptions with_period = Concurrency(10);
+  with_period.rate.period = Duration::Seconds(1);
+  EXPECT_THAT(MakeLimit(with_period).status().message(), HasSubstr("has no period"));
+  LimitOptions ttl_elsewhere = L(Algorithm::kGcra, "10/s");
+  ttl_elsewhere.lease_ttl = Duration::Seconds(1);
+  EXPECT_THAT(MakeLimit(ttl_elsewhere).status().message(),
+              HasSubstr("lease_ttl applies only to concurrency"));
+  EXPECT_EQ(DescribeLimit(Concurrency(10)), "concurrency 10");
+  EXPECT_EQ(DescribeLimit(Concurrency(10, Duration::Seconds(90))), "concurrency 10 lease_ttl 90s");
+  EXPECT_EQ(AlgorithmFromName("concurrency"), Algorithm::kConcurrency);
+  EXPECT_TRUE(IsConcurrency(*MakeLimit(Concurrency(3))));
+  EXPECT_FALSE(IsConcurrency(*MakeLimit(L(Algorithm::kSlidingLog, "3/s"))));
+}
+
 }  // namespace
 }  // namespace sluice

@@ -172,7 +172,13 @@ class Run {
     for (size_t i : order_) {
       const Applied& a = applied_[i];
       const Policy& p = *a.policy;
-      const PolicyDecision& d = v.answers[i].decision;
+      PolicyDecision& d = v.answers[i].decision;
+      if (!d.allowed && p.Concurrent(d.limit_index) && !d.can_never_pass()) {
+        // The lease TTL bounds the wait; the hold estimate says when a slot
+        // usually frees.
+        const Duration hold = p.HoldEstimate();
+        if (hold > Duration::Zero() && hold < d.retry_after) d.retry_after = hold;
+      }
       if (d.store_error) p.CountStoreError();
       if (d.allowed) {
         p.Count(Policy::kAllowed);
@@ -247,6 +253,31 @@ bool InProcess(const std::vector<Applied>& applied) {
                      [](const Applied& a) { return a.policy->in_process(); });
 }
 
+namespace {
+bool HoldsSlots(const Applied& a, const Answer& answer) {
+  return answer.took && !answer.refunded && a.cost > 0 && a.policy->has_limiter() &&
+         a.policy->limiter().holds();
+}
+}  // namespace
+
+bool Holds(const std::vector<Applied>& applied, const Verdict& verdict) {
+  for (size_t i = 0; i < applied.size() && i < verdict.answers.size(); ++i) {
+    if (HoldsSlots(applied[i], verdict.answers[i])) return true;
+  }
+  return false;
+}
+
+void Release(const std::vector<Applied>& applied, const Verdict& verdict, Time now,
+             bool observe_hold) {
+  for (size_t i = 0; i < applied.size() && i < verdict.answers.size(); ++i) {
+    const Applied& a = applied[i];
+    const Answer& answer = verdict.answers[i];
+    if (!HoldsSlots(a, answer)) continue;
+    (void)a.policy->limiter().Release(*a.key, answer.decision, a.cost);
+    if (observe_hold) a.policy->ObserveHold(now - answer.decision.taken_at);
+  }
+}
+
 std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
                                           const Verdict& verdict) {
   std::vector<PolicyAnswer> out;
@@ -254,8 +285,10 @@ std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
     const Policy& p = *applied[i].policy;
     if (p.shadow()) continue;  // a trial: clients are not told about it
     const PolicyDecision& d = verdict.answers[i].decision;
-    out.push_back(
-        {.name = p.name(), .decision = d, .window_seconds = p.WindowSeconds(d.limit_index)});
+    out.push_back({.name = p.name(),
+                   .decision = d,
+                   .window_seconds = p.WindowSeconds(d.limit_index),
+                   .concurrent = p.Concurrent(d.limit_index)});
   }
   return out;
 }

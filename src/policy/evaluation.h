@@ -91,6 +91,18 @@ using VerdictCallback = std::function<void(Verdict)>;
 // `applied` must stay alive, with its policies, until `done` has run.
 void Evaluate(const std::vector<Applied>& applied, Time now, VerdictCallback done);
 
+// Gives back the slots an admitted request holds in concurrency limits
+// (Limiter::Release), once it is done (its response complete): call it
+// once per verdict, with the `applied` it was decided on, at `now`; the
+// hold it ends feeds the policy's hold estimate (Policy::HoldEstimate)
+// unless `observe_hold` is false (a front end that gives a slot back at
+// once, holding none).
+// Nothing for a verdict that holds nothing.
+void Release(const std::vector<Applied>& applied, const Verdict& verdict, Time now,
+             bool observe_hold = true);
+// Whether the verdict holds concurrency slots that Release gives back.
+bool Holds(const std::vector<Applied>& applied, const Verdict& verdict);
+
 // Whether Evaluate answers before it returns: every policy is in process.
 bool InProcess(const std::vector<Applied>& applied);
 // Evaluate, for policies that are all InProcess: the verdict, returned.

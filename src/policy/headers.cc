@@ -33,7 +33,8 @@ std::string RateLimitPolicyField(const std::vector<PolicyAnswer>& answers) {
   std::string out;
   for (const PolicyAnswer& a : answers) {
     if (!out.empty()) out += ", ";
-    out += Cat(SfString(a.name), ";q=", a.decision.limit, ";w=", a.window_seconds);
+    out += Cat(SfString(a.name), ";q=", a.decision.limit);
+    out += a.concurrent ? std::string(";qu=\"concurrent-requests\"") : Cat(";w=", a.window_seconds);
   }
   return out;
 }

@@ -21,10 +21,12 @@ struct PolicyAnswer {
   std::string name;
   PolicyDecision decision;
   int64_t window_seconds = 1;  // w= of the deciding limit
+  bool concurrent = false;     // a concurrency limit: qu="concurrent-requests", no w=
   bool shadow = false;         // decided, counted, never enforced
 };
 
-// `"login";q=40;w=60, "api";q=20;w=1`
+// `"login";q=40;w=60, "api";q=20;w=1`; a concurrency limit's answer:
+// `"upstream";q=10;qu="concurrent-requests"`.
 std::string RateLimitPolicyField(const std::vector<PolicyAnswer>& answers);
 // `"login";r=0;t=17`: t is the wait until the request could pass when
 // denied (never later than Retry-After), else the time until a full reset.

@@ -199,7 +199,26 @@ int64_t Policy::WindowSeconds(size_t index) const {
 
 Duration Policy::JitterFor(size_t index) const {
   if (config_.on_deny.retry_after_jitter) return *config_.on_deny.retry_after_jitter;
+  if (Concurrent(index) && HoldEstimate() > Duration::Zero()) {
+    return DefaultRetryAfterJitter(HoldEstimate());
+  }
   return DefaultRetryAfterJitter(Period(index));
+}
+
+bool Policy::Concurrent(size_t index) const {
+  return limiter_ != nullptr && index < limiter_->limits().size() &&
+         IsConcurrency(limiter_->limits()[index]);
+}
+
+void Policy::ObserveHold(Duration hold) const {
+  const int64_t us = std::max<int64_t>(1, hold.micros());
+  int64_t old = hold_us_->load(std::memory_order_relaxed);
+  // A lost update under contention only drops one sample of an average.
+  hold_us_->store(old == 0 ? us : old + (us - old) / 8, std::memory_order_relaxed);
+}
+
+Duration Policy::HoldEstimate() const {
+  return Duration::Micros(hold_us_->load(std::memory_order_relaxed));
 }
 
 Policy::Counters Policy::CountersFor(Metrics& metrics, const std::string& label, Outcome last) {

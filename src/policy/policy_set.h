@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -101,8 +102,18 @@ class Policy {
   // The period (seconds, rounded up) of limit `index`, for RateLimit-Policy w=.
   int64_t WindowSeconds(size_t index) const;
   // The Retry-After jitter for a denial by limit `index`: on_deny's, else
-  // the default for its period.
+  // the default for its period (a concurrency limit: for its hold estimate).
   Duration JitterFor(size_t index) const;
+  // Whether limit `index` is a concurrency limit.
+  bool Concurrent(size_t index) const;
+
+  // How long this policy's requests hold concurrency slots: a moving
+  // average of the holds Release ended (an eighth of each new one), zero
+  // before the first. A concurrency denial's Retry-After is at most this
+  // (the lease TTL bounds it; a typical hold ends much sooner). Shared by
+  // the copies of a policy; thread-safe.
+  void ObserveHold(Duration hold) const;
+  Duration HoldEstimate() const;
 
   // sluice_decisions_total{policy, outcome}, resolved once per load so the
   // hot path is one atomic add.
@@ -121,6 +132,7 @@ class Policy {
   Counters counters_{};
   Counter* store_errors_ = nullptr;
   bool shapes_ = false;
+  std::shared_ptr<std::atomic<int64_t>> hold_us_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 class PolicySet {

@@ -29,6 +29,10 @@ Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
   if (!verdict.error.ok()) {
     co_return HttpAnswer::Problem(400, "bad request", std::string(verdict.error.message()));
   }
+  // NGINX never says when the request it asked about ends: a concurrency
+  // limit here admits when a slot is free now and holds none.
+  if (policy::Holds(applied, verdict))
+    policy::Release(applied, verdict, ctx.state.clock->Now(), false);
   HttpAnswer answer;
   answer.status = 204;
   verdict.AppendHeaders(applied, set.config().server.legacy_headers, ctx.worker.rng,

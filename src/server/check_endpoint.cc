@@ -35,6 +35,9 @@ Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& ch
   if (!verdict.error.ok()) {
     co_return Checked::Failed({400, "bad request", std::string(verdict.error.message())});
   }
+  // A check holds no concurrency slot: it says whether one is free now.
+  if (policy::Holds(applied, verdict))
+    policy::Release(applied, verdict, ctx.state.clock->Now(), false);
   Checked out{verdict.allowed ? 200 : 429, CheckJson(item->policy, verdict), std::nullopt, {}};
   if (headers)
     verdict.AppendHeaders(applied, ctx.set->config().server.legacy_headers, ctx.worker.rng,

@@ -152,6 +152,26 @@ Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
   co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec, "exchange");
 }
 
+// Gives back what a verdict holds of concurrency limits when it goes.
+class SlotHold {
+ public:
+  SlotHold(const std::vector<policy::Applied>& applied, const policy::Verdict& verdict,
+           const Clock& clock)
+      : applied_(applied), verdict_(verdict), clock_(clock) {}
+  SlotHold(const SlotHold&) = delete;
+  SlotHold& operator=(const SlotHold&) = delete;
+  ~SlotHold() {
+    if (verdict_.allowed && policy::Holds(applied_, verdict_)) {
+      policy::Release(applied_, verdict_, clock_.Now());
+    }
+  }
+
+ private:
+  const std::vector<policy::Applied>& applied_;
+  const policy::Verdict& verdict_;
+  const Clock& clock_;
+};
+
 }  // namespace
 
 Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
@@ -176,6 +196,10 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   }
   HeaderList headers;
   ev.AppendHeaders(applied, sc.legacy_headers, w.rng, headers);
+  // An admitted request holds its concurrency slots until its upstream
+  // exchange is over (answered, failed or timed out), however this
+  // coroutine ends.
+  const SlotHold hold(applied, ev, *ctx.state.clock);
   if (!ev.allowed) {
     co_return MakeResponse(ev.status, req.version(), req.keep_alive(),
                            ProblemBody(ev.status, ev.violated, ev.detail),

@@ -216,6 +216,10 @@ absl::Status Reader::ReadGroup(const Value& v, Duration duration, ClientGroup& o
 // (docs/configuration.md), read from `f`, and validated at `v`.
 absl::StatusOr<LimitOptions> Reader::ReadLimit(const Value& v, const Fields& f) const {
   SLUICE_ASSIGN_OR_RETURN(LimitOptions out, ReadLimitOptions(f));
+  if (out.algorithm == Algorithm::kConcurrency) {
+    // A simulated request has no service time yet, so nothing would release it.
+    return Fail(v, "concurrency limits are not simulated yet: scenarios have no service times");
+  }
   if (absl::StatusOr<LimitConfig> config = MakeLimit(out); !config.ok())
     return Fail(v, config.status());
   return out;

@@ -167,6 +167,13 @@ struct Algo<SlidingLogConfig> {
   }
 };
 
+// A concurrency limit is the sliding log whose period is the lease TTL.
+template <>
+struct Algo<ConcurrencyConfig> : Algo<SlidingLogConfig> {
+  using Config = ConcurrencyConfig;
+  static constexpr std::string_view kName = "concurrency";
+};
+
 template <typename Config>
 const Rate& RateOfConfig(const Config& config) {
   return config.rate();

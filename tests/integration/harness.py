@@ -215,9 +215,15 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
         }
         with up.lock:
             up.requests.append(record)
-        delay = up.delay_for(self.path)
-        if delay > 0:
-            time.sleep(delay)
+            up.in_flight += 1
+            up.max_in_flight = max(up.max_in_flight, up.in_flight)
+        try:
+            delay = up.delay_for(self.path)
+            if delay > 0:
+                time.sleep(delay)
+        finally:
+            with up.lock:
+                up.in_flight -= 1
         payload = json.dumps({
             "upstream": up.name,
             "method": self.command,
@@ -284,6 +290,9 @@ class Upstream:
         self.slow_seconds = slow_seconds
         self.lock = threading.Lock()
         self.requests = []
+        # Requests being answered now, and the most at once (concurrency limits).
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.server = _EchoServer((HOST, port), _EchoHandler)
         self.server.upstream = self
         self.port = self.server.server_address[1]

@@ -2,6 +2,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
@@ -1141,11 +1142,15 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
   // A denial Redis gave for this batch that still stands answers at once;
   // a refund makes the key's denials uncertain. (Every key of a batch has
   // the same hash tag: one user key.)
+  // A concurrency limit's denial is never certain: a release frees a slot
+  // before the wait Redis gave.
+  const bool certain = std::none_of(tables.begin(), tables.end(),
+                                    [](const LimitTable* t) { return IsConcurrency(t->config()); });
   if (impl_->options.cache_denials) {
     std::string tag = keys.front().substr(0, keys.front().find('}') + 1);
     if (op == BatchOp::kRefund) {
       impl_->denials.Forget(tag);
-    } else {
+    } else if (certain) {
       for (const std::string& k : keys) p->id.append(k).push_back('\n');
       p->sent = impl_->options.use_caller_time ? now : SteadyNow();
       p->epoch = impl_->denials.Epoch(tag);

@@ -1230,8 +1230,8 @@ TEST_F(RedisStoreTest, RejectsLimitsTheScriptCannotComputeExactly) {
       {.name = "log", .limits = {L(Algorithm::kSlidingLog, "10001/1h")}, .stores = {redis.get()}});
   ASSERT_FALSE(limiter.ok());
   EXPECT_THAT(limiter.status().message(),
-              HasSubstr("sliding_log: limit 10001 is above 10000, the most a sliding_log keeps in "
-                        "Redis"));
+              HasSubstr("sliding_log: limit 10001 is above 10000, the most a sliding_log or "
+                        "concurrency limit keeps in Redis"));
 }
 
 // Regression: a sliding_log script walked a whole large log in one call (a

@@ -64,14 +64,16 @@ absl::Status ValidateForRedis(const LimitConfig& config) {
                     " (Lua computes in doubles, exact below 2^53); lower max_delay or queue"));
           }
         }
-        if constexpr (std::is_same_v<Config, SlidingLogConfig>) {
+        if constexpr (std::is_base_of_v<SlidingLogConfig, Config>) {
           // The script walks the entries that leave the window in one call;
           // Redis runs nothing else meanwhile, so the log is kept short.
           if (c.rate().limit > kMaxRedisSlidingLogLimit) {
             return absl::InvalidArgumentError(Cat(
-                "sliding_log: limit ", c.rate().limit, " is above ", kMaxRedisSlidingLogLimit,
-                ", the most a sliding_log keeps in Redis (its log is walked in one script call, "
-                "while Redis serves no one else); use sliding_window, or a local scope"));
+                AlgorithmName(AlgorithmOf(LimitConfig(c))), ": limit ", c.rate().limit,
+                " is above ", kMaxRedisSlidingLogLimit,
+                ", the most a sliding_log or concurrency limit keeps in Redis (its log is walked "
+                "in one script call, while Redis serves no one else); use sliding_window, or a "
+                "local scope"));
           }
         }
         // Window limits are at most 2^40 and periods at most 366 days < 2^45
@@ -96,7 +98,8 @@ std::string LimitParams(const LimitConfig& config) {
                      c.capacity(), " ", c.bound_ticks());
         } else if constexpr (std::is_same_v<Config, FixedWindowConfig>) {
           return WindowParams("fw", c);
-        } else if constexpr (std::is_same_v<Config, SlidingLogConfig>) {
+        } else if constexpr (std::is_base_of_v<SlidingLogConfig, Config>) {
+          // concurrency: the sliding log whose period is the lease TTL.
           return WindowParams("sl", c);
         } else {
           static_assert(std::is_same_v<Config, SlidingWindowConfig>);

@@ -1,0 +1,56 @@
+// sluice/algorithm/concurrency.h: at most `limit` requests of a key in
+// flight at once.
+//
+// A request that is admitted holds `cost` slots (1 for a request) until it
+// is released (Refund with the time it was admitted) or until `lease_ttl`
+// has passed since then, whichever comes first: a holder that dies without
+// releasing (a crashed instance, a client that went away) gives its slots
+// back when their lease ends, with nobody's help.
+//
+// The state is the sliding log's (window.h) with the lease TTL as its
+// period: one entry per admitted instant, an entry leaving the log when its
+// lease ends. Exact: at no instant do the held slots exceed the limit. A
+// denial's retry_after is when enough of the oldest leases end for the
+// request to fit: the latest it can be (an earlier release frees a slot
+// sooner), so a denial is never certain until then (a shared store must not
+// answer it from a cache). reset_after is when the newest lease ends.
+//
+// Releasing a lease twice gives back a later lease of the same key (slots
+// are counted, not named): release each at most once (the gateway does).
+//
+//   auto config = sluice::ConcurrencyConfig::Create({.limit = 10});
+//   sluice::SlidingLogState state;
+//   sluice::Decision d = sluice::Decide(*config, state, now, 1);  // holds a slot
+//   sluice::Refund(*config, state, now, 1);                       // gives it back
+#ifndef SLUICE_ALGORITHM_CONCURRENCY_H_
+#define SLUICE_ALGORITHM_CONCURRENCY_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "sluice/algorithm/window.h"
+#include "sluice/time.h"
+
+namespace sluice {
+
+// The lease of a slot when none is configured: longer than the gateway's
+// default upstream timeout (30 s), so a slow answer keeps its slot.
+inline constexpr Duration kDefaultLeaseTtl = Duration::Seconds(60);
+inline constexpr Duration kMinLeaseTtl = Duration::Millis(100);
+inline constexpr Duration kMaxLeaseTtl = Duration::Days(1);
+
+struct ConcurrencyOptions {
+  int64_t limit = 0;  // 1 .. kMaxSlidingLogLimit slots
+  Duration lease_ttl = kDefaultLeaseTtl;
+};
+
+// Decide, Check, Refund and FreshAt are the sliding log's (window.h): a
+// concurrency limit is a log whose entries live for the lease TTL.
+struct ConcurrencyConfig : SlidingLogConfig {
+  static absl::StatusOr<ConcurrencyConfig> Create(const ConcurrencyOptions& options);
+  Duration lease_ttl() const { return period(); }
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_ALGORITHM_CONCURRENCY_H_
