@@ -62,6 +62,11 @@ struct DecisionConfig {
   // From `tokens` and from the variable `token_env` names (read at load);
   // each at least kMinTokenLength visible ASCII characters.
   std::vector<std::string> tokens;
+  // Signs the lease tokens of /v1/acquire (docs/concurrency.md): the value
+  // of the variable `lease_secret_env` names, at least kMinTokenLength
+  // characters. Empty: a random secret per process (leases are then
+  // renewed and released only through the process that gave them).
+  std::string lease_secret;
   friend bool operator==(const DecisionConfig&, const DecisionConfig&) = default;
 };
 inline constexpr size_t kMinTokenLength = 16;

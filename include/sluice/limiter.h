@@ -151,6 +151,14 @@ class Limiter {
   // there: it ends with its lease_ttl. Release each decision at most once:
   // slots are counted, not named.
   absl::Status Release(std::string_view key, const PolicyDecision& taken, int64_t cost);
+  // Extends what `taken` holds of the concurrency limits: each gives back
+  // its slots and takes them again at `now` in one step, so a held slot is
+  // never lost to another request; the other limits are not asked. Allowed:
+  // the decision to release or renew next (its lease ends reset_after from
+  // now). Denied: the slots had already run out their lease and others took
+  // them; nothing is held any more. `done` as for AcquireAsync.
+  void RenewAsync(std::string_view key, Time now, const PolicyDecision& taken, int64_t cost,
+                  DecisionCallback done);
   // Whether some limit is a concurrency limit (what Release gives back).
   bool holds() const { return holds_; }
 

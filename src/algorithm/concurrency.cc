@@ -6,8 +6,8 @@ namespace sluice {
 
 absl::StatusOr<ConcurrencyConfig> ConcurrencyConfig::Create(const ConcurrencyOptions& options) {
   if (options.limit < 1 || options.limit > kMaxSlidingLogLimit) {
-    return absl::InvalidArgumentError(internal::Cat(
-        "limit must be 1 to ", kMaxSlidingLogLimit, " requests in flight, got ", options.limit));
+    return absl::InvalidArgumentError(internal::Cat("limit must be 1 to ", kMaxSlidingLogLimit,
+                                                    " requests in flight, got ", options.limit));
   }
   if (options.lease_ttl < kMinLeaseTtl || options.lease_ttl > kMaxLeaseTtl) {
     return absl::InvalidArgumentError(

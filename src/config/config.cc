@@ -177,8 +177,8 @@ absl::Status CheckToken(std::string_view token) {
 }
 
 absl::Status Parser::ReadDecision(const Value& v, DecisionConfig& out) const {
-  absl::StatusOr<Fields> f =
-      ReadMap(v, kMapOfKeys, {"listen", "on_gateway_listener", "tokens", "token_env"});
+  absl::StatusOr<Fields> f = ReadMap(
+      v, kMapOfKeys, {"listen", "on_gateway_listener", "tokens", "token_env", "lease_secret_env"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("listen")) {
     SLUICE_ASSIGN_OR_RETURN(out.listen, ReadHostPort(*x));
@@ -219,6 +219,16 @@ absl::Status Parser::ReadDecision(const Value& v, DecisionConfig& out) const {
       }
       rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
     }
+  }
+  if (const Value* x = f->Find("lease_secret_env")) {
+    absl::StatusOr<std::string> name = ReadScalar(*x, "an environment variable's name");
+    if (!name.ok()) return name.status();
+    const char* value = std::getenv(name->c_str());
+    if (value == nullptr || std::string_view(value).size() < kMinTokenLength) {
+      return Fail(*x, Cat("the environment has no ", *name, " of at least ", kMinTokenLength,
+                          " characters"));
+    }
+    out.lease_secret = value;
   }
   return absl::OkStatus();
 }

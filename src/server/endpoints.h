@@ -16,6 +16,12 @@ namespace sluice::server {
 // POST /v1/check (check_endpoint.cc, with check_api.h): one check or a batch.
 Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body);
 
+// POST /v1/acquire, /v1/renew and /v1/release (lease_endpoint.cc): slots of
+// concurrency limits held by callers of the decision API, with lease tokens
+// (lease_token.h). `path` is one of the three.
+Task<HttpAnswer> LeaseEndpoint(Context& ctx, std::string_view path, std::string_view method,
+                               std::string_view body);
+
 // GET /v1/auth and /v1/auth/{policy} (auth_endpoint.cc): NGINX
 // auth_request. `facts` describe the original request (X-Original-*);
 // `policy` names the one policy to apply, empty for every policy whose match

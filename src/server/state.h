@@ -10,10 +10,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "envoy/rls_server.h"
 #include "metrics/metrics.h"
 #include "policy/policy_set.h"
+#include "server/lease_token.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
 #include "sluice/store/memory_store.h"
@@ -35,6 +37,11 @@ struct ServerState {
 
   const Config config;  // as loaded at start (listeners, threads, limits of the process)
   const Clock* const clock;
+  // Signs the decision API's lease tokens (lease_token.h): server.decision's
+  // lease_secret_env as loaded at start, else random for this process.
+  const std::string lease_secret = config.server.decision.lease_secret.empty()
+                                       ? RandomLeaseSecret()
+                                       : config.server.decision.lease_secret;
   MemoryStore store;
   std::unique_ptr<RedisStore> redis;  // store.redis: the shared store of global limits
   metrics::Metrics metrics;

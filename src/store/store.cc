@@ -30,6 +30,21 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
   }
   bool denied = false;
   size_t taken = 0;
+  if (op == BatchOp::kRenew) {
+    for (LimitTable* table : tables) {
+      absl::StatusOr<Decision> d =
+          denied ? table->Check(key, now, cost) : table->Renew(key, taken_at, now, cost);
+      if (d.ok() && !d->allowed && !denied) denied = true;
+      if (d.ok() && d->allowed && !denied) ++taken;
+      if (!d.ok() || denied) {
+        for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost);
+        taken = 0;
+        if (!d.ok()) return d.status();
+      }
+      result.decisions.push_back(*d);
+    }
+    return result;
+  }
   for (LimitTable* table : tables) {
     absl::StatusOr<Decision> d = denied || op == BatchOp::kCheck ? table->Check(key, now, cost)
                                                                  : table->Decide(key, now, cost);

@@ -4,6 +4,7 @@ flight through the gateway, in one process on the memory store and across
 come back when their lease ends."""
 
 import concurrent.futures
+import os
 import signal
 import time
 import unittest
@@ -121,6 +122,121 @@ class RedisConcurrencyTest(RedisFleetTestCase):
             time.sleep(0.05)
         self.assertIsNotNone(freed, "the killed process' slots never came back")
         self.assertGreater(freed, 2.0)
+
+    def test_leases_renew_and_release_through_any_process_with_a_shared_secret(self):
+        redis = self.start_redis()
+        os.environ["SLUICE_TEST_LEASE_SECRET"] = "a-secret-the-fleet-shares"
+        self.addCleanup(os.environ.pop, "SLUICE_TEST_LEASE_SECRET", None)
+        config = (server_block(decision="{lease_secret_env: SLUICE_TEST_LEASE_SECRET}") +
+                  redis_store_block(url=redis.url, timeout="1s") + """\
+policies:
+  - name: jobs
+    limits:
+      - {algorithm: concurrency, limit: 2, lease_ttl: 1s}
+""")
+        a, b = self.start_fleet(config, 2)
+
+        def call(s, path, body):
+            return request(s.port, "POST", path, body=body,
+                           headers={"Content-Type": "application/json"})
+
+        def acquire(s):
+            return call(s, "/v1/acquire", {"policy": "jobs", "key": "k"})
+
+        first, second = acquire(a), acquire(a)
+        self.assertEqual((first.status, second.status), (200, 200))
+        self.assertEqual(acquire(b).status, 429)
+        self.assertEqual(call(b, "/v1/release", {"lease": first.json()["lease"]["id"]}).status, 200)
+        third = acquire(b)
+        self.assertEqual(third.status, 200)
+        time.sleep(0.6)
+        r = call(b, "/v1/renew", {"lease": second.json()["lease"]["id"]})
+        self.assertEqual(r.status, 200, r)
+        time.sleep(0.6)  # the third lease has ended, the renewed second has not
+        self.assertEqual(acquire(a).status, 200)
+        self.assertEqual(acquire(b).status, 429)
+
+
+class LeaseApiTest(SluiceTestCase):
+    """POST /v1/acquire, /v1/renew, /v1/release on the decision API."""
+
+    def setUp(self):
+        super().setUp()
+        self.start_sluice(server_block() + """\
+policies:
+  - name: jobs
+    limits:
+      - {algorithm: concurrency, limit: 2, lease_ttl: 1s}
+      - {algorithm: fixed_window, rate: 100/h}
+  - name: plain
+    limits:
+      - {algorithm: gcra, rate: 10/s}
+""")
+
+    def call(self, path, body):
+        return request(self.sluice.port, "POST", path, body=body,
+                       headers={"Content-Type": "application/json"})
+
+    def acquire(self, key="k"):
+        return self.call("/v1/acquire", {"policy": "jobs", "key": key})
+
+    def test_acquire_holds_until_release_and_renew_keeps_the_slot(self):
+        a, b = self.acquire(), self.acquire()
+        self.assertEqual((a.status, b.status), (200, 200), (a, b))
+        lease = a.json()["lease"]
+        self.assertEqual(lease["expires_in_ms"], 1000)
+        self.assertEqual(ratelimit_members(a.header("RateLimit-Policy"))["jobs"]["qu"],
+                         "concurrent-requests")
+        denied = self.acquire()
+        self.assertEqual(denied.status, 429, denied)
+        self.assertNotIn("lease", denied.json())
+        # A release frees the slot at once.
+        r = self.call("/v1/release", {"lease": lease["id"]})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json(), {"released": True})
+        c = self.acquire()
+        self.assertEqual(c.status, 200, c)
+        # Renewed past its first lease, b's slot is still held: a and c's
+        # slot are gone with their leases, b's is not.
+        time.sleep(0.6)
+        r = self.call("/v1/renew", {"lease": b.json()["lease"]["id"]})
+        self.assertEqual(r.status, 200, r)
+        renewed = r.json()["lease"]["id"]
+        time.sleep(0.6)  # c's lease has ended, b's renewed one has not
+        self.assertEqual(self.acquire().status, 200)
+        self.assertEqual(self.acquire().status, 429)
+        self.assertEqual(self.call("/v1/release", {"lease": renewed}).status, 200)
+        self.assertEqual(self.acquire().status, 200)
+
+    def test_a_lease_that_ran_out_and_lost_its_slot_is_not_renewed(self):
+        a = self.acquire()
+        time.sleep(1.1)
+        self.assertEqual(self.acquire().status, 200)
+        self.assertEqual(self.acquire().status, 200)
+        r = self.call("/v1/renew", {"lease": a.json()["lease"]["id"]})
+        self.assert_problem(r, 409)
+
+    def test_leases_cannot_be_forged_or_misused(self):
+        lease = self.acquire().json()["lease"]["id"]
+        payload, mac = lease.split(".")
+        # Another cost or key under the same signature is refused.
+        forged = "A" + payload[1:] + "." + mac
+        for body in ({"lease": forged}, {"lease": lease + "x"}, {"lease": "nope"}, {"lease": 7},
+                     {}, {"lease": lease, "extra": 1}, [lease]):
+            for path in ("/v1/release", "/v1/renew"):
+                self.assert_problem(self.call(path, body), 400)
+        # A policy without a concurrency limit has no slot to hold.
+        r = self.call("/v1/acquire", {"policy": "plain", "key": "k"})
+        self.assert_problem(r, 400)
+        self.assert_problem(self.call("/v1/acquire", {"policy": "nope", "key": "k"}), 404)
+        self.assert_problem(self.call("/v1/acquire", [{"policy": "jobs", "key": "k"}]), 400)
+        r = request(self.sluice.port, "GET", "/v1/acquire")
+        self.assert_problem(r, 405)
+        # The check endpoint holds nothing: it only says whether a slot is free.
+        for _ in range(5):
+            r = self.call("/v1/check", {"policy": "jobs", "key": "c"})
+            self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.acquire("c").status, 200)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,16 @@ class LimitTable {
   // same request denied it: all-or-nothing).
   virtual absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) = 0;
 
+  // Refund(key, taken_at, cost) and then Decide(key, now, cost) as one step,
+  // nobody else deciding between them: a concurrency limit's lease extended
+  // (its slot is kept, never lost to another request). The default runs the
+  // two one after the other; stores override it to make it one step.
+  virtual absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now,
+                                         int64_t cost) {
+    if (absl::Status s = Refund(key, taken_at, cost); !s.ok()) return s;
+    return Decide(key, now, cost);
+  }
+
   virtual const LimitConfig& config() const = 0;
 };
 
@@ -64,6 +74,7 @@ enum class BatchOp {
   kDecide,  // all-or-nothing: take `cost` from every limit only if all allow
   kCheck,   // answer as kDecide would, taking nothing
   kRefund,  // give back `cost` taken at `taken_at` (leaky_bucket shape excepted)
+  kRenew,   // kRefund, then kDecide at `now`, as one step (LimitTable::Renew)
 };
 
 struct BatchResult {
@@ -71,6 +82,7 @@ struct BatchResult {
   // of what this call took passes it back as `taken_at`.
   Time store_time;
   // One per table, in the order given. Empty for kRefund.
+  // kRenew: denied anywhere, nothing stays taken anywhere.
   std::vector<Decision> decisions;
 };
 

@@ -102,6 +102,21 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now,
+                                 int64_t cost) override {
+    if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+    const size_t hash = KeyHash{}(key);
+    Shard& shard = ShardFor(hash);
+    {
+      std::lock_guard lock(shard.lock);
+      if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+        RefundInPlace(config_, it->second, taken_at, cost);
+        return DecideInPlace(config_, it->second, now, cost);
+      }
+    }
+    return Decide(key, now, cost);  // nothing left to give back: a new key
+  }
+
   const LimitConfig& config() const override { return limit_config_; }
 
   SweepProgress Sweep(SweepCursor& cursor, const SweepRule& rule, int64_t max_visits,

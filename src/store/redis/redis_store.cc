@@ -132,6 +132,10 @@ class RedisTable final : public LimitTable {
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) override {
     return One(key, BatchOp::kRefund, taken_at, cost, taken_at).status();
   }
+  absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now,
+                                 int64_t cost) override {
+    return One(key, BatchOp::kRenew, now, cost, taken_at);
+  }
   const LimitConfig& config() const override { return config_; }
 
   const std::string& name() const { return name_; }
@@ -1123,6 +1127,7 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
   }
   redis::ScriptArgs args{.op = op == BatchOp::kDecide  ? redis::ScriptOp::kDecide
                                : op == BatchOp::kCheck ? redis::ScriptOp::kCheck
+                               : op == BatchOp::kRenew ? redis::ScriptOp::kRenew
                                                        : redis::ScriptOp::kRefund,
                          .cost = cost,
                          .taken_at = taken_at};
@@ -1148,7 +1153,7 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
                                     [](const LimitTable* t) { return IsConcurrency(t->config()); });
   if (impl_->options.cache_denials) {
     std::string tag = keys.front().substr(0, keys.front().find('}') + 1);
-    if (op == BatchOp::kRefund) {
+    if (op == BatchOp::kRefund || op == BatchOp::kRenew) {
       impl_->denials.Forget(tag);
     } else if (certain) {
       for (const std::string& k : keys) p->id.append(k).push_back('\n');

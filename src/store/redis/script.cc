@@ -146,6 +146,7 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
   AppendBulk(a, args.op == ScriptOp::kDecide  ? "D"
                 : args.op == ScriptOp::kCheck ? "C"
                 : args.op == ScriptOp::kLease ? "L"
+                : args.op == ScriptOp::kRenew ? "N"
                                               : "R");
   if (args.now.has_value()) {
     AppendNumber(a, args.now->unix_micros());
@@ -153,7 +154,7 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
     AppendBulk(a, "");
   }
   AppendNumber(a, std::clamp<int64_t>(args.cost, 0, kMaxScriptCost));
-  if (args.op == ScriptOp::kRefund) {
+  if (args.op == ScriptOp::kRefund || args.op == ScriptOp::kRenew) {
     AppendNumber(a, args.taken_at.unix_micros());
   } else if (args.op == ScriptOp::kLease) {
     AppendNumber(a, std::max<int64_t>(0, args.lead.micros()));

@@ -87,6 +87,7 @@ enum class ScriptOp {
   kCheck,   // the same decisions, nothing written
   kRefund,  // give back `cost` taken at `taken_at` (leaky shape limits keep it)
   kLease,   // kDecide of one gcra or token_bucket limit, its slots `lead` ahead
+  kRenew,   // kRefund of `cost` taken at `taken_at`, then kDecide, in one part
 };
 
 struct ScriptArgs {
@@ -98,7 +99,8 @@ struct ScriptArgs {
   // Weight of the request, >= 0. Costs above 2^52 are sent as 2^52, which
   // decides the same: every capacity is below it.
   int64_t cost = 1;
-  // kRefund only: the time the cost was taken (ScriptResult::now of that call).
+  // kRefund and kRenew: the time the cost was taken (ScriptResult::now of
+  // that call).
   Time taken_at;
   // kLease only: decide as if at least this much of the bucket were used
   // (its fill time), so that the `cost` slots taken lie at least this far

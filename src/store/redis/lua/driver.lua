@@ -18,6 +18,8 @@
 -- op "C": the same decisions, never written.
 -- op "R": gives `cost` taken at taken_at_us back to every limit but a
 -- leaky_bucket shape one, whose departure slot is kept.
+-- op "N": R of `cost` taken at taken_at_us, then D, in one step (a
+-- concurrency limit's lease renewed: its slot is never lost to another).
 -- op "L": a leased slice of one gcra or token_bucket limit: D of `cost`
 -- deciding as if at least taken_at_us (the lead) of the bucket were used,
 -- so its slots lie at least that far ahead of now.
@@ -26,7 +28,7 @@
 -- decimal time is used instead (the parity tests replay times), and then
 -- keys get no expiry, since that time is not Redis' clock.
 --
--- Reply, part after part: the part's now_us followed, for D and C, by six
+-- Reply, part after part: the part's now_us followed, for D, C, L and N, by six
 -- integers per limit: allowed (0/1), limit, remaining, reset_after_us,
 -- retry_after_us (-1: never), delay_us. A part that fails (a key holding
 -- another type, a malformed state) is one error string instead; the parts
@@ -65,6 +67,15 @@ end
 -- One part: keys[k .. k+n-1], limit strings args[a .. a+n-1]. Appends its
 -- answer to `reply` (a failure midway leaves elements the caller removes).
 local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
+  if op == 'N' then
+    -- A renewed lease: what was taken at taken_at goes back, then D, with
+    -- no other call between (a concurrency limit keeps its slot).
+    for i = 0, n - 1 do
+      local l = limit_of(args[a + i])
+      if l.algo.refund then l.algo.refund(l.params, keys[k + i], ctx, taken_at, cost) end
+    end
+    op = 'D'
+  end
   if op == 'R' then
     for i = 0, n - 1 do
       local l = limit_of(args[a + i])
@@ -211,7 +222,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         m = m + 7
       end
       at_key, at_arg, at_run = k + g, after, 0
-    elseif op == 'D' or op == 'C' or op == 'R' or op == 'L' then
+    elseif op == 'D' or op == 'C' or op == 'R' or op == 'L' or op == 'N' then
       local n, first = tonum(args[a + 4]), a + PART_ARGS
       if n == nil or n < 1 or n ~= floor(n) or first + n - 1 > nargs or k + n - 1 > nkeys then
         malformed_part(a)
@@ -227,11 +238,11 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       end
       local cost = cost_of(args[a + 2])
       local taken_at = 0
-      if op == 'R' or op == 'L' then taken_at = int_arg(args[a + 3], 'taken_at_us') end
+      if op == 'R' or op == 'L' or op == 'N' then taken_at = int_arg(args[a + 3], 'taken_at_us') end
       run_part(op, ctx, cost, taken_at, keys, k, args, first, n, reply)
       at_key, at_arg = next_key, next_arg
     else
-      malformed = 'sluice: op must be D, C, R, L, d, c or *, got "' .. tostring(op) .. '"'
+      malformed = 'sluice: op must be D, C, R, L, N, d, c or *, got "' .. tostring(op) .. '"'
       return
     end
   end

@@ -1,0 +1,184 @@
+// POST /v1/acquire, /v1/renew and /v1/release: concurrency limits for
+// callers of the decision API (docs/concurrency.md). An acquire is a check
+// whose concurrency slots stay held; its answer carries a lease (a signed
+// token, lease_token.h) that renews or releases them.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/cat.h"
+#include "nlohmann/json.hpp"
+#include "policy/headers.h"
+#include "server/check_api.h"
+#include "server/endpoints.h"
+#include "server/lease_token.h"
+
+namespace sluice::server {
+// (A named namespace: see check_endpoint.cc.)
+namespace lease_endpoint {
+
+using internal::Cat;
+
+HttpAnswer Problem(int status, std::string_view title, std::string detail) {
+  return HttpAnswer::Problem(status, std::string(title), std::move(detail));
+}
+
+// The policy's shortest lease: how long its slots stay held unrenewed.
+Duration LeaseTtlOf(const policy::Policy& p) {
+  Duration ttl = Duration::Infinite();
+  for (const LimitConfig& limit : p.limiter().limits()) {
+    if (const auto* c = std::get_if<ConcurrencyConfig>(&limit)) ttl = std::min(ttl, c->lease_ttl());
+  }
+  return ttl;
+}
+
+// The policy named `name`, if it has a concurrency limit; else the problem.
+std::variant<const policy::Policy*, HttpAnswer> LeasingPolicy(const policy::PolicySet& set,
+                                                              std::string_view name) {
+  const policy::Policy* p = set.Find(name);
+  if (p == nullptr) return Problem(404, "unknown policy", Cat("no policy named \"", name, "\""));
+  if (!p->has_limiter() || !p->limiter().holds()) {
+    return Problem(400, "bad request",
+                   Cat("policy \"", name,
+                       "\" has no concurrency limit: there is no slot to hold (use /v1/check)"));
+  }
+  return p;
+}
+
+// `,"lease":{"id":...,"expires_in_ms":...}` for `d`, taken by `applied`.
+std::string LeaseJson(const ServerState& state, const policy::Applied& applied,
+                      const PolicyDecision& d) {
+  const LeaseToken token{.policy = applied.policy->name(),
+                         .key = *applied.key,
+                         .cost = applied.cost,
+                         .taken_at = d.taken_at,
+                         .store_time = d.store_time,
+                         .store_error = d.store_error};
+  std::string out = ",\"lease\":{\"id\":";
+  policy::AppendJsonString(out, EncodeLeaseToken(token, state.lease_secret));
+  out += Cat(",\"expires_in_ms\":", LeaseTtlOf(*applied.policy).CeilMillis(), "}");
+  return out;
+}
+
+// {"lease": "<token>"}: the token, read and verified.
+std::variant<LeaseToken, HttpAnswer> ReadLease(const ServerState& state, std::string_view body) {
+  if (body.size() > kMaxLeaseTokenLength + 64) {
+    return Problem(400, "bad request", "the body is longer than a lease");
+  }
+  const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return Problem(400, "bad request", "the body must be a JSON object: {\"lease\": \"...\"}");
+  }
+  for (const auto& [k, v] : json.items()) {
+    if (k != "lease") return Problem(400, "bad request", Cat("unknown field \"", k, "\""));
+  }
+  const auto lease = json.find("lease");
+  if (lease == json.end() || !lease->is_string()) {
+    return Problem(400, "bad request", "\"lease\" (the id /v1/acquire gave) is required");
+  }
+  if (state.lease_secret.empty()) {
+    return Problem(503, "unavailable", "this server has no lease secret");
+  }
+  absl::StatusOr<LeaseToken> token = DecodeLeaseToken(lease->get<std::string>(), state.lease_secret);
+  if (!token.ok()) return Problem(400, "bad request", std::string(token.status().message()));
+  return *std::move(token);
+}
+
+Task<HttpAnswer> Acquire(Context& ctx, std::string_view body) {
+  std::variant<CheckBody, CheckError> read = ReadCheckBody(body);
+  if (const CheckError* e = std::get_if<CheckError>(&read)) {
+    co_return Problem(e->status, e->title, e->detail);
+  }
+  const CheckBody& checks = std::get<CheckBody>(read);
+  if (checks.batch) co_return Problem(400, "bad request", "one acquire per call, not a batch");
+  const auto* item = std::get_if<CheckItem>(&checks.checks[0]);
+  if (item == nullptr) {
+    const CheckError& e = std::get<CheckError>(checks.checks[0]);
+    co_return Problem(e.status, e.title, e.detail);
+  }
+  std::variant<const policy::Policy*, HttpAnswer> leasing = LeasingPolicy(*ctx.set, item->policy);
+  if (HttpAnswer* a = std::get_if<HttpAnswer>(&leasing)) co_return std::move(*a);
+  if (ctx.state.lease_secret.empty()) {
+    co_return Problem(503, "unavailable", "this server has no lease secret");
+  }
+  std::variant<policy::Applied, CheckError> prepared = PrepareCheck(*ctx.set, *item);
+  if (const CheckError* e = std::get_if<CheckError>(&prepared)) {
+    co_return Problem(e->status, e->title, e->detail);
+  }
+  const std::vector<policy::Applied> applied = {std::get<policy::Applied>(std::move(prepared))};
+  const policy::Verdict verdict = co_await DecideTimed(ctx, applied);
+  if (!verdict.error.ok()) {
+    co_return Problem(400, "bad request", std::string(verdict.error.message()));
+  }
+  std::string json = CheckJson(item->policy, verdict);
+  if (policy::Holds(applied, verdict)) {
+    json.pop_back();  // the object's '}'
+    json += LeaseJson(ctx.state, applied[0], verdict.answers[0].decision);
+    json.push_back('}');
+  }
+  HeaderList headers;
+  verdict.AppendHeaders(applied, ctx.set->config().server.legacy_headers, ctx.worker.rng, headers);
+  co_return HttpAnswer::Json(verdict.allowed ? 200 : 429, std::move(json), std::move(headers));
+}
+
+Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
+  std::variant<LeaseToken, HttpAnswer> read = ReadLease(ctx.state, body);
+  if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) co_return std::move(*a);
+  const LeaseToken& lease = std::get<LeaseToken>(read);
+  std::variant<const policy::Policy*, HttpAnswer> leasing = LeasingPolicy(*ctx.set, lease.policy);
+  if (HttpAnswer* a = std::get_if<HttpAnswer>(&leasing)) co_return std::move(*a);
+  const policy::Policy& p = *std::get<const policy::Policy*>(leasing);
+  const Time now = ctx.state.clock->Now();
+  const PolicyDecision taken = lease.Taken();
+  const absl::StatusOr<PolicyDecision> renewed = co_await Await<absl::StatusOr<PolicyDecision>>(
+      ctx.worker.ioc, [&](DecisionCallback done) {
+        p.limiter().RenewAsync(lease.key, now, taken, lease.cost, std::move(done));
+      });
+  if (!renewed.ok()) {
+    const bool store = absl::IsUnavailable(renewed.status()) ||
+                       absl::IsDeadlineExceeded(renewed.status());
+    co_return Problem(store ? 503 : 400, store ? "unavailable" : "bad request",
+                      std::string(renewed.status().message()));
+  }
+  if (!renewed->allowed) {
+    co_return Problem(409, "lease lost",
+                      "the lease had run out and its slot was taken: acquire again");
+  }
+  const policy::Applied applied{.policy = &p, .key = lease.key, .cost = lease.cost};
+  std::string json = "{\"renewed\":true";
+  json += LeaseJson(ctx.state, applied, *renewed);
+  json.push_back('}');
+  co_return HttpAnswer::Json(200, std::move(json));
+}
+
+Task<HttpAnswer> Release(Context& ctx, std::string_view body) {
+  std::variant<LeaseToken, HttpAnswer> read = ReadLease(ctx.state, body);
+  if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) co_return std::move(*a);
+  const LeaseToken& lease = std::get<LeaseToken>(read);
+  std::variant<const policy::Policy*, HttpAnswer> leasing = LeasingPolicy(*ctx.set, lease.policy);
+  if (HttpAnswer* a = std::get_if<HttpAnswer>(&leasing)) co_return std::move(*a);
+  const policy::Policy& p = *std::get<const policy::Policy*>(leasing);
+  if (absl::Status s = p.limiter().Release(lease.key, lease.Taken(), lease.cost); !s.ok()) {
+    co_return Problem(400, "bad request", std::string(s.message()));
+  }
+  p.ObserveHold(ctx.state.clock->Now() - lease.taken_at);
+  co_return HttpAnswer::Json(200, "{\"released\":true}");
+}
+
+}  // namespace lease_endpoint
+
+Task<HttpAnswer> LeaseEndpoint(Context& ctx, std::string_view path, std::string_view method,
+                               std::string_view body) {
+  if (method != "POST") {
+    HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", Cat("use POST ", path));
+    answer.headers.emplace_back("Allow", "POST");
+    co_return answer;
+  }
+  if (path == "/v1/acquire") co_return co_await lease_endpoint::Acquire(ctx, body);
+  if (path == "/v1/renew") co_return co_await lease_endpoint::Renew(ctx, body);
+  co_return co_await lease_endpoint::Release(ctx, body);
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,47 @@
+// Lease tokens of the decision API (POST /v1/acquire, /v1/renew,
+// /v1/release; docs/concurrency.md): what a release needs to give back the
+// slots a request holds (its policy, key, cost and when it took them), as
+// one opaque string signed with the server's lease secret (HMAC-SHA256), so
+// that a caller cannot release slots it was never given, nor more of them.
+//
+// The token is "<payload>.<mac>", both base64url without padding; the
+// payload is "cost taken_at_us store_time_us store_error policy_length
+// " followed by the policy's name and the key. Pure functions, fuzzed.
+#ifndef SLUICE_SERVER_LEASE_TOKEN_H_
+#define SLUICE_SERVER_LEASE_TOKEN_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "sluice/limiter.h"
+
+namespace sluice::server {
+
+struct LeaseToken {
+  std::string policy;
+  std::string key;
+  int64_t cost = 1;
+  Time taken_at;    // by the server's clock
+  Time store_time;  // by the store's (Redis' TIME, or taken_at)
+  bool store_error = false;
+
+  // What Limiter::Release and RenewAsync need of the decision that took.
+  PolicyDecision Taken() const;
+};
+
+// The longest token read: a policy name and a key of kMaxKeyLength bytes
+// fit with room to spare.
+inline constexpr size_t kMaxLeaseTokenLength = 4096;
+
+std::string EncodeLeaseToken(const LeaseToken& token, std::string_view secret);
+// InvalidArgument for anything but a token this secret signed.
+absl::StatusOr<LeaseToken> DecodeLeaseToken(std::string_view text, std::string_view secret);
+
+// 32 random bytes (the server's secret when the config gives none).
+std::string RandomLeaseSecret();
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_LEASE_TOKEN_H_
