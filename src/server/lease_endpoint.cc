@@ -81,7 +81,8 @@ std::variant<LeaseToken, HttpAnswer> ReadLease(const ServerState& state, std::st
   if (state.lease_secret.empty()) {
     return Problem(503, "unavailable", "this server has no lease secret");
   }
-  absl::StatusOr<LeaseToken> token = DecodeLeaseToken(lease->get<std::string>(), state.lease_secret);
+  absl::StatusOr<LeaseToken> token =
+      DecodeLeaseToken(lease->get<std::string>(), state.lease_secret);
   if (!token.ok()) return Problem(400, "bad request", std::string(token.status().message()));
   return *std::move(token);
 }
@@ -132,13 +133,13 @@ Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
   const policy::Policy& p = *std::get<const policy::Policy*>(leasing);
   const Time now = ctx.state.clock->Now();
   const PolicyDecision taken = lease.Taken();
-  const absl::StatusOr<PolicyDecision> renewed = co_await Await<absl::StatusOr<PolicyDecision>>(
-      ctx.worker.ioc, [&](DecisionCallback done) {
+  const absl::StatusOr<PolicyDecision> renewed =
+      co_await Await<absl::StatusOr<PolicyDecision>>(ctx.worker.ioc, [&](DecisionCallback done) {
         p.limiter().RenewAsync(lease.key, now, taken, lease.cost, std::move(done));
       });
   if (!renewed.ok()) {
-    const bool store = absl::IsUnavailable(renewed.status()) ||
-                       absl::IsDeadlineExceeded(renewed.status());
+    const bool store =
+        absl::IsUnavailable(renewed.status()) || absl::IsDeadlineExceeded(renewed.status());
     co_return Problem(store ? 503 : 400, store ? "unavailable" : "bad request",
                       std::string(renewed.status().message()));
   }

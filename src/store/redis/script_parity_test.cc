@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -116,6 +117,11 @@ class Twin {
     A::GiveBack(config_, *state_, taken_at, cost);
     DropIfFresh(now);
   }
+  // The store's renew: the refund, then the decide, as one step.
+  Decision Renew(Time now, Time taken_at, int64_t cost) {
+    Refund(now, taken_at, cost);
+    return Decide(now, cost);
+  }
   std::vector<std::string> Encoded() const {
     if (!state_) return {};
     return Encode(config_, *state_);
@@ -136,16 +142,18 @@ struct Op {
   ScriptOp kind = ScriptOp::kDecide;
   Time now;
   int64_t cost = 1;
-  Time taken_at;  // kRefund
+  Time taken_at;  // kRefund, kRenew
 };
 
 std::string OpString(const Op& op) {
   const char* kind = op.kind == ScriptOp::kDecide  ? "decide"
                      : op.kind == ScriptOp::kCheck ? "check"
+                     : op.kind == ScriptOp::kRenew ? "renew"
                                                    : "refund";
   std::string s = std::string(kind) + " cost " + std::to_string(op.cost) + " at " +
                   std::to_string(op.now.unix_micros()) + "us";
-  if (op.kind == ScriptOp::kRefund) s += " taken at " + std::to_string(op.taken_at.unix_micros());
+  if (op.kind == ScriptOp::kRefund || op.kind == ScriptOp::kRenew)
+    s += " taken at " + std::to_string(op.taken_at.unix_micros());
   return s;
 }
 
@@ -174,6 +182,7 @@ std::vector<Op> EdgeOps(const LimitConfig& config) {
   ops.push_back({ScriptOp::kCheck, t0, 1, {}});
   ops.push_back({ScriptOp::kRefund, t0, 1, t0});
   decide(t0, 1);
+  ops.push_back({ScriptOp::kRenew, t0 + Duration::Micros(1), 1, t0});
   decide(t0 + Duration::Micros(1), 1);
   decide(t0 + Duration::Micros(2), 2);
   decide(t0 + Duration::Micros(interval), 1);
@@ -231,6 +240,11 @@ std::vector<Op> RandomOps(uint64_t seed, const LimitConfig& config, int steps) {
     } else if (kind < 25) {
       const Time taken_at = at - Duration::Micros(rng.Uniform(0, 2 * options.rate.period.micros()));
       ops.push_back({ScriptOp::kRefund, at, rng.Uniform(0, 3), taken_at});
+    } else if (kind < 29 && !takes.empty()) {
+      // A renew of a recent take, which is then taken again now.
+      Op& take = takes[rng.Uniform(0, static_cast<int64_t>(takes.size()) - 1)];
+      ops.push_back({ScriptOp::kRenew, at, take.cost, take.now});
+      take.now = at;
     } else {
       const Op op{ScriptOp::kDecide, at, conformance::NextCost(rng, options.capacity), {}};
       ops.push_back(op);
@@ -308,6 +322,16 @@ std::vector<NamedLimit> ParityConfigs() {
     out.push_back({name + "_1perH", Window(algorithm, "1/h")});
   }
   out.push_back({"sliding_log_1000perDay", Window(Algorithm::kSlidingLog, "1000/day")});
+  // Concurrency: the sliding log with the lease TTL as its period.
+  for (const auto& [slots, ttl, name] :
+       {std::tuple{int64_t{3}, Duration::Millis(250), "concurrency_3_ttl250ms"},
+        std::tuple{int64_t{100}, Duration::Seconds(60), "concurrency_100_ttl1m"}}) {
+    LimitOptions options;
+    options.algorithm = Algorithm::kConcurrency;
+    options.rate.limit = slots;
+    options.lease_ttl = ttl;
+    out.push_back({name, options});
+  }
   // limit x period = 2^40 x 366 days, about 2^85: the products muldiv forms.
   out.push_back(
       {"sliding_window_2pow40per366d", Window(Algorithm::kSlidingWindow, "1099511627776/366d")});
@@ -325,7 +349,7 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
     const std::string key = "{parity}:" + GetParam().name;
     Command({"DEL", key});
     Twin<Config> twin(config);
-    const bool list = std::is_same_v<Config, SlidingLogConfig>;
+    const bool list = std::is_base_of_v<SlidingLogConfig, Config>;
     const std::string_view keys[] = {key};
     const std::string_view limits[] = {params};
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -357,6 +381,9 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
         ASSERT_TRUE(SameDecision(result->decisions[0], want)) << "op " << i << ": " << OpString(op);
       } else if (op.kind == ScriptOp::kCheck) {
         const Decision want = twin.Check(op.now, op.cost);
+        ASSERT_TRUE(SameDecision(result->decisions[0], want)) << "op " << i << ": " << OpString(op);
+      } else if (op.kind == ScriptOp::kRenew) {
+        const Decision want = twin.Renew(op.now, op.taken_at, op.cost);
         ASSERT_TRUE(SameDecision(result->decisions[0], want)) << "op " << i << ": " << OpString(op);
       } else {
         twin.Refund(op.now, op.taken_at, op.cost);
