@@ -176,8 +176,7 @@ class Run {
       if (!d.allowed && p.Concurrent(d.limit_index) && !d.can_never_pass()) {
         // The lease TTL bounds the wait; the hold estimate says when a slot
         // usually frees.
-        const Duration hold = p.HoldEstimate();
-        if (hold > Duration::Zero() && hold < d.retry_after) d.retry_after = hold;
+        d.retry_after = p.HoldCap(d.retry_after);
       }
       if (d.store_error) p.CountStoreError();
       if (d.allowed) {

@@ -210,16 +210,9 @@ bool Policy::Concurrent(size_t index) const {
          IsConcurrency(limiter_->limits()[index]);
 }
 
-void Policy::ObserveHold(Duration hold) const {
-  const int64_t us = std::max<int64_t>(1, hold.micros());
-  int64_t old = hold_us_->load(std::memory_order_relaxed);
-  // A lost update under contention only drops one sample of an average.
-  hold_us_->store(old == 0 ? us : old + (us - old) / 8, std::memory_order_relaxed);
-}
+void Policy::ObserveHold(Duration hold) const { holds_->Observe(hold); }
 
-Duration Policy::HoldEstimate() const {
-  return Duration::Micros(hold_us_->load(std::memory_order_relaxed));
-}
+Duration Policy::HoldEstimate() const { return holds_->value(); }
 
 Policy::Counters Policy::CountersFor(Metrics& metrics, const std::string& label, Outcome last) {
   static constexpr std::array<const char*, kOutcomes> kOutcomeNames = {

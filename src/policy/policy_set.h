@@ -107,13 +107,13 @@ class Policy {
   // Whether limit `index` is a concurrency limit.
   bool Concurrent(size_t index) const;
 
-  // How long this policy's requests hold concurrency slots: a moving
-  // average of the holds Release ended (an eighth of each new one), zero
-  // before the first. A concurrency denial's Retry-After is at most this
-  // (the lease TTL bounds it; a typical hold ends much sooner). Shared by
-  // the copies of a policy; thread-safe.
+  // How long this policy's requests hold concurrency slots (HoldAverage,
+  // sluice/algorithm/concurrency.h), from the holds Release ended: a
+  // concurrency denial's Retry-After is at most this. Shared by the copies
+  // of a policy; thread-safe.
   void ObserveHold(Duration hold) const;
   Duration HoldEstimate() const;
+  Duration HoldCap(Duration retry_after) const { return holds_->Cap(retry_after); }
 
   // sluice_decisions_total{policy, outcome}, resolved once per load so the
   // hot path is one atomic add.
@@ -132,7 +132,7 @@ class Policy {
   Counters counters_{};
   Counter* store_errors_ = nullptr;
   bool shapes_ = false;
-  std::shared_ptr<std::atomic<int64_t>> hold_us_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<HoldAverage> holds_ = std::make_shared<HoldAverage>();
 };
 
 class PolicySet {

@@ -36,6 +36,7 @@ using internal::Cat;
 // Stream numbers for Rng::Stream: sources take 0, 1, 2, ...
 constexpr uint64_t kServerJitterStream = 1'000'001;
 constexpr uint64_t kClientJitterStream = 1'000'002;
+constexpr uint64_t kServiceStream = 1'000'003;
 
 // ---- gates: who decides ----
 
@@ -49,6 +50,10 @@ class Gate {
   virtual ~Gate() = default;
   // `state` is the instance for local state, 0 for shared.
   virtual Answer Decide(size_t state, uint32_t key, Time now) = 0;
+  // A request admitted at `taken_at` is done: its concurrency slots go back.
+  virtual void Done(size_t state, uint32_t key, Time taken_at) = 0;
+  // Whether admitted requests hold slots until Done (a concurrency limit).
+  virtual bool holds() const = 0;
   absl::Status status;  // the first error, if a store ever reports one
 };
 
@@ -63,6 +68,12 @@ class DirectGate final : public Gate {
   Answer Decide(size_t state, uint32_t key, Time now) override {
     return {DecideInPlace(config_, states_[state * keys_ + key], now, 1), 0};
   }
+  void Done(size_t state, uint32_t key, Time taken_at) override {
+    if constexpr (std::is_same_v<Config, ConcurrencyConfig>) {
+      RefundInPlace(config_, states_[state * keys_ + key], taken_at, 1);
+    }
+  }
+  bool holds() const override { return std::is_same_v<Config, ConcurrencyConfig>; }
 
  private:
   Config config_;
@@ -102,6 +113,15 @@ class LimiterGate final : public Gate {
     }
     return {*d, d->limit_index};
   }
+  void Done(size_t state, uint32_t key, Time taken_at) override {
+    PolicyDecision taken;
+    taken.allowed = true;
+    taken.taken_at = taken.store_time = taken_at;
+    if (absl::Status s = limiters_[state]->Release(keys_[key], taken, 1); !s.ok() && status.ok()) {
+      status = s;
+    }
+  }
+  bool holds() const override { return limiters_.front()->holds(); }
 
  private:
   LimiterGate() = default;
@@ -192,6 +212,15 @@ int64_t NextArrival(Source& s) {
 
 // ---- the run ----
 
+// The first limit with a rate (a concurrency limit has none); none: a zero
+// rate, and the run measures no contract.
+Rate ContractOf(const LimiterSetup& setup) {
+  for (const LimitOptions& limit : setup.limits) {
+    if (limit.algorithm != Algorithm::kConcurrency) return limit.rate;
+  }
+  return Rate{};
+}
+
 class Engine {
  public:
   Engine(const Scenario& scenario, const LimiterSetup& setup, uint64_t seed)
@@ -201,17 +230,20 @@ class Engine {
         clock_(Time::UnixEpoch() + scenario.clock_start),
         server_rng_(Rng::Stream(seed, kServerJitterStream)),
         client_rng_(Rng::Stream(seed, kClientJitterStream)),
+        service_rng_(Rng::Stream(seed, kServiceStream)),
         per_second_(Duration::Seconds(1)),
-        contract_(scenario.contract ? *scenario.contract : setup.limits.front().rate) {}
+        contract_(scenario.contract ? *scenario.contract : ContractOf(setup)) {}
 
   absl::StatusOr<LimiterRun> Execute();
 
  private:
-  enum class Kind : uint8_t { kArrival, kRetry, kRelease };
+  enum class Kind : uint8_t { kArrival, kRetry, kRelease, kDone };
   struct Event {
     int64_t time_us;
     uint64_t seq;
     int64_t first_us;  // the request's first try
+    int64_t taken_us;  // kRelease, kDone: when it was admitted
+    uint32_t state;    // kRelease, kDone: the state (instance) that admitted it
     uint32_t client;   // within its group; for kArrival: the source index
     uint32_t key;
     uint32_t attempt;  // tries so far, this one included
@@ -242,7 +274,12 @@ class Engine {
 
   absl::Status Setup();
   void Attempt(const Event& e);
-  void Release(int64_t t_us, int64_t first_us, uint32_t key);
+  // An admitted request leaves the limiter (after any shaping delay) for the
+  // downstream or its service time.
+  void Release(int64_t t_us, const Event& admitted);
+  // It is done: it leaves the flight, and gives back its slots.
+  void Done(const Event& e);
+  int64_t ServiceMicros();
   // How long a rejected request waits before its next try; -1: given up.
   int64_t RetryWait(const RetryPolicy& policy, uint32_t attempt, const Answer& answer);
   LimiterRun Finish();
@@ -253,6 +290,9 @@ class Engine {
   ManualClock clock_;
   Rng server_rng_;
   Rng client_rng_;
+  Rng service_rng_;
+  HoldAverage holds_;               // what `sluice serve` caps a concurrency denial's wait at
+  std::vector<int64_t> in_flight_;  // per key: admitted, not yet done
 
   std::vector<uint32_t> key_base_;     // per group
   std::vector<uint32_t> client_base_;  // per group: index of its first client overall
@@ -319,7 +359,10 @@ absl::Status Engine::Setup() {
   if (!gate.ok()) return gate.status();
   gate_ = *std::move(gate);
   if (setup_.limits.size() == 1) key_names_.clear();  // only the limiter needs them
-  per_key_period_.assign(key_count_, RollingMax(contract_.period));
+  per_key_period_.assign(
+      key_count_,
+      RollingMax(contract_.period > Duration::Zero() ? contract_.period : Duration::Seconds(1)));
+  in_flight_.assign(key_count_, 0);
 
   const size_t seconds = static_cast<size_t>((duration_us_ + 999'999) / 1'000'000);
   for (auto* v : {&offered_s_, &admitted_s_, &rejected_s_, &retries_s_}) v->assign(seconds, 0);
@@ -383,7 +426,10 @@ absl::StatusOr<LimiterRun> Engine::Execute() {
         Attempt(e);
         break;
       case Kind::kRelease:
-        Release(e.time_us, e.first_us, e.key);
+        Release(e.time_us, e);
+        break;
+      case Kind::kDone:
+        Done(e);
         break;
     }
     if (run_.offered > kMaxAttempts) {
@@ -414,21 +460,27 @@ void Engine::Attempt(const Event& e) {
                    : static_cast<size_t>(round_robin_++ % scenario_.instances);
   }
   const size_t state = states_ == 1 ? 0 : instance;
-  const Answer answer = gate_->Decide(state, e.key, clock_.Now());
+  Answer answer = gate_->Decide(state, e.key, clock_.Now());
   const Decision& d = answer.decision;
   if (d.allowed) {
     ++run_.admitted;
     delay_.Add(d.delay);
+    Event admitted = e;
+    admitted.taken_us = t;
+    admitted.state = static_cast<uint32_t>(state);
     if (d.delay > Duration::Zero()) {
       ++run_.delayed;
-      Event release = e;
-      release.time_us = t + d.delay.micros();
-      release.kind = Kind::kRelease;
-      Push(release);
+      admitted.time_us = t + d.delay.micros();
+      admitted.kind = Kind::kRelease;
+      Push(admitted);
     } else {
-      Release(t, e.first_us, e.key);
+      Release(t, admitted);
     }
     return;
+  }
+  const size_t deciding = std::min(answer.limit_index, setup_.limits.size() - 1);
+  if (setup_.limits[deciding].algorithm == Algorithm::kConcurrency && !d.can_never_pass()) {
+    answer.decision.retry_after = holds_.Cap(d.retry_after);  // as `sluice serve` answers
   }
   ++run_.rejected;
   ++rejected_s_[second];
@@ -462,12 +514,18 @@ int64_t Engine::RetryWait(const RetryPolicy& policy, uint32_t attempt, const Ans
       // What `sluice serve` sends: whole seconds, never earlier than the
       // exact wait, plus uniform jitter (server/headers.h RetryAfterSeconds).
       Duration jitter;
+      const LimitOptions& limit =
+          setup_.limits[std::min(answer.limit_index, setup_.limits.size() - 1)];
       if (setup_.retry_after_jitter) {
         jitter = *setup_.retry_after_jitter;
+      } else if (limit.algorithm == Algorithm::kConcurrency && holds_.value() > Duration::Zero()) {
+        jitter = DefaultRetryAfterJitter(holds_.value());
       } else {
-        const Rate& rate =
-            setup_.limits[std::min(answer.limit_index, setup_.limits.size() - 1)].rate;
-        jitter = DefaultRetryAfterJitter(rate.period);
+        const Duration period =
+            limit.algorithm == Algorithm::kConcurrency
+                ? (limit.lease_ttl > Duration::Zero() ? limit.lease_ttl : kDefaultLeaseTtl)
+                : limit.rate.period;
+        jitter = DefaultRetryAfterJitter(period);
       }
       const int64_t seconds =
           (d.retry_after + Duration::Micros(server_rng_.UpTo(jitter.micros()))).CeilSeconds();
@@ -487,7 +545,31 @@ int64_t Engine::RetryWait(const RetryPolicy& policy, uint32_t attempt, const Ans
   return std::max<int64_t>(wait, 1);  // a retry is never at the same instant
 }
 
-void Engine::Release(int64_t t_us, int64_t first_us, uint32_t key) {
+int64_t Engine::ServiceMicros() {
+  const ServiceTime& s = *scenario_.service_time;
+  switch (s.kind) {
+    case ServiceTime::Kind::kConstant:
+      return s.a.micros();
+    case ServiceTime::Kind::kExponential:
+      return std::max<int64_t>(
+          1, std::llround(service_rng_.Exponential(static_cast<double>(s.a.micros()))));
+    case ServiceTime::Kind::kUniform:
+      return s.a.micros() + service_rng_.UpTo(s.b.micros() - s.a.micros());
+  }
+  return 0;
+}
+
+void Engine::Done(const Event& e) {
+  --in_flight_[e.key];
+  if (!gate_->holds()) return;
+  const Time taken = Time::UnixEpoch() + scenario_.clock_start + Duration::Micros(e.taken_us);
+  gate_->Done(e.state, e.key, taken);
+  holds_.Observe(Duration::Micros(e.time_us - e.taken_us));
+}
+
+void Engine::Release(int64_t t_us, const Event& admitted) {
+  const int64_t first_us = admitted.first_us;
+  const uint32_t key = admitted.key;
   if (const auto second = static_cast<size_t>(t_us / 1'000'000); second < admitted_s_.size()) {
     ++admitted_s_[second];
   }
@@ -502,6 +584,11 @@ void Engine::Release(int64_t t_us, int64_t first_us, uint32_t key) {
     const int64_t in_system = (backlog_scaled + service - 1) / service;
     if (scenario_.downstream->queue > 0 && in_system > scenario_.downstream->queue) {
       ++run_.dropped;  // one in service, `queue` waiting: no room
+      if (gate_->holds()) {
+        gate_->Done(
+            admitted.state, key,
+            Time::UnixEpoch() + scenario_.clock_start + Duration::Micros(admitted.taken_us));
+      }
       return;
     }
     const int64_t start_scaled = std::max(next_free_scaled_, now_scaled);
@@ -510,6 +597,16 @@ void Engine::Release(int64_t t_us, int64_t first_us, uint32_t key) {
     const int64_t wait_us = (start_scaled - now_scaled + capacity.limit - 1) / capacity.limit;
     run_.max_queue_wait = std::max(run_.max_queue_wait, Duration::Micros(wait_us));
     done_us = (next_free_scaled_ + capacity.limit - 1) / capacity.limit;
+  } else if (scenario_.service_time) {
+    done_us = t_us + ServiceMicros();
+  }
+  if (done_us > t_us || gate_->holds()) {
+    // In flight until done (a slot, when the gate holds one, until then).
+    run_.peak_in_flight = std::max(run_.peak_in_flight, ++in_flight_[key]);
+    Event done = admitted;
+    done.time_us = done_us;
+    done.kind = Kind::kDone;
+    Push(done);
   }
   ++run_.served;
   latency_.Add(Duration::Micros(done_us - first_us));
@@ -617,8 +714,22 @@ absl::Status Validate(const Scenario& s) {
     }
   }
   if (s.contract && !ValidateRate(*s.contract).ok()) return fail("invalid contract rate");
+  if (s.service_time) {
+    const ServiceTime& t = *s.service_time;
+    if (s.downstream) return fail("a downstream or a service time, not both");
+    if (t.a <= Duration::Zero() || t.a > kMaxServiceTime ||
+        (t.kind == ServiceTime::Kind::kUniform && (t.b < t.a || t.b > kMaxServiceTime))) {
+      return fail("service times are positive and at most 1h");
+    }
+  }
   for (const LimiterSetup& l : s.limiters) {
     if (l.limits.empty()) return fail(Cat("limiter ", l.name, ": no limits"));
+    for (const LimitOptions& limit : l.limits) {
+      if (limit.algorithm == Algorithm::kConcurrency && !s.downstream && !s.service_time) {
+        return fail(
+            Cat("limiter ", l.name, ": a concurrency limit needs a downstream or a service time"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -641,7 +752,8 @@ absl::StatusOr<Result> Simulate(const Scenario& scenario, uint64_t seed) {
                 .seed = seed,
                 .duration = scenario.duration,
                 .instances = scenario.instances,
-                .downstream = scenario.downstream};
+                .downstream = scenario.downstream,
+                .service_time = scenario.service_time};
   for (size_t i = 0; i < scenario.limiters.size(); ++i) {
     absl::StatusOr<LimiterRun> run = SimulateRun(scenario, i, seed);
     if (!run.ok()) return run.status();

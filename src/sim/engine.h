@@ -73,6 +73,9 @@ struct LimiterRun {
   Duration retry_wave;       // from the first retry's arrival to the last's
   int64_t peak_backlog = 0;  // downstream: most requests in it at once
   Duration max_queue_wait;   // downstream: longest wait before service
+  // Most requests of one key in flight at once (admitted, not yet done by
+  // the downstream or their service time): what a concurrency limit bounds.
+  int64_t peak_in_flight = 0;
 
   Series series;
 };
@@ -84,6 +87,7 @@ struct Result {
   Duration duration;
   int64_t instances = 1;
   std::optional<Downstream> downstream;
+  std::optional<ServiceTime> service_time;
   std::vector<LimiterRun> runs;  // in the scenario's limiter order
 };
 

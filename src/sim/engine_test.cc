@@ -35,6 +35,53 @@ limiters:
   EXPECT_EQ(r.limits, "token_bucket 10/s; fixed_window 50/min");
 }
 
+TEST(SimEngine, AConcurrencyLimitHoldsTheFlightAtItsSlots) {
+  // 100/s of requests that take 100 ms each: 10 in flight at once when
+  // nothing limits them; at most 4 with 4 slots, which the answers' service
+  // gives back (a slot per request, held exactly its 100 ms), so 40 a second
+  // pass.
+  const std::string scenario = R"(
+duration: 10s
+service_time: 100ms
+clients: [{name: c, key: group, traffic: [{constant: 100/s}]}]
+limiters:
+  - {algorithm: concurrency, limit: 4, lease_ttl: 30s}
+  - limits: [{algorithm: concurrency, limit: 4}, {algorithm: gcra, rate: 1000/s}]
+  - {algorithm: gcra, rate: 1000/s}
+)";
+  const Scenario s = Parse(scenario);
+  for (size_t i : {0, 1}) {
+    absl::StatusOr<LimiterRun> r = SimulateRun(s, i, 1);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->peak_in_flight, 4) << r->name;
+    EXPECT_EQ(r->admitted, 400) << r->name;
+  }
+  absl::StatusOr<LimiterRun> rate_only = SimulateRun(s, 2, 1);
+  ASSERT_TRUE(rate_only.ok());
+  EXPECT_EQ(rate_only->peak_in_flight, 10);
+  EXPECT_EQ(rate_only->admitted, 1000);
+}
+
+TEST(SimEngine, ServiceTimesAreDrawnFromTheirDistribution) {
+  // Exponential, mean 50 ms, 200/s for 10 s: about 10 in flight on
+  // average; the most at once is above that and bounded.
+  const LimiterRun r = RunOnly(R"(
+duration: 10s
+service_time: {exponential: 50ms}
+clients: [{name: c, key: group, traffic: [{poisson: 200/s}]}]
+limiters: [{algorithm: gcra, rate: 100000/s}]
+)");
+  EXPECT_GT(r.peak_in_flight, 12);
+  EXPECT_LT(r.peak_in_flight, 60);
+  const LimiterRun u = RunOnly(R"(
+duration: 10s
+service_time: {uniform: [10ms, 10ms]}
+clients: [{name: c, key: group, traffic: [{constant: 100/s}]}]
+limiters: [{algorithm: gcra, rate: 100000/s}]
+)");
+  EXPECT_EQ(u.peak_in_flight, 1);  // each done before the next, 10 ms apart
+}
+
 TEST(SimEngine, ShapingReleasesNoFasterThanTheRate) {
   const LimiterRun r = RunOnly(R"(
 duration: 1m

@@ -32,6 +32,14 @@ std::string Short(Duration d) {
   return Fixed(static_cast<double>(us) / 1e6, 0) + "s";
 }
 
+// Whether requests take time: a downstream serves them, or a service time.
+bool Serves(const Result& result) {
+  return result.downstream.has_value() || result.service_time.has_value();
+}
+
+// A run limited by concurrency alone has no rate to measure against.
+bool HasContract(const LimiterRun& r) { return r.contract.period > Duration::Zero(); }
+
 double Ratio(const LimiterRun& r) {
   return r.contract.limit > 0
              ? static_cast<double>(r.max_admitted_period) / static_cast<double>(r.contract.limit)
@@ -46,6 +54,7 @@ struct Metric {
   std::function<std::string(const LimiterRun&)> text;
   std::function<nlohmann::ordered_json(const LimiterRun&)> json;
   bool downstream_only = false;
+  bool served_only = false;  // shown when requests take time (a downstream or a service time)
 };
 
 Metric Count(std::string_view name, std::string_view label, int64_t LimiterRun::*field,
@@ -77,15 +86,25 @@ const std::vector<Metric>& Metrics() {
       Count("max_admitted_1s", "most admitted, any 1s", &LimiterRun::max_admitted_1s),
       {"max_admitted_period", "most admitted, any period",
        [](const LimiterRun& r) {
+         if (!HasContract(r)) return std::string("-");
          return Cat(r.max_admitted_period, " per ", FormatRate(r.contract));
        },
-       [](const LimiterRun& r) { return nlohmann::ordered_json(r.max_admitted_period); }},
-      {"contract", "", nullptr,
-       [](const LimiterRun& r) { return nlohmann::ordered_json(FormatRate(r.contract)); }},
-      {"period_ratio", "  x the contract",
-       [](const LimiterRun& r) { return Fixed(Ratio(r), 2) + "x"; },
        [](const LimiterRun& r) {
-         return nlohmann::ordered_json(std::round(Ratio(r) * 1000) / 1000);
+         return HasContract(r) ? nlohmann::ordered_json(r.max_admitted_period)
+                               : nlohmann::ordered_json();
+       }},
+      {"contract", "", nullptr,
+       [](const LimiterRun& r) {
+         return HasContract(r) ? nlohmann::ordered_json(FormatRate(r.contract))
+                               : nlohmann::ordered_json();
+       }},
+      {"period_ratio", "  x the contract",
+       [](const LimiterRun& r) {
+         return HasContract(r) ? Fixed(Ratio(r), 2) + "x" : std::string("-");
+       },
+       [](const LimiterRun& r) {
+         return HasContract(r) ? nlohmann::ordered_json(std::round(Ratio(r) * 1000) / 1000)
+                               : nlohmann::ordered_json();
        }},
       {"admitted_cv", "unevenness (cv per s)",
        [](const LimiterRun& r) { return Fixed(r.admitted_cv, 3); },
@@ -112,6 +131,9 @@ const std::vector<Metric>& Metrics() {
       Span(
           "max_queue_wait_ms", "downstream longest wait",
           [](const LimiterRun& r) { return r.max_queue_wait; }, true),
+      {"peak_in_flight", "peak in flight (one key)",
+       [](const LimiterRun& r) { return Cat(r.peak_in_flight); },
+       [](const LimiterRun& r) { return nlohmann::ordered_json(r.peak_in_flight); }, false, true},
   };
   return metrics;
 }
@@ -122,6 +144,12 @@ std::string Setting(const Result& result) {
   if (result.downstream) {
     out += Cat(", downstream ", FormatRate(result.downstream->capacity));
     if (result.downstream->queue > 0) out += Cat(" (queue ", result.downstream->queue, ")");
+  } else if (result.service_time) {
+    const ServiceTime& t = *result.service_time;
+    out += t.kind == ServiceTime::Kind::kConstant ? Cat(", service time ", FormatDuration(t.a))
+           : t.kind == ServiceTime::Kind::kExponential
+               ? Cat(", service time exponential, mean ", FormatDuration(t.a))
+               : Cat(", service time uniform ", FormatDuration(t.a), "..", FormatDuration(t.b));
   } else {
     out += ", no downstream";
   }
@@ -144,7 +172,9 @@ std::string FormatText(const Result& result) {
   std::string out = Cat(result.scenario, ": ", result.description, "\n", Setting(result), "\n");
   std::vector<const Metric*> rows;
   for (const Metric& m : Metrics()) {
-    if (m.text == nullptr || (m.downstream_only && !result.downstream)) continue;
+    if (m.text == nullptr || (m.downstream_only && !result.downstream) ||
+        (m.served_only && !Serves(result)))
+      continue;
     rows.push_back(&m);
   }
   size_t label_width = 0;
@@ -232,7 +262,7 @@ std::string FormatJson(const Result& result) {
     run["limits"] = r.limits;
     nlohmann::ordered_json metrics;
     for (const Metric& m : Metrics()) {
-      if (m.downstream_only && !result.downstream) continue;
+      if ((m.downstream_only && !result.downstream) || (m.served_only && !Serves(result))) continue;
       metrics[std::string(m.name)] = m.json(r);
     }
     run["metrics"] = metrics;

@@ -108,6 +108,16 @@ struct Downstream {
   int64_t queue = 0;  // most requests waiting; beyond, dropped. 0: unbounded
 };
 
+// How long an admitted request is in flight when there is no downstream:
+// what a concurrency limit's slots are held for.
+struct ServiceTime {
+  enum class Kind { kConstant, kExponential, kUniform };
+  Kind kind = Kind::kConstant;
+  Duration a;  // the time, the mean, or the low end
+  Duration b;  // kUniform: the high end
+};
+inline constexpr Duration kMaxServiceTime = Duration::Hours(1);
+
 enum class Balance {
   kRoundRobin,  // request n goes to instance n mod instances
   kSticky,      // a client always reaches the same instance
@@ -122,6 +132,10 @@ struct Scenario {
   int64_t instances = 1;
   Balance balance = Balance::kRoundRobin;
   std::optional<Downstream> downstream;
+  // An admitted request is in flight until the downstream completes it, or
+  // for its service time; without either, it completes at once (and a
+  // concurrency limit, which nothing would release, is refused).
+  std::optional<ServiceTime> service_time;
   // The contract "most admitted per period" is checked against. Unset: each
   // limiter's first limit.
   std::optional<Rate> contract;

@@ -44,9 +44,45 @@ class Reader : public internal::YamlReader {
   absl::Status ReadGroup(const Value& v, Duration duration, ClientGroup& out) const;
   absl::StatusOr<LimitOptions> ReadLimit(const Value& v, const Fields& f) const;
   absl::Status ReadLimiter(const Value& v, LimiterSetup& out);
+  absl::Status ReadServiceTime(const Value& v, ServiceTime& out) const;
 
   std::vector<std::string> warnings_;  // for Scenario::warnings
+  bool serves_ = false;                // a downstream or a service time: requests take time
 };
+
+// service_time: 200ms (constant), {exponential: 200ms} (the mean) or
+// {uniform: [100ms, 300ms]}.
+absl::Status Reader::ReadServiceTime(const Value& v, ServiceTime& out) const {
+  const internal::DurationBounds bounds{.min = Duration::Micros(1), .max = kMaxServiceTime};
+  if (v.node.IsScalar()) {
+    out.kind = ServiceTime::Kind::kConstant;
+    SLUICE_ASSIGN_OR_RETURN(out.a, ReadDuration(v, bounds));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Fields> f = ReadMap(v, "a duration, {exponential: MEAN} or {uniform: [LOW, HIGH]}",
+                                     {"constant", "exponential", "uniform"});
+  if (!f.ok()) return f.status();
+  const int given = (f->Find("constant") != nullptr) + (f->Find("exponential") != nullptr) +
+                    (f->Find("uniform") != nullptr);
+  if (given != 1) return Fail(v, "one of constant, exponential or uniform");
+  if (const Value* x = f->Find("constant")) {
+    out.kind = ServiceTime::Kind::kConstant;
+    SLUICE_ASSIGN_OR_RETURN(out.a, ReadDuration(*x, bounds));
+  } else if (const Value* x = f->Find("exponential")) {
+    out.kind = ServiceTime::Kind::kExponential;
+    SLUICE_ASSIGN_OR_RETURN(out.a, ReadDuration(*x, bounds));
+  } else {
+    const Value* u = f->Find("uniform");
+    absl::StatusOr<std::vector<Value>> ends = ReadList(*u, "[LOW, HIGH]");
+    if (!ends.ok()) return ends.status();
+    if (ends->size() != 2) return Fail(*u, "two durations: [LOW, HIGH]");
+    out.kind = ServiceTime::Kind::kUniform;
+    SLUICE_ASSIGN_OR_RETURN(out.a, ReadDuration((*ends)[0], bounds));
+    SLUICE_ASSIGN_OR_RETURN(out.b, ReadDuration((*ends)[1], bounds));
+    if (out.b < out.a) return Fail(*u, "HIGH must not be below LOW");
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Reader::ReadRetry(const Value& v, RetryPolicy& out) const {
   static constexpr internal::Choice<RetryKind> kPolicies[] = {
@@ -216,9 +252,11 @@ absl::Status Reader::ReadGroup(const Value& v, Duration duration, ClientGroup& o
 // (docs/configuration.md), read from `f`, and validated at `v`.
 absl::StatusOr<LimitOptions> Reader::ReadLimit(const Value& v, const Fields& f) const {
   SLUICE_ASSIGN_OR_RETURN(LimitOptions out, ReadLimitOptions(f));
-  if (out.algorithm == Algorithm::kConcurrency) {
-    // A simulated request has no service time yet, so nothing would release it.
-    return Fail(v, "concurrency limits are not simulated yet: scenarios have no service times");
+  if (out.algorithm == Algorithm::kConcurrency && !serves_) {
+    // Nothing would give a slot back: every request completes at once.
+    return Fail(v,
+                "a concurrency limit needs requests that take time: set the scenario's "
+                "service_time or downstream");
   }
   if (absl::StatusOr<LimitConfig> config = MakeLimit(out); !config.ok())
     return Fail(v, config.status());
@@ -227,11 +265,11 @@ absl::StatusOr<LimitOptions> Reader::ReadLimit(const Value& v, const Fields& f) 
 
 absl::Status Reader::ReadLimiter(const Value& v, LimiterSetup& out) {
   const std::initializer_list<std::string_view> kLimitKeys = {
-      "algorithm", "rate", "limit", "period", "burst", "mode", "max_delay", "queue"};
+      "algorithm", "rate", "limit", "period", "burst", "mode", "max_delay", "queue", "lease_ttl"};
   absl::StatusOr<Fields> f =
       ReadMap(v, kMapOfKeys,
               {"name", "scope", "retry_after_jitter", "retry", "limits", "algorithm", "rate",
-               "limit", "period", "burst", "mode", "max_delay", "queue"});
+               "limit", "period", "burst", "mode", "max_delay", "queue", "lease_ttl"});
   if (!f.ok()) return f.status();
   if (!v.node.IsMap())
     return Fail(v, "expected a limiter (a map with algorithm and rate, or limits)");
@@ -306,7 +344,7 @@ absl::StatusOr<Scenario> Reader::Run(std::string_view yaml, const std::string& d
   absl::StatusOr<Fields> f =
       ReadMap(top, kMapOfKeys,
               {"name", "description", "duration", "clock_start", "seed", "instances", "balance",
-               "downstream", "contract", "clients", "limiters"});
+               "downstream", "service_time", "contract", "clients", "limiters"});
   if (!f.ok()) return f.status();
   Scenario s;
   s.name = default_name;
@@ -350,9 +388,16 @@ absl::StatusOr<Scenario> Reader::Run(std::string_view yaml, const std::string& d
     }
     s.downstream = down;
   }
+  if (const Value* x = f->Find("service_time")) {
+    if (s.downstream) {
+      return Fail(*x, "give downstream (a server of a capacity) or service_time, not both");
+    }
+    SLUICE_RETURN_IF_ERROR(ReadServiceTime(*x, s.service_time.emplace()));
+  }
   if (const Value* x = f->Find("contract")) {
     SLUICE_ASSIGN_OR_RETURN(s.contract, ReadRate(*x));
   }
+  serves_ = s.downstream.has_value() || s.service_time.has_value();
 
   const Value* clients = f->Find("clients");
   if (clients == nullptr) return Fail(f->Missing("clients"), "required (a list of client groups)");

@@ -120,6 +120,27 @@ TEST(SimScenarioFile, UnknownKeyNamesFileLineAndKey) {
       "traffic)");
 }
 
+TEST(SimScenarioFile, ServiceTimesAndConcurrencyLimits) {
+  const std::string tail =
+      "clients: [{traffic: [{burst: 1}]}]\nlimiters: [{algorithm: concurrency, limit: 3}]\n";
+  absl::StatusOr<Scenario> s =
+      ParseScenario("duration: 1m\nservice_time: {uniform: [10ms, 30ms]}\n" + tail, "s.yaml", "s");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(s->service_time.has_value());
+  EXPECT_EQ(s->service_time->kind, ServiceTime::Kind::kUniform);
+  EXPECT_EQ(s->service_time->b, Duration::Millis(30));
+  EXPECT_EQ(s->limiters[0].limits[0].algorithm, Algorithm::kConcurrency);
+  EXPECT_THAT(ErrorOf("duration: 1m\n" + tail),
+              HasSubstr("a concurrency limit needs requests that take time"));
+  EXPECT_THAT(ErrorOf("duration: 1m\ndownstream: {capacity: 5/s}\nservice_time: 1s\n" + tail),
+              HasSubstr("give downstream (a server of a capacity) or service_time, not both"));
+  EXPECT_THAT(ErrorOf("duration: 1m\nservice_time: {uniform: [30ms, 10ms]}\n" + tail),
+              HasSubstr("HIGH must not be below LOW"));
+  EXPECT_THAT(ErrorOf("duration: 1m\nservice_time: {exponential: 1s, constant: 1s}\n" + tail),
+              HasSubstr("one of constant, exponential or uniform"));
+  EXPECT_THAT(ErrorOf("duration: 1m\nservice_time: 2h\n" + tail), HasSubstr("service_time"));
+}
+
 TEST(SimScenarioFile, BadValuesNameFileLineAndKey) {
   const std::string base = "duration: 1m\nclients: [{traffic: [{burst: 1}]}]\n";
   EXPECT_THAT(ErrorOf(base + "limiters:\n  - {algorithm: gcra, rate: 10/fortnight}\n"),

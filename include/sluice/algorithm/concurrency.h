@@ -25,6 +25,7 @@
 #ifndef SLUICE_ALGORITHM_CONCURRENCY_H_
 #define SLUICE_ALGORITHM_CONCURRENCY_H_
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,22 @@ inline constexpr Duration kMaxLeaseTtl = Duration::Days(1);
 struct ConcurrencyOptions {
   int64_t limit = 0;  // 1 .. kMaxSlidingLogLimit slots
   Duration lease_ttl = kDefaultLeaseTtl;
+};
+
+// How long requests held their slots: a moving average of the holds seen
+// (an eighth of each new one), zero before the first. A concurrency
+// denial's retry_after is the longest a slot can still be held (its lease);
+// a typical hold ends much sooner, and Cap says so. Thread-safe (relaxed: a
+// lost update under contention drops one sample of an average).
+class HoldAverage {
+ public:
+  void Observe(Duration hold);
+  Duration value() const { return Duration::Micros(us_.load(std::memory_order_relaxed)); }
+  // `retry_after` (a denial's lease bound), at most the average once there is one.
+  Duration Cap(Duration retry_after) const;
+
+ private:
+  std::atomic<int64_t> us_{0};
 };
 
 // Decide, Check, Refund and FreshAt are the sliding log's (window.h): a
