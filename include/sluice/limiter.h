@@ -159,6 +159,10 @@ class Limiter {
   // them; nothing is held any more. `done` as for AcquireAsync.
   void RenewAsync(std::string_view key, Time now, const PolicyDecision& taken, int64_t cost,
                   DecisionCallback done);
+  // Takes `cost` slots of the concurrency limits alone at `now`, all or
+  // nothing (a shaped request, released while it waited out its delay,
+  // holds them again). `done` as for RenewAsync.
+  void AcquireSlotsAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done);
   // Whether some limit is a concurrency limit (what Release gives back).
   bool holds() const { return holds_; }
 
@@ -203,6 +207,9 @@ class Limiter {
   absl::StatusOr<std::string_view> FitKey(std::string_view key, std::string& storage) const;
   std::vector<std::shared_ptr<LimitTable>> fallback_;  // kLocal: per limit, null if local
 
+  // RenewAsync (`taken` set) and AcquireSlotsAsync (null).
+  void HoldAsync(std::string_view key, Time now, const PolicyDecision* taken, int64_t cost,
+                 DecisionCallback done);
   struct Pending;
   void Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> remote);
   PolicyDecision Merge(const std::vector<std::optional<Decision>>& by_limit) const;

@@ -543,31 +543,43 @@ absl::Status Limiter::Release(std::string_view key, const PolicyDecision& taken,
 
 void Limiter::RenewAsync(std::string_view key, Time now, const PolicyDecision& taken, int64_t cost,
                          DecisionCallback done) {
+  HoldAsync(key, now, &taken, cost, std::move(done));
+}
+
+void Limiter::AcquireSlotsAsync(std::string_view key, Time now, int64_t cost,
+                                DecisionCallback done) {
+  HoldAsync(key, now, nullptr, cost, std::move(done));
+}
+
+void Limiter::HoldAsync(std::string_view key, Time now, const PolicyDecision* taken, int64_t cost,
+                        DecisionCallback done) {
   SLUICE_FIT_KEY(key, done)
   if (!holds_) {
     return done(absl::FailedPreconditionError(
-        Cat("policy \"", name_, "\" has no concurrency limit: nothing to renew")));
+        Cat("policy \"", name_, "\" has no concurrency limit: no slot to hold")));
   }
   std::vector<std::optional<Decision>> by_limit(configs_.size());
-  std::vector<size_t> renewed;
+  std::vector<size_t> held;
   bool denied = false;
   for (size_t i : order_) {
     if (!IsConcurrency(configs_[i]) || is_remote_[i]) continue;
     absl::StatusOr<Decision> d = denied ? tables_[i]->Check(key, now, cost)
-                                        : tables_[i]->Renew(key, taken.taken_at, now, cost);
+                                 : taken != nullptr
+                                     ? tables_[i]->Renew(key, taken->taken_at, now, cost)
+                                     : tables_[i]->Decide(key, now, cost);
     if (!d.ok()) {
-      for (size_t j : renewed) (void)tables_[j]->Refund(key, now, cost);
+      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost);
       return done(d.status());
     }
-    if (!denied && d->allowed) renewed.push_back(i);
+    if (!denied && d->allowed) held.push_back(i);
     if (!d->allowed) denied = true;
     by_limit[i] = *d;
   }
-  auto finish = [this, now, by_limit = std::move(by_limit), renewed = std::move(renewed),
+  auto finish = [this, now, by_limit = std::move(by_limit), held = std::move(held),
                  key = std::string(key), cost,
                  done = std::move(done)](absl::StatusOr<BatchResult> remote) mutable {
     if (!remote.ok()) {
-      for (size_t j : renewed) (void)tables_[j]->Refund(key, now, cost);
+      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost);
       return done(remote.status());
     }
     size_t next = 0;
@@ -579,22 +591,26 @@ void Limiter::RenewAsync(std::string_view key, Time now, const PolicyDecision& t
     d.taken_at = now;
     d.store_time = remote->store_time;
     if (!d.allowed) {
-      for (size_t j : renewed) (void)tables_[j]->Refund(key, now, cost);
+      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost);
     }
     done(std::move(d));
   };
   if (remote_held_.empty() || denied) {
-    if (denied && !remote_held_.empty() && !taken.store_error) {
+    if (denied && taken != nullptr && !remote_held_.empty() && !taken->store_error) {
       // The lease is lost as a whole: what the store holds of it goes too.
-      remote_->DecideBatch(remote_held_, key, BatchOp::kRefund, taken.taken_at, cost,
-                           taken.store_time, [](absl::StatusOr<BatchResult>) {});
+      remote_->DecideBatch(remote_held_, key, BatchOp::kRefund, taken->taken_at, cost,
+                           taken->store_time, [](absl::StatusOr<BatchResult>) {});
     }
     return finish(BatchResult{.store_time = now, .decisions = {}});
   }
   // Redis renews at its own clock: the slots it holds were taken at the
   // store time of `taken`.
-  remote_->DecideBatch(remote_held_, key, BatchOp::kRenew, now, cost, taken.store_time,
-                       std::move(finish));
+  if (taken != nullptr) {
+    remote_->DecideBatch(remote_held_, key, BatchOp::kRenew, now, cost, taken->store_time,
+                         std::move(finish));
+  } else {
+    remote_->DecideBatch(remote_held_, key, BatchOp::kDecide, now, cost, Time(), std::move(finish));
+  }
 }
 
 absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) {

@@ -169,6 +169,7 @@ class Run {
             std::min(answer.decision.limit, answer.decision.remaining + a.cost);
       }
     }
+    bool in_flight = false;  // the wait told is a concurrency limit's
     for (size_t i : order_) {
       const Applied& a = applied_[i];
       const Policy& p = *a.policy;
@@ -199,11 +200,13 @@ class Run {
         } else if (d.retry_after >= v.retry_after) {
           v.retry_after = d.retry_after;
           v.jitter = p.JitterFor(d.limit_index);
+          in_flight = p.Concurrent(d.limit_index);
         }
       }
     }
     if (!v.allowed && v.detail.empty()) {
-      v.detail = Cat("rate limit exceeded; retry after ", v.retry_after.CeilMillis(), " ms");
+      v.detail = Cat(in_flight ? "too many requests in flight" : "rate limit exceeded",
+                     "; retry after ", v.retry_after.CeilMillis(), " ms");
     }
     v.order = std::move(order_);
     if (done_ == nullptr) return;  // EvaluateNow takes the verdict from here
@@ -275,6 +278,83 @@ void Release(const std::vector<Applied>& applied, const Verdict& verdict, Time n
     (void)a.policy->limiter().Release(*a.key, answer.decision, a.cost);
     if (observe_hold) a.policy->ObserveHold(now - answer.decision.taken_at);
   }
+}
+
+namespace {
+
+// One Reacquire, between its steps (one policy at a time).
+struct Retake {
+  const std::vector<Applied>* applied = nullptr;
+  Verdict* verdict = nullptr;
+  Time now;
+  std::function<void(bool)> done;
+  std::vector<size_t> pending;  // the answers to hold again, in order
+  size_t next = 0;
+  std::vector<size_t> held;  // those held again so far
+};
+
+void RetakeNext(const std::shared_ptr<Retake>& r) {
+  if (r->next == r->pending.size()) return r->done(true);
+  const size_t i = r->pending[r->next++];
+  const Applied& a = (*r->applied)[i];
+  a.policy->limiter().AcquireSlotsAsync(
+      *a.key, r->now, a.cost, [r, i](absl::StatusOr<PolicyDecision> d) {
+        const Applied& a = (*r->applied)[i];
+        const Policy& p = *a.policy;
+        Verdict& v = *r->verdict;
+        Answer& answer = v.answers[i];
+        if (d.ok() && d->allowed) {
+          answer.decision.taken_at = d->taken_at;
+          answer.decision.store_time = d->store_time;
+          answer.decision.store_error = false;
+          answer.decision.late = nullptr;
+          r->held.push_back(i);
+          return RetakeNext(r);
+        }
+        if (p.shadow()) {  // a trial: counted, never enforced; holds nothing now
+          answer.refunded = true;
+          return RetakeNext(r);
+        }
+        for (size_t j : r->held) {
+          const Applied& h = (*r->applied)[j];
+          (void)h.policy->limiter().Release(*h.key, v.answers[j].decision, h.cost);
+          v.answers[j].refunded = true;
+        }
+        answer.refunded = true;
+        v.allowed = false;
+        v.status = p.config().on_deny.status;
+        v.violated = {p.name()};
+        v.never = false;
+        if (d.ok()) {
+          answer.decision = *d;
+          answer.decision.retry_after = p.HoldCap(d->retry_after);
+          v.retry_after = answer.decision.retry_after;
+          v.jitter = p.JitterFor(d->limit_index);
+        } else {
+          answer.decision.allowed = false;
+          answer.decision.retry_after = Duration::Seconds(1);
+          v.retry_after = Duration::Seconds(1);
+          v.jitter = Duration::Zero();
+        }
+        v.detail = Cat("policy \"", p.name(),
+                       "\": no concurrency slot was free once the shaping delay had passed");
+        r->done(false);
+      });
+}
+
+}  // namespace
+
+void Reacquire(const std::vector<Applied>& applied, Verdict& verdict, Time now,
+               std::function<void(bool)> done) {
+  auto r = std::make_shared<Retake>();
+  r->applied = &applied;
+  r->verdict = &verdict;
+  r->now = now;
+  r->done = std::move(done);
+  for (size_t i = 0; i < applied.size() && i < verdict.answers.size(); ++i) {
+    if (HoldsSlots(applied[i], verdict.answers[i])) r->pending.push_back(i);
+  }
+  RetakeNext(r);
 }
 
 std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,

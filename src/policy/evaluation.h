@@ -100,6 +100,17 @@ void Evaluate(const std::vector<Applied>& applied, Time now, VerdictCallback don
 // Nothing for a verdict that holds nothing.
 void Release(const std::vector<Applied>& applied, const Verdict& verdict, Time now,
              bool observe_hold = true);
+// A request that waits out a shaping delay holds no concurrency slot
+// meanwhile: Release gives its slots back before the wait, and Reacquire
+// takes them again after it, at `now`, policy by policy, all or nothing.
+// `done(true)`: held again, the answers carry the new holds (for Release).
+// `done(false)`: a slot was not free (or its store failed); what was taken
+// again is given back, and `verdict` is now that policy's denial (status,
+// Retry-After, detail, violated) to answer. A shadow policy never denies:
+// its slot is then simply not held. `applied` and `verdict` must stay alive
+// until `done` has run (on a remote store's thread, or before returning).
+void Reacquire(const std::vector<Applied>& applied, Verdict& verdict, Time now,
+               std::function<void(bool)> done);
 // Whether the verdict holds concurrency slots that Release gives back.
 bool Holds(const std::vector<Applied>& applied, const Verdict& verdict);
 

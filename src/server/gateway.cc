@@ -161,12 +161,22 @@ class SlotHold {
   SlotHold(const SlotHold&) = delete;
   SlotHold& operator=(const SlotHold&) = delete;
   ~SlotHold() {
-    if (verdict_.allowed && policy::Holds(applied_, verdict_)) {
+    if (active_ && verdict_.allowed && policy::Holds(applied_, verdict_)) {
       policy::Release(applied_, verdict_, clock_.Now());
     }
   }
+  // Gives the slots back for now (a shaping delay); whether there were any.
+  bool Suspend() {
+    if (!verdict_.allowed || !policy::Holds(applied_, verdict_)) return false;
+    policy::Release(applied_, verdict_, clock_.Now(), /*observe_hold=*/false);
+    active_ = false;
+    return true;
+  }
+  // They are held again (policy::Reacquire).
+  void Resume() { active_ = true; }
 
  private:
+  bool active_ = true;
   const std::vector<policy::Applied>& applied_;
   const policy::Verdict& verdict_;
   const Clock& clock_;
@@ -188,7 +198,7 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
         req);
   }
   std::vector<policy::Applied> applied;
-  const policy::Verdict ev =
+  policy::Verdict ev =
       co_await EvaluateRequest(ctx, set->Matching(facts), facts, route->name, applied);
   if (!ev.error.ok()) {
     co_return ToResponse(HttpAnswer::Problem(400, "bad request", std::string(ev.error.message())),
@@ -199,16 +209,32 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   // An admitted request holds its concurrency slots until its upstream
   // exchange is over (answered, failed or timed out), however this
   // coroutine ends.
-  const SlotHold hold(applied, ev, *ctx.state.clock);
+  SlotHold hold(applied, ev, *ctx.state.clock);
   if (!ev.allowed) {
     co_return MakeResponse(ev.status, req.version(), req.keep_alive(),
                            ProblemBody(ev.status, ev.violated, ev.detail),
                            "application/problem+json", headers);
   }
   if (ev.delay > Duration::Zero()) {  // leaky_bucket shape: hold, then forward
+    // Holding no concurrency slot while it waits (docs/concurrency.md).
+    const bool slots = hold.Suspend();
     Timer timer(w.ioc.get_executor(), std::chrono::microseconds(ev.delay.micros()));
     boost::system::error_code ec;
     co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+    if (slots) {
+      const Time now = ctx.state.clock->Now();
+      const bool again = co_await Await<bool>(w.ioc, [&](std::function<void(bool)> done) {
+        policy::Reacquire(applied, ev, now, std::move(done));
+      });
+      if (!again) {
+        HeaderList denied;
+        ev.AppendHeaders(applied, sc.legacy_headers, w.rng, denied);
+        co_return MakeResponse(ev.status, req.version(), req.keep_alive(),
+                               ProblemBody(ev.status, ev.violated, ev.detail),
+                               "application/problem+json", denied);
+      }
+      hold.Resume();
+    }
   }
   std::string marker;  // Sluice-Shadow-Denied: the shadow policies that would have denied
   for (const std::string& name : ev.shadow_denied) {

@@ -67,6 +67,47 @@ class MemoryConcurrencyTest(SluiceTestCase):
         self.assertEqual(request(s.port, "GET", "/fast", headers={"X-User": "alice"}).status, 200)
         self.assertLessEqual(up.max_in_flight, 6)
 
+    def test_a_shaped_request_holds_no_slot_while_it_waits(self):
+        up = self.start_upstream("main", slow_seconds=1.5)
+        self.start_sluice(server_block(upstream_timeout="5s") + """\
+routes:
+  - name: app
+    match: {path_prefix: /}
+    upstream: %s
+policies:
+  - name: inflight
+    match: {path_prefix: /}
+    key: [global]
+    limits:
+      - {algorithm: concurrency, limit: 1, lease_ttl: 10s}
+  - name: paced
+    match: {path_prefix: /shaped}
+    key: [global]
+    limits:
+      - {algorithm: leaky_bucket, mode: shape, rate: 2/s, max_delay: 5s}
+""" % up.url)
+        port = self.sluice.port
+        self.assertEqual(request(port, "GET", "/shaped/a").status, 200)  # first: no delay
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            # b waits ~500 ms for its departure slot, holding no concurrency
+            # slot meanwhile: c, sent during the wait, passes.
+            b = pool.submit(request, port, "GET", "/shaped/b", timeout=10)
+            time.sleep(0.15)
+            c = request(port, "GET", "/plain/c")
+            self.assertEqual(c.status, 200, c)
+            self.assertEqual(b.result().status, 200)
+            # d waits too; e takes the slot and keeps it 1.5 s: when d's wait
+            # ends there is no slot for it.
+            d = pool.submit(request, port, "GET", "/shaped/d", timeout=10)
+            time.sleep(0.15)
+            e = pool.submit(request, port, "GET", "/slow/e", timeout=10)
+            denied = d.result()
+            self.assert_problem(denied, 429)
+            self.assertIn("no concurrency slot was free once the shaping delay had passed",
+                          denied.json()["detail"])
+            self.assertEqual(e.result().status, 200)
+        self.assertEqual(up.count("/shaped/d"), 0)
+
     def test_lease_ttl_must_outlast_the_upstream_timeout(self):
         up = self.start_upstream("main")
         code, out, err = run_check(gateway_config(up, 3, "5s", upstream_timeout="30s"),
