@@ -36,8 +36,11 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 os.environ.setdefault("SLUICE_BINARY", os.path.join(ROOT, "build", "release", "sluice"))
 os.environ.setdefault("SLUICE_SOURCE_DIR", ROOT)
 
-from harness import HOST, Sluice, request, server_block  # noqa: E402
+from harness import HOST, Sluice, request  # noqa: E402
 from redis_harness import RedisServer, redis_store_block, start_fleet  # noqa: E402
+from test_concurrency import gateway_config  # noqa: E402
+
+USER = {"X-User": "tenant-1"}  # one key
 
 LIMIT = 10
 HOLD = 0.2
@@ -106,18 +109,9 @@ class Upstream:
 
 
 def config(upstream, store=""):
-    return (server_block(threads=2, upstream_timeout="3500ms") + store + """\
-routes:
-  - name: app
-    match: {path_prefix: /}
-    upstream: %s
-policies:
-  - name: upstream
-    match: {path_prefix: /}
-    key: [global]
-    limits:
-      - {algorithm: concurrency, limit: %d, lease_ttl: %s}
-""" % (upstream.url, LIMIT, TTL))
+    """The integration test's gateway (tests/integration/test_concurrency.py):
+    a concurrency limit on /slow, keyed by X-User."""
+    return gateway_config(upstream, LIMIT, TTL, store, threads=2, upstream_timeout="3500ms")
 
 
 def load(ports, clients, seconds):
@@ -135,7 +129,7 @@ def load(ports, clients, seconds):
         start.wait()
         while time.monotonic() < deadline[0]:
             try:
-                conn.request("GET", "/slow/%d" % i)
+                conn.request("GET", "/slow/%d" % i, headers=USER)
                 r = conn.getresponse()
                 r.read()
                 mine["admitted" if r.status == 200 else "denied" if r.status == 429
@@ -189,7 +183,8 @@ def main():
             held = []
             for _ in range(LIMIT):
                 t = threading.Thread(target=lambda: _quiet(request, fleet[0].port, "GET",
-                                                           "/slow/held", timeout=10))
+                                                           "/slow/held", headers=USER,
+                                                           timeout=10))
                 t.start()
                 held.append(t)
             while up.held.value < LIMIT:
@@ -200,7 +195,7 @@ def main():
             up.hold.value = 0.0
             denied_for = None
             while time.monotonic() < killed + 10:
-                if request(fleet[1].port, "GET", "/after").status == 200:
+                if request(fleet[1].port, "GET", "/slow/after", headers=USER).status == 200:
                     denied_for = time.monotonic() - killed
                     break
                 time.sleep(0.02)

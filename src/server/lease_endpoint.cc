@@ -87,6 +87,23 @@ std::variant<LeaseToken, HttpAnswer> ReadLease(const ServerState& state, std::st
   return *std::move(token);
 }
 
+// A renew's or release's lease, read and verified, and its policy.
+struct LeaseCall {
+  LeaseToken lease;
+  const policy::Policy* policy = nullptr;
+};
+
+std::variant<LeaseCall, HttpAnswer> ReadLeaseCall(const Context& ctx, std::string_view body) {
+  std::variant<LeaseToken, HttpAnswer> read = ReadLease(ctx.state, body);
+  if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) return std::move(*a);
+  LeaseCall out{.lease = std::get<LeaseToken>(std::move(read))};
+  std::variant<const policy::Policy*, HttpAnswer> leasing =
+      LeasingPolicy(*ctx.set, out.lease.policy);
+  if (HttpAnswer* a = std::get_if<HttpAnswer>(&leasing)) return std::move(*a);
+  out.policy = std::get<const policy::Policy*>(leasing);
+  return out;
+}
+
 Task<HttpAnswer> Acquire(Context& ctx, std::string_view body) {
   std::variant<CheckBody, CheckError> read = ReadCheckBody(body);
   if (const CheckError* e = std::get_if<CheckError>(&read)) {
@@ -125,12 +142,10 @@ Task<HttpAnswer> Acquire(Context& ctx, std::string_view body) {
 }
 
 Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
-  std::variant<LeaseToken, HttpAnswer> read = ReadLease(ctx.state, body);
+  std::variant<LeaseCall, HttpAnswer> read = ReadLeaseCall(ctx, body);
   if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) co_return std::move(*a);
-  const LeaseToken& lease = std::get<LeaseToken>(read);
-  std::variant<const policy::Policy*, HttpAnswer> leasing = LeasingPolicy(*ctx.set, lease.policy);
-  if (HttpAnswer* a = std::get_if<HttpAnswer>(&leasing)) co_return std::move(*a);
-  const policy::Policy& p = *std::get<const policy::Policy*>(leasing);
+  const LeaseToken& lease = std::get<LeaseCall>(read).lease;
+  const policy::Policy& p = *std::get<LeaseCall>(read).policy;
   const Time now = ctx.state.clock->Now();
   const PolicyDecision taken = lease.Taken();
   const absl::StatusOr<PolicyDecision> renewed =
@@ -155,12 +170,10 @@ Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
 }
 
 Task<HttpAnswer> Release(Context& ctx, std::string_view body) {
-  std::variant<LeaseToken, HttpAnswer> read = ReadLease(ctx.state, body);
+  std::variant<LeaseCall, HttpAnswer> read = ReadLeaseCall(ctx, body);
   if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) co_return std::move(*a);
-  const LeaseToken& lease = std::get<LeaseToken>(read);
-  std::variant<const policy::Policy*, HttpAnswer> leasing = LeasingPolicy(*ctx.set, lease.policy);
-  if (HttpAnswer* a = std::get_if<HttpAnswer>(&leasing)) co_return std::move(*a);
-  const policy::Policy& p = *std::get<const policy::Policy*>(leasing);
+  const LeaseToken& lease = std::get<LeaseCall>(read).lease;
+  const policy::Policy& p = *std::get<LeaseCall>(read).policy;
   if (absl::Status s = p.limiter().Release(lease.key, lease.Taken(), lease.cost); !s.ok()) {
     co_return Problem(400, "bad request", std::string(s.message()));
   }
