@@ -12,6 +12,7 @@
 #ifndef SLUICE_ALGORITHM_H_
 #define SLUICE_ALGORITHM_H_
 
+#include <concepts>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -129,6 +130,21 @@ Decision CheckInPlace(const Config& config, StateOf_t<Config>& state, Time now, 
   } else {
     return Decide(config, state, now, cost).decision;
   }
+}
+
+// Whether the algorithm can charge a cost whether or not it fits (settled
+// costs, kMaxDebtLimits): token_bucket, gcra, fixed_window, sliding_window.
+template <typename Config>
+inline constexpr bool kCharges = requires(const Config& config, StateOf_t<Config> state) {
+  { Charge(config, state, Time(), int64_t{0}) } -> std::same_as<StateOf_t<Config>>;
+};
+bool Charges(const LimitConfig& config);
+
+// Takes `cost` at `now` whether or not it fits; nothing for an algorithm
+// that cannot (kCharges).
+template <typename Config>
+void ChargeInPlace(const Config& config, StateOf_t<Config>& state, Time now, int64_t cost) {
+  if constexpr (kCharges<Config>) state = Charge(config, state, now, cost);
 }
 
 // Gives back `cost` taken at `taken_at`.

@@ -163,6 +163,16 @@ class Limiter {
   // nothing (a shaped request, released while it waited out its delay,
   // holds them again). `done` as for RenewAsync.
   void AcquireSlotsAsync(std::string_view key, Time now, int64_t cost, DecisionCallback done);
+  // Settles a cost (docs/settled-costs.md): `taken` took `estimate`; the
+  // request turned out to cost `actual`. Less: the difference is given back
+  // (as Refund); more: it is charged whether or not it fits, and what is
+  // over a limit is debt that later requests repay at its rate (Charge).
+  // Concurrency limits (slots, not cost) and a shape limit's departure are
+  // left alone. FailedPrecondition when a charge is due and some limit
+  // cannot carry debt (only token_bucket, gcra, fixed_window and
+  // sliding_window can); Unimplemented with a remote store, for now.
+  absl::Status Settle(std::string_view key, const PolicyDecision& taken, int64_t estimate,
+                      int64_t actual);
   // Whether some limit is a concurrency limit (what Release gives back).
   bool holds() const { return holds_; }
 

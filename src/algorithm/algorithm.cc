@@ -133,6 +133,10 @@ Algorithm AlgorithmOf(const LimitConfig& config) {
 
 bool IsShape(const LimitConfig& config) { return std::holds_alternative<LeakyShapeConfig>(config); }
 
+bool Charges(const LimitConfig& config) {
+  return std::visit([](const auto& c) { return kCharges<std::decay_t<decltype(c)>>; }, config);
+}
+
 bool IsConcurrency(const LimitConfig& config) {
   return std::holds_alternative<ConcurrencyConfig>(config);
 }

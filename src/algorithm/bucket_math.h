@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "sluice/algorithm/outcome.h"
+
 #include "sluice/algorithm/token_bucket.h"
 #include "sluice/decision.h"
 
@@ -59,6 +61,25 @@ inline BucketStep BucketDecide(const BucketConfig& config, int64_t used, int64_t
   d.reset_after = Duration::Micros(CeilDiv(used, per_us));
   d.retry_after = Duration::Micros(CeilDiv(used - (capacity - cost_ticks), per_us));
   return step;
+}
+
+// The most ticks a charge may leave in use: the capacity and a debt of at
+// most kMaxDebtLimits capacities, and at most 2^52 ticks of debt (the
+// Redis functions compute in doubles).
+inline int64_t MaxUsedTicks(const BucketConfig& config) {
+  constexpr int64_t kTwo52 = int64_t{1} << 52;
+  const int64_t capacity = config.capacity_ticks();
+  const int64_t debt = capacity > kTwo52 / kMaxDebtLimits ? kTwo52 : capacity * kMaxDebtLimits;
+  return capacity + debt;
+}
+
+// `used` after a charge of `cost` whether or not it fits, up to MaxUsedTicks.
+inline int64_t ChargedUsed(const BucketConfig& config, int64_t used, int64_t cost) {
+  const int64_t max = MaxUsedTicks(config);
+  if (cost <= 0) return used;
+  if (used >= max) return used;
+  const int64_t per_token = config.bucket_rate().ticks_per_token;
+  return cost > (max - used) / per_token ? max : used + cost * per_token;
 }
 
 // token_bucket and leaky_bucket police decide as of `last` when the clock is

@@ -21,6 +21,14 @@ Outcome<GcraState> Decide(const GcraConfig& config, GcraState state, Time now, i
   return {state, step.decision};
 }
 
+GcraState Charge(const GcraConfig& config, GcraState state, Time now, int64_t cost) {
+  if (cost <= 0) return state;
+  const int64_t now_ticks = now.unix_micros() * config.bucket_rate().ticks_per_us;
+  const int64_t used = state.tat_ticks > now_ticks ? state.tat_ticks - now_ticks : 0;
+  state.tat_ticks = now_ticks + internal::ChargedUsed(config, used, cost);
+  return state;
+}
+
 GcraState Refund(const GcraConfig& config, GcraState state, Time /*taken_at*/, int64_t cost) {
   if (cost <= 0) return state;
   state.tat_ticks -= std::min(cost, config.burst()) * config.bucket_rate().ticks_per_token;

@@ -1,6 +1,7 @@
 #include "sluice/algorithm/token_bucket.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "algorithm/bucket_math.h"
 #include "base/cat.h"
@@ -43,21 +44,46 @@ absl::StatusOr<TokenBucketConfig> TokenBucketConfig::Create(const BucketOptions&
   return TokenBucketConfig{*base};
 }
 
+namespace {
+
+// The tokens at `now_us` (lazy refill) and the time they are counted at. A
+// clock that went back refills nothing and keeps `last`. Tokens below zero
+// are debt (Charge), repaid at the rate like any missing token.
+std::pair<int64_t, int64_t> Refilled(const TokenBucketConfig& config, const TokenBucketState& state,
+                                     int64_t now_us) {
+  const int64_t capacity = config.capacity_ticks();
+  if (state.last_us == TokenBucketState::kNeverUsed) return {capacity, now_us};
+  const int64_t gap = now_us - state.last_us;
+  int64_t refill = config.TicksIn(gap);
+  if (state.tokens_ticks < 0 && gap > 0) {
+    // In debt: up to the whole of it and the capacity (TicksIn stops at one
+    // capacity, so that an idle gap of years cannot overflow).
+    const int64_t need = capacity - state.tokens_ticks;
+    const int64_t per_us = config.bucket_rate().ticks_per_us;
+    refill = gap > need / per_us ? need : gap * per_us;
+  }
+  return {std::min(capacity, state.tokens_ticks + refill), std::max(state.last_us, now_us)};
+}
+
+}  // namespace
+
 Outcome<TokenBucketState> Decide(const TokenBucketConfig& config, TokenBucketState state, Time now,
                                  int64_t cost) {
   const int64_t now_us = now.unix_micros();
   const int64_t capacity = config.capacity_ticks();
-  int64_t tokens = capacity;
-  int64_t last = now_us;
-  if (state.last_us != TokenBucketState::kNeverUsed) {
-    // Lazy refill. A clock that went back refills nothing and keeps `last`.
-    tokens = std::min(capacity, state.tokens_ticks + config.TicksIn(now_us - state.last_us));
-    last = std::max(state.last_us, now_us);
-  }
+  const auto [tokens, last] = Refilled(config, state, now_us);
   internal::BucketStep step = BucketDecide(config, capacity - tokens, cost);
   if (step.consumed) state = {capacity - step.used_after, last};
   internal::MeasureFromNow(step.decision, last - now_us);
   return {state, step.decision};
+}
+
+TokenBucketState Charge(const TokenBucketConfig& config, TokenBucketState state, Time now,
+                        int64_t cost) {
+  if (cost <= 0) return state;
+  const int64_t capacity = config.capacity_ticks();
+  const auto [tokens, last] = Refilled(config, state, now.unix_micros());
+  return {capacity - internal::ChargedUsed(config, capacity - tokens, cost), last};
 }
 
 TokenBucketState Refund(const TokenBucketConfig& config, TokenBucketState state, Time /*taken_at*/,

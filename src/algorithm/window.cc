@@ -32,28 +32,63 @@ absl::StatusOr<SlidingWindowConfig> SlidingWindowConfig::Create(const WindowOpti
 
 // ---- fixed_window ----
 
+namespace {
+
+// The windows after `count`'s until it is spent: what is over the limit
+// (debt, Charge) is carried into the next window, and repaid at the limit
+// per window; a count within the limit lasts its own window.
+int64_t WindowsSpanned(int64_t count, int64_t limit) {
+  return count <= 0 ? 0 : std::max<int64_t>(1, (count - 1) / limit + 1);
+}
+
+// The count of `window` (at or after the state's): the state's own, or
+// what is left of its debt.
+int64_t CountIn(const FixedWindowState& state, int64_t window, int64_t limit) {
+  if (window == state.window) return state.count;
+  const int64_t later = window - state.window;
+  if (later >= WindowsSpanned(state.count, limit)) return 0;
+  return std::max<int64_t>(0, state.count - later * limit);
+}
+
+}  // namespace
+
 Outcome<FixedWindowState> Decide(const FixedWindowConfig& config, FixedWindowState state, Time now,
                                  int64_t cost) {
   const int64_t period = config.period().micros();
+  const int64_t limit = config.limit();
   const int64_t now_us = now.unix_micros();
   // A clock that went back stays in the latest window seen.
   const int64_t window = std::max(FloorDiv(now_us, period), state.window);
-  const int64_t count = window == state.window ? state.count : 0;
-  const int64_t until_end = (window + 1) * period - now_us;
+  const int64_t count = CountIn(state, window, limit);
+  const int64_t start = window * period;
   Decision d;
-  d.limit = config.limit();
-  if (cost > config.limit()) {
+  d.limit = limit;
+  if (cost > limit) {
     d.retry_after = Duration::Infinite();
-  } else if (count + cost <= config.limit()) {
+  } else if (count + cost <= limit) {
     d.allowed = true;
     if (cost > 0) state = {window, count + cost};
   } else {
-    d.retry_after = Duration::Micros(until_end);
+    // The window where the request fits: the next, unless debt is left.
+    d.retry_after =
+        Duration::Micros(start + WindowsSpanned(count + cost - limit, limit) * period - now_us);
   }
   const int64_t used = d.allowed ? count + cost : count;
-  d.remaining = config.limit() - used;
-  d.reset_after = Duration::Micros(used > 0 ? until_end : 0);
+  d.remaining = std::max<int64_t>(0, limit - used);
+  d.reset_after =
+      Duration::Micros(used > 0 ? start + WindowsSpanned(used, limit) * period - now_us : 0);
   return {state, d};
+}
+
+FixedWindowState Charge(const FixedWindowConfig& config, FixedWindowState state, Time now,
+                        int64_t cost) {
+  if (cost <= 0) return state;
+  const int64_t limit = config.limit();
+  const int64_t window =
+      std::max(FloorDiv(now.unix_micros(), config.period().micros()), state.window);
+  const int64_t count = CountIn(state, window, limit);
+  const int64_t max = limit * (kMaxDebtLimits + 1);  // limit <= 2^40: no overflow
+  return {window, cost >= max - count ? std::max(max, count) : count + cost};
 }
 
 FixedWindowState Refund(const FixedWindowConfig& config, FixedWindowState state, Time taken_at,
@@ -66,7 +101,8 @@ FixedWindowState Refund(const FixedWindowConfig& config, FixedWindowState state,
 
 Time FreshAt(const FixedWindowConfig& config, const FixedWindowState& state) {
   if (state.count == 0) return Time::FromUnixMicros(INT64_MIN);
-  return Time::FromUnixMicros((state.window + 1) * config.period().micros());
+  return Time::FromUnixMicros((state.window + WindowsSpanned(state.count, config.limit())) *
+                              config.period().micros());
 }
 
 // ---- sliding_window ----
@@ -85,10 +121,21 @@ struct Windows {
   int64_t curr;
 };
 
-Windows Roll(const SlidingWindowState& state, int64_t index) {
-  if (index == state.window) return {index, state.prev, state.curr};
-  if (index == state.window + 1) return {index, state.curr, 0};
-  return {index, 0, 0};
+// The counts `later` windows after (prev, curr): what is over the limit in
+// curr (debt, Charge) is carried into the next window, and repaid at the
+// limit per window. Within the limit, curr becomes prev, then nothing.
+Windows RollBy(int64_t index, int64_t prev, int64_t curr, int64_t later, int64_t limit) {
+  if (later == 0) return {index, prev, curr};
+  // k windows on: curr - k * limit left over, curr - (k - 1) * limit behind
+  // it (each at most one limit, none below zero).
+  const auto left = [&](int64_t k) {
+    return k > curr / limit + 1 ? int64_t{0} : std::max<int64_t>(0, curr - k * limit);
+  };
+  return {index + later, std::min(limit, left(later - 1)), left(later)};
+}
+
+Windows Roll(const SlidingWindowState& state, int64_t index, int64_t limit) {
+  return RollBy(state.window, state.prev, state.curr, index - state.window, limit);
 }
 
 // Earliest elapsed time e in [0, period] of a window with `prev` behind it
@@ -107,7 +154,7 @@ Outcome<SlidingWindowState> Decide(const SlidingWindowConfig& config, SlidingWin
   const int64_t period = config.period().micros();
   const int64_t limit = config.limit();
   const int64_t now_us = now.unix_micros();
-  const Windows w = Roll(state, std::max(FloorDiv(now_us, period), state.window));
+  const Windows w = Roll(state, std::max(FloorDiv(now_us, period), state.window), limit);
   const int64_t window_start = w.index * period;
   // Clamped: a clock that went back counts the previous window in full.
   const int64_t elapsed = std::clamp<int64_t>(now_us - window_start, 0, period - 1);
@@ -125,20 +172,24 @@ Outcome<SlidingWindowState> Decide(const SlidingWindowConfig& config, SlidingWin
   } else {
     // In this window, once prev's weight has shrunk enough; else in the next
     // one, where curr becomes prev; else two windows on, when all is gone.
+    // Under debt, the first window where curr leaves room, or the one after.
     int64_t retry_at;
     const int64_t room = limit - w.curr - cost;
     const int64_t e_here = room >= 0 ? EarliestElapsed(w.prev, room, period) : period;
     if (e_here < period) {
       retry_at = window_start + e_here;
     } else {
-      const int64_t e_next = EarliestElapsed(w.curr, limit - cost, period);
-      retry_at = e_next < period ? window_start + period + e_next : window_start + 2 * period;
+      const int64_t k = std::max<int64_t>(1, (w.curr + cost - limit - 1) / limit + 1);
+      const Windows then = RollBy(w.index, w.prev, w.curr, k, limit);
+      const int64_t e_then = EarliestElapsed(then.prev, limit - then.curr - cost, period);
+      retry_at =
+          e_then < period ? window_start + k * period + e_then : window_start + (k + 1) * period;
     }
     d.retry_after = Duration::Micros(std::max<int64_t>(retry_at - now_us, 1));
   }
   const i128 used = weighted_prev + static_cast<i128>(curr) * period;
   d.remaining = used >= capacity ? 0 : static_cast<int64_t>((capacity - used) / period);
-  const int64_t fresh_at = curr > 0     ? window_start + 2 * period
+  const int64_t fresh_at = curr > 0     ? window_start + (WindowsSpanned(curr, limit) + 1) * period
                            : w.prev > 0 ? window_start + period
                                         : now_us;
   d.reset_after = Duration::Micros(std::max<int64_t>(fresh_at - now_us, 0));
@@ -156,9 +207,22 @@ SlidingWindowState Refund(const SlidingWindowConfig& config, SlidingWindowState 
   return state;
 }
 
+SlidingWindowState Charge(const SlidingWindowConfig& config, SlidingWindowState state, Time now,
+                          int64_t cost) {
+  if (cost <= 0) return state;
+  const int64_t limit = config.limit();
+  const Windows w = Roll(
+      state, std::max(FloorDiv(now.unix_micros(), config.period().micros()), state.window), limit);
+  const int64_t max = limit * (kMaxDebtLimits + 1);  // limit <= 2^40: no overflow
+  return {w.index, w.prev, cost >= max - w.curr ? std::max(max, w.curr) : w.curr + cost};
+}
+
 Time FreshAt(const SlidingWindowConfig& config, const SlidingWindowState& state) {
   const int64_t period = config.period().micros();
-  if (state.curr > 0) return Time::FromUnixMicros((state.window + 2) * period);
+  if (state.curr > 0) {
+    return Time::FromUnixMicros((state.window + WindowsSpanned(state.curr, config.limit()) + 1) *
+                                period);
+  }
   if (state.prev > 0) return Time::FromUnixMicros((state.window + 1) * period);
   return Time::FromUnixMicros(INT64_MIN);
 }

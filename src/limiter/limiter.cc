@@ -541,6 +541,41 @@ absl::Status Limiter::Release(std::string_view key, const PolicyDecision& taken,
   return result;
 }
 
+absl::Status Limiter::Settle(std::string_view key, const PolicyDecision& taken, int64_t estimate,
+                             int64_t actual) {
+  SLUICE_FIT_KEY(key, absl::Status)
+  if (estimate < 0 || actual < 0) {
+    return absl::InvalidArgumentError(
+        Cat("policy \"", name_, "\": a settled cost and its estimate are not negative"));
+  }
+  if (remote_ != nullptr) {
+    return absl::UnimplementedError(
+        Cat("policy \"", name_, "\": settled costs on a remote store are not supported yet"));
+  }
+  const int64_t more = actual - estimate;
+  if (more == 0) return absl::OkStatus();
+  auto settles = [&](size_t i) { return !IsShape(configs_[i]) && !IsConcurrency(configs_[i]); };
+  if (more > 0) {
+    for (size_t i : order_) {
+      if (settles(i) && !Charges(configs_[i])) {
+        return absl::FailedPreconditionError(
+            Cat("policy \"", name_, "\": limit ", i, " (",
+                AlgorithmName(AlgorithmOf(configs_[i])),
+                ") cannot carry debt; settled costs need token_bucket, gcra, fixed_window or "
+                "sliding_window"));
+      }
+    }
+  }
+  const Time now = clock_->Now();
+  absl::Status result;
+  for (size_t i : order_) {
+    if (!settles(i)) continue;
+    result.Update(more < 0 ? tables_[i]->Refund(key, taken.taken_at, -more)
+                           : tables_[i]->Charge(key, now, more));
+  }
+  return result;
+}
+
 void Limiter::RenewAsync(std::string_view key, Time now, const PolicyDecision& taken, int64_t cost,
                          DecisionCallback done) {
   HoldAsync(key, now, &taken, cost, std::move(done));

@@ -234,5 +234,47 @@ TEST(ConcurrencyLimit, OptionsAreValidated) {
   EXPECT_FALSE(IsConcurrency(*MakeLimit(L(Algorithm::kSlidingLog, "3/s"))));
 }
 
+// ---- settled costs ----
+
+TEST_F(LimiterTest, ASettledCostGivesBackOrChargesTheDifferenceAsDebt) {
+  clock_.Set(Time::FromUnixMicros(60'000'000LL * 28'333'334));  // a minute boundary
+  auto limiter = Make({L(Algorithm::kGcra, "10/s"), L(Algorithm::kFixedWindow, "100/min")});
+  // Reserved 5, cost 2: 3 come back to both limits.
+  const absl::StatusOr<PolicyDecision> small = limiter->Acquire("k", {.cost = 5});
+  ASSERT_TRUE(small->allowed);
+  ASSERT_TRUE(limiter->Settle("k", *small, 5, 2).ok());
+  absl::StatusOr<std::vector<Decision>> state = limiter->Inspect("k", clock_.Now(), 0);
+  EXPECT_EQ((*state)[0].remaining, 8);
+  EXPECT_EQ((*state)[1].remaining, 98);
+  // Reserved 5 (7 of the bucket's 10 in use), cost 40: 35 more charged,
+  // 42 in use, 32 of them debt: nothing passes until 3.3 s of refill have
+  // repaid it and freed one token.
+  const absl::StatusOr<PolicyDecision> big = limiter->Acquire("k", {.cost = 5});
+  ASSERT_TRUE(big->allowed);
+  ASSERT_TRUE(limiter->Settle("k", *big, 5, 40).ok());
+  const absl::StatusOr<PolicyDecision> denied = limiter->Acquire("k");
+  EXPECT_FALSE(denied->allowed);
+  EXPECT_EQ(denied->retry_after, Duration::Millis(3300));
+  state = limiter->Inspect("k", clock_.Now(), 0);
+  EXPECT_EQ((*state)[1].remaining, 58);  // 2 + 40 of 100 this minute
+  clock_.Advance(Duration::Millis(3300));
+  EXPECT_TRUE(limiter->Acquire("k")->allowed);
+  // Nothing to settle, and bad input.
+  EXPECT_TRUE(limiter->Settle("k", *big, 3, 3).ok());
+  EXPECT_FALSE(limiter->Settle("k", *big, -1, 3).ok());
+}
+
+TEST_F(LimiterTest, ASettledChargeNeedsLimitsThatCarryDebt) {
+  auto limiter = Make({L(Algorithm::kSlidingLog, "10/s"), Concurrency(3)});
+  const absl::StatusOr<PolicyDecision> d = limiter->Acquire("k", {.cost = 2});
+  ASSERT_TRUE(d->allowed);
+  EXPECT_THAT(limiter->Settle("k", *d, 2, 5).message(), HasSubstr("cannot carry debt"));
+  // Giving back works for every limit but the concurrency slots.
+  ASSERT_TRUE(limiter->Settle("k", *d, 2, 1).ok());
+  const absl::StatusOr<std::vector<Decision>> state = limiter->Inspect("k", clock_.Now(), 0);
+  EXPECT_EQ((*state)[0].remaining, 9);
+  EXPECT_EQ((*state)[1].remaining, 1);
+}
+
 }  // namespace
 }  // namespace sluice

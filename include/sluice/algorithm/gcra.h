@@ -31,6 +31,9 @@ struct GcraState {
 
 Outcome<GcraState> Decide(const GcraConfig& config, GcraState state, Time now, int64_t cost);
 GcraState Refund(const GcraConfig& config, GcraState state, Time taken_at, int64_t cost);
+// Takes `cost` at `now` whether or not it fits: an arrival time further
+// ahead than the burst allows is debt (kMaxDebtLimits, outcome.h).
+GcraState Charge(const GcraConfig& config, GcraState state, Time now, int64_t cost);
 Time FreshAt(const GcraConfig& config, const GcraState& state);
 
 }  // namespace sluice

@@ -15,6 +15,14 @@ struct Outcome {
   Decision decision;
 };
 
+// Charge (token_bucket, gcra, fixed_window, sliding_window) takes a cost
+// whether or not it fits: a settled cost above its estimate. What is over
+// the limit is debt, which later requests repay at the limit's rate (they
+// are denied until it is). A key's debt is at most kMaxDebtLimits times
+// its limit (a bucket: its capacity, and 2^52 ticks in all); a charge
+// beyond is taken only up to there.
+inline constexpr int64_t kMaxDebtLimits = 1024;
+
 }  // namespace sluice
 
 #endif  // SLUICE_ALGORITHM_OUTCOME_H_

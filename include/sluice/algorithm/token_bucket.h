@@ -71,6 +71,10 @@ Outcome<TokenBucketState> Decide(const TokenBucketConfig& config, TokenBucketSta
 // Gives back `cost` taken at `taken_at` (all-or-nothing across limits).
 TokenBucketState Refund(const TokenBucketConfig& config, TokenBucketState state, Time taken_at,
                         int64_t cost);
+// Takes `cost` at `now` whether or not it fits: below zero tokens is debt
+// (kMaxDebtLimits, outcome.h).
+TokenBucketState Charge(const TokenBucketConfig& config, TokenBucketState state, Time now,
+                        int64_t cost);
 // When the bucket is full again: from then on the state equals a fresh one.
 Time FreshAt(const TokenBucketConfig& config, const TokenBucketState& state);
 

@@ -66,6 +66,11 @@ Outcome<FixedWindowState> Decide(const FixedWindowConfig& config, FixedWindowSta
                                  int64_t cost);
 FixedWindowState Refund(const FixedWindowConfig& config, FixedWindowState state, Time taken_at,
                         int64_t cost);
+// Takes `cost` at `now` whether or not it fits: a count over the limit is
+// debt, carried into the next windows and repaid at the limit per window
+// (kMaxDebtLimits, outcome.h).
+FixedWindowState Charge(const FixedWindowConfig& config, FixedWindowState state, Time now,
+                        int64_t cost);
 Time FreshAt(const FixedWindowConfig& config, const FixedWindowState& state);
 
 // ---- sliding_window ----
@@ -83,6 +88,11 @@ Outcome<SlidingWindowState> Decide(const SlidingWindowConfig& config, SlidingWin
                                    Time now, int64_t cost);
 SlidingWindowState Refund(const SlidingWindowConfig& config, SlidingWindowState state,
                           Time taken_at, int64_t cost);
+// Takes `cost` at `now` whether or not it fits: a current count over the
+// limit is debt, carried into the next windows (at most one limit of it
+// behind each) and repaid at the limit per window (kMaxDebtLimits).
+SlidingWindowState Charge(const SlidingWindowConfig& config, SlidingWindowState state, Time now,
+                          int64_t cost);
 Time FreshAt(const SlidingWindowConfig& config, const SlidingWindowState& state);
 
 // ---- sliding_log ----

@@ -56,6 +56,17 @@ class LimitTable {
   // same request denied it: all-or-nothing).
   virtual absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) = 0;
 
+  // Takes `cost` at `now` whether or not it fits (a settled cost above its
+  // estimate): what is over the limit is debt (kCharges, kMaxDebtLimits).
+  // Unimplemented for an algorithm that carries no debt, and (for now) on
+  // stores other than the memory store.
+  virtual absl::Status Charge(std::string_view key, Time now, int64_t cost) {
+    (void)key, (void)now, (void)cost;
+    return absl::UnimplementedError(
+        "this limit cannot be charged past what it admits (settled costs: token_bucket, "
+        "gcra, fixed_window, sliding_window on the memory store)");
+  }
+
   // Refund(key, taken_at, cost) and then Decide(key, now, cost) as one step,
   // nobody else deciding between them: a concurrency limit's lease extended
   // (its slot is kept, never lost to another request). The default runs the

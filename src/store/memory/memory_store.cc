@@ -41,20 +41,45 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
   absl::StatusOr<Decision> Decide(std::string_view key, Time now, int64_t cost) override {
+    return Write(
+        key, now, [&](State& state) { return DecideInPlace(config_, state, now, cost); },
+        [cost](const Decision& d) { return d.allowed && cost > 0; });
+  }
+
+  absl::Status Charge(std::string_view key, Time now, int64_t cost) override {
+    if constexpr (!kCharges<Config>) {
+      return LimitTable::Charge(key, now, cost);
+    } else {
+      return Write(
+                 key, now,
+                 [&](State& state) {
+                   ChargeInPlace(config_, state, now, cost);
+                   return Decision{};
+                 },
+                 [cost](const Decision&) { return cost > 0; })
+          .status();
+    }
+  }
+
+ private:
+  // Runs `step` (Decision(State&)) on the key's state; on a key not held yet,
+  // on a fresh state, kept only when `keep(decision)`.
+  template <typename Step, typename Keep>
+  absl::StatusOr<Decision> Write(std::string_view key, Time now, Step step, Keep keep) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     std::unique_lock lock(shard.lock);
     // The hash is computed once, for the shard and for the lookup.
     if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-      return DecideInPlace(config_, it->second, now, cost);
+      return step(it->second);
     }
     // A new key: decide on a fresh state, and keep it only if it changed
     // (a denial or a peek leaves nothing behind: a flood of unique keys that
     // are all denied costs no memory).
     State state{};
-    const Decision d = DecideInPlace(config_, state, now, cost);
-    if (!d.allowed || cost == 0) return d;
+    const Decision d = step(state);
+    if (!keep(d)) return d;
     // The slot is reserved before the key goes in, so the store never holds
     // more than max_keys keys, however many threads insert at once.
     KeyBudget::Admission admission = budget_->Reserve();
@@ -65,7 +90,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       // Another thread may have created the key meanwhile: decide on its state.
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
         if (reserved) budget_->Removed(1);
-        return DecideInPlace(config_, it->second, now, cost);
+        return step(it->second);
       }
       if (!reserved) {
         budget_->NotKept();
@@ -81,6 +106,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     return d;
   }
 
+ public:
   absl::StatusOr<Decision> Check(std::string_view key, Time now, int64_t cost) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
     Shard& shard = ShardFor(KeyHash{}(key));
