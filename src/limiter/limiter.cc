@@ -559,8 +559,7 @@ absl::Status Limiter::Settle(std::string_view key, const PolicyDecision& taken, 
     for (size_t i : order_) {
       if (settles(i) && !Charges(configs_[i])) {
         return absl::FailedPreconditionError(
-            Cat("policy \"", name_, "\": limit ", i, " (",
-                AlgorithmName(AlgorithmOf(configs_[i])),
+            Cat("policy \"", name_, "\": limit ", i, " (", AlgorithmName(AlgorithmOf(configs_[i])),
                 ") cannot carry debt; settled costs need token_bucket, gcra, fixed_window or "
                 "sliding_window"));
       }

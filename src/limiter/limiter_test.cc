@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "sluice/store/memory_store.h"
 
 namespace sluice {
@@ -274,6 +276,76 @@ TEST_F(LimiterTest, ASettledChargeNeedsLimitsThatCarryDebt) {
   const absl::StatusOr<std::vector<Decision>> state = limiter->Inspect("k", clock_.Now(), 0);
   EXPECT_EQ((*state)[0].remaining, 9);
   EXPECT_EQ((*state)[1].remaining, 1);
+}
+
+// An hour of LLM-like traffic on a limit of 10,000 tokens a minute: each
+// request reserves an estimate of 500 and settles, 0 to 2 s later, at a
+// true cost of 0 to 2,500 (five times the estimate). Demand never stops.
+// What the requests really cost comes to the limit's rate over the hour
+// (docs/settled-costs.md): at most the rate over the hour and the time it
+// takes to repay the debt left at its end, plus one burst (a window), and
+// at least the hour's contract less one burst, for each algorithm that
+// carries debt; charging the estimate alone lets 2.5 times the limit through.
+TEST_F(LimiterTest, SettledCostsKeepTheLongRunRate) {
+  const Duration kHour = Duration::Hours(1);
+  constexpr int64_t kEstimate = 500, kPerMinute = 10'000;
+  for (const Algorithm algorithm : {Algorithm::kGcra, Algorithm::kTokenBucket,
+                                    Algorithm::kFixedWindow, Algorithm::kSlidingWindow}) {
+    for (const bool settle : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << AlgorithmName(algorithm) << (settle ? "" : ", unsettled"));
+      clock_.Set(Time::FromUnixMicros(60'000'000LL * 28'333'334));
+      const Time start = clock_.Now();
+      auto limiter = Make({L(algorithm, "10000/min")});
+      std::mt19937_64 rng(7);
+      struct InFlight {
+        Time done;
+        PolicyDecision taken;
+        int64_t actual;
+      };
+      std::vector<InFlight> in_flight;
+      int64_t admitted_actual = 0;
+      while (clock_.Now() < start + kHour) {
+        for (size_t i = 0; i < in_flight.size();) {
+          if (in_flight[i].done > clock_.Now()) {
+            ++i;
+            continue;
+          }
+          if (settle) {
+            ASSERT_TRUE(
+                limiter->Settle("k", in_flight[i].taken, kEstimate, in_flight[i].actual).ok());
+          }
+          in_flight[i] = in_flight.back();
+          in_flight.pop_back();
+        }
+        for (absl::StatusOr<PolicyDecision> d = limiter->Acquire("k", {.cost = kEstimate});
+             d->allowed; d = limiter->Acquire("k", {.cost = kEstimate})) {
+          const int64_t actual = std::uniform_int_distribution<int64_t>(0, 5 * kEstimate)(rng);
+          const Duration latency =
+              Duration::Micros(std::uniform_int_distribution<int64_t>(0, 2'000'000)(rng));
+          in_flight.push_back({clock_.Now() + latency, *d, actual});
+          admitted_actual += actual;
+        }
+        clock_.Advance(Duration::Millis(10));
+      }
+      const int64_t contract = kPerMinute * 60;
+      if (!settle) {
+        EXPECT_GT(admitted_actual, contract * 2);
+        continue;
+      }
+      // The last requests settle; then the debt they leave is repaid: the
+      // time until the key admits a request again counts against the rate.
+      for (const InFlight& f : in_flight) {
+        if (f.done > clock_.Now()) clock_.Set(f.done);
+        ASSERT_TRUE(limiter->Settle("k", f.taken, kEstimate, f.actual).ok());
+      }
+      while (!limiter->Check("k", {.cost = 1})->allowed) clock_.Advance(Duration::Millis(10));
+      const double minutes = static_cast<double>((clock_.Now() - start).micros()) / 60e6;
+      EXPECT_LE(admitted_actual, static_cast<int64_t>(kPerMinute * minutes) + kPerMinute);
+      EXPECT_GE(admitted_actual, contract - kPerMinute);
+      EXPECT_LE(minutes, 62.0);  // the debt left is a few requests' worth
+    }
+  }
 }
 
 }  // namespace

@@ -17,14 +17,12 @@ constexpr Time kT0 = Time::FromUnixMicros(1'700'000'000'000'000);
 
 template <typename Config>
 Config Make(std::string_view rate) {
-  absl::StatusOr<LimitConfig> c = MakeLimit({.algorithm = std::is_same_v<Config, GcraConfig>
-                                                              ? Algorithm::kGcra
-                                             : std::is_same_v<Config, TokenBucketConfig>
-                                                 ? Algorithm::kTokenBucket
-                                             : std::is_same_v<Config, FixedWindowConfig>
-                                                 ? Algorithm::kFixedWindow
-                                                 : Algorithm::kSlidingWindow,
-                                             .rate = MustParseRate(rate)});
+  absl::StatusOr<LimitConfig> c = MakeLimit(
+      {.algorithm = std::is_same_v<Config, GcraConfig>          ? Algorithm::kGcra
+                    : std::is_same_v<Config, TokenBucketConfig> ? Algorithm::kTokenBucket
+                    : std::is_same_v<Config, FixedWindowConfig> ? Algorithm::kFixedWindow
+                                                                : Algorithm::kSlidingWindow,
+       .rate = MustParseRate(rate)});
   EXPECT_TRUE(c.ok()) << c.status();
   return std::get<Config>(*c);
 }
@@ -75,7 +73,8 @@ TEST(Charge, FixedWindowCarriesDebtIntoTheNextWindows) {
   EXPECT_EQ(FirstAdmission(c, s, kT0, Duration::Millis(100), 100), kT0 + Duration::Seconds(3));
   EXPECT_EQ(FreshAt(c, s), kT0 + Duration::Seconds(4));
   int admitted = 0;
-  for (int i = 0; i < 10; ++i) admitted += DecideInPlace(c, s, kT0 + Duration::Seconds(3), 1).allowed;
+  for (int i = 0; i < 10; ++i)
+    admitted += DecideInPlace(c, s, kT0 + Duration::Seconds(3), 1).allowed;
   EXPECT_EQ(admitted, 5);
   // Within the limit, a count lasts its window only, as before.
   FixedWindowState plain = Charge(c, FixedWindowState{}, kT0, 4);
