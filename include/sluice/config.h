@@ -154,6 +154,15 @@ enum class MissingKey { kDeny, kClientIp };
 // The name this header used for what the limiter calls OnStoreError.
 using StoreErrorMode [[deprecated("use sluice::OnStoreError")]] = OnStoreError;
 
+// `cost: {estimate: N, settle: "response_header:NAME"}`: what a gateway
+// request reserves, and where its true cost is read when the upstream has
+// answered (docs/settled-costs.md).
+struct CostConfig {
+  int64_t estimate = 1;
+  std::string response_header;  // empty: the estimate is the cost
+  friend bool operator==(const CostConfig&, const CostConfig&) = default;
+};
+
 struct PolicyConfig {
   std::string name;
   std::optional<MatchConfig> match;  // absent: the gateway never applies it
@@ -166,6 +175,9 @@ struct PolicyConfig {
   // A key over 1024 bytes (a long header value, say): decided under its
   // SHA-256, or refused with 400. Never an error a store failure mode decides.
   LongKeys long_keys = LongKeys::kHash;
+  // What a gateway or auth_request request costs (default 1), settled from
+  // the upstream's answer when `response_header` is set.
+  CostConfig cost;
   friend bool operator==(const PolicyConfig&, const PolicyConfig&) = default;
 };
 

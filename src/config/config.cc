@@ -81,6 +81,7 @@ class Parser : public internal::YamlReader {
   absl::Status ReadRlqs(const Value& v, RlqsConfig& out) const;
   absl::Status ReadRlqsLimit(const Fields& f, RlqsLimitConfig& out) const;
   absl::Status ReadDeny(const Value& v, DenyConfig& out) const;
+  absl::Status ReadCost(const Value& v, PolicyConfig& out) const;
   absl::Status ReadPolicy(const Value& v, std::map<std::string, int>& names,
                           PolicyConfig& out) const;
   // Names are unique within their list; `names` maps each name seen to its line.
@@ -640,7 +641,7 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
   }
   absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys,
                                      {"name", "match", "key", "on_missing_key", "limits", "shadow",
-                                      "on_deny", "on_store_error", "long_keys"});
+                                      "on_deny", "on_store_error", "long_keys", "cost"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -692,6 +693,53 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
         out.long_keys,
         ReadChoice<LongKeys>(*x, {{"hash", LongKeys::kHash}, {"refuse", LongKeys::kRefuse}}));
   }
+  if (const Value* x = f->Find("cost")) SLUICE_RETURN_IF_ERROR(ReadCost(*x, out));
+  return absl::OkStatus();
+}
+
+// cost: N, or {estimate: N, settle: "response_header:NAME"} (settled costs:
+// every limit that takes cost must carry debt, in this process).
+absl::Status Parser::ReadCost(const Value& v, PolicyConfig& out) const {
+  if (v.node.IsScalar()) {
+    SLUICE_ASSIGN_OR_RETURN(out.cost.estimate, ReadInt(v, 0, kMaxLimit));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Fields> f =
+      ReadMap(v, "a cost, or {estimate: N, settle: ...}", {"estimate", "settle"});
+  if (!f.ok()) return f.status();
+  const Value* estimate = f->Find("estimate");
+  if (estimate == nullptr) return Fail(f->Missing("estimate"), "required (the cost reserved)");
+  SLUICE_ASSIGN_OR_RETURN(out.cost.estimate, ReadInt(*estimate, 0, kMaxLimit));
+  const Value* settle = f->Find("settle");
+  if (settle == nullptr) return absl::OkStatus();
+  SLUICE_ASSIGN_OR_RETURN(const std::string source, ReadScalar(*settle, "response_header:NAME"));
+  constexpr std::string_view kPrefix = "response_header:";
+  const std::string_view header =
+      source.starts_with(kPrefix) ? std::string_view(source).substr(kPrefix.size()) : "";
+  if (header.empty() || header.size() > 256 ||
+      !std::all_of(header.begin(), header.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+      })) {
+    return Fail(*settle, "expected response_header:NAME (a header of the upstream's answer)");
+  }
+  for (size_t i = 0; i < out.limits.size(); ++i) {
+    const LimitSpec& limit = out.limits[i];
+    const Algorithm a = limit.options.algorithm;
+    const bool shape = a == Algorithm::kLeakyBucket && limit.options.mode == LeakyMode::kShape;
+    if (a == Algorithm::kConcurrency || shape) continue;  // settles leave them alone
+    if (a != Algorithm::kTokenBucket && a != Algorithm::kGcra && a != Algorithm::kFixedWindow &&
+        a != Algorithm::kSlidingWindow) {
+      return Fail(*settle, Cat("limits[", i, "] (", AlgorithmName(a),
+                               ") cannot carry debt; settled costs need token_bucket, gcra, "
+                               "fixed_window or sliding_window"));
+    }
+    if (limit.scope == Scope::kGlobal) {
+      return Fail(*settle, Cat("limits[", i,
+                               "] is global: settled costs are decided in this process only, "
+                               "for now (scope: local)"));
+    }
+  }
+  out.cost.response_header = std::string(header);
   return absl::OkStatus();
 }
 

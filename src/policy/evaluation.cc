@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <memory>
 
 #include "base/cat.h"
@@ -343,6 +344,30 @@ void RetakeNext(const std::shared_ptr<Retake>& r) {
 }
 
 }  // namespace
+
+int SettleCosts(
+    const std::vector<Applied>& applied, const Verdict& verdict,
+    const std::function<std::optional<std::string_view>(std::string_view)>& answer_header) {
+  int settled = 0;
+  for (size_t i = 0; i < applied.size() && i < verdict.answers.size(); ++i) {
+    const Applied& a = applied[i];
+    const Answer& answer = verdict.answers[i];
+    const std::string& header = a.policy->config().cost.response_header;
+    if (header.empty() || !answer.took || answer.refunded || !a.policy->has_limiter()) continue;
+    const std::optional<std::string_view> value = answer_header(header);
+    if (!value) continue;
+    std::string_view text = *value;
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+    int64_t actual = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), actual);
+    if (ec != std::errc() || end != text.data() + text.size() || actual < 0 || actual > kMaxLimit) {
+      continue;
+    }
+    if (a.policy->limiter().Settle(*a.key, answer.decision, a.cost, actual).ok()) ++settled;
+  }
+  return settled;
+}
 
 void Reacquire(const std::vector<Applied>& applied, Verdict& verdict, Time now,
                std::function<void(bool)> done) {

@@ -111,6 +111,14 @@ void Release(const std::vector<Applied>& applied, const Verdict& verdict, Time n
 // until `done` has run (on a remote store's thread, or before returning).
 void Reacquire(const std::vector<Applied>& applied, Verdict& verdict, Time now,
                std::function<void(bool)> done);
+// Settles the cost of the admitted requests' policies whose `cost.settle`
+// names a header of the upstream's answer (docs/settled-costs.md):
+// `answer_header(name)` is that header's value, if any. A value that is
+// not a whole number from 0 to 2^40 (or none) settles nothing: the
+// estimate stays the cost. Returns how many policies were settled.
+int SettleCosts(
+    const std::vector<Applied>& applied, const Verdict& verdict,
+    const std::function<std::optional<std::string_view>(std::string_view)>& answer_header);
 // Whether the verdict holds concurrency slots that Release gives back.
 bool Holds(const std::vector<Applied>& applied, const Verdict& verdict);
 

@@ -22,8 +22,14 @@ nlohmann::json ConfigJson(const PolicySet& set) {
     nlohmann::json limits = nlohmann::json::array();
     for (const LimitSpec& spec : p.config().limits) {
       nlohmann::json l = {{"algorithm", std::string(AlgorithmName(spec.options.algorithm))},
-                          {"rate", FormatRate(spec.options.rate)},
                           {"scope", spec.scope == Scope::kLocal ? "local" : "global"}};
+      if (spec.options.algorithm == Algorithm::kConcurrency) {
+        l["limit"] = spec.options.rate.limit;
+        l["lease_ttl"] = FormatDuration(
+            spec.options.lease_ttl == Duration::Zero() ? kDefaultLeaseTtl : spec.options.lease_ttl);
+      } else {
+        l["rate"] = FormatRate(spec.options.rate);
+      }
       if (spec.options.burst != 0) l["burst"] = spec.options.burst;
       if (spec.options.algorithm == Algorithm::kLeakyBucket) {
         l["mode"] = spec.options.mode == LeakyMode::kShape ? "shape" : "police";
@@ -66,6 +72,12 @@ nlohmann::json ConfigJson(const PolicySet& set) {
         {"on_missing_key", p.config().on_missing_key == MissingKey::kDeny ? "deny" : "client_ip"},
         {"long_keys", p.config().long_keys == LongKeys::kHash ? "hash" : "refuse"},
         {"on_deny", {{"status", p.config().on_deny.status}}}};
+    if (p.config().cost != CostConfig{}) {
+      entry["cost"] = {{"estimate", p.config().cost.estimate}};
+      if (!p.config().cost.response_header.empty()) {
+        entry["cost"]["settle"] = "response_header:" + p.config().cost.response_header;
+      }
+    }
     if (p.config().on_deny.retry_after_jitter) {
       entry["on_deny"]["retry_after_jitter"] =
           FormatDuration(*p.config().on_deny.retry_after_jitter);

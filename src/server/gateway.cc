@@ -251,6 +251,13 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
     req.set(http::field::host, host);
   }
   Response res = co_await Forward(ctx, req, *route, peer_ip, sc, marker);
+  // The true cost, from the upstream's answer (docs/settled-costs.md).
+  policy::SettleCosts(applied, ev,
+                      [&res](std::string_view name) -> std::optional<std::string_view> {
+                        const auto it = res.find(beast::string_view(name.data(), name.size()));
+                        if (it == res.end()) return std::nullopt;
+                        return View(it->value());
+                      });
   for (const auto& [name, value] : headers) res.set(name, value);
   co_return res;
 }

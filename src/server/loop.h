@@ -215,7 +215,8 @@ inline Task<policy::Verdict> EvaluateRequest(Context& ctx,
   for (const policy::Policy* p : applying) {
     applied.push_back(
         {.policy = p,
-         .key = p->KeyFor(facts, route, config.trusted_proxies, config.real_ip_header)});
+         .key = p->KeyFor(facts, route, config.trusted_proxies, config.real_ip_header),
+         .cost = p->config().cost.estimate});
   }
   policy::Verdict verdict = co_await DecideTimed(ctx, applied);
   co_return verdict;

@@ -231,8 +231,12 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
             "headers": record["headers"],
             "body": record["body"],
         }).encode()
+        # ?tokens=N: the answer says what it cost (settled costs).
+        tokens = re.search(r"[?&]tokens=(\d+)", self.path)
         try:
             self.send_response(200)
+            if tokens:
+                self.send_header("X-Tokens-Used", tokens.group(1))
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()

@@ -1,0 +1,74 @@
+"""Settled costs through the gateway (docs/settled-costs.md): a policy
+reserves `cost.estimate` per request and settles the true cost from a header
+of the upstream's answer; a cost above what is left is debt that later
+requests repay at the limit's rate."""
+
+import unittest
+
+from harness import SluiceTestCase, ratelimit_members, run_check, server_block
+
+
+class SettledCostsTest(SluiceTestCase):
+    def start(self, policy_extra=""):
+        self.up = self.start_upstream("main")
+        return self.start_sluice(server_block() + """\
+routes:
+  - name: app
+    match: {path_prefix: /}
+    upstream: %s
+policies:
+  - name: tokens
+    match: {path_prefix: /llm}
+    key: [global]
+    cost: {estimate: 50, settle: "response_header:X-Tokens-Used"}
+    limits:
+      - {algorithm: gcra, rate: 600/min}
+%s""" % (self.up.url, policy_extra))
+
+    def remaining(self, r):
+        return ratelimit_members(r.header("RateLimit"))["tokens"]["r"]
+
+    def test_the_answer_settles_the_cost_and_debt_is_repaid_at_the_rate(self):
+        self.start()
+        # 600 tokens; each request reserves 50, then costs what it says.
+        r = self.get("/llm/a?tokens=500")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.remaining(r), 550)  # told before the answer: 50 reserved
+        r = self.get("/llm/b?tokens=0")  # 500 in use, 50 reserved, 50 given back
+        self.assertEqual(self.remaining(r), 50)
+        r = self.get("/llm/c")  # no header: the estimate stays the cost
+        self.assertEqual(self.remaining(r), 50)
+        r = self.get("/llm/d?tokens=300")  # 600 in use + 250 more: 250 owed
+        self.assertEqual(r.status, 200, r)
+        denied = self.get("/llm/e")
+        self.assert_problem(denied, 429)
+        # 850 in use; 50 more fit at 550: 300 tokens at 10/s, 30 s (plus up
+        # to a tenth of the minute of jitter).
+        self.assertGreaterEqual(int(denied.header("Retry-After")), 30)
+        self.assertLessEqual(int(denied.header("Retry-After")), 36)
+        self.assertEqual(self.up.count("/llm/e"), 0)
+
+    def test_a_settle_needs_limits_that_carry_debt_in_this_process(self):
+        up = self.start_upstream("main")
+        base = server_block() + """\
+routes:
+  - {name: app, match: {path_prefix: /}, upstream: "%s"}
+policies:
+  - name: tokens
+    cost: {estimate: 50, settle: "%s"}
+    limits:
+      - %s
+"""
+        for settle, limit, message in [
+                ("response_header:X-Tokens-Used", "{algorithm: sliding_log, rate: 600/min}",
+                 "cannot carry debt"),
+                ("header:X-Tokens-Used", "{algorithm: gcra, rate: 600/min}",
+                 "expected response_header:NAME"),
+        ]:
+            code, out, err = run_check(base % (up.url, settle, limit), self.tmpdir)
+            self.assertNotEqual(code, 0)
+            self.assertIn(message, out + err)
+
+
+if __name__ == "__main__":
+    unittest.main()
