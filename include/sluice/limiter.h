@@ -170,7 +170,8 @@ class Limiter {
   // Concurrency limits (slots, not cost) and a shape limit's departure are
   // left alone. FailedPrecondition when a charge is due and some limit
   // cannot carry debt (only token_bucket, gcra, fixed_window and
-  // sliding_window can); Unimplemented with a remote store, for now.
+  // sliding_window can). What a remote store holds is settled
+  // asynchronously, without waiting (as Refund).
   absl::Status Settle(std::string_view key, const PolicyDecision& taken, int64_t estimate,
                       int64_t actual);
   // Whether some limit is a concurrency limit (what Release gives back).

@@ -77,7 +77,8 @@ inline int64_t MaxUsedTicks(const BucketConfig& config) {
 inline int64_t ChargedUsed(const BucketConfig& config, int64_t used, int64_t cost) {
   const int64_t max = MaxUsedTicks(config);
   if (cost <= 0) return used;
-  if (used >= max) return used;
+  // Far ahead already (a clock that went back a long way): nothing to add.
+  if (used >= max || used > (int64_t{1} << 52)) return used;
   const int64_t per_token = config.bucket_rate().ticks_per_token;
   return cost > (max - used) / per_token ? max : used + cost * per_token;
 }

@@ -34,6 +34,15 @@ absl::StatusOr<SlidingWindowConfig> SlidingWindowConfig::Create(const WindowOpti
 
 namespace {
 
+// The most a window algorithm's count may reach with debt: the limit and
+// kMaxDebtLimits limits more, repaid within 2^51 us (71 years; the Redis
+// functions compute times in doubles, exact below 2^53).
+int64_t MaxWindowCount(const WindowConfig& config) {
+  const int64_t windows =
+      std::min<int64_t>(kMaxDebtLimits, (int64_t{1} << 51) / config.period().micros());
+  return config.limit() * (1 + windows);  // limit <= 2^40: no overflow
+}
+
 // The windows after `count`'s until it is spent: what is over the limit
 // (debt, Charge) is carried into the next window, and repaid at the limit
 // per window; a count within the limit lasts its own window.
@@ -87,7 +96,7 @@ FixedWindowState Charge(const FixedWindowConfig& config, FixedWindowState state,
   const int64_t window =
       std::max(FloorDiv(now.unix_micros(), config.period().micros()), state.window);
   const int64_t count = CountIn(state, window, limit);
-  const int64_t max = limit * (kMaxDebtLimits + 1);  // limit <= 2^40: no overflow
+  const int64_t max = MaxWindowCount(config);
   return {window, cost >= max - count ? std::max(max, count) : count + cost};
 }
 
@@ -179,7 +188,7 @@ Outcome<SlidingWindowState> Decide(const SlidingWindowConfig& config, SlidingWin
     if (e_here < period) {
       retry_at = window_start + e_here;
     } else {
-      const int64_t k = std::max<int64_t>(1, (w.curr + cost - limit - 1) / limit + 1);
+      const int64_t k = std::max<int64_t>(1, WindowsSpanned(w.curr + cost - limit, limit));
       const Windows then = RollBy(w.index, w.prev, w.curr, k, limit);
       const int64_t e_then = EarliestElapsed(then.prev, limit - then.curr - cost, period);
       retry_at =
@@ -213,7 +222,7 @@ SlidingWindowState Charge(const SlidingWindowConfig& config, SlidingWindowState 
   const int64_t limit = config.limit();
   const Windows w = Roll(
       state, std::max(FloorDiv(now.unix_micros(), config.period().micros()), state.window), limit);
-  const int64_t max = limit * (kMaxDebtLimits + 1);  // limit <= 2^40: no overflow
+  const int64_t max = MaxWindowCount(config);
   return {w.index, w.prev, cost >= max - w.curr ? std::max(max, w.curr) : w.curr + cost};
 }
 

@@ -698,7 +698,7 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
 }
 
 // cost: N, or {estimate: N, settle: "response_header:NAME"} (settled costs:
-// every limit that takes cost must carry debt, in this process).
+// every limit that takes cost must carry debt, and not be leased).
 absl::Status Parser::ReadCost(const Value& v, PolicyConfig& out) const {
   if (v.node.IsScalar()) {
     SLUICE_ASSIGN_OR_RETURN(out.cost.estimate, ReadInt(v, 0, kMaxLimit));
@@ -733,10 +733,10 @@ absl::Status Parser::ReadCost(const Value& v, PolicyConfig& out) const {
                                ") cannot carry debt; settled costs need token_bucket, gcra, "
                                "fixed_window or sliding_window"));
     }
-    if (limit.scope == Scope::kGlobal) {
+    if (limit.lease.has_value()) {
       return Fail(*settle, Cat("limits[", i,
-                               "] is global: settled costs are decided in this process only, "
-                               "for now (scope: local)"));
+                               "] is leased: its slices are spent in this process, and a settled "
+                               "difference would bypass them"));
     }
   }
   out.cost.response_header = std::string(header);

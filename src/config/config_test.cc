@@ -263,6 +263,28 @@ TEST(ParseConfig, ConcurrencyLimits) {
   EXPECT_EQ(limits[1].options.lease_ttl, Duration::Seconds(90));
 }
 
+TEST(ParseConfig, SettledCosts) {
+  const Config config = Load(
+      "policies:\n  - name: p\n    cost: {estimate: 500, settle: \"response_header:X-Tokens\"}\n"
+      "    limits: [{algorithm: gcra, rate: 10000/min}, {algorithm: concurrency, limit: 2}]\n"
+      "  - name: q\n    cost: 7\n    limits: [{algorithm: sliding_log, rate: 5/s}]\n");
+  EXPECT_EQ(config.policies[0].cost.estimate, 500);
+  EXPECT_EQ(config.policies[0].cost.response_header, "X-Tokens");
+  EXPECT_EQ(config.policies[1].cost, (CostConfig{.estimate = 7}));
+  const std::string head = "policies:\n  - name: p\n    cost: {estimate: 5, settle: ";
+  EXPECT_THAT(ErrorOf(head + "\"response_header:X\"}\n    limits: [{algorithm: sliding_log, "
+                             "rate: 5/s}]\n"),
+              HasSubstr("limits[0] (sliding_log) cannot carry debt"));
+  EXPECT_THAT(ErrorOf(head + "\"body:tokens\"}\n    limits: [{algorithm: gcra, rate: 5/s}]\n"),
+              HasSubstr("expected response_header:NAME"));
+  EXPECT_THAT(ErrorOf(head + "\"response_header:X Y\"}\n    limits: [{algorithm: gcra, "
+                             "rate: 5/s}]\n"),
+              HasSubstr("expected response_header:NAME"));
+  EXPECT_THAT(ErrorOf("policies:\n  - name: p\n    cost: {settle: \"response_header:X\"}\n"
+                      "    limits: [{algorithm: gcra, rate: 5/s}]\n"),
+              HasSubstr("estimate: required"));
+}
+
 TEST(ConfigErrors, ConcurrencyLimits) {
   const std::string head = "policies:\n  - name: p\n    limits:\n      - ";
   EXPECT_THAT(ErrorOf(head + "{algorithm: concurrency}\n"),
@@ -375,7 +397,7 @@ TEST(ConfigErrors, YamlSyntaxErrorGivesLineAndColumn) {
 TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
   EXPECT_EQ(ErrorOf("policies:\n  - name: p\n    limts: []\n"),
             "t.yaml:3: policies[0].limts: unknown key (expected one of: name, match, key, "
-            "on_missing_key, limits, shadow, on_deny, on_store_error, long_keys)");
+            "on_missing_key, limits, shadow, on_deny, on_store_error, long_keys, cost)");
   EXPECT_EQ(ErrorOf("servr:\n  threads: 2\n"),
             "t.yaml:1: servr: unknown key (expected one of: server, store, trusted_proxies, "
             "real_ip_header, routes, policies, grpc, envoy, envoy_files, rlqs)");

@@ -548,10 +548,6 @@ absl::Status Limiter::Settle(std::string_view key, const PolicyDecision& taken, 
     return absl::InvalidArgumentError(
         Cat("policy \"", name_, "\": a settled cost and its estimate are not negative"));
   }
-  if (remote_ != nullptr) {
-    return absl::UnimplementedError(
-        Cat("policy \"", name_, "\": settled costs on a remote store are not supported yet"));
-  }
   const int64_t more = actual - estimate;
   if (more == 0) return absl::OkStatus();
   auto settles = [&](size_t i) { return !IsShape(configs_[i]) && !IsConcurrency(configs_[i]); };
@@ -567,10 +563,26 @@ absl::Status Limiter::Settle(std::string_view key, const PolicyDecision& taken, 
   }
   const Time now = clock_->Now();
   absl::Status result;
+  std::vector<LimitTable*> remote;
   for (size_t i : order_) {
     if (!settles(i)) continue;
+    if (is_remote_[i]) {
+      remote.push_back(tables_[i].get());
+      continue;
+    }
     result.Update(more < 0 ? tables_[i]->Refund(key, taken.taken_at, -more)
                            : tables_[i]->Charge(key, now, more));
+  }
+  // The remote limits in one call, without waiting (as Refund); a request
+  // the store did not decide (on_store_error) has nothing there to settle.
+  if (!remote.empty() && !taken.store_error) {
+    if (more < 0) {
+      remote_->DecideBatch(remote, key, BatchOp::kRefund, taken.taken_at, -more, taken.store_time,
+                           [](absl::StatusOr<BatchResult>) {});
+    } else {
+      remote_->DecideBatch(remote, key, BatchOp::kCharge, now, more, Time(),
+                           [](absl::StatusOr<BatchResult>) {});
+    }
   }
   return result;
 }

@@ -28,6 +28,13 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
     }
     return result;
   }
+  if (op == BatchOp::kCharge) {
+    for (LimitTable* table : tables) {
+      if (!Charges(table->config())) continue;
+      if (absl::Status s = table->Charge(key, now, cost); !s.ok()) return s;
+    }
+    return result;
+  }
   bool denied = false;
   size_t taken = 0;
   if (op == BatchOp::kRenew) {

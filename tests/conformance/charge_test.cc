@@ -101,10 +101,13 @@ TEST(Charge, ExtremesSaturateAtTheDebtBound) {
   {
     const auto c = Make<SlidingWindowConfig>("1099511627776/366d");  // 2^40 per 366 days
     SlidingWindowState s = Charge(c, SlidingWindowState{}, kT0, kHuge);
-    EXPECT_EQ(s.curr, (int64_t{1} << 40) * (kMaxDebtLimits + 1));
+    // Windows of 366 days: what 2^51 us (71 of them) repay, not 1024.
+    const int64_t windows = (int64_t{1} << 51) / Duration::Days(366).micros();
+    EXPECT_EQ(windows, 71);
+    EXPECT_EQ(s.curr, (int64_t{1} << 40) * (1 + windows));
     const Decision d = CheckInPlace(c, s, kT0, 1);
     EXPECT_FALSE(d.allowed);
-    EXPECT_GT(d.retry_after, Duration::Days(366) * kMaxDebtLimits);
+    EXPECT_GT(d.retry_after, Duration::Days(366) * windows);
   }
   {
     const auto c = Make<TokenBucketConfig>("10/s");

@@ -6,12 +6,15 @@ requests repay at the limit's rate."""
 import unittest
 
 from harness import SluiceTestCase, ratelimit_members, run_check, server_block
+from redis_harness import RedisServer, redis_store_block
 
 
 class SettledCostsTest(SluiceTestCase):
+    store = ""  # the memory store; RedisSettledCostsTest: one Redis
+
     def start(self, policy_extra=""):
         self.up = self.start_upstream("main")
-        return self.start_sluice(server_block() + """\
+        return self.start_sluice(server_block() + self.store + """\
 routes:
   - name: app
     match: {path_prefix: /}
@@ -48,7 +51,9 @@ policies:
         self.assertLessEqual(int(denied.header("Retry-After")), 36)
         self.assertEqual(self.up.count("/llm/e"), 0)
 
-    def test_a_settle_needs_limits_that_carry_debt_in_this_process(self):
+
+class SettleConfigTest(SluiceTestCase):
+    def test_a_settle_needs_limits_that_carry_debt(self):
         up = self.start_upstream("main")
         base = server_block() + """\
 routes:
@@ -68,6 +73,17 @@ policies:
             code, out, err = run_check(base % (up.url, settle, limit), self.tmpdir)
             self.assertNotEqual(code, 0)
             self.assertIn(message, out + err)
+
+
+class RedisSettledCostsTest(SettledCostsTest):
+    """The same on one Redis: the limit global, settled by one call (op G)."""
+
+    def setUp(self):
+        super().setUp()
+        redis = RedisServer(self.tmpdir)
+        self.addCleanup(redis.kill)
+        redis.start()
+        self.store = redis_store_block(url=redis.url, timeout="1s")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ struct Outcome {
 // whether or not it fits: a settled cost above its estimate. What is over
 // the limit is debt, which later requests repay at the limit's rate (they
 // are denied until it is). A key's debt is at most kMaxDebtLimits times
-// its limit (a bucket: its capacity, and 2^52 ticks in all); a charge
-// beyond is taken only up to there.
+// its limit (a bucket: its capacity, and 2^52 ticks in all; a window: and
+// what 2^51 us, 71 years, of windows repay); a charge beyond is taken only
+// up to there.
 inline constexpr int64_t kMaxDebtLimits = 1024;
 
 }  // namespace sluice

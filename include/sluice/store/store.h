@@ -58,8 +58,7 @@ class LimitTable {
 
   // Takes `cost` at `now` whether or not it fits (a settled cost above its
   // estimate): what is over the limit is debt (kCharges, kMaxDebtLimits).
-  // Unimplemented for an algorithm that carries no debt, and (for now) on
-  // stores other than the memory store.
+  // Unimplemented for an algorithm that carries no debt.
   virtual absl::Status Charge(std::string_view key, Time now, int64_t cost) {
     (void)key, (void)now, (void)cost;
     return absl::UnimplementedError(
@@ -86,13 +85,14 @@ enum class BatchOp {
   kCheck,   // answer as kDecide would, taking nothing
   kRefund,  // give back `cost` taken at `taken_at` (leaky_bucket shape excepted)
   kRenew,   // kRefund, then kDecide at `now`, as one step (LimitTable::Renew)
+  kCharge,  // take `cost` at `now` whether or not it fits (LimitTable::Charge)
 };
 
 struct BatchResult {
   // The time the store decided at, by its own clock (Redis' TIME): a refund
   // of what this call took passes it back as `taken_at`.
   Time store_time;
-  // One per table, in the order given. Empty for kRefund.
+  // One per table, in the order given. Empty for kRefund and kCharge.
   // kRenew: denied anywhere, nothing stays taken anywhere.
   std::vector<Decision> decisions;
 };

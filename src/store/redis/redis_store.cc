@@ -136,6 +136,10 @@ class RedisTable final : public LimitTable {
                                  int64_t cost) override {
     return One(key, BatchOp::kRenew, now, cost, taken_at);
   }
+  absl::Status Charge(std::string_view key, Time now, int64_t cost) override {
+    if (!Charges(config_)) return LimitTable::Charge(key, now, cost);
+    return One(key, BatchOp::kCharge, now, cost, Time()).status();
+  }
   const LimitConfig& config() const override { return config_; }
 
   const std::string& name() const { return name_; }
@@ -1125,10 +1129,11 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
       }
     }
   }
-  redis::ScriptArgs args{.op = op == BatchOp::kDecide  ? redis::ScriptOp::kDecide
-                               : op == BatchOp::kCheck ? redis::ScriptOp::kCheck
-                               : op == BatchOp::kRenew ? redis::ScriptOp::kRenew
-                                                       : redis::ScriptOp::kRefund,
+  redis::ScriptArgs args{.op = op == BatchOp::kDecide   ? redis::ScriptOp::kDecide
+                               : op == BatchOp::kCheck  ? redis::ScriptOp::kCheck
+                               : op == BatchOp::kRenew  ? redis::ScriptOp::kRenew
+                               : op == BatchOp::kCharge ? redis::ScriptOp::kCharge
+                                                        : redis::ScriptOp::kRefund,
                          .cost = cost,
                          .taken_at = taken_at};
   if (impl_->options.use_caller_time) args.now = now;
@@ -1155,7 +1160,7 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
     std::string tag = keys.front().substr(0, keys.front().find('}') + 1);
     if (op == BatchOp::kRefund || op == BatchOp::kRenew) {
       impl_->denials.Forget(tag);
-    } else if (certain) {
+    } else if (certain && (op == BatchOp::kDecide || op == BatchOp::kCheck)) {
       for (const std::string& k : keys) p->id.append(k).push_back('\n');
       p->sent = impl_->options.use_caller_time ? now : SteadyNow();
       p->epoch = impl_->denials.Epoch(tag);
@@ -1236,7 +1241,7 @@ absl::StatusOr<Decision> RedisTable::One(std::string_view key, BatchOp op, Time 
       [&promise](absl::StatusOr<BatchResult> r) { promise.set_value(std::move(r)); });
   absl::StatusOr<BatchResult> r = future.get();
   if (!r.ok()) return r.status();
-  if (op == BatchOp::kRefund) return Decision{};
+  if (op == BatchOp::kRefund || op == BatchOp::kCharge) return Decision{};
   if (r->decisions.size() != 1) return absl::InternalError("redis: wrong number of decisions");
   return r->decisions.front();
 }

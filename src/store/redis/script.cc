@@ -127,7 +127,8 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
   const size_t n = std::min(keys.size(), limits.size());
   part.key_count = static_cast<uint32_t>(n);
   part.arg_count = static_cast<uint32_t>(kPartFixedArgs + n);
-  part.decisions = args.op == ScriptOp::kRefund ? 0 : static_cast<uint32_t>(n);
+  part.decisions =
+      args.op == ScriptOp::kRefund || args.op == ScriptOp::kCharge ? 0 : static_cast<uint32_t>(n);
   size_t key_bytes = 0;
   for (size_t i = 0; i < n; ++i) key_bytes += keys[i].size() + 16;
   part.keys.reserve(key_bytes);
@@ -143,11 +144,12 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
     AppendBulk(a, limits[0]);
     return part;
   }
-  AppendBulk(a, args.op == ScriptOp::kDecide  ? "D"
-                : args.op == ScriptOp::kCheck ? "C"
-                : args.op == ScriptOp::kLease ? "L"
-                : args.op == ScriptOp::kRenew ? "N"
-                                              : "R");
+  AppendBulk(a, args.op == ScriptOp::kDecide   ? "D"
+                : args.op == ScriptOp::kCheck  ? "C"
+                : args.op == ScriptOp::kLease  ? "L"
+                : args.op == ScriptOp::kRenew  ? "N"
+                : args.op == ScriptOp::kCharge ? "G"
+                                               : "R");
   if (args.now.has_value()) {
     AppendNumber(a, args.now->unix_micros());
   } else {

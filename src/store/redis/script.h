@@ -88,6 +88,7 @@ enum class ScriptOp {
   kRefund,  // give back `cost` taken at `taken_at` (leaky shape limits keep it)
   kLease,   // kDecide of one gcra or token_bucket limit, its slots `lead` ahead
   kRenew,   // kRefund of `cost` taken at `taken_at`, then kDecide, in one part
+  kCharge,  // take `cost` whether or not it fits: debt (settled costs)
 };
 
 struct ScriptArgs {

@@ -117,6 +117,15 @@ class Twin {
     A::GiveBack(config_, *state_, taken_at, cost);
     DropIfFresh(now);
   }
+  // A settled charge: taken whether or not it fits (debt), by the
+  // algorithms that carry debt; nothing by the others.
+  void Charge(Time now, int64_t cost) {
+    if (!kCharges<Config> || cost <= 0) return;
+    State next = state_ ? A::Copy(*state_) : State{};
+    ChargeInPlace(config_, next, now, cost);
+    state_.emplace(std::move(next));
+    DropIfFresh(now);
+  }
   // The store's renew: the refund, then the decide, as one step.
   Decision Renew(Time now, Time taken_at, int64_t cost) {
     Refund(now, taken_at, cost);
@@ -146,10 +155,11 @@ struct Op {
 };
 
 std::string OpString(const Op& op) {
-  const char* kind = op.kind == ScriptOp::kDecide  ? "decide"
-                     : op.kind == ScriptOp::kCheck ? "check"
-                     : op.kind == ScriptOp::kRenew ? "renew"
-                                                   : "refund";
+  const char* kind = op.kind == ScriptOp::kDecide   ? "decide"
+                     : op.kind == ScriptOp::kCheck  ? "check"
+                     : op.kind == ScriptOp::kRenew  ? "renew"
+                     : op.kind == ScriptOp::kCharge ? "charge"
+                                                    : "refund";
   std::string s = std::string(kind) + " cost " + std::to_string(op.cost) + " at " +
                   std::to_string(op.now.unix_micros()) + "us";
   if (op.kind == ScriptOp::kRefund || op.kind == ScriptOp::kRenew)
@@ -201,6 +211,17 @@ std::vector<Op> EdgeOps(const LimitConfig& config) {
   decide(kYear2070, 1);
   ops.push_back({ScriptOp::kRefund, kYear2070, capacity, kYear2070});
   decide(kYear2070, 1);
+  // Debt: three capacities over, repaid across windows; then the most a
+  // call sends (2^52), which saturates.
+  ops.push_back({ScriptOp::kCharge, kYear2070, 3 * capacity, {}});
+  decide(kYear2070 + Duration::Micros(interval), 1);
+  decide(kYear2070 + Duration::Micros(period), 1);
+  decide(kYear2070 + Duration::Micros(3 * period), 1);
+  decide(kYear2070 + Duration::Micros(5 * period), 1);
+  ops.push_back(
+      {ScriptOp::kCharge, kYear2070 + Duration::Micros(5 * period), int64_t{1} << 52, {}});
+  decide(kYear2070 + Duration::Micros(6 * period), 1);
+  ops.push_back({ScriptOp::kCheck, kYear2070 + Duration::Micros(7 * period), 1, {}});
   return ops;
 }
 
@@ -240,6 +261,9 @@ std::vector<Op> RandomOps(uint64_t seed, const LimitConfig& config, int steps) {
     } else if (kind < 25) {
       const Time taken_at = at - Duration::Micros(rng.Uniform(0, 2 * options.rate.period.micros()));
       ops.push_back({ScriptOp::kRefund, at, rng.Uniform(0, 3), taken_at});
+    } else if (kind < 32 && kind >= 29) {
+      // A settled difference charged: up to a few capacities over.
+      ops.push_back({ScriptOp::kCharge, at, rng.Uniform(0, 3 * options.capacity + 3), {}});
     } else if (kind < 29 && !takes.empty()) {
       // A renew of a recent take, which is then taken again now.
       Op& take = takes[rng.Uniform(0, static_cast<int64_t>(takes.size()) - 1)];
@@ -382,6 +406,8 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
       } else if (op.kind == ScriptOp::kCheck) {
         const Decision want = twin.Check(op.now, op.cost);
         ASSERT_TRUE(SameDecision(result->decisions[0], want)) << "op " << i << ": " << OpString(op);
+      } else if (op.kind == ScriptOp::kCharge) {
+        twin.Charge(op.now, op.cost);
       } else if (op.kind == ScriptOp::kRenew) {
         const Decision want = twin.Renew(op.now, op.taken_at, op.cost);
         ASSERT_TRUE(SameDecision(result->decisions[0], want)) << "op " << i << ": " << OpString(op);

@@ -222,6 +222,37 @@ local function bucket_decide(b, used, cost)
   return d, false, used
 end
 
+-- ---- debt (op G, a charge whether or not it fits: src/algorithm/bucket_math.h) ----
+
+-- The most ticks a charge may leave in use: the capacity and a debt of at
+-- most 1024 capacities (kMaxDebtLimits), and at most 2^52 ticks of debt.
+local function max_used(b)
+  return b.cap + min(b.cap * 1024, TWO52)
+end
+
+-- `used` after a charge of `cost` whether or not it fits, up to max_used;
+-- a `used` far ahead already (above 2^52, or nil: too far to form) stays.
+local function charged_used(b, used, cost)
+  if used == nil or cost <= 0 then return used end
+  local top = max_used(b)
+  if used >= top or used > TWO52 then return used end
+  if cost > floordiv(top - used, b.per_token) then return top end
+  return used + cost * b.per_token
+end
+
+-- The most a window algorithm's count may reach with debt: the limit and
+-- 1024 limits more, repaid within 2^51 us (the C++ MaxWindowCount).
+local function max_window_count(w)
+  return w.limit * (1 + min(1024, floordiv(TWO52 / 2, w.period)))
+end
+
+-- The windows `count` spans until it is spent: what is over the limit is
+-- carried into the next window and repaid at the limit per window.
+local function windows_spanned(count, limit)
+  if count <= 0 then return 0 end
+  return floordiv(count - 1, limit) + 1
+end
+
 -- op L, a leased slice of gcra or token_bucket (docs/distributed.md,
 -- "Leased limits"): `used` raised to `floor_ticks` (the lead), then `n`
 -- slots granted when the first of them fits now; the others lie beyond the

@@ -20,6 +20,8 @@
 -- leaky_bucket shape one, whose departure slot is kept.
 -- op "N": R of `cost` taken at taken_at_us, then D, in one step (a
 -- concurrency limit's lease renewed: its slot is never lost to another).
+-- op "G": `cost` charged to every limit whether or not it fits (a settled
+-- cost above its estimate): what is over the limit is debt. Answered like R.
 -- op "L": a leased slice of one gcra or token_bucket limit: D of `cost`
 -- deciding as if at least taken_at_us (the lead) of the bucket were used,
 -- so its slots lie at least that far ahead of now.
@@ -75,6 +77,16 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
       if l.algo.refund then l.algo.refund(l.params, keys[k + i], ctx, taken_at, cost) end
     end
     op = 'D'
+  end
+  if op == 'G' then
+    -- Settled costs: `cost` charged whether or not it fits (debt); limits
+    -- that carry none are left alone, as the C++ ChargeInPlace does.
+    for i = 0, n - 1 do
+      local l = limit_of(args[a + i])
+      if l.algo.charge then l.algo.charge(l.params, keys[k + i], ctx, cost) end
+    end
+    reply[#reply + 1] = ctx.now
+    return
   end
   if op == 'R' then
     for i = 0, n - 1 do
@@ -222,7 +234,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         m = m + 7
       end
       at_key, at_arg, at_run = k + g, after, 0
-    elseif op == 'D' or op == 'C' or op == 'R' or op == 'L' or op == 'N' then
+    elseif op == 'D' or op == 'C' or op == 'R' or op == 'L' or op == 'N' or op == 'G' then
       local n, first = tonum(args[a + 4]), a + PART_ARGS
       if n == nil or n < 1 or n ~= floor(n) or first + n - 1 > nargs or k + n - 1 > nkeys then
         malformed_part(a)
@@ -242,7 +254,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       run_part(op, ctx, cost, taken_at, keys, k, args, first, n, reply)
       at_key, at_arg = next_key, next_arg
     else
-      malformed = 'sluice: op must be D, C, R, L, N, d, c or *, got "' .. tostring(op) .. '"'
+      malformed = 'sluice: op must be D, C, R, L, N, G, d, c or *, got "' .. tostring(op) .. '"'
       return
     end
   end

@@ -18,25 +18,35 @@ end
 
 local fw_plan = {}
 
+-- The count of `window` (at or after the state's): the state's own, or what
+-- is left of its debt (the C++ CountIn).
+local function fw_count_in(st_window, st_count, window, limit)
+  if window == st_window then return st_count end
+  local later = window - st_window
+  if later >= windows_spanned(st_count, limit) then return 0 end
+  return max(0, st_count - later * limit)
+end
+
 function fixed_window.decide(w, key, ctx, cost, reuse)
-  local now = ctx.now
+  local now, limit = ctx.now, w.limit
   local st_window, st_count = fw_load(key)
   -- A clock that went back stays in the latest window seen.
   local window = max(floordiv(now, w.period), st_window)
-  local count = (window == st_window) and st_count or 0
-  local until_end = (window + 1) * w.period - now
-  local d = decision(w.limit)
+  local count = fw_count_in(st_window, st_count, window, limit)
+  local start = window * w.period
+  local d = decision(limit)
   local used = count
-  if cost > w.limit then
+  if cost > limit then
     d.retry = INFINITE
-  elseif count + cost <= w.limit then
+  elseif count + cost <= limit then
     d.allowed = 1
     used = count + cost
   else
-    d.retry = until_end
+    -- The window where the request fits: the next, unless debt is left.
+    d.retry = start + windows_spanned(count + cost - limit, limit) * w.period - now
   end
-  d.remaining = w.limit - used
-  d.reset = (used > 0) and until_end or 0
+  d.remaining = max(0, limit - used)
+  d.reset = (used > 0) and (start + windows_spanned(used, limit) * w.period - now) or 0
   if d.allowed == 1 and cost > 0 then
     local plan = reuse and fw_plan or {}
     plan.window, plan.count = window, used
@@ -47,8 +57,18 @@ end
 
 function fixed_window.save(w, key, st, ctx)
   local fresh_at = nil
-  if st.count > 0 then fresh_at = (st.window + 1) * w.period end
+  if st.count > 0 then fresh_at = (st.window + windows_spanned(st.count, w.limit)) * w.period end
   store_string(key, fmt2(st.window, st.count), fresh_at, ctx, w)
+end
+
+function fixed_window.charge(w, key, ctx, cost)
+  if cost <= 0 then return end
+  local st_window, st_count = fw_load(key)
+  local window = max(floordiv(ctx.now, w.period), st_window)
+  local count = fw_count_in(st_window, st_count, window, w.limit)
+  local top = max_window_count(w)
+  if cost >= top - count then count = max(top, count) else count = count + cost end
+  fixed_window.save(w, key, {window = window, count = count}, ctx)
 end
 
 function fixed_window.refund(w, key, ctx, taken_at, cost)

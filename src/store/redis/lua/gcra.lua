@@ -34,6 +34,16 @@ function gcra.save(b, key, st, ctx)
   store_string(key, format_ticks(st.us, st.rem), ceil_ticks(st.us, st.rem), ctx, b)
 end
 
+function gcra.charge(b, key, ctx, cost)
+  if cost <= 0 then return end
+  local now = ctx.now
+  local tat_us, tat_rem = split_ticks(call('GET', key) or nil)
+  local used = charged_used(b, ticks_after(b.per_us, now, tat_us, tat_rem), cost)
+  if used == nil then return end  -- too far ahead to form: kept as it is
+  local us, rem = ticks_from(b.per_us, now, used)
+  gcra.save(b, key, {us = us, rem = rem}, ctx)
+end
+
 function gcra.refund(b, key, ctx, taken_at, cost)
   local s = call('GET', key)
   if not s then return end

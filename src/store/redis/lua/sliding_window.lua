@@ -32,16 +32,28 @@ local function earliest_elapsed(prev, room, period)
   return period - fits
 end
 
+-- The counts `later` windows after (prev, curr): what is over the limit in
+-- curr (debt, op G) is carried into the next window and repaid at the
+-- limit per window (the C++ RollBy).
+local function sw_left(curr, k, limit)  -- what is left of curr k windows on
+  if k > floordiv(curr, limit) + 1 then return 0 end
+  return max(0, curr - k * limit)
+end
+
+local function sw_roll_by(prev, curr, later, limit)
+  if later == 0 then return prev, curr end
+  if curr <= limit then  -- no debt, the common case
+    if later == 1 then return curr, 0 end
+    return 0, 0
+  end
+  return min(limit, sw_left(curr, later - 1, limit)), sw_left(curr, later, limit)
+end
+
 function sliding_window.decide(w, key, ctx, cost, reuse)
   local now, period, limit = ctx.now, w.period, w.limit
   local st_window, st_prev, st_curr = sw_load(key)
   local index = max(floordiv(now, period), st_window)
-  local prev, curr = 0, 0
-  if index == st_window then
-    prev, curr = st_prev, st_curr
-  elseif index == st_window + 1 then
-    prev = st_curr
-  end
+  local prev, curr = sw_roll_by(st_prev, st_curr, index - st_window, limit)
   local window_start = index * period
   -- Clamped: a clock that went back counts the previous window in full.
   local elapsed = min(max(now - window_start, 0), period - 1)
@@ -54,8 +66,9 @@ function sliding_window.decide(w, key, ctx, cost, reuse)
     d.allowed = 1
     curr_after = curr + cost
   else
-    -- In this window, once prev's weight has shrunk enough; else in the next
-    -- one, where curr becomes prev; else two windows on, when all is gone.
+    -- In this window, once prev's weight has shrunk enough; else in the
+    -- first window where curr leaves room (the next, unless debt is left),
+    -- once its prev has shrunk enough; else in the one after.
     local retry_at
     local room = limit - curr - cost
     local e_here = period
@@ -63,11 +76,13 @@ function sliding_window.decide(w, key, ctx, cost, reuse)
     if e_here < period then
       retry_at = window_start + e_here
     else
-      local e_next = earliest_elapsed(curr, limit - cost, period)
-      if e_next < period then
-        retry_at = window_start + period + e_next
+      local k = max(1, windows_spanned(curr + cost - limit, limit))
+      local then_prev, then_curr = sw_roll_by(prev, curr, k, limit)
+      local e_then = earliest_elapsed(then_prev, limit - then_curr - cost, period)
+      if e_then < period then
+        retry_at = window_start + k * period + e_then
       else
-        retry_at = window_start + 2 * period
+        retry_at = window_start + (k + 1) * period
       end
     end
     d.retry = max(retry_at - now, 1)
@@ -75,7 +90,7 @@ function sliding_window.decide(w, key, ctx, cost, reuse)
   d.remaining = max(limit - prev + F - curr_after, 0)
   local fresh_at = now
   if curr_after > 0 then
-    fresh_at = window_start + 2 * period
+    fresh_at = window_start + (windows_spanned(curr_after, limit) + 1) * period
   elseif prev > 0 then
     fresh_at = window_start + period
   end
@@ -91,11 +106,21 @@ end
 function sliding_window.save(w, key, st, ctx)
   local fresh_at = nil
   if st.curr > 0 then
-    fresh_at = (st.window + 2) * w.period
+    fresh_at = (st.window + windows_spanned(st.curr, w.limit) + 1) * w.period
   elseif st.prev > 0 then
     fresh_at = (st.window + 1) * w.period
   end
   store_string(key, fmt3(st.window, st.prev, st.curr), fresh_at, ctx, w)
+end
+
+function sliding_window.charge(w, key, ctx, cost)
+  if cost <= 0 then return end
+  local st_window, st_prev, st_curr = sw_load(key)
+  local index = max(floordiv(ctx.now, w.period), st_window)
+  local prev, curr = sw_roll_by(st_prev, st_curr, index - st_window, w.limit)
+  local top = max_window_count(w)
+  if cost >= top - curr then curr = max(top, curr) else curr = curr + cost end
+  sliding_window.save(w, key, {window = index, prev = prev, curr = curr}, ctx)
 end
 
 function sliding_window.refund(w, key, ctx, taken_at, cost)

@@ -18,17 +18,26 @@ local function tb_fresh_at(b, st)
   return st.last + ceildiv(b.cap - st.tokens, b.per_us)
 end
 
+-- The tokens at `now` (lazy refill) and the time they are counted at. A
+-- clock that went back refills nothing and keeps `last`. Tokens below zero
+-- (a lease's slots, or debt: op G) refill at the rate like any missing one.
+local function tb_refilled(b, st_tokens, st_last, now)
+  if not st_tokens then return b.cap, now end
+  local gap = now - st_last
+  local refill = ticks_in(b, gap)
+  if st_tokens < 0 and gap > 0 then
+    local need = b.cap - st_tokens
+    if gap > floordiv(need, b.per_us) then refill = need else refill = gap * b.per_us end
+  end
+  return min(b.cap, st_tokens + refill), max(st_last, now)
+end
+
 -- `floor_ticks` (op L, a leased slice of `cost` slots): see bucket_lease;
 -- tokens may then go below zero, by the slots beyond the capacity.
 function token_bucket.decide(b, key, ctx, cost, reuse, floor_ticks)
   local now = ctx.now
   local st_tokens, st_last = tb_load(key)
-  local tokens, last = b.cap, now
-  if st_tokens then
-    -- Lazy refill. A clock that went back refills nothing and keeps `last`.
-    tokens = min(b.cap, st_tokens + ticks_in(b, now - st_last))
-    last = max(st_last, now)
-  end
+  local tokens, last = tb_refilled(b, st_tokens, st_last, now)
   local d, consumed, used_after
   if floor_ticks then
     d, consumed, used_after = bucket_lease(b, b.cap - tokens, cost, floor_ticks)
@@ -46,6 +55,14 @@ end
 
 function token_bucket.save(b, key, st, ctx)
   store_string(key, fmt2(st.tokens, st.last), tb_fresh_at(b, st), ctx, b)
+end
+
+function token_bucket.charge(b, key, ctx, cost)
+  if cost <= 0 then return end
+  local st_tokens, st_last = tb_load(key)
+  local tokens, last = tb_refilled(b, st_tokens, st_last, ctx.now)
+  local used = charged_used(b, b.cap - tokens, cost)
+  token_bucket.save(b, key, {tokens = b.cap - used, last = last}, ctx)
 end
 
 function token_bucket.refund(b, key, ctx, taken_at, cost)
