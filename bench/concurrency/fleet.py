@@ -24,6 +24,7 @@ import http.client
 import http.server
 import multiprocessing
 import os
+import random
 import signal
 import sys
 import tempfile
@@ -49,14 +50,19 @@ TTL = "4s"
 
 class Upstream:
     """The upstream, in a process of its own (the 500 client threads would
-    starve it of this one's interpreter): holds each request `hold` seconds
-    and counts, in shared memory, the requests it serves at once and those
-    under a path prefix."""
+    starve it of this one's interpreter): holds each request to /slow `hold`
+    seconds and counts, in shared memory, the requests it serves at once and
+    those under a path prefix. With `tokens_max`, each answer says it cost
+    a random 0..tokens_max (X-Tokens-Used, seeded), and `tokens` sums them."""
 
-    def __init__(self, hold):
+    def __init__(self, hold, tokens_max=0, seed=1):
         self.hold = multiprocessing.Value("d", hold)
         self.max = multiprocessing.Value("i", 0)
         self.held = multiprocessing.Value("i", 0)  # requests to /slow/held seen
+        self.tokens = multiprocessing.Value("q", 0)
+        self.served = multiprocessing.Value("q", 0)
+        self.tokens_max = tokens_max
+        self.seed = seed
         ready = multiprocessing.Queue()
         self.proc = multiprocessing.Process(target=self._serve, args=(ready,), daemon=True)
         self.proc.start()
@@ -66,6 +72,7 @@ class Upstream:
         lock = threading.Lock()
         now = [0]
         up = self
+        rng = random.Random(self.seed)
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -80,6 +87,10 @@ class Upstream:
                         up.max.value = now[0]
                     if self.path.startswith("/slow/held"):
                         up.held.value += 1
+                    cost = rng.randint(0, up.tokens_max) if up.tokens_max else None
+                    up.served.value += 1
+                    if cost is not None:
+                        up.tokens.value += cost
                 try:
                     if self.path.startswith("/slow"):
                         time.sleep(up.hold.value)
@@ -88,6 +99,8 @@ class Upstream:
                         now[0] -= 1
                 try:
                     self.send_response(200)
+                    if cost is not None:
+                        self.send_header("X-Tokens-Used", str(cost))
                     self.send_header("Content-Length", "2")
                     self.end_headers()
                     self.wfile.write(b"ok")
@@ -114,10 +127,11 @@ def config(upstream, store=""):
     return gateway_config(upstream, LIMIT, TTL, store, threads=2, upstream_timeout="3500ms")
 
 
-def load(ports, clients, seconds):
+def load(ports, clients, seconds, path="/slow", headers=None):
     """`clients` threads, each on a keep-alive connection to one of `ports`,
-    GET /slow in a loop until `seconds` have passed; (admitted, denied,
+    GET `path`/N in a loop until `seconds` have passed; (admitted, denied,
     errors)."""
+    headers = USER if headers is None else headers
     counts = {"admitted": 0, "denied": 0, "errors": 0}
     lock = threading.Lock()
     start = threading.Barrier(clients + 1)
@@ -129,7 +143,7 @@ def load(ports, clients, seconds):
         start.wait()
         while time.monotonic() < deadline[0]:
             try:
-                conn.request("GET", "/slow/%d" % i, headers=USER)
+                conn.request("GET", "%s/%d" % (path, i), headers=headers)
                 r = conn.getresponse()
                 r.read()
                 mine["admitted" if r.status == 200 else "denied" if r.status == 429
@@ -160,70 +174,80 @@ def report(name, up, counts, seconds):
                                     counts["errors"]))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10)
-    parser.add_argument("--clients", type=int, default=500)
+def start_one(config_text, directory, name, cleanups):
+    """One `sluice serve` on `config_text`, answering /healthz."""
+    s = Sluice(config_text, directory, name=name)
+    cleanups.append(s.stop)
+    s.start()
+    while True:
+        try:
+            if request(s.admin_port, "GET", "/healthz", timeout=2).status == 200:
+                return s
+        except OSError:
+            time.sleep(0.05)
+
+
+def bench_main(doc, seconds, clients, body):
+    """--seconds and --clients, then body(args, directory, cleanups); what
+    body started is stopped at the end, whatever happens."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=seconds)
+    parser.add_argument("--clients", type=int, default=clients)
     args = parser.parse_args()
     cleanups = []
     try:
-        with tempfile.TemporaryDirectory(prefix="sluice-conc-") as tmp:
-            redis = RedisServer(tmp)
-            cleanups.append(redis.kill)
-            redis.start()
-            up = Upstream(HOLD)
-            cleanups.append(up.close)
-            fleet = start_fleet(lambda f, *a: cleanups.append(lambda: f(*a)),
-                                config(up, redis_store_block(url=redis.url, timeout="1s")), 3, tmp)
-            counts = load([s.port for s in fleet], args.clients, args.seconds)
-            report("3 processes, one Redis, %d clients" % args.clients, up, counts, args.seconds)
-
-            # Process 0 takes every slot, then dies holding them.
-            up.hold.value = 3.0
-            held = []
-            for _ in range(LIMIT):
-                t = threading.Thread(target=lambda: _quiet(request, fleet[0].port, "GET",
-                                                           "/slow/held", headers=USER,
-                                                           timeout=10))
-                t.start()
-                held.append(t)
-            while up.held.value < LIMIT:
-                time.sleep(0.005)
-            killed = time.monotonic()
-            fleet[0].proc.send_signal(signal.SIGKILL)
-            fleet[0].proc.wait(5)
-            up.hold.value = 0.0
-            denied_for = None
-            while time.monotonic() < killed + 10:
-                if request(fleet[1].port, "GET", "/slow/after", headers=USER).status == 200:
-                    denied_for = time.monotonic() - killed
-                    break
-                time.sleep(0.02)
-            print("SIGKILL of a process holding all %d slots: the key denied for %s after the "
-                  "kill (lease_ttl %s from when they were taken)" % (
-                      LIMIT, "%.2f s" % denied_for if denied_for else "more than 10 s", TTL))
-            for t in held:
-                t.join(10)
-
-            up.hold.value = HOLD
-            up.max.value = 0
-            s = Sluice(config(up), tmp, name="memory.yaml")
-            cleanups.append(s.stop)
-            s.start()
-            while True:
-                try:
-                    if request(s.admin_port, "GET", "/healthz", timeout=2).status == 200:
-                        break
-                except OSError:
-                    time.sleep(0.05)
-            counts = load([s.port], args.clients, args.seconds)
-            report("1 process, memory store, %d clients" % args.clients, up, counts, args.seconds)
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
+            body(args, tmp, cleanups)
     finally:
         for c in reversed(cleanups):
             try:
                 c()
             except Exception:  # noqa: BLE001 - best effort at the end
                 pass
+
+
+def fleet(args, tmp, cleanups):
+    redis = RedisServer(tmp)
+    cleanups.append(redis.kill)
+    redis.start()
+    up = Upstream(HOLD)
+    cleanups.append(up.close)
+    processes = start_fleet(lambda f, *a: cleanups.append(lambda: f(*a)),
+                            config(up, redis_store_block(url=redis.url, timeout="1s")), 3, tmp)
+    counts = load([s.port for s in processes], args.clients, args.seconds)
+    report("3 processes, one Redis, %d clients" % args.clients, up, counts, args.seconds)
+
+    # Process 0 takes every slot, then dies holding them.
+    up.hold.value = 3.0
+    held = []
+    for _ in range(LIMIT):
+        t = threading.Thread(target=lambda: _quiet(request, processes[0].port, "GET",
+                                                   "/slow/held", headers=USER, timeout=10))
+        t.start()
+        held.append(t)
+    while up.held.value < LIMIT:
+        time.sleep(0.005)
+    killed = time.monotonic()
+    processes[0].proc.send_signal(signal.SIGKILL)
+    processes[0].proc.wait(5)
+    up.hold.value = 0.0
+    denied_for = None
+    while time.monotonic() < killed + 10:
+        if request(processes[1].port, "GET", "/slow/after", headers=USER).status == 200:
+            denied_for = time.monotonic() - killed
+            break
+        time.sleep(0.02)
+    print("SIGKILL of a process holding all %d slots: the key denied for %s after the "
+          "kill (lease_ttl %s from when they were taken)" % (
+              LIMIT, "%.2f s" % denied_for if denied_for else "more than 10 s", TTL))
+    for t in held:
+        t.join(10)
+
+    up.hold.value = HOLD
+    up.max.value = 0
+    s = start_one(config(up), tmp, "memory.yaml", cleanups)
+    counts = load([s.port], args.clients, args.seconds)
+    report("1 process, memory store, %d clients" % args.clients, up, counts, args.seconds)
 
 
 def _quiet(f, *args, **kwargs):
@@ -234,4 +258,4 @@ def _quiet(f, *args, **kwargs):
 
 
 if __name__ == "__main__":
-    main()
+    bench_main(__doc__, 10, 500, fleet)
