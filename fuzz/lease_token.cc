@@ -39,9 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!token.ok()) return 0;
   const absl::StatusOr<sluice::server::LeaseToken> again =
       DecodeLeaseToken(sluice::server::EncodeLeaseToken(*token, kSecret), kSecret);
-  if (!again.ok() || again->policy != token->policy || again->key != token->key ||
-      again->cost != token->cost || again->taken_at != token->taken_at ||
-      again->store_time != token->store_time || again->store_error != token->store_error) {
+  if (!again.ok() || again->kind != token->kind || again->expires != token->expires ||
+      again->policy != token->policy || again->key != token->key || again->cost != token->cost ||
+      again->taken_at != token->taken_at || again->store_time != token->store_time ||
+      again->store_error != token->store_error) {
     std::abort();
   }
   return 0;

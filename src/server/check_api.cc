@@ -20,8 +20,8 @@ CheckError Bad(std::string detail) { return {400, "bad request", std::move(detai
 std::variant<CheckItem, CheckError> ReadCheck(const nlohmann::json& item) {
   if (!item.is_object()) return Bad("each check must be a JSON object");
   for (const auto& [k, v] : item.items()) {
-    if (k != "policy" && k != "key" && k != "cost") {
-      return Bad(Cat("unknown field \"", k, "\" (expected policy, key, cost)"));
+    if (k != "policy" && k != "key" && k != "cost" && k != "settle") {
+      return Bad(Cat("unknown field \"", k, "\" (expected policy, key, cost, settle)"));
     }
   }
   const auto policy = item.find("policy");
@@ -37,6 +37,10 @@ std::variant<CheckItem, CheckError> ReadCheck(const nlohmann::json& item) {
     }
     out.cost = c->get<int64_t>();
     if (out.cost < 0) return Bad("\"cost\" must not be negative");
+  }
+  if (const auto s = item.find("settle"); s != item.end()) {
+    if (!s->is_boolean()) return Bad("\"settle\" must be true or false");
+    out.settle = s->get<bool>();
   }
   return out;
 }

@@ -25,6 +25,9 @@ struct CheckItem {
   std::string policy;
   std::string key;
   int64_t cost = 1;
+  // "settle": true: an admitted check's cost is a reservation, settled
+  // later by POST /v1/settle (docs/settled-costs.md).
+  bool settle = false;
 };
 
 // Why a check (or a whole body) cannot be decided.

@@ -31,6 +31,11 @@ Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& ch
   std::variant<policy::Applied, CheckError> prepared = PrepareCheck(*ctx.set, *item);
   if (const CheckError* e = std::get_if<CheckError>(&prepared)) co_return Checked::Failed(*e);
   const std::vector<policy::Applied> applied = {std::get<policy::Applied>(std::move(prepared))};
+  if (item->settle) {
+    if (std::optional<std::string> why = UnsettleablePolicy(*applied[0].policy)) {
+      co_return Checked::Failed({400, "bad request", *std::move(why)});
+    }
+  }
   const policy::Verdict verdict = co_await DecideTimed(ctx, applied);
   if (!verdict.error.ok()) {
     co_return Checked::Failed({400, "bad request", std::string(verdict.error.message())});
@@ -39,6 +44,14 @@ Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& ch
   if (policy::Holds(applied, verdict))
     policy::Release(applied, verdict, ctx.state.clock->Now(), false);
   Checked out{verdict.allowed ? 200 : 429, CheckJson(item->policy, verdict), std::nullopt, {}};
+  if (item->settle && verdict.answers[0].took && !verdict.answers[0].refunded) {
+    if (std::string reservation = ReservationJson(ctx, applied[0], verdict.answers[0].decision);
+        !reservation.empty()) {
+      out.json.pop_back();  // the object's '}'
+      out.json += reservation;
+      out.json.push_back('}');
+    }
+  }
   if (headers)
     verdict.AppendHeaders(applied, ctx.set->config().server.legacy_headers, ctx.worker.rng,
                           out.headers);

@@ -25,8 +25,8 @@ Task<Response> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, 
   const Config& config = ctx.set->config();
   const std::string_view path = TargetPath(View(req.target()));
   const bool lease_path = path == "/v1/acquire" || path == "/v1/renew" || path == "/v1/release";
-  const bool decision_path =
-      path == "/v1/check" || lease_path || path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
+  const bool decision_path = path == "/v1/check" || lease_path || path == "/v1/settle" ||
+                             path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
   HttpAnswer answer;
   if (decision_path && ServesDecisions(listener, config)) {
     if (!config.server.decision.tokens.empty() &&
@@ -38,6 +38,8 @@ Task<Response> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, 
       answer.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
     } else if (path == "/v1/check") {
       answer = co_await CheckEndpoint(ctx, View(req.method_string()), req.body());
+    } else if (path == "/v1/settle") {
+      answer = co_await SettleEndpoint(ctx, View(req.method_string()), req.body());
     } else if (lease_path) {
       answer = co_await LeaseEndpoint(ctx, path, View(req.method_string()), req.body());
     } else {
@@ -54,8 +56,8 @@ Task<Response> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, 
   if (listener == Listener::kDecision) {
     co_return ToResponse(
         HttpAnswer::Problem(404, "not found",
-                            "the decision listener serves POST /v1/check, /v1/acquire, "
-                            "/v1/renew, /v1/release and /v1/auth/{policy}"),
+                            "the decision listener serves POST /v1/check, /v1/settle, "
+                            "/v1/acquire, /v1/renew, /v1/release and /v1/auth/{policy}"),
         req);
   }
   Response res = co_await Gateway(ctx, req, peer_ip);

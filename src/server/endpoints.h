@@ -5,8 +5,11 @@
 #ifndef SLUICE_SERVER_ENDPOINTS_H_
 #define SLUICE_SERVER_ENDPOINTS_H_
 
+#include <optional>
+#include <string>
 #include <string_view>
 
+#include "policy/evaluation.h"
 #include "policy/policy_set.h"
 #include "server/answer.h"
 #include "server/loop.h"
@@ -21,6 +24,19 @@ Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::strin
 // (lease_token.h). `path` is one of the three.
 Task<HttpAnswer> LeaseEndpoint(Context& ctx, std::string_view path, std::string_view method,
                                std::string_view body);
+
+// POST /v1/settle (lease_endpoint.cc): a reservation a check with "settle"
+// gave, settled at its true cost (docs/settled-costs.md).
+Task<HttpAnswer> SettleEndpoint(Context& ctx, std::string_view method, std::string_view body);
+
+// `,"reservation":{...}` for a check with "settle" that `applied` admitted
+// and took (lease_endpoint.cc); empty when none is given (the policy's
+// record of open reservations is full). REQUIRES: SettleableCheck.
+std::string ReservationJson(Context& ctx, const policy::Applied& applied,
+                            const PolicyDecision& taken);
+// Why `policy` cannot settle a reservation (a limit that cannot carry debt),
+// or nullopt.
+std::optional<std::string> UnsettleablePolicy(const policy::Policy& policy);
 
 // GET /v1/auth and /v1/auth/{policy} (auth_endpoint.cc): NGINX
 // auth_request. `facts` describe the original request (X-Original-*);

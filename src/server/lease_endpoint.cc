@@ -50,7 +50,8 @@ std::variant<const policy::Policy*, HttpAnswer> LeasingPolicy(const policy::Poli
 // `,"lease":{"id":...,"expires_in_ms":...}` for `d`, taken by `applied`.
 std::string LeaseJson(const ServerState& state, const policy::Applied& applied,
                       const PolicyDecision& d) {
-  const LeaseToken token{.policy = applied.policy->name(),
+  const LeaseToken token{.kind = LeaseToken::Kind::kLease,
+                         .policy = applied.policy->name(),
                          .key = *applied.key,
                          .cost = applied.cost,
                          .taken_at = d.taken_at,
@@ -84,6 +85,9 @@ std::variant<LeaseToken, HttpAnswer> ReadLease(const ServerState& state, std::st
   absl::StatusOr<LeaseToken> token =
       DecodeLeaseToken(lease->get<std::string>(), state.lease_secret);
   if (!token.ok()) return Problem(400, "bad request", std::string(token.status().message()));
+  if (token->kind != LeaseToken::Kind::kLease) {
+    return Problem(400, "bad request", "not a lease (a reservation settles at /v1/settle)");
+  }
   return *std::move(token);
 }
 
@@ -181,7 +185,97 @@ Task<HttpAnswer> Release(Context& ctx, std::string_view body) {
   co_return HttpAnswer::Json(200, "{\"released\":true}");
 }
 
+Task<HttpAnswer> Settle(Context& ctx, std::string_view body) {
+  if (body.size() > kMaxLeaseTokenLength + 128) {
+    co_return Problem(400, "bad request", "the body is longer than a reservation");
+  }
+  const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    co_return Problem(400, "bad request",
+                      "the body must be a JSON object: {\"reservation\": \"...\", \"cost\": N}");
+  }
+  for (const auto& [k, v] : json.items()) {
+    if (k != "reservation" && k != "cost") {
+      co_return Problem(400, "bad request",
+                        Cat("unknown field \"", k, "\" (expected reservation, cost)"));
+    }
+  }
+  const auto id = json.find("reservation");
+  const auto cost = json.find("cost");
+  if (id == json.end() || !id->is_string()) {
+    co_return Problem(400, "bad request", "\"reservation\" (the id /v1/check gave) is required");
+  }
+  if (cost == json.end() || !cost->is_number_integer() ||
+      (cost->is_number_unsigned() ? cost->get<uint64_t>() > static_cast<uint64_t>(kMaxLimit)
+                                  : cost->get<int64_t>() < 0 || cost->get<int64_t>() > kMaxLimit)) {
+    co_return Problem(400, "bad request",
+                      Cat("\"cost\" (the true cost) must be a whole number from 0 to ", kMaxLimit));
+  }
+  const std::string text = id->get<std::string>();
+  absl::StatusOr<LeaseToken> token = DecodeLeaseToken(text, ctx.state.reservation_secret);
+  if (!token.ok()) co_return Problem(400, "bad request", std::string(token.status().message()));
+  if (token->kind != LeaseToken::Kind::kReservation) {
+    co_return Problem(400, "bad request", "not a reservation (a lease is released at /v1/release)");
+  }
+  const policy::Policy* p = ctx.set->Find(token->policy);
+  if (p == nullptr || !p->has_limiter()) {
+    co_return Problem(404, "unknown policy", Cat("no policy named \"", token->policy, "\""));
+  }
+  // At most once, and before it expires: what was reserved stays the cost.
+  if (!ctx.state.reservations.Take(std::string_view(text).substr(text.find('.') + 1),
+                                   ctx.state.clock->Now())) {
+    co_return Problem(409, "reservation closed",
+                      "this reservation was settled already, or it expired (its estimate stays "
+                      "its cost)");
+  }
+  if (absl::Status s =
+          p->limiter().Settle(token->key, token->Taken(), token->cost, cost->get<int64_t>());
+      !s.ok()) {
+    co_return Problem(400, "bad request", std::string(s.message()));
+  }
+  co_return HttpAnswer::Json(200, "{\"settled\":true}");
+}
+
 }  // namespace lease_endpoint
+
+std::optional<std::string> UnsettleablePolicy(const policy::Policy& p) {
+  if (!p.has_limiter()) return Cat("policy \"", p.name(), "\" admits nothing: nothing to settle");
+  for (const LimitConfig& limit : p.limiter().limits()) {
+    if (IsShape(limit) || IsConcurrency(limit) || Charges(limit)) continue;
+    return Cat("policy \"", p.name(), "\" has a ", AlgorithmName(AlgorithmOf(limit)),
+               " limit, which cannot carry debt; settled costs need token_bucket, gcra, "
+               "fixed_window or sliding_window");
+  }
+  return std::nullopt;
+}
+
+std::string ReservationJson(Context& ctx, const policy::Applied& applied,
+                            const PolicyDecision& taken) {
+  const Time now = ctx.state.clock->Now();
+  const LeaseToken token{.kind = LeaseToken::Kind::kReservation,
+                         .expires = now + kReservationTtl,
+                         .policy = applied.policy->name(),
+                         .key = *applied.key,
+                         .cost = applied.cost,
+                         .taken_at = taken.taken_at,
+                         .store_time = taken.store_time,
+                         .store_error = taken.store_error};
+  const std::string id = EncodeLeaseToken(token, ctx.state.reservation_secret);
+  if (!ctx.state.reservations.Add(id.substr(id.find('.') + 1), token.expires, now)) return {};
+  std::string out = ",\"reservation\":{\"id\":";
+  policy::AppendJsonString(out, id);
+  out += Cat(",\"expires_in_ms\":", kReservationTtl.CeilMillis(), "}");
+  return out;
+}
+
+Task<HttpAnswer> SettleEndpoint(Context& ctx, std::string_view method, std::string_view body) {
+  if (method != "POST") {
+    HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", "use POST /v1/settle");
+    answer.headers.emplace_back("Allow", "POST");
+    co_return answer;
+  }
+  co_return co_await lease_endpoint::Settle(ctx, body);
+}
 
 Task<HttpAnswer> LeaseEndpoint(Context& ctx, std::string_view path, std::string_view method,
                                std::string_view body) {

@@ -24,7 +24,7 @@ std::string Mac(std::string_view payload, std::string_view secret) {
 }
 
 absl::Status NotALease(std::string_view why) {
-  return absl::InvalidArgumentError(Cat("not a lease this server gave: ", why));
+  return absl::InvalidArgumentError(Cat("not a lease or reservation this server gave: ", why));
 }
 
 // The next space-terminated integer of `rest`.
@@ -50,8 +50,10 @@ PolicyDecision LeaseToken::Taken() const {
 
 std::string EncodeLeaseToken(const LeaseToken& token, std::string_view secret) {
   const std::string payload =
-      Cat(token.cost, " ", token.taken_at.unix_micros(), " ", token.store_time.unix_micros(), " ",
-          token.store_error ? 1 : 0, " ", token.policy.size(), " ", token.policy, token.key);
+      Cat(std::string(1, static_cast<char>(token.kind)), " ", token.cost, " ",
+          token.taken_at.unix_micros(), " ", token.store_time.unix_micros(), " ",
+          token.store_error ? 1 : 0, " ", token.expires.unix_micros(), " ", token.policy.size(),
+          " ", token.policy, token.key);
   return Cat(absl::WebSafeBase64Escape(absl::string_view(payload.data(), payload.size())), ".",
              absl::WebSafeBase64Escape(Mac(payload, secret)));
 }
@@ -73,13 +75,22 @@ absl::StatusOr<LeaseToken> DecodeLeaseToken(std::string_view text, std::string_v
   }
   // Signed by this secret: written by EncodeLeaseToken. Read it as warily.
   std::string_view rest = payload;
-  int64_t cost = 0, taken = 0, store = 0, error = 0, policy_length = 0;
-  if (!TakeInt(rest, cost) || !TakeInt(rest, taken) || !TakeInt(rest, store) ||
-      !TakeInt(rest, error) || !TakeInt(rest, policy_length) || cost < 0 || policy_length < 0 ||
-      static_cast<size_t>(policy_length) > rest.size() || (error != 0 && error != 1)) {
+  if (rest.size() < 2 || rest[1] != ' ' ||
+      (rest[0] != static_cast<char>(LeaseToken::Kind::kLease) &&
+       rest[0] != static_cast<char>(LeaseToken::Kind::kReservation))) {
     return NotALease("malformed");
   }
   LeaseToken out;
+  out.kind = static_cast<LeaseToken::Kind>(rest[0]);
+  rest.remove_prefix(2);
+  int64_t cost = 0, taken = 0, store = 0, error = 0, expires = 0, policy_length = 0;
+  if (!TakeInt(rest, cost) || !TakeInt(rest, taken) || !TakeInt(rest, store) ||
+      !TakeInt(rest, error) || !TakeInt(rest, expires) || !TakeInt(rest, policy_length) ||
+      cost < 0 || policy_length < 0 || static_cast<size_t>(policy_length) > rest.size() ||
+      (error != 0 && error != 1)) {
+    return NotALease("malformed");
+  }
+  out.expires = Time::FromUnixMicros(expires);
   out.cost = cost;
   out.taken_at = Time::FromUnixMicros(taken);
   out.store_time = Time::FromUnixMicros(store);

@@ -1,12 +1,14 @@
-// Lease tokens of the decision API (POST /v1/acquire, /v1/renew,
-// /v1/release; docs/concurrency.md): what a release needs to give back the
-// slots a request holds (its policy, key, cost and when it took them), as
-// one opaque string signed with the server's lease secret (HMAC-SHA256), so
-// that a caller cannot release slots it was never given, nor more of them.
+// Tokens of the decision API: leases (POST /v1/acquire, /v1/renew,
+// /v1/release; docs/concurrency.md) and reservations (POST /v1/check with
+// "settle", then /v1/settle; docs/settled-costs.md). What a release or a
+// settle needs (the policy, key, cost and when it was taken), as one
+// opaque string signed with a server secret (HMAC-SHA256), so that a caller
+// cannot release or settle what it was never given, nor more of it.
 //
 // The token is "<payload>.<mac>", both base64url without padding; the
-// payload is "cost taken_at_us store_time_us store_error policy_length
-// " followed by the policy's name and the key. Pure functions, fuzzed.
+// payload is "kind cost taken_at_us store_time_us store_error expires_us
+// policy_length " followed by the policy's name and the key. Pure
+// functions, fuzzed.
 #ifndef SLUICE_SERVER_LEASE_TOKEN_H_
 #define SLUICE_SERVER_LEASE_TOKEN_H_
 
@@ -20,6 +22,9 @@
 namespace sluice::server {
 
 struct LeaseToken {
+  enum class Kind : char { kLease = 'l', kReservation = 'r' };
+  Kind kind = Kind::kLease;
+  Time expires;  // a reservation's end (its estimate stays, unsettled, after it)
   std::string policy;
   std::string key;
   int64_t cost = 1;

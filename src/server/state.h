@@ -16,6 +16,7 @@
 #include "metrics/metrics.h"
 #include "policy/policy_set.h"
 #include "server/lease_token.h"
+#include "server/reservations.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
 #include "sluice/store/memory_store.h"
@@ -42,6 +43,9 @@ struct ServerState {
   const std::string lease_secret = config.server.decision.lease_secret.empty()
                                        ? RandomLeaseSecret()
                                        : config.server.decision.lease_secret;
+  // Signs reservation ids: always this process' own (reservations.h).
+  const std::string reservation_secret = RandomLeaseSecret();
+  Reservations reservations;
   MemoryStore store;
   std::unique_ptr<RedisStore> redis;  // store.redis: the shared store of global limits
   metrics::Metrics metrics;
