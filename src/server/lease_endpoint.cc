@@ -47,16 +47,23 @@ std::variant<const policy::Policy*, HttpAnswer> LeasingPolicy(const policy::Poli
   return p;
 }
 
+// The token of what `d`, deciding `applied`, took.
+LeaseToken TokenOf(LeaseToken::Kind kind, const policy::Applied& applied, const PolicyDecision& d,
+                   Time expires = Time()) {
+  return {.kind = kind,
+          .expires = expires,
+          .policy = applied.policy->name(),
+          .key = *applied.key,
+          .cost = applied.cost,
+          .taken_at = d.taken_at,
+          .store_time = d.store_time,
+          .store_error = d.store_error};
+}
+
 // `,"lease":{"id":...,"expires_in_ms":...}` for `d`, taken by `applied`.
 std::string LeaseJson(const ServerState& state, const policy::Applied& applied,
                       const PolicyDecision& d) {
-  const LeaseToken token{.kind = LeaseToken::Kind::kLease,
-                         .policy = applied.policy->name(),
-                         .key = *applied.key,
-                         .cost = applied.cost,
-                         .taken_at = d.taken_at,
-                         .store_time = d.store_time,
-                         .store_error = d.store_error};
+  const LeaseToken token = TokenOf(LeaseToken::Kind::kLease, applied, d);
   std::string out = ",\"lease\":{\"id\":";
   policy::AppendJsonString(out, EncodeLeaseToken(token, state.lease_secret));
   out += Cat(",\"expires_in_ms\":", LeaseTtlOf(*applied.policy).CeilMillis(), "}");
@@ -252,14 +259,8 @@ std::optional<std::string> UnsettleablePolicy(const policy::Policy& p) {
 std::string ReservationJson(Context& ctx, const policy::Applied& applied,
                             const PolicyDecision& taken) {
   const Time now = ctx.state.clock->Now();
-  const LeaseToken token{.kind = LeaseToken::Kind::kReservation,
-                         .expires = now + kReservationTtl,
-                         .policy = applied.policy->name(),
-                         .key = *applied.key,
-                         .cost = applied.cost,
-                         .taken_at = taken.taken_at,
-                         .store_time = taken.store_time,
-                         .store_error = taken.store_error};
+  const LeaseToken token = lease_endpoint::TokenOf(LeaseToken::Kind::kReservation, applied, taken,
+                                                   now + kReservationTtl);
   const std::string id = EncodeLeaseToken(token, ctx.state.reservation_secret);
   if (!ctx.state.reservations.Add(id.substr(id.find('.') + 1), token.expires, now)) return {};
   std::string out = ",\"reservation\":{\"id\":";

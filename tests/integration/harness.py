@@ -391,6 +391,11 @@ def request(port, method, path, body=None, headers=None, timeout=HTTP_TIMEOUT, c
             conn.close()
 
 
+def post_json(port, path, body):
+    """POST `body` (a dict or list, sent as JSON) to `path`."""
+    return request(port, "POST", path, body=body, headers={"Content-Type": "application/json"})
+
+
 def raw_exchange(port, data, timeout=HTTP_TIMEOUT, shutdown_write=False):
     """Sends raw bytes and reads until the server closes (or timeout).
     Returns the bytes received."""
@@ -746,6 +751,9 @@ class SluiceTestCase(unittest.TestCase):
     def post(self, path, body=None, headers=None, s=None):
         s = s or self.sluice
         return request(s.port, "POST", path, body=body, headers=headers)
+
+    def post_json(self, path, body, s=None):
+        return post_json((s or self.sluice).port, path, body)
 
     def check(self, policy, key, cost=None, s=None, conn=None):
         body = {"policy": policy, "key": key}

@@ -9,7 +9,7 @@ import signal
 import time
 import unittest
 
-from harness import (SluiceTestCase, Upstream, ratelimit_members, request, run_check,
+from harness import (SluiceTestCase, Upstream, post_json, ratelimit_members, request, run_check,
                      server_block)
 from redis_harness import RedisFleetTestCase, redis_store_block
 
@@ -177,21 +177,18 @@ policies:
 """)
         a, b = self.start_fleet(config, 2)
 
-        def call(s, path, body):
-            return request(s.port, "POST", path, body=body,
-                           headers={"Content-Type": "application/json"})
-
         def acquire(s):
-            return call(s, "/v1/acquire", {"policy": "jobs", "key": "k"})
+            return post_json(s.port, "/v1/acquire", {"policy": "jobs", "key": "k"})
 
         first, second = acquire(a), acquire(a)
         self.assertEqual((first.status, second.status), (200, 200))
         self.assertEqual(acquire(b).status, 429)
-        self.assertEqual(call(b, "/v1/release", {"lease": first.json()["lease"]["id"]}).status, 200)
+        released = post_json(b.port, "/v1/release", {"lease": first.json()["lease"]["id"]})
+        self.assertEqual(released.status, 200)
         third = acquire(b)
         self.assertEqual(third.status, 200)
         time.sleep(0.6)
-        r = call(b, "/v1/renew", {"lease": second.json()["lease"]["id"]})
+        r = post_json(b.port, "/v1/renew", {"lease": second.json()["lease"]["id"]})
         self.assertEqual(r.status, 200, r)
         time.sleep(0.6)  # the third lease has ended, the renewed second has not
         self.assertEqual(acquire(a).status, 200)
@@ -214,12 +211,8 @@ policies:
       - {algorithm: gcra, rate: 10/s}
 """)
 
-    def call(self, path, body):
-        return request(self.sluice.port, "POST", path, body=body,
-                       headers={"Content-Type": "application/json"})
-
     def acquire(self, key="k"):
-        return self.call("/v1/acquire", {"policy": "jobs", "key": key})
+        return self.post_json("/v1/acquire", {"policy": "jobs", "key": key})
 
     def test_acquire_holds_until_release_and_renew_keeps_the_slot(self):
         a, b = self.acquire(), self.acquire()
@@ -232,7 +225,7 @@ policies:
         self.assertEqual(denied.status, 429, denied)
         self.assertNotIn("lease", denied.json())
         # A release frees the slot at once.
-        r = self.call("/v1/release", {"lease": lease["id"]})
+        r = self.post_json("/v1/release", {"lease": lease["id"]})
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json(), {"released": True})
         c = self.acquire()
@@ -240,13 +233,13 @@ policies:
         # Renewed past its first lease, b's slot is still held: a and c's
         # slot are gone with their leases, b's is not.
         time.sleep(0.6)
-        r = self.call("/v1/renew", {"lease": b.json()["lease"]["id"]})
+        r = self.post_json("/v1/renew", {"lease": b.json()["lease"]["id"]})
         self.assertEqual(r.status, 200, r)
         renewed = r.json()["lease"]["id"]
         time.sleep(0.6)  # c's lease has ended, b's renewed one has not
         self.assertEqual(self.acquire().status, 200)
         self.assertEqual(self.acquire().status, 429)
-        self.assertEqual(self.call("/v1/release", {"lease": renewed}).status, 200)
+        self.assertEqual(self.post_json("/v1/release", {"lease": renewed}).status, 200)
         self.assertEqual(self.acquire().status, 200)
 
     def test_a_lease_that_ran_out_and_lost_its_slot_is_not_renewed(self):
@@ -254,7 +247,7 @@ policies:
         time.sleep(1.1)
         self.assertEqual(self.acquire().status, 200)
         self.assertEqual(self.acquire().status, 200)
-        r = self.call("/v1/renew", {"lease": a.json()["lease"]["id"]})
+        r = self.post_json("/v1/renew", {"lease": a.json()["lease"]["id"]})
         self.assert_problem(r, 409)
 
     def test_leases_cannot_be_forged_or_misused(self):
@@ -265,17 +258,17 @@ policies:
         for body in ({"lease": forged}, {"lease": lease + "x"}, {"lease": "nope"}, {"lease": 7},
                      {}, {"lease": lease, "extra": 1}, [lease]):
             for path in ("/v1/release", "/v1/renew"):
-                self.assert_problem(self.call(path, body), 400)
+                self.assert_problem(self.post_json(path, body), 400)
         # A policy without a concurrency limit has no slot to hold.
-        r = self.call("/v1/acquire", {"policy": "plain", "key": "k"})
+        r = self.post_json("/v1/acquire", {"policy": "plain", "key": "k"})
         self.assert_problem(r, 400)
-        self.assert_problem(self.call("/v1/acquire", {"policy": "nope", "key": "k"}), 404)
-        self.assert_problem(self.call("/v1/acquire", [{"policy": "jobs", "key": "k"}]), 400)
+        self.assert_problem(self.post_json("/v1/acquire", {"policy": "nope", "key": "k"}), 404)
+        self.assert_problem(self.post_json("/v1/acquire", [{"policy": "jobs", "key": "k"}]), 400)
         r = request(self.sluice.port, "GET", "/v1/acquire")
         self.assert_problem(r, 405)
         # The check endpoint holds nothing: it only says whether a slot is free.
         for _ in range(5):
-            r = self.call("/v1/check", {"policy": "jobs", "key": "c"})
+            r = self.post_json("/v1/check", {"policy": "jobs", "key": "c"})
             self.assertEqual(r.status, 200, r)
         self.assertEqual(self.acquire("c").status, 200)
 

@@ -90,46 +90,42 @@ policies:
       - {algorithm: sliding_log, rate: 600/min}
 """)
 
-    def call(self, path, body):
-        return request(self.sluice.port, "POST", path, body=body,
-                       headers={"Content-Type": "application/json"})
-
     def test_a_reservation_settles_once_at_its_true_cost(self):
-        r = self.call("/v1/check", {"policy": "llm", "key": "t", "cost": 50, "settle": True})
+        r = self.post_json("/v1/check", {"policy": "llm", "key": "t", "cost": 50, "settle": True})
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json()["remaining"], 550)
         reservation = r.json()["reservation"]
         self.assertEqual(reservation["expires_in_ms"], 3600 * 1000)
-        settled = self.call("/v1/settle", {"reservation": reservation["id"], "cost": 500})
+        settled = self.post_json("/v1/settle", {"reservation": reservation["id"], "cost": 500})
         self.assertEqual(settled.status, 200, settled)
         self.assertEqual(settled.json(), {"settled": True})
         # 500 charged in all: the next 50 leave 50.
-        r = self.call("/v1/check", {"policy": "llm", "key": "t", "cost": 50})
+        r = self.post_json("/v1/check", {"policy": "llm", "key": "t", "cost": 50})
         self.assertEqual(r.json()["remaining"], 50)
         self.assertNotIn("reservation", r.json())
         # A reservation settles once: a replay (of a refund, say) changes nothing.
-        again = self.call("/v1/settle", {"reservation": reservation["id"], "cost": 0})
+        again = self.post_json("/v1/settle", {"reservation": reservation["id"], "cost": 0})
         self.assert_problem(again, 409)
-        r = self.call("/v1/check", {"policy": "llm", "key": "t", "cost": 0})
+        r = self.post_json("/v1/check", {"policy": "llm", "key": "t", "cost": 0})
         self.assertEqual(r.json()["remaining"], 50)
 
     def test_bad_settles_are_refused(self):
-        rid = self.call("/v1/check", {"policy": "llm", "key": "u", "cost": 5,
+        rid = self.post_json("/v1/check", {"policy": "llm", "key": "u", "cost": 5,
                                       "settle": True}).json()["reservation"]["id"]
         payload, mac = rid.split(".")
         for body in ({"reservation": "A" + payload[1:] + "." + mac, "cost": 1},
                      {"reservation": rid, "cost": -1}, {"reservation": rid, "cost": 1.5},
                      {"reservation": rid}, {"cost": 1}, {"reservation": rid, "cost": 1, "x": 1},
                      [rid]):
-            self.assert_problem(self.call("/v1/settle", body), 400)
+            self.assert_problem(self.post_json("/v1/settle", body), 400)
         # Limits that cannot carry debt give no reservation.
-        r = self.call("/v1/check", {"policy": "log", "key": "u", "cost": 5, "settle": True})
+        r = self.post_json("/v1/check", {"policy": "log", "key": "u", "cost": 5, "settle": True})
         self.assert_problem(r, 400)
         self.assertIn("cannot carry debt", r.json()["detail"])
-        self.assert_problem(self.call("/v1/check", {"policy": "llm", "key": "u",
+        self.assert_problem(self.post_json("/v1/check", {"policy": "llm", "key": "u",
                                                     "settle": "yes"}), 400)
         # The reservation is still open: the refused settles did not close it.
-        self.assertEqual(self.call("/v1/settle", {"reservation": rid, "cost": 5}).status, 200)
+        self.assertEqual(self.post_json("/v1/settle", {"reservation": rid, "cost": 5}).status, 200)
 
 
 class RedisSettledCostsTest(SettledCostsTest):
