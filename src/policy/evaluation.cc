@@ -182,13 +182,15 @@ class Run {
       }
       if (d.store_error) p.CountStoreError();
       if (d.allowed) {
-        p.Count(Policy::kAllowed);
+        p.Count(d.delay > Duration::Zero() ? Policy::kDelayed : Policy::kAllowed);
         v.delay = std::max(v.delay, d.delay);
       } else if (p.shadow()) {
         p.Count(Policy::kShadowDenied);
+        if (a.key) p.CountDenial(*a.key, now_);
         v.shadow_denied.push_back(p.name());
       } else {
         p.Count(Policy::kDenied);
+        if (a.key) p.CountDenial(*a.key, now_);
         if (v.allowed) v.status = p.config().on_deny.status;
         v.allowed = false;
         v.violated.push_back(p.name());

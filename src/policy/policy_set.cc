@@ -216,7 +216,7 @@ Duration Policy::HoldEstimate() const { return holds_->value(); }
 
 Policy::Counters Policy::CountersFor(Metrics& metrics, const std::string& label, Outcome last) {
   static constexpr std::array<const char*, kOutcomes> kOutcomeNames = {
-      "allowed", "denied", "shadow_denied", "missing_key"};
+      "allowed", "denied", "shadow_denied", "delayed", "missing_key"};
   Counters counters{};
   for (int o = 0; o <= last; ++o) {
     counters[o] =
@@ -265,6 +265,10 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
     set->policies_.emplace_back(pc, std::move(limiter),
                                 Policy::CountersFor(metrics, pc.name, Policy::kMissingKey),
                                 metrics.Get("sluice_store_errors_total", {{"policy", pc.name}}));
+    // The keys denied lately outlive a reload that keeps the policy's name.
+    set->policies_.back().top_keys_ = before != nullptr && before->top_keys_ != nullptr
+                                          ? before->top_keys_
+                                          : std::make_shared<metrics::TopKeys>();
   }
   return std::shared_ptr<const PolicySet>(std::move(set));
 }

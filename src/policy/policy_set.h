@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "metrics/metrics.h"
+#include "metrics/top_keys.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
 #include "sluice/limiter.h"
@@ -58,7 +59,8 @@ std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trust
 
 class Policy {
  public:
-  enum Outcome { kAllowed, kDenied, kShadowDenied, kMissingKey, kOutcomes };
+  // kAllowed: admitted at once; kDelayed: admitted after a shaping delay.
+  enum Outcome { kAllowed, kDenied, kShadowDenied, kDelayed, kMissingKey, kOutcomes };
   using Counters = std::array<Counter*, kOutcomes>;
 
   Policy() = default;
@@ -120,6 +122,17 @@ class Policy {
   void Count(Outcome outcome) const {
     if (counters_[outcome] != nullptr) counters_[outcome]->Add();
   }
+  // What Count counted, for the admin listener's per-second series.
+  int64_t Counted(Outcome outcome) const {
+    return counters_[outcome] != nullptr ? counters_[outcome]->value() : 0;
+  }
+  // A denial (or shadow denial) of `key`: counted in top_keys().
+  void CountDenial(std::string_view key, Time now) const {
+    if (top_keys_ != nullptr) top_keys_->Add(key, now);
+  }
+  // The keys this policy denied most lately (a PolicySet's policies; kept
+  // across reloads by name), or null.
+  const metrics::TopKeys* top_keys() const { return top_keys_.get(); }
   // sluice_store_errors_total{policy}: decisions on_store_error made.
   void CountStoreError() const {
     if (store_errors_ != nullptr) store_errors_->Add();
@@ -131,6 +144,7 @@ class Policy {
   std::shared_ptr<Limiter> limiter_;
   Counters counters_{};
   Counter* store_errors_ = nullptr;
+  std::shared_ptr<metrics::TopKeys> top_keys_;
   bool shapes_ = false;
   std::shared_ptr<HoldAverage> holds_ = std::make_shared<HoldAverage>();
 };

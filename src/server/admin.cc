@@ -1,5 +1,8 @@
-// The admin listener: metrics, health, readiness, the config in force and
-// one key's state. GET and HEAD only; nothing here changes anything.
+// The admin listener: metrics, health, readiness, the config in force, one
+// key's state, the decisions of the last minutes, the keys denied most, and
+// the simulator. GET and HEAD, and POST for a simulation; nothing here
+// changes anything.
+#include <charconv>
 #include <string>
 #include <vector>
 
@@ -180,12 +183,101 @@ nlohmann::json QuotaJson(const ServerState& state) {
   return {{"buckets", buckets}};
 }
 
+// The value of `name` in the query of `target` as a count in [1, max], or
+// `otherwise` when absent or not such a number.
+size_t QueryCount(std::string_view target, std::string_view name, size_t otherwise, size_t max) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return otherwise;
+  std::string_view query = target.substr(q + 1);
+  while (!query.empty()) {
+    const std::string_view pair = query.substr(0, query.find('&'));
+    query.remove_prefix(std::min(query.size(), pair.size() + 1));
+    if (pair.size() <= name.size() || pair.substr(0, name.size()) != name ||
+        pair[name.size()] != '=') {
+      continue;
+    }
+    const std::string_view value = pair.substr(name.size() + 1);
+    size_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n == 0) return otherwise;
+    return std::min(n, max);
+  }
+  return otherwise;
+}
+
+// GET /v1/series: each policy's decisions per second (DecisionSeries).
+nlohmann::json SeriesJson(const ServerState& state, size_t seconds) {
+  const DecisionSeries::View view = state.series.Last(seconds);
+  nlohmann::json policies = nlohmann::json::object();
+  for (const auto& [name, outcomes] : view.policies) {
+    nlohmann::json p = nlohmann::json::object();
+    for (size_t o = 0; o < outcomes.size(); ++o) p[DecisionSeries::kOutcomeNames[o]] = outcomes[o];
+    policies[name] = std::move(p);
+  }
+  return {{"interval_ms", 1000}, {"end_ms", view.end_unix_ms}, {"policies", policies}};
+}
+
+constexpr size_t kTopDefault = 10;
+constexpr size_t kTopMax = metrics::TopKeys::kCapacity;
+constexpr int64_t kTopWindowSeconds =
+    static_cast<int64_t>(metrics::TopKeys::kEpochs) * metrics::TopKeys::kEpochSeconds;
+
+// A policy's keys denied most (metrics::TopKeys), most first.
+nlohmann::json TopJson(const Policy& p, size_t n, Time now) {
+  nlohmann::json keys = nlohmann::json::array();
+  if (p.top_keys() != nullptr) {
+    for (const metrics::TopKeys::Entry& e : p.top_keys()->Top(n, now)) {
+      keys.push_back({{"key", e.key}, {"denied", e.count}, {"error", e.error}});
+    }
+  }
+  return keys;
+}
+
+// GET /v1/status: the process, where its config came from, the stores.
+nlohmann::json StatusJson(const ServerState& state, const PolicySet& set) {
+  nlohmann::json config = {{"source", set.config().source}};
+  if (state.source != nullptr) {
+    const ConfigSource::History h = state.source->history();
+    config["loaded_at_ms"] = h.loaded_at_unix_ms;
+    config["last_reload_error"] =
+        h.last_error.empty()
+            ? nlohmann::json(nullptr)
+            : nlohmann::json{{"at_ms", h.failed_at_unix_ms}, {"message", h.last_error}};
+  }
+  const MemoryStoreStats m = state.store.stats();
+  nlohmann::json store = {{"memory",
+                           {{"keys", m.keys},
+                            {"max_keys", state.store.options().max_keys},
+                            {"fresh_evictions", m.fresh_evictions},
+                            {"forced_evictions", m.forced_evictions}}},
+                          {"redis", nullptr}};
+  if (state.redis != nullptr) {
+    const RedisStoreHealth h = state.redis->Health();
+    store["redis"] = {{"up", h.up},
+                      {"nodes", h.nodes},
+                      {"nodes_up", h.nodes_up},
+                      {"calls", h.calls},
+                      {"errors", h.errors},
+                      {"timeouts", h.timeouts},
+                      {"reconnects", h.reconnects},
+                      {"denials_answered", h.denials_answered}};
+  }
+  return {{"version", SLUICE_VERSION_STRING},
+          {"started_at_ms", state.started_at_unix_ms},
+          {"draining", state.draining.load()},
+          {"config", config},
+          {"store", store}};
+}
+
 }  // namespace
 
-Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::string_view target) {
+Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::string_view target,
+                               std::string_view body) {
   const std::string_view path = target.substr(0, target.find('?'));
+  if (path == "/v1/sim") co_return co_await SimEndpoint(ctx, method, body);
   if (method != "GET" && method != "HEAD") {
-    co_return HttpAnswer::Problem(405, "method not allowed", "the admin listener answers GET");
+    co_return HttpAnswer::Problem(405, "method not allowed",
+                                  "the admin listener answers GET (and POST /v1/sim)");
   }
   ServerState& state = ctx.state;
   if (path == "/metrics") {
@@ -209,9 +301,37 @@ Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::strin
   if (path == "/v1/config") co_return HttpAnswer::Json(200, ConfigJson(*ctx.set).dump(2));
   if (path.substr(0, 9) == "/v1/keys/") co_return co_await KeyState(ctx, path.substr(9));
   if (path == "/v1/quota") co_return HttpAnswer::Json(200, QuotaJson(state).dump(2));
+  if (path == "/v1/status") co_return HttpAnswer::Json(200, StatusJson(state, *ctx.set).dump(2));
+  if (path == "/v1/series") {
+    const size_t seconds =
+        QueryCount(target, "seconds", DecisionSeries::kSeconds, DecisionSeries::kSeconds);
+    co_return HttpAnswer::Json(200, SeriesJson(state, seconds).dump());
+  }
+  if (path == "/v1/top" || path.substr(0, 8) == "/v1/top/") {
+    const size_t n = QueryCount(target, "n", kTopDefault, kTopMax);
+    const Time now = state.clock->Now();
+    if (path == "/v1/top") {
+      nlohmann::json policies = nlohmann::json::object();
+      for (const Policy& p : ctx.set->policies()) policies[p.name()] = TopJson(p, n, now);
+      co_return HttpAnswer::Json(
+          200, nlohmann::json{{"window_s", kTopWindowSeconds}, {"policies", policies}}.dump(2));
+    }
+    std::optional<std::string> name = policy::PercentDecode(path.substr(8));
+    if (!name) co_return HttpAnswer::Problem(400, "bad request", "bad percent-encoding");
+    const Policy* p = ctx.set->Find(*name);
+    if (p == nullptr) {
+      co_return HttpAnswer::Problem(404, "unknown policy", Cat("no policy named \"", *name, "\""));
+    }
+    co_return HttpAnswer::Json(200, nlohmann::json{{"policy", *name},
+                                                   {"window_s", kTopWindowSeconds},
+                                                   {"keys", TopJson(*p, n, now)}}
+                                        .dump(2));
+  }
+  if (path == "/v1/sim/scenarios") co_return HttpAnswer::Json(200, SimScenariosJson().dump(2));
   co_return HttpAnswer::Problem(
       404, "not found",
-      "admin endpoints: /metrics /healthz /readyz /v1/config /v1/keys/{policy}/{key} /v1/quota");
+      "admin endpoints: /metrics /healthz /readyz /v1/config /v1/status /v1/series /v1/top "
+      "/v1/top/{policy} /v1/keys/{policy}/{key} /v1/quota /v1/sim/scenarios, POST /v1/sim");
 }
 
 }  // namespace sluice::server

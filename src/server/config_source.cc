@@ -19,6 +19,12 @@ std::pair<int64_t, int64_t> StampOf(const std::string& path) {
           static_cast<int64_t>(st.st_size)};
 }
 
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ConfigSource>> ConfigSource::Open(std::string path) {
@@ -29,6 +35,7 @@ absl::StatusOr<std::unique_ptr<ConfigSource>> ConfigSource::Open(std::string pat
   if (!config.ok()) return config.status();
   std::unique_ptr<ConfigSource> source(new ConfigSource(std::move(path), *std::move(config)));
   source->stamp_ = stamp;
+  source->history_.loaded_at_unix_ms = UnixMillis();
   return source;
 }
 
@@ -45,6 +52,11 @@ void ConfigSource::Reload(std::string_view why) {
     asked_.emplace_back(why);
   }
   wake_.notify_one();
+}
+
+ConfigSource::History ConfigSource::history() const {
+  std::lock_guard lock(mu_);
+  return history_;
 }
 
 void ConfigSource::Stop() {
@@ -90,6 +102,16 @@ void ConfigSource::Load(const std::string& why) {
       spdlog::warn("event=reload note=\"{}\"", line);
     }
     status = apply_ ? apply_(*next) : absl::OkStatus();
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (status.ok()) {
+      history_.loaded_at_unix_ms = UnixMillis();
+      history_.last_error.clear();
+    } else {
+      history_.failed_at_unix_ms = UnixMillis();
+      history_.last_error = std::string(status.message());
+    }
   }
   if (!status.ok()) {
     reloads_failed_->Add();

@@ -57,6 +57,15 @@ class ConfigSource {
   // Stops watching; a reload under way finishes first.
   void Stop();
 
+  // When the config in force was read, and why the last reload failed if
+  // it did (cleared by the next one that succeeds), for the admin listener.
+  struct History {
+    int64_t loaded_at_unix_ms = 0;
+    int64_t failed_at_unix_ms = 0;
+    std::string last_error;  // empty: the last reload succeeded, or none failed
+  };
+  History history() const;
+
  private:
   ConfigSource(std::string path, Config initial)
       : path_(std::move(path)), initial_(std::move(initial)) {}
@@ -70,8 +79,9 @@ class ConfigSource {
   std::function<absl::Status(const Config&)> apply_;
   metrics::Counter* reloads_ok_ = nullptr;
   metrics::Counter* reloads_failed_ = nullptr;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable wake_;
+  History history_;                 // guarded by mu_
   std::vector<std::string> asked_;  // reloads asked for, by trigger
   bool stopping_ = false;
   std::thread thread_;

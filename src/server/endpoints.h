@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "nlohmann/json.hpp"
 #include "policy/evaluation.h"
 #include "policy/policy_set.h"
 #include "server/answer.h"
@@ -47,8 +48,17 @@ Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
                               std::string_view policy);
 
 // The admin listener (admin.cc): /metrics /healthz /readyz /v1/config
-// /v1/keys/{policy}/{key}; GET and HEAD only.
-Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::string_view target);
+// /v1/status /v1/series /v1/top /v1/keys/{policy}/{key} /v1/quota
+// /v1/sim/scenarios (GET and HEAD), and POST /v1/sim.
+Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::string_view target,
+                               std::string_view body);
+
+// POST /v1/sim (sim_endpoint.cc): a built-in or posted scenario through the
+// simulator, answered as `sluice sim --format json` prints it; bounded in
+// size and work, one at a time, off the event loops.
+Task<HttpAnswer> SimEndpoint(Context& ctx, std::string_view method, std::string_view body);
+// GET /v1/sim/scenarios: the built-in scenarios, with their YAML.
+nlohmann::json SimScenariosJson();
 
 }  // namespace sluice::server
 

@@ -50,6 +50,7 @@ class ServerImpl final : public Server {
  public:
   ServerImpl(ConfigSource& source, const Clock* clock)
       : source_(source), state_(std::make_unique<ServerState>(source.initial(), clock)) {
+    state_->source = &source_;
     Metrics& m = state_->metrics;
     m.SetHelp("sluice_decisions_total", "Decisions, by policy and outcome.");
     m.SetHelp("sluice_upstream_errors_total", "Failed upstream exchanges, by route and kind.");
@@ -129,6 +130,7 @@ class ServerImpl final : public Server {
     }
     net::co_spawn(workers_[0]->ioc, Accept(*workers_[0], *admin_acceptor_, Listener::kAdmin),
                   net::detached);
+    net::co_spawn(workers_[0]->ioc, SampleSeries(*workers_[0]), net::detached);
     net::signal_set signals(workers_[0]->ioc, SIGTERM, SIGINT, SIGHUP);
     std::function<void(const boost::system::error_code&, int)> on_signal =
         [&](const boost::system::error_code& ec, int sig) {
@@ -170,6 +172,7 @@ class ServerImpl final : public Server {
     }
     workers_[0]->ioc.run();
     for (std::thread& t : threads) t.join();
+    if (state_->simulation.joinable()) state_->simulation.join();
     source_.Stop();  // a reload under way finishes (its log line included)
     if (state_->rls != nullptr) state_->rls->Wait();  // its drain, begun by Stop
     // The store goes while the loops still exist: a Redis call still pending
@@ -395,7 +398,7 @@ class ServerImpl final : public Server {
       if (listener == Listener::kAdmin) {
         Context ctx{*state_, w, w.Current(*state_)};
         HttpAnswer answer =
-            co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()));
+            co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()), req.body());
         res = ToResponse(std::move(answer), req);
       } else {
         Context ctx{*state_, w, w.Current(*state_)};
@@ -469,6 +472,22 @@ class ServerImpl final : public Server {
       w.now_ms = Worker::SteadyMs();
       // Check only cancels; handlers run later, so the list is stable here.
       for (Deadline* d : w.deadlines) d->Check(w.now_ms);
+    }
+  }
+
+  // Each policy's decisions in the second just ended, at every whole second
+  // of the wall clock (DecisionSeries).
+  Task<void> SampleSeries(Worker& w) {
+    Timer timer(w.ioc.get_executor());
+    for (;;) {
+      const int64_t unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+      timer.expires_after(std::chrono::milliseconds(1000 - unix_ms % 1000));
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+      if (ec) co_return;
+      state_->series.Sample(*w.Current(*state_), (unix_ms / 1000 + 1) * 1000);
     }
   }
 

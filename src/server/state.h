@@ -8,15 +8,19 @@
 #define SLUICE_SERVER_STATE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "envoy/rls_server.h"
 #include "metrics/metrics.h"
 #include "policy/policy_set.h"
+#include "server/config_source.h"
 #include "server/lease_token.h"
 #include "server/reservations.h"
+#include "server/series.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
 #include "sluice/store/memory_store.h"
@@ -55,6 +59,18 @@ struct ServerState {
   // count would be one more cache line shared by every request).
   std::atomic<uint64_t> policies_version{0};
   std::atomic<bool> draining{false};
+  // For the admin listener: where the config comes from (null in tests that
+  // build a server without one), when the process started, and each
+  // policy's decisions per second (sampled by the server).
+  const ConfigSource* source = nullptr;
+  const int64_t started_at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count();
+  DecisionSeries series;
+  // POST /v1/sim (sim_endpoint.cc): one simulation at a time, on its own
+  // thread, started and joined by the admin loop (and at the end of Run).
+  std::atomic<bool> simulating{false};
+  std::thread simulation;
   // grpc.listen: the Envoy rate limit service (src/envoy/). Declared after
   // the stores and metrics it uses, so destroyed before them.
   std::unique_ptr<envoy::RlsServer> rls;

@@ -432,10 +432,10 @@ absl::StatusOr<LimiterRun> Engine::Execute() {
         Done(e);
         break;
     }
-    if (run_.offered > kMaxAttempts) {
+    if (run_.offered > scenario_.max_attempts) {
       return absl::ResourceExhaustedError(
-          Cat("scenario ", scenario_.name, ", limiter ", setup_.name, ": more than ", kMaxAttempts,
-              " requests and retries; shorten it or lower its rates"));
+          Cat("scenario ", scenario_.name, ", limiter ", setup_.name, ": more than ",
+              scenario_.max_attempts, " requests and retries; shorten it or lower its rates"));
     }
   }
   if (!gate_->status.ok()) return gate_->status;

@@ -141,6 +141,10 @@ struct Scenario {
   std::optional<Rate> contract;
   std::vector<ClientGroup> groups;
   std::vector<LimiterSetup> limiters;
+  // Requests and retries per limiter before a run stops with
+  // ResourceExhausted (not read from files: the admin listener's
+  // simulations set a lower one).
+  int64_t max_attempts = kMaxAttempts;
   // What the file says in a way that still reads but is on its way out
   // ("storm.yaml:12: limiters[1].scope: ..."), for the caller to print.
   std::vector<std::string> warnings;

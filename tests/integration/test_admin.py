@@ -113,8 +113,11 @@ class AdminTest(SluiceTestCase):
         final = self.metrics()
         shadow = metric_value(final, "sluice_decisions_total", policy="shaped", outcome="shadow_denied")
         allowed = metric_value(final, "sluice_decisions_total", policy="shaped", outcome="allowed")
-        self.assertEqual(shadow + allowed, 20)
+        delayed = metric_value(final, "sluice_decisions_total", policy="shaped", outcome="delayed")
+        self.assertEqual(shadow + allowed + delayed, 20)
         self.assertGreater(shadow, 0)
+        # Admitted after a shaping delay: "delayed", not "allowed".
+        self.assertGreater(delayed, 0)
 
     def test_decision_latency_histogram_is_cumulative_and_ends_with_inf_equal_count(self):
         for i in range(25):

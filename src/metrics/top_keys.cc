@@ -1,0 +1,127 @@
+#include "metrics/top_keys.h"
+
+#include <algorithm>
+
+#include "absl/strings/string_view.h"
+
+namespace sluice::metrics {
+namespace {
+
+absl::string_view Absl(std::string_view s) { return {s.data(), s.size()}; }
+
+}  // namespace
+
+void TopKeys::Epoch::Clear() {
+  entries.clear();
+  where.clear();
+  heap.clear();
+  place.clear();
+}
+
+void TopKeys::Epoch::Raised(size_t entry) {
+  size_t at = place[entry];
+  for (;;) {
+    size_t least = at;
+    for (size_t child : {2 * at + 1, 2 * at + 2}) {
+      if (child < heap.size() && entries[heap[child]].count < entries[heap[least]].count) {
+        least = child;
+      }
+    }
+    if (least == at) return;
+    std::swap(heap[at], heap[least]);
+    place[heap[at]] = static_cast<uint32_t>(at);
+    place[heap[least]] = static_cast<uint32_t>(least);
+    at = least;
+  }
+}
+
+int64_t TopKeys::EpochOf(Time now) {
+  const int64_t us = now.unix_micros();
+  const int64_t span = kEpochSeconds * 1'000'000;
+  return us >= 0 ? us / span : -((-us + span - 1) / span);
+}
+
+void TopKeys::Add(std::string_view key, Time now, int64_t n) {
+  if (n <= 0) return;
+  const int64_t index = EpochOf(now);
+  std::lock_guard lock(mu_);
+  const auto epochs = static_cast<int64_t>(kEpochs);
+  Epoch& e = epochs_[static_cast<size_t>((index % epochs + epochs) % epochs)];
+  if (e.index != index) {
+    // An epoch of kEpochs ago (or never used, or a clock gone back): reuse.
+    e.index = index;
+    e.Clear();
+  }
+  if (auto it = e.where.find(Absl(key)); it != e.where.end()) {
+    e.entries[it->second].count += n;
+    e.Raised(it->second);
+    return;
+  }
+  if (e.entries.size() < kCapacity) {
+    // Its count is the least of all (so far), or ties: the heap's end is
+    // its place until it is raised.
+    const size_t entry = e.entries.size();
+    e.where.emplace(std::string(key), entry);
+    e.entries.push_back({std::string(key), n, 0});
+    e.place.push_back(static_cast<uint32_t>(e.heap.size()));
+    e.heap.push_back(static_cast<uint32_t>(entry));
+    // Sift up: it may count less than its parents.
+    for (size_t at = e.heap.size() - 1; at > 0;) {
+      const size_t parent = (at - 1) / 2;
+      if (e.entries[e.heap[parent]].count <= e.entries[e.heap[at]].count) break;
+      std::swap(e.heap[at], e.heap[parent]);
+      e.place[e.heap[at]] = static_cast<uint32_t>(at);
+      e.place[e.heap[parent]] = static_cast<uint32_t>(parent);
+      at = parent;
+    }
+    return;
+  }
+  // Full: the least counted key gives its place, and its count, to this one.
+  const size_t least = e.heap.front();
+  Entry& slot = e.entries[least];
+  e.where.erase(slot.key);
+  slot.error = slot.count;
+  slot.count += n;
+  slot.key.assign(key);
+  e.where.emplace(slot.key, least);
+  e.Raised(least);
+}
+
+std::vector<TopKeys::Entry> TopKeys::Top(size_t n, Time now) const {
+  const int64_t newest = EpochOf(now);
+  std::lock_guard lock(mu_);
+  std::vector<const Epoch*> live;
+  for (const Epoch& e : epochs_) {
+    if (e.index >= 0 && e.index <= newest && e.index > newest - static_cast<int64_t>(kEpochs)) {
+      live.push_back(&e);
+    }
+  }
+  absl::flat_hash_map<std::string, Entry> sum;
+  for (const Epoch* e : live) {
+    for (const Entry& entry : e->entries) {
+      Entry& s = sum[entry.key];
+      s.count += entry.count;
+      s.error += entry.error;
+    }
+  }
+  for (const Epoch* e : live) {
+    if (e->entries.size() < kCapacity) continue;  // not full: a missing key had no count
+    const int64_t least = e->entries[e->heap.front()].count;
+    for (auto& [key, s] : sum) {
+      if (!e->where.contains(Absl(key))) {
+        s.count += least;
+        s.error += least;
+      }
+    }
+  }
+  std::vector<Entry> out;
+  out.reserve(sum.size());
+  for (auto& [key, s] : sum) out.push_back({key, s.count, s.error});
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
+    return a.count != b.count ? a.count > b.count : a.key < b.key;
+  });
+  if (out.size() > n) out.resize(n);
+  return out;
+}
+
+}  // namespace sluice::metrics

@@ -1,0 +1,96 @@
+#include "metrics/top_keys.h"
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace sluice::metrics {
+namespace {
+
+Time At(int64_t seconds) { return Time::FromUnixMicros(seconds * 1'000'000); }
+
+TEST(TopKeysTest, ExactWhileEveryKeyFits) {
+  TopKeys top;
+  for (int i = 0; i < 5; ++i) top.Add("a", At(100));
+  for (int i = 0; i < 3; ++i) top.Add("b", At(101));
+  top.Add("c", At(102), 4);
+  const std::vector<TopKeys::Entry> got = top.Top(10, At(103));
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].key, "a");
+  EXPECT_EQ(got[0].count, 5);
+  EXPECT_EQ(got[1].key, "c");
+  EXPECT_EQ(got[1].count, 4);
+  EXPECT_EQ(got[2].key, "b");
+  EXPECT_EQ(got[2].count, 3);
+  for (const auto& e : got) EXPECT_EQ(e.error, 0);
+  EXPECT_EQ(top.Top(1, At(103)).size(), 1u);
+}
+
+// An abuser hidden in a flood of distinct keys (one each) is still on top,
+// and every reported count brackets the true one.
+TEST(TopKeysTest, FindsTheHeavyHitterInAFloodOfNewKeys) {
+  TopKeys top;
+  std::map<std::string, int64_t> truth;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 100'000; ++i) {
+    std::string key;
+    if (i % 50 == 0) {
+      key = "abuser";
+    } else if (i % 97 == 0) {
+      key = "second";
+    } else {
+      key = "k" + std::to_string(rng());
+    }
+    ++truth[key];
+    top.Add(key, At(1000 + i / 2000));  // 50 s: one epoch
+  }
+  const std::vector<TopKeys::Entry> got = top.Top(5, At(1050));
+  ASSERT_GE(got.size(), 2u);
+  EXPECT_EQ(got[0].key, "abuser");
+  EXPECT_EQ(got[1].key, "second");
+  for (const auto& e : got) {
+    EXPECT_GE(e.count, truth[e.key]) << e.key;
+    EXPECT_LE(e.count - e.error, truth[e.key]) << e.key;
+  }
+}
+
+TEST(TopKeysTest, BoundsHoldAcrossEpochs) {
+  TopKeys top;
+  std::map<std::string, int64_t> truth;
+  std::mt19937_64 rng(11);
+  std::geometric_distribution<int> zipfish(0.1);
+  // Four minutes of a skewed stream over a thousand keys.
+  for (int i = 0; i < 100'000; ++i) {
+    const std::string key = "k" + std::to_string(zipfish(rng) % 1000);
+    ++truth[key];
+    top.Add(key, At(6000 + i * 240 / 100'000));
+  }
+  const std::vector<TopKeys::Entry> got = top.Top(20, At(6240));
+  ASSERT_EQ(got.size(), 20u);
+  for (const auto& e : got) {
+    EXPECT_GE(e.count, truth[e.key]) << e.key;
+    EXPECT_LE(e.count - e.error, truth[e.key]) << e.key;
+  }
+  EXPECT_EQ(got[0].key, "k0");
+}
+
+TEST(TopKeysTest, ForgetsWhatIsOlderThanTheWindow) {
+  TopKeys top;
+  top.Add("old", At(60 * 100), 50);
+  top.Add("new", At(60 * 103), 2);
+  EXPECT_EQ(top.Top(10, At(60 * 104)).size(), 2u);
+  const std::vector<TopKeys::Entry> later = top.Top(10, At(60 * 105));
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].key, "new");
+  // The slot of the old epoch is reused, not summed into.
+  top.Add("newer", At(60 * 105));
+  const std::vector<TopKeys::Entry> now = top.Top(10, At(60 * 105));
+  ASSERT_EQ(now.size(), 2u);
+  EXPECT_EQ(now[0].key, "new");
+  EXPECT_TRUE(top.Top(10, At(60 * 200)).empty());
+}
+
+}  // namespace
+}  // namespace sluice::metrics
