@@ -23,7 +23,10 @@ struct Decision {
   // algorithms, `limit` per window for the window algorithms, the queue
   // length for leaky_bucket shape.
   int64_t limit = 0;
-  // Cost units that could pass right now, after this decision.
+  // Cost units that could pass right now, after this decision. Below zero
+  // by a debt: a charge past what was left (Charge, settled costs), or a
+  // clock that stepped back behind what was taken (gcra, sliding_window);
+  // at most kMaxDebtLimits limits below.
   int64_t remaining = 0;
   // Time until the key's state is back to fresh (a full bucket, empty
   // windows): after that, the key is as if never seen.

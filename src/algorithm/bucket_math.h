@@ -7,6 +7,7 @@
 #ifndef SLUICE_ALGORITHM_BUCKET_MATH_H_
 #define SLUICE_ALGORITHM_BUCKET_MATH_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "sluice/algorithm/outcome.h"
@@ -31,6 +32,31 @@ struct BucketStep {
   Decision decision;
 };
 
+// The most ticks a charge may leave in use: the capacity and a debt of at
+// most kMaxDebtLimits capacities, and at most 2^52 ticks of debt (the
+// Redis functions compute in doubles).
+inline int64_t MaxUsedTicks(const BucketConfig& config) {
+  constexpr int64_t kTwo52 = int64_t{1} << 52;
+  const int64_t capacity = config.capacity_ticks();
+  const int64_t debt = capacity > kTwo52 / kMaxDebtLimits ? kTwo52 : capacity * kMaxDebtLimits;
+  return capacity + debt;
+}
+
+// Cost units left with `used` ticks in use: below zero by a debt (a charge
+// past the capacity, or a gcra clock that went back), down to the most
+// debt MaxUsedTicks allows. Past 2^52 whole microseconds' ticks the Redis
+// functions do not form `used` (gcra: a clock gone far back); both then
+// say the most debt.
+inline int64_t Remaining(const BucketConfig& config, int64_t used) {
+  constexpr int64_t kTwo52 = int64_t{1} << 52;
+  const int64_t capacity = config.capacity_ticks();
+  const int64_t per_token = config.bucket_rate().ticks_per_token;
+  if (used <= capacity) return (capacity - used) / per_token;
+  const int64_t most = MaxUsedTicks(config) - capacity;
+  const bool far = used - used % config.bucket_rate().ticks_per_us > kTwo52;
+  return -CeilDiv(far ? most : std::min(used - capacity, most), per_token);
+}
+
 // `used` >= 0 may exceed the capacity when the clock went backwards (gcra).
 inline BucketStep BucketDecide(const BucketConfig& config, int64_t used, int64_t cost) {
   const int64_t per_us = config.bucket_rate().ticks_per_us;
@@ -41,7 +67,7 @@ inline BucketStep BucketDecide(const BucketConfig& config, int64_t used, int64_t
   d.limit = config.burst();
   if (cost > config.burst()) {  // checked first: cost * per_token may overflow
     d.retry_after = Duration::Infinite();
-    d.remaining = used >= capacity ? 0 : (capacity - used) / per_token;
+    d.remaining = Remaining(config, used);
     d.reset_after = Duration::Micros(CeilDiv(used, per_us));
     step.used_after = used;
     return step;
@@ -57,20 +83,10 @@ inline BucketStep BucketDecide(const BucketConfig& config, int64_t used, int64_t
   }
   // Denied: wait until enough has drained that used + cost fits.
   step.used_after = used;
-  d.remaining = used >= capacity ? 0 : (capacity - used) / per_token;
+  d.remaining = Remaining(config, used);
   d.reset_after = Duration::Micros(CeilDiv(used, per_us));
   d.retry_after = Duration::Micros(CeilDiv(used - (capacity - cost_ticks), per_us));
   return step;
-}
-
-// The most ticks a charge may leave in use: the capacity and a debt of at
-// most kMaxDebtLimits capacities, and at most 2^52 ticks of debt (the
-// Redis functions compute in doubles).
-inline int64_t MaxUsedTicks(const BucketConfig& config) {
-  constexpr int64_t kTwo52 = int64_t{1} << 52;
-  const int64_t capacity = config.capacity_ticks();
-  const int64_t debt = capacity > kTwo52 / kMaxDebtLimits ? kTwo52 : capacity * kMaxDebtLimits;
-  return capacity + debt;
 }
 
 // `used` after a charge of `cost` whether or not it fits, up to MaxUsedTicks.

@@ -83,7 +83,7 @@ Outcome<FixedWindowState> Decide(const FixedWindowConfig& config, FixedWindowSta
         Duration::Micros(start + WindowsSpanned(count + cost - limit, limit) * period - now_us);
   }
   const int64_t used = d.allowed ? count + cost : count;
-  d.remaining = std::max<int64_t>(0, limit - used);
+  d.remaining = limit - used;  // below zero by a debt (Charge)
   d.reset_after =
       Duration::Micros(used > 0 ? start + WindowsSpanned(used, limit) * period - now_us : 0);
   return {state, d};
@@ -197,7 +197,9 @@ Outcome<SlidingWindowState> Decide(const SlidingWindowConfig& config, SlidingWin
     d.retry_after = Duration::Micros(std::max<int64_t>(retry_at - now_us, 1));
   }
   const i128 used = weighted_prev + static_cast<i128>(curr) * period;
-  d.remaining = used >= capacity ? 0 : static_cast<int64_t>((capacity - used) / period);
+  // floor((capacity - used) / period): below zero by a debt (Charge).
+  const i128 left = capacity - used;
+  d.remaining = static_cast<int64_t>(left >= 0 ? left / period : -((-left + period - 1) / period));
   const int64_t fresh_at = curr > 0     ? window_start + (WindowsSpanned(curr, limit) + 1) * period
                            : w.prev > 0 ? window_start + period
                                         : now_us;

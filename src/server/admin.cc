@@ -140,7 +140,7 @@ Task<HttpAnswer> KeyState(Context& ctx, std::string_view rest) {
     nlohmann::json l = {{"algorithm", std::string(AlgorithmName(AlgorithmOf(c)))},
                         {"rate", FormatRate(RateOf(c))},
                         {"limit", (*state)[i].limit},
-                        {"remaining", std::max<int64_t>(0, (*state)[i].remaining)},
+                        {"remaining", (*state)[i].remaining},
                         {"reset_after_ms", (*state)[i].reset_after.CeilMillis()},
                         {"next_request_allowed", (*next)[i].allowed},
                         {"next_request_retry_after_ms", (*next)[i].retry_after.CeilMillis()},

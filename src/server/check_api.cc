@@ -89,7 +89,7 @@ std::string CheckJson(std::string_view policy, const policy::Verdict& verdict) {
   const PolicyDecision& d = verdict.answers[0].decision;
   std::string out = Cat("{\"allowed\":", verdict.allowed ? "true" : "false", ",\"policy\":");
   policy::AppendJsonString(out, policy);
-  out += Cat(",\"limit\":", d.limit, ",\"remaining\":", std::max<int64_t>(0, d.remaining),
+  out += Cat(",\"limit\":", d.limit, ",\"remaining\":", d.remaining,
              ",\"reset_after_ms\":", d.reset_after.CeilMillis(), ",\"retry_after_ms\":");
   out += d.can_never_pass() ? std::string("null") : Cat(d.retry_after.CeilMillis());
   out += Cat(",\"delay_ms\":", d.delay.CeilMillis());

@@ -64,6 +64,31 @@ TEST(Charge, BucketDebtIsRepaidAtTheRate) {
   }
 }
 
+// A debt shows as remaining below zero, by the units owed, shrinking as
+// it is repaid; the most debt a key may owe bounds it.
+TEST(Charge, DebtShowsAsRemainingBelowZero) {
+  auto Left = [](const auto& config, auto state, Time at) {
+    return CheckInPlace(config, state, at, 1).remaining;
+  };
+  const auto gcra = Make<GcraConfig>("10/s");
+  const GcraState g = Charge(gcra, GcraState{}, kT0, 35);
+  EXPECT_EQ(Left(gcra, g, kT0), -25);
+  EXPECT_EQ(Left(gcra, g, kT0 + Duration::Millis(1050)), -15);
+  const auto bucket = Make<TokenBucketConfig>("10/s");
+  const TokenBucketState b = Charge(bucket, TokenBucketState{}, kT0, 35);
+  EXPECT_EQ(Left(bucket, b, kT0), -25);
+  const auto fixed = Make<FixedWindowConfig>("10/s");
+  const FixedWindowState f = Charge(fixed, FixedWindowState{}, kT0, 35);
+  EXPECT_EQ(Left(fixed, f, kT0), -25);
+  EXPECT_EQ(Left(fixed, f, kT0 + Duration::Seconds(1)), -15);
+  const auto sliding = Make<SlidingWindowConfig>("10/s");
+  const SlidingWindowState w = Charge(sliding, SlidingWindowState{}, kT0, 35);
+  EXPECT_EQ(Left(sliding, w, kT0), -25);
+  // An absurd charge: at most kMaxDebtLimits limits owed.
+  const GcraState most = Charge(gcra, GcraState{}, kT0, std::numeric_limits<int64_t>::max() / 4);
+  EXPECT_EQ(Left(gcra, most, kT0), -10 * kMaxDebtLimits);
+}
+
 TEST(Charge, FixedWindowCarriesDebtIntoTheNextWindows) {
   // 10/s: 35 charged in the window at kT0 leaves 25, then 15, then 5 for
   // the next windows: the first request passes at kT0 + 3 s, and 5 pass

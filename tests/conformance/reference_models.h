@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/algorithm/outcome.h"
 #include "sluice/decision.h"
 #include "sluice/rate.h"
 #include "sluice/time.h"
@@ -108,8 +109,12 @@ class GcraModel {
       d.retry_after = Duration::Micros(
           CeilPositive(used + static_cast<i128>(cost) * period_ - tolerance, limit_));
     }
-    d.remaining =
-        used_after >= tolerance ? 0 : static_cast<int64_t>((tolerance - used_after) / period_);
+    // Below zero when the clock stepped back behind what was taken: the
+    // units the key is short, rounded up.
+    d.remaining = used_after <= tolerance
+                      ? static_cast<int64_t>((tolerance - used_after) / period_)
+                      : -std::min(CeilPositive(used_after - tolerance, period_),
+                                  kMaxDebtLimits * burst_);  // sluice's bound on a debt
     d.reset_after = Duration::Micros(CeilPositive(used_after, limit_));
     return d;
   }
@@ -236,7 +241,10 @@ class SlidingWindowModel {
     }
     const i128 used = Estimate(now, 0);
     const i128 capacity = static_cast<i128>(limit_) * period_;
-    d.remaining = used >= capacity ? 0 : static_cast<int64_t>((capacity - used) / period_);
+    // Below zero when the clock stepped back (the previous window then
+    // counts in full): the units short, rounded up.
+    d.remaining = used <= capacity ? static_cast<int64_t>((capacity - used) / period_)
+                                   : -CeilPositive(used - capacity, period_);
     const int64_t prev = Count(window - 1), curr = Count(window);
     const int64_t fresh_at = curr > 0   ? (window + 2) * period_
                              : prev > 0 ? (window + 1) * period_

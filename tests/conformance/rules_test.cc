@@ -356,7 +356,8 @@ TYPED_TEST(AlgorithmRulesTest, ResetAfterIsWhenTheKeyIsFresh) {
 }
 
 // remaining is exactly the largest cost that could pass right now, after the
-// decision: that cost passes, one more does not (and at 0 a unit does not).
+// decision: that cost passes, one more does not (and at 0 or below a unit
+// does not).
 TYPED_TEST(AlgorithmRulesTest, RemainingIsTheLargestCostThatPassesNow) {
   auto check = [&](const auto& config, uint64_t seed) {
     using A = Algo<std::decay_t<decltype(config)>>;
@@ -367,8 +368,10 @@ TYPED_TEST(AlgorithmRulesTest, RemainingIsTheLargestCostThatPassesNow) {
                auto copy = A::Copy(after);
                ASSERT_TRUE(A::Step(config, copy, r.at, d.remaining).allowed);
              }
+             // (Below zero, a debt: not even one unit passes.)
              auto copy = A::Copy(after);
-             ASSERT_FALSE(A::Step(config, copy, r.at, d.remaining + 1).allowed);
+             ASSERT_FALSE(
+                 A::Step(config, copy, r.at, std::max<int64_t>(d.remaining, 0) + 1).allowed);
            });
       if (testing::Test::HasFatalFailure()) return;
     }
@@ -378,8 +381,9 @@ TYPED_TEST(AlgorithmRulesTest, RemainingIsTheLargestCostThatPassesNow) {
 
 // The fields of every Decision are well-formed: limit is the capacity;
 // retry_after is zero when allowed, positive when denied, infinite exactly
-// when the cost exceeds the capacity; 0 <= remaining <= limit; delays only
-// from leaky_bucket shape and only for admitted requests.
+// when the cost exceeds the capacity; 0 <= remaining <= limit (below zero,
+// by the units short, after the clock stepped back behind what was taken);
+// delays only from leaky_bucket shape and only for admitted requests.
 TYPED_TEST(AlgorithmRulesTest, DecisionFieldsAreWellFormed) {
   auto check = [&](const auto& config, uint64_t seed) {
     using Config = std::decay_t<decltype(config)>;
@@ -389,7 +393,13 @@ TYPED_TEST(AlgorithmRulesTest, DecisionFieldsAreWellFormed) {
       Walk(config, TraceFor(config, seed, steps_back),
            [&](size_t, const Request& r, const auto&, const Decision& d, const auto&, Time) {
              ASSERT_EQ(d.limit, capacity);
-             ASSERT_GE(d.remaining, 0);
+             // Below zero only after the clock stepped back (gcra: a TAT
+             // ahead; sliding_window: the previous window counted in
+             // full), and by at most the debt a key may owe.
+             if (!steps_back) ASSERT_GE(d.remaining, 0);
+             if (capacity <= INT64_MAX / kMaxDebtLimits) {
+               ASSERT_GE(d.remaining, -kMaxDebtLimits * capacity);
+             }
              ASSERT_LE(d.remaining, capacity);
              ASSERT_GE(d.reset_after, Duration::Zero());
              ASSERT_EQ(d.retry_after.IsInfinite(), r.cost > capacity);

@@ -109,6 +109,21 @@ policies:
         r = self.post_json("/v1/check", {"policy": "llm", "key": "t", "cost": 0})
         self.assertEqual(r.json()["remaining"], 50)
 
+    def test_a_debt_shows_as_remaining_below_zero(self):
+        rid = self.post_json("/v1/check", {"policy": "llm", "key": "owes", "cost": 100,
+                                           "settle": True}).json()["reservation"]["id"]
+        # 850 of 600 in use: 250 owed, repaid at 10 a second.
+        self.assertEqual(self.post_json("/v1/settle", {"reservation": rid, "cost": 850}).status, 200)
+        r = self.post_json("/v1/check", {"policy": "llm", "key": "owes", "cost": 1})
+        self.assertEqual(r.status, 429, r)
+        self.assertLessEqual(r.json()["remaining"], -240)
+        self.assertGreaterEqual(r.json()["remaining"], -250)
+        # The RateLimit field's r is a non-negative integer: 0, with t the wait.
+        self.assertEqual(ratelimit_members(r.header("RateLimit"))["llm"]["r"], 0)
+        self.assertGreaterEqual(ratelimit_members(r.header("RateLimit"))["llm"]["t"], 25)
+        state = request(self.sluice.admin_port, "GET", "/v1/keys/llm/owes").json()
+        self.assertLess(state["limits"][0]["remaining"], -200)
+
     def test_bad_settles_are_refused(self):
         rid = self.post_json("/v1/check", {"policy": "llm", "key": "u", "cost": 5,
                                       "settle": True}).json()["reservation"]["id"]

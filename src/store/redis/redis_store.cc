@@ -826,7 +826,7 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
       l.waiters.clear();
     } else {
       const Decision& d = r->decisions.front();
-      l.window_left = d.remaining;
+      l.window_left = std::max<int64_t>(0, d.remaining);
       if (d.allowed && limit->bucket) {
         // reset_after is the last slot's end from Redis' now, rounded up to
         // a microsecond: one less is a bound from below.
@@ -852,7 +852,7 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
         // (less a microsecond of rounding), from when the call was sent.
         const int64_t one_us = d.retry_after.micros() - 1;
         if (one_us > 0) l.full_until = sent + Duration::Micros(one_us);
-      } else if (!limit->bucket && d.remaining == 0) {
+      } else if (!limit->bucket && d.remaining <= 0) {
         // Nothing left in the window until it ends: denied here until then.
         l.full_until = sent + d.retry_after;
       }

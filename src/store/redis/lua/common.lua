@@ -198,13 +198,31 @@ local function ticks_in(b, us)
   return us * b.per_us
 end
 
+-- The most ticks a charge may leave in use: the capacity and a debt of at
+-- most 1024 capacities (kMaxDebtLimits), and at most 2^52 ticks of debt.
+local function max_used(b)
+  return b.cap + min(b.cap * 1024, TWO52)
+end
+
+-- Cost units left with `used` ticks in use: below zero by a debt, down to
+-- the most debt max_used allows (the C++ Remaining).
+local function bucket_remaining(b, used)
+  if used <= b.cap then return (floordiv(b.cap - used, b.per_token)) end
+  -- Formed as a debt below 2^52, not as b.cap - used: the capacity may be
+  -- past 2^53, where a double's sum is no longer exact. Past 2^52 whole
+  -- microseconds' ticks (as bucket_decide_far), the most debt.
+  local most = min(b.cap * 1024, TWO52)
+  if used - used % b.per_us > TWO52 then return -ceildiv(most, b.per_token) end
+  return -ceildiv(min(used - b.cap, most), b.per_token)
+end
+
 -- Returns the Decision, whether the state takes `used_after`, and used_after.
 -- `used` >= 0, below 2^53 (callers handle larger ones, see gcra).
 local function bucket_decide(b, used, cost)
   local d = decision(b.burst)
   if cost > b.burst then
     d.retry = INFINITE
-    if used < b.cap then d.remaining = floordiv(b.cap - used, b.per_token) end
+    d.remaining = bucket_remaining(b, used)
     d.reset = ceildiv(used, b.per_us)
     return d, false, used
   end
@@ -216,19 +234,13 @@ local function bucket_decide(b, used, cost)
     d.reset = ceildiv(used_after, b.per_us)
     return d, cost > 0, used_after
   end
-  if used < b.cap then d.remaining = floordiv(b.cap - used, b.per_token) end
+  d.remaining = bucket_remaining(b, used)
   d.reset = ceildiv(used, b.per_us)
   d.retry = ceildiv(used - (b.cap - cost_ticks), b.per_us)
   return d, false, used
 end
 
 -- ---- debt (op G, a charge whether or not it fits: src/algorithm/bucket_math.h) ----
-
--- The most ticks a charge may leave in use: the capacity and a debt of at
--- most 1024 capacities (kMaxDebtLimits), and at most 2^52 ticks of debt.
-local function max_used(b)
-  return b.cap + min(b.cap * 1024, TWO52)
-end
 
 -- `used` after a charge of `cost` whether or not it fits, up to max_used;
 -- a `used` far ahead already (above 2^52, or nil: too far to form) stays.
@@ -275,6 +287,7 @@ end
 -- durations are computed from D and rem without forming `used`.
 local function bucket_decide_far(b, D, rem, cost)
   local d = decision(b.burst)
+  d.remaining = -ceildiv(min(b.cap * 1024, TWO52), b.per_token)  -- the most debt
   d.reset = D + ((rem > 0) and 1 or 0)
   if cost > b.burst then
     d.retry = INFINITE

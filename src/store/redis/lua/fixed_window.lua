@@ -45,7 +45,7 @@ function fixed_window.decide(w, key, ctx, cost, reuse)
     -- The window where the request fits: the next, unless debt is left.
     d.retry = start + windows_spanned(count + cost - limit, limit) * w.period - now
   end
-  d.remaining = max(0, limit - used)
+  d.remaining = limit - used  -- below zero by a debt (op G)
   d.reset = (used > 0) and (start + windows_spanned(used, limit) * w.period - now) or 0
   if d.allowed == 1 and cost > 0 then
     local plan = reuse and fw_plan or {}

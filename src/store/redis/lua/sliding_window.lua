@@ -9,7 +9,7 @@
 --   prev * (period - elapsed) = (prev - F) * period - r, 0 <= r < period,
 -- so  weighted + x * period <= limit * period  <=>  prev - F + x <= limit
 -- and floor((limit * period - weighted - x * period) / period) is
--- limit - prev + F - x when that is >= 0 (the C++ `remaining`).
+-- limit - prev + F - x (the C++ `remaining`, below zero by a debt).
 
 local sliding_window = {params = window_params}
 
@@ -87,7 +87,7 @@ function sliding_window.decide(w, key, ctx, cost, reuse)
     end
     d.retry = max(retry_at - now, 1)
   end
-  d.remaining = max(limit - prev + F - curr_after, 0)
+  d.remaining = limit - prev + F - curr_after  -- below zero by a debt (op G)
   local fresh_at = now
   if curr_after > 0 then
     fresh_at = window_start + (windows_spanned(curr_after, limit) + 1) * period
