@@ -288,6 +288,12 @@ RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::
                    "Requests per second assigned to Envoys in the buckets of a quota rule.");
   metrics_.SetHelp("sluice_rlqs_streams_refused_total",
                    "Quota streams ended for a bad report (INVALID_ARGUMENT, RESOURCE_EXHAUSTED).");
+  metrics_.SetHelp("sluice_rlqs_claims_total",
+                   "Claims of bucket limits asked of Redis across instances, by result.");
+  for (const char* gauge :
+       {"sluice_rlqs_streams", "sluice_rlqs_envoys", "sluice_rlqs_assigned_per_second"}) {
+    metrics_.SetType(gauge, "gauge");
+  }
   // Assignments are renewed, and shares freed by passed ones handed out,
   // without waiting for a report.
   ticker_ = std::thread([this] {

@@ -87,13 +87,19 @@ void Metrics::SetHelp(const std::string& name, std::string help) {
   help_[name] = std::move(help);
 }
 
+void Metrics::SetType(const std::string& name, std::string type) {
+  std::lock_guard lock(mu_);
+  types_[name] = std::move(type);
+}
+
 std::string Metrics::Render() const {
   std::string out;
   std::lock_guard lock(mu_);
   for (const auto& [name, series] : counters_) {
     if (auto it = help_.find(name); it != help_.end())
       out += Cat("# HELP ", name, " ", it->second, "\n");
-    out += Cat("# TYPE ", name, " counter\n");
+    const auto type = types_.find(name);
+    out += Cat("# TYPE ", name, " ", type == types_.end() ? "counter" : type->second, "\n");
     for (const auto& [labels, counter] : series) {
       out += labels.empty() ? name : Cat(name, "{", labels, "}");
       out += Cat(" ", counter->value(), "\n");

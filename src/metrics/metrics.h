@@ -80,12 +80,16 @@ class Metrics {
                 std::function<int64_t()> read);
 
   void SetHelp(const std::string& name, std::string help);
+  // The `# TYPE` of a name's Get() series: "counter" unless set here
+  // ("gauge" for those moved both ways with Add(-1)).
+  void SetType(const std::string& name, std::string type);
   std::string Render() const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::map<std::string, Counter*>> counters_;  // name -> labels -> counter
   std::map<std::string, std::string> help_;
+  std::map<std::string, std::string> types_;
   std::deque<Counter> storage_;
   struct Gauge {
     std::string name, help, type;
