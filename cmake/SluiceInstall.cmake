@@ -1,5 +1,7 @@
 # `cmake --install build/release` puts the headers, the libraries, the binary
 # and a CMake package (find_package(sluice) -> sluice::sluice) in place.
+# Everything here is the install component "dev" (the sluice-dev package,
+# cmake/SluicePackage.cmake); the binary is "server".
 include(CMakePackageConfigHelpers)
 
 get_property(_sluice_libs GLOBAL PROPERTY SLUICE_LIBRARIES)
@@ -9,10 +11,12 @@ set_target_properties(sluice_all PROPERTIES EXPORT_NAME sluice)
 target_link_libraries(sluice_all INTERFACE ${_sluice_libs})
 
 install(TARGETS ${_sluice_libs} sluice_all EXPORT sluiceTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/sluice DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(EXPORT sluiceTargets NAMESPACE sluice:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sluice)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/sluice DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        COMPONENT dev)
+install(EXPORT sluiceTargets NAMESPACE sluice:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sluice
+        COMPONENT dev)
 
 file(WRITE ${PROJECT_BINARY_DIR}/sluiceConfig.cmake.in [[
 @PACKAGE_INIT@
@@ -28,7 +32,7 @@ configure_package_config_file(${PROJECT_BINARY_DIR}/sluiceConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/sluiceConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/sluiceConfig.cmake ${PROJECT_BINARY_DIR}/sluiceConfigVersion.cmake
-        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sluice)
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sluice COMPONENT dev)
 
 # sluice.pc, for builds that use pkg-config rather than CMake:
 #   c++ -std=c++20 app.cc $(pkg-config --cflags --libs sluice)
@@ -92,4 +96,5 @@ Cflags: -I${includedir}
 Libs: -L${libdir} @SLUICE_PC_LIBS@ @SLUICE_PC_EXTRA@
 ]])
 configure_file(${PROJECT_BINARY_DIR}/sluice.pc.in ${PROJECT_BINARY_DIR}/sluice.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/sluice.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+install(FILES ${PROJECT_BINARY_DIR}/sluice.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+        COMPONENT dev)

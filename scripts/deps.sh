@@ -18,6 +18,8 @@ SLUICE_BUILD_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # the Envoy RLS API
   libhiredis-dev   # the Redis store's client
   libssl-dev       # SHA-256 of over-long keys (libcrypto)
+  libsystemd-dev   # sd_notify: `sluice serve` as a Type=notify systemd service
+  dpkg-dev file    # cpack's Debian packages: dpkg-shlibdeps finds their dependencies
 )
 SLUICE_TEST_PACKAGES=(
   libgtest-dev libgmock-dev googletest
@@ -26,6 +28,7 @@ SLUICE_TEST_PACKAGES=(
   nginx-light      # the auth_request end-to-end test
   redis-server redis-tools  # the Redis store's tests run a real server
   clang-format     # scripts/format --check: every C++ file follows .clang-format
+  systemd          # scripts/test-package: systemd-analyze verify and security on the unit
 )
 # The asan and tsan presets: the sanitizer runtimes, and libFuzzer (the asan
 # preset builds the fuzz targets, scripts/fuzz).

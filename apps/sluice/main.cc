@@ -11,12 +11,14 @@
 #include "commands.h"
 #include "server/server.h"
 #include "sluice/algorithm.h"
+#include "sluice/build_info.h"
 #include "sluice/config.h"
 #include "sluice/rate.h"
 #include "sluice/version.h"
 #include "spdlog/async.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
+#include "systemd_notify.h"
 
 namespace {
 
@@ -85,6 +87,7 @@ int Explain(const std::string& algorithm_name, const std::string& rate_text, int
 }
 
 // `sluice serve`: the gateway, the decision API and the admin endpoints.
+// `--check` and `--check-config` stop after reading the config.
 int Serve(const std::string& config_path, bool check_only) {
   // The config is read here, once; the source re-reads it on SIGHUP and
   // when the file changes.
@@ -111,7 +114,7 @@ int Serve(const std::string& config_path, bool check_only) {
   spdlog::set_default_logger(spdlog::create_async_nb<spdlog::sinks::stderr_sink_mt>("sluice"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z level=%l %v");
   absl::StatusOr<std::unique_ptr<sluice::server::Server>> server =
-      sluice::server::Server::Create(**source);
+      sluice::server::Server::Create(**source, {.lifecycle = sluice::cli::NotifySystemd});
   if (!server.ok()) {
     spdlog::shutdown();
     std::cerr << "sluice: " << server.status().message() << "\n";
@@ -129,14 +132,21 @@ int Serve(const std::string& config_path, bool check_only) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"sluice " SLUICE_VERSION
-               ": a rate limiter for services.\n"
-               "  sluice serve --config FILE   the HTTP gateway, decision API and admin endpoints\n"
-               "  sluice explain ...           how one limit answers a run of requests\n"
-               "  sluice sim NAME|FILE         simulate traffic against every algorithm (--list)\n"
-               "  sluice replay LOG --config F run an access log through a config's policies\n"
-               "Run `sluice COMMAND --help` for a command's options."};
-  app.set_version_flag("--version", "sluice " SLUICE_VERSION);
+  CLI::App app{
+      "sluice " SLUICE_VERSION
+      ": a rate limiter for services.\n"
+      "  sluice serve --config FILE        the HTTP gateway, decision API and admin endpoints\n"
+      "  sluice serve --check-config FILE  validate a config: exit 0, or 2 (file:line)\n"
+      "  sluice explain ...                how one limit answers a run of requests\n"
+      "  sluice sim NAME|FILE              simulate traffic against every algorithm (--list)\n"
+      "  sluice replay LOG --config F      run an access log through a config's policies\n"
+      "Run `sluice COMMAND --help` for a command's options."};
+  // The version, the commit built (short hash, "+dirty" when the tree
+  // differed from it, "unknown" outside git) and the build type.
+  app.set_version_flag("--version",
+                       "sluice " SLUICE_VERSION " (revision " SLUICE_REVISION
+                       ", build " SLUICE_BUILD_TYPE ")",
+                       "print the version, the git revision and the build type, and exit");
   app.require_subcommand(0, 1);
 
   std::string algorithm = "token_bucket", rate = "10/s", mode = "police", max_delay, every = "0s";
@@ -158,16 +168,25 @@ int main(int argc, char** argv) {
   explain->add_option("--every", every, "time between requests, e.g. 0s, 50ms")
       ->capture_default_str();
 
-  std::string config_path;
+  std::string config_path, check_config_path;
   bool check_only = false;
   CLI::App* serve = app.add_subcommand(
       "serve",
       "Run the gateway, the decision API (POST /v1/check, /v1/auth) and the admin "
       "listener (/metrics, /healthz, /readyz, /v1/config, /v1/keys) from a YAML config; "
-      "SIGHUP or a change of the file reloads it, SIGTERM drains and exits");
-  serve->add_option("--config,-c", config_path, "the YAML config (docs/configuration.md)")
-      ->required();
-  serve->add_flag("--check", check_only, "validate the config and exit (0: valid, 2: not)");
+      "SIGHUP or a change of the file reloads it, SIGTERM drains and exits. Under "
+      "systemd (Type=notify) it reports ready, reloading and stopping (docs/deploy.md)");
+  // Exactly one of the two: the config to serve, or the config to check.
+  CLI::Option_group* source = serve->add_option_group("config", "the config to serve, or to check");
+  source->add_option("--config,-c", config_path, "the YAML config (docs/configuration.md)")
+      ->type_name("FILE");
+  source
+      ->add_option("--check-config", check_config_path,
+                   "validate this config and exit: 0 when valid, 2 with file:line and "
+                   "the problem on stderr when not (for ExecStartPre and CI)")
+      ->type_name("FILE");
+  source->require_option(1);
+  serve->add_flag("--check", check_only, "with --config: validate it and exit, as --check-config");
 
   int command_exit = -1;  // set by the commands that run from a CLI11 callback
   sluice::cli::AddSimCommand(app, command_exit);
@@ -175,7 +194,10 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (command_exit >= 0) return command_exit;
-  if (serve->parsed()) return Serve(config_path, check_only);
+  if (serve->parsed()) {
+    if (!check_config_path.empty()) return Serve(check_config_path, /*check_only=*/true);
+    return Serve(config_path, check_only);
+  }
   if (explain->parsed()) {
     return Explain(algorithm, rate, burst, mode, max_delay, queue, requests, every);
   }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 
+#include "base/cat.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::server {
@@ -95,6 +96,9 @@ void ConfigSource::Loop() {
 }
 
 void ConfigSource::Load(const std::string& why) {
+  if (lifecycle_) {
+    lifecycle_(Lifecycle::kReloading, internal::Cat("reloading the config (", why, ")"));
+  }
   absl::StatusOr<Config> next = LoadConfigFile(path_, {.allow_empty = false});
   absl::Status status = next.status();
   if (next.ok()) {
@@ -117,10 +121,18 @@ void ConfigSource::Load(const std::string& why) {
     reloads_failed_->Add();
     spdlog::error("event=reload result=failure trigger={} error=\"{}\"", why,
                   std::string(status.message()));
+    if (lifecycle_) {
+      lifecycle_(Lifecycle::kReady, internal::Cat("serving the config in force; reload (", why,
+                                                  ") failed: ", status.message()));
+    }
     return;
   }
   reloads_ok_->Add();
   spdlog::info("event=reload result=success trigger={} policies={}", why, next->policies.size());
+  if (lifecycle_) {
+    lifecycle_(Lifecycle::kReady, internal::Cat("serving: config reloaded (", why, "), ",
+                                                next->policies.size(), " policies"));
+  }
 }
 
 }  // namespace sluice::server

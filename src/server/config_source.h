@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "metrics/metrics.h"
+#include "server/lifecycle.h"
 #include "sluice/config.h"
 
 namespace sluice::server {
@@ -49,6 +50,9 @@ class ConfigSource {
   // `apply` gets every new valid config; an error it returns fails the
   // reload (logged and counted). Set before Start.
   void Subscribe(std::function<absl::Status(const Config&)> apply) { apply_ = std::move(apply); }
+  // `hook` is told kReloading when a reload begins and kReady when it ends,
+  // whatever its result. Set before Start.
+  void OnLifecycle(LifecycleHook hook) { lifecycle_ = std::move(hook); }
   // Starts the source's thread: watching, and the reloads asked for.
   // Counts reloads in sluice_config_reloads_total{result}.
   void Start(metrics::Metrics& metrics);
@@ -77,6 +81,7 @@ class ConfigSource {
   const Config initial_;
   Stamp stamp_{0, 0};  // as Open saw it, before reading
   std::function<absl::Status(const Config&)> apply_;
+  LifecycleHook lifecycle_;
   metrics::Counter* reloads_ok_ = nullptr;
   metrics::Counter* reloads_failed_ = nullptr;
   mutable std::mutex mu_;

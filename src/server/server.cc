@@ -11,6 +11,7 @@
 #include <atomic>
 #include <csignal>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -48,13 +49,17 @@ void LogWarnings(const Config& config) {
 
 class ServerImpl final : public Server {
  public:
-  ServerImpl(ConfigSource& source, const Clock* clock)
-      : source_(source), state_(std::make_unique<ServerState>(source.initial(), clock)) {
+  ServerImpl(ConfigSource& source, const Clock* clock, LifecycleHook lifecycle)
+      : source_(source),
+        state_(std::make_unique<ServerState>(source.initial(), clock)),
+        lifecycle_(std::move(lifecycle)) {
     state_->source = &source_;
     Metrics& m = state_->metrics;
     m.SetHelp("sluice_decisions_total", "Decisions, by policy and outcome.");
     m.SetHelp("sluice_upstream_errors_total", "Failed upstream exchanges, by route and kind.");
     m.SetHelp("sluice_http_responses_total", "Responses sent, by listener and status code.");
+    m.SetHelp("sluice_connections_refused_total",
+              "Connections closed at once: the listener had server.max_connections open.");
     MemoryStore& store = state_->store;
     m.AddGauge("sluice_keys", "Keys held by the memory store.", "gauge",
                [&store] { return store.stats().keys; });
@@ -146,6 +151,7 @@ class ServerImpl final : public Server {
         };
     signals.async_wait(on_signal);
     source_.Subscribe([this](const Config& next) { return Apply(next); });
+    source_.OnLifecycle([this](Lifecycle what, std::string_view status) { Tell(what, status); });
     source_.Start(state_->metrics);
     const DecisionConfig& dc = state_->config.server.decision;
     std::string decision = "off";
@@ -166,6 +172,14 @@ class ServerImpl final : public Server {
           "event=start note=\"the decision API (/v1/check, /v1/auth) is not served: "
           "routes are configured and server.decision.listen is not set\"");
     }
+    // Ready once the first loop runs: every listener is bound, and the
+    // other loops are started just below.
+    net::post(workers_[0]->ioc,
+              [this, status = Cat("serving: ", state_->config.policies.size(), " policies, listen ",
+                                  state_->config.server.listen.host, ":", port_, ", admin ",
+                                  state_->config.server.admin.host, ":", admin_port_)] {
+                Tell(Lifecycle::kReady, status);
+              });
     std::vector<std::thread> threads;
     for (size_t i = 1; i < workers_.size(); ++i) {
       threads.emplace_back([w = workers_[i].get()] { w->ioc.run(); });
@@ -189,6 +203,8 @@ class ServerImpl final : public Server {
   // then stop every loop.
   void Stop() override {
     if (state_->draining.exchange(true)) return;
+    Tell(Lifecycle::kStopping, Cat("draining: in-flight requests get up to ",
+                                   FormatDuration(state_->config.server.drain_timeout)));
     if (state_->rls != nullptr) state_->rls->Shutdown(state_->config.server.drain_timeout);
     for (auto& w : workers_) {
       net::post(w->ioc, [w = w.get()] {
@@ -209,6 +225,17 @@ class ServerImpl final : public Server {
   uint16_t decision_port() const override { return decision_port_; }
 
  private:
+  // Tells ServerOptions::lifecycle, one call at a time, and nothing after
+  // kStopping: a reload that ends during the drain is no news to the
+  // supervisor, the process is stopping.
+  void Tell(Lifecycle what, std::string_view status) {
+    if (!lifecycle_) return;
+    std::lock_guard lock(lifecycle_mu_);
+    if (stopping_told_) return;
+    stopping_told_ = what == Lifecycle::kStopping;
+    lifecycle_(what, status);
+  }
+
   // sluice_http_responses_total, one cached counter per listener and code.
   Counter* Responses(Listener listener, int code) {
     if (code < 100 || code > 599) code = 599;
@@ -508,6 +535,9 @@ class ServerImpl final : public Server {
 
   ConfigSource& source_;
   std::unique_ptr<ServerState> state_;
+  const LifecycleHook lifecycle_;
+  std::mutex lifecycle_mu_;
+  bool stopping_told_ = false;  // guarded by lifecycle_mu_
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Acceptor> admin_acceptor_;
   uint16_t port_ = 0;
@@ -524,9 +554,11 @@ class ServerImpl final : public Server {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Create(ConfigSource& source, const Clock* clock) {
-  auto server =
-      std::make_unique<ServerImpl>(source, clock != nullptr ? clock : &SystemClock::Default());
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(ConfigSource& source,
+                                                       ServerOptions options) {
+  auto server = std::make_unique<ServerImpl>(
+      source, options.clock != nullptr ? options.clock : &SystemClock::Default(),
+      std::move(options.lifecycle));
   if (absl::Status s = server->Init(); !s.ok()) return s;
   return std::unique_ptr<Server>(std::move(server));
 }

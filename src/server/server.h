@@ -20,10 +20,19 @@
 
 #include "absl/status/statusor.h"
 #include "server/config_source.h"
+#include "server/lifecycle.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
 
 namespace sluice::server {
+
+struct ServerOptions {
+  // Default: SystemClock::Default().
+  const Clock* clock = nullptr;
+  // Told when the server is ready, reloading, stopping (lifecycle.h).
+  // Default: nobody.
+  LifecycleHook lifecycle;
+};
 
 class Server {
  public:
@@ -31,11 +40,13 @@ class Server {
   // Run, which subscribes to the source for new configs (SIGHUP, a changed
   // file) and starts it. `source` must outlive the server.
   static absl::StatusOr<std::unique_ptr<Server>> Create(ConfigSource& source,
-                                                        const Clock* clock = nullptr);
+                                                        ServerOptions options = {});
   virtual ~Server() = default;
 
   // Serves until SIGTERM/SIGINT (or Stop), drains in-flight requests within
-  // server.drain_timeout, and returns.
+  // server.drain_timeout, and returns. Tells options.lifecycle kReady once
+  // its loops run, kReloading and kReady around each reload, kStopping when
+  // the drain begins.
   virtual absl::Status Run() = 0;
   virtual void Stop() = 0;
 

@@ -50,13 +50,15 @@ absl::StatusOr<Ask> Parse(std::string_view body) {
   }
   Ask ask;
   if (named) {
-    if (!j["scenario"].is_string()) return absl::InvalidArgumentError("\"scenario\" must be a string");
+    if (!j["scenario"].is_string())
+      return absl::InvalidArgumentError("\"scenario\" must be a string");
     absl::StatusOr<sim::Scenario> s = sim::LoadBuiltin(j["scenario"].get<std::string>());
     if (!s.ok()) return s.status();
     ask.scenario = *std::move(s);
   } else {
     if (!j["yaml"].is_string()) return absl::InvalidArgumentError("\"yaml\" must be a string");
-    absl::StatusOr<sim::Scenario> s = sim::ParseScenario(j["yaml"].get<std::string>(), "scenario", "scenario");
+    absl::StatusOr<sim::Scenario> s =
+        sim::ParseScenario(j["yaml"].get<std::string>(), "scenario", "scenario");
     if (!s.ok()) return s.status();
     ask.scenario = *std::move(s);
   }
@@ -75,7 +77,8 @@ absl::StatusOr<Ask> Parse(std::string_view body) {
     }
     std::vector<sim::LimiterSetup> kept;
     for (const nlohmann::json& name : wanted) {
-      if (!name.is_string()) return absl::InvalidArgumentError("\"limiters\" holds names (strings)");
+      if (!name.is_string())
+        return absl::InvalidArgumentError("\"limiters\" holds names (strings)");
       bool found = false;
       for (const sim::LimiterSetup& setup : ask.scenario.limiters) {
         if (setup.name == name.get<std::string>()) {

@@ -1,4 +1,5 @@
-"""`sluice serve --config FILE --check`: validate a config, exit 0 or 2."""
+"""`sluice serve --check-config FILE` (and `--config FILE --check`, the same
+code): validate a config, exit 0 or 2."""
 
 import glob
 import os
@@ -53,6 +54,36 @@ class ConfigCheckTest(SluiceTestCase):
         code, out, err = run_check(bad, self.tmpdir, name="scope.yaml")
         self.assertEqual(code, 2, (out, err))
         self.assertRegex(err, r"scope\.yaml:\d+")
+
+    def check_config(self, text, name):
+        """`sluice serve --check-config FILE` -> the finished process."""
+        path = os.path.join(self.tmpdir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return subprocess.run([BINARY, "serve", "--check-config", path], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=30, cwd=self.tmpdir)
+
+    def test_check_config_valid_exits_0(self):
+        p = self.check_config(GOOD, "good.yaml")
+        self.assertEqual(p.returncode, 0, p)
+        self.assertIn("good.yaml: ok", p.stdout)
+
+    def test_check_config_invalid_exits_2_with_file_line(self):
+        bad = GOOD.replace("  threads: 2\n", "  threads: 2\n  thread: 4\n")
+        p = self.check_config(bad, "typo.yaml")
+        self.assertEqual(p.returncode, 2, p)
+        self.assertRegex(p.stderr, r"typo\.yaml:5\b")
+        self.assertIn("server.thread", p.stderr)
+        self.assertEqual(p.stdout, "")
+
+    def test_check_config_and_config_together_are_refused(self):
+        path = os.path.join(self.tmpdir, "good.yaml")
+        with open(path, "w") as f:
+            f.write(GOOD)
+        p = subprocess.run([BINARY, "serve", "--config", path, "--check-config", path],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(p.returncode, 0, p)
+        self.assertIn("--check-config", p.stderr)
 
     def test_examples_pass_the_check(self):
         if not SOURCE_DIR:
