@@ -18,6 +18,7 @@ SLUICE_BUILD_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # the Envoy RLS API
   libhiredis-dev   # the Redis store's client
   libssl-dev       # SHA-256 of over-long keys (libcrypto)
+  nodejs npm       # the admin listener's dashboard (web/): npm ci, esbuild (skipped when npm is on PATH)
   libsystemd-dev   # sd_notify: `sluice serve` as a Type=notify systemd service
   dpkg-dev file    # cpack's Debian packages: dpkg-shlibdeps finds their dependencies
 )
@@ -28,6 +29,7 @@ SLUICE_TEST_PACKAGES=(
   nginx-light      # the auth_request end-to-end test
   redis-server redis-tools  # the Redis store's tests run a real server
   clang-format     # scripts/format --check: every C++ file follows .clang-format
+  chromium chromium-driver python3-selenium  # the dashboard in a real browser (test_dashboard.py)
   systemd          # scripts/test-package: systemd-analyze verify and security on the unit
 )
 # The asan and tsan presets: the sanitizer runtimes, and libFuzzer (the asan
@@ -38,6 +40,11 @@ sluice_install_deps() {
   local missing=()
   local p
   for p in "$@"; do
+    # A node and npm of its own (from elsewhere than Debian) serve as well:
+    # Debian's npm package would conflict with them.
+    if [[ "$p" == nodejs || "$p" == npm ]] && command -v node >/dev/null && command -v npm >/dev/null; then
+      continue
+    fi
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
       missing+=("$p")
     fi

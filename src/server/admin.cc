@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "policy/request_text.h"
 #include "server/endpoints.h"
+#include "web/assets.h"
 
 namespace sluice::server {
 namespace {
@@ -269,6 +270,24 @@ nlohmann::json StatusJson(const ServerState& state, const PolicySet& set) {
           {"store", store}};
 }
 
+// The dashboard's page may run only its own script and style, and talk only
+// to this listener: whatever a key or an error message holds, it cannot load
+// or send anything elsewhere (docs/dashboard.md).
+constexpr std::string_view kDashboardPolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// A file of the dashboard (src/web/), built into the binary.
+HttpAnswer DashboardFile(const web::Asset& asset) {
+  return {200,
+          std::string(asset.content_type),
+          std::string(asset.body),
+          {{"Content-Security-Policy", std::string(kDashboardPolicy)},
+           {"X-Content-Type-Options", "nosniff"},
+           {"Referrer-Policy", "no-referrer"},
+           {"Cache-Control", "no-cache"}}};
+}
+
 }  // namespace
 
 Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::string_view target,
@@ -279,6 +298,7 @@ Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::strin
     co_return HttpAnswer::Problem(405, "method not allowed",
                                   "the admin listener answers GET (and POST /v1/sim)");
   }
+  if (const web::Asset* asset = web::FindAsset(path)) co_return DashboardFile(*asset);
   ServerState& state = ctx.state;
   if (path == "/metrics") {
     co_return HttpAnswer{

@@ -246,10 +246,10 @@ Task<HttpAnswer> Settle(Context& ctx, std::string_view body) {
 }  // namespace lease_endpoint
 
 std::optional<std::string> UnsettleablePolicy(const policy::Policy& p) {
-  if (!p.has_limiter()) return Cat("policy \"", p.name(), "\" admits nothing: nothing to settle");
+  if (!p.has_limiter()) return internal::Cat("policy \"", p.name(), "\" admits nothing: nothing to settle");
   for (const LimitConfig& limit : p.limiter().limits()) {
     if (IsShape(limit) || IsConcurrency(limit) || Charges(limit)) continue;
-    return Cat("policy \"", p.name(), "\" has a ", AlgorithmName(AlgorithmOf(limit)),
+    return internal::Cat("policy \"", p.name(), "\" has a ", AlgorithmName(AlgorithmOf(limit)),
                " limit, which cannot carry debt; settled costs need token_bucket, gcra, "
                "fixed_window or sliding_window");
   }
@@ -265,7 +265,7 @@ std::string ReservationJson(Context& ctx, const policy::Applied& applied,
   if (!ctx.state.reservations.Add(id.substr(id.find('.') + 1), token.expires, now)) return {};
   std::string out = ",\"reservation\":{\"id\":";
   policy::AppendJsonString(out, id);
-  out += Cat(",\"expires_in_ms\":", kReservationTtl.CeilMillis(), "}");
+  out += internal::Cat(",\"expires_in_ms\":", kReservationTtl.CeilMillis(), "}");
   return out;
 }
 
@@ -281,7 +281,7 @@ Task<HttpAnswer> SettleEndpoint(Context& ctx, std::string_view method, std::stri
 Task<HttpAnswer> LeaseEndpoint(Context& ctx, std::string_view path, std::string_view method,
                                std::string_view body) {
   if (method != "POST") {
-    HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", Cat("use POST ", path));
+    HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", internal::Cat("use POST ", path));
     answer.headers.emplace_back("Allow", "POST");
     co_return answer;
   }
