@@ -97,6 +97,7 @@ struct ServerConfig {
 struct StoreConfig {
   // The memory store: local limits (and on_store_error: local fallbacks).
   int64_t max_keys = 1'000'000;
+  OnFull on_full = OnFull::kRemember;
   // The shared store for global limits, when configured.
   std::optional<RedisStoreOptions> redis;
   friend bool operator==(const StoreConfig&, const StoreConfig&) = default;

@@ -238,10 +238,15 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
   absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"memory", "redis"});
   if (!f.ok()) return f.status();
   if (const Value* memory = f->Find("memory")) {
-    absl::StatusOr<Fields> m = ReadMap(*memory, kMapOfKeys, {"max_keys"});
+    absl::StatusOr<Fields> m = ReadMap(*memory, kMapOfKeys, {"max_keys", "on_full"});
     if (!m.ok()) return m.status();
     if (const Value* x = m->Find("max_keys")) {
       SLUICE_ASSIGN_OR_RETURN(out.max_keys, ReadInt(*x, 1, kInt64Max));
+    }
+    if (const Value* x = m->Find("on_full")) {
+      SLUICE_ASSIGN_OR_RETURN(out.on_full, ReadChoice<OnFull>(*x, {{"remember", OnFull::kRemember},
+                                                                   {"deny_new", OnFull::kDenyNew},
+                                                                   {"evict", OnFull::kEvict}}));
     }
   }
   if (const Value* redis = f->Find("redis")) {

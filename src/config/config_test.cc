@@ -196,6 +196,9 @@ TEST(ParseConfig, ServerDefaultsMatchTheHeader) {
   EXPECT_FALSE(server.access_log);
   EXPECT_FALSE(server.legacy_headers);
   EXPECT_EQ(Load("store: {memory: {}}").store.max_keys, 1'000'000);
+  EXPECT_EQ(Load("store: {memory: {}}").store.on_full, OnFull::kRemember);
+  EXPECT_EQ(Load("store: {memory: {on_full: deny_new}}").store.on_full, OnFull::kDenyNew);
+  EXPECT_EQ(Load("store: {memory: {on_full: evict}}").store.on_full, OnFull::kEvict);
 }
 
 TEST(ParseConfig, GrpcDefaultsMatchTheHeader) {

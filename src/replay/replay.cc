@@ -168,7 +168,7 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in,
   // a global (shared) limit sees, and a local limit sees what one instance
   // would if it had served the whole log.
   ManualClock clock;
-  MemoryStore store({.max_keys = config.store.max_keys});
+  MemoryStore store({.max_keys = config.store.max_keys, .on_full = config.store.on_full});
   metrics::Metrics metrics;
   absl::StatusOr<std::shared_ptr<const PolicySet>> set =
       PolicySet::Create(config, store, &store, clock, /*previous=*/nullptr, metrics);

@@ -246,12 +246,20 @@ nlohmann::json StatusJson(const ServerState& state, const PolicySet& set) {
             : nlohmann::json{{"at_ms", h.failed_at_unix_ms}, {"message", h.last_error}};
   }
   const MemoryStoreStats m = state.store.stats();
-  nlohmann::json store = {{"memory",
-                           {{"keys", m.keys},
-                            {"max_keys", state.store.options().max_keys},
-                            {"fresh_evictions", m.fresh_evictions},
-                            {"forced_evictions", m.forced_evictions}}},
-                          {"redis", nullptr}};
+  nlohmann::json store = {
+      {"memory",
+       {{"keys", m.keys},
+        {"max_keys", state.store.options().max_keys},
+        {"fresh_evictions", m.fresh_evictions},
+        {"forced_evictions", m.forced_evictions},
+        {"on_full", state.config.store.on_full == OnFull::kRemember  ? "remember"
+                    : state.config.store.on_full == OnFull::kDenyNew ? "deny_new"
+                                                                     : "evict"},
+        {"remembered", m.remembered},
+        {"recalled", m.recalled},
+        {"denied_new", m.denied_new},
+        {"remembered_bytes", m.remembered_bytes}}},
+      {"redis", nullptr}};
   if (state.redis != nullptr) {
     const RedisStoreHealth h = state.redis->Health();
     store["redis"] = {{"up", h.up},

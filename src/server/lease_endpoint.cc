@@ -246,12 +246,13 @@ Task<HttpAnswer> Settle(Context& ctx, std::string_view body) {
 }  // namespace lease_endpoint
 
 std::optional<std::string> UnsettleablePolicy(const policy::Policy& p) {
-  if (!p.has_limiter()) return internal::Cat("policy \"", p.name(), "\" admits nothing: nothing to settle");
+  if (!p.has_limiter())
+    return internal::Cat("policy \"", p.name(), "\" admits nothing: nothing to settle");
   for (const LimitConfig& limit : p.limiter().limits()) {
     if (IsShape(limit) || IsConcurrency(limit) || Charges(limit)) continue;
     return internal::Cat("policy \"", p.name(), "\" has a ", AlgorithmName(AlgorithmOf(limit)),
-               " limit, which cannot carry debt; settled costs need token_bucket, gcra, "
-               "fixed_window or sliding_window");
+                         " limit, which cannot carry debt; settled costs need token_bucket, gcra, "
+                         "fixed_window or sliding_window");
   }
   return std::nullopt;
 }
@@ -281,7 +282,8 @@ Task<HttpAnswer> SettleEndpoint(Context& ctx, std::string_view method, std::stri
 Task<HttpAnswer> LeaseEndpoint(Context& ctx, std::string_view path, std::string_view method,
                                std::string_view body) {
   if (method != "POST") {
-    HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", internal::Cat("use POST ", path));
+    HttpAnswer answer =
+        HttpAnswer::Problem(405, "method not allowed", internal::Cat("use POST ", path));
     answer.headers.emplace_back("Allow", "POST");
     co_return answer;
   }

@@ -69,6 +69,19 @@ class ServerImpl final : public Server {
     m.AddGauge("sluice_fresh_evictions_total",
                "Keys dropped because their state was back to fresh.", "counter",
                [&store] { return store.stats().fresh_evictions; });
+    m.AddGauge("sluice_remembered_evictions_total",
+               "Keys evicted while not fresh whose fresh time was remembered (on_full: remember).",
+               "counter", [&store] { return store.stats().remembered; });
+    m.AddGauge("sluice_recalled_decisions_total",
+               "Decisions on keys not held that started from a remembered state (on_full: "
+               "remember): returning keys, and new keys sharing their cells.",
+               "counter", [&store] { return store.stats().recalled; });
+    m.AddGauge("sluice_new_keys_denied_total",
+               "New keys denied because the memory store was full (on_full: deny_new).", "counter",
+               [&store] { return store.stats().denied_new; });
+    m.AddGauge("sluice_remembered_bytes",
+               "Memory of the table of remembered keys (allocated at the first eviction).", "gauge",
+               [&store] { return store.stats().remembered_bytes; });
   }
 
   absl::Status Init() {

@@ -32,7 +32,8 @@ struct ServerState {
   ServerState(Config c, const Clock* clk)
       : config(std::move(c)),
         clock(clk),
-        store(MemoryStoreOptions{.max_keys = config.store.max_keys}) {}
+        store(MemoryStoreOptions{.max_keys = config.store.max_keys,
+                                 .on_full = config.store.on_full}) {}
 
   // Makes `set` the policies in force.
   void Publish(std::shared_ptr<const policy::PolicySet> set) {

@@ -10,9 +10,13 @@
 // of the bound on, the store drops keys whose state is back to fresh (a full
 // bucket, empty windows: dropping them changes no decision). Only if that
 // frees too little and the store fills does it evict keys that are not
-// fresh, those closest to fresh first; these forced evictions hand the key a
-// fresh state, so they are counted (stats().forced_evictions) and should
-// stay at zero in a well-sized deployment. This work is done in small slices
+// fresh, those closest to fresh first (stats().forced_evictions; zero in a
+// well-sized deployment). What such a key gets when it comes back is
+// `on_full`'s choice: by default the store remembers when each evicted key
+// would have been fresh, in a fixed table beside the keys, and a returning
+// key starts from a state at least as restrictive as the one it lost, so a
+// flood of new keys cannot reset an exhausted one (docs/configuration.md,
+// "When the memory store is full"). This work is done in small slices
 // paid by the inserts, so no decision waits for a pass over all keys (a
 // decision spends at most a few slices of ~1,000 keys, well under a
 // millisecond, on it).
@@ -24,6 +28,7 @@
 #ifndef SLUICE_STORE_MEMORY_STORE_H_
 #define SLUICE_STORE_MEMORY_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -31,20 +36,31 @@
 
 namespace sluice {
 
+// OnFull (what a full store does when no key is fresh) is in store.h, so
+// that the config can name it.
 struct MemoryStoreOptions {
   // Most keys held across all tables. Default: 1,000,000. REQUIRES: >= 1.
   int64_t max_keys = 1'000'000;
+  OnFull on_full = OnFull::kRemember;
 };
+
+// kRemember's table: cells per max_keys slot (48 bytes per slot).
+inline constexpr int64_t kRememberedCellsPerKey = 6;
 
 struct MemoryStoreStats {
   int64_t keys = 0;              // keys held now (with the inserts under way)
   int64_t fresh_evictions = 0;   // keys dropped because their state was fresh
   int64_t forced_evictions = 0;  // keys dropped while not fresh (memory ran out)
   int64_t reclaim_passes = 0;    // sweeps started (the store passed 15/16 of max_keys)
+  int64_t remembered = 0;        // kRemember: forced evictions remembered
+  int64_t recalled = 0;          // kRemember: decisions on new keys from a remembered state
+  int64_t denied_new = 0;        // kDenyNew: new keys denied for want of room
+  int64_t remembered_bytes = 0;  // kRemember: the table's size, allocated at the first eviction
 };
 
 namespace internal {
 class KeyBudget;
+class RememberedKeys;
 struct MemoryStoreTestPeer;
 }  // namespace internal
 
@@ -64,6 +80,8 @@ class MemoryStore final : public Store {
   friend struct internal::MemoryStoreTestPeer;
   MemoryStoreOptions options_;
   std::shared_ptr<internal::KeyBudget> budget_;
+  std::shared_ptr<internal::RememberedKeys> remembered_;  // kRemember only
+  std::atomic<uint64_t> next_salt_{0};                    // tells tables apart in remembered_
 };
 
 }  // namespace sluice

@@ -32,6 +32,28 @@
 
 namespace sluice {
 
+// What the memory store (memory_store.h) does when it is full and no key
+// is fresh: `store.memory.on_full` in the config.
+enum class OnFull {
+  // Evict the keys closest to fresh, and remember when each would have been
+  // fresh, in a table beside the keys (48 bytes per max_keys slot,
+  // memory_store.h): a key that comes back starts from the most restrictive
+  // state that is fresh then. Never fresher than it left. A new key that
+  // shares a remembered key's cells starts restricted too (a false
+  // restriction, counted in stats().recalled with the true ones): under
+  // 0.1% of new keys while up to 4 x max_keys evicted keys are remembered
+  // at once, more beyond.
+  kRemember,
+  // Evict nothing that is not fresh: a new key that finds no room is denied
+  // (retry after a second; stats().denied_new). Nobody's state is lost;
+  // new clients wait while the store is full.
+  kDenyNew,
+  // Evict the keys closest to fresh and forget them: a key that comes back
+  // starts fresh. The store never restricts anyone wrongly, and a flood of
+  // new keys can reset an exhausted one.
+  kEvict,
+};
+
 // Longest key a store accepts, in bytes. Longer keys are rejected with
 // InvalidArgument, never truncated (two keys must never share a bucket).
 inline constexpr size_t kMaxKeyLength = 1024;

@@ -29,8 +29,10 @@ int64_t FreshAtSample::Quantile(double fraction) const {
   return sorted[k];
 }
 
-KeyBudget::KeyBudget(int64_t max_keys)
-    : max_keys_(max_keys), low_keys_(max_keys - std::max<int64_t>(1, max_keys / 16)) {}
+KeyBudget::KeyBudget(int64_t max_keys, bool evicts)
+    : max_keys_(max_keys),
+      low_keys_(max_keys - std::max<int64_t>(1, max_keys / 16)),
+      evicts_(evicts) {}
 
 void KeyBudget::Register(ReclaimableTable* table) {
   std::lock_guard lock(mu_);
@@ -82,7 +84,17 @@ bool KeyBudget::MakeRoom(Time now) {
         StartSweepLocked(keys());
         break;
       case Phase::kArmed:
-        StartEvictingLocked(now);
+        // Evict what is closest to fresh; or, where nothing but fresh keys
+        // may go, walk for fresh keys again (some may be fresh by now).
+        // (At most one such walk a second: between them a full store
+        // answers at once.)
+        if (evicts_) {
+          StartEvictingLocked(now);
+        } else if (now.unix_micros() - armed_at_us_ >= 1'000'000) {
+          StartSweepLocked(keys());
+        } else {
+          return TryReserveLocked();
+        }
         break;
       case Phase::kFresh:
       case Phase::kEvicting:
@@ -175,6 +187,7 @@ void KeyBudget::SliceLocked(Time now, int64_t visits) {
       // not enough, memory truly runs out: evict, but only once the store is
       // full.
       next = keys() > low_keys_ ? Phase::kArmed : Phase::kIdle;
+      armed_at_us_ = now.unix_micros();
       break;
     }
     // Evicting, and a whole walk found too few keys at or before the
@@ -208,9 +221,11 @@ KeyBudget::HeldKeys KeyBudget::CountHeldKeys() {
 }
 
 MemoryStoreStats KeyBudget::stats() const {
-  return {keys_.load(std::memory_order_relaxed), fresh_evictions_.load(std::memory_order_relaxed),
-          forced_evictions_.load(std::memory_order_relaxed),
-          reclaim_passes_.load(std::memory_order_relaxed)};
+  return {.keys = keys_.load(std::memory_order_relaxed),
+          .fresh_evictions = fresh_evictions_.load(std::memory_order_relaxed),
+          .forced_evictions = forced_evictions_.load(std::memory_order_relaxed),
+          .reclaim_passes = reclaim_passes_.load(std::memory_order_relaxed),
+          .denied_new = denied_new_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace sluice::internal

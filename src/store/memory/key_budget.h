@@ -118,7 +118,9 @@ class ReclaimableTable {
 
 class KeyBudget {
  public:
-  explicit KeyBudget(int64_t max_keys);
+  // `evicts`: whether the store may evict keys that are not fresh (false
+  // for OnFull::kDenyNew: a full store sweeps for fresh keys only).
+  explicit KeyBudget(int64_t max_keys, bool evicts = true);
 
   enum class Admission {
     kFull,              // no slot: call MakeRoom
@@ -151,6 +153,9 @@ class KeyBudget {
   bool MakeRoom(Time now);
   // A new key that was decided but not kept for want of a slot.
   void NotKept() { forced_evictions_.fetch_add(1, std::memory_order_relaxed); }
+  // kDenyNew: a new key denied for want of a slot.
+  void DeniedNew() { denied_new_.fetch_add(1, std::memory_order_relaxed); }
+  bool evicts() const { return evicts_; }
 
   void Register(ReclaimableTable* table);
   void Unregister(ReclaimableTable* table);
@@ -184,6 +189,7 @@ class KeyBudget {
 
   const int64_t max_keys_;
   const int64_t low_keys_;  // 15/16 of max_keys_: the sweep starts above it
+  const bool evicts_;
 
   // Written on every insert; alone on its line.
   alignas(64) std::atomic<int64_t> keys_{0};
@@ -194,6 +200,7 @@ class KeyBudget {
   std::atomic<int64_t> fresh_evictions_{0};
   std::atomic<int64_t> forced_evictions_{0};
   std::atomic<int64_t> reclaim_passes_{0};
+  std::atomic<int64_t> denied_new_{0};
 
   std::mutex mu_;  // guards what follows; held through a slice
   std::vector<ReclaimableTable*> tables_;
@@ -202,6 +209,7 @@ class KeyBudget {
   int64_t shards_left_ = 0;   // of this phase's walk over every shard
   int64_t threshold_us_ = 0;  // kEvicting: evict keys fresh at or before this
   double evict_fraction_ = 0;
+  int64_t armed_at_us_ = INT64_MIN / 2;  // when the last walk for fresh keys ended
   FreshAtSample sample_;
 };
 

@@ -11,6 +11,7 @@
 #include "base/cat.h"
 #include "store/memory/compact_key.h"
 #include "store/memory/key_budget.h"
+#include "store/memory/remembered.h"
 #include "store/memory/spin_lock.h"
 
 namespace sluice {
@@ -27,10 +28,13 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   using State = StateOf_t<Config>;
 
-  MemoryTable(LimitConfig config, std::shared_ptr<KeyBudget> budget)
+  MemoryTable(LimitConfig config, std::shared_ptr<KeyBudget> budget,
+              std::shared_ptr<RememberedKeys> remembered, uint64_t salt)
       : limit_config_(std::move(config)),
         config_(std::get<Config>(limit_config_)),
-        budget_(std::move(budget)) {
+        budget_(std::move(budget)),
+        remembered_(std::move(remembered)),
+        salt_(salt) {
     budget_->Register(this);
   }
   ~MemoryTable() override {
@@ -74,11 +78,12 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
       return step(it->second);
     }
-    // A new key: decide on a fresh state, and keep it only if it changed
-    // (a denial or a peek leaves nothing behind: a flood of unique keys that
+    // A new key: decide on a fresh state (or on what is remembered of it,
+    // if it was evicted while not fresh), and keep it only if it changed (a
+    // denial or a peek leaves nothing behind: a flood of unique keys that
     // are all denied costs no memory).
-    State state{};
-    const Decision d = step(state);
+    State state = NewState(hash, now);
+    Decision d = step(state);
     if (!keep(d)) return d;
     // The slot is reserved before the key goes in, so the store never holds
     // more than max_keys keys, however many threads insert at once.
@@ -93,6 +98,15 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
         return step(it->second);
       }
       if (!reserved) {
+        if (!budget_->evicts()) {
+          // OnFull::kDenyNew: no room, and nobody's state is given up for it.
+          budget_->DeniedNew();
+          d.allowed = false;
+          d.remaining = 0;
+          d.delay = Duration::Zero();
+          d.retry_after = Duration::Seconds(1);
+          return d;
+        }
         budget_->NotKept();
         return d;
       }
@@ -114,7 +128,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     if (auto it = shard.map.find(key); it != shard.map.end()) {
       return CheckInPlace(config_, it->second, now, cost);
     }
-    State state{};
+    State state = NewState(KeyHash{}(key), now);
     return CheckInPlace(config_, state, now, cost);
   }
 
@@ -149,6 +163,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
                       int64_t max_drops, FreshAtSample& sample) override {
     SweepProgress progress;
     const int64_t now_us = rule.now.unix_micros();
+    // The store nears full: commit the remembered keys' table a little at
+    // a time (a page per 64 keys visited), well before evictions need it.
+    if (remembered_ != nullptr) remembered_->Prefault(std::max<int64_t>(1, max_visits / 64));
     while (cursor.shard < kShards && progress.visits < max_visits && progress.dropped < max_drops) {
       Shard& shard = shards_[cursor.shard];
       std::lock_guard lock(shard.lock);
@@ -168,7 +185,13 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
         ++progress.visits;
         const int64_t fresh_at = FreshAt(config_, it->second).unix_micros();
         if (fresh_at <= rule.drop_at_or_before_us) {
-          if (fresh_at > now_us) ++progress.forced;
+          if (fresh_at > now_us) {
+            ++progress.forced;
+            if (remembered_ != nullptr) {
+              remembered_->Remember(Salted(KeyHash{}(it->first.view())),
+                                    Time::FromUnixMicros(fresh_at), rule.now);
+            }
+          }
           shard.map.erase(it++);  // erasing leaves other iterators valid
           ++progress.dropped;
         } else {
@@ -210,9 +233,31 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
 
   Shard& ShardFor(size_t hash) { return shards_[hash >> (64 - kShardBits)]; }
 
+  // The key's hash in RememberedKeys: this table's keys apart from the
+  // other tables' (mixed, so that the bits it takes its cells from differ
+  // from the shard's).
+  uint64_t Salted(size_t hash) const {
+    uint64_t h = (static_cast<uint64_t>(hash) ^ salt_) * 0xD6E8FEB86659FD93ULL;
+    return h ^ (h >> 32);
+  }
+
+  // The state a key not held starts from: fresh, or the most restrictive
+  // state that is fresh when the key's remembered state would have been.
+  State NewState(size_t hash, Time now) const {
+    if (remembered_ != nullptr) {
+      if (const std::optional<Time> until = remembered_->Recall(Salted(hash), now)) {
+        remembered_->CountRecalled();
+        return StateUntil(config_, *until, now);
+      }
+    }
+    return State{};
+  }
+
   const LimitConfig limit_config_;
   const Config& config_;
   const std::shared_ptr<KeyBudget> budget_;
+  const std::shared_ptr<RememberedKeys> remembered_;  // null unless OnFull::kRemember
+  const uint64_t salt_;
   std::array<Shard, kShards> shards_;
 };
 
@@ -221,7 +266,14 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
 
 MemoryStore::MemoryStore(MemoryStoreOptions options)
     : options_(options),
-      budget_(std::make_shared<internal::KeyBudget>(std::max<int64_t>(1, options.max_keys))) {}
+      budget_(std::make_shared<internal::KeyBudget>(std::max<int64_t>(1, options.max_keys),
+                                                    options.on_full != OnFull::kDenyNew)) {
+  if (options.on_full == OnFull::kRemember) {
+    const int64_t keys = std::max<int64_t>(1, options.max_keys);
+    remembered_ = std::make_shared<internal::RememberedKeys>(
+        keys > INT64_MAX / kRememberedCellsPerKey ? INT64_MAX / 2 : keys * kRememberedCellsPerKey);
+  }
+}
 
 MemoryStore::~MemoryStore() = default;
 
@@ -229,11 +281,20 @@ absl::StatusOr<std::shared_ptr<LimitTable>> MemoryStore::OpenTable(const LimitCo
   return std::visit(
       [&](const auto& c) -> std::shared_ptr<LimitTable> {
         using Config = std::decay_t<decltype(c)>;
-        return std::make_shared<internal::MemoryTable<Config>>(config, budget_);
+        return std::make_shared<internal::MemoryTable<Config>>(config, budget_, remembered_,
+                                                               next_salt_.fetch_add(1) + 1);
       },
       config);
 }
 
-MemoryStoreStats MemoryStore::stats() const { return budget_->stats(); }
+MemoryStoreStats MemoryStore::stats() const {
+  MemoryStoreStats stats = budget_->stats();
+  if (remembered_ != nullptr) {
+    stats.remembered = remembered_->remembered();
+    stats.recalled = remembered_->recalled();
+    stats.remembered_bytes = remembered_->allocated_bytes();
+  }
+  return stats;
+}
 
 }  // namespace sluice

@@ -1,11 +1,15 @@
 #include "sluice/store/memory_store.h"
 
+#include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "store/memory/compact_key.h"
+#include "store/memory/remembered.h"
 
 namespace sluice {
 namespace {
@@ -136,7 +140,9 @@ TEST(MemoryStore, AnActiveAbuserKeepsItsEmptyBucketWhileOthersAreFresh) {
 }
 
 TEST(MemoryStore, ForcedEvictionsAreCountedWhenNothingIsFresh) {
-  MemoryStore store({.max_keys = 160});
+  // (kEvict: remembered, the evicted keys would restrict a few of the new
+  // ones that share their cells.)
+  MemoryStore store({.max_keys = 160, .on_full = OnFull::kEvict});
   auto table = Open(store, Limit(Algorithm::kFixedWindow, "5/day"));
   for (int i = 0; i < 1000; ++i) {
     ASSERT_TRUE(table->Decide("k" + std::to_string(i), kStart, 1)->allowed);
@@ -153,7 +159,8 @@ TEST(MemoryStore, ForcedEvictionsAreCountedWhenNothingIsFresh) {
 // so "first" holds by bands: nearly all of the oldest keys go, none of the
 // newest half.
 TEST(MemoryStore, ForcedEvictionsTakeTheKeysClosestToFreshFirst) {
-  MemoryStore store({.max_keys = 16'000});
+  // (kEvict: an evicted key then reads as fresh, which shows which went.)
+  MemoryStore store({.max_keys = 16'000, .on_full = OnFull::kEvict});
   auto table = Open(store, Limit(Algorithm::kTokenBucket, "1/h", 1));
   // Key i takes its one token at second i: it is fresh again at i + 1 h, so
   // the earlier a key, the closer to fresh. None is fresh during the test.
@@ -176,6 +183,135 @@ TEST(MemoryStore, ForcedEvictionsTakeTheKeysClosestToFreshFirst) {
   for (int i = kKeys / 2; i < kKeys; ++i) newest_evicted += evicted(i);
   EXPECT_GE(oldest_evicted, 950);
   EXPECT_LE(newest_evicted, 10);
+}
+
+// The attack: a client exhausts its key, then sends four times max_keys
+// new keys, each taking its one token, so that no key is fresh and its own
+// is evicted. Remembered (the default), it stays denied until its true
+// reset; forgotten (kEvict), its next request passed; with kDenyNew it is
+// never evicted, and the flood's surplus is denied instead.
+TEST(MemoryStore, AFloodOfNewKeysNeverResetsAnExhaustedKey) {
+  for (const OnFull mode : {OnFull::kRemember, OnFull::kEvict, OnFull::kDenyNew}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    MemoryStore store({.max_keys = 1'000, .on_full = mode});
+    auto table = Open(store, Limit(Algorithm::kGcra, "1/h", 1));
+    ASSERT_TRUE(table->Decide("victim", kStart, 1)->allowed);
+    ASSERT_FALSE(table->Decide("victim", kStart, 1)->allowed);
+    int flood_denied = 0;
+    for (int i = 0; i < 4'000; ++i) {
+      flood_denied +=
+          !table->Decide("flood-" + std::to_string(i), kStart + Duration::Millis(i), 1)->allowed;
+    }
+    const Time later = kStart + Duration::Seconds(10);
+    absl::StatusOr<Decision> d = table->Decide("victim", later, 1);
+    ASSERT_TRUE(d.ok());
+    const MemoryStoreStats stats = store.stats();
+    EXPECT_LE(stats.keys, 1'000);
+    switch (mode) {
+      case OnFull::kRemember:
+        EXPECT_GE(stats.forced_evictions, 3'000);
+        EXPECT_EQ(stats.remembered, stats.forced_evictions);
+        EXPECT_FALSE(d->allowed);
+        // Denied until its true reset, to the millisecond the table keeps.
+        EXPECT_GE(d->retry_after, Duration::Seconds(3590));
+        EXPECT_LE(d->retry_after, Duration::Seconds(3590) + Duration::Millis(1));
+        EXPECT_FALSE(table->Decide("victim", kStart + Duration::Seconds(3599), 1)->allowed);
+        EXPECT_TRUE(
+            table->Decide("victim", kStart + Duration::Seconds(3600) + Duration::Millis(1), 1)
+                ->allowed);
+        // The flood's own keys share cells with the 3,000 remembered ones
+        // (in a table this small, a few more than the large table's 0.1%).
+        EXPECT_LE(flood_denied, 40);
+        EXPECT_EQ(stats.remembered_bytes, 1'000 * kRememberedCellsPerKey * 8);
+        break;
+      case OnFull::kEvict:
+        EXPECT_TRUE(d->allowed);  // the attack works: the reason for the default
+        EXPECT_EQ(stats.remembered_bytes, 0);
+        break;
+      case OnFull::kDenyNew:
+        EXPECT_FALSE(d->allowed);
+        EXPECT_EQ(stats.forced_evictions, 0);
+        EXPECT_GE(flood_denied, 3'000);
+        EXPECT_EQ(stats.denied_new, flood_denied);
+        break;
+    }
+  }
+}
+
+// Every algorithm's remembered state is at least as restrictive as the one
+// it replaces, for any cost at any later time, and fresh no earlier.
+template <typename Config>
+void ExpectNeverFresher(const LimitConfig& limit, uint64_t seed) {
+  const Config& config = std::get<Config>(limit);
+  std::mt19937_64 rng(seed);
+  StateOf_t<Config> fresh{};
+  const int64_t capacity = CheckInPlace(config, fresh, kStart, 0).limit;
+  for (int trial = 0; trial < 200; ++trial) {
+    StateOf_t<Config> state{};
+    Time now = kStart + Duration::Micros(static_cast<int64_t>(rng() % 10'000'000));
+    const int steps = static_cast<int>(rng() % 8);
+    for (int i = 0; i < steps; ++i) {
+      now = now + Duration::Micros(static_cast<int64_t>(rng() % 300'000));
+      const int64_t cost = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(capacity));
+      if (rng() % 4 == 0) {
+        ChargeInPlace(config, state, now, cost * 2);
+      } else {
+        DecideInPlace(config, state, now, cost);
+      }
+    }
+    const Time fresh_at = FreshAt(config, state);
+    if (fresh_at <= now) continue;
+    // The table keeps milliseconds, rounded up.
+    const Time until = Time::FromUnixMicros((fresh_at.unix_micros() + 999) / 1000 * 1000);
+    StateOf_t<Config> recalled = internal::StateUntil(config, until, now);
+    EXPECT_GE(FreshAt(config, recalled), fresh_at);
+    for (int probe = 0; probe < 20; ++probe) {
+      const Time at = now + Duration::Micros(static_cast<int64_t>(
+                                rng() % static_cast<uint64_t>((until - now).micros() +
+                                                              2 * Duration::Seconds(1).micros())));
+      const int64_t cost = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(capacity));
+      StateOf_t<Config> a = internal::StateUntil(config, until, now);
+      if (CheckInPlace(config, a, at, cost).allowed) {
+        ASSERT_TRUE(CheckInPlace(config, state, at, cost).allowed)
+            << "trial " << trial << " cost " << cost << " at +" << (at - now).micros() << "us";
+      }
+    }
+  }
+}
+
+TEST(MemoryStore, ARememberedStateIsNeverFresherThanTheOneItReplaces) {
+  ExpectNeverFresher<GcraConfig>(Limit(Algorithm::kGcra, "10/s", 5), 1);
+  ExpectNeverFresher<TokenBucketConfig>(Limit(Algorithm::kTokenBucket, "10/s", 5), 2);
+  ExpectNeverFresher<FixedWindowConfig>(Limit(Algorithm::kFixedWindow, "10/s"), 3);
+  ExpectNeverFresher<SlidingWindowConfig>(Limit(Algorithm::kSlidingWindow, "10/s"), 4);
+  ExpectNeverFresher<SlidingLogConfig>(Limit(Algorithm::kSlidingLog, "10/s"), 5);
+  ExpectNeverFresher<LeakyPoliceConfig>(Limit(Algorithm::kLeakyBucket, "10/s", 5), 6);
+}
+
+TEST(RememberedKeys, NeverFresherAndFewFalseRestrictions) {
+  // 300,000 keys remembered in the table of a store of max_keys 100,000
+  // (the attack's numbers: a flood of 400,000 new keys): each is recalled
+  // at least as late as it was remembered; of 100,000 keys never
+  // remembered, under 0.1% read as restricted.
+  internal::RememberedKeys table(100'000 * kRememberedCellsPerKey);
+  std::mt19937_64 rng(42);
+  std::vector<std::pair<uint64_t, Time>> kept;
+  for (int i = 0; i < 300'000; ++i) {
+    const uint64_t h = rng();
+    const Time until = kStart + Duration::Seconds(60 + static_cast<int64_t>(rng() % 3600));
+    table.Remember(h, until, kStart);
+    kept.emplace_back(h, until);
+  }
+  for (const auto& [h, until] : kept) {
+    const std::optional<Time> got = table.Recall(h, kStart);
+    ASSERT_TRUE(got.has_value());
+    ASSERT_GE(*got, until);
+  }
+  int restricted = 0;
+  for (int i = 0; i < 100'000; ++i) restricted += table.Recall(rng(), kStart).has_value();
+  EXPECT_LT(restricted, 100) << restricted << " of 100,000 innocent keys restricted";
+  // Once every remembered time has passed, nothing applies.
+  EXPECT_FALSE(table.Recall(kept[0].first, kStart + Duration::Hours(2)).has_value());
 }
 
 TEST(MemoryStore, ClosingATableReleasesItsKeys) {
