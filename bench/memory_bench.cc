@@ -13,6 +13,7 @@
 // allocator kept cannot hide the next one's growth.
 //
 // Usage: sluice_bench_memory [--keys=N[,N...]] [--algorithms=a[,b...]]
+//        sluice_bench_memory --flood [--keys=N,...] [--limits=L,...] [--on_full=remember,evict]
 // Defaults: --keys=100000,7500000,10000000 (7.5M: just after the store's
 //           per-shard tables doubled, the emptiest they get)
 //           --algorithms=gcra,token_bucket,fixed_window,sliding_window,sliding_log
@@ -146,8 +147,8 @@ double QuantileUs(std::vector<int64_t>& values, double q) {
   return static_cast<double>(values[k]) / 1000.0;
 }
 
-int Flood(int64_t n, int limits) {
-  sluice::MemoryStore store({.max_keys = n});
+int Flood(int64_t n, int limits, sluice::OnFull on_full) {
+  sluice::MemoryStore store({.max_keys = n, .on_full = on_full});
   std::vector<std::shared_ptr<sluice::LimitTable>> tables;
   for (int i = 0; i < limits; ++i) {
     sluice::LimitOptions options;
@@ -172,6 +173,7 @@ int Flood(int64_t n, int limits) {
   constexpr size_t kPrefix = 6;
   int64_t run_cpu_start = ThreadCpuNanos();
   std::chrono::steady_clock::time_point flood_start;
+  int64_t restricted = 0;
   for (int64_t i = 0; i < n + flood; ++i) {
     if (i == n) flood_start = std::chrono::steady_clock::now();
     const sluice::Time now = start + sluice::Duration::Micros(i);
@@ -183,7 +185,12 @@ int Flood(int64_t n, int limits) {
       char* end = std::to_chars(key + kPrefix, key + sizeof key, i).ptr;
       d = tables[static_cast<size_t>(i % limits)]->Decide(
           std::string_view(key, static_cast<size_t>(end - key)), now, 1);
-      if (d.ok() && !d->allowed) d = absl::InternalError("a new key was denied");
+      // A new key denied: one a remembered key's cells restrict (on_full:
+      // remember), counted; with evict, never.
+      if (d.ok() && !d->allowed) {
+        if (on_full != sluice::OnFull::kRemember) d = absl::InternalError("a new key was denied");
+        ++restricted;
+      }
     }
     const auto after = std::chrono::steady_clock::now();
     if (!d.ok()) {
@@ -213,13 +220,20 @@ int Flood(int64_t n, int limits) {
       "{\"flood\": true, \"max_keys\": %lld, \"limits\": %d, \"flood_keys\": %lld, "
       "\"decisions_per_s\": %.0f, \"wall_us\": {\"p50\": %.2f, \"p99\": %.2f, \"p999\": %.1f, "
       "\"max\": %.0f}, \"run16_cpu_us\": {\"p999\": %.0f, \"max\": %.0f}, \"keys\": %lld, "
-      "\"fresh_evictions\": %lld, \"forced_evictions\": %lld, \"reclaim_passes\": %lld}\n",
+      "\"fresh_evictions\": %lld, \"forced_evictions\": %lld, \"reclaim_passes\": %lld, "
+      "\"on_full\": \"%s\", \"remembered\": %lld, \"recalled\": %lld, "
+      "\"new_keys_restricted\": %lld}\n",
       static_cast<long long>(n), limits, static_cast<long long>(flood),
       static_cast<double>(flood) / seconds, QuantileUs(wall_ns, 0.5), QuantileUs(wall_ns, 0.99),
       QuantileUs(wall_ns, 0.999), QuantileUs(wall_ns, 1.0), QuantileUs(run_cpu_ns, 0.999),
       QuantileUs(run_cpu_ns, 1.0), static_cast<long long>(stats.keys),
       static_cast<long long>(stats.fresh_evictions), static_cast<long long>(stats.forced_evictions),
-      static_cast<long long>(stats.reclaim_passes));
+      static_cast<long long>(stats.reclaim_passes),
+      on_full == sluice::OnFull::kRemember ? "remember"
+      : on_full == sluice::OnFull::kEvict  ? "evict"
+                                           : "deny_new",
+      static_cast<long long>(stats.remembered), static_cast<long long>(stats.recalled),
+      static_cast<long long>(restricted));
   std::fflush(stdout);
   return 0;
 }
@@ -247,6 +261,7 @@ int main(int argc, char** argv) {
                                     "sliding_log"};
   std::vector<int> limit_counts = {1, 16};
   bool flood = false;
+  std::vector<sluice::OnFull> on_fulls = {sluice::OnFull::kRemember};
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg.rfind("--keys=", 0) == 0) {
@@ -255,13 +270,25 @@ int main(int argc, char** argv) {
       names = Split(arg.substr(13));
     } else if (arg == "--flood") {
       flood = true;
+    } else if (arg.rfind("--on_full=", 0) == 0) {
+      on_fulls.clear();
+      for (const std::string& m : Split(arg.substr(10))) {
+        if (m == "remember") {
+          on_fulls.push_back(sluice::OnFull::kRemember);
+        } else if (m == "evict") {
+          on_fulls.push_back(sluice::OnFull::kEvict);
+        } else {
+          std::fprintf(stderr, "--on_full: remember or evict\n");
+          return 2;
+        }
+      }
     } else if (arg.rfind("--limits=", 0) == 0) {
       limit_counts.clear();
       for (const std::string& s : Split(arg.substr(9))) limit_counts.push_back(std::stoi(s));
     } else {
       std::fprintf(stderr,
                    "usage: %s [--keys=N,...] [--algorithms=a,...]\n"
-                   "       %s --flood [--keys=N,...] [--limits=L,...]\n",
+                   "       %s --flood [--keys=N,...] [--limits=L,...] [--on_full=remember,evict]\n",
                    argv[0], argv[0]);
       return 2;
     }
@@ -271,10 +298,12 @@ int main(int argc, char** argv) {
     if (counts.empty()) counts = {1'000'000};
     for (int64_t n : counts) {
       for (int limits : limit_counts) {
-        if (n < 1 || limits < 1) return 2;
-        if (!InChild([&] { return Flood(n, limits); })) {
-          std::fprintf(stderr, "flood %lld/%d failed\n", static_cast<long long>(n), limits);
-          ++failures;
+        for (sluice::OnFull on_full : on_fulls) {
+          if (n < 1 || limits < 1) return 2;
+          if (!InChild([&] { return Flood(n, limits, on_full); })) {
+            std::fprintf(stderr, "flood %lld/%d failed\n", static_cast<long long>(n), limits);
+            ++failures;
+          }
         }
       }
     }

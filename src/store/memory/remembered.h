@@ -31,7 +31,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -80,16 +79,20 @@ class RememberedKeys {
   std::atomic<uint64_t>* Bucket(uint64_t index) const {
     return table_.get() + index * kBucketCells;
   }
-  struct Free {
-    void operator()(std::atomic<uint64_t>* p) const { std::free(p); }
+  // The table's memory: its own anonymous mapping (MapTable), unmapped
+  // with the table.
+  struct Unmap {
+    size_t bytes;
+    void operator()(std::atomic<uint64_t>* p) const;
   };
+  static std::atomic<uint64_t>* MapTable(size_t bytes);
 
   const int64_t buckets_;
   std::atomic<bool> used_{false};  // something was remembered
   std::atomic<int64_t> remembered_{0};
   std::atomic<int64_t> recalled_{0};
   std::atomic<int64_t> prefaulted_{0};  // cells committed, from the start
-  const std::unique_ptr<std::atomic<uint64_t>, Free> table_;
+  const std::unique_ptr<std::atomic<uint64_t>, Unmap> table_;
 };
 
 // The most restrictive state of `config`'s algorithm that is fresh at
@@ -117,8 +120,9 @@ StateOf_t<Config> StateUntil(const Config& config, Time fresh_at, Time now) {
     // Both windows full, the later one ending at or after fresh_at minus a
     // period (a sliding window is fresh a period after its last window).
     const int64_t period = config.period().micros();
-    return SlidingWindowState{
-        .window = (at_us + period - 1) / period - 2, .prev = config.limit(), .curr = config.limit()};
+    return SlidingWindowState{.window = (at_us + period - 1) / period - 2,
+                              .prev = config.limit(),
+                              .curr = config.limit()};
   } else {
     // The sliding log (and concurrency): the whole limit taken a period
     // before fresh_at.
