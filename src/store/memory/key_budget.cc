@@ -29,10 +29,11 @@ int64_t FreshAtSample::Quantile(double fraction) const {
   return sorted[k];
 }
 
-KeyBudget::KeyBudget(int64_t max_keys, bool evicts)
+KeyBudget::KeyBudget(int64_t max_keys, bool evicts, bool remembers)
     : max_keys_(max_keys),
       low_keys_(max_keys - std::max<int64_t>(1, max_keys / 16)),
-      evicts_(evicts) {}
+      evicts_(evicts),
+      remembers_(remembers) {}
 
 void KeyBudget::Register(ReclaimableTable* table) {
   std::lock_guard lock(mu_);
@@ -132,6 +133,9 @@ void KeyBudget::StartEvictingLocked(Time now) {
       std::clamp(1.25 * static_cast<double>(keys_now - low_keys_) / static_cast<double>(keys_now),
                  1.0 / FreshAtSample::kSampleSize, 1.0);
   threshold_us_ = std::max(now.unix_micros(), sample_.Quantile(evict_fraction_));
+  // Remembered, a bucket algorithm's key loses nothing: any of them may go
+  // first, however far from fresh.
+  lossless_threshold_us_ = remembers_ ? INT64_MAX : threshold_us_;
   shards_left_ = static_cast<int64_t>(ReclaimableTable::kShards * tables_.size());
   pace_.store(std::min(kSliceVisits, 4 * pace_.load(std::memory_order_relaxed)),
               std::memory_order_relaxed);
@@ -143,6 +147,7 @@ void KeyBudget::WidenEvictionLocked() {
   threshold_us_ = evict_fraction_ >= 1.0
                       ? INT64_MAX
                       : std::max(threshold_us_, sample_.Quantile(evict_fraction_));
+  lossless_threshold_us_ = remembers_ ? INT64_MAX : threshold_us_;
 }
 
 void KeyBudget::SliceLocked(Time now, int64_t visits) {
@@ -150,9 +155,12 @@ void KeyBudget::SliceLocked(Time now, int64_t visits) {
   if (phase != Phase::kFresh && phase != Phase::kEvicting) return;
   if (tables_.empty()) return;
   const bool evicting = phase == Phase::kEvicting;
-  SweepRule rule{.now = now,
-                 .drop_at_or_before_us =
-                     evicting ? std::max(now.unix_micros(), threshold_us_) : now.unix_micros()};
+  SweepRule rule{
+      .now = now,
+      .drop_at_or_before_us =
+          evicting ? std::max(now.unix_micros(), threshold_us_) : now.unix_micros(),
+      .lossless_at_or_before_us =
+          evicting ? std::max(now.unix_micros(), lossless_threshold_us_) : now.unix_micros()};
   int64_t visited = 0;
   int64_t dropped = 0;
   int64_t forced = 0;
@@ -194,6 +202,7 @@ void KeyBudget::SliceLocked(Time now, int64_t visits) {
     // threshold (the sample was off, or ties): widen it and walk again.
     WidenEvictionLocked();
     rule.drop_at_or_before_us = std::max(now.unix_micros(), threshold_us_);
+    rule.lossless_at_or_before_us = std::max(now.unix_micros(), lossless_threshold_us_);
     shards_left_ = static_cast<int64_t>(ReclaimableTable::kShards * tables_.size());
   }
   if (evicting) {

@@ -52,9 +52,13 @@ inline constexpr int kMaxSlicesPerDecision = 4;
 
 // Which keys a slice drops: those whose FreshAt is at or before
 // `drop_at_or_before_us`. Those not fresh at `now` count as forced.
+// Evicting, keys of tables whose remembered form loses nothing (the bucket
+// algorithms: OnFull::kRemember brings their state back whole) go first:
+// theirs is the wider `lossless_at_or_before_us`.
 struct SweepRule {
   Time now;
   int64_t drop_at_or_before_us = 0;
+  int64_t lossless_at_or_before_us = 0;
 };
 
 // Where the sweep is inside one table: a shard (kShards when the table is
@@ -120,7 +124,9 @@ class KeyBudget {
  public:
   // `evicts`: whether the store may evict keys that are not fresh (false
   // for OnFull::kDenyNew: a full store sweeps for fresh keys only).
-  explicit KeyBudget(int64_t max_keys, bool evicts = true);
+  // `remembers`: OnFull::kRemember, where evicting a bucket algorithm's key
+  // loses nothing (SweepRule::lossless_at_or_before_us).
+  explicit KeyBudget(int64_t max_keys, bool evicts = true, bool remembers = false);
 
   enum class Admission {
     kFull,              // no slot: call MakeRoom
@@ -190,6 +196,7 @@ class KeyBudget {
   const int64_t max_keys_;
   const int64_t low_keys_;  // 15/16 of max_keys_: the sweep starts above it
   const bool evicts_;
+  const bool remembers_;
 
   // Written on every insert; alone on its line.
   alignas(64) std::atomic<int64_t> keys_{0};
@@ -204,10 +211,11 @@ class KeyBudget {
 
   std::mutex mu_;  // guards what follows; held through a slice
   std::vector<ReclaimableTable*> tables_;
-  size_t table_ = 0;          // the table the sweep is in
-  SweepCursor cursor_;        // where in that table
-  int64_t shards_left_ = 0;   // of this phase's walk over every shard
-  int64_t threshold_us_ = 0;  // kEvicting: evict keys fresh at or before this
+  size_t table_ = 0;                   // the table the sweep is in
+  SweepCursor cursor_;                 // where in that table
+  int64_t shards_left_ = 0;            // of this phase's walk over every shard
+  int64_t threshold_us_ = 0;           // kEvicting: evict keys fresh at or before this
+  int64_t lossless_threshold_us_ = 0;  // the same for keys remembered whole: a wider share
   double evict_fraction_ = 0;
   int64_t armed_at_us_ = INT64_MIN / 2;  // when the last walk for fresh keys ended
   FreshAtSample sample_;

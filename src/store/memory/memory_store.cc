@@ -27,6 +27,11 @@ template <typename Config>
 class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   using State = StateOf_t<Config>;
+  // Whether StateUntil gives back the very state (the bucket algorithms):
+  // evicting such a key loses nothing when it is remembered.
+  static constexpr bool kRememberedWhole =
+      std::is_same_v<Config, GcraConfig> || std::is_same_v<Config, TokenBucketConfig> ||
+      std::is_same_v<Config, LeakyPoliceConfig> || std::is_same_v<Config, LeakyShapeConfig>;
 
   MemoryTable(LimitConfig config, std::shared_ptr<KeyBudget> budget,
               std::shared_ptr<RememberedKeys> remembered, uint64_t salt)
@@ -107,7 +112,12 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
           d.retry_after = Duration::Seconds(1);
           return d;
         }
+        // Decided but not kept: like an eviction of the key just made, so
+        // remembered like one (else its next request would start fresh).
         budget_->NotKept();
+        if (remembered_ != nullptr) {
+          remembered_->Remember(Salted(hash), FreshAt(config_, state), now);
+        }
         return d;
       }
       admission = KeyBudget::Admission::kAdmitted;
@@ -184,7 +194,8 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
              progress.dropped < max_drops) {
         ++progress.visits;
         const int64_t fresh_at = FreshAt(config_, it->second).unix_micros();
-        if (fresh_at <= rule.drop_at_or_before_us) {
+        if (fresh_at <=
+            (kRememberedWhole ? rule.lossless_at_or_before_us : rule.drop_at_or_before_us)) {
           if (fresh_at > now_us) {
             ++progress.forced;
             if (remembered_ != nullptr) {
@@ -267,7 +278,8 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
 MemoryStore::MemoryStore(MemoryStoreOptions options)
     : options_(options),
       budget_(std::make_shared<internal::KeyBudget>(std::max<int64_t>(1, options.max_keys),
-                                                    options.on_full != OnFull::kDenyNew)) {
+                                                    options.on_full != OnFull::kDenyNew,
+                                                    options.on_full == OnFull::kRemember)) {
   if (options.on_full == OnFull::kRemember) {
     const int64_t keys = std::max<int64_t>(1, options.max_keys);
     remembered_ = std::make_shared<internal::RememberedKeys>(

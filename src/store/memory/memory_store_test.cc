@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "store/memory/compact_key.h"
+#include "store/memory/key_budget.h"
 #include "store/memory/remembered.h"
 
 namespace sluice {
@@ -234,6 +235,38 @@ TEST(MemoryStore, AFloodOfNewKeysNeverResetsAnExhaustedKey) {
         EXPECT_GE(flood_denied, 3'000);
         EXPECT_EQ(stats.denied_new, flood_denied);
         break;
+    }
+  }
+}
+
+// Among keys equally close to fresh, remembering evicts first those whose
+// remembered form loses nothing (a bucket's state comes back whole; a log's
+// comes back used up): gcra and sliding_log keys with the same fresh times,
+// flooded past max_keys, leave more log keys held.
+TEST(MemoryStore, RememberingEvictsTheKeysItBringsBackWholeFirst) {
+  auto held = [](LimitTable& t) {
+    auto* r = dynamic_cast<internal::ReclaimableTable*>(&t);
+    r->Freeze();
+    const int64_t n = r->KeysWhileFrozen();
+    r->Thaw();
+    return n;
+  };
+  for (const OnFull mode : {OnFull::kRemember, OnFull::kEvict}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    MemoryStore store({.max_keys = 4'000, .on_full = mode});
+    auto bucket = Open(store, Limit(Algorithm::kGcra, "1/h", 1));
+    auto log = Open(store, Limit(Algorithm::kSlidingLog, "1/h"));
+    for (int i = 0; i < 3'000; ++i) {
+      const Time at = kStart + Duration::Millis(i);
+      ASSERT_TRUE(bucket->Decide("b" + std::to_string(i), at, 1).ok());
+      ASSERT_TRUE(log->Decide("l" + std::to_string(i), at, 1).ok());
+    }
+    const int64_t buckets = held(*bucket), logs = held(*log);
+    EXPECT_LE(buckets + logs, 4'000);
+    if (mode == OnFull::kRemember) {
+      EXPECT_GT(logs, buckets + 500) << "buckets " << buckets << ", logs " << logs;
+    } else {
+      EXPECT_LT(std::abs(logs - buckets), 500) << "buckets " << buckets << ", logs " << logs;
     }
   }
 }
