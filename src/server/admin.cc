@@ -240,6 +240,7 @@ nlohmann::json StatusJson(const ServerState& state, const PolicySet& set) {
   if (state.source != nullptr) {
     const ConfigSource::History h = state.source->history();
     config["loaded_at_ms"] = h.loaded_at_unix_ms;
+    config["reloads"] = {{"ok", h.reloads_ok}, {"failed", h.reloads_failed}};
     config["last_reload_error"] =
         h.last_error.empty()
             ? nlohmann::json(nullptr)
@@ -358,7 +359,8 @@ Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::strin
   if (path == "/v1/sim/scenarios") co_return HttpAnswer::Json(200, SimScenariosJson().dump(2));
   co_return HttpAnswer::Problem(
       404, "not found",
-      "admin endpoints: /metrics /healthz /readyz /v1/config /v1/status /v1/series /v1/top "
+      "admin endpoints: / (the dashboard) /metrics /healthz /readyz /v1/config /v1/status "
+      "/v1/series /v1/top "
       "/v1/top/{policy} /v1/keys/{policy}/{key} /v1/quota /v1/sim/scenarios, POST /v1/sim");
 }
 

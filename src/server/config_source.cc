@@ -57,7 +57,10 @@ void ConfigSource::Reload(std::string_view why) {
 
 ConfigSource::History ConfigSource::history() const {
   std::lock_guard lock(mu_);
-  return history_;
+  History h = history_;
+  if (reloads_ok_ != nullptr) h.reloads_ok = reloads_ok_->value();
+  if (reloads_failed_ != nullptr) h.reloads_failed = reloads_failed_->value();
+  return h;
 }
 
 void ConfigSource::Stop() {

@@ -67,6 +67,8 @@ class ConfigSource {
     int64_t loaded_at_unix_ms = 0;
     int64_t failed_at_unix_ms = 0;
     std::string last_error;  // empty: the last reload succeeded, or none failed
+    int64_t reloads_ok = 0;
+    int64_t reloads_failed = 0;
   };
   History history() const;
 

@@ -110,6 +110,8 @@ class AdminLiveTest(SluiceTestCase):
         fixed = self.wait_for(lambda: self.admin("/v1/status").json(),
                               lambda s: s["config"]["last_reload_error"] is None)
         self.assertGreater(fixed["config"]["loaded_at_ms"], before["config"]["loaded_at_ms"])
+        self.assertEqual(before["config"]["reloads"], {"ok": 0, "failed": 0})
+        self.assertEqual(fixed["config"]["reloads"], {"ok": 1, "failed": 1})
 
     def test_simulator_runs_a_builtin_scenario_like_the_command(self):
         scenarios = self.admin("/v1/sim/scenarios").json()["scenarios"]
