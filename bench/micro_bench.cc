@@ -9,6 +9,8 @@
 //   BM_Decide/<algorithm>                        pure Decide, time passed in
 //   BM_StoreHotKey/<algorithm>/threads:N         one key for all threads
 //   BM_LimiterHotKey/gcra/threads:N              Limiter::Acquire, one limit, one key
+//   BM_LimiterHotKey/gcra/coarse_clock/threads:N the same on a CoarseClock
+//   BM_CoarseClockNow                            one CoarseClock read
 //   BM_StoreDistinctKeys/<alg>/threads:N         each thread its own 1,000 keys
 //   BM_StoreOwnKey/gcra/threads:N                each thread one key, own shard
 //   BM_StoreRandom{100k,10M}/<alg>/threads:N     uniformly random among N keys
@@ -86,6 +88,16 @@ void BM_CasLoop(benchmark::State& st) {
 
 void BM_ClockNow(benchmark::State& st) {
   const sluice::SystemClock& clock = sluice::SystemClock::Default();
+  for (auto _ : st) {
+    Time now = clock.Now();
+    benchmark::DoNotOptimize(now);
+  }
+  st.SetItemsProcessed(st.iterations());
+}
+
+// A CoarseClock read: one relaxed load (its thread refreshes it).
+void BM_CoarseClockNow(benchmark::State& st) {
+  static const sluice::CoarseClock clock;
   for (auto _ : st) {
     Time now = clock.Now();
     benchmark::DoNotOptimize(now);
@@ -483,14 +495,26 @@ void BM_MemoryChase(benchmark::State& st) {
 
 // The public API a C++ user calls: Limiter::Acquire (reads the clock itself),
 // one gcra limit, one key.
-void BM_LimiterHotKey(benchmark::State& st) {
+// The benchmark's limiter: on the system clock, or (`coarse`) on a
+// CoarseClock.
+sluice::Limiter& HotKeyLimiter(bool coarse) {
   static sluice::MemoryStore store;
-  static std::unique_ptr<sluice::Limiter> limiter = [] {
-    absl::StatusOr<std::unique_ptr<sluice::Limiter>> l = sluice::Limiter::Create(
-        store, {.name = "bench", .limits = {OptionsFor(kKeyAlgorithms[0], kStoreLimit)}});
+  static const sluice::CoarseClock coarse_clock;
+  auto make = [](bool on_coarse) {
+    absl::StatusOr<std::unique_ptr<sluice::Limiter>> l =
+        sluice::Limiter::Create(store, {.name = on_coarse ? "bench-coarse" : "bench",
+                                        .limits = {OptionsFor(kKeyAlgorithms[0], kStoreLimit)},
+                                        .clock = on_coarse ? &coarse_clock : nullptr});
     if (!l.ok()) Die(std::string(l.status().message()));
     return *std::move(l);
-  }();
+  };
+  static const std::unique_ptr<sluice::Limiter> on_system = make(false);
+  static const std::unique_ptr<sluice::Limiter> on_coarse = make(true);
+  return coarse ? *on_coarse : *on_system;
+}
+
+void BM_LimiterHotKey(benchmark::State& st, bool coarse) {
+  sluice::Limiter* limiter = &HotKeyLimiter(coarse);
   const std::string key = "user-42";
   int64_t allowed = 0;
   for (auto _ : st) {
@@ -518,6 +542,7 @@ benchmark::internal::Benchmark* Register(const std::string& name, Args&&... args
 void RegisterAll() {
   Register("BM_CasLoop", BM_CasLoop);
   Register("BM_ClockNow", BM_ClockNow);
+  Register("BM_CoarseClockNow", BM_CoarseClockNow);
   Register("BM_MemoryChase", BM_MemoryChase);
   for (const AlgoSpec& spec : kAllAlgorithms) {
     Register(std::string("BM_Decide/") + spec.name, BM_Decide, spec);
@@ -525,7 +550,8 @@ void RegisterAll() {
   for (const AlgoSpec& spec : kAllAlgorithms) {
     Threads12(Register(std::string("BM_StoreHotKey/") + spec.name, BM_StoreHotKey, spec));
   }
-  Threads12(Register("BM_LimiterHotKey/gcra", BM_LimiterHotKey));
+  Threads12(Register("BM_LimiterHotKey/gcra", BM_LimiterHotKey, false));
+  Threads12(Register("BM_LimiterHotKey/gcra/coarse_clock", BM_LimiterHotKey, true));
   for (const AlgoSpec& spec : kKeyAlgorithms) {
     Threads12(
         Register(std::string("BM_StoreDistinctKeys/") + spec.name, BM_StoreDistinctKeys, spec));

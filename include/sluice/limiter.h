@@ -80,7 +80,9 @@ struct LimiterOptions {
   std::vector<std::optional<LeaseOptions>> leases;
   OnStoreError on_store_error = OnStoreError::kAllow;
   LongKeys long_keys = LongKeys::kHash;
-  // Read once per call. Default: SystemClock::Default(). Must outlive the Limiter.
+  // Read once per call. Default: SystemClock::Default(). Must outlive the
+  // Limiter. A CoarseClock (sluice/clock.h) makes the read one load, for
+  // decisions up to about a millisecond in the past.
   const Clock* clock = nullptr;
 };
 

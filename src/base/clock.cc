@@ -20,4 +20,30 @@ const SystemClock& SystemClock::Default() {
   return clock;
 }
 
+CoarseClock::CoarseClock(Duration refresh, const Clock& source)
+    : source_(source),
+      refresh_(refresh > Duration::Zero() ? refresh : Duration::Micros(1)),
+      now_us_(source.Now().unix_micros()) {
+  ticker_ = std::thread([this] {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(refresh_.micros()));
+      Tick();
+    }
+  });
+}
+
+CoarseClock::~CoarseClock() {
+  stop_.store(true, std::memory_order_relaxed);
+  ticker_.join();
+}
+
+void CoarseClock::Tick() {
+  // Forward only: the source is monotonic, but a ManualClock source (tests)
+  // may be set back.
+  const int64_t now = source_.Now().unix_micros();
+  if (now > now_us_.load(std::memory_order_relaxed)) {
+    now_us_.store(now, std::memory_order_relaxed);
+  }
+}
+
 }  // namespace sluice

@@ -217,6 +217,38 @@ TEST_F(LimiterTest, ADenialByALaterLimitFreesTheSlot) {
   EXPECT_EQ((*state)[0].remaining, 1);
 }
 
+// On a CoarseClock, every algorithm still never admits more than its limit
+// allows over true time: the coarse time is behind, never ahead, so it can
+// only see less refill and later windows. Each limit is hammered for 300 ms
+// of real time.
+TEST(CoarseClockLimits, NoAlgorithmAdmitsMoreThanTrueTimeAllows) {
+  const SystemClock& system = SystemClock::Default();
+  CoarseClock coarse(Duration::Micros(250), system);
+  for (const Algorithm algorithm :
+       {Algorithm::kGcra, Algorithm::kTokenBucket, Algorithm::kFixedWindow,
+        Algorithm::kSlidingWindow, Algorithm::kSlidingLog, Algorithm::kLeakyBucket}) {
+    SCOPED_TRACE(AlgorithmName(algorithm));
+    MemoryStore store;
+    // 1,000/s with a burst of 10 (the windows: 10 per 10 ms).
+    const bool window = algorithm == Algorithm::kFixedWindow ||
+                        algorithm == Algorithm::kSlidingWindow ||
+                        algorithm == Algorithm::kSlidingLog;
+    LimitOptions limit = window ? L(algorithm, "10/10ms") : L(algorithm, "1000/s", 10);
+    absl::StatusOr<std::unique_ptr<Limiter>> limiter =
+        Limiter::Create(store, {.name = "p", .limits = {limit}, .clock = &coarse});
+    ASSERT_TRUE(limiter.ok()) << limiter.status();
+    const Time start = system.Now();
+    int64_t admitted = 0;
+    while (system.Now() - start < Duration::Millis(300)) {
+      admitted += (*limiter)->Acquire("k")->allowed;
+    }
+    const int64_t elapsed_ms = (system.Now() - start).micros() / 1000 + 1;
+    // The burst (or a window at each end), and the rate over true time.
+    EXPECT_LE(admitted, 20 + elapsed_ms) << "over " << elapsed_ms << " ms";
+    EXPECT_GT(admitted, elapsed_ms / 2);  // and it does admit, at about the rate
+  }
+}
+
 TEST(ConcurrencyLimit, OptionsAreValidated) {
   EXPECT_TRUE(MakeLimit(Concurrency(10)).ok());
   EXPECT_THAT(MakeLimit(Concurrency(0)).status().message(), HasSubstr("limit must be 1 to"));
