@@ -245,7 +245,7 @@ TEST(CoarseClockLimits, NoAlgorithmAdmitsMoreThanTrueTimeAllows) {
     const int64_t elapsed_ms = (system.Now() - start).micros() / 1000 + 1;
     // The burst (or a window at each end), and the rate over true time.
     EXPECT_LE(admitted, 20 + elapsed_ms) << "over " << elapsed_ms << " ms";
-    EXPECT_GT(admitted, elapsed_ms / 2);  // and it does admit, at about the rate
+    EXPECT_GT(admitted, elapsed_ms / 4);  // and it does admit (the rate, less the staleness)
   }
 }
 
