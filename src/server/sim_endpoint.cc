@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "base/cat.h"
 #include "nlohmann/json.hpp"
+#include "policy/request_text.h"
 #include "server/endpoints.h"
 #include "sim/builtin.h"
 #include "sim/engine.h"
@@ -36,6 +37,12 @@ struct Ask {
 
 // The scenario the body names or holds, within the bounds above.
 absl::StatusOr<Ask> Parse(std::string_view body) {
+  // A scenario is two levels deep; a body nested deeper is refused before
+  // it is parsed, as the decision API's are.
+  if (!policy::JsonDepthWithin(body, policy::kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(
+        Cat("the body nests arrays and objects deeper than ", policy::kMaxJsonDepth, " levels"));
+  }
   const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
   for (const auto& [name, value] : j.items()) {
