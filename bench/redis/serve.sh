@@ -111,7 +111,7 @@ start_sluice() {
   cat > "$WORK/sluice.yaml" <<CONF
 server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads: 2}
 store:
-  redis: {url: "redis://127.0.0.1:$REDIS_PORT", timeout: 50ms}
+  redis: {url: "redis://127.0.0.1:$REDIS_PORT", timeout: 50ms${LINGER:+, linger: $LINGER}}
 policies:
   - name: $1
     limits: [$2]

@@ -253,7 +253,7 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     absl::StatusOr<Fields> r =
         ReadMap(*redis, kMapOfKeys,
                 {"url", "cluster", "user", "password", "password_env", "database", "timeout",
-                 "connect_timeout", "key_prefix", "cache_denials", "max_batch"});
+                 "connect_timeout", "key_prefix", "cache_denials", "max_batch", "linger"});
     if (!r.ok()) return r.status();
     RedisStoreOptions& o = out.redis.emplace();
     const Value* url = r->Find("url");
@@ -321,6 +321,9 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     if (const Value* x = r->Find("max_batch")) {
       SLUICE_ASSIGN_OR_RETURN(const int64_t batch, ReadInt(*x, 1, 1024));
       o.max_batch = static_cast<int>(batch);
+    }
+    if (const Value* x = r->Find("linger")) {
+      SLUICE_ASSIGN_OR_RETURN(o.linger, ReadDuration(*x, {.max = Duration::Millis(10)}));
     }
   }
   return absl::OkStatus();

@@ -513,6 +513,14 @@ TEST(ConfigRedis, GlobalIsTheDefaultScopeWithASharedStore) {
   EXPECT_FALSE(ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 0}\n", "t.yaml").ok());
   EXPECT_FALSE(
       ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 1025}\n", "t.yaml").ok());
+  EXPECT_EQ(c->store.redis->linger, Duration::Micros(100));  // the default
+  c = ParseConfig("store:\n  redis: {url: \"redis://a\", linger: 0s}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->store.redis->linger, Duration::Zero());
+  c = ParseConfig("store:\n  redis: {url: \"redis://a\", linger: 250us}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->store.redis->linger, Duration::Micros(250));
+  EXPECT_FALSE(ParseConfig("store:\n  redis: {url: \"redis://a\", linger: 11ms}\n", "t.yaml").ok());
 }
 
 TEST(ConfigErrors, WrongShapes) {

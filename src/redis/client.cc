@@ -145,6 +145,20 @@ class Client::Impl {
     if (post) net::post(ioc_, [this] { Flush(); });
   }
 
+  void After(std::chrono::nanoseconds delay, std::function<void()> fn) {
+    {
+      // Posted under the lock: Stop, which sets stopping_ under it, posts
+      // its own task after this one, and that task runs what is deferred.
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      if (!stopping_) {
+        net::post(ioc_,
+                  [this, delay, fn = std::move(fn)]() mutable { Defer(delay, std::move(fn)); });
+        return;
+      }
+    }
+    fn();
+  }
+
   ClientHealth Health() const {
     ClientHealth h;
     h.nodes = masters_.load(std::memory_order_relaxed);
@@ -243,6 +257,13 @@ class Client::Impl {
       RunOnIo([this] {
         stopping_now_ = true;
         sweep_.cancel();
+        // What waits for its time runs now, and what it sends is answered
+        // Cancelled with the rest.
+        while (!deferred_.empty()) {
+          std::shared_ptr<Deferred> d = deferred_.back();
+          d->timer.cancel();
+          RunDeferred(*d);
+        }
         for (auto& n : nodes_) Close(*n, absl::CancelledError("redis client stopped"), false);
         Flush();
       }).wait();
@@ -305,6 +326,28 @@ class Client::Impl {
   }
 
   // -- On the I/O thread -------------------------------------------------------
+
+  // A function After() runs on this thread once its delay has passed.
+  struct Deferred {
+    Deferred(net::io_context& ioc, std::function<void()> f) : timer(ioc), fn(std::move(f)) {}
+    net::steady_timer timer;
+    std::function<void()> fn;  // empty once run
+  };
+
+  void Defer(std::chrono::nanoseconds delay, std::function<void()> fn) {
+    auto d = std::make_shared<Deferred>(ioc_, std::move(fn));
+    if (stopping_now_) return RunDeferred(*d);
+    deferred_.push_back(d);
+    d->timer.expires_after(delay);
+    d->timer.async_wait([this, d](const boost::system::error_code&) { RunDeferred(*d); });
+  }
+
+  void RunDeferred(Deferred& d) {
+    if (!d.fn) return;
+    std::function<void()> fn = std::exchange(d.fn, nullptr);
+    std::erase_if(deferred_, [&d](const std::shared_ptr<Deferred>& x) { return x.get() == &d; });
+    fn();
+  }
 
   void Flush() {
     std::vector<std::unique_ptr<Request>> batch;
@@ -909,6 +952,7 @@ class Client::Impl {
   net::io_context ioc_{1};
   std::thread thread_;
   net::steady_timer sweep_;
+  std::vector<std::shared_ptr<Deferred>> deferred_;  // I/O thread only
 
   std::mutex inbox_mu_;
   std::vector<std::unique_ptr<Request>> inbox_;
@@ -955,6 +999,9 @@ void Client::Stop() { impl_->Stop(); }
 void Client::Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late,
                   std::chrono::steady_clock::time_point deadline) {
   impl_->Send(slot, std::move(command), std::move(done), std::move(late), deadline);
+}
+void Client::After(std::chrono::nanoseconds delay, std::function<void()> fn) {
+  impl_->After(delay, std::move(fn));
 }
 ClientHealth Client::Health() const { return impl_->Health(); }
 const ClientOptions& Client::options() const { return impl_->options(); }

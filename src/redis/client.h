@@ -135,6 +135,11 @@ class Client {
   void Send(uint16_t slot, std::string command, ReplyCallback done, ReplyCallback late = nullptr,
             std::chrono::steady_clock::time_point deadline = {});
 
+  // Runs `fn` on the I/O thread once `delay` has passed; at Stop at once
+  // (a call it sends is then answered Cancelled), and on the caller's
+  // thread when the client has stopped already.
+  void After(std::chrono::nanoseconds delay, std::function<void()> fn);
+
   ClientHealth Health() const;
   const ClientOptions& options() const;
 

@@ -43,6 +43,11 @@ struct RedisStoreOptions {
   // in the next call, at most this many in one call, each with its own
   // answer. A decision alone is sent at once. 1: one decision per call.
   int max_batch = 64;
+  // The linger: right after a call of several decisions was answered, a
+  // decision that finds no call waiting to be answered waits up to this
+  // long for as many others as that call carried (those whose answers it
+  // brought tend to come back), instead of going alone. Zero: never wait.
+  Duration linger = Duration::Micros(100);
   // Leased limits: at most this many keys hold a lease in this process at
   // once (a key's lease is forgotten once it has been idle for its ttl). A
   // new key beyond it is decided by Redis call by call, as without a lease:

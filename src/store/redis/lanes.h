@@ -2,18 +2,26 @@
 // in one call"). At most kMaxInFlight calls per lane (a Redis node; on a
 // Cluster, a slot) are in flight; what arrives meanwhile waits, and goes in
 // the next call when one is answered, up to max_batch requests a call. A
-// request alone on its lane is sent at once: coalescing adds no wait at low
-// load, and the wait it adds under load is bounded by a call in flight (its
-// timeout at worst). A request whose deadline passes while it waits is
-// handed back as expired, never sent.
+// request alone on its lane is sent at once, with one exception, the
+// linger: right after a call of several requests was answered, those who
+// sent them are likely to send again soon, so a request that finds the
+// lane free within `linger` of that answer waits, for at most `linger`,
+// until as many have arrived as that call carried (then they go at once),
+// or until the caller's Flush. Coalescing adds no wait at low load (a call
+// of one request is followed by no linger), and the wait it adds under
+// load is bounded by a call in flight (its timeout at worst) or by
+// 2 x linger. A request whose deadline passes while it waits is handed
+// back as expired, never sent.
 //
 // T is the store's request: anything with a `deadline` (a steady_clock
 // time point). Thread-safe.
 //
-//   Lanes<Pending> lanes(64);
-//   Batch now = lanes.Submit(lane, std::move(p));   // send `now` if not empty
-//   ... when a call of `lane` is answered:
-//   Batch next = lanes.Next(lane, SteadyClock::now(), expired);
+//   Lanes<Pending> lanes(64, std::chrono::microseconds(100));
+//   bool flush_later = false;
+//   Batch now = lanes.Submit(lane, std::move(p), &flush_later);  // send `now` if not empty
+//   if (flush_later) ... once lanes.linger() has passed: send lanes.Flush(lane, now, expired)
+//   ... when a call of `lane` carrying n requests is answered:
+//   Batch next = lanes.Next(lane, SteadyClock::now(), expired, n);
 #ifndef SLUICE_STORE_REDIS_LANES_H_
 #define SLUICE_STORE_REDIS_LANES_H_
 
@@ -34,40 +42,87 @@ template <typename T>
 class Lanes {
  public:
   using Batch = std::vector<std::unique_ptr<T>>;
+  using Clock = std::chrono::steady_clock;
   static constexpr size_t kMaxInFlight = 2;
+  // How long after a call of several requests was answered the lane
+  // lingers, in lingers.
+  static constexpr int kHotFor = 10;
 
-  explicit Lanes(size_t max_batch) : max_batch_(std::max<size_t>(1, max_batch)) {}
+  explicit Lanes(size_t max_batch, Clock::duration linger = Clock::duration::zero())
+      : max_batch_(std::max<size_t>(1, max_batch)), linger_(linger) {}
+
+  Clock::duration linger() const { return linger_; }
 
   // Queues `item` on `lane`; returns what to send now (nothing: it waits).
-  // With a max_batch of 1 every request is sent at once.
-  Batch Submit(uint32_t lane, std::unique_ptr<T> item) {
+  // With a max_batch of 1 every request is sent at once. `flush_later`
+  // (when given) is set when the caller is to call Flush(lane) once
+  // linger() has passed; without it no request lingers.
+  Batch Submit(uint32_t lane, std::unique_ptr<T> item, bool* flush_later = nullptr) {
     Batch out;
     std::lock_guard lock(mu_);
     Lane& l = lanes_[lane];
-    if (l.in_flight >= kMaxInFlight && max_batch_ > 1) {
+    if (max_batch_ > 1 && l.in_flight >= kMaxInFlight) {
       l.queue.push_back(std::move(item));
       return out;
+    }
+    if (max_batch_ > 1 && flush_later != nullptr && l.expect > 1) {
+      if (Clock::now() < l.hot_until) {
+        l.queue.push_back(std::move(item));
+        if (l.queue.size() < std::min(l.expect, max_batch_)) {
+          if (!l.flush_due) *flush_later = l.flush_due = true;
+          return out;
+        }
+        ++l.in_flight;
+        while (!l.queue.empty() && out.size() < max_batch_) {
+          out.push_back(std::move(l.queue.front()));
+          l.queue.pop_front();
+        }
+        return out;
+      }
+      l.expect = 0;
     }
     ++l.in_flight;
     out.push_back(std::move(item));
     return out;
   }
 
-  // A call of `lane` was answered: returns the next call's requests, in the
-  // order they arrived (none: the lane has one call fewer in flight), and
-  // moves those whose deadline is not after `now` to `expired`.
-  Batch Next(uint32_t lane, std::chrono::steady_clock::time_point now, Batch& expired) {
+  // A call of `lane` carrying `answered` requests was answered: returns the
+  // next call's requests, in the order they arrived (none: the lane has one
+  // call fewer in flight), and moves those whose deadline is not after
+  // `now` to `expired`. With `answered` above 1 the requests that arrive
+  // within linger() linger.
+  Batch Next(uint32_t lane, Clock::time_point now, Batch& expired, size_t answered = 0) {
     Batch out;
     std::lock_guard lock(mu_);
     auto it = lanes_.find(lane);
     if (it == lanes_.end()) return out;
     Lane& l = it->second;
-    while (!l.queue.empty() && out.size() < max_batch_) {
-      std::unique_ptr<T>& item = l.queue.front();
-      (item->deadline <= now ? expired : out).push_back(std::move(item));
-      l.queue.pop_front();
+    Take(l, now, out, expired);
+    if (linger_ > Clock::duration::zero() && answered > 1) {
+      l.expect = answered;
+      l.hot_until = now + kHotFor * linger_;
     }
-    if (out.empty() && --l.in_flight == 0 && l.queue.empty()) lanes_.erase(it);
+    if (out.empty() && --l.in_flight == 0 && l.queue.empty() && l.expect <= 1 && !l.flush_due) {
+      lanes_.erase(it);
+    }
+    return out;
+  }
+
+  // The linger Submit asked the caller for has passed: returns what waits
+  // on `lane` if a call may go now (otherwise it goes with the next
+  // answer), moving the expired to `expired`.
+  Batch Flush(uint32_t lane, Clock::time_point now, Batch& expired) {
+    Batch out;
+    std::lock_guard lock(mu_);
+    auto it = lanes_.find(lane);
+    if (it == lanes_.end()) return out;
+    Lane& l = it->second;
+    l.flush_due = false;
+    if (l.in_flight < kMaxInFlight) {
+      Take(l, now, out, expired);
+      if (!out.empty()) ++l.in_flight;
+    }
+    if (l.in_flight == 0 && l.queue.empty() && Clock::now() >= l.hot_until) lanes_.erase(it);
     return out;
   }
 
@@ -75,8 +130,24 @@ class Lanes {
   struct Lane {
     size_t in_flight = 0;
     std::deque<std::unique_ptr<T>> queue;
+    // The linger: requests arriving before hot_until wait for `expect` of
+    // them; flush_due while the caller's Flush is to come.
+    size_t expect = 0;
+    Clock::time_point hot_until{};
+    bool flush_due = false;
   };
+
+  // Up to max_batch_ of l's queue into `out`, the expired into `expired`.
+  void Take(Lane& l, Clock::time_point now, Batch& out, Batch& expired) {
+    while (!l.queue.empty() && out.size() < max_batch_) {
+      std::unique_ptr<T>& item = l.queue.front();
+      (item->deadline <= now ? expired : out).push_back(std::move(item));
+      l.queue.pop_front();
+    }
+  }
+
   const size_t max_batch_;
+  const Clock::duration linger_;
   std::mutex mu_;
   absl::flat_hash_map<uint32_t, Lane> lanes_;
 };

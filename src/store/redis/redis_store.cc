@@ -441,7 +441,9 @@ class LeaseBook {
 
 struct RedisStore::Impl {
   explicit Impl(RedisStoreOptions o)
-      : options(std::move(o)), lanes(static_cast<size_t>(options.max_batch)) {}
+      : options(std::move(o)),
+        lanes(static_cast<size_t>(options.max_batch),
+              std::chrono::microseconds(options.linger.micros())) {}
 
   // Sends `batch` (of `lane`) as one call; its answer is split among the
   // requests, and the lane's next call is sent.
@@ -452,6 +454,8 @@ struct RedisStore::Impl {
   // Queues `p` (a request, a slice's call or a slice given back) in its
   // lane and sends the lane's next call if one may go now.
   void Submit(std::unique_ptr<Pending> p);
+  // Answers requests whose deadline passed before they were sent.
+  static void Expire(Batch& expired);
 
   // A leased table's requests (docs/distributed.md, "Leased limits").
   using LimitPtr = std::shared_ptr<const LeaseLimit>;
@@ -570,12 +574,9 @@ void RedisStore::Impl::Answered(uint32_t lane, const std::shared_ptr<Batch>& bat
                                 absl::StatusOr<redis::Reply> reply) {
   // The lane's next call first: Redis works on it while the answers go out.
   Batch expired;
-  Batch next = lanes.Next(lane, SteadyClock::now(), expired);
+  Batch next = lanes.Next(lane, SteadyClock::now(), expired, batch->size());
   if (!next.empty()) Send(lane, std::move(next));
-  for (auto& p : expired) {
-    std::exchange(p->done, nullptr)(
-        absl::DeadlineExceededError("redis: no answer within the timeout (waited to be sent)"));
-  }
+  Expire(expired);
   std::vector<absl::StatusOr<BatchResult>> results = Split(*batch, std::move(reply));
   for (size_t i = 0; i < batch->size(); ++i) {
     Pending& p = *(*batch)[i];
@@ -1184,8 +1185,24 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
 void RedisStore::Impl::Submit(std::unique_ptr<Pending> p) {
   // One lane per node; on a Cluster, per slot (one call's keys share a slot).
   const uint32_t lane = options.cluster.empty() ? 0 : p->slot;
-  Batch now_sent = lanes.Submit(lane, std::move(p));
+  bool flush_later = false;
+  Batch now_sent = lanes.Submit(lane, std::move(p), &flush_later);
   if (!now_sent.empty()) Send(lane, std::move(now_sent));
+  if (flush_later) {
+    client->After(lanes.linger(), [this, lane] {
+      Batch expired;
+      Batch due = lanes.Flush(lane, SteadyClock::now(), expired);
+      if (!due.empty()) Send(lane, std::move(due));
+      Expire(expired);
+    });
+  }
+}
+
+void RedisStore::Impl::Expire(Batch& expired) {
+  for (auto& p : expired) {
+    std::exchange(p->done, nullptr)(
+        absl::DeadlineExceededError("redis: no answer within the timeout (waited to be sent)"));
+  }
 }
 
 std::optional<RedisStore::LeaseView> RedisStore::LeaseOf(const LimitConfig& config,

@@ -897,6 +897,62 @@ TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
   }
 }
 
+// The linger (RedisStoreOptions::linger): after a call of several decisions
+// is answered, a decision that finds the lane free waits for as many, or
+// for the linger; at the store's end a waiting decision is answered too.
+TEST_F(RedisStoreTest, ADecisionThatLingersGoesWhenTheLingerEndsOrTheStoreStops) {
+  Flush();
+  constexpr auto kLinger = std::chrono::milliseconds(40);
+  auto redis = Connect({.url = Url(),
+                        .timeout = Duration::Seconds(5),
+                        .cache_denials = false,
+                        .linger = Duration::Millis(40)});
+  ASSERT_NE(redis, nullptr);
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = FixedWindowTable(*redis, "100/1h", "linger");
+  ASSERT_TRUE(table.ok()) << table.status();
+  LimitTable* tables[] = {table->get()};
+  std::atomic<int> answered{0};
+  auto decide = [&](std::function<void(absl::StatusOr<BatchResult>)> then) {
+    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+                       [&, then](absl::StatusOr<BatchResult> r) {
+                         then(std::move(r));
+                         answered.fetch_add(1);
+                       });
+  };
+  auto wait_for = [&](int n) {
+    const auto until = SteadyClock::now() + std::chrono::seconds(10);
+    while (answered.load() < n && SteadyClock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return answered.load() >= n;
+  };
+  // Two calls of one (Redis paused), then one of the two that waited.
+  const uint64_t calls_before = redis->Health().calls;
+  ASSERT_TRUE(server_->Pause().ok());
+  for (int i = 0; i < 4; ++i) decide([](absl::StatusOr<BatchResult> r) { EXPECT_TRUE(r.ok()); });
+  ASSERT_TRUE(server_->Resume().ok());
+  ASSERT_TRUE(wait_for(4));
+  const uint64_t calls = redis->Health().calls;
+  EXPECT_EQ(calls - calls_before, 3u);
+  // Alone now, it waits for a second that does not come: the linger, then
+  // its own call.
+  const auto sent = SteadyClock::now();
+  std::atomic<int64_t> remaining{-1};
+  decide([&](absl::StatusOr<BatchResult> r) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    remaining.store(r->decisions.at(0).remaining);
+  });
+  ASSERT_TRUE(wait_for(5));
+  EXPECT_GE(SteadyClock::now() - sent, kLinger - std::chrono::milliseconds(1));
+  EXPECT_EQ(remaining.load(), 95);
+  EXPECT_EQ(redis->Health().calls, calls + 1);
+  // Waiting again when the store stops: answered all the same.
+  std::atomic<bool> told{false};
+  decide([&](absl::StatusOr<BatchResult>) { told.store(true); });
+  redis.reset();
+  EXPECT_TRUE(told.load());
+}
+
 TEST_F(RedisStoreTest, TheNextCallIsSentBeforeTheAnsweredCallsCallbacksRun) {
   // Two calls in flight (a and b), a third request waiting (c). When a is
   // answered, c's call must reach Redis while a's callback still runs: the
