@@ -133,29 +133,37 @@ local function split3(s)
   return a, b, c
 end
 
--- Stores a plain string state until `fresh_at`: deleted when already fresh,
--- expiring when it becomes fresh: PXAT the millisecond after it (rounded
--- up, so never early; an absolute time, from the same TIME as `now`). With
--- a caller-given time (`ctx.timed` false) the expiry cannot be related to
+-- The PXAT text of `fresh_at` (see store_string), kept in `keep`.
+local function expiry_of(keep, fresh_at)
+  if keep.expiry_us ~= fresh_at then
+    local ms = ceildiv(fresh_at, 1000)
+    if keep.expiry_ms ~= ms then keep.expiry_ms, keep.expiry_text = ms, fmt(ms) end
+    keep.expiry_us = fresh_at
+  end
+  return keep.expiry_text
+end
+
+-- Writes a string state that is fresh at `fresh_at`, after now, expiring
+-- when it becomes fresh: PXAT the millisecond after it (rounded up, so
+-- never early; an absolute time, from the same TIME as `now`). With a
+-- caller-given time (`ctx.timed` false) the expiry cannot be related to
 -- Redis' own clock, so the key keeps no expiry. `keep` (a limit's
 -- parameters) keeps the last expiry's text: the keys of a call (one `now`)
 -- and of a window often expire in the same millisecond, formatted once.
+local function store_fresh(key, value, fresh_at, ctx, keep)
+  if ctx.timed then
+    call('SET', key, value, 'PXAT', expiry_of(keep, fresh_at))
+  else
+    call('SET', key, value)
+  end
+end
+
+-- Stores a string state until `fresh_at`: deleted when already fresh.
 local function store_string(key, value, fresh_at, ctx, keep)
   if fresh_at == nil or fresh_at <= ctx.now then
     call('DEL', key)
-  elseif ctx.timed then
-    local at = keep.expiry_text
-    if keep.expiry_us ~= fresh_at then
-      local ms = ceildiv(fresh_at, 1000)
-      if keep.expiry_ms ~= ms then
-        at = fmt(ms)
-        keep.expiry_ms, keep.expiry_text = ms, at
-      end
-      keep.expiry_us = fresh_at
-    end
-    call('SET', key, value, 'PXAT', at)
   else
-    call('SET', key, value)
+    store_fresh(key, value, fresh_at, ctx, keep)
   end
 end
 

@@ -66,6 +66,26 @@ end
 -- only where it is saved before the next decide (one limit per part); a
 -- part of several limits keeps every plan until all have decided.
 
+-- One limit's decision by the algorithm's decide (written when `writes`
+-- and it takes something): allowed, limit, remaining, reset_after,
+-- retry_after, delay.
+local function decide_general(algo, params, key, ctx, cost, writes)
+  local d, plan = algo.decide(params, key, ctx, cost, true)
+  if writes and plan and d.allowed == 1 then algo.save(params, key, plan, ctx) end
+  return d.allowed, d.limit, d.remaining, d.reset, d.retry, d.delay
+end
+
+-- The same, by the algorithm's fast path where it has one (gcra,
+-- token_bucket, fixed_window) and the case is common.
+local function decide_one(algo, params, key, ctx, cost, writes)
+  local fast = algo.fast
+  if fast then
+    local allowed, limit, remaining, reset, retry, delay = fast(params, key, ctx, cost, writes)
+    if allowed then return allowed, limit, remaining, reset, retry, delay end
+  end
+  return decide_general(algo, params, key, ctx, cost, writes)
+end
+
 -- One part: keys[k .. k+n-1], limit strings args[a .. a+n-1]. Appends its
 -- answer to `reply` (a failure midway leaves elements the caller removes).
 local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
@@ -114,10 +134,8 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
   reply[m] = ctx.now
   if n == 1 then  -- the common case, without the tables of the general one
     local l = limit_of(args[a])
-    local d, plan = l.algo.decide(l.params, keys[k], ctx, cost, true)
-    reply[m + 1], reply[m + 2], reply[m + 3] = d.allowed, d.limit, d.remaining
-    reply[m + 4], reply[m + 5], reply[m + 6] = d.reset, d.retry, d.delay
-    if op == 'D' and plan and d.allowed == 1 then l.algo.save(l.params, keys[k], plan, ctx) end
+    reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4], reply[m + 5], reply[m + 6] =
+        decide_one(l.algo, l.params, keys[k], ctx, cost, op == 'D')
     return
   end
   local limits, plans = {}, {}
@@ -222,15 +240,19 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       local cost = cost_of(args[ops + 1])
       local l = limit_of(args[ops + 2])
       local algo, params, now, writes = l.algo, l.params, ctx.now, op == 'd'
+      local fast = algo.fast
       local m = reply_before
       for j = at_run, g - 1 do
         reply_before, next_run = m, j + 1
         if next_run == g then next_key, next_arg, next_run = k + g, after, 0 end
         local key = keys[k + j]
-        local d, plan = algo.decide(params, key, ctx, cost, true)
-        reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = now, d.allowed, d.limit, d.remaining
-        reply[m + 5], reply[m + 6], reply[m + 7] = d.reset, d.retry, d.delay
-        if writes and plan and d.allowed == 1 then algo.save(params, key, plan, ctx) end
+        local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
+        if fast then allowed, lim, r, t, y, w = fast(params, key, ctx, cost, writes) end
+        if allowed == nil then
+          allowed, lim, r, t, y, w = decide_general(algo, params, key, ctx, cost, writes)
+        end
+        reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = now, allowed, lim, r
+        reply[m + 5], reply[m + 6], reply[m + 7] = t, y, w
         m = m + 7
       end
       at_key, at_arg, at_run = k + g, after, 0

@@ -55,6 +55,40 @@ function fixed_window.decide(w, key, ctx, cost, reuse)
   return d, nil
 end
 
+-- The common case of decide and save, as gcra.fast: no debt, a cost within
+-- the limit.
+function fixed_window.fast(w, key, ctx, cost, writes)
+  local limit, period = w.limit, w.period
+  if cost > limit then return end
+  local now = ctx.now
+  local r = now % period
+  if r < 0 then r = r + period end
+  local window, count = (now - r) / period, 0
+  local s = call('GET', key)
+  if s then
+    local space = find(s, ' ', 1, true)
+    if space == nil then return end
+    local st_window, st_count = tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1))
+    if st_window == nil or st_count == nil or st_count < 0 or st_count > limit or
+       st_window > window then
+      return
+    end
+    -- A state of at most the limit is spent when its window ends.
+    if st_window == window then count = st_count end
+  end
+  local start = window * period
+  local used = count + cost
+  if used <= limit then
+    if writes and cost > 0 then
+      store_fresh(key, fmt2(window, used), start + period, ctx, w)
+    end
+    return 1, limit, limit - used, (used > 0) and (start + period - now) or 0, 0, 0
+  end
+  -- Denied: count + cost - limit is at most the limit, so the request fits
+  -- in the next window.
+  return 0, limit, limit - count, (count > 0) and (start + period - now) or 0, start + period - now, 0
+end
+
 function fixed_window.save(w, key, st, ctx)
   local fresh_at = nil
   if st.count > 0 then fresh_at = (st.window + windows_spanned(st.count, w.limit)) * w.period end

@@ -53,6 +53,52 @@ function token_bucket.decide(b, key, ctx, cost, reuse, floor_ticks)
   return d, nil
 end
 
+-- The common case of decide and save, as gcra.fast: tokens not below zero,
+-- counted at or before now, a cost within the burst.
+function token_bucket.fast(b, key, ctx, cost, writes)
+  local burst, per_us, per_token, cap = b.burst, b.per_us, b.per_token, b.cap
+  if cost > burst then return end
+  local now, used = ctx.now, 0
+  local s = call('GET', key)
+  if s then
+    local space = find(s, ' ', 1, true)
+    if space == nil then return end
+    local tokens, last = tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1))
+    if tokens == nil or last == nil or tokens < 0 or last > now then return end
+    local gap = now - last
+    if gap <= b.fill_us then
+      tokens = tokens + gap * per_us
+      if tokens < cap then used = cap - tokens end
+    end
+  end
+  local cost_ticks = cost * per_token
+  if used <= cap - cost_ticks then
+    local after = used + cost_ticks
+    local r = (cap - after) % per_token
+    if r < 0 then r = r + per_token end
+    local remaining = (cap - after - r) / per_token
+    local reset = 0
+    if after > 0 then
+      r = (after - 1) % per_us
+      if r < 0 then r = r + per_us end
+      reset = (after - 1 - r) / per_us + 1
+    end
+    if writes and cost > 0 then store_fresh(key, fmt2(cap - after, now), now + reset, ctx, b) end
+    return 1, burst, remaining, reset, 0, 0
+  end
+  -- Denied: used > 0 here.
+  local r = (cap - used) % per_token
+  if r < 0 then r = r + per_token end
+  local remaining = (cap - used - r) / per_token
+  r = (used - 1) % per_us
+  if r < 0 then r = r + per_us end
+  local reset = (used - 1 - r) / per_us + 1
+  local over = used - (cap - cost_ticks)  -- > 0
+  r = (over - 1) % per_us
+  if r < 0 then r = r + per_us end
+  return 0, burst, remaining, reset, (over - 1 - r) / per_us + 1, 0
+end
+
 function token_bucket.save(b, key, st, ctx)
   store_string(key, fmt2(st.tokens, st.last), tb_fresh_at(b, st), ctx, b)
 end
