@@ -1,5 +1,6 @@
 # Sourced by the benchmark scripts (bench/http/run.sh, bench/redis/run.sh,
-# bench/redis/serve.sh), from the repository's root: loopback ports.
+# bench/redis/serve.sh), from the repository's root: loopback ports, the
+# benchmark's redis-server, the Node peer.
 
 # A TCP port on 127.0.0.1 that nothing listens on now.
 free_port() {
@@ -41,4 +42,18 @@ stop_bench_redis() {
     wait "$REDIS_PID" 2>/dev/null || true
   fi
   rm -rf "${WORK:-}"
+}
+
+# The Node peer of the Redis benchmarks (rate-limiter-flexible over ioredis),
+# at the versions bench/redis/package.json pins, in bench/redis/node_modules
+# (ignored by git); node and npm from Debian when missing. Sets PEER_VERSIONS
+# ("<rate-limiter-flexible> <ioredis>").
+install_rlf_peer() {
+  local dir=bench/redis have
+  command -v node >/dev/null && command -v npm >/dev/null || sluice_install_deps nodejs npm
+  PEER_VERSIONS=$(node -e 'const p=require(process.argv[1]).dependencies; console.log(p["rate-limiter-flexible"], p.ioredis)' "$PWD/$dir/package.json")
+  have=$(cd "$dir" && node -e 'console.log(require("rate-limiter-flexible/package.json").version, require("ioredis/package.json").version)' 2>/dev/null || true)
+  if [[ "$PEER_VERSIONS" != "$have" ]]; then
+    timeout 300 npm install --prefix "$dir" --no-package-lock --no-audit --no-fund --silent
+  fi
 }

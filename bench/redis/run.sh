@@ -47,7 +47,6 @@ ALGORITHMS=${ALGORITHMS:-fixed_window gcra token_bucket sliding_window}
 
 source scripts/deps.sh
 sluice_install_deps redis-server redis-tools
-command -v node >/dev/null && command -v npm >/dev/null || sluice_install_deps nodejs npm
 
 BIN=${SLUICE_BENCH_REDIS:-build/release/bench/sluice_bench_redis}
 if [[ -z "${SKIP_BUILD:-}" && -z "${SLUICE_BENCH_REDIS:-}" ]]; then
@@ -55,18 +54,13 @@ if [[ -z "${SKIP_BUILD:-}" && -z "${SLUICE_BENCH_REDIS:-}" ]]; then
   timeout 900 cmake --build build/release --target sluice_bench_redis >/dev/null
 fi
 
-# The Node peer, at the versions package.json pins, in bench/redis/node_modules
-# (ignored by git).
-want=$(node -e 'const p=require(process.argv[1]).dependencies; console.log(p["rate-limiter-flexible"], p.ioredis)' "$HERE/package.json")
-have=$(cd "$HERE" && node -e 'console.log(require("rate-limiter-flexible/package.json").version, require("ioredis/package.json").version)' 2>/dev/null || true)
-if [[ "$want" != "$have" ]]; then
-  timeout 300 npm install --prefix "$HERE" --no-package-lock --no-audit --no-fund --silent
-fi
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-build/release/bench/redis-results/$STAMP}
 mkdir -p "$OUT"
-source bench/lib.sh  # start_bench_redis: PORT, REDIS_PID, WORK, RCLI
+source bench/lib.sh  # start_bench_redis: PORT, REDIS_PID, WORK, RCLI; install_rlf_peer
+install_rlf_peer     # PEER_VERSIONS
+want=$PEER_VERSIONS
 start_bench_redis
 
 # Load the library as redis-benchmark will call it, and check its name.

@@ -10,7 +10,14 @@
 #          p50 / p99 latency, non-2xx answers, Redis calls per decision (below
 #          1 when sluice coalesced the decisions in flight into one call) and
 #          redis-server's CPU time (user + system, /proc/PID/stat) per
-#          decision sent to Redis.
+#          decision sent to Redis. After each of these runs, on the same
+#          redis-server, rate-limiter-flexible's RateLimiterRedis (its fixed
+#          window) twice: in process (rlf_bench.js, 64 consume() calls in
+#          flight over the same KEYS) and behind HTTP (rlf_serve.js: a Node
+#          server answering the same POST /v1/check from the same wrk
+#          script), each with its redis-server CPU per consume(); the table
+#          gives sluice's CPU per decision over each (the target: at most
+#          0.5). Every run starts on an empty keyspace.
 #   abuse: one key hammered by 64 connections, under a limit of 100/10s
 #          (fixed_window and gcra). Reported: requests/s, how many were denied
 #          (429), the Redis calls they cost, per second and per 10-second
@@ -24,13 +31,14 @@
 # sluice_redis_denials_answered_total, sluice_http_responses_total{code}.
 # Every run is repeated ROUNDS times; the tables show medians.
 #
-# Usage: bench/redis/serve.sh                           # ~1.5 minutes
-#        DURATION=2 ROUNDS=1 bench/redis/serve.sh       # smoke run, ~40 s
+# Usage: bench/redis/serve.sh                           # ~4 minutes
+#        DURATION=2 ROUNDS=1 bench/redis/serve.sh       # smoke run, ~1.5 minutes
 # Variables: DURATION (5, seconds per wrk run), ROUNDS (2), KEYS (100000),
 #   ALGORITHMS ("fixed_window gcra token_bucket sliding_window"),
 #   ABUSE_ALGORITHMS ("fixed_window gcra"), OUT (the results folder),
 #   SLUICE (the binary: build/release/sluice, built when missing; another
-#   build's binary compares two versions).
+#   build's binary compares two versions), LINGER (store.redis.linger; unset:
+#   the default).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,7 +72,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-source bench/lib.sh  # free_port, wait_port
+source bench/lib.sh  # free_port, wait_port, install_rlf_peer
+install_rlf_peer     # PEER_VERSIONS
 
 # --- one redis-server for every run; persistence off: no fork mid-run ---
 REDIS_PORT=$(free_port)
@@ -79,6 +88,7 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
   echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS' bench/redis/serve.sh"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel $(uname -r)"
   echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t2 -c64 -d${DURATION}s"
+  echo "peer: rate-limiter-flexible ${PEER_VERSIONS% *}, ioredis ${PEER_VERSIONS#* }, node $(node --version), 64 in flight"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 } > "$OUT/machine.txt"
 
@@ -191,8 +201,53 @@ print(json.dumps(r))
 PY
 }
 
+# measure_peer ALGORITHM ROUND: the peer with 64 consume() calls in flight
+# for DURATION over KEYS keys, on an empty keyspace; its line (rlf_bench.js's
+# JSON and redis-server's CPU) to results.jsonl, as the case "peer" of the
+# sluice run it follows.
+measure_peer() {
+  local line cpu0 cpu1
+  "${RCLI[@]}" FLUSHALL >/dev/null
+  cpu0=$(redis_cpu_us)
+  line=$(timeout $((DURATION + 30)) node bench/redis/rlf_bench.js --port "$REDIS_PORT" \
+           --inflight 64 --keys "$KEYS" --seconds "$DURATION" --mode pass)
+  cpu1=$(redis_cpu_us)
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(case="peer", algorithm=sys.argv[2], round=int(sys.argv[3])); d["redis_cpu_us_per_decision"]=round(int(sys.argv[4]) / max(d["decisions"], 1), 3); print(json.dumps(d))' \
+    "$line" "$1" "$2" $((cpu1 - cpu0)) >> "$RESULTS"
+}
+
+# measure_peer_http ALGORITHM ROUND: the peer behind HTTP (rlf_serve.js),
+# driven by the same wrk script as sluice, on an empty keyspace; its line to
+# results.jsonl as the case "peer_http".
+measure_peer_http() {
+  local out="$WORK/rlf_serve.out" pid port cpu0 cpu1
+  : > "$out"
+  node bench/redis/rlf_serve.js --redis-port "$REDIS_PORT" --port 0 > "$out" 2>>"$OUT/rlf_serve.log" &
+  pid=$!
+  for _ in $(seq 200); do [[ -s "$out" ]] && break; sleep 0.05; done
+  port=$(head -1 "$out")
+  wait_port "$port"
+  "${RCLI[@]}" FLUSHALL >/dev/null
+  cpu0=$(redis_cpu_us)
+  timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
+    "http://127.0.0.1:$port/v1/check" > "$WORK/wrk_peer.txt" 2>&1
+  cpu1=$(redis_cpu_us)
+  kill -TERM "$pid"
+  timeout 30 tail --pid="$pid" -f /dev/null
+  wait "$pid" 2>/dev/null || true
+  timeout 10 python3 - "$1" "$2" "$WORK/wrk_peer.txt" "$(tail -1 "$out")" $((cpu1 - cpu0)) <<'PY' >> "$RESULTS"
+import json, re, sys
+alg, rnd, wrk_file, served, cpu = sys.argv[1:]
+text = open(wrk_file).read()
+decisions = json.loads(served)["decisions"]
+print(json.dumps({"case": "peer_http", "algorithm": alg, "round": int(rnd),
+                  "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)),
+                  "decisions": decisions,
+                  "redis_cpu_us_per_decision": round(int(cpu) / max(decisions, 1), 3)}))
+PY
+}
+
 # --- fleet: many keys, nothing denied, one sluice per algorithm ---
-"${RCLI[@]}" FLUSHALL >/dev/null
 for alg in $ALGORITHMS; do
   case $alg in
     token_bucket|gcra|leaky_bucket) limit="{algorithm: $alg, rate: 1000000000/s, burst: 1000000000}" ;;
@@ -200,7 +255,12 @@ for alg in $ALGORITHMS; do
   esac
   start_sluice "$alg" "$limit"
   write_lua fleet "$alg"
-  for round in $(seq "$ROUNDS"); do measure fleet "$alg" "$round"; done
+  for round in $(seq "$ROUNDS"); do
+    "${RCLI[@]}" FLUSHALL >/dev/null
+    measure fleet "$alg" "$round"
+    measure_peer "$alg" "$round"
+    measure_peer_http "$alg" "$round"
+  done
   stop_sluice
   echo "done fleet $alg" >&2
 done
@@ -227,13 +287,29 @@ med = lambda rs, f: statistics.median(r[f] for r in rs)
 print((out / "machine.txt").read_text().rstrip())
 print("\n## fleet: uniform keys, nothing denied (medians of", max(len(v) for v in runs.values()), "rounds)\n")
 print("| algorithm | keys | requests/s | p50 us | p99 us | non-2xx | Redis calls per decision "
-      "| redis-server CPU us per decision | Redis errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| redis-server CPU us per decision | peer in process: CPU us per consume() | CPU sluice / peer in process "
+      "| peer behind HTTP: requests/s | peer behind HTTP: CPU us per consume() | CPU sluice / peer behind HTTP "
+      "| Redis errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
+
+def against(rs, peer):
+    """The peer's median CPU per consume(), and sluice's CPU over it: median (per round)."""
+    if not peer:
+        return "- | -"
+    by_round = {r["round"]: r for r in peer}
+    ratios = [r["redis_cpu_us_per_decision"] / by_round[r["round"]]["redis_cpu_us_per_decision"]
+              for r in rs if r["round"] in by_round]
+    return (f"{med(peer, 'redis_cpu_us_per_decision'):.2f} | **{statistics.median(ratios):.2f}** "
+            f"({', '.join(f'{x:.2f}' for x in ratios)})")
+
 for (case, alg), rs in runs.items():
     if case == "fleet":
+        http = runs.get(("peer_http", alg), [])
+        http_rate = f"{med(http, 'requests_per_s'):.0f}" if http else "-"
         print(f"| {alg} | {rs[0]['keys']} | {med(rs, 'requests_per_s'):.0f} | {med(rs, 'p50_us'):.0f} "
               f"| {med(rs, 'p99_us'):.0f} | {med(rs, 'non_2xx'):.0f} | {med(rs, 'calls_per_decision'):.3f} "
-              f"| {med(rs, 'redis_cpu_us_per_decision'):.2f} | {med(rs, 'redis_errors'):.0f} |")
+              f"| {med(rs, 'redis_cpu_us_per_decision'):.2f} | {against(rs, runs.get(('peer', alg), []))} "
+              f"| {http_rate} | {against(rs, http)} | {med(rs, 'redis_errors'):.0f} |")
 print("\n## abuse: one key, limit 100/10s\n")
 print("| algorithm | requests/s | requests | denied (429) | allowed (200) | Redis calls "
       "| decisions sent to Redis | denials answered locally | Redis calls/s "
