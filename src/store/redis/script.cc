@@ -251,8 +251,17 @@ absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
                                    parts.size(), " (reply element ", i, " of ", reply.elements,
                                    ") ", what));
   };
+  // A call with short parts ends with their time.
+  size_t end = reply.elements;
+  int64_t call_now = 0;
+  if (std::any_of(parts.begin(), parts.end(), [](const CallPart* p) { return p->short_form; })) {
+    if (end == 0 || reply.element[end - 1]->type != REDIS_REPLY_INTEGER) {
+      return absl::InternalError("the sluice function's answer does not end with its time");
+    }
+    call_now = reply.element[--end]->integer;
+  }
   for (const CallPart* part : parts) {
-    if (i >= reply.elements) return shape_error("is missing");
+    if (i >= end) return shape_error("is missing");
     const redisReply& head = *reply.element[i];
     if (head.type == REDIS_REPLY_STRING || head.type == REDIS_REPLY_STATUS ||
         head.type == REDIS_REPLY_ERROR) {
@@ -261,12 +270,32 @@ absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
       ++i;
       continue;
     }
-    const size_t count = 1 + size_t{part->decisions} * 6;
-    if (i + count > reply.elements) return shape_error("is cut short");
+    const size_t count = part->short_form ? 4 : 1 + size_t{part->decisions} * 6;
+    if (i + count > end) return shape_error("is cut short");
     for (size_t j = i; j < i + count; ++j) {
       if (reply.element[j]->type != REDIS_REPLY_INTEGER) return shape_error("is not integers");
     }
     auto at = [&](size_t j) -> int64_t { return reply.element[i + j]->integer; };
+    if (part->short_form) {
+      // code, limit, remaining, reset_after_us; code: the delay (>= 0) when
+      // allowed, -2 - retry_after_us when denied (-1: never).
+      const int64_t code = at(0);
+      if (code < -(int64_t{1} << 62) || at(3) < 0) {
+        return shape_error(Cat("has a malformed decision (code ", code, ")"));
+      }
+      Decision d;
+      d.allowed = code >= 0;
+      d.limit = at(1);
+      d.remaining = at(2);
+      d.reset_after = Duration::Micros(at(3));
+      d.retry_after = code >= 0    ? Duration::Zero()
+                      : code == -1 ? Duration::Infinite()
+                                   : Duration::Micros(-code - 2);
+      d.delay = Duration::Micros(std::max<int64_t>(code, 0));
+      results.push_back(ScriptResult{.now = Time::FromUnixMicros(call_now), .decisions = {d}});
+      i += count;
+      continue;
+    }
     ScriptResult result;
     result.now = Time::FromUnixMicros(at(0));
     result.decisions.reserve(part->decisions);
@@ -290,9 +319,10 @@ absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
     results.push_back(std::move(result));
     i += count;
   }
-  if (i != reply.elements) {
+  if (i != end) {
     return absl::InternalError(Cat("the sluice function answered ", reply.elements,
-                                   " elements for ", parts.size(), " parts; expected ", i));
+                                   " elements for ", parts.size(), " parts; expected ",
+                                   i + (reply.elements - end)));
   }
   return results;
 }

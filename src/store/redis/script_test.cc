@@ -193,7 +193,9 @@ CallPart PartOf(ScriptOp op, size_t limits) {
 }
 
 TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
-  // A part of two limits, a refund, a failed part, a part of one limit.
+  // A part of two limits, a refund, a failed part, a short part of one
+  // limit (code, limit, remaining, reset; code -2 - retry: a denial), then
+  // the call's time, which the short part takes.
   std::vector<redisReply> items = {Integer(1704067200000000),
                                    Integer(1),
                                    Integer(20),
@@ -209,13 +211,11 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
                                    Integer(0),
                                    Integer(1704067200000000),
                                    String("WRONGTYPE Operation against a key"),
-                                   Integer(1704067200000000),
-                                   Integer(0),
+                                   Integer(-32),
                                    Integer(5),
                                    Integer(0),
                                    Integer(30),
-                                   Integer(30),
-                                   Integer(0)};
+                                   Integer(1704067200000123)};
   std::vector<redisReply*> pointers;
   for (redisReply& r : items) pointers.push_back(&r);
   redisReply array{};
@@ -240,8 +240,29 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
   EXPECT_TRUE((*results)[1]->decisions.empty());
   EXPECT_EQ((*results)[2].status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT((*results)[2].status().message(), HasSubstr("WRONGTYPE"));
-  ASSERT_TRUE((*results)[3].ok());
-  EXPECT_EQ((*results)[3]->decisions[0].retry_after, Duration::Micros(30));
+  const absl::StatusOr<ScriptResult>& short_part = (*results)[3];
+  ASSERT_TRUE(short_part.ok()) << short_part.status();
+  EXPECT_EQ(short_part->now, Time::FromUnixMicros(1704067200000123));
+  ASSERT_EQ(short_part->decisions.size(), 1u);
+  EXPECT_FALSE(short_part->decisions[0].allowed);
+  EXPECT_EQ(short_part->decisions[0].limit, 5);
+  EXPECT_EQ(short_part->decisions[0].reset_after, Duration::Micros(30));
+  EXPECT_EQ(short_part->decisions[0].retry_after, Duration::Micros(30));
+  EXPECT_EQ(short_part->decisions[0].delay, Duration::Zero());
+  // The short code's other cases: never, and allowed with a delay.
+  items[items.size() - 5].integer = -1;
+  EXPECT_TRUE((*ParseCallReply(array, parts))[3]->decisions[0].can_never_pass());
+  items[items.size() - 5].integer = 7;
+  {
+    const Decision d = (*ParseCallReply(array, parts))[3]->decisions[0];
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.delay, Duration::Micros(7));
+    EXPECT_EQ(d.retry_after, Duration::Zero());
+  }
+  // Without the call's time at the end: Internal.
+  items.back().type = REDIS_REPLY_NIL;
+  EXPECT_EQ(ParseCallReply(array, parts).status().code(), absl::StatusCode::kInternal);
+  items.back().type = REDIS_REPLY_INTEGER;
   // One element short or too many, or a malformed field: Internal.
   array.elements -= 1;
   EXPECT_EQ(ParseCallReply(array, parts).status().code(), absl::StatusCode::kInternal);

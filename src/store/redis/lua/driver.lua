@@ -32,9 +32,12 @@
 --
 -- Reply, part after part: the part's now_us followed, for D, C, L and N, by six
 -- integers per limit: allowed (0/1), limit, remaining, reset_after_us,
--- retry_after_us (-1: never), delay_us. A part that fails (a key holding
--- another type, a malformed state) is one error string instead; the parts
--- before and after it are decided as usual.
+-- retry_after_us (-1: never), delay_us. A short part (d, c) answers four:
+-- code, limit, remaining, reset_after_us, where code is delay_us (>= 0)
+-- when allowed and -2 - retry_after_us when denied (-1: never); a call with
+-- short parts ends with its now_us, theirs. A part that fails (a key
+-- holding another type, a malformed state) is one error string instead;
+-- the parts before and after it are decided as usual.
 
 local ALGORITHMS = {
   tb = load_token_bucket(), gc = load_gcra(), lp = load_leaky_police(), ls = load_leaky_shape(),
@@ -187,6 +190,8 @@ local at_key, at_arg, at_run, reply_before, next_key, next_arg, next_run
 local call_ctx
 -- A call whose arguments do not form parts fails as a whole.
 local malformed
+-- Whether the call has short parts: its reply then ends with its time.
+local short_parts
 
 -- Runs the parts from (at_key, at_arg) to the last, each appending its
 -- answer to `reply`. Parts at Redis' time in the short form (one limit, the
@@ -223,6 +228,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
     end
     if g then
       -- Short parts at Redis' time, one limit and one key each.
+      short_parts = true
       if ops + 2 > nargs or k + g - 1 > nkeys then
         malformed_part(a)
         return
@@ -251,9 +257,18 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         if allowed == nil then
           allowed, lim, r, t, y, w = decide_general(algo, params, key, ctx, cost, writes)
         end
-        reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = now, allowed, lim, r
-        reply[m + 5], reply[m + 6], reply[m + 7] = t, y, w
-        m = m + 7
+        -- The short answer: allowed, retry and delay in one integer (an
+        -- allowed decision never has a retry, a denial never a delay).
+        local code
+        if allowed == 1 then
+          if y ~= 0 then error('sluice: an allowed decision with a retry_after') end
+          code = w
+        else
+          if w ~= 0 then error('sluice: a denial with a delay') end
+          code = -y - 2
+        end
+        reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = code, lim, r, t
+        m = m + 4
       end
       at_key, at_arg, at_run = k + g, after, 0
     elseif op == 'D' or op == 'C' or op == 'R' or op == 'L' or op == 'N' or op == 'G' then
@@ -287,7 +302,7 @@ local function decide(keys, args)
   local reply = {}
   local nargs, nkeys = #args, #keys
   if nargs == 0 then error('sluice: a call with no part') end
-  at_key, at_arg, at_run, call_ctx, malformed = 1, 1, 0, nil, nil
+  at_key, at_arg, at_run, call_ctx, malformed, short_parts = 1, 1, 0, nil, nil, false
   -- One protected run for the whole call; a part that fails (an error()
   -- or a failing redis.call) is answered with its message, and the run
   -- resumes at the part after it.
@@ -302,6 +317,7 @@ local function decide(keys, args)
   if at_key - 1 ~= nkeys then
     error('sluice: ' .. nkeys .. ' keys for parts that name ' .. (at_key - 1))
   end
+  if short_parts then reply[#reply + 1] = call_ctx and call_ctx.now or 0 end
   return reply
 end
 
