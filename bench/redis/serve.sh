@@ -96,6 +96,10 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
 redis_cpu_us() {
   awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000000 / hz) }' "/proc/$REDIS_PID/stat"
 }
+# Redis' own time inside FCALL so far (INFO commandstats), in microseconds.
+fcall_us() {
+  "${RCLI[@]}" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:.*,usec=\([0-9]*\),.*/\1/p' | grep . || echo 0
+}
 # sluice's counters now, as one JSON object: sums over labels, and the main
 # listener's responses by code (the admin listener counts these fetches).
 metrics() {  # $1 admin port
@@ -161,17 +165,17 @@ RESULTS="$OUT/results.jsonl"
 # measure CASE ALGORITHM ROUND: one wrk run against the running sluice; its
 # line (wrk's numbers, the metric deltas, redis-server's CPU) to results.jsonl.
 measure() {
-  local m0 m1 cpu0 cpu1
-  m0=$(metrics "$SLUICE_ADMIN"); cpu0=$(redis_cpu_us)
+  local m0 m1 cpu0 cpu1 f0 f1
+  m0=$(metrics "$SLUICE_ADMIN"); f0=$(fcall_us); cpu0=$(redis_cpu_us)
   timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
     "http://127.0.0.1:$SLUICE_PORT/v1/check" > "$WORK/wrk.txt" 2>&1
-  cpu1=$(redis_cpu_us); m1=$(metrics "$SLUICE_ADMIN")
+  cpu1=$(redis_cpu_us); f1=$(fcall_us); m1=$(metrics "$SLUICE_ADMIN")
   # non_2xx: wrk's count; http_codes: sluice's own, which also counts the
   # answers still in flight when wrk stopped.
   timeout 10 python3 - "$1" "$2" "$3" "$WORK/wrk.txt" "$m0" "$m1" $((cpu1 - cpu0)) \
-      "$DURATION" "$ABUSE_PERIOD_S" "$KEYS" <<'PY' >> "$RESULTS"
+      "$DURATION" "$ABUSE_PERIOD_S" "$KEYS" $((f1 - f0)) <<'PY' >> "$RESULTS"
 import json, re, sys
-case, alg, rnd, wrk_file, m0, m1, cpu, duration, period, keys = sys.argv[1:]
+case, alg, rnd, wrk_file, m0, m1, cpu, duration, period, keys, fcall = sys.argv[1:]
 text = open(wrk_file).read()
 m0, m1, cpu, duration, period = json.loads(m0), json.loads(m1), int(cpu), float(duration), float(period)
 d = lambda k: int(m1.get(k, 0) - m0.get(k, 0))
@@ -196,7 +200,8 @@ r = {"case": case, "algorithm": alg, "round": int(rnd), "seconds": duration,
      "calls_per_decision": round(calls / max(decisions, 1), 4),
      "redis_calls_per_s": round(calls / duration, 1),
      "redis_calls_per_period": round(calls / duration * period, 1),
-     "redis_cpu_us": cpu, "redis_cpu_us_per_decision": round(cpu / max(decisions, 1), 3)}
+     "redis_cpu_us": cpu, "redis_cpu_us_per_decision": round(cpu / max(decisions, 1), 3),
+     "fcall_us_per_decision": round(int(fcall) / max(decisions, 1), 3)}
 print(json.dumps(r))
 PY
 }
@@ -287,10 +292,10 @@ med = lambda rs, f: statistics.median(r[f] for r in rs)
 print((out / "machine.txt").read_text().rstrip())
 print("\n## fleet: uniform keys, nothing denied (medians of", max(len(v) for v in runs.values()), "rounds)\n")
 print("| algorithm | keys | requests/s | p50 us | p99 us | non-2xx | Redis calls per decision "
-      "| redis-server CPU us per decision | peer in process: CPU us per consume() | CPU sluice / peer in process "
+      "| redis-server CPU us per decision | of which inside FCALL | peer in process: CPU us per consume() | CPU sluice / peer in process "
       "| peer behind HTTP: requests/s | peer behind HTTP: CPU us per consume() | CPU sluice / peer behind HTTP "
       "| Redis errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
 
 def against(rs, peer):
     """The peer's median CPU per consume(), and sluice's CPU over it: median (per round)."""
@@ -308,7 +313,8 @@ for (case, alg), rs in runs.items():
         http_rate = f"{med(http, 'requests_per_s'):.0f}" if http else "-"
         print(f"| {alg} | {rs[0]['keys']} | {med(rs, 'requests_per_s'):.0f} | {med(rs, 'p50_us'):.0f} "
               f"| {med(rs, 'p99_us'):.0f} | {med(rs, 'non_2xx'):.0f} | {med(rs, 'calls_per_decision'):.3f} "
-              f"| {med(rs, 'redis_cpu_us_per_decision'):.2f} | {against(rs, runs.get(('peer', alg), []))} "
+              f"| {med(rs, 'redis_cpu_us_per_decision'):.2f} | {med(rs, 'fcall_us_per_decision'):.2f} "
+              f"| {against(rs, runs.get(('peer', alg), []))} "
               f"| {http_rate} | {against(rs, http)} | {med(rs, 'redis_errors'):.0f} |")
 print("\n## abuse: one key, limit 100/10s\n")
 print("| algorithm | requests/s | requests | denied (429) | allowed (200) | Redis calls "
