@@ -248,6 +248,32 @@ local function bucket_decide(b, used, cost)
   return d, false, used
 end
 
+-- bucket_decide for the fast paths (gcra.fast, token_bucket.fast): `used`
+-- within the capacity, a cost within the burst; locals only, no decision
+-- table. Returns allowed (0/1), remaining, reset_after, retry_after and the
+-- ticks in use after the decision.
+local function bucket_fast(used, cost_ticks, cap, per_us, per_token)
+  local after, retry = used, 0
+  if used <= cap - cost_ticks then
+    after = used + cost_ticks
+  else
+    local over = used - (cap - cost_ticks)  -- > 0
+    local r = (over - 1) % per_us
+    if r < 0 then r = r + per_us end
+    retry = (over - 1 - r) / per_us + 1
+  end
+  local r = (cap - after) % per_token
+  if r < 0 then r = r + per_token end
+  local remaining = (cap - after - r) / per_token
+  local reset = 0
+  if after > 0 then
+    r = (after - 1) % per_us
+    if r < 0 then r = r + per_us end
+    reset = (after - 1 - r) / per_us + 1
+  end
+  return (retry == 0) and 1 or 0, remaining, reset, retry, after
+end
+
 -- ---- debt (op G, a charge whether or not it fits: src/algorithm/bucket_math.h) ----
 
 -- `used` after a charge of `cost` whether or not it fits, up to max_used;

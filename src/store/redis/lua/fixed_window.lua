@@ -61,9 +61,7 @@ function fixed_window.fast(w, key, ctx, cost, writes)
   local limit, period = w.limit, w.period
   if cost > limit then return end
   local now = ctx.now
-  local r = now % period
-  if r < 0 then r = r + period end
-  local window, count = (now - r) / period, 0
+  local window, count = floordiv(now, period), 0
   local s = call('GET', key)
   if s then
     local space = find(s, ' ', 1, true)

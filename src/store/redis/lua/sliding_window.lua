@@ -110,9 +110,7 @@ function sliding_window.fast(w, key, ctx, cost, writes)
   local limit, period = w.limit, w.period
   if cost > limit then return end
   local now = ctx.now
-  local r = now % period
-  if r < 0 then r = r + period end
-  local index = (now - r) / period
+  local index = floordiv(now, period)
   local prev, curr = 0, 0
   local s = call('GET', key)
   if s then
@@ -137,7 +135,7 @@ function sliding_window.fast(w, key, ctx, cost, writes)
   local elapsed = now - start  -- below the period
   if prev * elapsed >= 2 * TWO52 then return end
   local pe = prev * elapsed
-  r = pe % period
+  local r = pe % period
   if r < 0 then r = r + period end
   local F = (pe - r) / period
   local after = curr + cost

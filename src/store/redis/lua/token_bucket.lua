@@ -71,32 +71,12 @@ function token_bucket.fast(b, key, ctx, cost, writes)
       if tokens < cap then used = cap - tokens end
     end
   end
-  local cost_ticks = cost * per_token
-  if used <= cap - cost_ticks then
-    local after = used + cost_ticks
-    local r = (cap - after) % per_token
-    if r < 0 then r = r + per_token end
-    local remaining = (cap - after - r) / per_token
-    local reset = 0
-    if after > 0 then
-      r = (after - 1) % per_us
-      if r < 0 then r = r + per_us end
-      reset = (after - 1 - r) / per_us + 1
-    end
-    if writes and cost > 0 then store_fresh(key, fmt2(cap - after, now), now + reset, ctx, b) end
-    return 1, burst, remaining, reset, 0, 0
+  local allowed, remaining, reset, retry, after =
+      bucket_fast(used, cost * per_token, cap, per_us, per_token)
+  if allowed == 1 and writes and cost > 0 then
+    store_fresh(key, fmt2(cap - after, now), now + reset, ctx, b)
   end
-  -- Denied: used > 0 here.
-  local r = (cap - used) % per_token
-  if r < 0 then r = r + per_token end
-  local remaining = (cap - used - r) / per_token
-  r = (used - 1) % per_us
-  if r < 0 then r = r + per_us end
-  local reset = (used - 1 - r) / per_us + 1
-  local over = used - (cap - cost_ticks)  -- > 0
-  r = (over - 1) % per_us
-  if r < 0 then r = r + per_us end
-  return 0, burst, remaining, reset, (over - 1 - r) / per_us + 1, 0
+  return allowed, burst, remaining, reset, retry, 0
 end
 
 function token_bucket.save(b, key, st, ctx)
