@@ -1,6 +1,6 @@
-# Sourced by the benchmark scripts (bench/http/run.sh, bench/redis/run.sh,
-# bench/redis/serve.sh), from the repository's root: loopback ports, the
-# benchmark's redis-server, the Node peer.
+# Sourced by the benchmark scripts (bench/http/run.sh, bench/redis/*.sh,
+# bench/grpc/*.sh), from the repository's root: loopback ports, the
+# benchmark's redis-server, the Node peer, the gRPC benchmarks' rules.
 
 # A TCP port on 127.0.0.1 that nothing listens on now.
 free_port() {
@@ -56,4 +56,19 @@ install_rlf_peer() {
   if [[ "$PEER_VERSIONS" != "$have" ]]; then
     timeout 300 npm install --prefix "$dir" --no-package-lock --no-audit --no-fund --silent
   fi
+}
+
+# The Envoy rules of the gRPC benchmarks (bench/grpc/run.sh, vs_http.sh), as
+# YAML: domain `bench`, descriptor `pass` (a rate nobody reaches) and `deny`
+# (1 a minute).
+bench_envoy_rules() {
+  cat <<'CONF'
+envoy:
+  - domain: bench
+    descriptors:
+      - key: pass
+        rate_limit: {unit: second, requests_per_unit: 1000000000}
+      - key: deny
+        rate_limit: {unit: minute, requests_per_unit: 1}
+CONF
 }

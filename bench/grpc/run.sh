@@ -41,6 +41,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+source bench/lib.sh  # bench_envoy_rules
 STORE_YAML="{memory: {max_keys: 2000000}}"
 if [ "${STORE:-memory}" = redis ]; then
   # The same rules, global, on a redis-server of this script's own.
@@ -56,13 +57,7 @@ if [ -z "$CONFIG" ]; then
 server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0, threads: $THREADS}
 store: $STORE_YAML
 grpc: {listen: 127.0.0.1:0}
-envoy:
-  - domain: bench
-    descriptors:
-      - key: pass
-        rate_limit: {unit: second, requests_per_unit: 1000000000}
-      - key: deny
-        rate_limit: {unit: minute, requests_per_unit: 1}
+$(bench_envoy_rules)
 CONF
 fi
 

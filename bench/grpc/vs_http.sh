@@ -34,7 +34,7 @@ if [[ ! -x "$SLUICE" ]]; then
   timeout 900 cmake --preset release >/dev/null
   timeout 900 cmake --build build/release --target sluice >/dev/null
 fi
-source bench/lib.sh  # free_port, wait_port
+source bench/lib.sh  # free_port, wait_port, bench_envoy_rules
 
 WORK=$(mktemp -d)
 SLUICE_PID=""
@@ -48,13 +48,7 @@ PORT=$(free_port) ADMIN=$(free_port) GRPC=$(free_port)
 cat > "$WORK/sluice.yaml" <<CONF
 server: {listen: 127.0.0.1:$PORT, admin: 127.0.0.1:$ADMIN, threads: $THREADS}
 grpc: {listen: 127.0.0.1:$GRPC}
-envoy:
-  - domain: bench
-    descriptors:
-      - key: pass
-        rate_limit: {unit: second, requests_per_unit: 1000000000}
-      - key: deny
-        rate_limit: {unit: minute, requests_per_unit: 1}
+$(bench_envoy_rules)
 policies:
   - name: pass
     limits: [{algorithm: fixed_window, rate: 1000000000/s}]
