@@ -6,6 +6,7 @@
 //
 // Families (names as printed by Google Benchmark, less /min_time:...):
 //   BM_CasLoop, BM_ClockNow, BM_MemoryChase      baselines
+//   BM_SharedCasLoop/threads:N                   one word CASed by every thread
 //   BM_Decide/<algorithm>                        pure Decide, time passed in
 //   BM_StoreHotKey/<algorithm>/threads:N         one key for all threads
 //   BM_LimiterHotKey/gcra/threads:N              Limiter::Acquire, one limit, one key
@@ -83,6 +84,21 @@ void BM_CasLoop(benchmark::State& st) {
     }
   }
   benchmark::DoNotOptimize(word.load(std::memory_order_relaxed));
+  st.SetItemsProcessed(st.iterations());
+}
+
+// The floor of any hot-key update from several threads: every thread CASes
+// ONE shared word (value+1), so each update needs the word's cache line in
+// its core; with 2 threads the line moves between the cores. Real time per
+// update, over all threads.
+std::atomic<int64_t> shared_word{0};
+void BM_SharedCasLoop(benchmark::State& st) {
+  for (auto _ : st) {
+    int64_t seen = shared_word.load(std::memory_order_relaxed);
+    while (!shared_word.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel,
+                                              std::memory_order_relaxed)) {
+    }
+  }
   st.SetItemsProcessed(st.iterations());
 }
 
@@ -541,6 +557,7 @@ benchmark::internal::Benchmark* Register(const std::string& name, Args&&... args
 
 void RegisterAll() {
   Register("BM_CasLoop", BM_CasLoop);
+  Threads12(Register("BM_SharedCasLoop", BM_SharedCasLoop));
   Register("BM_ClockNow", BM_ClockNow);
   Register("BM_CoarseClockNow", BM_CoarseClockNow);
   Register("BM_MemoryChase", BM_MemoryChase);
