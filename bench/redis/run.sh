@@ -19,7 +19,9 @@
 # the calls per decision that Redis counted (INFO commandstats: FCALL or
 # EVALSHA + EVAL calls / decisions; below 1 when sluice coalesced several
 # decisions into one call) and redis-server's own CPU time (user + system,
-# /proc/PID/stat) over each run divided by the decisions.
+# /proc/PID/stat) over each run divided by the decisions. With 1 in B_INFLIGHT
+# or A_DEPTHS it also measures the floor of one decision in flight: a bare
+# PING, one at a time (redis-benchmark -c 1 -P 1 -t ping).
 #
 # Usage: bench/redis/run.sh              # ~5 minutes
 #        QUICK=1 bench/redis/run.sh      # smoke run, ~20 s: 1 key, 1 round of 1 s
@@ -174,6 +176,19 @@ for keys in $KEYS; do
     done
   done
 done
+
+# The floor of one decision in flight: a bare PING, one at a time, on the
+# same redis-server (no script, no client library), ROUNDS times. No client
+# making one round trip per decision can go faster.
+if [[ " $B_INFLIGHT " == *" 1 "* || " $A_DEPTHS " == *" 1 "* ]]; then
+  for round in $(seq "$ROUNDS"); do
+    timeout $((DURATION * 10 + 30)) redis-benchmark -p "$PORT" -c 1 -P 1 -t ping \
+      -n $((25000 * ${DURATION%.*})) --csv | tail -1 |
+      python3 -c 'import csv, json, sys; r = next(csv.reader(sys.stdin)); print(json.dumps({"case": "floor-ping-depth1", "side": "redis-benchmark PING", "decisions_per_s": float(r[1])}))' \
+      >> "$OUT/floor.jsonl"
+  done
+  echo "done floor-ping-depth1" >&2
+fi
 
 python3 "$HERE/summarize.py" "$OUT" | tee "$OUT/summary.md"
 echo "results: $OUT" >&2

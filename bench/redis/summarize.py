@@ -72,6 +72,20 @@ def main():
               f"{med(peer, 'redis_us_per_decision'):.1f} "
               f"| {s_cpu:.1f}, {p_cpu:.1f} | {s_cpu / max(p_cpu, 1e-9):.2f} "
               f"| {errors} | {load:.1f} |")
+    floor_file = out / "floor.jsonl"
+    if floor_file.exists():
+        pings = [json.loads(l)["decisions_per_s"] for l in floor_file.read_text().splitlines()]
+        peers = [r["decisions_per_s"] for c in order if c.startswith("B-inflight1-")
+                 for r in runs[c]["rlf"]]
+        line = (f"\nThe floor at 1 in flight, same redis-server: a bare PING one at a time "
+                f"(redis-benchmark -c 1 -P 1 -t ping), {statistics.median(pings):,.0f}/s "
+                f"(median of {len(pings)}; {min(pings):,.0f}..{max(pings):,.0f})")
+        if peers:
+            peer = statistics.median(peers)
+            line += (f"; rate-limiter-flexible at 1 in flight {peer:,.0f}/s: the floor is "
+                     f"{statistics.median(pings) / peer:.2f}x the peer, so no client that makes "
+                     f"one round trip per decision can be more than {statistics.median(pings) / peer:.2f}x the peer")
+        print(line + ".")
     print()
     print(f"rounds: {max(len(s['sluice']) for s in runs.values())}; "
           "allowed fraction (sluice, median): " + ", ".join(
