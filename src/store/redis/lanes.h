@@ -122,7 +122,7 @@ class Lanes {
       Take(l, now, out, expired);
       if (!out.empty()) ++l.in_flight;
     }
-    if (l.in_flight == 0 && l.queue.empty() && Clock::now() >= l.hot_until) lanes_.erase(it);
+    if (l.in_flight == 0 && l.queue.empty() && now >= l.hot_until) lanes_.erase(it);
     return out;
   }
 

@@ -79,7 +79,7 @@ local function decide_general(algo, params, key, ctx, cost, writes)
 end
 
 -- The same, by the algorithm's fast path where it has one (gcra,
--- token_bucket, fixed_window) and the case is common.
+-- token_bucket, fixed_window, sliding_window) and the case is common.
 local function decide_one(algo, params, key, ctx, cost, writes)
   local fast = algo.fast
   if fast then
@@ -245,12 +245,14 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       local ctx = time_ctx()
       local cost = cost_of(args[ops + 1])
       local l = limit_of(args[ops + 2])
-      local algo, params, now, writes = l.algo, l.params, ctx.now, op == 'd'
+      local algo, params, writes = l.algo, l.params, op == 'd'
       local fast = algo.fast
       local m = reply_before
       for j = at_run, g - 1 do
         reply_before, next_run = m, j + 1
         if next_run == g then next_key, next_arg, next_run = k + g, after, 0 end
+        -- decide_one written out: one Lua call fewer a decision, about 700
+        -- of its ~30,000 instructions in Redis (callgrind).
         local key = keys[k + j]
         local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
         if fast then allowed, lim, r, t, y, w = fast(params, key, ctx, cost, writes) end

@@ -82,9 +82,9 @@ function fixed_window.fast(w, key, ctx, cost, writes)
     end
     return 1, limit, limit - used, (used > 0) and (start + period - now) or 0, 0, 0
   end
-  -- Denied: count + cost - limit is at most the limit, so the request fits
-  -- in the next window.
-  return 0, limit, limit - count, (count > 0) and (start + period - now) or 0, start + period - now, 0
+  -- Denied: count > 0, and count + cost - limit is at most the limit, so
+  -- the window resets, and the request fits, at the next window.
+  return 0, limit, limit - count, start + period - now, start + period - now, 0
 end
 
 function fixed_window.save(w, key, st, ctx)
