@@ -83,7 +83,14 @@ void ConfigSource::Loop() {
     std::vector<std::string> asked = std::move(asked_);
     asked_.clear();
     lock.unlock();
-    for (const std::string& why : asked) Load(why);
+    if (!asked.empty()) {
+      // A reload asked for reads the file as it is now: the watcher must not
+      // load the same change a second time. The stamp is taken before the
+      // read, so a write during it is still seen.
+      last = StampOf(path_);
+      changed.reset();
+      for (const std::string& why : asked) Load(why);
+    }
     const Stamp now = StampOf(path_);
     if (now == last || now.first == 0) {
       changed.reset();

@@ -8,7 +8,9 @@
 // The file is watched by polling its stamp (mtime, size) every 250 ms; a
 // change is loaded once the stamp has held still for one poll, so a file
 // caught halfway through an editor's rewrite is not read. An empty file is
-// refused. Reloads run one at a time, off the event loops.
+// refused. A reload asked for (SIGHUP) counts as having read the file: the
+// watcher does not load the same change again. Reloads run one at a time, off
+// the event loops.
 //
 // Thread-safety: Reload and Stop from any thread; the rest from one.
 //

@@ -103,6 +103,21 @@ TEST_F(ConfigSourceTest, AChangedFileIsLoadedOnceItHoldsStill) {
   EXPECT_EQ(applied_, std::vector<size_t>{2});
 }
 
+TEST_F(ConfigSourceTest, AChangeReloadedOnRequestIsNotLoadedAgainByTheWatcher) {
+  Write(kOne);
+  auto source = ConfigSource::Open(path_);
+  ASSERT_TRUE(source.ok());
+  Start(**source);
+  Write(kTwo);  // another size: the watcher would see it
+  (*source)->Reload("test");
+  ASSERT_TRUE(WaitFor(1));
+  // Four polls: the watcher would have loaded the change by now.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  (*source)->Stop();
+  EXPECT_EQ(applied_, std::vector<size_t>{2});
+  EXPECT_EQ(Reloads("success"), 1);
+}
+
 TEST_F(ConfigSourceTest, AnInvalidOrRefusedConfigChangesNothingAndIsCounted) {
   Write(kOne);
   auto source = ConfigSource::Open(path_);
