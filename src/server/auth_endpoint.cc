@@ -25,7 +25,8 @@ Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
     applying = set.Matching(facts);
   }
   std::vector<policy::Applied> applied;
-  const policy::Verdict verdict = co_await EvaluateRequest(ctx, applying, facts, "", applied);
+  ApplyPolicies(ctx, applying, facts, "", applied);
+  const policy::Verdict verdict = co_await DecideTimed(ctx, applied);
   if (!verdict.error.ok()) {
     co_return HttpAnswer::Problem(400, "bad request", std::string(verdict.error.message()));
   }

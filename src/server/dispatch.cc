@@ -21,7 +21,7 @@ bool ServesDecisions(Listener listener, const Config& config) {
 
 }  // namespace
 
-Task<Response> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener) {
+Task<Reply> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener) {
   const Config& config = ctx.set->config();
   const std::string_view path = TargetPath(View(req.target()));
   const bool lease_path = path == "/v1/acquire" || path == "/v1/renew" || path == "/v1/release";
@@ -51,17 +51,15 @@ Task<Response> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, 
       if (path.size() > 9) policy = path.substr(9);
       answer = co_await AuthEndpoint(ctx, facts, policy);
     }
-    co_return ToResponse(std::move(answer), req);
+    co_return answer;
   }
   if (listener == Listener::kDecision) {
-    co_return ToResponse(
-        HttpAnswer::Problem(404, "not found",
-                            "the decision listener serves POST /v1/check, /v1/settle, "
-                            "/v1/acquire, /v1/renew, /v1/release and /v1/auth/{policy}"),
-        req);
+    co_return HttpAnswer::Problem(404, "not found",
+                                  "the decision listener serves POST /v1/check, /v1/settle, "
+                                  "/v1/acquire, /v1/renew, /v1/release and /v1/auth/{policy}");
   }
-  Response res = co_await Gateway(ctx, req, peer_ip);
-  co_return res;
+  Reply reply = co_await Gateway(ctx, req, peer_ip);
+  co_return reply;
 }
 
 }  // namespace sluice::server

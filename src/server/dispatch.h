@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "server/http.h"
 #include "server/loop.h"
+#include "server/wire.h"
 
 namespace sluice::server {
 
@@ -19,7 +19,7 @@ enum class Listener { kGateway, kDecision, kAdmin };
 inline constexpr int kListeners = 3;
 inline constexpr std::string_view kListenerNames[kListeners] = {"main", "decision", "admin"};
 
-Task<Response> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener);
+Task<Reply> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener);
 
 }  // namespace sluice::server
 

@@ -52,9 +52,8 @@ void DropHopByHop(Message& message) {
 }
 
 // A failed upstream exchange, logged and counted: 504 on a timeout, else 502.
-Response UpstreamError(ServerState& state, const RouteConfig& route, unsigned version,
-                       bool keep_alive, const boost::system::error_code& ec,
-                       std::string_view kind) {
+HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
+                         const boost::system::error_code& ec, std::string_view kind) {
   const bool timeout = kind == "timeout";
   state.metrics
       .Get("sluice_upstream_errors_total",
@@ -63,19 +62,16 @@ Response UpstreamError(ServerState& state, const RouteConfig& route, unsigned ve
   spdlog::warn("event=upstream_error route={} upstream={}:{} kind={} error=\"{}\"", route.name,
                route.upstream.host, route.upstream.port, timeout ? "timeout" : kind, ec.message());
   const int status = timeout ? 504 : 502;
-  return MakeResponse(
-      status, version, keep_alive,
-      ErrorBody(status, timeout ? "upstream timeout" : "bad gateway",
-                Cat("route \"", route.name, "\": upstream ", route.upstream.host, ":",
-                    route.upstream.port, " ",
-                    timeout ? "did not answer in time" : Cat("failed: ", ec.message()))),
-      "application/problem+json");
+  return HttpAnswer::Problem(
+      status, timeout ? "upstream timeout" : "bad gateway",
+      Cat("route \"", route.name, "\": upstream ", route.upstream.host, ":", route.upstream.port,
+          " ", timeout ? "did not answer in time" : Cat("failed: ", ec.message())));
 }
 
 // `shadow_marker`: the value of Sluice-Shadow-Denied, empty for none.
-Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
-                       const std::string& peer_ip, const ServerConfig& sc,
-                       std::string_view shadow_marker) {
+Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
+                    const std::string& peer_ip, const ServerConfig& sc,
+                    std::string_view shadow_marker) {
   Worker& w = ctx.worker;
   const bool client_keep_alive = req.keep_alive();
   const unsigned client_version = req.version();
@@ -111,8 +107,7 @@ Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
       if (!ec)
         co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
       if (ec) {
-        co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec,
-                                deadline.expired() ? "timeout" : "connect");
+        co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "connect");
       }
     }
     co_await http::async_write(stream, req, net::redirect_error(kUseAwaitable, ec));
@@ -130,8 +125,7 @@ Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
     if (ec) {
       // A pooled connection the upstream closed meanwhile: retry once on a new one.
       if (reused && !deadline.expired()) continue;
-      co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec,
-                              deadline.expired() ? "timeout" : "exchange");
+      co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "exchange");
     }
     Response res = parser->release();
     if (res.keep_alive() && buffer.size() == 0) {
@@ -149,7 +143,7 @@ Task<Response> Forward(Context& ctx, Request& req, const RouteConfig& route,
     }
     co_return res;
   }
-  co_return UpstreamError(ctx.state, route, client_version, client_keep_alive, ec, "exchange");
+  co_return UpstreamError(ctx.state, route, ec, "exchange");
 }
 
 // Gives back what a verdict holds of concurrency limits when it goes.
@@ -184,7 +178,7 @@ class SlotHold {
 
 }  // namespace
 
-Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
+Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   Worker& w = ctx.worker;
   const PolicySet* set = ctx.set.get();
   const ServerConfig& sc = set->config().server;
@@ -193,16 +187,14 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   RequestFacts facts = FactsOf(req, peer_ip, method, View(req.target()), path_storage, host);
   const RouteConfig* route = set->RouteFor(facts);
   if (route == nullptr) {
-    co_return ToResponse(
-        HttpAnswer::Problem(404, "not found", Cat("no route matches ", method, " ", facts.path)),
-        req);
+    co_return HttpAnswer::Problem(404, "not found",
+                                  Cat("no route matches ", method, " ", facts.path));
   }
   std::vector<policy::Applied> applied;
-  policy::Verdict ev =
-      co_await EvaluateRequest(ctx, set->Matching(facts), facts, route->name, applied);
+  ApplyPolicies(ctx, set->Matching(facts), facts, route->name, applied);
+  policy::Verdict ev = co_await DecideTimed(ctx, applied);
   if (!ev.error.ok()) {
-    co_return ToResponse(HttpAnswer::Problem(400, "bad request", std::string(ev.error.message())),
-                         req);
+    co_return HttpAnswer::Problem(400, "bad request", std::string(ev.error.message()));
   }
   HeaderList headers;
   ev.AppendHeaders(applied, sc.legacy_headers, w.rng, headers);
@@ -211,9 +203,8 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   // coroutine ends.
   SlotHold hold(applied, ev, *ctx.state.clock);
   if (!ev.allowed) {
-    co_return MakeResponse(ev.status, req.version(), req.keep_alive(),
-                           ProblemBody(ev.status, ev.violated, ev.detail),
-                           "application/problem+json", headers);
+    co_return HttpAnswer{ev.status, "application/problem+json",
+                         ProblemBody(ev.status, ev.violated, ev.detail), std::move(headers)};
   }
   if (ev.delay > Duration::Zero()) {  // leaky_bucket shape: hold, then forward
     // Holding no concurrency slot while it waits (docs/concurrency.md).
@@ -229,9 +220,8 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
       if (!again) {
         HeaderList denied;
         ev.AppendHeaders(applied, sc.legacy_headers, w.rng, denied);
-        co_return MakeResponse(ev.status, req.version(), req.keep_alive(),
-                               ProblemBody(ev.status, ev.violated, ev.detail),
-                               "application/problem+json", denied);
+        co_return HttpAnswer{ev.status, "application/problem+json",
+                             ProblemBody(ev.status, ev.violated, ev.detail), std::move(denied)};
       }
       hold.Resume();
     }
@@ -250,7 +240,13 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
     req.target(origin.empty() || origin.front() != '/' ? Cat("/", origin) : origin);
     req.set(http::field::host, host);
   }
-  Response res = co_await Forward(ctx, req, *route, peer_ip, sc, marker);
+  Reply reply = co_await Forward(ctx, req, *route, peer_ip, sc, marker);
+  if (HttpAnswer* failed = std::get_if<HttpAnswer>(&reply)) {
+    // The upstream did not answer: nothing to settle on, the estimate stands.
+    for (auto& field : headers) failed->headers.push_back(std::move(field));
+    co_return reply;
+  }
+  Response& res = std::get<Response>(reply);
   // The true cost, from the upstream's answer (docs/settled-costs.md).
   policy::SettleCosts(applied, ev,
                       [&res](std::string_view name) -> std::optional<std::string_view> {
@@ -259,7 +255,7 @@ Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
                         return View(it->value());
                       });
   for (const auto& [name, value] : headers) res.set(name, value);
-  co_return res;
+  co_return reply;
 }
 
 }  // namespace sluice::server

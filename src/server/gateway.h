@@ -4,15 +4,15 @@
 
 #include <string>
 
-#include "server/http.h"
 #include "server/loop.h"
+#include "server/wire.h"
 
 namespace sluice::server {
 
 // The answer to `req` from `peer_ip` on the main listener: 404 when no route
 // matches, the denial when a policy denies, else the upstream's response
 // (502 or 504 when it fails). `req` is rewritten for the upstream.
-Task<Response> Gateway(Context& ctx, Request& req, const std::string& peer_ip);
+Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip);
 
 }  // namespace sluice::server
 

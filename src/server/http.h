@@ -1,6 +1,6 @@
-// Beast's message types as the server uses them, and the one place a
-// response is made: from a handler's HttpAnswer, or from parts. Header-only;
-// Beast's message headers, no Asio.
+// Beast's message types as the server uses them: a request as read, and a
+// response relayed from an upstream (wire.h writes what goes to a client).
+// Header-only; Beast's message headers, no Asio.
 #ifndef SLUICE_SERVER_HTTP_H_
 #define SLUICE_SERVER_HTTP_H_
 
@@ -19,27 +19,6 @@ namespace sluice::server {
 namespace http = boost::beast::http;
 using Request = BeastRequest;
 using Response = http::response<http::string_body>;
-
-inline Response MakeResponse(int status, unsigned version, bool keep_alive, std::string body,
-                             std::string_view content_type, const HeaderList& headers = {}) {
-  Response res{static_cast<http::status>(status), version};
-  res.set(http::field::server, "sluice");
-  if (!body.empty() || status != 204) {
-    res.set(http::field::content_type,
-            boost::beast::string_view(content_type.data(), content_type.size()));
-  }
-  for (const auto& [name, value] : headers) res.set(name, value);
-  res.body() = std::move(body);
-  res.keep_alive(keep_alive);
-  res.prepare_payload();
-  return res;
-}
-
-// `answer` as the response to `req` (its version and keep-alive).
-inline Response ToResponse(HttpAnswer answer, const Request& req) {
-  return MakeResponse(answer.status, req.version(), req.keep_alive(), std::move(answer.body),
-                      answer.content_type, answer.headers);
-}
 
 }  // namespace sluice::server
 

@@ -66,17 +66,6 @@ Task<T> Await(net::io_context& ioc, Start start) {
       kUseAwaitable);
 }
 
-// The verdict of the policies that apply to a request: at once when all of
-// them are in this process, suspending for the round trip when some are in
-// Redis. `applied` must outlive the call.
-inline Task<policy::Verdict> EvaluateOn(net::io_context& ioc,
-                                        const std::vector<policy::Applied>& applied, Time now) {
-  if (policy::InProcess(applied)) co_return policy::EvaluateNow(applied, now);
-  policy::Verdict verdict = co_await Await<policy::Verdict>(
-      ioc, [&](policy::VerdictCallback done) { policy::Evaluate(applied, now, std::move(done)); });
-  co_return verdict;
-}
-
 struct Worker;
 
 // Idle keep-alive connections to upstreams, per loop (no locking).
@@ -190,11 +179,24 @@ struct Context {
   std::shared_ptr<const policy::PolicySet> set;
 };
 
-// EvaluateOn on the request's loop, counted in the decision latency.
+// The verdict of the policies that apply to a request, counted in the
+// decision latency: at once when all of them are in this process,
+// suspending for the round trip when some are in Redis (the coroutine then
+// resumes on the request's loop). `applied` must outlive the call. One
+// coroutine, not several nested: Asio keeps one frame per thread for reuse,
+// and every frame nested deeper is a malloc and a free per request.
 inline Task<policy::Verdict> DecideTimed(Context& ctx,
                                          const std::vector<policy::Applied>& applied) {
   const auto start = std::chrono::steady_clock::now();
-  policy::Verdict verdict = co_await EvaluateOn(ctx.worker.ioc, applied, ctx.state.clock->Now());
+  const Time now = ctx.state.clock->Now();
+  policy::Verdict verdict;
+  if (policy::InProcess(applied)) {
+    verdict = policy::EvaluateNow(applied, now);
+  } else {
+    verdict = co_await Await<policy::Verdict>(ctx.worker.ioc, [&](policy::VerdictCallback done) {
+      policy::Evaluate(applied, now, std::move(done));
+    });
+  }
   ctx.state.metrics.decision_latency().Observe(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
                                                             start)
@@ -202,14 +204,12 @@ inline Task<policy::Verdict> DecideTimed(Context& ctx,
   co_return verdict;
 }
 
-// The verdict of `applying` (policies of ctx.set) on a gateway or
-// auth_request request: each policy's key from `facts` and `route`, then
-// DecideTimed. `applied` is filled here and must outlive the call.
-inline Task<policy::Verdict> EvaluateRequest(Context& ctx,
-                                             const std::vector<const policy::Policy*>& applying,
-                                             const policy::RequestFacts& facts,
-                                             std::string_view route,
-                                             std::vector<policy::Applied>& applied) {
+// Fills `applied` with the policies of ctx.set in `applying`, each with its
+// key for a gateway or auth_request request (from `facts` and `route`) and
+// its estimated cost; DecideTimed decides them.
+inline void ApplyPolicies(const Context& ctx, const std::vector<const policy::Policy*>& applying,
+                          const policy::RequestFacts& facts, std::string_view route,
+                          std::vector<policy::Applied>& applied) {
   const Config& config = ctx.set->config();
   applied.reserve(applying.size());
   for (const policy::Policy* p : applying) {
@@ -218,8 +218,6 @@ inline Task<policy::Verdict> EvaluateRequest(Context& ctx,
          .key = p->KeyFor(facts, route, config.trusted_proxies, config.real_ip_header),
          .cost = p->config().cost.estimate});
   }
-  policy::Verdict verdict = co_await DecideTimed(ctx, applied);
-  co_return verdict;
 }
 
 }  // namespace sluice::server

@@ -19,9 +19,9 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/write.hpp>
 
 #include "base/cat.h"
 #include "server/dispatch.h"
@@ -358,16 +358,22 @@ class ServerImpl final : public Server {
     }
   }
 
-  // The answer to a request that could not be read, as a closing response.
-  static Response Unreadable(int status, std::string_view detail) {
-    Response res{static_cast<http::status>(status), 11};
-    res.set(http::field::server, "sluice");
-    res.set(http::field::content_type, "application/problem+json");
-    res.body() = policy::ErrorBody(
+  // A response's head and body, written together (one system call).
+  static std::array<net::const_buffer, 2> Gathered(const std::string& head, std::string_view body) {
+    return {net::const_buffer(head.data(), head.size()),
+            net::const_buffer(body.data(), body.size())};
+  }
+
+  // Answers a request that could not be read (or is unfit to decide on)
+  // with a problem document, and the connection closes.
+  static Task<void> Refuse(Socket& stream, Deadline& deadline, int status, std::string_view detail,
+                           std::string& out, boost::system::error_code& ec) {
+    Reply reply = HttpAnswer::Problem(
         status, View(http::obsolete_reason(static_cast<http::status>(status))), detail);
-    res.keep_alive(false);
-    res.prepare_payload();
-    return res;
+    out.clear();
+    const std::string_view body = AppendHead(reply, 11, /*keep_alive=*/false, false, out);
+    deadline.After(Duration::Seconds(5));
+    co_await net::async_write(stream, Gathered(out, body), net::redirect_error(kUseAwaitable, ec));
   }
 
   Task<void> Session(Worker& w, Socket socket, Listener listener) {
@@ -383,6 +389,7 @@ class ServerImpl final : public Server {
     Socket& stream = socket;
     Deadline deadline(w, stream);
     beast::flat_buffer buffer;
+    std::string out;  // the head of each response (its capacity kept)
     bool first = true;
     for (;;) {
       // Limits and timeouts come from the config in force, so a reload
@@ -423,9 +430,7 @@ class ServerImpl final : public Server {
           status = 400, detail = Cat("malformed request: ", ec.message());
         }
         if (status != 0) {
-          Response res = Unreadable(status, detail);
-          deadline.After(Duration::Seconds(5));
-          co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
+          co_await Refuse(stream, deadline, status, detail, out, ec);
           Responses(listener, status)->Add();
           if (!ec) co_await Linger(stream, deadline);
         }
@@ -433,45 +438,43 @@ class ServerImpl final : public Server {
       }
       Request req = parser.release();
       if (std::optional<std::string> bad = Malformed(req)) {
-        Response res = Unreadable(400, *bad);
-        deadline.After(Duration::Seconds(5));
-        co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
+        co_await Refuse(stream, deadline, 400, *bad, out, ec);
         Responses(listener, 400)->Add();
         break;
       }
       metrics.in_flight().Add(1);
       deadline.Never();
+      // Read before the request goes to an endpoint: the gateway rewrites
+      // it for the upstream.
+      const unsigned version = req.version();
+      const bool head = req.method() == http::verb::head;
+      bool keep_alive = req.keep_alive();
       // (No co_await inside ?: : g++ 12 miscompiles it.)
-      Response res;
+      Reply reply;
       if (listener == Listener::kAdmin) {
         Context ctx{*state_, w, w.Current(*state_)};
-        HttpAnswer answer =
+        reply =
             co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()), req.body());
-        res = ToResponse(std::move(answer), req);
       } else {
         Context ctx{*state_, w, w.Current(*state_)};
-        res = co_await Dispatch(ctx, req, peer_ip, listener);
+        reply = co_await Dispatch(ctx, req, peer_ip, listener);
       }
-      if (state_->draining.load()) res.keep_alive(false);
-      if (req.method() == http::verb::head && !res.body().empty()) {
-        // A response to HEAD has the GET's header fields and no body
-        // (RFC 9110 section 9.3.2): a body here would be read by the client
-        // as the start of the next response.
-        const size_t length = res.body().size();
-        res.body().clear();
-        res.content_length(length);
-      }
-      Responses(listener, res.result_int())->Add();
+      if (state_->draining.load()) keep_alive = false;
+      const int status = StatusOf(reply);
+      Responses(listener, status)->Add();
       const ServerConfig& sc = w.Current(*state_)->config().server;
       if (sc.access_log) {
         spdlog::info("event=access listener={} peer={} method={} target=\"{}\" status={}",
                      kListenerNames[static_cast<int>(listener)], peer_ip, View(req.method_string()),
-                     View(req.target()), res.result_int());
+                     View(req.target()), status);
       }
       deadline.After(sc.read_timeout);
-      co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
+      out.clear();
+      const std::string_view body = AppendHead(reply, version, keep_alive, head, out);
+      co_await net::async_write(stream, Gathered(out, body),
+                                net::redirect_error(kUseAwaitable, ec));
       metrics.in_flight().Add(-1);
-      if (ec || !res.keep_alive()) break;
+      if (ec || !keep_alive) break;
     }
     stream.shutdown(Socket::shutdown_send, ec);
     connections.Add(-1);

@@ -1,0 +1,84 @@
+#include "server/wire.h"
+
+#include <charconv>
+
+namespace sluice::server {
+namespace {
+
+void AppendStatusLine(unsigned version, int status, std::string_view reason, std::string& out) {
+  // As Beast writes it: the version's two digits and the code's three.
+  const char line[] = {'H',
+                       'T',
+                       'T',
+                       'P',
+                       '/',
+                       static_cast<char>('0' + version / 10 % 10),
+                       '.',
+                       static_cast<char>('0' + version % 10),
+                       ' ',
+                       static_cast<char>('0' + status / 100 % 10),
+                       static_cast<char>('0' + status / 10 % 10),
+                       static_cast<char>('0' + status % 10),
+                       ' '};
+  out.append(line, sizeof line);
+  if (reason.empty()) reason = View(http::obsolete_reason(static_cast<http::status>(status)));
+  out += reason;
+  out += "\r\n";
+}
+
+void AppendField(std::string_view name, std::string_view value, std::string& out) {
+  out += name;
+  out += ": ";
+  out += value;
+  out += "\r\n";
+}
+
+void AppendLength(size_t length, std::string& out) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
+  AppendField("Content-Length", std::string_view(digits, end - digits), out);
+}
+
+std::string_view AppendAnswerHead(const HttpAnswer& answer, unsigned version, bool keep_alive,
+                                  bool head, std::string& out) {
+  const int status = answer.status;
+  AppendStatusLine(version, status, {}, out);
+  AppendField("Server", "sluice", out);
+  if (!answer.body.empty() || status != 204) AppendField("Content-Type", answer.content_type, out);
+  for (const auto& [name, value] : answer.headers) AppendField(name, value, out);
+  if (version == 10 && keep_alive) AppendField("Connection", "keep-alive", out);
+  if (version != 10 && !keep_alive) AppendField("Connection", "close", out);
+  // RFC 9110 section 8.6: no Content-Length on a 1xx or a 204.
+  if (status >= 200 && status != 204) AppendLength(answer.body.size(), out);
+  out += "\r\n";
+  if (head) return {};
+  return answer.body;
+}
+
+std::string_view AppendResponseHead(Response& res, bool keep_alive, bool head, std::string& out) {
+  if (!keep_alive && res.keep_alive()) res.keep_alive(false);
+  if (head && !res.body().empty()) {
+    // A response to HEAD has the GET's header fields and no body (RFC 9110
+    // section 9.3.2): a body here would be read by the client as the start
+    // of the next response.
+    const size_t length = res.body().size();
+    res.body().clear();
+    res.content_length(length);
+  }
+  AppendStatusLine(res.version(), res.result_int(), View(res.reason()), out);
+  for (const auto& field : res) AppendField(View(field.name_string()), View(field.value()), out);
+  out += "\r\n";
+  return res.body();
+}
+
+}  // namespace
+
+std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, bool head,
+                            std::string& out) {
+  if (const HttpAnswer* answer = std::get_if<HttpAnswer>(&reply)) {
+    return AppendAnswerHead(*answer, version, keep_alive, head, out);
+  }
+  return AppendResponseHead(std::get<Response>(reply), keep_alive, head, out);
+}
+
+}  // namespace sluice::server
