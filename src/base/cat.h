@@ -1,5 +1,6 @@
 // Cat(...): concatenates strings and integers into one std::string, for error
-// messages. Internal. (absl::StrCat as packaged by Debian takes
+// messages; Append(out, ...) appends them to `out` (no string made per
+// piece, for what is built on every request). Internal. (absl::StrCat as packaged by Debian takes
 // absl::string_view, a different type from std::string_view; this takes both.)
 #ifndef SLUICE_BASE_CAT_H_
 #define SLUICE_BASE_CAT_H_
@@ -35,6 +36,11 @@ std::string Cat(const Args&... args) {
   std::string out;
   (AppendPiece(out, args), ...);
   return out;
+}
+
+template <typename... Args>
+void Append(std::string& out, const Args&... args) {
+  (AppendPiece(out, args), ...);
 }
 
 }  // namespace sluice::internal

@@ -387,6 +387,7 @@ void Reacquire(const std::vector<Applied>& applied, Verdict& verdict, Time now,
 std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
                                           const Verdict& verdict) {
   std::vector<PolicyAnswer> out;
+  out.reserve(verdict.order.size());
   for (size_t i : verdict.order) {
     const Policy& p = *applied[i].policy;
     if (p.shadow()) continue;  // a trial: clients are not told about it
@@ -401,6 +402,7 @@ std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
 
 void Verdict::AppendHeaders(const std::vector<Applied>& applied, bool legacy, std::mt19937_64& rng,
                             std::vector<std::pair<std::string, std::string>>& out) const {
+  out.reserve(out.size() + (legacy ? 6 : 3));
   AppendRateLimitHeaders(EnforcedAnswers(applied, *this), legacy, out);
   if (!allowed && !never)
     out.emplace_back("Retry-After", Cat(RetryAfterSeconds(retry_after, jitter, rng)));

@@ -7,17 +7,18 @@
 namespace sluice::policy {
 namespace {
 
+using internal::Append;
 using internal::Cat;
 
 // An RFC 8941 sf-string.
-std::string SfString(std::string_view s) {
-  std::string out = "\"";
+// Appends `s` as a structured-field string (quoted; only printable ASCII).
+void AppendSfString(std::string& out, std::string_view s) {
+  out.push_back('"');
   for (char c : s) {
     if (c == '"' || c == '\\') out.push_back('\\');
     if (c >= 0x20 && c < 0x7f) out.push_back(c);
   }
   out.push_back('"');
-  return out;
 }
 
 // A denial that can never pass has no time to wait for (retry_after is
@@ -29,22 +30,34 @@ int64_t SecondsUntilAvailable(const PolicyDecision& d) {
 
 }  // namespace
 
+// Room for one policy's part of either field, so that one allocation holds
+// the whole of a common answer.
+constexpr size_t kFieldBytesPerPolicy = 48;
+
 std::string RateLimitPolicyField(const std::vector<PolicyAnswer>& answers) {
   std::string out;
+  out.reserve(kFieldBytesPerPolicy * answers.size());
   for (const PolicyAnswer& a : answers) {
     if (!out.empty()) out += ", ";
-    out += Cat(SfString(a.name), ";q=", a.decision.limit);
-    out += a.concurrent ? std::string(";qu=\"concurrent-requests\"") : Cat(";w=", a.window_seconds);
+    AppendSfString(out, a.name);
+    Append(out, ";q=", a.decision.limit);
+    if (a.concurrent) {
+      out += ";qu=\"concurrent-requests\"";
+    } else {
+      Append(out, ";w=", a.window_seconds);
+    }
   }
   return out;
 }
 
 std::string RateLimitField(const std::vector<PolicyAnswer>& answers) {
   std::string out;
+  out.reserve(kFieldBytesPerPolicy * answers.size());
   for (const PolicyAnswer& a : answers) {
     if (!out.empty()) out += ", ";
-    out += Cat(SfString(a.name), ";r=", std::max<int64_t>(0, a.decision.remaining));
-    if (!a.decision.can_never_pass()) out += Cat(";t=", SecondsUntilAvailable(a.decision));
+    AppendSfString(out, a.name);
+    Append(out, ";r=", std::max<int64_t>(0, a.decision.remaining));
+    if (!a.decision.can_never_pass()) Append(out, ";t=", SecondsUntilAvailable(a.decision));
   }
   return out;
 }

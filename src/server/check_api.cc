@@ -10,6 +10,7 @@
 namespace sluice::server {
 namespace {
 
+using internal::Append;
 using internal::Cat;
 
 constexpr size_t kMaxBatch = 1000;
@@ -87,12 +88,18 @@ std::variant<policy::Applied, CheckError> PrepareCheck(const policy::PolicySet& 
 
 std::string CheckJson(std::string_view policy, const policy::Verdict& verdict) {
   const PolicyDecision& d = verdict.answers[0].decision;
-  std::string out = Cat("{\"allowed\":", verdict.allowed ? "true" : "false", ",\"policy\":");
+  std::string out;
+  out.reserve(192 + policy.size());  // the whole answer in one allocation
+  Append(out, "{\"allowed\":", verdict.allowed ? "true" : "false", ",\"policy\":");
   policy::AppendJsonString(out, policy);
-  out += Cat(",\"limit\":", d.limit, ",\"remaining\":", d.remaining,
-             ",\"reset_after_ms\":", d.reset_after.CeilMillis(), ",\"retry_after_ms\":");
-  out += d.can_never_pass() ? std::string("null") : Cat(d.retry_after.CeilMillis());
-  out += Cat(",\"delay_ms\":", d.delay.CeilMillis());
+  Append(out, ",\"limit\":", d.limit, ",\"remaining\":", d.remaining,
+         ",\"reset_after_ms\":", d.reset_after.CeilMillis(), ",\"retry_after_ms\":");
+  if (d.can_never_pass()) {
+    out += "null";
+  } else {
+    Append(out, d.retry_after.CeilMillis());
+  }
+  Append(out, ",\"delay_ms\":", d.delay.CeilMillis());
   if (!verdict.shadow_denied.empty()) out += ",\"shadow_denied\":true";
   if (d.can_never_pass()) out += ",\"never\":true";
   out.push_back('}');

@@ -3,11 +3,11 @@
 #include <string>
 #include <tuple>
 
+#include <gtest/gtest.h>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
-#include <gtest/gtest.h>
 
 namespace sluice::server {
 namespace {
@@ -62,9 +62,9 @@ class WireTest : public ::testing::TestWithParam<std::tuple<unsigned, bool, bool
 TEST_P(WireTest, AnAnswerIsWrittenAsBeastWritesIt) {
   const auto [version, keep_alive, head] = GetParam();
   const HttpAnswer answers[] = {
-      HttpAnswer::Json(200, R"({"allowed":true})",
-                       {{"RateLimit-Policy", R"("login";q=40;w=60)"},
-                        {"RateLimit", R"("login";r=39;t=60)"}}),
+      HttpAnswer::Json(
+          200, R"({"allowed":true})",
+          {{"RateLimit-Policy", R"("login";q=40;w=60)"}, {"RateLimit", R"("login";r=39;t=60)"}}),
       HttpAnswer::Problem(429, "too many requests", "over the limit"),
       HttpAnswer::Problem(400, "bad request", ""),
       HttpAnswer::Text(200, ""),
