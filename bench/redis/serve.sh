@@ -38,7 +38,9 @@
 #   ABUSE_ALGORITHMS ("fixed_window gcra"), OUT (the results folder),
 #   SLUICE (the binary: build/release/sluice, built when missing; another
 #   build's binary compares two versions), LINGER (store.redis.linger; unset:
-#   the default).
+#   the default), REDIS_CPU (a CPU number: redis-server runs on that CPU
+#   alone and everything else, sluice, the peer, wrk, on the others, as a
+#   Redis with a core of its own; unset: nothing is pinned).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,6 +55,13 @@ ABUSE_RATE=100/10s ABUSE_PERIOD_S=10   # the abuse case's limit, and its period
 
 source scripts/deps.sh
 sluice_install_deps redis-server redis-tools wrk
+
+# REDIS_CPU: redis-server on that CPU, the rest (LOAD) on the others.
+REDIS_PIN=() LOAD=()
+if [[ -n "${REDIS_CPU:-}" ]]; then
+  others=$(seq 0 $(($(nproc) - 1)) | grep -vx "$REDIS_CPU" | paste -sd,)
+  REDIS_PIN=(taskset -c "$REDIS_CPU") LOAD=(taskset -c "$others")
+fi
 
 SLUICE="${SLUICE:-$PWD/build/release/sluice}"
 if [[ ! -x "$SLUICE" ]]; then
@@ -77,7 +86,7 @@ install_rlf_peer     # PEER_VERSIONS
 
 # --- one redis-server for every run; persistence off: no fork mid-run ---
 REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+"${REDIS_PIN[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
   --dir "$WORK" --logfile "$WORK/redis.log" &
 REDIS_PID=$!
 wait_port "$REDIS_PORT"
@@ -90,6 +99,11 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
   echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t2 -c64 -d${DURATION}s"
   echo "peer: rate-limiter-flexible ${PEER_VERSIONS% *}, ioredis ${PEER_VERSIONS#* }, node $(node --version), 64 in flight"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  if [[ -n "${REDIS_CPU:-}" ]]; then
+    echo "pinned: redis-server on CPU $REDIS_CPU, sluice, the peer and wrk on CPU ${LOAD[2]}"
+  else
+    echo "pinned: no"
+  fi
 } > "$OUT/machine.txt"
 
 # redis-server's CPU time so far, user + system, in microseconds.
@@ -131,7 +145,7 @@ policies:
     limits: [$2]
 CONF
   timeout 10 "$SLUICE" serve --config "$WORK/sluice.yaml" --check >/dev/null
-  "$SLUICE" serve --config "$WORK/sluice.yaml" 2>>"$OUT/sluice.log" &
+  "${LOAD[@]}" "$SLUICE" serve --config "$WORK/sluice.yaml" 2>>"$OUT/sluice.log" &
   SLUICE_PID=$!
   wait_port "$SLUICE_PORT" && wait_port "$SLUICE_ADMIN"
 }
@@ -167,7 +181,7 @@ RESULTS="$OUT/results.jsonl"
 measure() {
   local m0 m1 cpu0 cpu1 f0 f1
   m0=$(metrics "$SLUICE_ADMIN"); f0=$(fcall_us); cpu0=$(redis_cpu_us)
-  timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
+  "${LOAD[@]}" timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
     "http://127.0.0.1:$SLUICE_PORT/v1/check" > "$WORK/wrk.txt" 2>&1
   cpu1=$(redis_cpu_us); f1=$(fcall_us); m1=$(metrics "$SLUICE_ADMIN")
   # non_2xx: wrk's count; http_codes: sluice's own, which also counts the
@@ -214,7 +228,7 @@ measure_peer() {
   local line cpu0 cpu1
   "${RCLI[@]}" FLUSHALL >/dev/null
   cpu0=$(redis_cpu_us)
-  line=$(timeout $((DURATION + 30)) node bench/redis/rlf_bench.js --port "$REDIS_PORT" \
+  line=$("${LOAD[@]}" timeout $((DURATION + 30)) node bench/redis/rlf_bench.js --port "$REDIS_PORT" \
            --inflight 64 --keys "$KEYS" --seconds "$DURATION" --mode pass)
   cpu1=$(redis_cpu_us)
   python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(case="peer", algorithm=sys.argv[2], round=int(sys.argv[3])); d["redis_cpu_us_per_decision"]=round(int(sys.argv[4]) / max(d["decisions"], 1), 3); print(json.dumps(d))' \
@@ -227,14 +241,14 @@ measure_peer() {
 measure_peer_http() {
   local out="$WORK/rlf_serve.out" pid port cpu0 cpu1
   : > "$out"
-  node bench/redis/rlf_serve.js --redis-port "$REDIS_PORT" --port 0 > "$out" 2>>"$OUT/rlf_serve.log" &
+  "${LOAD[@]}" node bench/redis/rlf_serve.js --redis-port "$REDIS_PORT" --port 0 > "$out" 2>>"$OUT/rlf_serve.log" &
   pid=$!
   for _ in $(seq 200); do [[ -s "$out" ]] && break; sleep 0.05; done
   port=$(head -1 "$out")
   wait_port "$port"
   "${RCLI[@]}" FLUSHALL >/dev/null
   cpu0=$(redis_cpu_us)
-  timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
+  "${LOAD[@]}" timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
     "http://127.0.0.1:$port/v1/check" > "$WORK/wrk_peer.txt" 2>&1
   cpu1=$(redis_cpu_us)
   kill -TERM "$pid"
