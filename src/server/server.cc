@@ -21,7 +21,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/read.hpp>
+#include <boost/beast/core/read_size.hpp>
+#include <boost/beast/http/parser.hpp>
 
 #include "base/cat.h"
 #include "server/dispatch.h"
@@ -342,8 +343,28 @@ class ServerImpl final : public Server {
   // response before the client reads it. So: stop sending, read and drop
   // what still comes, within a bound of bytes and time, then close.
   static constexpr int64_t kLingerBytes = 64 * 1024 * 1024;
-  // The first read of a keep-alive request (Session).
+  // The first read of a keep-alive request (Session), and the most a read
+  // of the rest asks for.
   static constexpr size_t kFirstReadBytes = 16 * 1024;
+  static constexpr size_t kReadBytes = 64 * 1024;
+
+  // Feeds `parser` what `buffer` holds, as Beast's read does, and drops
+  // what it used. True when the request is whole or `ec` says what is
+  // wrong with it; false when the parser wants more bytes.
+  static bool FeedParser(http::request_parser<http::string_body>& parser,
+                         beast::flat_buffer& buffer, boost::system::error_code& ec) {
+    while (buffer.size() > 0) {
+      const size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == http::error::need_more) {
+        ec = {};
+        return false;
+      }
+      if (ec || parser.is_done()) return true;
+      if (used == 0) return false;
+    }
+    return false;
+  }
   static constexpr Duration kLingerTime = Duration::Seconds(5);
 
   Task<void> Linger(Socket& stream, Deadline& deadline) {
@@ -416,7 +437,30 @@ class ServerImpl final : public Server {
       parser.header_limit(static_cast<uint32_t>(max_header_bytes));
       parser.body_limit(static_cast<uint64_t>(max_body_bytes));
       deadline.After(read_timeout);  // a slow client gets this long for a whole request
-      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
+      // What http::async_read does, without its composed operation, which
+      // costs a trip through the loop's queue even when the request is
+      // already in the buffer (it was, whole, for most requests): the
+      // parser gets what the buffer holds, and the socket is read only
+      // when it wants more.
+      ec = {};
+      while (!FeedParser(parser, buffer, ec)) {
+        const size_t got =
+            co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
+                                            net::redirect_error(kUseAwaitable, ec));
+        if (ec == net::error::eof) {
+          // A request cut short by the connection's end (partial_message),
+          // or no request at all (end_of_stream), as Beast's read says.
+          ec = {};
+          if (parser.got_some()) {
+            parser.put_eof(ec);
+          } else {
+            ec = http::error::end_of_stream;
+          }
+          break;
+        }
+        if (ec) break;
+        buffer.commit(got);
+      }
       if (ec) {
         int status = 0;
         std::string detail;
