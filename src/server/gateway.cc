@@ -4,11 +4,13 @@
 // with the RateLimit fields.
 #include "server/gateway.h"
 
+#include <array>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/write.hpp>
 
 #include "base/cat.h"
 #include "spdlog/spdlog.h"
@@ -94,9 +96,12 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
   req.prepare_payload();
   boost::system::error_code ec;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::optional<Socket> pooled = attempt == 0 ? w.pool.Take(route.upstream) : std::nullopt;
+    std::optional<UpstreamConnection> pooled =
+        attempt == 0 ? w.pool.Take(route.upstream) : std::nullopt;
     const bool reused = pooled.has_value();
-    Socket stream = reused ? std::move(*pooled) : Socket(w.ioc.get_executor());
+    UpstreamConnection upstream =
+        reused ? *std::move(pooled) : UpstreamConnection{Socket(w.ioc.get_executor()), {}, {}};
+    Socket& stream = upstream.socket;
     Deadline deadline(w, stream);
     deadline.After(sc.upstream_timeout);
     if (!reused) {
@@ -110,8 +115,14 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
         co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "connect");
       }
     }
-    co_await http::async_write(stream, req, net::redirect_error(kUseAwaitable, ec));
-    beast::flat_buffer buffer;
+    upstream.head.clear();
+    const std::string_view body = AppendRequestHead(req, upstream.head);
+    co_await net::async_write(
+        stream,
+        std::array{net::const_buffer(upstream.head.data(), upstream.head.size()),
+                   net::const_buffer(body.data(), body.size())},
+        net::redirect_error(kUseAwaitable, ec));
+    beast::flat_buffer& buffer = upstream.buffer;
     std::optional<http::response_parser<http::string_body>> parser;
     // Interim (1xx) answers are read and dropped; the final one is relayed.
     do {
@@ -130,7 +141,7 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
     Response res = parser->release();
     if (res.keep_alive() && buffer.size() == 0) {
       deadline.Never();
-      w.pool.Give(route.upstream, std::move(stream));
+      w.pool.Give(route.upstream, std::move(upstream));
     }
     DropHopByHop(res);
     res.version(client_version);

@@ -28,6 +28,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 
 #include "base/cat.h"
 #include "policy/evaluation.h"
@@ -68,24 +69,33 @@ Task<T> Await(net::io_context& ioc, Start start) {
 
 struct Worker;
 
+// A connection to an upstream, with what it keeps from one exchange to the
+// next: the buffer its answers are read into (empty between exchanges) and
+// the one its requests' heads are written into.
+struct UpstreamConnection {
+  Socket socket;
+  boost::beast::flat_buffer buffer;
+  std::string head;
+};
+
 // Idle keep-alive connections to upstreams, per loop (no locking).
 class UpstreamPool {
  public:
-  std::optional<Socket> Take(const HostPort& upstream) {
+  std::optional<UpstreamConnection> Take(const HostPort& upstream) {
     auto it = idle_.find(Key(upstream));
     if (it == idle_.end() || it->second.empty()) return std::nullopt;
-    Socket socket = std::move(it->second.back());
+    UpstreamConnection c = std::move(it->second.back());
     it->second.pop_back();
-    return socket;
+    return c;
   }
-  void Give(const HostPort& upstream, Socket socket) {
+  void Give(const HostPort& upstream, UpstreamConnection c) {
     auto& list = idle_[Key(upstream)];
-    if (list.size() < 64) list.push_back(std::move(socket));
+    if (list.size() < 64) list.push_back(std::move(c));
   }
 
  private:
   static std::string Key(const HostPort& hp) { return internal::Cat(hp.host, ":", hp.port); }
-  std::map<std::string, std::vector<Socket>> idle_;
+  std::map<std::string, std::vector<UpstreamConnection>> idle_;
 };
 
 // Timeouts without a timer per operation. Arming a timer for every read and

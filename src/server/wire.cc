@@ -39,6 +39,13 @@ void AppendLength(size_t length, std::string& out) {
   AppendField("Content-Length", std::string_view(digits, end - digits), out);
 }
 
+void AppendFields(const http::fields& fields, std::string& out) {
+  for (const auto& field : fields) {
+    AppendField(View(field.name_string()), View(field.value()), out);
+  }
+  out += "\r\n";
+}
+
 std::string_view AppendAnswerHead(const HttpAnswer& answer, unsigned version, bool keep_alive,
                                   bool head, std::string& out) {
   const int status = answer.status;
@@ -66,12 +73,20 @@ std::string_view AppendResponseHead(Response& res, bool keep_alive, bool head, s
     res.content_length(length);
   }
   AppendStatusLine(res.version(), res.result_int(), View(res.reason()), out);
-  for (const auto& field : res) AppendField(View(field.name_string()), View(field.value()), out);
-  out += "\r\n";
+  AppendFields(res.base(), out);
   return res.body();
 }
 
 }  // namespace
+
+std::string_view AppendRequestHead(const Request& req, std::string& out) {
+  out += View(req.method_string());
+  out += ' ';
+  out += View(req.target());
+  out += req.version() == 10 ? " HTTP/1.0\r\n" : " HTTP/1.1\r\n";
+  AppendFields(req.base(), out);
+  return req.body();
+}
 
 std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, bool head,
                             std::string& out) {
