@@ -1,9 +1,9 @@
 #include "policy/request_text.h"
 
 #include <algorithm>
-#include <cctype>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "sluice/rate.h"
 
 namespace sluice::policy {
@@ -41,8 +41,8 @@ std::string NormalizePath(std::string_view raw) {
   decoded.reserve(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) {
     const std::optional<char> c = PercentByte(raw, i);
-    if (c && (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '.' || *c == '_' ||
-              *c == '~')) {
+    if (c && (absl::ascii_isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '.' ||
+              *c == '_' || *c == '~')) {
       decoded.push_back(*c);
       i += 2;
       continue;
@@ -79,7 +79,7 @@ size_t SchemeLength(std::string_view target) {
   auto starts = [&](std::string_view scheme) {
     return target.size() >= scheme.size() &&
            std::equal(scheme.begin(), scheme.end(), target.begin(), [](char a, char b) {
-             return a == std::tolower(static_cast<unsigned char>(b));
+             return a == absl::ascii_tolower(static_cast<unsigned char>(b));
            });
   };
   if (starts("http://")) return 7;
@@ -210,7 +210,7 @@ bool BearerTokenIn(const std::vector<std::string>& tokens, std::string_view auth
   static constexpr std::string_view kScheme = "bearer ";
   if (authorization.size() <= kScheme.size() ||
       !std::equal(kScheme.begin(), kScheme.end(), authorization.begin(), [](char a, char b) {
-        return a == std::tolower(static_cast<unsigned char>(b));
+        return a == absl::ascii_tolower(static_cast<unsigned char>(b));
       })) {
     return false;
   }
