@@ -177,6 +177,69 @@ policies:
         self.assertEqual(r.status, 200, r)
 
 
+class RequestFramingTest(SluiceTestCase):
+    """How requests arrive: several in one packet, one in many. Each is
+    answered once, in order, with its own body."""
+
+    CONFIG = """\
+policies:
+  - name: p
+    limits: [{algorithm: fixed_window, rate: 3/h}]
+"""
+
+    @staticmethod
+    def check(key, close=False):
+        body = json.dumps({"policy": "p", "key": key}).encode()
+        return (b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + (b"Connection: close\r\n" if close else b"")
+                + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    @staticmethod
+    def responses(data):
+        out = []
+        while data:
+            r = parse_raw_response(data)
+            out.append(r)
+            head_len = data.index(b"\r\n\r\n") + 4
+            data = data[head_len + int(r.header("Content-Length") or 0):]
+        return out
+
+    def test_pipelined_requests_are_answered_in_order(self):
+        self.start_sluice(server_block() + self.CONFIG)
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(self.check("a") + self.check("a") + self.check("b")
+                      + b"GET /v1/auth/p HTTP/1.1\r\nHost: x\r\nX-Key: c\r\n\r\n"
+                      + self.check("a") + self.check("a", close=True))
+            got = self.responses(read_until_close(s, 5))
+        self.assertEqual([r.status for r in got], [200, 200, 200, 204, 200, 429])
+        self.assertEqual([json.loads(r.body)["remaining"] for r in got if r.status == 200],
+                         [2, 1, 2, 0])
+
+    def test_a_request_sent_a_byte_at_a_time_is_read_whole(self):
+        self.start_sluice(server_block() + self.CONFIG)
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for byte in self.check("slow", close=True):
+                s.sendall(bytes([byte]))
+                time.sleep(0.001)
+            got = self.responses(read_until_close(s, 5))
+        self.assertEqual([r.status for r in got], [200])
+        self.assertEqual(json.loads(got[0].body)["remaining"], 2)
+
+    def test_a_request_cut_short_by_the_connection_is_not_answered_as_whole(self):
+        self.start_sluice(server_block() + self.CONFIG)
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(self.check("cut")[:-3])  # the body's last bytes never come
+            s.shutdown(socket.SHUT_WR)
+            data = read_until_close(s, 5)
+        # Nothing decided: a 400 for the partial message.
+        r = parse_raw_response(data)
+        self.assertEqual(r.status, 400, data[:200])
+        self.assertIn(b"partial message", r.body)
+        r = request(self.sluice.port, "POST", "/v1/check", body={"policy": "p", "key": "cut"})
+        self.assertEqual(r.json()["remaining"], 2, "the cut request was decided")
+
+
 class ReloadTest(SluiceTestCase):
     CONFIG = server_block() + """\
 policies:
