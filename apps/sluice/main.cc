@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/synchronization/mutex.h"
+
 #include "commands.h"
 #include "server/server.h"
 #include "sluice/algorithm.h"
@@ -106,6 +108,11 @@ int Serve(const std::string& config_path, bool check_only) {
               << config->routes.size() << " routes)\n";
     return 0;
   }
+  // Debian builds Abseil with its debug checks, so every absl::Mutex lock
+  // (gRPC's, on the Envoy RLS path) also kept a deadlock graph behind one
+  // process-wide lock: about 4% of the gRPC server's CPU
+  // (bench/README.md, "gRPC"). A debugging aid, off in serving.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Logs go to stderr, one line per event; stdout stays free for output.
   // Written by a logging thread: an event loop only queues the line, so a
   // slow stderr (a full pipe) never blocks a loop; when the queue is full the
