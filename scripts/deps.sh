@@ -20,6 +20,7 @@ SLUICE_BUILD_PACKAGES=(
   libssl-dev       # SHA-256 of over-long keys (libcrypto)
   nodejs npm       # the admin listener's dashboard (web/): npm ci, esbuild (skipped when npm is on PATH)
   libsystemd-dev   # sd_notify: `sluice serve` as a Type=notify systemd service
+  libjemalloc-dev  # the sluice binary's allocator (not in the sanitizer builds)
   dpkg-dev file    # cpack's Debian packages: dpkg-shlibdeps finds their dependencies
 )
 SLUICE_TEST_PACKAGES=(
