@@ -4,8 +4,6 @@
 // with the RateLimit fields.
 #include "server/gateway.h"
 
-#include <array>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/write.hpp>
@@ -117,11 +115,8 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
     }
     upstream.head.clear();
     const std::string_view body = AppendRequestHead(req, upstream.head);
-    co_await net::async_write(
-        stream,
-        std::array{net::const_buffer(upstream.head.data(), upstream.head.size()),
-                   net::const_buffer(body.data(), body.size())},
-        net::redirect_error(kUseAwaitable, ec));
+    co_await net::async_write(stream, Gathered(upstream.head, body),
+                              net::redirect_error(kUseAwaitable, ec));
     beast::flat_buffer& buffer = upstream.buffer;
     std::optional<http::response_parser<http::string_body>> parser;
     // Interim (1xx) answers are read and dropped; the final one is relayed.

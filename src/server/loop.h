@@ -9,6 +9,7 @@
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <list>
@@ -65,6 +66,11 @@ Task<T> Await(net::io_context& ioc, Start start) {
         });
       },
       kUseAwaitable);
+}
+
+// A message's head and body, written together (one gathered system call).
+inline std::array<net::const_buffer, 2> Gathered(const std::string& head, std::string_view body) {
+  return {net::const_buffer(head.data(), head.size()), net::const_buffer(body.data(), body.size())};
 }
 
 struct Worker;

@@ -379,12 +379,6 @@ class ServerImpl final : public Server {
     }
   }
 
-  // A response's head and body, written together (one system call).
-  static std::array<net::const_buffer, 2> Gathered(const std::string& head, std::string_view body) {
-    return {net::const_buffer(head.data(), head.size()),
-            net::const_buffer(body.data(), body.size())};
-  }
-
   // Answers a request that could not be read (or is unfit to decide on)
   // with a problem document, and the connection closes.
   static Task<void> Refuse(Socket& stream, Deadline& deadline, int status, std::string_view detail,
