@@ -58,7 +58,7 @@ class Gate {
 };
 
 // One limit: the algorithm's pure Decide on a dense array of states, the
-// same call the memory store makes under its shard lock.
+// same call the memory store makes in its key's cell.
 template <typename Config>
 class DirectGate final : public Gate {
  public:

@@ -1,9 +1,14 @@
 // sluice/store/memory_store.h: state in this process, shared by its threads.
 //
-// Each limit's table is split into 64 shards, each a flat hash map behind
-// its own small lock, so threads working on different keys rarely meet and
-// no lock is global. Keys of up to 15 bytes are stored inline (16 bytes per
-// key); longer keys cost one extra allocation.
+// Each limit's table is split into 64 shards, each a flat hash map. A
+// decision on a key already held only reads its shard's map, and updates
+// the key's state in place by a compare-and-swap (one-word states: gcra,
+// leaky_bucket shape), a sequence lock (other fixed-size states) or a byte
+// lock beside the state (the sliding log's timestamps); only inserting and
+// erasing keys takes the shard alone. So threads on different keys write no
+// shared cache line, and threads denied on one hot key write none at all
+// (docs/architecture.md, "The memory store"). Keys of up to 15 bytes are
+// stored inline (16 bytes per key); longer keys cost one extra allocation.
 //
 // Bounded: the store as a whole never holds more than `max_keys` keys across
 // all its tables (a slot is reserved before a key is inserted). From 15/16

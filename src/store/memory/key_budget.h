@@ -7,7 +7,7 @@
 // held, however many threads insert at once.
 //
 // Room is made in slices, never in one long pass: a sweep walks every table,
-// shard by shard, at most kSliceVisits keys per slice and one shard lock at a
+// shard by shard, at most kSliceVisits keys per slice and one shard write section at a
 // time, resuming where it stopped. The inserts pay for it:
 //   1. Once the store passes 15/16 of max_keys, a walk over every key starts.
 //      It drops the fresh keys it meets (dropping them changes no decision)
@@ -41,7 +41,7 @@ namespace sluice::internal {
 // The bound on the eviction work of one decision. A slice examines at most
 // kSliceVisits keys: one FreshAt each, and an erase for those dropped, about
 // 15 ns per key in a release build on a 2-core machine (a slice of 1,024
-// keys: ~15 us), so a shard lock is held, and a decision delayed by a slice,
+// keys: ~15 us), so a shard is held alone, and a decision delayed by a slice,
 // for tens of microseconds. An insert pays at most one slice; a decision
 // that finds the store full runs at most kMaxSlicesPerDecision and may first
 // wait for the slices other threads are running (one each). So no decision spends more than
@@ -109,7 +109,7 @@ class ReclaimableTable {
   virtual ~ReclaimableTable() = default;
   // Walks from `cursor`, dropping the keys `rule` selects and offering the
   // kept ones to `sample`, until `max_visits` visits, `max_drops` drops or
-  // the end of the table (cursor.shard == kShards). Holds one shard lock at
+  // the end of the table (cursor.shard == kShards). Holds one shard alone at
   // a time, for at most `max_visits` keys.
   virtual SweepProgress Sweep(SweepCursor& cursor, const SweepRule& rule, int64_t max_visits,
                               int64_t max_drops, FreshAtSample& sample) = 0;
@@ -151,11 +151,11 @@ class KeyBudget {
   void Removed(int64_t n) { keys_.fetch_sub(n, std::memory_order_relaxed); }
 
   // After kAdmittedSweepDue: adds this insert's share of sweep work and does
-  // it when enough is owed (at most one slice). Call with no shard lock held.
+  // it when enough is owed (at most one slice). Call outside any shard section.
   void PaySweep(Time now);
   // The store is full: runs up to kMaxSlicesPerDecision slices. Returns true
   // with a slot reserved, or false (then the caller keeps nothing and calls
-  // NotKept). Call with no shard lock held.
+  // NotKept). Call outside any shard section.
   bool MakeRoom(Time now);
   // A new key that was decided but not kept for want of a slot.
   void NotKept() { forced_evictions_.fetch_add(1, std::memory_order_relaxed); }

@@ -11,8 +11,8 @@
 #include "base/cat.h"
 #include "store/memory/compact_key.h"
 #include "store/memory/key_budget.h"
+#include "store/memory/read_gate.h"
 #include "store/memory/remembered.h"
-#include "store/memory/spin_lock.h"
 
 namespace sluice {
 
@@ -27,6 +27,7 @@ template <typename Config>
 class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   using State = StateOf_t<Config>;
+  using Cell = StateCell<State>;
   // Whether StateUntil gives back the very state (the bucket algorithms):
   // evicting such a key loses nothing when it is remembered.
   static constexpr bool kRememberedWhole =
@@ -76,20 +77,28 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   template <typename Step, typename Keep>
   absl::StatusOr<Decision> Write(std::string_view key, Time now, Step step, Keep keep) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+    // The hash is computed once, for the shard and for the lookups.
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
-    std::unique_lock lock(shard.lock);
-    // The hash is computed once, for the shard and for the lookup.
-    if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-      return step(it->second);
+    {  // A key the shard holds is decided in its cell; the shard is only read.
+      ShardGate::Reader reader(shard.gate);
+      if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+        return it->second.Update(step);
+      }
     }
     // A new key: decide on a fresh state (or on what is remembered of it,
     // if it was evicted while not fresh), and keep it only if it changed (a
     // denial or a peek leaves nothing behind: a flood of unique keys that
-    // are all denied costs no memory).
+    // are all denied costs no memory, and takes no write section).
     State state = NewState(hash, now);
     Decision d = step(state);
     if (!keep(d)) return d;
+    ShardGate::Writer writer(shard.gate);
+    std::unique_lock lock(writer);
+    // Another thread may have created the key meanwhile: decide on its state.
+    if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+      return it->second.Update(step);
+    }
     // The slot is reserved before the key goes in, so the store never holds
     // more than max_keys keys, however many threads insert at once.
     KeyBudget::Admission admission = budget_->Reserve();
@@ -100,7 +109,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       // Another thread may have created the key meanwhile: decide on its state.
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
         if (reserved) budget_->Removed(1);
-        return step(it->second);
+        return it->second.Update(step);
       }
       if (!reserved) {
         if (!budget_->evicts()) {
@@ -122,7 +131,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       }
       admission = KeyBudget::Admission::kAdmitted;
     }
-    shard.map.emplace(CompactKey(key), std::move(state));
+    shard.map.emplace(CompactKey(key), Cell(std::move(state)));
     if (admission == KeyBudget::Admission::kAdmittedSweepDue) {
       lock.unlock();
       budget_->PaySweep(now);
@@ -133,21 +142,29 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   absl::StatusOr<Decision> Check(std::string_view key, Time now, int64_t cost) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
-    Shard& shard = ShardFor(KeyHash{}(key));
-    std::lock_guard lock(shard.lock);
-    if (auto it = shard.map.find(key); it != shard.map.end()) {
-      return CheckInPlace(config_, it->second, now, cost);
+    const size_t hash = KeyHash{}(key);
+    Shard& shard = ShardFor(hash);
+    auto check = [&](State& state) { return CheckInPlace(config_, state, now, cost); };
+    {
+      ShardGate::Reader reader(shard.gate);
+      if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+        return it->second.Update(check);
+      }
     }
-    State state = NewState(KeyHash{}(key), now);
-    return CheckInPlace(config_, state, now, cost);
+    State state = NewState(hash, now);
+    return check(state);
   }
 
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
-    Shard& shard = ShardFor(KeyHash{}(key));
-    std::lock_guard lock(shard.lock);
-    if (auto it = shard.map.find(key); it != shard.map.end()) {
-      RefundInPlace(config_, it->second, taken_at, cost);
+    const size_t hash = KeyHash{}(key);
+    Shard& shard = ShardFor(hash);
+    ShardGate::Reader reader(shard.gate);
+    if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+      it->second.Update([&](State& state) {
+        RefundInPlace(config_, state, taken_at, cost);
+        return Decision{};
+      });
     }
     return absl::OkStatus();
   }
@@ -158,10 +175,12 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     {
-      std::lock_guard lock(shard.lock);
+      ShardGate::Reader reader(shard.gate);
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-        RefundInPlace(config_, it->second, taken_at, cost);
-        return DecideInPlace(config_, it->second, now, cost);
+        return it->second.Update([&](State& state) {
+          RefundInPlace(config_, state, taken_at, cost);
+          return DecideInPlace(config_, state, now, cost);
+        });
       }
     }
     return Decide(key, now, cost);  // nothing left to give back: a new key
@@ -178,7 +197,8 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     if (remembered_ != nullptr) remembered_->Prefault(std::max<int64_t>(1, max_visits / 64));
     while (cursor.shard < kShards && progress.visits < max_visits && progress.dropped < max_drops) {
       Shard& shard = shards_[cursor.shard];
-      std::lock_guard lock(shard.lock);
+      ShardGate::Writer writer(shard.gate);
+      std::lock_guard lock(writer);
       ++progress.visits;  // entering a shard costs a visit, so empty ones are bounded too
       auto it = shard.map.begin();
       if (cursor.has_resume) {
@@ -193,7 +213,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       while (it != shard.map.end() && progress.visits < max_visits &&
              progress.dropped < max_drops) {
         ++progress.visits;
-        const int64_t fresh_at = FreshAt(config_, it->second).unix_micros();
+        const int64_t fresh_at = FreshAt(config_, it->second.Get()).unix_micros();
         if (fresh_at <=
             (kRememberedWhole ? rule.lossless_at_or_before_us : rule.drop_at_or_before_us)) {
           if (fresh_at > now_us) {
@@ -223,7 +243,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
   void Freeze() override {
-    for (Shard& shard : shards_) shard.lock.lock();
+    for (Shard& shard : shards_) ShardGate::Writer(shard.gate).lock();
   }
   int64_t KeysWhileFrozen() const override {
     int64_t held = 0;
@@ -231,15 +251,15 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     return held;
   }
   void Thaw() override {
-    for (Shard& shard : shards_) shard.lock.unlock();
+    for (Shard& shard : shards_) ShardGate::Writer(shard.gate).unlock();
   }
 
  private:
-  // The lock has a cache line of its own: waiting on it must not steal the
-  // line that holds the map's header from the thread that owns the lock.
+  // The gate has a cache line of its own: a writer waiting on it must not
+  // steal the line that holds the map's header from the one writing.
   struct alignas(64) Shard {
-    SpinLock lock;
-    alignas(64) absl::flat_hash_map<CompactKey, State, KeyHash, KeyEq> map;
+    ShardGate gate;
+    alignas(64) absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq> map;
   };
 
   Shard& ShardFor(size_t hash) { return shards_[hash >> (64 - kShardBits)]; }

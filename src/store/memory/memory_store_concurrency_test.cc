@@ -38,6 +38,41 @@ TEST_P(OneHotKey, AdmitsExactlyTheCapacity) {
   EXPECT_EQ(admitted.load(), capacity);
 }
 
+// The same while other threads insert thousands of keys into the same
+// table: every shard grows (a rehash moves the hot key's state) many times
+// while the hot key is decided in read sections.
+TEST_P(OneHotKey, AdmitsExactlyTheCapacityWhileTheShardsGrow) {
+  MemoryStore store;
+  const int64_t capacity = 1000;
+  auto table = *store.OpenTable(
+      *MakeLimit({.algorithm = GetParam(), .rate = {capacity, Duration::Days(1)}}));
+  std::atomic<int64_t> admitted{0};
+  std::atomic<int> hammering{kThreads / 2};
+  std::atomic<int64_t> inserted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads / 2; ++t) {
+    threads.emplace_back([&, t] {
+      // At least 2,000 keys each, and on until the hot key's threads end.
+      for (int i = 0; i < 2'000 || hammering.load() > 0; ++i) {
+        ASSERT_TRUE(table->Decide("new-" + std::to_string(t) + "-" + std::to_string(i), kStart, 1)
+                        ->allowed);
+        inserted.fetch_add(1);
+      }
+    });
+  }
+  for (int t = 0; t < kThreads / 2; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1'000; ++i) {
+        if (table->Decide("hot", kStart, 1)->allowed) admitted.fetch_add(1);
+      }
+      hammering.fetch_sub(1);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(admitted.load(), capacity);
+  EXPECT_EQ(store.stats().keys, inserted.load() + 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, OneHotKey,
                          ::testing::Values(Algorithm::kTokenBucket, Algorithm::kGcra,
                                            Algorithm::kLeakyBucket, Algorithm::kFixedWindow,

@@ -41,12 +41,13 @@ class SpinLock {
   bool try_lock() { return !locked_.exchange(true, std::memory_order_acquire); }
   void unlock() { locked_.store(false, std::memory_order_release); }
 
- private:
   static void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
     _mm_pause();
 #endif
   }
+
+ private:
   std::atomic<bool> locked_{false};
 };
 

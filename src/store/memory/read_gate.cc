@@ -1,0 +1,88 @@
+#include "store/memory/read_gate.h"
+
+#include <mutex>
+#include <thread>
+
+namespace sluice::internal {
+namespace {
+
+struct alignas(64) Slot {
+  std::atomic<const void*> reads{nullptr};
+};
+
+// Constant-initialized and never destroyed: threads may exit (and give
+// their slots back) while the process's static objects are torn down.
+Slot g_slots[ReaderSlots::kSlots];
+// Slots [0, g_claimed) have been claimed at some time; a writer looks at
+// those. Sequentially consistent with the slots' stores and the writer's
+// flag: a thread whose claim a writer missed sees that writer's flag.
+std::atomic<int> g_claimed{0};
+
+std::mutex g_free_mu;
+int g_free[ReaderSlots::kSlots];  // slots given back by exited threads
+int g_free_count = 0;
+
+thread_local bool t_no_slot = false;
+
+void Pause(int& spins) {
+  if (++spins < 1024) {
+    if (spins > 64) SpinLock::Pause();
+  } else {
+    std::this_thread::yield();  // the other side was probably preempted
+    spins = 0;
+  }
+}
+
+}  // namespace
+
+thread_local std::atomic<const void*>* ReaderSlots::t_slot_ = nullptr;
+
+// Gives the thread's slot back when the thread exits. A thread_local
+// destroyed after this one that still decides reads as a writer.
+struct ReaderSlots::Release {
+  int index = -1;
+  ~Release() {
+    if (index < 0) return;
+    t_slot_ = nullptr;
+    t_no_slot = true;
+    std::lock_guard lock(g_free_mu);
+    g_free[g_free_count++] = index;
+  }
+};
+
+thread_local ReaderSlots::Release ReaderSlots::t_release_;
+
+std::atomic<const void*>* ReaderSlots::Claim() {
+  if (t_no_slot) return nullptr;
+  int index = -1;
+  {
+    std::lock_guard lock(g_free_mu);
+    if (g_free_count > 0) {
+      index = g_free[--g_free_count];
+    } else if (g_claimed.load(std::memory_order_relaxed) < kSlots) {
+      index = g_claimed.fetch_add(1, std::memory_order_seq_cst);
+    }
+  }
+  if (index < 0) {
+    t_no_slot = true;
+    return nullptr;
+  }
+  t_release_.index = index;
+  t_slot_ = &g_slots[index].reads;
+  return t_slot_;
+}
+
+void ReaderSlots::WaitUntilNoneReads(const void* shard) {
+  const int claimed = g_claimed.load(std::memory_order_seq_cst);
+  for (int i = 0; i < claimed; ++i) {
+    int spins = 0;
+    while (g_slots[i].reads.load(std::memory_order_seq_cst) == shard) Pause(spins);
+  }
+}
+
+void ShardGate::WaitForWriter() const {
+  int spins = 0;
+  while (writing_.load(std::memory_order_acquire)) Pause(spins);
+}
+
+}  // namespace sluice::internal

@@ -1,0 +1,270 @@
+// ShardGate and StateCell: how the memory store lets threads decide on one
+// shard at once without taking the shard. Internal.
+//
+// Why: with one spin lock per shard, every decision wrote the lock's cache
+// line, and whenever the other core had taken that shard last (about half of
+// the decisions with two threads on keys spread over every shard) the line
+// had to move between cores first. Distinct keys on two threads then scaled
+// to about 1.6x one thread, and one hot key lost a quarter.
+//
+// How:
+//   - A decision on a key the shard holds is a *read* of the shard's table:
+//     it never changes the table's structure, only the key's state, and that
+//     is updated atomically in its own cell (StateCell: one compare-and-swap
+//     for a state of one word, else a one-byte lock beside the state, on the
+//     state's own cache line). Readers of one shard run at once.
+//   - A reader announces itself in a slot of its own thread (ReaderSlots: one
+//     cache line per thread, process-wide) that names the shard it reads, then
+//     checks the shard's `writing` flag. Both are sequentially consistent, so
+//     of a reader and a writer starting together at least one sees the other
+//     (the Dekker pattern): the reader backs off, or the writer waits.
+//   - A writer (an insert, the sweep's erases, a rehash) takes the shard's spin
+//     lock, raises `writing`, and waits until no slot names the shard. It then
+//     has the table alone, as the spin lock alone gave it before.
+// A reader writes only its own slot's line, so readers on different cores do
+// not move each other's lines; a hot key's denial that leaves its state as it
+// was writes nothing at all.
+//
+// Rules: a thread in a read section never enters a write section (it would
+// wait for itself), and a read section never blocks. A thread beyond the
+// kSlots threads that ever hold a slot at once reads as a writer.
+#ifndef SLUICE_STORE_MEMORY_READ_GATE_H_
+#define SLUICE_STORE_MEMORY_READ_GATE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+
+#include "sluice/decision.h"
+#include "store/memory/spin_lock.h"
+
+namespace sluice::internal {
+
+// Per-thread slots naming the shard each thread reads (nullptr: none).
+class ReaderSlots {
+ public:
+  static constexpr int kSlots = 256;
+  // The calling thread's slot, claimed on first use and given back when the
+  // thread exits; nullptr when all kSlots are held by live threads.
+  static std::atomic<const void*>* Mine() {
+    if (t_slot_ != nullptr) [[likely]] {
+      return t_slot_;
+    }
+    return Claim();
+  }
+  // Returns once no slot names `shard`. The caller has raised the shard's
+  // `writing` flag (seq_cst) before: a reader that starts later backs off.
+  static void WaitUntilNoneReads(const void* shard);
+
+ private:
+  struct Release;  // gives the slot back at the thread's exit
+  static std::atomic<const void*>* Claim();
+  static thread_local std::atomic<const void*>* t_slot_;
+  static thread_local Release t_release_;
+};
+
+// One shard's gate: a spin lock among writers and the flag readers check.
+class ShardGate {
+ public:
+  // A write section (BasicLockable: std::unique_lock<ShardGate::Writer>).
+  class Writer {
+   public:
+    explicit Writer(ShardGate& gate) : gate_(gate) {}
+    void lock() {
+      gate_.lock_.lock();
+      gate_.writing_.store(true, std::memory_order_seq_cst);
+      ReaderSlots::WaitUntilNoneReads(&gate_);
+    }
+    void unlock() {
+      gate_.writing_.store(false, std::memory_order_release);
+      gate_.lock_.unlock();
+    }
+
+   private:
+    ShardGate& gate_;
+  };
+
+  // A read section, for the scope of the object.
+  class Reader {
+   public:
+    explicit Reader(ShardGate& gate) : gate_(gate), slot_(ReaderSlots::Mine()) {
+      if (slot_ == nullptr) [[unlikely]] {
+        Writer(gate_).lock();
+        return;
+      }
+      for (;;) {
+        slot_->store(&gate_, std::memory_order_seq_cst);
+        if (!gate_.writing_.load(std::memory_order_seq_cst)) [[likely]] {
+          return;
+        }
+        slot_->store(nullptr, std::memory_order_release);
+        gate_.WaitForWriter();
+      }
+    }
+    ~Reader() {
+      if (slot_ == nullptr) [[unlikely]] {
+        Writer(gate_).unlock();
+        return;
+      }
+      slot_->store(nullptr, std::memory_order_release);
+    }
+    Reader(const Reader&) = delete;
+    Reader& operator=(const Reader&) = delete;
+
+   private:
+    ShardGate& gate_;
+    std::atomic<const void*>* const slot_;
+  };
+
+ private:
+  void WaitForWriter() const;
+
+  SpinLock lock_;
+  std::atomic<bool> writing_{false};
+};
+
+// A key's state, updated by many readers at once, in one of three forms:
+//   - one word (gcra, leaky_bucket_shape): a compare-and-swap of the word;
+//   - a few words (token_bucket, fixed_window, sliding_window, ...): a
+//     sequence lock. The words are read (relaxed atomics) between two reads
+//     of an even version; the step runs on that copy; the copy is installed
+//     by a compare-and-swap of the version from what was read to odd, so it
+//     is installed only if nobody wrote since, and the version goes back to
+//     even past it. A reader never waits on a lock whose holder sits on the
+//     same cache line, which with two threads on one hot key made a spin
+//     lock here slower than the shard lock it replaced;
+//   - anything else (the sliding log's timestamps): a one-byte spin lock.
+// In the first two forms a step that leaves the state as it was (most
+// denials) writes nothing, so threads denied on one hot key share its line.
+// Get reads the state plainly: only inside a write section, where nobody
+// updates it.
+template <typename State>
+inline constexpr bool kWordState = std::is_trivially_copyable_v<State> &&
+                                   sizeof(State) % sizeof(uint64_t) == 0 &&
+                                   alignof(State) == alignof(uint64_t);
+
+enum class CellForm { kOneWord, kWords, kLocked };
+template <typename State>
+inline constexpr CellForm kCellForm = !kWordState<State>               ? CellForm::kLocked
+                                      : sizeof(State) == sizeof(uint64_t) ? CellForm::kOneWord
+                                                                          : CellForm::kWords;
+
+template <typename State, CellForm kForm = kCellForm<State>>
+class StateCell;
+
+// The words of a trivially copyable state.
+template <typename State>
+class StateWords {
+ public:
+  static constexpr size_t kWords = sizeof(State) / sizeof(uint64_t);
+  explicit StateWords(const State& state) { std::memcpy(words_, &state, sizeof(State)); }
+  State Get() const {
+    State state;
+    std::memcpy(&state, words_, sizeof(State));
+    return state;
+  }
+
+ protected:
+  uint64_t words_[kWords];
+};
+
+template <typename State>
+class StateCell<State, CellForm::kOneWord> : public StateWords<State> {
+ public:
+  using StateWords<State>::StateWords;
+  StateCell(StateCell&& other) noexcept : StateWords<State>(other.Get()) {}
+
+  // Runs `step` (Decision(State&)) on a copy of the state and installs the
+  // copy if the word is still what it was copied from; else again.
+  template <typename Step>
+  Decision Update(Step step) {
+    std::atomic_ref<uint64_t> word(this->words_[0]);
+    uint64_t seen = word.load(std::memory_order_acquire);
+    for (;;) {
+      State state;
+      std::memcpy(&state, &seen, sizeof seen);
+      Decision d = step(state);
+      uint64_t next;
+      std::memcpy(&next, &state, sizeof next);
+      if (next == seen) return d;
+      if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+        return d;
+      }
+    }
+  }
+};
+
+template <typename State>
+class StateCell<State, CellForm::kWords> : public StateWords<State> {
+  using Base = StateWords<State>;
+
+ public:
+  using Base::Base;
+  StateCell(StateCell&& other) noexcept : Base(other.Get()) {}
+
+  template <typename Step>
+  Decision Update(Step step) {
+    std::atomic_ref<uint32_t> version(version_);
+    int spins = 0;
+    for (;;) {
+      uint32_t seen = version.load(std::memory_order_acquire);
+      if (seen & 1) {  // a write in progress: a few dozen nanoseconds
+        Backoff(spins);
+        continue;
+      }
+      uint64_t copy[Base::kWords];
+      for (size_t i = 0; i < Base::kWords; ++i) {
+        copy[i] = std::atomic_ref<uint64_t>(this->words_[i]).load(std::memory_order_relaxed);
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (version.load(std::memory_order_relaxed) != seen) continue;  // torn: read again
+      State state;
+      std::memcpy(&state, copy, sizeof(State));
+      Decision d = step(state);
+      if (std::memcmp(&state, copy, sizeof(State)) == 0) return d;
+      // Installed only if nobody wrote since `seen`: then `copy` was current.
+      if (!version.compare_exchange_strong(seen, seen + 1, std::memory_order_acquire,
+                                           std::memory_order_relaxed)) {
+        continue;
+      }
+      uint64_t next[Base::kWords];
+      std::memcpy(next, &state, sizeof(State));
+      for (size_t i = 0; i < Base::kWords; ++i) {
+        std::atomic_ref<uint64_t>(this->words_[i]).store(next[i], std::memory_order_relaxed);
+      }
+      version.store(seen + 2, std::memory_order_release);
+      return d;
+    }
+  }
+
+ private:
+  static void Backoff(int& spins) {
+    if (++spins > 64) SpinLock::Pause();
+  }
+  uint32_t version_ = 0;  // odd while a step's result is being written
+};
+
+template <typename State>
+class StateCell<State, CellForm::kLocked> {
+ public:
+  explicit StateCell(State state) : state_(std::move(state)) {}
+  StateCell(StateCell&& other) noexcept : state_(std::move(other.state_)) {}
+
+  template <typename Step>
+  Decision Update(Step step) {
+    std::lock_guard guard(lock_);
+    return step(state_);
+  }
+  const State& Get() const { return state_; }
+
+ private:
+  SpinLock lock_;
+  State state_;
+};
+
+}  // namespace sluice::internal
+
+#endif  // SLUICE_STORE_MEMORY_READ_GATE_H_
