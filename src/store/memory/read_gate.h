@@ -147,7 +147,7 @@ inline constexpr bool kWordState = std::is_trivially_copyable_v<State> &&
 
 enum class CellForm { kOneWord, kWords, kLocked };
 template <typename State>
-inline constexpr CellForm kCellForm = !kWordState<State>               ? CellForm::kLocked
+inline constexpr CellForm kCellForm = !kWordState<State>                  ? CellForm::kLocked
                                       : sizeof(State) == sizeof(uint64_t) ? CellForm::kOneWord
                                                                           : CellForm::kWords;
 
