@@ -83,7 +83,8 @@ absl::StatusOr<SimRequest> ParseSimRequest(std::string_view body) {
   if (clients > kMaxSimClients || ask.scenario.limiters.size() > kMaxSimLimiters ||
       ask.scenario.instances > kMaxSimInstances) {
     return absl::OutOfRangeError(Cat("the admin listener simulates at most ", kMaxSimClients,
-                                     " clients, ", kMaxSimLimiters, " limiters and ", kMaxSimInstances,
+                                     " clients, ", kMaxSimLimiters, " limiters and ",
+                                     kMaxSimInstances,
                                      " instances; run larger scenarios with `sluice sim FILE`"));
   }
   ask.scenario.max_attempts = kMaxSimAttempts;

@@ -33,17 +33,19 @@ TEST(SimRequestTest, ABuiltInByNameWithItsSeedOrTheOneGiven) {
 }
 
 TEST(SimRequestTest, KeepsOnlyTheLimitersNamed) {
-  absl::StatusOr<SimRequest> r = ParseSimRequest(
-      Body({{"yaml", StormYaml(10, 3)}, {"limiters", {"fixed_window 2/min"}}}));
+  absl::StatusOr<SimRequest> r =
+      ParseSimRequest(Body({{"yaml", StormYaml(10, 3)}, {"limiters", {"fixed_window 2/min"}}}));
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->scenario.limiters.size(), 1u);
   EXPECT_EQ(r->scenario.limiters[0].name, "fixed_window 2/min");
-  EXPECT_EQ(ParseSimRequest(Body({{"yaml", StormYaml(10, 3)}, {"limiters", {"nope"}}})).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseSimRequest(Body({{"yaml", StormYaml(10, 3)}, {"limiters", nlohmann::json::array()}}))
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ParseSimRequest(Body({{"yaml", StormYaml(10, 3)}, {"limiters", {"nope"}}})).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ParseSimRequest(Body({{"yaml", StormYaml(10, 3)}, {"limiters", nlohmann::json::array()}}))
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SimRequestTest, RefusesWhatIsNotOneScenario) {
