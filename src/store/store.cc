@@ -4,12 +4,9 @@
 
 namespace sluice {
 
-absl::Status ValidateKey(std::string_view key) {
-  if (key.size() > kMaxKeyLength) {
-    return absl::InvalidArgumentError(internal::Cat(
-        "key of ", key.size(), " bytes is longer than the maximum of ", kMaxKeyLength));
-  }
-  return absl::OkStatus();
+absl::Status KeyTooLongError(size_t size) {
+  return absl::InvalidArgumentError(
+      internal::Cat("key of ", size, " bytes is longer than the maximum of ", kMaxKeyLength));
 }
 
 }  // namespace sluice

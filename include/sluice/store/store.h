@@ -58,8 +58,15 @@ enum class OnFull {
 // InvalidArgument, never truncated (two keys must never share a bucket).
 inline constexpr size_t kMaxKeyLength = 1024;
 
-// OK, or InvalidArgument naming the length and the maximum.
-absl::Status ValidateKey(std::string_view key);
+// InvalidArgument naming the length and the maximum.
+absl::Status KeyTooLongError(size_t size);
+// OK, or KeyTooLongError. Inline: every decision of a store checks it.
+inline absl::Status ValidateKey(std::string_view key) {
+  if (key.size() > kMaxKeyLength) [[unlikely]] {
+    return KeyTooLongError(key.size());
+  }
+  return absl::OkStatus();
+}
 
 class LimitTable {
  public:
