@@ -14,6 +14,7 @@
 //   BM_CoarseClockNow                            one CoarseClock read
 //   BM_StoreDistinctKeys/<alg>/threads:N         each thread its own 1,000 keys
 //   BM_StoreOwnKey/gcra/threads:N                each thread one key, own shard
+//   BM_StoreNewKeys/gcra/threads:N               every decision a key never held
 //   BM_StoreRandom{100k,10M}/<alg>/threads:N     uniformly random among N keys
 //   BM_StoreRandom{100k,10M}TimeIn/<alg>         same, time passed in, no clock
 //   BM_MapFloor{100k,10M}/{clock,time_in}        token bucket over a bare
@@ -30,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -441,6 +443,31 @@ void BM_StoreRandom(benchmark::State& st, AlgoSpec spec, KeySet set, TimeSource 
                  [&](const std::string& key, Time now) { return StoreDecide(table, key, now); });
 }
 
+// New keys: every decision is on a key the store has never held, allowed
+// and kept (a flood of unique keys): the insert path, which takes the
+// shard alone. A fresh store for each run (thread 0 makes it before the
+// timed loop, which all threads enter together), large enough that nothing
+// is evicted; time passed in. Keys are 9 bytes: the thread and a counter.
+void BM_StoreNewKeys(benchmark::State& st, AlgoSpec spec) {
+  static std::unique_ptr<Fixture> fixture;
+  if (st.thread_index() == 0) fixture = MakeFixture(spec, 64'000'000);
+  char key[9];
+  key[0] = static_cast<char>('a' + st.thread_index());
+  uint64_t n = 0;
+  int64_t now_us = sluice::SystemClock::Default().Now().unix_micros();
+  int64_t allowed = 0;
+  for (auto _ : st) {
+    std::memcpy(key + 1, &++n, sizeof n);
+    absl::StatusOr<Decision> d = fixture->table->Decide(std::string_view(key, sizeof key),
+                                                        Time::FromUnixMicros(++now_us), 1);
+    benchmark::DoNotOptimize(d);
+    allowed += d->allowed;
+  }
+  Finish(st, allowed);
+  // All threads leave the timed loop together; the last run's store stays
+  // until the next run (or the end).
+}
+
 // The peer BENCH.md names as the C++ floor: a token bucket over one
 // absl::flat_hash_map<std::string, TokenBucketState>, no lock, no sharding,
 // no bound on keys, the same key picking and time source as the store
@@ -574,6 +601,7 @@ void RegisterAll() {
         Register(std::string("BM_StoreDistinctKeys/") + spec.name, BM_StoreDistinctKeys, spec));
   }
   Threads12(Register("BM_StoreOwnKey/gcra", BM_StoreOwnKey, kKeyAlgorithms[0]));
+  Threads12(Register("BM_StoreNewKeys/gcra", BM_StoreNewKeys, kKeyAlgorithms[0]));
   for (KeySet set : {KeySet::k100k, KeySet::k10M}) {
     const std::string size = set == KeySet::k10M ? "10M" : "100k";
     Register("BM_MapFloor" + size + "/clock", BM_MapFloor, set, TimeSource::kClock)->UseRealTime();

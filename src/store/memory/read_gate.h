@@ -18,9 +18,11 @@
 //     checks the shard's `writing` flag. Both are sequentially consistent, so
 //     of a reader and a writer starting together at least one sees the other
 //     (the Dekker pattern): the reader backs off, or the writer waits.
-//   - A writer (an insert, the sweep's erases, a rehash) takes the shard's spin
-//     lock, raises `writing`, and waits until no slot names the shard. It then
-//     has the table alone, as the spin lock alone gave it before.
+//   - A writer (an insert, the sweep's erases, a rehash) raises the shard's
+//     `writing` flag by an exchange (waiting while another writer holds it:
+//     the flag is the writers' spin lock too), and waits until no slot names
+//     the shard. It then has the table alone, as the spin lock alone gave it
+//     before.
 // A reader writes only its own slot's line, so readers on different cores do
 // not move each other's lines; a hot key's denial that leaves its state as it
 // was writes nothing at all.
@@ -65,7 +67,9 @@ class ReaderSlots {
   static thread_local Release t_release_;
 };
 
-// One shard's gate: a spin lock among writers and the flag readers check.
+// One shard's gate: one flag, the writers' spin lock and what readers
+// check at once (raising it is one exchange, the writer's side of the
+// Dekker pair).
 class ShardGate {
  public:
   // A write section (BasicLockable: std::unique_lock<ShardGate::Writer>).
@@ -73,14 +77,10 @@ class ShardGate {
    public:
     explicit Writer(ShardGate& gate) : gate_(gate) {}
     void lock() {
-      gate_.lock_.lock();
-      gate_.writing_.store(true, std::memory_order_seq_cst);
+      while (gate_.writing_.exchange(true, std::memory_order_seq_cst)) gate_.WaitForWriter();
       ReaderSlots::WaitUntilNoneReads(&gate_);
     }
-    void unlock() {
-      gate_.writing_.store(false, std::memory_order_release);
-      gate_.lock_.unlock();
-    }
+    void unlock() { gate_.writing_.store(false, std::memory_order_release); }
 
    private:
     ShardGate& gate_;
@@ -121,7 +121,6 @@ class ShardGate {
  private:
   void WaitForWriter() const;
 
-  SpinLock lock_;
   std::atomic<bool> writing_{false};
 };
 
