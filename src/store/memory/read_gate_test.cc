@@ -83,6 +83,19 @@ TEST(ShardGateTest, ThreadsBeyondTheSlotsReadAsWriters) {
   EXPECT_GE(without_slot.load(), kMany - ReaderSlots::kSlots);
 }
 
+// kThreads threads each run `step` on `cell` kUpdates times, all at once.
+constexpr int kUpdates = 5'000;
+template <typename Cell, typename Step>
+void UpdateFromEveryThread(Cell& cell, Step step) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kUpdates; ++i) cell.Update(step);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
 // A state of three words updated from many threads at once (a sequence lock
 // in StateCell): every update sees the three words equal (never a torn
 // copy), and none is lost.
@@ -93,20 +106,11 @@ static_assert(kCellForm<ThreeWords> == CellForm::kWords);
 
 TEST(StateCellTest, WordsAreNeverTornNorLost) {
   StateCell<ThreeWords> cell(ThreeWords{});
-  constexpr int kUpdates = 5'000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < kUpdates; ++i) {
-        cell.Update([](ThreeWords& s) {
-          EXPECT_TRUE(s.a == s.b && s.b == s.c) << s.a << " " << s.b << " " << s.c;
-          ++s.a, ++s.b, ++s.c;
-          return Decision{.allowed = true};
-        });
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  UpdateFromEveryThread(cell, [](ThreeWords& s) {
+    EXPECT_TRUE(s.a == s.b && s.b == s.c) << s.a << " " << s.b << " " << s.c;
+    ++s.a, ++s.b, ++s.c;
+    return Decision{.allowed = true};
+  });
   const ThreeWords end = cell.Get();
   EXPECT_EQ(end.a, int64_t{kThreads} * kUpdates);
   EXPECT_EQ(end.b, end.a);
@@ -116,19 +120,10 @@ TEST(StateCellTest, WordsAreNeverTornNorLost) {
 TEST(StateCellTest, OneWordUpdatesAreNeverLost) {
   static_assert(kCellForm<int64_t> == CellForm::kOneWord);
   StateCell<int64_t> cell(0);
-  constexpr int kUpdates = 5'000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < kUpdates; ++i) {
-        cell.Update([](int64_t& s) {
-          ++s;
-          return Decision{};
-        });
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  UpdateFromEveryThread(cell, [](int64_t& s) {
+    ++s;
+    return Decision{};
+  });
   EXPECT_EQ(cell.Get(), int64_t{kThreads} * kUpdates);
 }
 
