@@ -80,7 +80,8 @@ INSTANTIATE_TEST_SUITE_P(All, OneHotKey,
                          [](const auto& info) { return std::string(AlgorithmName(info.param)); });
 
 // Many threads insert far more keys than the bound while others decide on,
-// check and refund a shared set: the bound holds and nothing races.
+// check, refund, charge and renew a shared set: the bound holds and nothing
+// races.
 TEST(MemoryStoreConcurrency, EvictionUnderConcurrentAccess) {
   MemoryStore store({.max_keys = 2000});
   auto table = *store.OpenTable(
@@ -99,6 +100,12 @@ TEST(MemoryStoreConcurrency, EvictionUnderConcurrentAccess) {
         if (i % 5 == 0) {
           ASSERT_TRUE(table->Check(key, now, 1).ok());
           ASSERT_TRUE(log->Refund(key, now, 1).ok());
+        }
+        if (i % 5 == 1) {  // every other path through a key's cell
+          ASSERT_TRUE(table->Charge(key, now, 2).ok());
+          ASSERT_TRUE(table->Renew(key, now, now + Duration::Micros(1), 1).ok());
+          ASSERT_TRUE(log->Check(key, now, 1).ok());
+          ASSERT_TRUE(log->Renew(key, now, now + Duration::Micros(1), 1).ok());
         }
       }
     });
