@@ -137,6 +137,9 @@ class GateImpl final : public ConnectionGate {
         refused_(metrics.Get("sluice_grpc_connections_refused_total", {})),
         handshake_timeouts_(metrics.Get("sluice_grpc_handshake_timeouts_total", {})),
         metrics_(metrics) {
+    for (const char* reason : {"fd_limit", "memory"}) {  // at 0 from the start
+      metrics.Get("sluice_accept_errors_total", {{"listener", "grpc"}, {"reason", reason}});
+    }
     metrics.SetHelp("sluice_grpc_connections_refused_total",
                     "Connections to grpc.listen closed at once: grpc.max_connections were open.");
     metrics.SetHelp("sluice_grpc_handshake_timeouts_total",

@@ -278,6 +278,15 @@ RlqsService::RlqsService(const RlqsConfig& config, const Clock& clock, metrics::
       // delivery margin) by the renewals' slack.
       claim_ttl_us_((config.assignment_ttl + Duration::Seconds(4)).micros()) {
   if (fleet_ != nullptr) instance_ = InstanceName();
+  // At 0 from the start rather than at their first event (an alert on
+  // their rate has a series to read).
+  metrics_.Get("sluice_rlqs_streams", {});
+  metrics_.Get("sluice_rlqs_streams_refused_total", {});
+  if (fleet_ != nullptr) {
+    for (const char* result : {"ok", "error"}) {
+      metrics_.Get("sluice_rlqs_claims_total", {{"result", result}});
+    }
+  }
   metrics_.SetHelp("sluice_rlqs_streams", "Envoy quota streams (RLQS) open now.");
   metrics_.SetHelp("sluice_rlqs_reported_requests_total",
                    "Requests Envoys reported to the quota service, by domain and outcome.");

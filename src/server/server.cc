@@ -135,7 +135,28 @@ class ServerImpl final : public Server {
       if (!rls.ok()) return rls.status();
       state_->rls = *std::move(rls);
     }
+    ShowErrorSeries(state_->config);
     return absl::OkStatus();
+  }
+
+  // The error counters are in /metrics at 0 from the start (a reload's new
+  // routes' from the reload), not only after their first event: an alert on
+  // their rate has a series to read before anything went wrong.
+  void ShowErrorSeries(const Config& config) {
+    Metrics& m = state_->metrics;
+    m.Get("sluice_connections_refused_total", {});
+    for (int l = 0; l < kListeners; ++l) {
+      if (static_cast<Listener>(l) == Listener::kDecision && decision_port_ == 0) continue;
+      for (const char* reason : {"fd_limit", "memory"}) {
+        m.Get("sluice_accept_errors_total",
+              {{"listener", std::string(kListenerNames[l])}, {"reason", reason}});
+      }
+    }
+    for (const RouteConfig& route : config.routes) {
+      for (const char* kind : {"connect", "timeout", "exchange"}) {
+        m.Get("sluice_upstream_errors_total", {{"route", route.name}, {"kind", kind}});
+      }
+    }
   }
 
   absl::Status Run() override {
@@ -544,6 +565,7 @@ class ServerImpl final : public Server {
     if (!rls_next.ok()) return rls_next.status();
     state_->Publish(*std::move(set));
     if (state_->rls != nullptr) state_->rls->Swap(*std::move(rls_next));
+    ShowErrorSeries(next);
     return absl::OkStatus();
   }
 

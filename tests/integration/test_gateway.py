@@ -577,6 +577,28 @@ class GatewayTest(SluiceTestCase):
                                       route="dead"), 1)
         self.assert_healthy()
 
+    def test_error_counters_are_there_at_zero_before_any_error(self):
+        # An alert on rate(sluice_upstream_errors_total[5m]) needs a series
+        # before the first error; so do the accept and refusal counters.
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s}
+""")
+        series = {(n, tuple(sorted(l.items()))): v for n, l, v in self.metrics()}
+        expected = [("sluice_connections_refused_total", ())]
+        for kind in ("connect", "timeout", "exchange"):
+            expected.append(("sluice_upstream_errors_total",
+                             (("kind", kind), ("route", "app"))))
+        for listener in ("main", "admin"):
+            for reason in ("fd_limit", "memory"):
+                expected.append(("sluice_accept_errors_total",
+                                 (("listener", listener), ("reason", reason))))
+        for key in expected:
+            self.assertIn(key, series)
+            self.assertEqual(series[key], 0, key)
+
     def test_slow_upstream_is_504_after_upstream_timeout_and_counted(self):
         self.up.slow_seconds = 2.0
         self.start("""\
