@@ -5,14 +5,14 @@
 // line, and whenever the other core had taken that shard last (about half of
 // the decisions with two threads on keys spread over every shard) the line
 // had to move between cores first. Distinct keys on two threads then scaled
-// to about 1.6x one thread, and one hot key lost a quarter.
+// to about 1.0x-1.6x one thread, and one hot key to 0.5x-0.7x.
 //
 // How:
 //   - A decision on a key the shard holds is a *read* of the shard's table:
 //     it never changes the table's structure, only the key's state, and that
-//     is updated atomically in its own cell (StateCell: one compare-and-swap
-//     for a state of one word, else a one-byte lock beside the state, on the
-//     state's own cache line). Readers of one shard run at once.
+//     is updated atomically in its own cell (StateCell, below: a
+//     compare-and-swap, a sequence lock or a byte lock, on the state's own
+//     cache line). Readers of one shard run at once.
 //   - A reader announces itself in a slot of its own thread (ReaderSlots: one
 //     cache line per thread, process-wide) that names the shard it reads, then
 //     checks the shard's `writing` flag. Both are sequentially consistent, so
