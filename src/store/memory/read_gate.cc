@@ -1,7 +1,6 @@
 #include "store/memory/read_gate.h"
 
 #include <mutex>
-#include <thread>
 
 namespace sluice::internal {
 namespace {
@@ -23,15 +22,6 @@ int g_free[ReaderSlots::kSlots];  // slots given back by exited threads
 int g_free_count = 0;
 
 thread_local bool t_no_slot = false;
-
-void Pause(int& spins) {
-  if (++spins < 1024) {
-    if (spins > 64) SpinLock::Pause();
-  } else {
-    std::this_thread::yield();  // the other side was probably preempted
-    spins = 0;
-  }
-}
 
 }  // namespace
 
@@ -76,13 +66,13 @@ void ReaderSlots::WaitUntilNoneReads(const void* shard) {
   const int claimed = g_claimed.load(std::memory_order_seq_cst);
   for (int i = 0; i < claimed; ++i) {
     int spins = 0;
-    while (g_slots[i].reads.load(std::memory_order_seq_cst) == shard) Pause(spins);
+    while (g_slots[i].reads.load(std::memory_order_seq_cst) == shard) SpinLock::Wait(spins);
   }
 }
 
 void ShardGate::WaitForWriter() const {
   int spins = 0;
-  while (writing_.load(std::memory_order_acquire)) Pause(spins);
+  while (writing_.load(std::memory_order_acquire)) SpinLock::Wait(spins);
 }
 
 }  // namespace sluice::internal

@@ -211,7 +211,7 @@ class StateCell<State, CellForm::kWords> : public StateWords<State> {
     for (;;) {
       uint32_t seen = version.load(std::memory_order_acquire);
       if (seen & 1) {  // a write in progress: a few dozen nanoseconds
-        Backoff(spins);
+        SpinLock::Wait(spins);
         continue;
       }
       uint64_t copy[Base::kWords];
@@ -240,9 +240,6 @@ class StateCell<State, CellForm::kWords> : public StateWords<State> {
   }
 
  private:
-  static void Backoff(int& spins) {
-    if (++spins > 64) SpinLock::Pause();
-  }
   uint32_t version_ = 0;  // odd while a step's result is being written
 };
 

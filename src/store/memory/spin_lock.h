@@ -24,30 +24,33 @@ class SpinLock {
     while (locked_.exchange(true, std::memory_order_acquire)) {
       // Wait by reading (the line stays shared) and retry only when free.
       int spins = 0;
-      while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins < 1024) {
-          // The first reads without a pause: a holder's section is a few
-          // dozen nanoseconds, and a pause here costs about as much, so a
-          // waiter that pauses at once takes the lock late (two threads on
-          // one hot key: bench/README.md).
-          if (spins > 64) Pause();
-        } else {
-          std::this_thread::yield();  // the holder was probably preempted
-          spins = 0;
-        }
-      }
+      while (locked_.load(std::memory_order_relaxed)) Wait(spins);
     }
   }
   bool try_lock() { return !locked_.exchange(true, std::memory_order_acquire); }
   void unlock() { locked_.store(false, std::memory_order_release); }
 
+  // One turn of waiting for a holder, `spins` counting the turns: the first
+  // 64 reads go without a pause (a holder's section is a few dozen
+  // nanoseconds, and a pause costs about as much, so a waiter that pauses at
+  // once takes the lock late: two threads on one hot key, bench/README.md),
+  // then a pause each, and every 1024 turns the CPU is yielded (the holder
+  // was probably preempted). Every spin wait of the memory store uses it.
+  static void Wait(int& spins) {
+    if (++spins < 1024) {
+      if (spins > 64) Pause();
+    } else {
+      std::this_thread::yield();
+      spins = 0;
+    }
+  }
+
+ private:
   static void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
     _mm_pause();
 #endif
   }
-
- private:
   std::atomic<bool> locked_{false};
 };
 
