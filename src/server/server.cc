@@ -103,28 +103,26 @@ class ServerImpl final : public Server {
     int threads = state_->config.server.threads;
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     for (int i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
-    // Main listener: one SO_REUSEPORT acceptor per loop.
-    HostPort listen = state_->config.server.listen;
-    for (auto& w : workers_) {
-      absl::StatusOr<std::unique_ptr<Acceptor>> a = Bind(w->ioc, listen, /*reuse_port=*/true);
-      if (!a.ok()) return a.status();
-      w->acceptor = *std::move(a);
-      listen.port = w->acceptor->local_endpoint().port();  // port 0: the others join the one chosen
-    }
-    port_ = listen.port;
+    // The main and decision listeners: one socket each, open in every loop.
+    std::vector<net::io_context*> loops;
+    for (auto& w : workers_) loops.push_back(&w->ioc);
+    absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> main =
+        Listen(state_->config.server.listen, loops);
+    if (!main.ok()) return main.status();
+    for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->acceptor = std::move((*main)[i]);
+    port_ = workers_[0]->acceptor->local_endpoint().port();
     if (std::optional<HostPort> decision = state_->config.server.decision.listen) {
-      for (auto& w : workers_) {
-        absl::StatusOr<std::unique_ptr<Acceptor>> a = Bind(w->ioc, *decision, /*reuse_port=*/true);
-        if (!a.ok()) return a.status();
-        w->decision_acceptor = *std::move(a);
-        decision->port = w->decision_acceptor->local_endpoint().port();
+      absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> acceptors = Listen(*decision, loops);
+      if (!acceptors.ok()) return acceptors.status();
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        workers_[i]->decision_acceptor = std::move((*acceptors)[i]);
       }
-      decision_port_ = decision->port;
+      decision_port_ = workers_[0]->decision_acceptor->local_endpoint().port();
     }
-    absl::StatusOr<std::unique_ptr<Acceptor>> admin =
-        Bind(workers_[0]->ioc, state_->config.server.admin, /*reuse_port=*/false);
+    absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> admin =
+        Listen(state_->config.server.admin, std::span(loops).first(1));
     if (!admin.ok()) return admin.status();
-    admin_acceptor_ = *std::move(admin);
+    admin_acceptor_ = std::move(admin->front());
     admin_port_ = admin_acceptor_->local_endpoint().port();
     if (state_->config.grpc) {  // the Envoy rate limit service, on its own listener
       absl::StatusOr<std::unique_ptr<envoy::RlsServer>> rls =

@@ -1,8 +1,12 @@
 #include "server/setup.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "base/cat.h"
@@ -102,29 +106,42 @@ FileBudget FitFileLimit(const Config& config) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Acceptor>> Bind(net::io_context& ioc, const HostPort& where,
-                                               bool reuse_port) {
+absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> Listen(
+    const HostPort& where, std::span<net::io_context* const> loops) {
   boost::system::error_code ec;
-  tcp::resolver resolver(ioc);
+  tcp::resolver resolver(*loops.front());
   auto results = resolver.resolve(where.host, std::to_string(where.port),
                                   tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || results.empty()) {
     return absl::InvalidArgumentError(Cat("cannot resolve ", where.host, ": ", ec.message()));
   }
   const tcp::endpoint endpoint = results.begin()->endpoint();
-  auto acceptor = std::make_unique<Acceptor>(ioc.get_executor());
-  acceptor->open(endpoint.protocol(), ec);
-  if (!ec) acceptor->set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec && reuse_port) {
-    acceptor->set_option(net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
-  }
-  if (!ec) acceptor->bind(endpoint, ec);
-  if (!ec) acceptor->listen(net::socket_base::max_listen_connections, ec);
+  std::vector<std::unique_ptr<Acceptor>> acceptors;
+  acceptors.push_back(std::make_unique<Acceptor>(loops.front()->get_executor()));
+  Acceptor& first = *acceptors.front();
+  first.open(endpoint.protocol(), ec);
+  if (!ec) first.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) first.bind(endpoint, ec);
+  if (!ec) first.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
     return absl::UnavailableError(
         Cat("cannot listen on ", where.host, ":", where.port, ": ", ec.message()));
   }
-  return acceptor;
+  for (net::io_context* loop : loops.subspan(1)) {
+    const int fd = ::fcntl(first.native_handle(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      return absl::UnavailableError(
+          Cat("cannot listen on ", where.host, ":", where.port, ": ", std::strerror(errno)));
+    }
+    acceptors.push_back(std::make_unique<Acceptor>(loop->get_executor()));
+    acceptors.back()->assign(endpoint.protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      return absl::UnavailableError(
+          Cat("cannot listen on ", where.host, ":", where.port, ": ", ec.message()));
+    }
+  }
+  return acceptors;
 }
 
 absl::StatusOr<std::unique_ptr<RedisStore>> ConnectRedis(const RedisStoreOptions& options,

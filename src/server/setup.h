@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "metrics/metrics.h"
@@ -29,10 +31,14 @@ struct FileBudget {
 // server.max_connections does not fit.
 FileBudget FitFileLimit(const Config& config);
 
-// A listening socket on `where` (port 0: any), bound to `ioc`'s loop;
-// `reuse_port`: one per loop, the kernel spreading connections.
-absl::StatusOr<std::unique_ptr<Acceptor>> Bind(net::io_context& ioc, const HostPort& where,
-                                               bool reuse_port);
+// One listening socket on `where` (port 0: any), open in each of `loops`
+// (one acceptor each, at the same index, on its own descriptor of the one
+// socket): a loop that is free accepts the next connection, as NGINX's
+// workers share a listener. No SO_REUSEPORT: a second process binding the
+// port fails, where it would otherwise join the port's group and silently
+// take a share of the connections.
+absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> Listen(
+    const HostPort& where, std::span<net::io_context* const> loops);
 
 // The store of global limits (store.redis), its events logged, its health
 // exported as sluice_redis_* gauges.

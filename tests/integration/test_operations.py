@@ -1,14 +1,17 @@
 """Operations: reload by SIGHUP and by file change, invalid reloads, reload
-under load, graceful SIGTERM."""
+under load, graceful SIGTERM, listeners nobody else can join."""
 
+import errno
 import http.client
+import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 import unittest
 
-from harness import HOST, SluiceTestCase, metric_value, request, server_block
+from harness import BINARY, HOST, SluiceTestCase, metric_value, request, server_block
 
 KEEP_POLICY = """\
   - name: keep
@@ -293,6 +296,49 @@ def _swallow(fn, *args, **kwargs):
         fn(*args, **kwargs)
     except Exception:
         pass
+
+
+class ListenerTest(SluiceTestCase):
+    """Each HTTP listener is one socket that every loop accepts on. A second
+    process binding the same port fails, as it should, where a port shared
+    through SO_REUSEPORT would let it join and silently take a share of the
+    connections."""
+
+    def test_a_second_process_cannot_join_the_listeners(self):
+        s = self.start_sluice(server_block(threads=2, decision="{listen: 127.0.0.1:0}") +
+                              "policies:\n" + KEEP_POLICY)
+        for name, port in (("listen", s.port), ("decision", s.decision_port)):
+            with self.subTest(listener=name):
+                # A socket asking to share the port is refused...
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                self.addCleanup(sock.close)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                with self.assertRaises(OSError) as raised:
+                    sock.bind((HOST, port))
+                self.assertEqual(raised.exception.errno, errno.EADDRINUSE)
+                # ...and so is a second sluice on that port: it exits at once.
+                path = os.path.join(self.tmpdir, "second-%s.yaml" % name)
+                main = port if name == "listen" else 0
+                extra = "" if name == "listen" else "  decision: {listen: 127.0.0.1:%d}\n" % port
+                with open(path, "w") as f:
+                    f.write("server:\n  listen: 127.0.0.1:%d\n  admin: 127.0.0.1:0\n%s"
+                            "policies:\n%s" % (main, extra, KEEP_POLICY))
+                p = subprocess.run([BINARY, "serve", "--config", path], stdin=subprocess.DEVNULL,
+                                   capture_output=True, timeout=15, cwd=self.tmpdir)
+                err = p.stderr.decode("utf-8", "replace")
+                self.assertNotEqual(p.returncode, 0, err)
+                self.assertIn("cannot listen on 127.0.0.1:%d" % port, err)
+                self.assertNotRegex(err, r"event=start listen=")
+        # The first still answers on both, from many connections at once (on
+        # the main listener, which has no routes here, with a 404).
+        conns = [(http.client.HTTPConnection(HOST, port, timeout=5), status)
+                 for port, status in ((s.port, 404), (s.decision_port, 200)) for _ in range(8)]
+        try:
+            for i, (conn, status) in enumerate(conns):
+                self.assertEqual(self.check("keep", "k%d" % i, conn=conn).status, status)
+        finally:
+            for conn, _ in conns:
+                conn.close()
 
 
 if __name__ == "__main__":
