@@ -123,6 +123,38 @@ void Refund(const SlidingLogConfig& config, SlidingLogState& state, Time taken_a
   state.RemoveCost(taken_at.unix_micros(), cost);
 }
 
+SlidingLogState::Summary SlidingLogState::summary() const {
+  Summary s{.last_us = last_us_, .total = total_};
+  if (size_ > 0) {
+    s.oldest_us = at(0).time_us;
+    s.oldest_cost = at(0).cost;
+    s.newest_us = at(size_ - 1).time_us;
+  }
+  return s;
+}
+
+std::optional<Decision> CertainDenial(const SlidingLogConfig& config,
+                                      const SlidingLogState::Summary& summary, Time now,
+                                      int64_t cost) {
+  const int64_t period = config.period().micros();
+  const int64_t limit = config.limit();
+  const int64_t now_us = now.unix_micros();
+  if (summary.total == 0 || cost <= 0 || cost > limit) return std::nullopt;
+  // Decide's window is (at - period, at], at = max(now, last seen): the
+  // oldest entry is still in it, so nothing is dropped.
+  if (std::max(now_us, summary.last_us) >= summary.oldest_us + period) return std::nullopt;
+  // Denied, and the first entry Decide's scan frees is the oldest.
+  if (summary.total + cost <= limit || summary.total - summary.oldest_cost + cost > limit) {
+    return std::nullopt;
+  }
+  Decision d;
+  d.limit = limit;
+  d.remaining = limit - summary.total;
+  d.retry_after = Duration::Micros(summary.oldest_us + period - now_us);
+  d.reset_after = Duration::Micros(summary.newest_us + period - now_us);
+  return d;
+}
+
 Time FreshAt(const SlidingLogConfig& config, const SlidingLogState& state) {
   if (state.size() == 0) return Time::FromUnixMicros(INT64_MIN);
   return Time::FromUnixMicros(state.at(state.size() - 1).time_us + config.period().micros());

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <variant>
 #include <vector>
 
@@ -208,6 +209,44 @@ TEST(SlidingLogEdgeTest, MemoryIsBoundedByTheLimitAndFreedWhenIdle) {
   Algo<SlidingLogConfig>::Step(config, state, kYear2070, 0);
   EXPECT_EQ(state.size(), 0);
   EXPECT_EQ(state.heap_bytes(), 0);
+}
+
+// CertainDenial answers from the log's summary exactly what Decide answers,
+// and only where Decide changes nothing but the latest time seen: heavy
+// traces with mixed costs, the clock stepping back, every config.
+TEST(SlidingLogEdgeTest, CertainDenialIsDecidesOwnAnswer) {
+  for (const NamedConfig<SlidingLogConfig>& c : ConfigsOf<SlidingLogConfig>()) {
+    const SlidingLogConfig& config = c.config;
+    int64_t certain = 0;
+    for (uint64_t seed : kWindowSeeds) {
+      SCOPED_TRACE(testing::Message() << c.name << ", seed " << seed);
+      TraceOptions options;
+      options.rate = config.rate();
+      options.capacity = config.limit();
+      options.steps = 3000;
+      options.load = 4;
+      options.steps_back = true;
+      SlidingLogState state;
+      for (const Request& r : RandomTrace(seed, options)) {
+        const SlidingLogState::Summary before = state.summary();
+        const std::optional<Decision> shortcut = CertainDenial(config, before, r.at, r.cost);
+        const Decision d = Decide(config, state, r.at, r.cost);
+        if (!shortcut) continue;
+        ++certain;
+        ASSERT_FALSE(shortcut->allowed);
+        ASSERT_EQ(d.allowed, shortcut->allowed) << "at " << TimeString(r.at);
+        ASSERT_EQ(d.limit, shortcut->limit);
+        ASSERT_EQ(d.remaining, shortcut->remaining);
+        ASSERT_EQ(d.retry_after, shortcut->retry_after);
+        ASSERT_EQ(d.reset_after, shortcut->reset_after);
+        ASSERT_EQ(d.delay, shortcut->delay);
+        SlidingLogState::Summary expected = before;
+        expected.last_us = std::max(before.last_us, r.at.unix_micros());
+        ASSERT_EQ(state.summary(), expected) << "Decide changed more than the time seen";
+      }
+    }
+    EXPECT_GT(certain, 300) << c.name << ": too few certain denials to show anything";
+  }
 }
 
 }  // namespace

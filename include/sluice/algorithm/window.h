@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "sluice/algorithm/outcome.h"
@@ -133,6 +134,18 @@ class SlidingLogState {
     if (now_us > last_us_) last_us_ = now_us;
   }
 
+  // The log without the entries between its oldest and its newest: what
+  // CertainDenial decides from.
+  struct Summary {
+    int64_t last_us = 0;    // the latest time seen
+    int64_t total = 0;      // the cost of the entries; the rest is 0 when 0
+    int64_t oldest_us = 0;  // the oldest entry's time, and its cost
+    int64_t oldest_cost = 0;
+    int64_t newest_us = 0;  // the newest entry's time
+    bool operator==(const Summary&) const = default;
+  };
+  Summary summary() const;
+
  private:
   std::unique_ptr<Entry[]> ring_;
   int64_t capacity_ = 0;  // a power of two (or 0)
@@ -149,6 +162,15 @@ Decision Decide(const SlidingLogConfig& config, SlidingLogState& state, Time now
 Decision Check(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost);
 void Refund(const SlidingLogConfig& config, SlidingLogState& state, Time taken_at, int64_t cost);
 Time FreshAt(const SlidingLogConfig& config, const SlidingLogState& state);
+// The denial Decide(config, state, now, cost) answers, read from the log's
+// summary alone, when it is certain: no entry leaves the window by
+// max(now, the latest time seen), the request does not fit, and it would
+// once the oldest entry leaves. Decide would then change nothing but the
+// latest time seen (SeeTime(now)). Otherwise nullopt: ask Decide. For a
+// store whose readers see the summary without the log's lock.
+std::optional<Decision> CertainDenial(const SlidingLogConfig& config,
+                                      const SlidingLogState::Summary& summary, Time now,
+                                      int64_t cost);
 
 }  // namespace sluice
 

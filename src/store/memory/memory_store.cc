@@ -3,6 +3,7 @@
 #include <array>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 #include <variant>
@@ -11,6 +12,7 @@
 #include "base/cat.h"
 #include "store/memory/compact_key.h"
 #include "store/memory/key_budget.h"
+#include "store/memory/log_cell.h"
 #include "store/memory/read_gate.h"
 #include "store/memory/remembered.h"
 
@@ -27,7 +29,10 @@ template <typename Config>
 class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   using State = StateOf_t<Config>;
-  using Cell = StateCell<State>;
+  // The sliding log's cell answers certain denials without its lock
+  // (log_cell.h); every other state is a StateCell (read_gate.h).
+  static constexpr bool kLog = std::is_same_v<Config, SlidingLogConfig>;
+  using Cell = std::conditional_t<kLog, LogCell, StateCell<State>>;
   // Whether StateUntil gives back the very state (the bucket algorithms):
   // evicting such a key loses nothing when it is remembered.
   static constexpr bool kRememberedWhole =
@@ -51,9 +56,17 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
   absl::StatusOr<Decision> Decide(std::string_view key, Time now, int64_t cost) override {
-    return Write(
-        key, now, [&](State& state) { return DecideInPlace(config_, state, now, cost); },
-        [cost](const Decision& d) { return d.allowed && cost > 0; });
+    auto step = [&](State& state) { return DecideInPlace(config_, state, now, cost); };
+    auto keep = [cost](const Decision& d) { return d.allowed && cost > 0; };
+    if constexpr (kLog) {
+      return Write(key, now, step, keep, [&](Cell& cell) {
+        return cell.Peek(now.unix_micros(), [&](const LogCell::Summary& summary) {
+          return CertainDenial(config_, summary, now, cost);
+        });
+      });
+    } else {
+      return Write(key, now, step, keep);
+    }
   }
 
   absl::Status Charge(std::string_view key, Time now, int64_t cost) override {
@@ -72,10 +85,15 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
  private:
+  struct NoPeek {};
+
   // Runs `step` (Decision(State&)) on the key's state; on a key not held yet,
-  // on a fresh state, kept only when `keep(decision)`.
-  template <typename Step, typename Keep>
-  absl::StatusOr<Decision> Write(std::string_view key, Time now, Step step, Keep keep) {
+  // on a fresh state, kept only when `keep(decision)`. A held key's cell is
+  // first offered to `peek` (std::optional<Decision>(Cell&)): a decision it
+  // returns is the answer, and `step` does not run.
+  template <typename Step, typename Keep, typename Peek = NoPeek>
+  absl::StatusOr<Decision> Write(std::string_view key, Time now, Step step, Keep keep,
+                                 Peek peek = {}) {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
     // The hash is computed once, for the shard and for the lookups.
     const size_t hash = KeyHash{}(key);
@@ -83,6 +101,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     {  // A key the shard holds is decided in its cell; the shard is only read.
       ShardGate::Reader reader(shard.gate);
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+        if constexpr (!std::is_same_v<Peek, NoPeek>) {
+          if (std::optional<Decision> d = peek(it->second)) return *d;
+        }
         return it->second.Update(step);
       }
     }

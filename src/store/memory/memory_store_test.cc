@@ -347,6 +347,49 @@ TEST(RememberedKeys, NeverFresherAndFewFalseRestrictions) {
   EXPECT_FALSE(table.Recall(kept[0].first, kStart + Duration::Hours(2)).has_value());
 }
 
+// The sliding log answers its certain denials from the log's summary,
+// without its lock (log_cell.h). Every answer is still the one the
+// algorithm gives on its own state: mixed costs, refunds, a clock that
+// steps back (a denial's time is kept, so a later request behind it is
+// decided as of that time, as Decide would).
+TEST(MemoryStore, SlidingLogAnswersAsTheAlgorithmDoesWithDenialsOffItsLock) {
+  const LimitConfig config = Limit(Algorithm::kSlidingLog, "5/s");
+  const SlidingLogConfig& log = std::get<SlidingLogConfig>(config);
+  MemoryStore store;
+  auto table = Open(store, config);
+  SlidingLogState reference;
+  std::mt19937_64 rng(7);
+  int64_t now_us = kStart.unix_micros();
+  std::vector<std::pair<int64_t, int64_t>> taken;  // (time, cost) admitted
+  int denials = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t step = static_cast<int64_t>(rng() % 100);
+    if (step < 8) {
+      now_us -= static_cast<int64_t>(rng() % 400'000);  // the clock steps back
+    } else {
+      now_us += static_cast<int64_t>(rng() % 120'000);
+    }
+    const Time now = Time::FromUnixMicros(now_us);
+    if (step >= 95 && !taken.empty()) {  // give one back
+      const auto [at, cost] = taken[rng() % taken.size()];
+      Refund(log, reference, Time::FromUnixMicros(at), cost);
+      ASSERT_TRUE(table->Refund("k", Time::FromUnixMicros(at), cost).ok());
+      continue;
+    }
+    const int64_t cost = step < 60 ? 1 : static_cast<int64_t>(rng() % 4);
+    const Decision want = Decide(log, reference, now, cost);
+    const absl::StatusOr<Decision> got = table->Decide("k", now, cost);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(got->allowed, want.allowed) << "request " << i;
+    ASSERT_EQ(got->remaining, want.remaining) << "request " << i;
+    ASSERT_EQ(got->retry_after, want.retry_after) << "request " << i;
+    ASSERT_EQ(got->reset_after, want.reset_after) << "request " << i;
+    if (want.allowed && cost > 0) taken.emplace_back(reference.last_time_us(), cost);
+    if (!want.allowed) ++denials;
+  }
+  EXPECT_GT(denials, 5000);
+}
+
 TEST(MemoryStore, ClosingATableReleasesItsKeys) {
   MemoryStore store({.max_keys = 10});
   {
