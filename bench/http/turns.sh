@@ -6,8 +6,11 @@
 # against how long its workers ran at a time.
 #
 # Each round runs sluice (GET /v1/auth/bench, a gcra policy nobody reaches,
-# one key) and NGINX (limit_req on the same key in front of empty_gif), both
-# with WORKERS workers, under wrk -t2 -c64 for DURATION seconds, alternately.
+# one key) as configured by default (`sluice`: server.cpu_affinity, each
+# thread on a CPU, answering the connections made from it) and with
+# `cpu_affinity: false` (`sluice-any`), and NGINX (limit_req on the same key
+# in front of empty_gif), all with WORKERS workers, under wrk -t2 -c64 for
+# DURATION seconds, alternately.
 # One line per run: server, req/s, p50, p99, then per worker thread its mean
 # turn (ms run per turn), the time it waited to run, and its voluntary /
 # involuntary switches.
@@ -37,14 +40,16 @@ source bench/lib.sh  # free_port, wait_port
 
 PORT=$(free_port)
 ADMIN=$(free_port)
-cat > "$WORK/sluice.yaml" <<CONF
+for affinity in true false; do
+  cat > "$WORK/sluice-$affinity.yaml" <<CONF
 server: {listen: 127.0.0.1:$PORT, admin: 127.0.0.1:$ADMIN, threads: $WORKERS,
-         decision: {on_gateway_listener: true}}
+         cpu_affinity: $affinity, decision: {on_gateway_listener: true}}
 policies:
   - name: bench
     key: ["header:X-Key"]
     limits: [{algorithm: gcra, rate: 1000000/s, burst: 1000000}]
 CONF
+done
 cat > "$WORK/nginx.conf" <<CONF
 worker_processes $WORKERS;
 daemon off; pid $WORK/nginx.pid; error_log $WORK/error.log error;
@@ -67,9 +72,11 @@ threads() {  # $@ pids
   done
 }
 
-run() {  # $1 sluice|nginx
-  if [[ $1 == sluice ]]; then
-    "$SLUICE" serve --config "$WORK/sluice.yaml" 2>"$WORK/sluice.log" &
+run() {  # $1 sluice|sluice-any|nginx
+  if [[ $1 == sluice* ]]; then
+    local affinity=true
+    [[ $1 == sluice-any ]] && affinity=false
+    "$SLUICE" serve --config "$WORK/sluice-$affinity.yaml" 2>"$WORK/sluice.log" &
     PID=$!
     url="http://127.0.0.1:$PORT/v1/auth/bench"
   else
@@ -106,12 +113,13 @@ for tid, a in after.items():
     if turns < 100:  # not a worker of this load
         continue
     parts.append(f"turn {run_ns / turns / 1e6:.3f} ms, waited {wait_ns / 1e9:.2f} s, switches {vol}/{invol}")
-print(f"{who:6} {rps:9.0f} req/s  p50 {ms(50):6.3f} ms  p99 {ms(99):6.3f} ms  | " + " | ".join(parts))
+print(f"{who:10} {rps:9.0f} req/s  p50 {ms(50):6.3f} ms  p99 {ms(99):6.3f} ms  | " + " | ".join(parts))
 PY
 }
 
 echo "date: $(date -u '+%F %H:%M UTC'), $(nproc) cores, kernel $(uname -r); wrk -t2 -c64 -d${DURATION}s, $WORKERS workers"
 for round in $(seq "$ROUNDS"); do
   run sluice
+  run sluice-any
   run nginx
 done

@@ -90,6 +90,9 @@ struct ServerConfig {
   Duration drain_timeout = Duration::Seconds(10);  // SIGTERM: in-flight requests finish within
   bool access_log = false;
   bool legacy_headers = false;  // X-RateLimit-Limit/Remaining/Reset
+  // Each thread on a CPU of its own, accepting the connections made from
+  // that CPU, when there are at most as many threads as CPUs to run on.
+  bool cpu_affinity = true;
   DecisionConfig decision;
   friend bool operator==(const ServerConfig&, const ServerConfig&) = default;
 };

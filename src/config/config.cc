@@ -101,7 +101,7 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
       ReadMap(v, kMapOfKeys,
               {"listen", "admin", "threads", "max_connections", "max_header_bytes",
                "max_body_bytes", "read_timeout", "idle_timeout", "upstream_timeout",
-               "drain_timeout", "access_log", "legacy_headers", "decision"});
+               "drain_timeout", "access_log", "legacy_headers", "cpu_affinity", "decision"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("listen")) {
     SLUICE_ASSIGN_OR_RETURN(out.listen, ReadHostPort(*x));
@@ -139,6 +139,9 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
   }
   if (const Value* x = f->Find("legacy_headers")) {
     SLUICE_ASSIGN_OR_RETURN(out.legacy_headers, ReadBool(*x));
+  }
+  if (const Value* x = f->Find("cpu_affinity")) {
+    SLUICE_ASSIGN_OR_RETURN(out.cpu_affinity, ReadBool(*x));
   }
   // Port 0 asks the OS for a free port, so two zeros do not collide.
   if (out.listen == out.admin && out.listen.port != 0) {

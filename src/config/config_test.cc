@@ -65,6 +65,7 @@ server:
   drain_timeout: 1m
   access_log: true
   legacy_headers: true
+  cpu_affinity: false
 store:
   memory: {max_keys: 5000}
 trusted_proxies: [127.0.0.1/32, "::1", 10.0.0.0/8]
@@ -110,6 +111,7 @@ policies:
                                .drain_timeout = Duration::Minutes(1),
                                .access_log = true,
                                .legacy_headers = true,
+                               .cpu_affinity = false,
                            }));
   EXPECT_EQ(config.store, StoreConfig{.max_keys = 5000});
   EXPECT_THAT(config.trusted_proxies,
@@ -195,6 +197,7 @@ TEST(ParseConfig, ServerDefaultsMatchTheHeader) {
   EXPECT_EQ(server.drain_timeout, Duration::Seconds(10));
   EXPECT_FALSE(server.access_log);
   EXPECT_FALSE(server.legacy_headers);
+  EXPECT_TRUE(server.cpu_affinity);
   EXPECT_EQ(Load("store: {memory: {}}").store.max_keys, 1'000'000);
   EXPECT_EQ(Load("store: {memory: {}}").store.on_full, OnFull::kRemember);
   EXPECT_EQ(Load("store: {memory: {on_full: deny_new}}").store.on_full, OnFull::kDenyNew);
@@ -407,7 +410,7 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
   EXPECT_EQ(ErrorOf("server:\n  thread: 2\n"),
             "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
             "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "
-            "upstream_timeout, drain_timeout, access_log, legacy_headers, decision)");
+            "upstream_timeout, drain_timeout, access_log, legacy_headers, cpu_affinity, decision)");
   EXPECT_EQ(
       ErrorOf(
           "policies:\n  - name: p\n    limits:\n      - {algorithm: gcra, rate: 1/s, brust: 2}\n"),

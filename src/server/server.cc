@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <csignal>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -24,6 +25,7 @@
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/parser.hpp>
 
+#include "absl/strings/str_join.h"
 #include "base/cat.h"
 #include "server/dispatch.h"
 #include "server/endpoints.h"
@@ -101,18 +103,20 @@ class ServerImpl final : public Server {
     if (!set.ok()) return set.status();
     state_->Publish(*std::move(set));
     int threads = state_->config.server.threads;
-    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (threads <= 0) threads = UsableCpus();
     for (int i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
-    // The main and decision listeners: one socket each, open in every loop.
+    // The main and decision listeners, open in every loop (setup.h).
     std::vector<net::io_context*> loops;
     for (auto& w : workers_) loops.push_back(&w->ioc);
+    loop_cpus_ = LoopCpus(state_->config.server, loops.size());
     absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> main =
-        Listen(state_->config.server.listen, loops);
+        Listen(state_->config.server.listen, loops, loop_cpus_);
     if (!main.ok()) return main.status();
     for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->acceptor = std::move((*main)[i]);
     port_ = workers_[0]->acceptor->local_endpoint().port();
     if (std::optional<HostPort> decision = state_->config.server.decision.listen) {
-      absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> acceptors = Listen(*decision, loops);
+      absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> acceptors =
+          Listen(*decision, loops, loop_cpus_);
       if (!acceptors.ok()) return acceptors.status();
       for (size_t i = 0; i < workers_.size(); ++i) {
         workers_[i]->decision_acceptor = std::move((*acceptors)[i]);
@@ -120,7 +124,7 @@ class ServerImpl final : public Server {
       decision_port_ = workers_[0]->decision_acceptor->local_endpoint().port();
     }
     absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> admin =
-        Listen(state_->config.server.admin, std::span(loops).first(1));
+        Listen(state_->config.server.admin, std::span(loops).first(1), {});
     if (!admin.ok()) return admin.status();
     admin_acceptor_ = std::move(admin->front());
     admin_port_ = admin_acceptor_->local_endpoint().port();
@@ -195,10 +199,11 @@ class ServerImpl final : public Server {
     }
     spdlog::info(
         "event=start listen={}:{} admin={}:{} threads={} policies={} routes={} "
-        "decision={} decision_tokens={} open_files={}",
+        "decision={} decision_tokens={} open_files={} cpus={}",
         state_->config.server.listen.host, port_, state_->config.server.admin.host, admin_port_,
         workers_.size(), state_->config.policies.size(), state_->config.routes.size(), decision,
-        dc.tokens.size(), open_files_);
+        dc.tokens.size(), open_files_,
+        loop_cpus_.empty() ? std::string("any") : absl::StrJoin(loop_cpus_, ","));
     LogWarnings(state_->config);
     if (decision == "off") {
       spdlog::warn(
@@ -213,11 +218,18 @@ class ServerImpl final : public Server {
                                   state_->config.server.admin.host, ":", admin_port_)] {
                 Tell(Lifecycle::kReady, status);
               });
+    // Each loop on its CPU (server.cpu_affinity), so that the connections
+    // its socket is handed, made from that CPU, are answered there.
+    auto run = [this](size_t i) {
+      if (const int error = loop_cpus_.empty() ? 0 : PinThread(loop_cpus_[i]); error != 0) {
+        spdlog::warn("event=start note=\"thread {} could not be kept on CPU {}: {}\"", i,
+                     loop_cpus_[i], std::strerror(error));
+      }
+      workers_[i]->ioc.run();
+    };
     std::vector<std::thread> threads;
-    for (size_t i = 1; i < workers_.size(); ++i) {
-      threads.emplace_back([w = workers_[i].get()] { w->ioc.run(); });
-    }
-    workers_[0]->ioc.run();
+    for (size_t i = 1; i < workers_.size(); ++i) threads.emplace_back(run, i);
+    run(0);
     for (std::thread& t : threads) t.join();
     if (state_->simulation.joinable()) state_->simulation.join();
     source_.Stop();  // a reload under way finishes (its log line included)
@@ -544,11 +556,12 @@ class ServerImpl final : public Server {
     const Config& started = state_->config;
     if (next.server.listen != started.server.listen || next.server.admin != started.server.admin ||
         next.server.threads != started.server.threads ||
+        next.server.cpu_affinity != started.server.cpu_affinity ||
         next.server.decision.listen != started.server.decision.listen) {
       spdlog::warn(
-          "event=reload note=\"changes to server.listen, server.admin, server.threads and "
-          "server.decision.listen take effect at the next start; the other server "
-          "settings apply now\"");
+          "event=reload note=\"changes to server.listen, server.admin, server.threads, "
+          "server.cpu_affinity and server.decision.listen take effect at the next start; the "
+          "other server settings apply now\"");
     }
     if (next.store != started.store) {
       spdlog::warn("event=reload note=\"changes to store take effect at the next start\"");
@@ -622,6 +635,7 @@ class ServerImpl final : public Server {
   bool stopping_told_ = false;  // guarded by lifecycle_mu_
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Acceptor> admin_acceptor_;
+  std::vector<int> loop_cpus_;  // the CPU of each loop (LoopCpus), or none
   uint16_t port_ = 0;
   uint16_t admin_port_ = 0;
   uint16_t decision_port_ = 0;

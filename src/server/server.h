@@ -4,9 +4,10 @@
 // the decision API, auth_request, admin), the gateway (gateway.h); the
 // Envoy rate limit service is a sibling (src/envoy/).
 //
-// HTTP/1.1 on Boost.Beast, one event loop (io_context) per thread. Every loop
-// accepts on the main listener's one socket (a free loop takes the next
-// connection), and a request is handled start to finish on one thread. The
+// HTTP/1.1 on Boost.Beast, one event loop (io_context) per thread, each on a
+// CPU of its own, accepting the connections made from that CPU
+// (server.cpu_affinity; setup.h, Listen), and a request is handled start to
+// finish on one thread. The
 // admin listener runs on the first loop. Nothing blocks a loop: limits are
 // decided in memory, upstream I/O and shaping delays are asynchronous.
 //

@@ -1,14 +1,20 @@
 #include "server/setup.h"
 
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <thread>
 
+#include "absl/status/status.h"
 #include "base/cat.h"
 #include "spdlog/spdlog.h"
 
@@ -106,8 +112,71 @@ FileBudget FitFileLimit(const Config& config) {
   return out;
 }
 
+namespace {
+
+// The CPUs this process may run on, in order (empty when unknown).
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+}  // namespace
+
+int UsableCpus() {
+  const size_t allowed = AllowedCpus().size();
+  if (allowed > 0) return static_cast<int>(allowed);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::vector<int> LoopCpus(const ServerConfig& config, size_t loops) {
+  if (!config.cpu_affinity || loops < 2) return {};
+  std::vector<int> cpus = AllowedCpus();
+  if (cpus.size() < loops) return {};
+  cpus.resize(loops);
+  return cpus;
+}
+
+int PinThread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+namespace {
+
+absl::Status CannotListen(const HostPort& where, std::string_view why) {
+  return absl::UnavailableError(Cat("cannot listen on ", where.host, ":", where.port, ": ", why));
+}
+
+// The group's program: the index of the loop on the CPU the connection
+// comes from; from any other CPU, that CPU modulo the number of loops.
+absl::Status SteerByCpu(int fd, std::span<const int> cpus) {
+  std::vector<sock_filter> code;
+  code.push_back({BPF_LD | BPF_W | BPF_ABS, 0, 0, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_CPU)});
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    code.push_back({BPF_JMP | BPF_JEQ | BPF_K, 0, 1, static_cast<uint32_t>(cpus[i])});
+    code.push_back({BPF_RET | BPF_K, 0, 0, static_cast<uint32_t>(i)});
+  }
+  code.push_back({BPF_ALU | BPF_MOD | BPF_K, 0, 0, static_cast<uint32_t>(cpus.size())});
+  code.push_back({BPF_RET | BPF_A, 0, 0, 0});
+  const sock_fprog program{static_cast<uint16_t>(code.size()), code.data()};
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &program, sizeof program) != 0) {
+    return absl::ErrnoToStatus(errno, "SO_ATTACH_REUSEPORT_CBPF");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> Listen(
-    const HostPort& where, std::span<net::io_context* const> loops) {
+    const HostPort& where, std::span<net::io_context* const> loops, std::span<const int> cpus) {
   boost::system::error_code ec;
   tcp::resolver resolver(*loops.front());
   auto results = resolver.resolve(where.host, std::to_string(where.port),
@@ -115,30 +184,59 @@ absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> Listen(
   if (ec || results.empty()) {
     return absl::InvalidArgumentError(Cat("cannot resolve ", where.host, ": ", ec.message()));
   }
-  const tcp::endpoint endpoint = results.begin()->endpoint();
+  tcp::endpoint endpoint = results.begin()->endpoint();
+  bool steered = cpus.size() == loops.size() && loops.size() > 1;
   std::vector<std::unique_ptr<Acceptor>> acceptors;
-  acceptors.push_back(std::make_unique<Acceptor>(loops.front()->get_executor()));
-  Acceptor& first = *acceptors.front();
-  first.open(endpoint.protocol(), ec);
-  if (!ec) first.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) first.bind(endpoint, ec);
-  if (!ec) first.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        Cat("cannot listen on ", where.host, ":", where.port, ": ", ec.message()));
+  if (steered && endpoint.port() != 0) {
+    // A port someone already listens on, even in a group of their own, is
+    // taken: this bind without SO_REUSEPORT fails where joining would not.
+    Acceptor probe(loops.front()->get_executor());
+    probe.open(endpoint.protocol(), ec);
+    if (!ec) probe.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) probe.bind(endpoint, ec);
+    if (ec) return CannotListen(where, ec.message());
   }
-  for (net::io_context* loop : loops.subspan(1)) {
-    const int fd = ::fcntl(first.native_handle(), F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) {
-      return absl::UnavailableError(
-          Cat("cannot listen on ", where.host, ":", where.port, ": ", std::strerror(errno)));
+  auto bind = [&](net::io_context& loop, bool reuse_port) -> std::unique_ptr<Acceptor> {
+    auto acceptor = std::make_unique<Acceptor>(loop.get_executor());
+    acceptor->open(endpoint.protocol(), ec);
+    if (!ec) acceptor->set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec && reuse_port) {
+      acceptor->set_option(net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
     }
-    acceptors.push_back(std::make_unique<Acceptor>(loop->get_executor()));
+    if (!ec) acceptor->bind(endpoint, ec);
+    return acceptor;
+  };
+  for (size_t i = 0; i < (steered ? loops.size() : 1); ++i) {
+    std::unique_ptr<Acceptor> acceptor = bind(*loops[i], steered);
+    if (ec) return CannotListen(where, ec.message());
+    if (steered && i == 0) {
+      if (absl::Status s = SteerByCpu(acceptor->native_handle(), cpus); !s.ok()) {
+        // A group without its program would spread connections by hash,
+        // to anyone who joins it too: one socket instead.
+        spdlog::warn(
+            "event=start note=\"{}:{}: connections are not steered to the CPU they "
+            "come from ({}): one socket for every thread instead\"",
+            where.host, where.port, std::string(s.message()));
+        steered = false;
+        acceptor->close(ec);
+        acceptor = bind(*loops[i], false);
+        if (ec) return CannotListen(where, ec.message());
+      }
+    }
+    // The group's order is the order of listen(): socket i is loop i's.
+    acceptor->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) return CannotListen(where, ec.message());
+    endpoint.port(acceptor->local_endpoint().port());  // port 0: the others join the one chosen
+    acceptors.push_back(std::move(acceptor));
+  }
+  for (size_t i = acceptors.size(); i < loops.size(); ++i) {
+    const int fd = ::fcntl(acceptors.front()->native_handle(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return CannotListen(where, std::strerror(errno));
+    acceptors.push_back(std::make_unique<Acceptor>(loops[i]->get_executor()));
     acceptors.back()->assign(endpoint.protocol(), fd, ec);
     if (ec) {
       ::close(fd);
-      return absl::UnavailableError(
-          Cat("cannot listen on ", where.host, ":", where.port, ": ", ec.message()));
+      return CannotListen(where, ec.message());
     }
   }
   return acceptors;

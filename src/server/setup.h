@@ -31,14 +31,34 @@ struct FileBudget {
 // server.max_connections does not fit.
 FileBudget FitFileLimit(const Config& config);
 
-// One listening socket on `where` (port 0: any), open in each of `loops`
-// (one acceptor each, at the same index, on its own descriptor of the one
-// socket): a loop that is free accepts the next connection, as NGINX's
-// workers share a listener. No SO_REUSEPORT: a second process binding the
-// port fails, where it would otherwise join the port's group and silently
-// take a share of the connections.
+// The CPUs this process may run on (sched_getaffinity), at least 1: the
+// threads of `server.threads: 0`.
+int UsableCpus();
+
+// The CPU each loop runs on, one each (server.cpu_affinity), when there are
+// at least two loops and at most as many as the CPUs this process may run
+// on (sched_getaffinity: a cpuset or taskset narrows them); else none.
+std::vector<int> LoopCpus(const ServerConfig& config, size_t loops);
+
+// Keeps the calling thread on `cpu`: 0, or the error number.
+int PinThread(int cpu);
+
+// Listens on `where` (port 0: any) in each of `loops`, one acceptor each at
+// the same index.
+// - With `cpus` (LoopCpus), each loop has a socket of its own in one
+//   SO_REUSEPORT group, and a program attached to the group (classic BPF)
+//   hands a connection to the loop on the CPU it was made from: on
+//   loopback, a client thread and the loop answering it take turns on one
+//   CPU instead of waking each other across two (bench/README.md, "HTTP:
+//   the connections' CPU"). The program only ever picks the first
+//   loops.size() sockets of the group, so a socket another process adds to
+//   it later is never given a connection; and a second process binding
+//   the port without SO_REUSEPORT, as a second sluice does first, fails.
+//   Where the program cannot be attached, a warning, and the one socket.
+// - Without, one socket, each loop holding its own descriptor of it: a
+//   loop that is free accepts the next connection.
 absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> Listen(
-    const HostPort& where, std::span<net::io_context* const> loops);
+    const HostPort& where, std::span<net::io_context* const> loops, std::span<const int> cpus);
 
 // The store of global limits (store.redis), its events logged, its health
 // exported as sluice_redis_* gauges.

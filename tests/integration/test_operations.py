@@ -4,6 +4,7 @@ under load, graceful SIGTERM, listeners nobody else can join."""
 import errno
 import http.client
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -299,46 +300,78 @@ def _swallow(fn, *args, **kwargs):
 
 
 class ListenerTest(SluiceTestCase):
-    """Each HTTP listener is one socket that every loop accepts on. A second
-    process binding the same port fails, as it should, where a port shared
-    through SO_REUSEPORT would let it join and silently take a share of the
-    connections."""
+    """A second process cannot take sluice's connections. With
+    server.cpu_affinity (the default, on a machine with a CPU per thread)
+    each loop has a socket in an SO_REUSEPORT group whose program hands a
+    connection to the loop on the CPU it came from, and only ever to sluice's
+    own sockets: one that joins the group later gets nothing. Without it,
+    the listener is one socket that nobody else can bind. A second sluice on
+    the port exits either way."""
 
-    def test_a_second_process_cannot_join_the_listeners(self):
-        s = self.start_sluice(server_block(threads=2, decision="{listen: 127.0.0.1:0}") +
-                              "policies:\n" + KEEP_POLICY)
-        for name, port in (("listen", s.port), ("decision", s.decision_port)):
-            with self.subTest(listener=name):
-                # A socket asking to share the port is refused...
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                self.addCleanup(sock.close)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                with self.assertRaises(OSError) as raised:
-                    sock.bind((HOST, port))
-                self.assertEqual(raised.exception.errno, errno.EADDRINUSE)
-                # ...and so is a second sluice on that port: it exits at once.
-                path = os.path.join(self.tmpdir, "second-%s.yaml" % name)
-                main = port if name == "listen" else 0
-                extra = "" if name == "listen" else "  decision: {listen: 127.0.0.1:%d}\n" % port
-                with open(path, "w") as f:
-                    f.write("server:\n  listen: 127.0.0.1:%d\n  admin: 127.0.0.1:0\n%s"
-                            "policies:\n%s" % (main, extra, KEEP_POLICY))
-                p = subprocess.run([BINARY, "serve", "--config", path], stdin=subprocess.DEVNULL,
-                                   capture_output=True, timeout=15, cwd=self.tmpdir)
-                err = p.stderr.decode("utf-8", "replace")
-                self.assertNotEqual(p.returncode, 0, err)
-                self.assertIn("cannot listen on 127.0.0.1:%d" % port, err)
-                self.assertNotRegex(err, r"event=start listen=")
-        # The first still answers on both, from many connections at once (on
-        # the main listener, which has no routes here, with a 404).
-        conns = [(http.client.HTTPConnection(HOST, port, timeout=5), status)
-                 for port, status in ((s.port, 404), (s.decision_port, 200)) for _ in range(8)]
-        try:
-            for i, (conn, status) in enumerate(conns):
-                self.assertEqual(self.check("keep", "k%d" % i, conn=conn).status, status)
-        finally:
-            for conn, _ in conns:
-                conn.close()
+    def second_sluice_fails(self, name, port):
+        path = os.path.join(self.tmpdir, "second-%s.yaml" % name)
+        main = port if name == "listen" else 0
+        extra = "" if name == "listen" else "  decision: {listen: 127.0.0.1:%d}\n" % port
+        with open(path, "w") as f:
+            f.write("server:\n  listen: 127.0.0.1:%d\n  admin: 127.0.0.1:0\n%s"
+                    "policies:\n%s" % (main, extra, KEEP_POLICY))
+        p = subprocess.run([BINARY, "serve", "--config", path], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=15, cwd=self.tmpdir)
+        err = p.stderr.decode("utf-8", "replace")
+        self.assertNotEqual(p.returncode, 0, err)
+        self.assertIn("cannot listen on 127.0.0.1:%d" % port, err)
+        self.assertNotRegex(err, r"event=start listen=")
+
+    def test_a_second_process_cannot_take_the_connections(self):
+        for affinity in ("true", "false"):
+            with self.subTest(cpu_affinity=affinity):
+                s = self.start_sluice(
+                    server_block(threads=2, decision="{listen: 127.0.0.1:0}",
+                                 cpu_affinity=affinity) + "policies:\n" + KEEP_POLICY)
+                m = re.search(r"event=start .* cpus=(\S+)", s.output())
+                self.assertIsNotNone(m, s.output())
+                steered = m.group(1) != "any"
+                if affinity == "false":
+                    self.assertFalse(steered, m.group(0))
+                elif (os.cpu_count() or 1) >= 2 and len(os.sched_getaffinity(0)) >= 2:
+                    self.assertEqual(m.group(1), ",".join(
+                        str(c) for c in sorted(os.sched_getaffinity(0))[:2]))
+                for name, port, status in (("listen", s.port, 404),
+                                           ("decision", s.decision_port, 200)):
+                    with self.subTest(listener=name):
+                        self.second_sluice_fails(name, port)
+                        joiner = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                        self.addCleanup(joiner.close)
+                        joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                        try:
+                            joiner.bind((HOST, port))
+                        except OSError as e:
+                            # One socket: nobody joins it.
+                            self.assertFalse(steered)
+                            self.assertEqual(e.errno, errno.EADDRINUSE)
+                            joined = False
+                        else:
+                            self.assertTrue(steered, "joined a port that is one socket")
+                            joiner.listen(64)
+                            joiner.setblocking(False)
+                            joined = True
+                        # Every connection is answered by sluice (the main
+                        # listener has no routes here: 404), none reaches
+                        # the joiner.
+                        conns = [http.client.HTTPConnection(HOST, port, timeout=5)
+                                 for _ in range(40)]
+                        try:
+                            for i, conn in enumerate(conns):
+                                self.assertEqual(self.check("keep", "k%d" % i, s=s,
+                                                            conn=conn).status, status)
+                        finally:
+                            for conn in conns:
+                                conn.close()
+                        if joined:
+                            with self.assertRaises(BlockingIOError):
+                                joiner.accept()
+                        joiner.close()
+                self._stop_and_report(s)
 
 
 if __name__ == "__main__":
