@@ -91,7 +91,7 @@ struct ServerConfig {
   bool access_log = false;
   bool legacy_headers = false;  // X-RateLimit-Limit/Remaining/Reset
   // Each thread on a CPU of its own, accepting the connections made from
-  // that CPU, when there are at most as many threads as CPUs to run on.
+  // that CPU, when there is a thread for each CPU sluice may run on.
   bool cpu_affinity = true;
   DecisionConfig decision;
   friend bool operator==(const ServerConfig&, const ServerConfig&) = default;

@@ -36,8 +36,8 @@ FileBudget FitFileLimit(const Config& config);
 int UsableCpus();
 
 // The CPU each loop runs on, one each (server.cpu_affinity), when there are
-// at least two loops and at most as many as the CPUs this process may run
-// on (sched_getaffinity: a cpuset or taskset narrows them); else none.
+// at least two loops, as many as the CPUs this process may run on
+// (sched_getaffinity: a cpuset or taskset narrows them); else none.
 std::vector<int> LoopCpus(const ServerConfig& config, size_t loops);
 
 // Keeps the calling thread on `cpu`: 0, or the error number.
@@ -49,8 +49,8 @@ int PinThread(int cpu);
 //   SO_REUSEPORT group, and a program attached to the group (classic BPF)
 //   hands a connection to the loop on the CPU it was made from: on
 //   loopback, a client thread and the loop answering it take turns on one
-//   CPU instead of waking each other across two (bench/README.md, "HTTP:
-//   the connections' CPU"). The program only ever picks the first
+//   CPU instead of waking each other across two (bench/README.md, "The
+//   connections' CPU"). The program only ever picks the first
 //   loops.size() sockets of the group, so a socket another process adds to
 //   it later is never given a connection; and a second process binding
 //   the port without SO_REUSEPORT, as a second sluice does first, fails.
