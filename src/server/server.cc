@@ -6,6 +6,9 @@
 // this file and gateway.cc read and write HTTP.
 #include "server/server.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -63,6 +66,8 @@ class ServerImpl final : public Server {
     m.SetHelp("sluice_http_responses_total", "Responses sent, by listener and status code.");
     m.SetHelp("sluice_connections_refused_total",
               "Connections closed at once: the listener had server.max_connections open.");
+    m.SetHelp("sluice_connections_moved_total",
+              "Connections moved to the thread on the CPU their client sends from.");
     MemoryStore& store = state_->store;
     m.AddGauge("sluice_keys", "Keys held by the memory store.", "gauge",
                [&store] { return store.stats().keys; });
@@ -147,6 +152,7 @@ class ServerImpl final : public Server {
   void ShowErrorSeries(const Config& config) {
     Metrics& m = state_->metrics;
     m.Get("sluice_connections_refused_total", {});
+    moved_ = m.Get("sluice_connections_moved_total", {});
     for (int l = 0; l < kListeners; ++l) {
       if (static_cast<Listener>(l) == Listener::kDecision && decision_port_ == 0) continue;
       for (const char* reason : {"fd_limit", "memory"}) {
@@ -422,10 +428,57 @@ class ServerImpl final : public Server {
     co_await net::async_write(stream, Gathered(out, body), net::redirect_error(kUseAwaitable, ec));
   }
 
-  Task<void> Session(Worker& w, Socket socket, Listener listener) {
+  // With the loops on CPUs of their own (server.cpu_affinity), a connection
+  // is checked every kCpuCheckEvery requests for the CPU its client now
+  // sends from (SO_INCOMING_CPU: on loopback, the client thread's), and
+  // moved, between two requests, to the loop on that CPU: a client thread
+  // that opened its connections from one CPU and now runs on another is
+  // answered where it runs, and loops stay balanced as their clients are.
+  static constexpr int kCpuCheckEvery = 16;
+
+  // The loop kept on `cpu`, or -1.
+  int LoopOfCpu(int cpu) const {
+    for (size_t i = 0; i < loop_cpus_.size(); ++i) {
+      if (loop_cpus_[i] == cpu) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  // Where a connection's requests now come from, if another loop is kept
+  // there: that loop's index, else -1.
+  int LoopToMoveTo(const Worker& w, Socket& stream) const {
+    int cpu = -1;
+    socklen_t size = sizeof cpu;
+    if (getsockopt(stream.native_handle(), SOL_SOCKET, SO_INCOMING_CPU, &cpu, &size) != 0) {
+      return -1;
+    }
+    const int to = LoopOfCpu(cpu);
+    return to >= 0 && workers_[to].get() != &w ? to : -1;
+  }
+
+  // Continues a connection's session on loop `to` (its descriptor released
+  // by the loop it was on, between two requests).
+  void MoveSession(int to, int fd, tcp protocol, Listener listener) {
+    moved_->Add();
+    Worker& target = *workers_[to];
+    net::post(target.ioc, [this, &target, fd, protocol, listener] {
+      Socket socket(target.ioc.get_executor());
+      boost::system::error_code ec;
+      socket.assign(protocol, fd, ec);
+      if (ec) {
+        ::close(fd);
+        Connections(listener).Add(-1);
+        return;
+      }
+      net::co_spawn(target.ioc, Session(target, std::move(socket), listener, /*moved=*/true),
+                    net::detached);
+    });
+  }
+
+  Task<void> Session(Worker& w, Socket socket, Listener listener, bool moved = false) {
     Metrics& metrics = state_->metrics;
     Counter& connections = Connections(listener);
-    connections.Add(1);
+    if (!moved) connections.Add(1);
     boost::system::error_code ec;
     const tcp::endpoint peer = socket.remote_endpoint(ec);
     std::string peer_ip = ec ? "" : peer.address().to_string();
@@ -436,7 +489,10 @@ class ServerImpl final : public Server {
     Deadline deadline(w, stream);
     beast::flat_buffer buffer;
     std::string out;  // the head of each response (its capacity kept)
-    bool first = true;
+    bool first = !moved;
+    const bool may_move = !loop_cpus_.empty() && listener != Listener::kAdmin;
+    int requests = 0;
+    bool moved_on = false;
     for (;;) {
       // Limits and timeouts come from the config in force, so a reload
       // changes them for the next request. (Copied: the read suspends.)
@@ -444,6 +500,20 @@ class ServerImpl final : public Server {
       const int64_t max_body_bytes = w.Current(*state_)->config().server.max_body_bytes;
       const Duration read_timeout = w.Current(*state_)->config().server.read_timeout;
       const Duration idle_timeout = w.Current(*state_)->config().server.idle_timeout;
+      if (!first && buffer.size() == 0 && may_move && requests % kCpuCheckEvery == 1 &&
+          !state_->draining.load()) {
+        // Nothing in flight and nothing buffered: the session can move.
+        if (const int to = LoopToMoveTo(w, stream); to >= 0) {
+          const tcp protocol = stream.local_endpoint(ec).protocol();
+          const int fd = ec ? -1 : stream.release(ec);
+          if (!ec && fd >= 0) {
+            MoveSession(to, fd, protocol, listener);
+            moved_on = true;
+            break;
+          }
+          ec = {};
+        }
+      }
       if (!first && buffer.size() == 0) {
         // Between keep-alive requests the wait for the next one is governed
         // by idle_timeout; read_timeout starts with its first byte. The
@@ -506,6 +576,7 @@ class ServerImpl final : public Server {
         break;
       }
       Request req = parser.release();
+      ++requests;
       if (std::optional<std::string> bad = Malformed(req)) {
         co_await Refuse(stream, deadline, 400, *bad, out, ec);
         Responses(listener, 400)->Add();
@@ -545,6 +616,7 @@ class ServerImpl final : public Server {
       metrics.in_flight().Add(-1);
       if (ec || !keep_alive) break;
     }
+    if (moved_on) co_return;  // the session goes on in another loop
     stream.shutdown(Socket::shutdown_send, ec);
     connections.Add(-1);
   }
@@ -636,6 +708,7 @@ class ServerImpl final : public Server {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Acceptor> admin_acceptor_;
   std::vector<int> loop_cpus_;  // the CPU of each loop (LoopCpus), or none
+  Counter* moved_ = nullptr;    // sluice_connections_moved_total
   uint16_t port_ = 0;
   uint16_t admin_port_ = 0;
   uint16_t decision_port_ = 0;

@@ -376,5 +376,43 @@ class ListenerTest(SluiceTestCase):
                 self._stop_and_report(s)
 
 
+class MovingConnectionTest(SluiceTestCase):
+    """With a thread kept on each CPU, a keep-alive connection whose client
+    now sends from another CPU is moved, between two requests, to the thread
+    on that CPU, and goes on answering as before."""
+
+    def test_a_connection_follows_its_client_to_another_cpu(self):
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) != 2:
+            self.skipTest("needs a thread for each CPU: 2 threads on 2 CPUs")
+        s = self.start_sluice(server_block(threads=2) + """policies:
+  - name: wide
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s, burst: 1000}
+""")
+        self.assertRegex(s.output(), r"event=start .* cpus=%d,%d" % tuple(cpus))
+        moved = lambda: metric_value(self.metrics(), "sluice_connections_moved_total") or 0
+        before = moved()
+        mine = os.sched_getaffinity(0)
+        self.addCleanup(os.sched_setaffinity, 0, mine)
+        conn = http.client.HTTPConnection(HOST, s.port, timeout=5)
+        self.addCleanup(conn.close)
+        for i in range(120):
+            # This thread sends from the first CPU, then from the second.
+            if i in (0, 60):
+                os.sched_setaffinity(0, {cpus[0] if i == 0 else cpus[1]})
+            r = self.check("wide", "k%d" % i, conn=conn)
+            self.assertEqual(r.status, 200, r)
+            self.assertTrue(r.json()["allowed"], r)
+        os.sched_setaffinity(0, mine)
+        self.assertGreaterEqual(moved() - before, 1, "the connection never moved")
+        # The moved connection still closes cleanly, and the count is right.
+        conn.close()
+        deadline = time.monotonic() + 5
+        while metric_value(self.metrics(), "sluice_connections", listener="main") != 0:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+
+
 if __name__ == "__main__":
     unittest.main()
