@@ -14,6 +14,9 @@
 # ROUNDS times; it prints medians of req/s and p99 latency and the ratios.
 # Both sides get WORKERS workers (NGINX worker_processes, sluice threads).
 #
+# sluice runs with server.cpu_affinity (CPU_AFFINITY=false to turn it off):
+# wrk is a client on the same host, the case that option is for.
+#
 # Usage: bench/http/run.sh [DURATION_S=5] [ROUNDS=3] [WORKERS=2] [CONNECTIONS=64]
 # Loopback only; it stops what it started, by PID.
 set -euo pipefail
@@ -24,6 +27,7 @@ DURATION=${1:-5}
 ROUNDS=${2:-3}
 WORKERS=${3:-2}
 CONNS=${4:-64}
+CPU_AFFINITY=${CPU_AFFINITY:-true}
 
 cmake --preset release >/dev/null
 cmake --build build/release --target sluice >/dev/null
@@ -80,6 +84,7 @@ CONF
 start_sluice() {  # $1 rate (e.g. 1000000/s) $2 burst
   cat > "$WORK/sluice.yaml" <<CONF
 server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads: $WORKERS,
+         cpu_affinity: $CPU_AFFINITY,
          max_connections: 100000, decision: {on_gateway_listener: true}}
 store: {memory: {max_keys: 2000000}}
 routes: [{name: up, match: {path_prefix: /}, upstream: "http://127.0.0.1:$UPSTREAM_PORT"}]

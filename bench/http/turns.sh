@@ -6,9 +6,9 @@
 # against how long its workers ran at a time.
 #
 # Each round runs sluice (GET /v1/auth/bench, a gcra policy nobody reaches,
-# one key) as configured by default (`sluice`: server.cpu_affinity, each
-# thread on a CPU, answering the connections made from it) and with
-# `cpu_affinity: false` (`sluice-any`), and NGINX (limit_req on the same key
+# one key) with server.cpu_affinity (`sluice`: each thread on a CPU,
+# answering the connections whose client sends from it) and without
+# (`sluice-any`, the default), and NGINX (limit_req on the same key
 # in front of empty_gif), all with WORKERS workers, under wrk -t2 -c64 for
 # DURATION seconds, alternately.
 # One line per run: server, req/s, p50, p99, then per worker thread its mean

@@ -90,9 +90,10 @@ struct ServerConfig {
   Duration drain_timeout = Duration::Seconds(10);  // SIGTERM: in-flight requests finish within
   bool access_log = false;
   bool legacy_headers = false;  // X-RateLimit-Limit/Remaining/Reset
-  // Each thread on a CPU of its own, accepting the connections made from
-  // that CPU, when there is a thread for each CPU sluice may run on.
-  bool cpu_affinity = true;
+  // Each thread on a CPU of its own, answering the connections whose
+  // client sends from that CPU, when there is a thread for each CPU sluice
+  // may run on.
+  bool cpu_affinity = false;
   DecisionConfig decision;
   friend bool operator==(const ServerConfig&, const ServerConfig&) = default;
 };

@@ -65,7 +65,7 @@ server:
   drain_timeout: 1m
   access_log: true
   legacy_headers: true
-  cpu_affinity: false
+  cpu_affinity: true
 store:
   memory: {max_keys: 5000}
 trusted_proxies: [127.0.0.1/32, "::1", 10.0.0.0/8]
@@ -111,7 +111,7 @@ policies:
                                .drain_timeout = Duration::Minutes(1),
                                .access_log = true,
                                .legacy_headers = true,
-                               .cpu_affinity = false,
+                               .cpu_affinity = true,
                            }));
   EXPECT_EQ(config.store, StoreConfig{.max_keys = 5000});
   EXPECT_THAT(config.trusted_proxies,
@@ -197,7 +197,7 @@ TEST(ParseConfig, ServerDefaultsMatchTheHeader) {
   EXPECT_EQ(server.drain_timeout, Duration::Seconds(10));
   EXPECT_FALSE(server.access_log);
   EXPECT_FALSE(server.legacy_headers);
-  EXPECT_TRUE(server.cpu_affinity);
+  EXPECT_FALSE(server.cpu_affinity);
   EXPECT_EQ(Load("store: {memory: {}}").store.max_keys, 1'000'000);
   EXPECT_EQ(Load("store: {memory: {}}").store.on_full, OnFull::kRemember);
   EXPECT_EQ(Load("store: {memory: {on_full: deny_new}}").store.on_full, OnFull::kDenyNew);

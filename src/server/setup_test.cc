@@ -28,8 +28,8 @@ TEST(LoopCpus, OnlyAThreadForEachAllowedCpuKeepsThem) {
   const int n = static_cast<int>(allowed.size());
   EXPECT_EQ(UsableCpus(), n);
   ServerConfig on;
-  ServerConfig off;
-  off.cpu_affinity = false;
+  on.cpu_affinity = true;
+  const ServerConfig off;
   if (n >= 2) {
     EXPECT_EQ(LoopCpus(on, n), allowed);
   } else {

@@ -301,8 +301,7 @@ def _swallow(fn, *args, **kwargs):
 
 class ListenerTest(SluiceTestCase):
     """A second process cannot take sluice's connections. With
-    server.cpu_affinity (the default, on a machine with a CPU per thread)
-    each loop has a socket in an SO_REUSEPORT group whose program hands a
+    server.cpu_affinity (on a machine with a CPU per thread) each loop has a socket in an SO_REUSEPORT group whose program hands a
     connection to the loop on the CPU it came from, and only ever to sluice's
     own sockets: one that joins the group later gets nothing. Without it,
     the listener is one socket that nobody else can bind. A second sluice on
@@ -377,7 +376,7 @@ class ListenerTest(SluiceTestCase):
 
 
 class MovingConnectionTest(SluiceTestCase):
-    """With a thread kept on each CPU, a keep-alive connection whose client
+    """With a thread kept on each CPU (server.cpu_affinity), a keep-alive connection whose client
     now sends from another CPU is moved, between two requests, to the thread
     on that CPU, and goes on answering as before."""
 
@@ -385,7 +384,7 @@ class MovingConnectionTest(SluiceTestCase):
         cpus = sorted(os.sched_getaffinity(0))
         if len(cpus) != 2:
             self.skipTest("needs a thread for each CPU: 2 threads on 2 CPUs")
-        s = self.start_sluice(server_block(threads=2) + """policies:
+        s = self.start_sluice(server_block(threads=2, cpu_affinity="true") + """policies:
   - name: wide
     limits:
       - {algorithm: token_bucket, rate: 1000/s, burst: 1000}
