@@ -137,7 +137,8 @@ int UsableCpus() {
 std::vector<int> LoopCpus(const ServerConfig& config, size_t loops) {
   if (!config.cpu_affinity || loops < 2) return {};
   // Only a process that has a thread for every CPU it may run on owns
-  // them: two of fewer threads each would pin theirs to the same first CPUs.
+  // them: two instances with fewer threads each would pin theirs to the
+  // same first CPUs.
   std::vector<int> cpus = AllowedCpus();
   if (cpus.size() != loops) return {};
   return cpus;
