@@ -1015,6 +1015,40 @@ TEST_F(RedisStoreTest, TheNextCallIsSentBeforeTheAnsweredCallsCallbacksRun) {
   redisFree(c);
 }
 
+TEST_F(RedisStoreTest, CallsBeyondWhatTheSocketTakesAllArriveInOrder) {
+  // Redis stopped, 30,000 calls of one request each: megabytes, more than
+  // the socket takes, so the client waits for room and goes on. Every call
+  // reaches Redis once, in order: the n-th answer sees n taken.
+  Flush();
+  auto redis = Connect(
+      {.url = Url(), .timeout = Duration::Seconds(20), .cache_denials = false, .max_batch = 1});
+  ASSERT_NE(redis, nullptr);
+  absl::StatusOr<std::shared_ptr<LimitTable>> table =
+      FixedWindowTable(*redis, "1000000/1h", std::string(200, 'w'));
+  ASSERT_TRUE(table.ok()) << table.status();
+  LimitTable* tables[] = {table->get()};
+  constexpr int kCalls = 30000;
+  std::vector<int64_t> remaining(kCalls, -1);
+  std::atomic<int> answered{0};
+  const std::string key(400, 'k');
+  ASSERT_TRUE(server_->Pause().ok());
+  for (int i = 0; i < kCalls; ++i) {
+    redis->DecideBatch(tables, key, BatchOp::kDecide, clock_.Now(), 1, Time(),
+                       [&, i](absl::StatusOr<BatchResult> r) {
+                         if (r.ok()) remaining[i] = r->decisions.at(0).remaining;
+                         answered.fetch_add(1);
+                       });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(server_->Resume().ok());
+  const auto until = SteadyClock::now() + std::chrono::seconds(20);
+  while (answered.load() < kCalls && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(answered.load(), kCalls);
+  for (int i = 0; i < kCalls; ++i) ASSERT_EQ(remaining[i], 1000000 - 1 - i) << "call " << i;
+}
+
 TEST_F(RedisStoreTest, LayeredPolicyGivesBackWhatTheLocalLimitTook) {
   auto redis = Connect();
   // Local: 5 per hour. Global: 2 per hour. The third request is denied by
