@@ -19,13 +19,14 @@
 # and the ratio gRPC / HTTP per round.
 #
 # Usage: bench/grpc/vs_http.sh                     # ~1 minute
-# Variables: DURATION (5), ROUNDS (3), THREADS (2), SLUICE (the binary).
+# Variables: DURATION (5), ROUNDS (3), THREADS (2), CPU_AFFINITY (true), SLUICE (the binary).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 DURATION=${DURATION:-5}
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
+CPU_AFFINITY=${CPU_AFFINITY:-true}  # server.cpu_affinity, as bench/http/run.sh sets it
 
 source scripts/deps.sh
 sluice_install_deps nghttp2-client wrk
@@ -46,7 +47,7 @@ trap cleanup EXIT
 
 PORT=$(free_port) ADMIN=$(free_port) GRPC=$(free_port)
 cat > "$WORK/sluice.yaml" <<CONF
-server: {listen: 127.0.0.1:$PORT, admin: 127.0.0.1:$ADMIN, threads: $THREADS}
+server: {listen: 127.0.0.1:$PORT, admin: 127.0.0.1:$ADMIN, threads: $THREADS, cpu_affinity: $CPU_AFFINITY}
 grpc: {listen: 127.0.0.1:$GRPC}
 $(bench_envoy_rules)
 policies:

@@ -5,6 +5,7 @@
 // compile).
 #include "envoy/rls_server.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -109,11 +110,21 @@ struct Item {
 
 class Service;
 
+// Where a call's answer goes: gRPC's callback reactor, or an asynchronous
+// call on a completion queue (AsyncCall, what the server runs).
+class Answerer {
+ public:
+  virtual void Answer(const grpc::Status& status) = 0;
+
+ protected:
+  ~Answerer() = default;
+};
+
 // One ShouldRateLimit call in flight, until the policies' verdict completes
 // it (on whatever thread it arrives).
 struct Call {
   Service* service;
-  grpc::ServerUnaryReactor* reactor;
+  Answerer* answerer;
   rls::RateLimitResponse* response;
   std::shared_ptr<const RlsServer::Snapshot> snapshot;  // keeps rules and limiters alive
   Time now;
@@ -125,7 +136,7 @@ struct Call {
 
 // The call's reactor: counts the call as in flight until gRPC is done with
 // it (its status sent), which is what a drain waits for.
-class Reactor final : public grpc::ServerUnaryReactor {
+class Reactor final : public grpc::ServerUnaryReactor, public Answerer {
  public:
   explicit Reactor(std::atomic<int64_t>& in_flight) : in_flight_(in_flight) {
     in_flight_.fetch_add(1, std::memory_order_acq_rel);
@@ -134,6 +145,7 @@ class Reactor final : public grpc::ServerUnaryReactor {
     in_flight_.fetch_sub(1, std::memory_order_acq_rel);
     delete this;
   }
+  void Answer(const grpc::Status& status) override { Finish(status); }
 
  private:
   std::atomic<int64_t>& in_flight_;
@@ -159,27 +171,41 @@ class Service final : public rls::RateLimitService::CallbackService {
                                             const rls::RateLimitRequest* request,
                                             rls::RateLimitResponse* response) override {
     (void)context;
-    grpc::ServerUnaryReactor* reactor = new Reactor(in_flight_);
+    auto* reactor = new Reactor(in_flight_);
+    Handle(*request, response, reactor);
+    return reactor;
+  }
+
+  // Decides `request` into `response`, then hands the status to `answerer`:
+  // before it returns when every limit is in process, else on the store's
+  // thread (no caller's thread ever waits).
+  void Handle(const rls::RateLimitRequest& request, rls::RateLimitResponse* response,
+              Answerer* answerer) {
     auto call = std::make_shared<Call>();
     call->service = this;
-    call->reactor = reactor;
+    call->answerer = answerer;
     call->response = response;
     call->snapshot = snapshot_.load();
-    if (grpc::Status s = Prepare(*request, *call); !s.ok()) {
+    if (grpc::Status s = Prepare(request, *call); !s.ok()) {
       Finish(*call, s);
-      return reactor;
+      return;
     }
     for (Item& item : call->items) {
       if (item.rule == nullptr || item.rule->kind == Rule::Kind::kUnlimited) continue;
       item.applied = call->applied.size();
       call->applied.push_back({.policy = &item.rule->policy, .key = item.key, .cost = item.cost});
     }
-    // In-process rules answer before Evaluate returns; Redis ones on the
-    // store's thread, so no gRPC thread ever waits.
     policy::Evaluate(call->applied, call->now,
                      [call](policy::Verdict verdict) { call->Complete(verdict); });
-    return reactor;
   }
+
+  std::atomic<int64_t>& in_flight_count() { return in_flight_; }
+
+  // The server's AsyncCalls that exist. Once the server is shut down it only
+  // falls: each comes back from its queue, its call answered (one waiting
+  // on the shared store when the store answers or gives up) or never
+  // filled. Their queues may be shut down only at 0.
+  std::atomic<int64_t>& async_calls() { return async_calls_; }
 
   void Finish(Call& call, const grpc::Status& status) {
     int result = 3;
@@ -189,7 +215,7 @@ class Service final : public rls::RateLimitService::CallbackService {
       result = 2;
     }
     results_[result]->Add();
-    call.reactor->Finish(status);
+    call.answerer->Answer(status);
   }
 
  private:
@@ -284,6 +310,7 @@ class Service final : public rls::RateLimitService::CallbackService {
   std::atomic<std::shared_ptr<const RlsServer::Snapshot>> snapshot_;
   std::array<metrics::Counter*, 4> results_{};
   std::atomic<int64_t> in_flight_{0};
+  std::atomic<int64_t> async_calls_{0};
 };
 
 void Call::Complete(const policy::Verdict& verdict) {
@@ -340,9 +367,59 @@ void Call::Complete(const policy::Verdict& verdict) {
   service->Finish(*this, grpc::Status::OK);
 }
 
+// One ShouldRateLimit call on a completion queue: requested from gRPC,
+// then, once a client's call fills it, decided and answered; its tag comes
+// back twice (the call arrived; the answer was sent) and it frees itself
+// after the second. Each arrival requests the next call first.
+class AsyncCall final : public Answerer {
+ public:
+  AsyncCall(Service& service, rls::RateLimitService::AsyncService& async,
+            grpc::ServerCompletionQueue* cq)
+      : service_(service), async_(async), cq_(cq), responder_(&context_) {
+    service_.async_calls().fetch_add(1, std::memory_order_acq_rel);
+    async_.RequestShouldRateLimit(&context_, &request_, &responder_, cq_, cq_, this);
+  }
+  ~AsyncCall() { service_.async_calls().fetch_sub(1, std::memory_order_acq_rel); }
+
+  // This call's tag came back from the queue, `ok` as gRPC says.
+  void Proceed(bool ok) {
+    if (!arrived_ && ok) {
+      arrived_ = true;
+      new AsyncCall(service_, async_, cq_);
+      service_.in_flight_count().fetch_add(1, std::memory_order_acq_rel);
+      service_.Handle(request_, &response_, this);
+      return;
+    }
+    if (arrived_) service_.in_flight_count().fetch_sub(1, std::memory_order_acq_rel);
+    delete this;  // answered, or never filled (the server is stopping)
+  }
+
+  void Answer(const grpc::Status& status) override { responder_.Finish(response_, status, this); }
+
+ private:
+  Service& service_;
+  rls::RateLimitService::AsyncService& async_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerContext context_;
+  rls::RateLimitRequest request_;
+  rls::RateLimitResponse response_;
+  grpc::ServerAsyncResponseWriter<rls::RateLimitResponse> responder_;
+  bool arrived_ = false;
+};
+
 class RlsServerImpl final : public RlsServer {
  public:
   explicit RlsServerImpl(RuleOptions options) : options_(options) {}
+
+  // A completion queue and its thread per CPU this process may run on, and
+  // calls requested ahead on each, so that an arriving call finds one.
+  static constexpr int kCallsRequestedPerQueue = 16;
+  static int QueueCount() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+    return std::max(1, CPU_COUNT(&set));
+  }
 
   ~RlsServerImpl() override {
     Shutdown(Duration::Zero());
@@ -370,7 +447,8 @@ class RlsServerImpl final : public RlsServer {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, Millis(grpc.max_connection_age));
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                                Millis(grpc.max_connection_age_grace));
-    builder.RegisterService(service_.get());
+    builder.RegisterService(&async_);
+    for (int i = 0; i < QueueCount(); ++i) queues_.push_back(builder.AddCompletionQueue());
     if (config.rlqs.has_value()) {
       // With a shared store, the instances share each bucket's limit.
       Store* fleet =
@@ -381,6 +459,15 @@ class RlsServerImpl final : public RlsServer {
     }
     server_ = builder.BuildAndStart();
     if (server_ == nullptr) return absl::UnavailableError("cannot start the gRPC server");
+    for (auto& queue : queues_) {
+      for (int i = 0; i < kCallsRequestedPerQueue; ++i)
+        new AsyncCall(*service_, async_, queue.get());
+      pollers_.emplace_back([cq = queue.get()] {
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
+      });
+    }
     gate_ = *std::move(gate);
     gate_->Start([server = server_.get()](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
     port_ = gate_->port();
@@ -460,6 +547,15 @@ class RlsServerImpl final : public RlsServer {
     }
     if (t.joinable()) t.join();
     if (server_ != nullptr) server_->Wait();
+    // The queues after the server (gRPC's rule) and after every call on
+    // them came back: an answer still to come would be started on a queue
+    // already shut down. Each poller ends once its queue is drained.
+    while (!pollers_.empty() && service_->async_calls().load(std::memory_order_acquire) > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (auto& queue : queues_) queue->Shutdown();
+    for (std::thread& poller : pollers_) poller.join();
+    pollers_.clear();
   }
 
   uint16_t port() const override { return port_; }
@@ -485,7 +581,10 @@ class RlsServerImpl final : public RlsServer {
   std::optional<GrpcConfig> started_with_;
   mutable std::mutex mu_;
   std::shared_ptr<const Snapshot> current_;
-  std::unique_ptr<Service> service_;   // declared before server_: outlives it
+  std::unique_ptr<Service> service_;           // declared before server_: outlives it
+  rls::RateLimitService::AsyncService async_;  // the same
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;  // the same
+  std::vector<std::thread> pollers_;
   std::unique_ptr<RlqsService> rlqs_;  // the same
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> gate_;  // declared after server_: stopped before it goes

@@ -447,12 +447,28 @@ class ThreadedStore final : public Store {
   }
   std::thread::id worker_id() const { return worker_.get_id(); }
   std::atomic<std::thread::id> answered_on_;
+  // While held, decisions wait (Hold), until Release.
+  void Hold() {
+    std::lock_guard lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  size_t waiting() {
+    std::lock_guard lock(mu_);
+    return jobs_.size();
+  }
 
  private:
   void Run() {
     std::unique_lock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || (!held_ && !jobs_.empty()); });
       if (jobs_.empty()) return;
       std::function<void()> job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -466,11 +482,12 @@ class ThreadedStore final : public Store {
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool stop_ = false;
+  bool held_ = false;
   std::thread worker_;
 };
 
-TEST_F(RlsTest, DecisionsOfARemoteStoreFinishOnItsThread) {
-  ThreadedStore remote;
+// A fleet domain on `store`: 2 a minute per user.
+Config FleetConfig() {
   absl::StatusOr<EnvoyDomain> domain = ParseEnvoyDomain(R"(
 domain: fleet
 descriptors:
@@ -478,17 +495,53 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
 )",
                                                         "fleet.yaml", {.shared_store = true});
-  ASSERT_TRUE(domain.ok()) << domain.status();
+  EXPECT_TRUE(domain.ok()) << domain.status();
   Config config;
   config.grpc = GrpcConfig{.listen = {"127.0.0.1", 0}};
   auto envoy = std::make_shared<EnvoyConfig>();
-  envoy->domains.push_back(*domain);
+  if (domain.ok()) envoy->domains.push_back(*domain);
   config.envoy = envoy;
-  StartWith(config, &remote);
+  return config;
+}
+
+TEST_F(RlsTest, DecisionsOfARemoteStoreFinishOnItsThread) {
+  ThreadedStore remote;
+  StartWith(FleetConfig(), &remote);
   EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).statuses(0).limit_remaining(), 1u);
   EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).statuses(0).limit_remaining(), 0u);
   EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).overall_code(), Response::OVER_LIMIT);
   EXPECT_EQ(remote.answered_on_.load(), remote.worker_id());
+}
+
+TEST_F(RlsTest, ACallWaitingOnTheStoreAtShutdownIsAnsweredBeforeTheServerStops) {
+  // The server's calls are answered on its completion queues: Wait must not
+  // shut them down while an answer is still to come from the store (it
+  // would be started on a queue already shut down, which aborts).
+  ThreadedStore remote;
+  StartWith(FleetConfig(), &remote);
+  remote.Hold();
+  grpc::Status status;
+  std::thread client([&] {
+    Response r;
+    status = Call(Request("fleet", {{{"user", "u1"}}}), r);
+  });
+  for (int i = 0; i < 2000 && remote.waiting() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(remote.waiting(), 1u);
+  server_->Shutdown(Duration::Millis(20));
+  std::atomic<bool> stopped{false};
+  std::thread waiter([&] {
+    server_->Wait();
+    stopped.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(stopped.load());  // past the drain: its call was cancelled, its answer is due
+  remote.Release();
+  waiter.join();
+  client.join();
+  EXPECT_TRUE(stopped.load());
+  EXPECT_FALSE(status.ok());  // cancelled: the client is told so, or its connection closes
 }
 
 TEST_F(RlsTest, ShutdownRefusesNewCalls) {
