@@ -293,8 +293,8 @@ class Client::Impl {
     tcp::socket socket;
     net::steady_timer retry;
     uint64_t generation = 0;  // bumped on close: stale handlers see it and stop
-    std::string out;          // commands to write; out_taken of its bytes are written
-    size_t out_taken = 0;
+    std::string out;          // commands waiting for the write in progress
+    std::string writing;
     bool write_active = false;
     std::array<char, 16 * 1024> in{};
     redisReader* reader = nullptr;
@@ -494,7 +494,6 @@ class Client::Impl {
   void OnConnected(Node& n) {
     boost::system::error_code ignored;
     n.socket.set_option(tcp::no_delay(true), ignored);
-    n.socket.non_blocking(true, ignored);  // StartWrite writes at once
     n.reader = redisReaderCreate();
     n.last_answer = SteadyClock::now();
     StartRead(n);
@@ -592,7 +591,7 @@ class Client::Impl {
       n.reader = nullptr;
     }
     n.out.clear();
-    n.out_taken = 0;
+    n.writing.clear();
     n.write_active = false;
     n.handshake_left = 0;
     std::deque<Entry> pending;
@@ -622,37 +621,23 @@ class Client::Impl {
     });
   }
 
-  // Writes what waits in n.out at once, as much as the socket takes
-  // (non-blocking); only a full socket is waited for. So a call queued on
-  // this thread (a reply's callback sending the next one) reaches Redis
-  // before the reply's callback goes on, never behind the completion of an
-  // earlier write still to be run by the loop.
   void StartWrite(Node& n) {
     if (n.write_active || n.out.empty() || n.state == Node::kDown) return;
-    boost::system::error_code ec;
-    const size_t written = n.socket.write_some(
-        net::buffer(n.out.data() + n.out_taken, n.out.size() - n.out_taken), ec);
-    if (ec && ec != net::error::would_block && ec != net::error::try_again) {
-      return Close(n, absl::UnavailableError(
-                          Cat("redis ", n.endpoint.ToString(), ": write: ", ec.message())));
-    }
-    n.out_taken += written;
-    if (n.out_taken == n.out.size()) {
-      n.out.clear();
-      n.out_taken = 0;
-      return;
-    }
     n.write_active = true;
+    n.writing.swap(n.out);
+    n.out.clear();
     const uint64_t gen = n.generation;
-    n.socket.async_wait(tcp::socket::wait_write, [this, &n, gen](boost::system::error_code ec) {
-      if (gen != n.generation) return;
-      n.write_active = false;
-      if (ec) {
-        return Close(n, absl::UnavailableError(
-                            Cat("redis ", n.endpoint.ToString(), ": write: ", ec.message())));
-      }
-      StartWrite(n);
-    });
+    net::async_write(
+        n.socket, net::buffer(n.writing), [this, &n, gen](boost::system::error_code ec, size_t) {
+          if (gen != n.generation) return;
+          n.write_active = false;
+          n.writing.clear();
+          if (ec) {
+            return Close(n, absl::UnavailableError(
+                                Cat("redis ", n.endpoint.ToString(), ": write: ", ec.message())));
+          }
+          StartWrite(n);
+        });
   }
 
   void StartRead(Node& n) {
