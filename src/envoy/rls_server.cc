@@ -550,7 +550,8 @@ class RlsServerImpl final : public RlsServer {
     // The queues after the server (gRPC's rule) and after every call on
     // them came back: an answer still to come would be started on a queue
     // already shut down. Each poller ends once its queue is drained.
-    while (!pollers_.empty() && service_->async_calls().load(std::memory_order_acquire) > 0) {
+    if (pollers_.empty()) return;  // never started, or already waited for
+    while (service_->async_calls().load(std::memory_order_acquire) > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     for (auto& queue : queues_) queue->Shutdown();
@@ -584,7 +585,7 @@ class RlsServerImpl final : public RlsServer {
   std::unique_ptr<Service> service_;           // declared before server_: outlives it
   rls::RateLimitService::AsyncService async_;  // the same
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;  // the same
-  std::vector<std::thread> pollers_;
+  std::vector<std::thread> pollers_;   // one per queue: takes its calls, answers them
   std::unique_ptr<RlqsService> rlqs_;  // the same
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> gate_;  // declared after server_: stopped before it goes
