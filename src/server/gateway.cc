@@ -115,8 +115,10 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
     }
     upstream.head.clear();
     const std::string_view body = AppendRequestHead(req, upstream.head);
-    co_await net::async_write(stream, Gathered(upstream.head, body),
-                              net::redirect_error(kUseAwaitable, ec));
+    std::array<net::const_buffer, 2> request = Gathered(upstream.head, body);
+    if (!WriteNow(stream, request, ec) && !ec) {
+      co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));
+    }
     beast::flat_buffer& buffer = upstream.buffer;
     std::optional<http::response_parser<http::string_body>> parser;
     // Interim (1xx) answers are read and dropped; the final one is relayed.

@@ -9,6 +9,7 @@
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -71,6 +72,24 @@ Task<T> Await(net::io_context& ioc, Start start) {
 // A message's head and body, written together (one gathered system call).
 inline std::array<net::const_buffer, 2> Gathered(const std::string& head, std::string_view body) {
   return {net::const_buffer(head.data(), head.size()), net::const_buffer(body.data(), body.size())};
+}
+
+// Writes what the socket takes of `buffers` at once, without waiting, and
+// advances them past it; true when nothing is left. An answer (a few hundred
+// bytes) nearly always goes whole, and then the caller has no completion to
+// wait for (async_write posts its completion even when it wrote at once).
+// What is left goes through async_write.
+inline bool WriteNow(Socket& socket, std::array<net::const_buffer, 2>& buffers,
+                     boost::system::error_code& ec) {
+  if (!socket.non_blocking()) socket.non_blocking(true, ec);
+  size_t written = ec ? 0 : socket.write_some(buffers, ec);
+  if (ec == net::error::would_block || ec == net::error::try_again) ec = {};
+  for (net::const_buffer& b : buffers) {
+    const size_t n = std::min(written, b.size());
+    b += n;
+    written -= n;
+  }
+  return !ec && buffers[0].size() + buffers[1].size() == 0;
 }
 
 struct Worker;

@@ -611,8 +611,10 @@ class ServerImpl final : public Server {
       deadline.After(sc.read_timeout);
       out.clear();
       const std::string_view body = AppendHead(reply, version, keep_alive, head, out);
-      co_await net::async_write(stream, Gathered(out, body),
-                                net::redirect_error(kUseAwaitable, ec));
+      std::array<net::const_buffer, 2> answer = Gathered(out, body);
+      if (!WriteNow(stream, answer, ec) && !ec) {
+        co_await net::async_write(stream, answer, net::redirect_error(kUseAwaitable, ec));
+      }
       metrics.in_flight().Add(-1);
       if (ec || !keep_alive) break;
     }

@@ -413,5 +413,35 @@ class MovingConnectionTest(SluiceTestCase):
             time.sleep(0.05)
 
 
+class LargeAnswersTest(SluiceTestCase):
+    """An answer is written at once when the socket takes it, and what the
+    socket does not take goes when it has room: eighty pipelined requests
+    for the dashboard's script (77 KB each) to a client that reads nothing
+    for half a second through a 4 KB receive buffer fill the socket, and
+    every answer arrives whole."""
+
+    def test_answers_larger_than_the_socket_takes_arrive_whole(self):
+        s = self.start_sluice(server_block() + "policies:\n" + KEEP_POLICY)
+        whole = request(s.admin_port, "GET", "/assets/dashboard.js").body
+        self.assertGreater(len(whole), 16 * 1024)
+        count = 80
+        c = socket.socket()
+        self.addCleanup(c.close)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect((HOST, s.admin_port))
+        c.sendall(b"GET /assets/dashboard.js HTTP/1.1\r\nHost: x\r\n\r\n" * count)
+        time.sleep(0.5)
+        c.settimeout(10)
+        chunks, size = [], 0
+        while size < count * len(whole) or b"".join(chunks).count(whole) < count:
+            chunk = c.recv(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+        self.assertEqual(data.count(whole), count)
+        self.assertEqual(data.count(b"HTTP/1.1 200 "), count)
+
 if __name__ == "__main__":
     unittest.main()
