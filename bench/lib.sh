@@ -1,6 +1,7 @@
 # Sourced by the benchmark scripts (bench/http/run.sh, bench/redis/*.sh,
 # bench/grpc/*.sh), from the repository's root: loopback ports, the
-# benchmark's redis-server, the Node peer, the gRPC benchmarks' rules.
+# benchmark's redis-server, the Node peer, the gRPC benchmarks' rules, a work
+# folder cleaned at exit.
 
 # A TCP port on 127.0.0.1 that nothing listens on now.
 free_port() {
@@ -14,6 +15,14 @@ wait_port() {
     sleep 0.05
   done
   echo "nothing listens on port $1" >&2; return 1
+}
+
+# A work folder for the script (WORK), and at exit the server it started
+# (its PID in SERVER_PID, when set) stopped, by PID, and the folder removed.
+work_dir_with_cleanup() {
+  WORK=$(mktemp -d)
+  SERVER_PID=""
+  trap 'if [[ -n "$SERVER_PID" ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi; rm -rf "$WORK"' EXIT
 }
 
 # Starts the redis-server a benchmark runs against: a free loopback port,

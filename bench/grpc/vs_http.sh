@@ -35,15 +35,9 @@ if [[ ! -x "$SLUICE" ]]; then
   timeout 900 cmake --preset release >/dev/null
   timeout 900 cmake --build build/release --target sluice >/dev/null
 fi
-source bench/lib.sh  # free_port, wait_port, bench_envoy_rules
+source bench/lib.sh  # free_port, wait_port, bench_envoy_rules, work_dir_with_cleanup
 
-WORK=$(mktemp -d)
-SLUICE_PID=""
-cleanup() {
-  if [[ -n "$SLUICE_PID" ]]; then kill "$SLUICE_PID" 2>/dev/null || true; wait "$SLUICE_PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
 
 PORT=$(free_port) ADMIN=$(free_port) GRPC=$(free_port)
 cat > "$WORK/sluice.yaml" <<CONF
@@ -57,7 +51,7 @@ policies:
     limits: [{algorithm: fixed_window, rate: 1/min}]
 CONF
 "$SLUICE" serve --config "$WORK/sluice.yaml" 2>"$WORK/sluice.log" &
-SLUICE_PID=$!
+SERVER_PID=$!
 wait_port "$PORT" && wait_port "$GRPC"
 
 # The gRPC request bodies: a length-prefixed RateLimitRequest (rls.proto:

@@ -26,15 +26,9 @@ if [[ ! -x "$SLUICE" ]]; then
   timeout 900 cmake --preset release >/dev/null
   timeout 900 cmake --build build/release --target sluice >/dev/null
 fi
-source bench/lib.sh  # free_port, wait_port
+source bench/lib.sh  # free_port, wait_port, work_dir_with_cleanup
 
-WORK=$(mktemp -d)
-SLUICE_PID=""
-cleanup() {
-  if [[ -n "$SLUICE_PID" ]]; then kill "$SLUICE_PID" 2>/dev/null || true; wait "$SLUICE_PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
 
 PORT=$(free_port) ADMIN=$(free_port)
 cat > "$WORK/sluice.yaml" <<CONF
@@ -51,7 +45,7 @@ count() {
   rm -f "$WORK"/callgrind.out.*
   valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
     "$SLUICE" serve --config "$WORK/sluice.yaml" 2>"$WORK/sluice.log" &
-  SLUICE_PID=$!
+  SERVER_PID=$!
   for _ in $(seq 600); do
     (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
     sleep 0.1
@@ -61,9 +55,9 @@ count() {
       > "$WORK/h2load.txt"
     grep -q "^status codes: $1 2xx" "$WORK/h2load.txt" || { cat "$WORK/h2load.txt" >&2; exit 1; }
   fi
-  kill "$SLUICE_PID"
-  wait "$SLUICE_PID" 2>/dev/null || true
-  SLUICE_PID=""
+  kill "$SERVER_PID"
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
   awk '/^(summary|totals):/ {print $2; exit}' "$WORK"/callgrind.out.*
 }
 

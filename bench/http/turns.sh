@@ -29,14 +29,8 @@ cmake --preset release >/dev/null
 cmake --build build/release --target sluice >/dev/null
 SLUICE="$PWD/build/release/sluice"
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-WORK=$(mktemp -d)
-PID=""
-cleanup() {
-  if [[ -n "$PID" ]]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-source bench/lib.sh  # free_port, wait_port
+source bench/lib.sh  # free_port, wait_port, work_dir_with_cleanup
+work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
 
 PORT=$(free_port)
 ADMIN=$(free_port)
@@ -77,21 +71,21 @@ run() {  # $1 sluice|sluice-any|nginx
     local affinity=true
     [[ $1 == sluice-any ]] && affinity=false
     "$SLUICE" serve --config "$WORK/sluice-$affinity.yaml" 2>"$WORK/sluice.log" &
-    PID=$!
+    SERVER_PID=$!
     url="http://127.0.0.1:$PORT/v1/auth/bench"
   else
     "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" &
-    PID=$!
+    SERVER_PID=$!
     url="http://127.0.0.1:$PORT/decide"
   fi
   wait_port "$PORT"
   sleep 0.5
-  local pids=("$PID")
-  [[ $1 == nginx ]] && mapfile -t -O 1 pids < <(pgrep -P "$PID")
+  local pids=("$SERVER_PID")
+  [[ $1 == nginx ]] && mapfile -t -O 1 pids < <(pgrep -P "$SERVER_PID")
   threads "${pids[@]}" > "$WORK/before"
   timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -H 'X-Key: k1' "$url" > "$WORK/wrk.txt" 2>&1
   threads "${pids[@]}" > "$WORK/after"
-  kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+  kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
   python3 - "$1" "$WORK" <<'PY'
 import re, sys
 who, work = sys.argv[1], sys.argv[2]
