@@ -3,8 +3,11 @@
 // several parts in one call.
 #include "store/redis/script.h"
 
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <iostream>
+#include <random>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -530,6 +533,94 @@ TEST_F(RedisTest, AWindowsKeysExpireAtItsEndAndTheNextWindowsAtTheNextEnd) {
     next = expiry_ms("{w}:b");
   }
   EXPECT_GT(next, first);
+}
+
+// When a window state stored as text ("window count", or "window prev curr"
+// for a sliding window) is fresh, in microseconds: at the end of the last
+// window its count reaches (a debt reaches further), one window later for a
+// sliding window's current count, which weighs on the next window; a sliding
+// window with only its previous count left is fresh when its window ends.
+int64_t WindowFreshAtUs(std::string_view state, int64_t limit, int64_t period_us) {
+  std::vector<int64_t> n;
+  for (const char* at = state.data(); at <= state.data() + state.size(); ++at) {
+    int64_t v = 0;
+    const std::from_chars_result read = std::from_chars(at, state.data() + state.size(), v);
+    EXPECT_EQ(read.ec, std::errc()) << state;
+    n.push_back(v);
+    at = read.ptr;  // the space after the number, or the end
+  }
+  const auto windows = [&](int64_t count) { return (count + limit - 1) / limit; };
+  if (n.size() == 2) return (n[0] + windows(n[1])) * period_us;
+  EXPECT_EQ(n.size(), 3u) << state;
+  if (n[2] > 0) return (n[0] + windows(n[2]) + 1) * period_us;
+  return (n[0] + 1) * period_us;
+}
+
+TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
+  // A decision within a window keeps its key's expiry (SET KEEPTTL) where
+  // the key was written in that window with a count; every other write sets
+  // it. Whatever the path (the fast one, debt, refunds down to a previous
+  // count alone, a new window), each write leaves the key expiring exactly
+  // when its state is fresh: never sooner, which would forget a count.
+  // A window key's expiry is the millisecond its state is fresh; no key, none.
+  const auto expect_expiry_of_state = [](std::string_view key, int64_t limit, int64_t period_us,
+                                         int op) {
+    Reply state = Command({"GET", key});
+    const int64_t expiry_ms = Command({"PEXPIRETIME", key})->integer;
+    if (state->type == REDIS_REPLY_NIL) {
+      EXPECT_EQ(expiry_ms, -2) << "op " << op;  // no key
+      return;
+    }
+    const int64_t fresh_at_us = WindowFreshAtUs(Text(*state), limit, period_us);
+    EXPECT_EQ(expiry_ms, (fresh_at_us + 999) / 1000) << "op " << op << ", " << Text(*state);
+  };
+  constexpr int64_t kLimit = 5, kPeriodUs = 100'000;
+  std::mt19937 random(7);
+  for (Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow}) {
+    const LimitConfig config = Limit(algorithm, "5/100ms");
+    const std::string key = KeyFor(config);
+    SCOPED_TRACE(key);
+    const std::string params[] = {LimitParams(config)};
+    const std::string_view keys[] = {key};
+    std::vector<std::pair<Time, int64_t>> taken;  // allowed decisions, to refund
+    for (int i = 0; i < 120; ++i) {
+      ScriptArgs args{.op = ScriptOp::kDecide, .cost = static_cast<int64_t>(random() % 3)};
+      const uint32_t pick = random() % 8;
+      if (pick == 0 && !taken.empty()) {
+        args = {
+            .op = ScriptOp::kRefund, .cost = taken.back().second, .taken_at = taken.back().first};
+        taken.pop_back();
+      } else if (pick == 1) {
+        args = {.op = ScriptOp::kCharge, .cost = static_cast<int64_t>(random() % 8)};
+      }
+      absl::StatusOr<ScriptResult> r = Run(args, keys, params);
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (args.op == ScriptOp::kDecide && args.cost > 0 && r->decisions[0].allowed)
+        taken.emplace_back(r->now, args.cost);
+      expect_expiry_of_state(key, kLimit, kPeriodUs, i);
+      if (random() % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(random() % 30));
+    }
+  }
+  // The case a kept expiry would get wrong: a sliding window's count refunded
+  // to nothing, its previous count left (fresh when this window ends), then
+  // a decision in the same window, whose count weighs on the next window.
+  constexpr int64_t kLongPeriodUs = 300'000;
+  const std::string key = "{refunded}:sliding_window";
+  const std::string params[] = {LimitParams(Limit(Algorithm::kSlidingWindow, "5/300ms"))};
+  const std::string_view keys[] = {key};
+  absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide}, keys, params);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Into the next window, just after it starts (Redis' clock is this host's).
+  const int64_t next_us = (r->now.unix_micros() / kLongPeriodUs + 1) * kLongPeriodUs;
+  std::this_thread::sleep_for(std::chrono::microseconds(next_us - r->now.unix_micros() + 5'000));
+  r = Run({.op = ScriptOp::kDecide}, keys, params);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(Run({.op = ScriptOp::kRefund, .taken_at = r->now}, keys, params).ok());
+  expect_expiry_of_state(key, 5, kLongPeriodUs, 1);
+  ASSERT_EQ(Text(*Command({"GET", key})), std::to_string(next_us / kLongPeriodUs) + " 1 0");
+  ASSERT_TRUE(Run({.op = ScriptOp::kDecide}, keys, params).ok());
+  ASSERT_EQ(Text(*Command({"GET", key})), std::to_string(next_us / kLongPeriodUs) + " 1 1");
+  expect_expiry_of_state(key, 5, kLongPeriodUs, 2);
 }
 
 TEST_F(RedisTest, NoKeySurvivesItsFreshAt) {

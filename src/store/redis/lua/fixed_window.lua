@@ -78,7 +78,9 @@ function fixed_window.fast(w, key, ctx, cost, writes)
   local used = count + cost
   if used <= limit then
     if writes and cost > 0 then
-      store_fresh(key, fmt2(window, used), start + period, ctx, w)
+      -- A key of this window with a count expires at its end already.
+      local store = count > 0 and store_same_expiry or store_fresh
+      store(key, window_text(w, window) .. ' ' .. count_text(used), start + period, ctx, w)
     end
     return 1, limit, limit - used, (used > 0) and (start + period - now) or 0, 0, 0
   end

@@ -112,6 +112,8 @@ function sliding_window.fast(w, key, ctx, cost, writes)
   local now = ctx.now
   local index = floordiv(now, period)
   local prev, curr = 0, 0
+  -- prev's text, kept from the state where it is there.
+  local prev_text = '0'
   local s = call('GET', key)
   if s then
     local i = find(s, ' ', 1, true)
@@ -119,15 +121,18 @@ function sliding_window.fast(w, key, ctx, cost, writes)
     local j = find(s, ' ', i + 1, true)
     if j == nil then return end
     local st_window = tonum(sub(s, 1, i - 1))
-    prev, curr = tonum(sub(s, i + 1, j - 1)), tonum(sub(s, j + 1))
+    local st_prev_text, st_curr_text = sub(s, i + 1, j - 1), sub(s, j + 1)
+    prev, curr = tonum(st_prev_text), tonum(st_curr_text)
     if st_window == nil or prev == nil or curr == nil or prev < 0 or curr < 0 or curr > limit or
-       st_window > index then
+       st_window > index or prev ~= floor(prev) or curr ~= floor(curr) then
       return
     end
     -- sw_roll_by without debt.
-    if st_window + 1 == index then
-      prev, curr = curr, 0
-    elseif st_window < index then
+    if st_window == index then
+      prev_text = st_prev_text
+    elseif st_window + 1 == index then
+      prev, curr, prev_text = curr, 0, st_curr_text
+    else
       prev, curr = 0, 0
     end
   end
@@ -140,7 +145,12 @@ function sliding_window.fast(w, key, ctx, cost, writes)
   local F = (pe - r) / period
   local after = curr + cost
   if prev - F + after > limit then return end
-  if writes and cost > 0 then store_fresh(key, fmt3(index, prev, after), start + 2 * period, ctx, w) end
+  if writes and cost > 0 then
+    -- A key of this window with a count expires at the next one's end already.
+    local store = curr > 0 and store_same_expiry or store_fresh
+    store(key, window_text(w, index) .. ' ' .. prev_text .. ' ' .. count_text(after),
+          start + 2 * period, ctx, w)
+  end
   local reset = 0
   if after > 0 then
     reset = start + 2 * period - now

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The instructions one decision costs Redis inside sluice's function:
+# redis-server under valgrind's callgrind, counting only inside
+# `fcallCommand` (the function, the commands it calls, their replies; not
+# the reading of calls nor the writing of answers), while
+# `sluice_bench_redis` decides for DURATION seconds with 64 in flight (one
+# limit at a rate nobody reaches, keys "user-<n>" uniform among KEYS).
+# Prints, per algorithm, the instructions and the calls per decision.
+#
+# Unlike CPU time, the count does not move with the machine's load, so two
+# builds of the function can be compared by it on a shared machine:
+#
+#   BENCH=/path/to/other/sluice_bench_redis bench/redis/instructions.sh
+#
+# With KEYS=100000 most keys are new or from an earlier window at each
+# decision (under callgrind Redis decides a few thousand a second); with
+# KEYS=1000 most are raised within their window.
+#
+# Usage: bench/redis/instructions.sh [ALGORITHM...]   (default: fixed_window
+#          sliding_window gcra token_bucket)
+# Variables: KEYS (100000), DURATION (4), BENCH (the benchmark binary;
+#   build/release/bench/sluice_bench_redis, built when missing).
+# Loopback only; every step is under `timeout`; it stops what it started, by PID.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+KEYS=${KEYS:-100000}
+DURATION=${DURATION:-4}
+ALGORITHMS=("$@")
+[[ ${#ALGORITHMS[@]} -eq 0 ]] && ALGORITHMS=(fixed_window sliding_window gcra token_bucket)
+
+source scripts/deps.sh
+sluice_install_deps valgrind redis-server
+BENCH="${BENCH:-$PWD/build/release/bench/sluice_bench_redis}"
+if [[ ! -x "$BENCH" ]]; then
+  timeout 900 cmake --preset release >/dev/null
+  timeout 900 cmake --build build/release --target sluice_bench_redis >/dev/null
+fi
+source bench/lib.sh  # free_port, work_dir_with_cleanup
+
+work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
+
+echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $BENCH; keys $KEYS, 64 in flight"
+echo "| algorithm | decisions | calls per decision | instructions per decision |"
+echo "|---|---:|---:|---:|"
+for algorithm in "${ALGORITHMS[@]}"; do
+  PORT=$(free_port)
+  rm -f "$WORK"/callgrind.out.*
+  valgrind --tool=callgrind --toggle-collect=fcallCommand \
+    --callgrind-out-file="$WORK/callgrind.out.%p" \
+    redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+    2>"$WORK/valgrind.log" >"$WORK/redis.log" &
+  SERVER_PID=$!
+  for _ in $(seq 300); do
+    timeout 5 redis-cli -p "$PORT" PING >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  timeout $((DURATION + 120)) "$BENCH" --url "redis://127.0.0.1:$PORT" --depth 64 \
+    --keys "$KEYS" --seconds "$DURATION" --algorithm "$algorithm" > "$WORK/bench.json"
+  kill "$SERVER_PID"
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+  total=$(awk '/^(summary|totals):/ {print $2; exit}' "$WORK"/callgrind.out.*)
+  python3 - "$algorithm" "$total" "$WORK/bench.json" <<'PY'
+import json, sys
+algorithm, total, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+run = json.load(open(path))
+d = run["decisions"]
+print(f"| {algorithm} | {d} | {run['calls_per_decision']} | {total / d:,.0f} |")
+PY
+done
