@@ -5,6 +5,7 @@
 // compile).
 #include "envoy/rls_server.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 
@@ -411,10 +412,12 @@ class RlsServerImpl final : public RlsServer {
  public:
   explicit RlsServerImpl(RuleOptions options) : options_(options) {}
 
-  // A completion queue and its thread per CPU this process may run on, and
-  // calls requested ahead on each, so that an arriving call finds one.
+  // A completion queue and its thread per worker thread (server.threads; 0:
+  // one per CPU this process may run on), and calls requested ahead on
+  // each, so that an arriving call finds one.
   static constexpr int kCallsRequestedPerQueue = 16;
-  static int QueueCount() {
+  static int QueueCount(const Config& config) {
+    if (config.server.threads > 0) return config.server.threads;
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
@@ -448,7 +451,7 @@ class RlsServerImpl final : public RlsServer {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                                Millis(grpc.max_connection_age_grace));
     builder.RegisterService(&async_);
-    for (int i = 0; i < QueueCount(); ++i) queues_.push_back(builder.AddCompletionQueue());
+    for (int i = 0; i < QueueCount(config); ++i) queues_.push_back(builder.AddCompletionQueue());
     if (config.rlqs.has_value()) {
       // With a shared store, the instances share each bucket's limit.
       Store* fleet =
@@ -467,6 +470,8 @@ class RlsServerImpl final : public RlsServer {
         bool ok = false;
         while (cq->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
       });
+      // Its name in `top -H` and /proc/<pid>/task/*/comm (15 characters at most).
+      pthread_setname_np(pollers_.back().native_handle(), "sluice-grpc");
     }
     gate_ = *std::move(gate);
     gate_->Start([server = server_.get()](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });

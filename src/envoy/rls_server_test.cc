@@ -4,11 +4,16 @@
 // and a manual clock, and checks every field of every answer.
 #include "envoy/rls_server.h"
 
+#include <sched.h>
+
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -542,6 +547,32 @@ TEST_F(RlsTest, ACallWaitingOnTheStoreAtShutdownIsAnsweredBeforeTheServerStops) 
   client.join();
   EXPECT_TRUE(stopped.load());
   EXPECT_FALSE(status.ok());  // cancelled: the client is told so, or its connection closes
+}
+
+// The threads of this process named `name`.
+int ThreadsNamed(std::string_view name) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;
+  }
+  return n;
+}
+
+TEST_F(RlsTest, ItsCallsHaveAThreadPerWorkerThread) {
+  // server.threads: 0 (this fixture's file), one per CPU this process may run on.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  EXPECT_EQ(ThreadsNamed("sluice-grpc"), CPU_COUNT(&cpus));
+  for (int threads : {3, 1}) {
+    Config config = FleetConfig();
+    config.server.threads = threads;
+    StartWith(config);
+    EXPECT_EQ(ThreadsNamed("sluice-grpc"), threads);
+    EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).overall_code(), Response::OK);
+  }
 }
 
 TEST_F(RlsTest, ShutdownRefusesNewCalls) {
