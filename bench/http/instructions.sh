@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# The user-space instructions one HTTP decision costs sluice: `sluice serve`
-# (memory store, 2 threads, one gcra policy keyed on X-Key that nobody
-# reaches) under valgrind's callgrind, answering N requests of
-# `GET /v1/auth/bench` (h2load --h1, 4 connections, one key), and again
-# answering none; the difference over N is the figure. Every thread is
-# counted. Unlike requests a second, the count does not move with the
-# machine's load, so two builds can be compared by it on a shared machine:
+# The user-space instructions one HTTP decision costs sluice, and NGINX
+# `limit_req` doing the same in the same run: each server under valgrind's
+# callgrind answering N requests of one key (h2load --h1, 4 connections,
+# `X-Key: k1`), and again answering none; the difference over N is the
+# figure. Every thread is counted.
+#
+#   sluice: `sluice serve` (memory store, 2 threads, one gcra policy keyed on
+#           X-Key that nobody reaches), `GET /v1/auth/bench`;
+#   NGINX:  one worker (`master_process off`), `limit_req` keyed on
+#           $http_x_key at a rate nobody reaches in front of `empty_gif`, as
+#           bench/http/run.sh configures it, `GET /decide`.
+#
+# Unlike requests a second, the count does not move with the machine's load,
+# so two builds can be compared by it on a shared machine:
 #
 #   SLUICE=/path/to/other/sluice bench/http/instructions.sh
 #
-# The kernel's share (the socket calls) is not counted: callgrind sees only
-# user space.
+# The kernel's share (the socket calls: about one read and one write a
+# request for both, strace -c) is not counted: callgrind sees only user
+# space.
 #
 # Usage: bench/http/instructions.sh [N=10000]
-# Variables: SLUICE (the binary; build/release/sluice, built when missing).
+# Variables: SLUICE (the binary; build/release/sluice, built when missing),
+#   NGINX (0: sluice alone).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 N=${1:-10000}
 
 source scripts/deps.sh
-sluice_install_deps valgrind nghttp2-client
+sluice_install_deps valgrind nghttp2-client nginx-light
 SLUICE="${SLUICE:-$PWD/build/release/sluice}"
 if [[ ! -x "$SLUICE" ]]; then
   timeout 900 cmake --preset release >/dev/null
@@ -40,20 +49,36 @@ policies:
     limits: [{algorithm: gcra, rate: 1000000/s, burst: 1000000}]
 CONF
 
-# Prints the instructions callgrind counted in a sluice that answered $1 requests.
+mkdir -p "$WORK/nginx"
+NGINX_PORT=$(free_port)
+cat > "$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1; master_process off;
+daemon off; pid $WORK/nginx/nginx.pid; error_log $WORK/nginx/error.log error;
+events { worker_connections 4096; }
+http { access_log off;
+  limit_req_zone \$http_x_key zone=z:64m rate=1000000r/s;
+  limit_req_status 429;
+  server { listen 127.0.0.1:$NGINX_PORT; keepalive_requests 100000000;
+    location /decide { limit_req zone=z burst=1000000 nodelay; empty_gif; } } }
+CONF
+
+# Prints the instructions callgrind counted in a server that answered $1
+# requests: $2 its port, $3 the path, the rest its command.
 count() {
+  local n=$1 port=$2 path=$3
+  shift 3
   rm -f "$WORK"/callgrind.out.*
-  valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
-    "$SLUICE" serve --config "$WORK/sluice.yaml" 2>"$WORK/sluice.log" &
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" "$@" \
+    2>"$WORK/server.log" &
   SERVER_PID=$!
   for _ in $(seq 600); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
     sleep 0.1
   done
-  if [[ "$1" -gt 0 ]]; then
-    timeout 600 h2load --h1 -n "$1" -c 4 -H 'X-Key: k1' "http://127.0.0.1:$PORT/v1/auth/bench" \
+  if [[ "$n" -gt 0 ]]; then
+    timeout 600 h2load --h1 -n "$n" -c 4 -H 'X-Key: k1' "http://127.0.0.1:$port$path" \
       > "$WORK/h2load.txt"
-    grep -q "^status codes: $1 2xx" "$WORK/h2load.txt" || { cat "$WORK/h2load.txt" >&2; exit 1; }
+    grep -q "^status codes: $n 2xx" "$WORK/h2load.txt" || { cat "$WORK/h2load.txt" >&2; exit 1; }
   fi
   kill "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
@@ -61,8 +86,24 @@ count() {
   awk '/^(summary|totals):/ {print $2; exit}' "$WORK"/callgrind.out.*
 }
 
-idle=$(count 0)
-busy=$(count "$N")
-echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $SLUICE"
-echo "instructions: $idle answering nothing, $busy answering $N requests"
-echo "per request: $(( (busy - idle) / N ))"
+# Prints "idle busy per-request" for one server.
+measure() {
+  local idle busy
+  idle=$(count 0 "$@")
+  busy=$(count "$N" "$@")
+  echo "$idle $busy $(( (busy - idle) / N ))"
+}
+
+echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $SLUICE; $N requests"
+read -r idle busy sluice < <(measure "$PORT" /v1/auth/bench "$SLUICE" serve --config "$WORK/sluice.yaml")
+echo "sluice: $idle instructions answering nothing, $busy answering $N requests"
+[[ -n "${sluice:-}" ]] || { echo "sluice was not measured" >&2; exit 1; }
+echo "sluice per request: $sluice"
+if [[ "${NGINX:-1}" != 0 ]]; then
+  read -r idle busy nginx < <(measure "$NGINX_PORT" /decide \
+    "$(command -v nginx || echo /usr/sbin/nginx)" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx")
+  echo "nginx: $idle instructions answering nothing, $busy answering $N requests"
+  [[ -n "${nginx:-}" ]] || { echo "nginx was not measured" >&2; exit 1; }
+  echo "nginx per request: $nginx"
+  python3 -c "import sys; print(f'sluice / nginx: {int(sys.argv[1]) / int(sys.argv[2]):.2f}')" "$sluice" "$nginx"
+fi
