@@ -27,7 +27,7 @@
 //
 // Usage: sluice_bench_redis --url redis://127.0.0.1:6379 [--depth 16]
 //          [--seconds 3] [--keys 1] [--algorithm fixed_window] [--mode pass|deny]
-//          [--rate R] [--lease -1|N]
+//          [--rate R] [--lease -1|N] [--calls-in-flight 2]
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -64,6 +64,7 @@ struct Flags {
   std::string rate;  // default from mode
   int64_t burst = 0;
   int timeout_ms = 1000;
+  int calls_in_flight = 2;  // store.redis.calls_in_flight
   bool print_library = false;
   bool print_fcall_args = false;
   // The limit leased (docs/distributed.md, "Leased limits"): 0 none, -1
@@ -244,8 +245,10 @@ int Main(const Flags& flags) {
     return 2;
   }
 
-  absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store = sluice::RedisStore::Connect(
-      {.url = flags.url, .timeout = sluice::Duration::Millis(flags.timeout_ms)});
+  absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store =
+      sluice::RedisStore::Connect({.url = flags.url,
+                                   .timeout = sluice::Duration::Millis(flags.timeout_ms),
+                                   .calls_in_flight = flags.calls_in_flight});
   if (!store.ok()) {
     std::fprintf(stderr, "connect: %s\n", std::string(store.status().message()).c_str());
     return 1;
@@ -355,6 +358,9 @@ int main(int argc, char** argv) {
   app.add_option("--rate", flags.rate, "override the mode's rate (e.g. 100/s)");
   app.add_option("--burst", flags.burst, "bucket algorithms; default the rate's limit");
   app.add_option("--timeout-ms", flags.timeout_ms, "per call; the machine is shared");
+  app.add_option("--calls-in-flight", flags.calls_in_flight,
+                 "calls to Redis in flight at once (store.redis.calls_in_flight)")
+      ->check(CLI::Range(1, 16));
   app.add_option(
       "--lease", flags.lease,
       "lease the limit (fixed_window, gcra, token_bucket): -1 slices of size auto, N slices of N");

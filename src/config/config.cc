@@ -253,10 +253,10 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     }
   }
   if (const Value* redis = f->Find("redis")) {
-    absl::StatusOr<Fields> r =
-        ReadMap(*redis, kMapOfKeys,
-                {"url", "cluster", "user", "password", "password_env", "database", "timeout",
-                 "connect_timeout", "key_prefix", "cache_denials", "max_batch", "linger"});
+    absl::StatusOr<Fields> r = ReadMap(*redis, kMapOfKeys,
+                                       {"url", "cluster", "user", "password", "password_env",
+                                        "database", "timeout", "connect_timeout", "key_prefix",
+                                        "cache_denials", "max_batch", "linger", "calls_in_flight"});
     if (!r.ok()) return r.status();
     RedisStoreOptions& o = out.redis.emplace();
     const Value* url = r->Find("url");
@@ -327,6 +327,10 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     }
     if (const Value* x = r->Find("linger")) {
       SLUICE_ASSIGN_OR_RETURN(o.linger, ReadDuration(*x, {.max = Duration::Millis(10)}));
+    }
+    if (const Value* x = r->Find("calls_in_flight")) {
+      SLUICE_ASSIGN_OR_RETURN(const int64_t calls, ReadInt(*x, 1, 16));
+      o.calls_in_flight = static_cast<int>(calls);
     }
   }
   return absl::OkStatus();

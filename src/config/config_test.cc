@@ -514,6 +514,14 @@ TEST(ConfigRedis, GlobalIsTheDefaultScopeWithASharedStore) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->store.redis->max_batch, 1);
   EXPECT_FALSE(ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 0}\n", "t.yaml").ok());
+  EXPECT_EQ(c->store.redis->calls_in_flight, 2);  // the default
+  c = ParseConfig("store:\n  redis: {url: \"redis://a\", calls_in_flight: 1}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->store.redis->calls_in_flight, 1);
+  EXPECT_FALSE(
+      ParseConfig("store:\n  redis: {url: \"redis://a\", calls_in_flight: 0}\n", "t.yaml").ok());
+  EXPECT_FALSE(
+      ParseConfig("store:\n  redis: {url: \"redis://a\", calls_in_flight: 17}\n", "t.yaml").ok());
   EXPECT_FALSE(
       ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 1025}\n", "t.yaml").ok());
   EXPECT_EQ(c->store.redis->linger, Duration::Micros(100));  // the default

@@ -38,11 +38,16 @@ struct RedisStoreOptions {
   // for that key with a cost of at least c are denied by this process until
   // T has passed. Exact: meanwhile other callers can only take more.
   bool cache_denials = true;
-  // Coalescing: while two calls to one Redis node (on a Cluster, one slot)
-  // are in flight, the decisions that arrive meanwhile wait and go together
-  // in the next call, at most this many in one call, each with its own
-  // answer. A decision alone is sent at once. 1: one decision per call.
+  // Coalescing: while calls_in_flight calls to one Redis node (on a
+  // Cluster, one slot) are in flight, the decisions that arrive meanwhile
+  // wait and go together in the next call, at most this many in one call,
+  // each with its own answer. A decision alone is sent at once. 1: one
+  // decision per call.
   int max_batch = 64;
+  // Calls to one Redis node (one slot) in flight at once, 1 to 16. Fewer
+  // make larger calls under load, and so less of Redis' time per decision;
+  // more send a waiting decision sooner at moderate load.
+  int calls_in_flight = 2;
   // The linger: right after a call of several decisions was answered, a
   // decision that finds no call waiting to be answered waits up to this
   // long for as many others as that call carried (those whose answers it

@@ -1,5 +1,5 @@
 // store/redis/lanes.h: coalescing (docs/distributed.md, "Several decisions
-// in one call"). At most kMaxInFlight calls per lane (a Redis node; on a
+// in one call"). At most max_in_flight calls per lane (a Redis node; on a
 // Cluster, a slot) are in flight; what arrives meanwhile waits, and goes in
 // the next call when one is answered, up to max_batch requests a call. A
 // request alone on its lane is sent at once, with one exception, the
@@ -16,7 +16,7 @@
 // T is the store's request: anything with a `deadline` (a steady_clock
 // time point). Thread-safe.
 //
-//   Lanes<Pending> lanes(64, std::chrono::microseconds(100));
+//   Lanes<Pending> lanes(64, std::chrono::microseconds(100), 2);
 //   bool flush_later = false;
 //   Batch now = lanes.Submit(lane, std::move(p), &flush_later);  // send `now` if not empty
 //   if (flush_later) ... once lanes.linger() has passed: send lanes.Flush(lane, now, expired)
@@ -43,13 +43,15 @@ class Lanes {
  public:
   using Batch = std::vector<std::unique_ptr<T>>;
   using Clock = std::chrono::steady_clock;
-  static constexpr size_t kMaxInFlight = 2;
   // How long after a call of several requests was answered the lane
   // lingers, in lingers.
   static constexpr int kHotFor = 10;
 
-  explicit Lanes(size_t max_batch, Clock::duration linger = Clock::duration::zero())
-      : max_batch_(std::max<size_t>(1, max_batch)), linger_(linger) {}
+  explicit Lanes(size_t max_batch, Clock::duration linger = Clock::duration::zero(),
+                 size_t max_in_flight = 2)
+      : max_batch_(std::max<size_t>(1, max_batch)),
+        linger_(linger),
+        max_in_flight_(std::max<size_t>(1, max_in_flight)) {}
 
   Clock::duration linger() const { return linger_; }
 
@@ -61,7 +63,7 @@ class Lanes {
     Batch out;
     std::lock_guard lock(mu_);
     Lane& l = lanes_[lane];
-    if (max_batch_ > 1 && l.in_flight >= kMaxInFlight) {
+    if (max_batch_ > 1 && l.in_flight >= max_in_flight_) {
       l.queue.push_back(std::move(item));
       return out;
     }
@@ -118,7 +120,7 @@ class Lanes {
     if (it == lanes_.end()) return out;
     Lane& l = it->second;
     l.flush_due = false;
-    if (l.in_flight < kMaxInFlight) {
+    if (l.in_flight < max_in_flight_) {
       Take(l, now, out, expired);
       if (!out.empty()) ++l.in_flight;
     }
@@ -148,6 +150,7 @@ class Lanes {
 
   const size_t max_batch_;
   const Clock::duration linger_;
+  const size_t max_in_flight_;
   std::mutex mu_;
   absl::flat_hash_map<uint32_t, Lane> lanes_;
 };

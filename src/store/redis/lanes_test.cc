@@ -49,6 +49,26 @@ TEST(LanesTest, TwoCallsInFlightThenTheRestWaitAndGoInOrderInBoundedCalls) {
   EXPECT_TRUE(lanes.Submit(0, At(9, later)).empty());
 }
 
+TEST(LanesTest, OneCallInFlightThenTheRestWaitForItsAnswer) {
+  // store.redis.calls_in_flight: 1.
+  Lanes<Item> lanes(64, Clock::duration::zero(), 1);
+  const Clock::time_point t = Clock::now();
+  const Clock::time_point later = t + std::chrono::seconds(10);
+  EXPECT_EQ(Ids(lanes.Submit(0, At(1, later))), std::vector<int>{1});
+  for (int id = 2; id <= 4; ++id) EXPECT_TRUE(lanes.Submit(0, At(id, later)).empty());
+  // Another lane (a Cluster slot) has its own call.
+  EXPECT_EQ(Ids(lanes.Submit(9, At(100, later))), std::vector<int>{100});
+  EXPECT_TRUE(lanes.Submit(9, At(101, later)).empty());
+  Lanes<Item>::Batch expired;
+  EXPECT_EQ(Ids(lanes.Next(0, t, expired)), (std::vector<int>{2, 3, 4}));
+  EXPECT_TRUE(lanes.Submit(0, At(5, later)).empty());  // 2, 3, 4 are in flight
+  EXPECT_EQ(Ids(lanes.Next(0, t, expired)), std::vector<int>{5});
+  EXPECT_TRUE(lanes.Next(0, t, expired).empty());
+  EXPECT_EQ(Ids(lanes.Submit(0, At(6, later))), std::vector<int>{6});  // none in flight
+  EXPECT_EQ(Ids(lanes.Next(9, t, expired)), std::vector<int>{101});
+  EXPECT_TRUE(expired.empty());
+}
+
 TEST(LanesTest, ARequestWhoseDeadlinePassedWhileItWaitedIsNeverSent) {
   Lanes<Item> lanes(64);
   const Clock::time_point t = Clock::now();

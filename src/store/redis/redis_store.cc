@@ -443,7 +443,8 @@ struct RedisStore::Impl {
   explicit Impl(RedisStoreOptions o)
       : options(std::move(o)),
         lanes(static_cast<size_t>(options.max_batch),
-              std::chrono::microseconds(options.linger.micros())) {}
+              std::chrono::microseconds(options.linger.micros()),
+              static_cast<size_t>(options.calls_in_flight)) {}
 
   // Sends `batch` (of `lane`) as one call; its answer is split among the
   // requests, and the lane's next call is sent.
