@@ -41,6 +41,10 @@ void AddRedisMetrics(metrics::Metrics& m, RedisStore* redis) {
              "Decisions (and refunds) sent to Redis; several share a call when they are in "
              "flight together.",
              "counter", [redis] { return static_cast<int64_t>(redis->Health().decisions); });
+  m.AddGauge("sluice_redis_single_calls_total",
+             "Calls to Redis that carried a single decision; under load, a large share of "
+             "sluice_redis_calls_total means coalescing found nothing to join them to.",
+             "counter", [redis] { return static_cast<int64_t>(redis->Health().single_calls); });
   m.AddGauge("sluice_redis_errors_total",
              "Redis calls failed: not connected (circuit open), connection lost, error reply.",
              "counter", [redis] { return static_cast<int64_t>(redis->Health().errors); });

@@ -72,6 +72,9 @@ struct RedisStoreHealth {
   // Requests sent to Redis; `calls` carried them (several in one call when
   // they were coalesced: RedisStoreOptions::max_batch).
   uint64_t decisions = 0;
+  // Calls that carried a single request: under load, a large share of
+  // `calls` means coalescing found nothing to join them to.
+  uint64_t single_calls = 0;
   // Leased limits (OpenLeasedTable): decisions answered from a slice in
   // this process, slices Redis granted, and units given back unused.
   uint64_t lease_decisions = 0;

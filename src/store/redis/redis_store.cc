@@ -500,6 +500,7 @@ struct RedisStore::Impl {
   LeaseBook leases;
   std::atomic<uint64_t> denials_answered{0};  // calls not made (Health)
   std::atomic<uint64_t> decisions{0};         // requests sent to Redis (Health)
+  std::atomic<uint64_t> single_calls{0};      // calls of one request (Health)
   std::atomic<uint64_t> lease_decisions{0};
   std::atomic<uint64_t> lease_slices{0};
   std::atomic<uint64_t> lease_returned{0};
@@ -551,6 +552,7 @@ void RedisStore::Impl::Send(uint32_t lane, Batch batch) {
   std::string command = redis::JoinParts(PartsOf(batch));
   const uint16_t slot = batch.front()->slot;
   decisions.fetch_add(batch.size(), std::memory_order_relaxed);
+  if (batch.size() == 1) single_calls.fetch_add(1, std::memory_order_relaxed);
   auto shared = std::make_shared<Batch>(std::move(batch));
   redis::ReplyCallback late;
   if (wants_late) {
@@ -1236,6 +1238,7 @@ RedisStoreHealth RedisStore::Health() const {
           .topology_refreshes = h.topology_refreshes,
           .denials_answered = impl_->denials_answered.load(std::memory_order_relaxed),
           .decisions = impl_->decisions.load(std::memory_order_relaxed),
+          .single_calls = impl_->single_calls.load(std::memory_order_relaxed),
           .lease_decisions = impl_->lease_decisions.load(std::memory_order_relaxed),
           .lease_slices = impl_->lease_slices.load(std::memory_order_relaxed),
           .lease_returned = impl_->lease_returned.load(std::memory_order_relaxed),

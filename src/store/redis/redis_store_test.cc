@@ -858,6 +858,7 @@ TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
     std::vector<absl::StatusOr<BatchResult>> results(kRequests, absl::UnknownError("none"));
     std::atomic<int> answered{0};
     const uint64_t calls_before = redis->Health().calls;
+    const uint64_t singles_before = redis->Health().single_calls;
     // Redis holds the first calls while every request arrives.
     ASSERT_TRUE(server_->Pause().ok());
     for (int i = 0; i < kRequests; ++i) {
@@ -894,12 +895,15 @@ TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
     const RedisStoreHealth health = redis->Health();
     EXPECT_EQ(health.decisions, static_cast<uint64_t>(kRequests));
     const uint64_t calls = health.calls - calls_before;
+    const uint64_t singles = health.single_calls - singles_before;
     if (max_batch == 1) {
       EXPECT_EQ(calls, static_cast<uint64_t>(kRequests));
+      EXPECT_EQ(singles, static_cast<uint64_t>(kRequests));
     } else {
       // 300 requests at once: the first two alone, the rest 64 a call.
       EXPECT_GE(calls, 2u + (kRequests - 2 + 63) / 64) << calls;
       EXPECT_LE(calls, 2u + (kRequests - 2 + 63) / 64) << calls;
+      EXPECT_EQ(singles, 2u);
     }
   }
 }
