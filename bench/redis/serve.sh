@@ -28,7 +28,9 @@
 #
 # Counts come from sluice's own /metrics (admin listener), as deltas over
 # each wrk run: sluice_redis_calls_total, sluice_redis_decisions_total,
-# sluice_redis_denials_answered_total, sluice_http_responses_total{code}.
+# sluice_redis_single_calls_total (the share of calls that carried one
+# decision), sluice_redis_denials_answered_total,
+# sluice_http_responses_total{code}.
 # Every run is repeated ROUNDS times; the tables show medians.
 #
 # Usage: bench/redis/serve.sh                           # ~4 minutes
@@ -213,6 +215,7 @@ r = {"case": case, "algorithm": alg, "round": int(rnd), "seconds": duration,
      "redis_errors": d("sluice_redis_errors_total") + d("sluice_redis_timeouts_total"),
      "store_errors": d("sluice_store_errors_total"),
      "calls_per_decision": round(calls / max(decisions, 1), 4),
+     "single_call_share": round(d("sluice_redis_single_calls_total") / max(calls, 1), 3),
      "redis_calls_per_s": round(calls / duration, 1),
      "redis_calls_per_period": round(calls / duration * period, 1),
      "redis_cpu_us": cpu, "redis_cpu_us_per_decision": round(cpu / max(decisions, 1), 3),
@@ -307,10 +310,10 @@ med = lambda rs, f: statistics.median(r[f] for r in rs)
 print((out / "machine.txt").read_text().rstrip())
 print("\n## fleet: uniform keys, nothing denied (medians of", max(len(v) for v in runs.values()), "rounds)\n")
 print("| algorithm | keys | requests/s | p50 us | p99 us | non-2xx | Redis calls per decision "
-      "| redis-server CPU us per decision | of which inside FCALL | peer in process: CPU us per consume() | CPU sluice / peer in process "
+      "| calls of one decision (share of calls) | redis-server CPU us per decision | of which inside FCALL | peer in process: CPU us per consume() | CPU sluice / peer in process "
       "| peer behind HTTP: requests/s | peer behind HTTP: CPU us per consume() | CPU sluice / peer behind HTTP "
       "| Redis errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
 
 def against(rs, peer):
     """The peer's median CPU per consume(), and sluice's CPU over it: median (per round)."""
@@ -328,7 +331,7 @@ for (case, alg), rs in runs.items():
         http_rate = f"{med(http, 'requests_per_s'):.0f}" if http else "-"
         print(f"| {alg} | {rs[0]['keys']} | {med(rs, 'requests_per_s'):.0f} | {med(rs, 'p50_us'):.0f} "
               f"| {med(rs, 'p99_us'):.0f} | {med(rs, 'non_2xx'):.0f} | {med(rs, 'calls_per_decision'):.3f} "
-              f"| {med(rs, 'redis_cpu_us_per_decision'):.2f} | {med(rs, 'fcall_us_per_decision'):.2f} "
+              f"| {med(rs, 'single_call_share'):.2f} | {med(rs, 'redis_cpu_us_per_decision'):.2f} | {med(rs, 'fcall_us_per_decision'):.2f} "
               f"| {against(rs, runs.get(('peer', alg), []))} "
               f"| {http_rate} | {against(rs, http)} | {med(rs, 'redis_errors'):.0f} |")
 print("\n## abuse: one key, limit 100/10s\n")
