@@ -536,11 +536,8 @@ TEST_F(RedisTest, AWindowsKeysExpireAtItsEndAndTheNextWindowsAtTheNextEnd) {
 }
 
 // When a window state stored as text ("window count", or "window prev curr"
-// for a sliding window) is fresh, in microseconds: at the end of the last
-// window its count reaches (a debt reaches further), one window later for a
-// sliding window's current count, which weighs on the next window; a sliding
-// window with only its previous count left is fresh when its window ends.
-int64_t WindowFreshAtUs(std::string_view state, int64_t limit, int64_t period_us) {
+// for a sliding window) is fresh: the algorithm's own FreshAt of it.
+Time WindowFreshAt(const LimitConfig& config, std::string_view state) {
   std::vector<int64_t> n;
   for (const char* at = state.data(); at <= state.data() + state.size(); ++at) {
     int64_t v = 0;
@@ -549,11 +546,15 @@ int64_t WindowFreshAtUs(std::string_view state, int64_t limit, int64_t period_us
     n.push_back(v);
     at = read.ptr;  // the space after the number, or the end
   }
-  const auto windows = [&](int64_t count) { return (count + limit - 1) / limit; };
-  if (n.size() == 2) return (n[0] + windows(n[1])) * period_us;
+  if (const auto* fixed = std::get_if<FixedWindowConfig>(&config)) {
+    EXPECT_EQ(n.size(), 2u) << state;
+    n.resize(2);
+    return FreshAt(*fixed, FixedWindowState{.window = n[0], .count = n[1]});
+  }
   EXPECT_EQ(n.size(), 3u) << state;
-  if (n[2] > 0) return (n[0] + windows(n[2]) + 1) * period_us;
-  return (n[0] + 1) * period_us;
+  n.resize(3);
+  return FreshAt(std::get<SlidingWindowConfig>(config),
+                 SlidingWindowState{.window = n[0], .prev = n[1], .curr = n[2]});
 }
 
 TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
@@ -563,18 +564,16 @@ TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
   // count alone, a new window), each write leaves the key expiring exactly
   // when its state is fresh: never sooner, which would forget a count.
   // A window key's expiry is the millisecond its state is fresh; no key, none.
-  const auto expect_expiry_of_state = [](std::string_view key, int64_t limit, int64_t period_us,
-                                         int op) {
+  const auto expect_expiry_of_state = [](std::string_view key, const LimitConfig& config, int op) {
     Reply state = Command({"GET", key});
     const int64_t expiry_ms = Command({"PEXPIRETIME", key})->integer;
     if (state->type == REDIS_REPLY_NIL) {
       EXPECT_EQ(expiry_ms, -2) << "op " << op;  // no key
       return;
     }
-    const int64_t fresh_at_us = WindowFreshAtUs(Text(*state), limit, period_us);
+    const int64_t fresh_at_us = WindowFreshAt(config, Text(*state)).unix_micros();
     EXPECT_EQ(expiry_ms, (fresh_at_us + 999) / 1000) << "op " << op << ", " << Text(*state);
   };
-  constexpr int64_t kLimit = 5, kPeriodUs = 100'000;
   std::mt19937 random(7);
   for (Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow}) {
     const LimitConfig config = Limit(algorithm, "5/100ms");
@@ -597,7 +596,7 @@ TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
       ASSERT_TRUE(r.ok()) << r.status();
       if (args.op == ScriptOp::kDecide && args.cost > 0 && r->decisions[0].allowed)
         taken.emplace_back(r->now, args.cost);
-      expect_expiry_of_state(key, kLimit, kPeriodUs, i);
+      expect_expiry_of_state(key, config, i);
       if (random() % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(random() % 30));
     }
   }
@@ -606,7 +605,8 @@ TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
   // a decision in the same window, whose count weighs on the next window.
   constexpr int64_t kLongPeriodUs = 300'000;
   const std::string key = "{refunded}:sliding_window";
-  const std::string params[] = {LimitParams(Limit(Algorithm::kSlidingWindow, "5/300ms"))};
+  const LimitConfig refunded = Limit(Algorithm::kSlidingWindow, "5/300ms");
+  const std::string params[] = {LimitParams(refunded)};
   const std::string_view keys[] = {key};
   absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide}, keys, params);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -616,11 +616,11 @@ TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
   r = Run({.op = ScriptOp::kDecide}, keys, params);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(Run({.op = ScriptOp::kRefund, .taken_at = r->now}, keys, params).ok());
-  expect_expiry_of_state(key, 5, kLongPeriodUs, 1);
+  expect_expiry_of_state(key, refunded, 1);
   ASSERT_EQ(Text(*Command({"GET", key})), std::to_string(next_us / kLongPeriodUs) + " 1 0");
   ASSERT_TRUE(Run({.op = ScriptOp::kDecide}, keys, params).ok());
   ASSERT_EQ(Text(*Command({"GET", key})), std::to_string(next_us / kLongPeriodUs) + " 1 1");
-  expect_expiry_of_state(key, 5, kLongPeriodUs, 2);
+  expect_expiry_of_state(key, refunded, 2);
 }
 
 TEST_F(RedisTest, NoKeySurvivesItsFreshAt) {
