@@ -46,6 +46,11 @@ inline std::optional<std::string> Malformed(const BeastRequest& req) {
     return "an HTTP/1.1 request needs a Host header";
   }
   if (hosts > 1) return "a request has one Host header, this one has several";
+  if (req.method() == http::verb::trace && !req.body().empty()) {
+    // RFC 9110 section 9.3.8; Beast's prepare_payload throws on one, so the
+    // gateway could not forward it.
+    return "a TRACE request carries no content";
+  }
   const std::string_view target = View(req.target());
   if (target.empty() || (target.front() != '/' && !TargetAuthority(target))) {
     return internal::Cat(

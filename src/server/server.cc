@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -350,7 +351,48 @@ class ServerImpl final : public Server {
   }
 
   static constexpr int64_t kAcceptBackoffMs = 100;
-  static constexpr int64_t kAcceptLogIntervalMs = 10'000;
+
+  // Whether a message that may come often is logged now: at most once per
+  // kIntervalMs; `skipped` gets how many were not logged since the last.
+  class LogThrottle {
+   public:
+    static constexpr int64_t kIntervalMs = 10'000;
+    bool Due(int64_t* skipped) {
+      const int64_t now = Worker::SteadyMs();
+      int64_t last = logged_ms_.load(std::memory_order_relaxed);
+      if (now - last < kIntervalMs || !logged_ms_.compare_exchange_strong(last, now)) {
+        unlogged_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      *skipped = unlogged_.exchange(0, std::memory_order_relaxed);
+      return true;
+    }
+
+   private:
+    std::atomic<int64_t> logged_ms_{INT64_MIN / 2};
+    std::atomic<int64_t> unlogged_{0};
+  };
+
+  // One unit of a gauge (a connection, a request in flight), given back
+  // when the holder goes, however the coroutine holding it ends: an
+  // exception unwinding a session must not leave a connection counted
+  // against server.max_connections for ever.
+  class Held {
+   public:
+    Held(Counter& counter, bool add) : counter_(&counter) {
+      if (add) counter.Add(1);
+    }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    ~Held() {
+      if (counter_ != nullptr) counter_->Add(-1);
+    }
+    // Another holder gives it back (a session moved to another loop).
+    void Pass() { counter_ = nullptr; }
+
+   private:
+    Counter* counter_;
+  };
 
   void AcceptFailed(Listener listener, std::string_view reason,
                     const boost::system::error_code& ec) {
@@ -359,20 +401,27 @@ class ServerImpl final : public Server {
              {{"listener", std::string(kListenerNames[static_cast<int>(listener)])},
               {"reason", std::string(reason)}})
         ->Add();
-    const int64_t now = Worker::SteadyMs();
-    int64_t last = accept_error_logged_ms_.load(std::memory_order_relaxed);
-    if (now - last < kAcceptLogIntervalMs ||
-        !accept_error_logged_ms_.compare_exchange_strong(last, now)) {
-      accept_errors_unlogged_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    const int64_t more = accept_errors_unlogged_.exchange(0, std::memory_order_relaxed);
+    int64_t more = 0;
+    if (!accept_log_.Due(&more)) return;
     spdlog::error(
         "event=accept_error listener={} reason={} error=\"{}\" backoff_ms={} "
         "unlogged_since_last={} note=\"logged at most once per {} s; see "
         "sluice_accept_errors_total\"",
         kListenerNames[static_cast<int>(listener)], reason, ec.message(), kAcceptBackoffMs, more,
-        kAcceptLogIntervalMs / 1000);
+        LogThrottle::kIntervalMs / 1000);
+  }
+
+  // A handler that threw while answering a request: the client gets a 500
+  // and the connection closes; logged at most once per 10 s.
+  Reply HandlerFailed(Listener listener, std::string_view what) {
+    int64_t more = 0;
+    if (handler_log_.Due(&more)) {
+      spdlog::error(
+          "event=handler_error listener={} error=\"{}\" unlogged_since_last={} note=\"the "
+          "request was answered 500 and its connection closed; logged at most once per {} s\"",
+          kListenerNames[static_cast<int>(listener)], what, more, LogThrottle::kIntervalMs / 1000);
+    }
+    return HttpAnswer::Problem(500, "internal error", "the request could not be answered");
   }
 
   // Refusing a request whose body is still arriving: close at once and the
@@ -477,8 +526,7 @@ class ServerImpl final : public Server {
 
   Task<void> Session(Worker& w, Socket socket, Listener listener, bool moved = false) {
     Metrics& metrics = state_->metrics;
-    Counter& connections = Connections(listener);
-    if (!moved) connections.Add(1);
+    Held connection(Connections(listener), /*add=*/!moved);
     boost::system::error_code ec;
     const tcp::endpoint peer = socket.remote_endpoint(ec);
     std::string peer_ip = ec ? "" : peer.address().to_string();
@@ -582,7 +630,7 @@ class ServerImpl final : public Server {
         Responses(listener, 400)->Add();
         break;
       }
-      metrics.in_flight().Add(1);
+      std::optional<Held> in_flight(std::in_place, metrics.in_flight(), true);
       deadline.Never();
       // Read before the request goes to an endpoint: the gateway rewrites
       // it for the upstream.
@@ -591,13 +639,17 @@ class ServerImpl final : public Server {
       bool keep_alive = req.keep_alive();
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Reply reply;
-      if (listener == Listener::kAdmin) {
+      try {
         Context ctx{*state_, w, w.Current(*state_)};
-        reply =
-            co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()), req.body());
-      } else {
-        Context ctx{*state_, w, w.Current(*state_)};
-        reply = co_await Dispatch(ctx, req, peer_ip, listener);
+        if (listener == Listener::kAdmin) {
+          reply = co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()),
+                                         req.body());
+        } else {
+          reply = co_await Dispatch(ctx, req, peer_ip, listener);
+        }
+      } catch (const std::exception& e) {
+        reply = HandlerFailed(listener, e.what());
+        keep_alive = false;
       }
       if (state_->draining.load()) keep_alive = false;
       const int status = StatusOf(reply);
@@ -615,12 +667,14 @@ class ServerImpl final : public Server {
       if (!WriteNow(stream, answer, ec) && !ec) {
         co_await net::async_write(stream, answer, net::redirect_error(kUseAwaitable, ec));
       }
-      metrics.in_flight().Add(-1);
+      in_flight.reset();
       if (ec || !keep_alive) break;
     }
-    if (moved_on) co_return;  // the session goes on in another loop
+    if (moved_on) {
+      connection.Pass();  // the session goes on in another loop
+      co_return;
+    }
     stream.shutdown(Socket::shutdown_send, ec);
-    connections.Add(-1);
   }
 
   // A new config from the source: its policies (and Envoy rules) built
@@ -719,8 +773,8 @@ class ServerImpl final : public Server {
   // sluice_http_responses_total by listener and code, and
   // sluice_accept_errors_total, cached (see Responses, AcceptFailed).
   std::array<std::array<std::atomic<Counter*>, 600>, kListeners> responses_{};
-  std::atomic<int64_t> accept_error_logged_ms_{INT64_MIN / 2};
-  std::atomic<int64_t> accept_errors_unlogged_{0};
+  LogThrottle accept_log_;   // AcceptFailed
+  LogThrottle handler_log_;  // HandlerFailed
 };
 
 }  // namespace

@@ -245,7 +245,7 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _handle
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = _handle
 
 
 class _EchoServer(http.server.ThreadingHTTPServer):

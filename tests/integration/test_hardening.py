@@ -70,6 +70,36 @@ policies:
         self.assertIn(b"one Host header", r.body)
         self.assertEqual(self.upstream.count(), 0)
 
+    def test_a_trace_with_content_is_refused_and_leaves_no_connection_counted(self):
+        # Regression: the gateway's Beast prepare_payload threw on a TRACE
+        # with content; the session ended without a word and stayed counted
+        # against max_connections (and in flight) for ever, so a handful of
+        # such requests shut the gateway for everyone.
+        self.start_gateway(max_connections=3)
+        for _ in range(5):
+            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+                s.sendall(b"TRACE /app HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+                r = parse_raw_response(read_until_close(s, 5))
+            self.assertEqual(r.status, 400, r)
+            self.assertIn(b"TRACE request carries no content", r.body)
+        # A TRACE without content is forwarded as any other request.
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"TRACE /app HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            self.assertEqual(parse_raw_response(read_until_close(s, 5)).status, 200)
+        self.assertEqual(request(self.sluice.port, "GET", "/app").status, 200)
+        self.assertEqual(self.upstream.count(), 2)
+        # No connection left open, and in flight only the /metrics request
+        # that reads it.
+        deadline = time.time() + 5
+        while True:
+            samples = self.metrics()
+            counted = (metric_value(samples, "sluice_connections", listener="main"),
+                       metric_value(samples, "sluice_requests_in_flight"))
+            if counted == (0, 1) or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(counted, (0, 1))
+
     def test_a_target_that_is_neither_a_path_nor_a_url_is_refused(self):
         self.start_gateway()
         for target in (b"*", b"example.com:443", b"ftp://h/login"):
