@@ -7,7 +7,8 @@
 // normalization, request facts (the host of an absolute-form target or of
 // Host, without port, lower case; header lookup), route, matching policies,
 // their keys (client_ip through X-Forwarded-For or Forwarded), decisions,
-// and the target sent upstream. Each request is decided from a trusted
+// and the request sent upstream (ToUpstream: no hop-by-hop field left, the
+// body framed by its length). Each request is decided from a trusted
 // proxy (under both real_ip_header variants of the config) and from an
 // untrusted peer.
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "policy/policy_set.h"
 #include "policy/request_text.h"
 #include "server/beast_request.h"
+#include "server/forwarding.h"
 #include "server_fixture.h"
 
 namespace {
@@ -92,14 +94,27 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
   const sluice::RouteConfig* route = set.RouteFor(facts);
   if (route == nullptr) return;  // 404
   sluice::fuzz::DecideRequest(set, set.Matching(facts), facts, route->name);
+  Request upstream = req;
   if (const std::optional<std::string_view> authority =
           sluice::policy::TargetAuthority(View(req.target()))) {
-    Request upstream = req;
     const std::string_view target = View(req.target());
     const std::string authority_host(*authority);
     const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
     upstream.target(origin.empty() || origin.front() != '/' ? "/" + origin : origin);
     upstream.set(http::field::host, authority_host);
+  }
+  // Then Forward: what goes to the upstream (a throw here is a crash).
+  sluice::server::ToUpstream(upstream, peer_ip, "");
+  for (const auto& f : upstream) {
+    if (sluice::server::IsHopByHop(f.name()) || f.name() == http::field::expect ||
+        beast::iequals(f.name_string(), "Sluice-Shadow-Denied")) {
+      __builtin_trap();  // a field that must not reach the upstream
+    }
+  }
+  const auto length = upstream.find(http::field::content_length);
+  if (length == upstream.end() ? !upstream.body().empty()
+                               : View(length->value()) != std::to_string(upstream.body().size())) {
+    __builtin_trap();  // the upstream would read another body than the client sent
   }
 }
 

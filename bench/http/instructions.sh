@@ -11,6 +11,11 @@
 #           $http_x_key at a rate nobody reaches in front of `empty_gif`, as
 #           bench/http/run.sh configures it, `GET /decide`.
 #
+# CASE=gateway counts the gateway instead: sluice forwarding `GET /app`
+# (the same policy, a route) and NGINX `limit_req` + `proxy_pass` over
+# keep-alive connections (as bench/http/run.sh), both to one upstream NGINX
+# answering `return 200` that runs outside callgrind and is not counted.
+#
 # Unlike requests a second, the count does not move with the machine's load,
 # so two builds can be compared by it on a shared machine:
 #
@@ -22,11 +27,13 @@
 #
 # Usage: bench/http/instructions.sh [N=10000]
 # Variables: SLUICE (the binary; build/release/sluice, built when missing),
-#   NGINX (0: sluice alone).
+#   NGINX (0: sluice alone), CASE (auth, the default, or gateway).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 N=${1:-10000}
+CASE=${CASE:-auth}
+[[ "$CASE" == auth || "$CASE" == gateway ]] || { echo "CASE is auth or gateway" >&2; exit 2; }
 
 source scripts/deps.sh
 sluice_install_deps valgrind nghttp2-client nginx-light
@@ -38,10 +45,30 @@ fi
 source bench/lib.sh  # free_port, wait_port, work_dir_with_cleanup
 
 work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
+NGINX_BIN=$(command -v nginx || echo /usr/sbin/nginx)
+
+# The gateway case's upstream, outside callgrind; stopped at exit by PID.
+UPSTREAM_PORT=$(free_port) UPSTREAM_PID=""
+if [[ "$CASE" == gateway ]]; then
+  mkdir -p "$WORK/up"
+  cat > "$WORK/up/nginx.conf" <<CONF
+worker_processes 1; master_process off;
+daemon off; pid $WORK/up/nginx.pid; error_log $WORK/up/error.log warn;
+events { worker_connections 4096; }
+http { access_log off;
+  server { listen 127.0.0.1:$UPSTREAM_PORT; keepalive_requests 100000000;
+           location / { return 200 "ok\n"; } } }
+CONF
+  "$NGINX_BIN" -c "$WORK/up/nginx.conf" -p "$WORK/up" &
+  UPSTREAM_PID=$!
+  trap 'for pid in $SERVER_PID $UPSTREAM_PID; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+  wait_port "$UPSTREAM_PORT"
+fi
 
 PORT=$(free_port) ADMIN=$(free_port)
 cat > "$WORK/sluice.yaml" <<CONF
-server: {listen: 127.0.0.1:$PORT, admin: 127.0.0.1:$ADMIN, threads: 2}
+server: {listen: 127.0.0.1:$PORT, admin: 127.0.0.1:$ADMIN, threads: 2, decision: {on_gateway_listener: true}}
+routes: [{name: up, match: {path_prefix: /app}, upstream: "http://127.0.0.1:$UPSTREAM_PORT"}]
 policies:
   - name: bench
     match: {path_prefix: /}
@@ -58,8 +85,11 @@ events { worker_connections 4096; }
 http { access_log off;
   limit_req_zone \$http_x_key zone=z:64m rate=1000000r/s;
   limit_req_status 429;
+  upstream up { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; }
   server { listen 127.0.0.1:$NGINX_PORT; keepalive_requests 100000000;
-    location /decide { limit_req zone=z burst=1000000 nodelay; empty_gif; } } }
+    location /decide { limit_req zone=z burst=1000000 nodelay; empty_gif; }
+    location /app { limit_req zone=z burst=1000000 nodelay; proxy_pass http://up;
+                    proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 CONF
 
 # Prints the instructions callgrind counted in a server that answered $1
@@ -94,14 +124,16 @@ measure() {
   echo "$idle $busy $(( (busy - idle) / N ))"
 }
 
-echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $SLUICE; $N requests"
-read -r idle busy sluice < <(measure "$PORT" /v1/auth/bench "$SLUICE" serve --config "$WORK/sluice.yaml")
+SLUICE_PATH=/v1/auth/bench NGINX_PATH=/decide
+[[ "$CASE" == gateway ]] && SLUICE_PATH=/app NGINX_PATH=/app
+echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $SLUICE; $N requests; case $CASE"
+read -r idle busy sluice < <(measure "$PORT" "$SLUICE_PATH" "$SLUICE" serve --config "$WORK/sluice.yaml")
 echo "sluice: $idle instructions answering nothing, $busy answering $N requests"
 [[ -n "${sluice:-}" ]] || { echo "sluice was not measured" >&2; exit 1; }
 echo "sluice per request: $sluice"
 if [[ "${NGINX:-1}" != 0 ]]; then
-  read -r idle busy nginx < <(measure "$NGINX_PORT" /decide \
-    "$(command -v nginx || echo /usr/sbin/nginx)" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx")
+  read -r idle busy nginx < <(measure "$NGINX_PORT" "$NGINX_PATH" \
+    "$NGINX_BIN" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx")
   echo "nginx: $idle instructions answering nothing, $busy answering $N requests"
   [[ -n "${nginx:-}" ]] || { echo "nginx was not measured" >&2; exit 1; }
   echo "nginx per request: $nginx"

@@ -8,9 +8,11 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/read.hpp>
+#include <boost/beast/core/read_size.hpp>
+#include <boost/beast/http/parser.hpp>
 
 #include "base/cat.h"
+#include "server/forwarding.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::server {
@@ -23,33 +25,8 @@ using policy::PolicySet;
 using policy::ProblemBody;
 using policy::RequestFacts;
 
-// Drops the hop-by-hop fields of `message`: the fixed list and every
-// field the Connection header names (RFC 9110 section 7.6.1).
-template <typename Message>
-void DropHopByHop(Message& message) {
-  std::vector<std::string> named;
-  for (auto it = message.find(http::field::connection);
-       it != message.end() && it->name() == http::field::connection; ++it) {
-    std::string_view value = View(it->value());
-    while (!value.empty()) {
-      const size_t comma = value.find(',');
-      std::string_view token = value.substr(0, comma);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
-        token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t'))
-        token.remove_suffix(1);
-      if (!token.empty()) named.emplace_back(token);
-      value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
-    }
-  }
-  for (const std::string& name : named) message.erase(beast::string_view(name.data(), name.size()));
-  for (http::field f :
-       {http::field::connection, http::field::keep_alive, http::field::proxy_authenticate,
-        http::field::proxy_authorization, http::field::te, http::field::trailer,
-        http::field::transfer_encoding, http::field::upgrade}) {
-    message.erase(f);
-  }
-}
+// The most one read of an upstream's answer asks for.
+constexpr size_t kReadBytes = 64 * 1024;
 
 // A failed upstream exchange, logged and counted: 504 on a timeout, else 502.
 HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
@@ -76,22 +53,7 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
   const bool client_keep_alive = req.keep_alive();
   const unsigned client_version = req.version();
   const bool head = req.method() == http::verb::head;
-  DropHopByHop(req);
-  // Only sluice sets the marker: a client's copy is dropped, and it is set
-  // after the hop-by-hop fields are gone, so a client naming it in
-  // Connection cannot strip it.
-  req.erase("Sluice-Shadow-Denied");
-  if (!shadow_marker.empty()) {
-    req.set("Sluice-Shadow-Denied", beast::string_view(shadow_marker.data(), shadow_marker.size()));
-  }
-  // sluice holds the whole body already: the upstream has nothing to wait
-  // for, and an interim 100 Continue must not reach the client.
-  req.erase(http::field::expect);
-  std::string xff(View(req["X-Forwarded-For"]));
-  req.set("X-Forwarded-For", xff.empty() ? peer_ip : Cat(xff, ", ", peer_ip));
-  req.version(11);
-  req.keep_alive(true);
-  req.prepare_payload();
+  ToUpstream(req, peer_ip, shadow_marker);
   boost::system::error_code ec;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::optional<UpstreamConnection> pooled =
@@ -126,8 +88,16 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       parser.emplace();
       parser->body_limit(64 * 1024 * 1024);
       parser->skip(head);  // a response to HEAD has no body, whatever it says
-      if (!ec)
-        co_await http::async_read(stream, buffer, *parser, net::redirect_error(kUseAwaitable, ec));
+      while (!ec && !FeedParser(*parser, buffer, ec)) {
+        const size_t got =
+            co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
+                                            net::redirect_error(kUseAwaitable, ec));
+        if (ec == net::error::eof) {
+          EndOfInput(*parser, ec);
+          break;
+        }
+        if (!ec) buffer.commit(got);
+      }
     } while (!ec && parser->get().result_int() >= 100 && parser->get().result_int() < 200 &&
              parser->get().result() != http::status::switching_protocols);
     if (ec) {
@@ -140,15 +110,7 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       deadline.Never();
       w.pool.Give(route.upstream, std::move(upstream));
     }
-    DropHopByHop(res);
-    res.version(client_version);
-    res.keep_alive(client_keep_alive);
-    if (head) {
-      // Keep the upstream's Content-Length: it describes the GET body.
-      res.keep_alive(client_keep_alive);
-    } else {
-      res.prepare_payload();
-    }
+    ToClient(res, client_version, client_keep_alive, head);
     co_return res;
   }
   co_return UpstreamError(ctx.state, route, ec, "exchange");

@@ -31,6 +31,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
 
 #include "base/cat.h"
 #include "policy/evaluation.h"
@@ -90,6 +91,39 @@ inline bool WriteNow(Socket& socket, std::array<net::const_buffer, 2>& buffers,
     written -= n;
   }
   return !ec && buffers[0].size() + buffers[1].size() == 0;
+}
+
+// Feeds `parser` what `buffer` holds, as Beast's read does, and drops
+// what it used. True when the message is whole or `ec` says what is wrong
+// with it; false when the parser wants more bytes. Reading this way instead
+// of with http::async_read saves its composed operation, which costs a trip
+// through the loop's queue even when the message is already in the buffer.
+template <typename Parser>
+bool FeedParser(Parser& parser, boost::beast::flat_buffer& buffer, boost::system::error_code& ec) {
+  while (buffer.size() > 0) {
+    const size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == boost::beast::http::error::need_more) {
+      ec = {};
+      return false;
+    }
+    if (ec || parser.is_done()) return true;
+    if (used == 0) return false;
+  }
+  return false;
+}
+
+// The connection ended (a read said eof) while `parser` wanted more, as
+// Beast's read says it: a message cut short (partial_message), or none at
+// all (end_of_stream), in `ec`.
+template <typename Parser>
+void EndOfInput(Parser& parser, boost::system::error_code& ec) {
+  ec = {};
+  if (parser.got_some()) {
+    parser.put_eof(ec);
+  } else {
+    ec = boost::beast::http::error::end_of_stream;
+  }
 }
 
 struct Worker;

@@ -434,23 +434,6 @@ class ServerImpl final : public Server {
   static constexpr size_t kFirstReadBytes = 16 * 1024;
   static constexpr size_t kReadBytes = 64 * 1024;
 
-  // Feeds `parser` what `buffer` holds, as Beast's read does, and drops
-  // what it used. True when the request is whole or `ec` says what is
-  // wrong with it; false when the parser wants more bytes.
-  static bool FeedParser(http::request_parser<http::string_body>& parser,
-                         beast::flat_buffer& buffer, boost::system::error_code& ec) {
-    while (buffer.size() > 0) {
-      const size_t used = parser.put(buffer.data(), ec);
-      buffer.consume(used);
-      if (ec == http::error::need_more) {
-        ec = {};
-        return false;
-      }
-      if (ec || parser.is_done()) return true;
-      if (used == 0) return false;
-    }
-    return false;
-  }
   static constexpr Duration kLingerTime = Duration::Seconds(5);
 
   Task<void> Linger(Socket& stream, Deadline& deadline) {
@@ -591,14 +574,7 @@ class ServerImpl final : public Server {
             co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
                                             net::redirect_error(kUseAwaitable, ec));
         if (ec == net::error::eof) {
-          // A request cut short by the connection's end (partial_message),
-          // or no request at all (end_of_stream), as Beast's read says.
-          ec = {};
-          if (parser.got_some()) {
-            parser.put_eof(ec);
-          } else {
-            ec = http::error::end_of_stream;
-          }
+          EndOfInput(parser, ec);
           break;
         }
         if (ec) break;

@@ -1,0 +1,172 @@
+#include "server/forwarding.h"
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include "base/ascii.h"
+#include "gtest/gtest.h"
+#include "server/http.h"
+
+namespace sluice::server {
+namespace {
+
+// A message's fields as a sorted list of (lower-case name, value): what a
+// next hop reads, whatever their order.
+template <typename Message>
+std::vector<std::pair<std::string, std::string>> FieldsOf(const Message& m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : m) {
+    out.emplace_back(internal::AsciiLower(View(f.name_string())), std::string(View(f.value())));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <bool kIsRequest>
+http::message<kIsRequest, http::string_body> Parse(const std::string& raw, bool head = false) {
+  http::parser<kIsRequest, http::string_body> parser;
+  parser.eager(true);
+  if constexpr (!kIsRequest) parser.skip(head);
+  boost::system::error_code ec;
+  parser.put(boost::asio::buffer(raw), ec);
+  if (!parser.is_done()) parser.put_eof(ec);
+  EXPECT_FALSE(ec) << ec.message() << " " << raw;
+  EXPECT_TRUE(parser.is_done()) << raw;
+  return parser.release();
+}
+
+// The plain way, with Beast's own calls: every hop-by-hop name erased by
+// name, the framing always recomputed by prepare_payload. The one walk of
+// ToUpstream and ToClient must give what this gives.
+template <typename Message>
+void EraseHopByHopByName(Message& m) {
+  std::vector<std::string> named;
+  for (auto it = m.find(http::field::connection); it != m.end() && it->name() == http::field::connection;
+       ++it) {
+    std::istringstream tokens{std::string(View(it->value()))};
+    for (std::string token; std::getline(tokens, token, ',');) {
+      token.erase(0, token.find_first_not_of(" \t"));
+      token.erase(token.find_last_not_of(" \t") + 1);
+      if (!token.empty()) named.push_back(token);
+    }
+  }
+  for (const std::string& name : named) m.erase(boost::beast::string_view(name.data(), name.size()));
+  for (http::field f :
+       {http::field::connection, http::field::keep_alive, http::field::proxy_authenticate,
+        http::field::proxy_authorization, http::field::te, http::field::trailer,
+        http::field::transfer_encoding, http::field::upgrade}) {
+    m.erase(f);
+  }
+}
+
+void PlainToUpstream(Request& req, std::string_view peer_ip, std::string_view marker) {
+  EraseHopByHopByName(req);
+  req.erase("Sluice-Shadow-Denied");
+  if (!marker.empty()) req.set("Sluice-Shadow-Denied", std::string(marker));
+  req.erase(http::field::expect);
+  const std::string xff(View(req["X-Forwarded-For"]));
+  req.set("X-Forwarded-For", xff.empty() ? std::string(peer_ip) : xff + ", " + std::string(peer_ip));
+  req.version(11);
+  req.keep_alive(true);
+  req.prepare_payload();
+}
+
+TEST(ForwardingTest, ARequestGoesUpstreamAsBeastsOwnCallsWouldMakeIt) {
+  const std::string requests[] = {
+      "GET /a HTTP/1.1\r\nHost: h\r\nX-Key: k\r\n\r\n",
+      "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\n"
+      "TE: trailers\r\nUpgrade: h2c\r\nProxy-Authorization: Basic eA==\r\nX-Stay: 2\r\n\r\n",
+      "GET /a HTTP/1.1\r\nHost: h\r\nx-hop: 1\r\nCONNECTION: x-HOP\r\nX-Hop: 2\r\n\r\n",
+      "GET /a HTTP/1.1\r\nHost: h\r\nSluice-Shadow-Denied: forged\r\n"
+      "sluice-shadow-denied: again\r\nExpect: 100-continue\r\n\r\n",
+      "GET /a HTTP/1.1\r\nHost: h\r\nConnection: Sluice-Shadow-Denied\r\n\r\n",
+      "GET /a HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-For: 5.6.7.8\r\n\r\n",
+      "GET /a HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\n\r\n",
+      "GET /a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
+      "POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
+      "POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+      "PATCH /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      "POST /a HTTP/1.1\r\nHost: h\r\n\r\n",
+      "PUT /a HTTP/1.1\r\nHost: h\r\n\r\n",
+      "OPTIONS /a HTTP/1.1\r\nHost: h\r\n\r\n",
+      "DELETE /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc",
+      "PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 05\r\n\r\nhello",
+      "TRACE /a HTTP/1.1\r\nHost: h\r\n\r\n",
+      "HEAD /a HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n",
+  };
+  for (const std::string& raw : requests) {
+    for (const std::string_view marker : {"", "\"trial\""}) {
+      Request ours = Parse<true>(raw);
+      ASSERT_EQ(Malformed(ours), std::nullopt) << raw;
+      Request plain = ours;
+      ToUpstream(ours, "10.0.0.9", marker);
+      PlainToUpstream(plain, "10.0.0.9", marker);
+      EXPECT_EQ(FieldsOf(ours), FieldsOf(plain)) << raw << " marker " << marker;
+      EXPECT_EQ(ours.version(), 11u);
+      EXPECT_EQ(ours.body(), plain.body());
+      EXPECT_TRUE(ours.keep_alive()) << raw;
+    }
+  }
+}
+
+TEST(ForwardingTest, AChunkedBodyGoesUpstreamWithItsLength) {
+  Request req = Parse<true>(
+      "POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  ToUpstream(req, "10.0.0.9", "");
+  EXPECT_EQ(View(req[http::field::content_length]), "5");
+  EXPECT_EQ(req.count(http::field::transfer_encoding), 0u);
+}
+
+TEST(ForwardingTest, AnUpstreamAnswerGoesToTheClientAsBeastsOwnCallsWouldMakeIt) {
+  struct Case {
+    std::string raw;
+    bool head;
+  };
+  const Case answers[] = {
+      {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
+       "\r\nhello",
+       false},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+       false},
+      {"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello", false},
+      {"HTTP/1.1 200 OK\r\nConnection: X-Up\r\nX-Up: 1\r\nContent-Length: 2\r\n\r\nok", false},
+      {"HTTP/1.1 304 Not Modified\r\nContent-Length: 1234\r\n\r\n", false},
+      {"HTTP/1.1 204 No Content\r\n\r\n", false},
+      {"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 002\r\n\r\nok", false},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nUpgrade: h2\r\n\r\n", true},
+  };
+  for (const Case& c : answers) {
+    for (const unsigned version : {10u, 11u}) {
+      for (const bool keep_alive : {false, true}) {
+        http::response_parser<http::string_body> parser;
+        parser.eager(true);
+        parser.skip(c.head);
+        boost::system::error_code ec;
+        parser.put(boost::asio::buffer(c.raw), ec);
+        if (!parser.is_done()) parser.put_eof(ec);
+        ASSERT_TRUE(parser.is_done()) << c.raw;
+        Response ours = parser.release();
+        Response plain = ours;
+        ToClient(ours, version, keep_alive, c.head);
+        EraseHopByHopByName(plain);
+        plain.version(version);
+        plain.keep_alive(keep_alive);
+        if (!c.head) plain.prepare_payload();
+        EXPECT_EQ(FieldsOf(ours), FieldsOf(plain))
+            << c.raw << " version " << version << " keep_alive " << keep_alive;
+        EXPECT_EQ(ours.body(), plain.body());
+        EXPECT_EQ(ours.keep_alive(), keep_alive);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::server
