@@ -91,8 +91,7 @@ Framing DropHopByHop(Message& message, AlsoDrop also_drop) {
       ++framing.content_lengths;
       framing.length_text = View(it->value());
     }
-    framing.transfer_encoding =
-        framing.transfer_encoding || name == http::field::transfer_encoding;
+    framing.transfer_encoding = framing.transfer_encoding || name == http::field::transfer_encoding;
     bool drop = IsHopByHop(name) || also_drop(*it);
     for (size_t i = 0; !drop && i < named.size(); ++i) {
       drop = boost::beast::iequals(it->name_string(),
@@ -130,7 +129,8 @@ inline void ToUpstream(BeastRequest& req, std::string_view peer_ip,
             boost::beast::string_view(shadow_marker.data(), shadow_marker.size()));
   }
   std::string xff(View(req["X-Forwarded-For"]));
-  req.set("X-Forwarded-For", xff.empty() ? std::string(peer_ip) : internal::Cat(xff, ", ", peer_ip));
+  req.set("X-Forwarded-For",
+          xff.empty() ? std::string(peer_ip) : internal::Cat(xff, ", ", peer_ip));
   // No Connection field is left, and HTTP/1.1 keeps the connection alive
   // by default.
   req.version(11);
@@ -141,13 +141,12 @@ inline void ToUpstream(BeastRequest& req, std::string_view peer_ip,
   // its method expects one (POST, PUT and OPTIONS then say 0). The rest (a
   // chunked body, a Content-Length of 0 or written otherwise) get Beast's
   // rule, and the upstream a length in one canonical field.
-  const bool expects_length = req.method() == http::verb::post ||
-                              req.method() == http::verb::put ||
+  const bool expects_length = req.method() == http::verb::post || req.method() == http::verb::put ||
                               req.method() == http::verb::options;
-  const bool as_is = !framing.transfer_encoding &&
-                     (framing.content_lengths > 0
-                          ? !req.body().empty() && framing.SaysLength(req.body().size())
-                          : req.body().empty() && !expects_length);
+  const bool as_is =
+      !framing.transfer_encoding &&
+      (framing.content_lengths > 0 ? !req.body().empty() && framing.SaysLength(req.body().size())
+                                   : req.body().empty() && !expects_length);
   if (!as_is) req.prepare_payload();
 }
 

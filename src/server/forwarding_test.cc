@@ -47,8 +47,8 @@ http::message<kIsRequest, http::string_body> Parse(const std::string& raw, bool 
 template <typename Message>
 void EraseHopByHopByName(Message& m) {
   std::vector<std::string> named;
-  for (auto it = m.find(http::field::connection); it != m.end() && it->name() == http::field::connection;
-       ++it) {
+  for (auto it = m.find(http::field::connection);
+       it != m.end() && it->name() == http::field::connection; ++it) {
     std::istringstream tokens{std::string(View(it->value()))};
     for (std::string token; std::getline(tokens, token, ',');) {
       token.erase(0, token.find_first_not_of(" \t"));
@@ -56,7 +56,8 @@ void EraseHopByHopByName(Message& m) {
       if (!token.empty()) named.push_back(token);
     }
   }
-  for (const std::string& name : named) m.erase(boost::beast::string_view(name.data(), name.size()));
+  for (const std::string& name : named)
+    m.erase(boost::beast::string_view(name.data(), name.size()));
   for (http::field f :
        {http::field::connection, http::field::keep_alive, http::field::proxy_authenticate,
         http::field::proxy_authorization, http::field::te, http::field::trailer,
@@ -71,7 +72,8 @@ void PlainToUpstream(Request& req, std::string_view peer_ip, std::string_view ma
   if (!marker.empty()) req.set("Sluice-Shadow-Denied", std::string(marker));
   req.erase(http::field::expect);
   const std::string xff(View(req["X-Forwarded-For"]));
-  req.set("X-Forwarded-For", xff.empty() ? std::string(peer_ip) : xff + ", " + std::string(peer_ip));
+  req.set("X-Forwarded-For",
+          xff.empty() ? std::string(peer_ip) : xff + ", " + std::string(peer_ip));
   req.version(11);
   req.keep_alive(true);
   req.prepare_payload();

@@ -111,7 +111,7 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       w.pool.Give(route.upstream, std::move(upstream));
     }
     ToClient(res, client_version, client_keep_alive, head);
-    co_return res;
+    co_return Relayed{std::move(res), {}};
   }
   co_return UpstreamError(ctx.state, route, ec, "exchange");
 }
@@ -216,7 +216,8 @@ Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
     for (auto& field : headers) failed->headers.push_back(std::move(field));
     co_return reply;
   }
-  Response& res = std::get<Response>(reply);
+  Relayed& relayed = std::get<Relayed>(reply);
+  const Response& res = relayed.response;
   // The true cost, from the upstream's answer (docs/settled-costs.md).
   policy::SettleCosts(applied, ev,
                       [&res](std::string_view name) -> std::optional<std::string_view> {
@@ -224,7 +225,7 @@ Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
                         if (it == res.end()) return std::nullopt;
                         return View(it->value());
                       });
-  for (const auto& [name, value] : headers) res.set(name, value);
+  relayed.fields = std::move(headers);
   co_return reply;
 }
 

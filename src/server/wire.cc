@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include <boost/beast/core/string.hpp>
+
 namespace sluice::server {
 namespace {
 
@@ -46,6 +48,18 @@ void AppendFields(const http::fields& fields, std::string& out) {
   out += "\r\n";
 }
 
+// Whether `name` is one of `list`'s names, compared as field names are.
+bool Named(std::string_view name, const HeaderList& list) {
+  for (const auto& [listed, value] : list) {
+    if (listed.size() == name.size() &&
+        boost::beast::iequals(boost::beast::string_view(listed.data(), listed.size()),
+                              boost::beast::string_view(name.data(), name.size()))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string_view AppendAnswerHead(const HttpAnswer& answer, unsigned version, bool keep_alive,
                                   bool head, std::string& out) {
   const int status = answer.status;
@@ -62,7 +76,9 @@ std::string_view AppendAnswerHead(const HttpAnswer& answer, unsigned version, bo
   return answer.body;
 }
 
-std::string_view AppendResponseHead(Response& res, bool keep_alive, bool head, std::string& out) {
+std::string_view AppendResponseHead(Relayed& relayed, bool keep_alive, bool head,
+                                    std::string& out) {
+  Response& res = relayed.response;
   if (!keep_alive && res.keep_alive()) res.keep_alive(false);
   if (head && !res.body().empty()) {
     // A response to HEAD has the GET's header fields and no body (RFC 9110
@@ -73,7 +89,13 @@ std::string_view AppendResponseHead(Response& res, bool keep_alive, bool head, s
     res.content_length(length);
   }
   AppendStatusLine(res.version(), res.result_int(), View(res.reason()), out);
-  AppendFields(res.base(), out);
+  for (const auto& field : res.base()) {
+    const std::string_view name = View(field.name_string());
+    if (!relayed.fields.empty() && Named(name, relayed.fields)) continue;
+    AppendField(name, View(field.value()), out);
+  }
+  for (const auto& [name, value] : relayed.fields) AppendField(name, value, out);
+  out += "\r\n";
   return res.body();
 }
 
@@ -93,7 +115,7 @@ std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, boo
   if (const HttpAnswer* answer = std::get_if<HttpAnswer>(&reply)) {
     return AppendAnswerHead(*answer, version, keep_alive, head, out);
   }
-  return AppendResponseHead(std::get<Response>(reply), keep_alive, head, out);
+  return AppendResponseHead(std::get<Relayed>(reply), keep_alive, head, out);
 }
 
 }  // namespace sluice::server

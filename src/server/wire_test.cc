@@ -108,13 +108,31 @@ TEST_P(WireTest, ARelayedResponseIsWrittenAsItIs) {
   Response res = parser.release();
   res.version(version);
   res.keep_alive(keep_alive);
-  res.set("RateLimit", R"("api";r=1;t=1)");
   Response expected = res;
   if (head) {
     expected.body().clear();
     expected.content_length(5);
   }
-  EXPECT_EQ(OurBytes(res, version, keep_alive, head), BeastBytes(expected));
+  expected.set("RateLimit", R"("api";r=1;t=1)");  // sluice's fields go last
+  EXPECT_EQ(OurBytes(Relayed{res, {{"RateLimit", R"("api";r=1;t=1)"}}}, version, keep_alive, head),
+            BeastBytes(expected));
+}
+
+TEST(WireRelayTest, SluicesFieldsTakeThePlaceOfTheUpstreamsOfTheSameName) {
+  Response res{http::status::ok, 11};
+  res.set("X-A", "1");
+  res.set("ratelimit", "upstream's");
+  res.set("RateLimit-Policy", "upstream's");
+  res.body() = "ok";
+  res.prepare_payload();
+  Response expected = res;
+  expected.set("RateLimit", "sluice's");
+  expected.set("RateLimit-Policy", "sluice's too");
+  const std::string bytes =
+      OurBytes(Relayed{res, {{"RateLimit", "sluice's"}, {"RateLimit-Policy", "sluice's too"}}}, 11,
+               true, false);
+  EXPECT_EQ(bytes, BeastBytes(expected));
+  EXPECT_EQ(bytes.find("upstream's"), std::string::npos) << bytes;
 }
 
 TEST(WireRequestTest, ARequestForTheUpstreamIsWrittenAsBeastWritesIt) {
@@ -146,7 +164,7 @@ TEST(WireRelayTest, DrainingClosesARelayedResponse) {
   Response res{http::status::ok, 11};
   res.body() = "ok";
   res.prepare_payload();
-  const std::string bytes = OurBytes(res, 11, /*keep_alive=*/false, false);
+  const std::string bytes = OurBytes(Relayed{res, {}}, 11, /*keep_alive=*/false, false);
   EXPECT_NE(bytes.find("Connection: close\r\n"), std::string::npos) << bytes;
 }
 
@@ -156,7 +174,7 @@ TEST(WireRelayTest, AStatusOfAnyThreeDigitsKeepsThem) {
   parser.put(boost::asio::buffer(std::string("HTTP/1.1 599 \r\nContent-Length: 0\r\n\r\n")), ec);
   ASSERT_FALSE(ec) << ec.message();
   Response res = parser.release();
-  const std::string bytes = OurBytes(res, 11, true, false);
+  const std::string bytes = OurBytes(Relayed{res, {}}, 11, true, false);
   EXPECT_EQ(bytes.substr(0, 13), "HTTP/1.1 599 ");
   EXPECT_EQ(bytes, BeastBytes(res));
 }
