@@ -28,7 +28,7 @@ requires(!std::same_as<T, char> && !std::same_as<T, bool>) inline void AppendPie
                                                                                    T value) {
   char buf[24];
   const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
-  out.append(buf, end);
+  out.append(buf, static_cast<size_t>(end - buf));  // (not the iterator overload)
 }
 
 template <typename... Args>
