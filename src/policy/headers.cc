@@ -14,10 +14,20 @@ using internal::Cat;
 // Appends `s` as a structured-field string (quoted; only printable ASCII).
 void AppendSfString(std::string& out, std::string_view s) {
   out.push_back('"');
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (c >= 0x20 && c < 0x7f) out.push_back(c);
+  // Runs of characters that need nothing go in one append (names are
+  // nearly always one run).
+  size_t run = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c != '"' && c != '\\' && c >= 0x20 && c < 0x7f) continue;
+    out.append(s.data() + run, i - run);
+    run = i + 1;
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    }
   }
+  out.append(s.data() + run, s.size() - run);
   out.push_back('"');
 }
 
@@ -73,19 +83,25 @@ int64_t RetryAfterSeconds(Duration exact, Duration jitter, std::mt19937_64& rng)
 void AppendJsonString(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
-  for (const char c : s) {
+  // Runs of characters that need no escape (UTF-8 among them: it passes
+  // through unchanged) go in one append.
+  size_t run = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (u < 0x20) {
+    if (c != '"' && c != '\\' && u >= 0x20) continue;
+    out.append(s.data() + run, i - run);
+    run = i + 1;
+    if (u < 0x20) {
       out += "\\u00";
       out.push_back(kHex[u >> 4]);
       out.push_back(kHex[u & 15]);
     } else {
-      out.push_back(c);  // UTF-8 passes through unchanged
+      out.push_back('\\');
+      out.push_back(c);
     }
   }
+  out.append(s.data() + run, s.size() - run);
   out.push_back('"');
 }
 

@@ -236,6 +236,35 @@ TEST(Headers, RateLimitFieldsAreStructuredFieldLists) {
   EXPECT_EQ(RateLimitField({login, api}), "\"login\";r=0;t=17, \"api\";r=19;t=1");
 }
 
+TEST(Headers, NamesAreQuotedAsStructuredFieldStrings) {
+  PolicyAnswer a{.name = std::string("a\"b\\c\x01\x7f\xc3\xa9"
+                                     "d",
+                                     10),
+                 .window_seconds = 1};
+  a.decision.allowed = true;
+  a.decision.limit = 1;
+  // Quote and backslash escaped; controls, DEL and non-ASCII bytes dropped.
+  EXPECT_EQ(RateLimitPolicyField({a}), R"("a\"b\\cd";q=1;w=1)");
+  PolicyAnswer edges{.name = "\"x\"", .window_seconds = 1};
+  edges.decision.limit = 1;
+  EXPECT_EQ(RateLimitPolicyField({edges}), R"("\"x\"";q=1;w=1)");
+}
+
+TEST(Headers, JsonStringsEscapeQuotesBackslashesAndControls) {
+  const auto json = [](std::string_view s) {
+    std::string out = "[";
+    AppendJsonString(out, s);
+    return out;
+  };
+  EXPECT_EQ(json(""), R"(["")");
+  EXPECT_EQ(json("plain caf\xc3\xa9"), "[\"plain caf\xc3\xa9\"");
+  EXPECT_EQ(json(std::string("\"a\\b\n\x01\x1f"
+                             "c\"",
+                             9)),
+            R"(["\"a\\b\u000a\u0001\u001fc\"")");
+  EXPECT_EQ(json("\\"), R"(["\\")");
+}
+
 TEST(Headers, RetryAfterIsNeverEarlyAndSpreadsOverTheJitter) {
   std::mt19937_64 rng(7);
   const Duration exact = Duration::Micros(2'500'000);
