@@ -50,18 +50,8 @@ NGINX_BIN=$(command -v nginx || echo /usr/sbin/nginx)
 # The gateway case's upstream, outside callgrind; stopped at exit by PID.
 UPSTREAM_PORT=$(free_port) UPSTREAM_PID=""
 if [[ "$CASE" == gateway ]]; then
-  mkdir -p "$WORK/up"
-  cat > "$WORK/up/nginx.conf" <<CONF
-worker_processes 1; master_process off;
-daemon off; pid $WORK/up/nginx.pid; error_log $WORK/up/error.log warn;
-events { worker_connections 4096; }
-http { access_log off;
-  server { listen 127.0.0.1:$UPSTREAM_PORT; keepalive_requests 100000000;
-           location / { return 200 "ok\n"; } } }
-CONF
-  "$NGINX_BIN" -c "$WORK/up/nginx.conf" -p "$WORK/up" &
-  UPSTREAM_PID=$!
   trap 'for pid in $SERVER_PID $UPSTREAM_PID; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+  start_upstream_nginx "$NGINX_BIN" "$WORK/up" "$UPSTREAM_PORT"
   wait_port "$UPSTREAM_PORT"
 fi
 

@@ -50,16 +50,8 @@ SLUICE_PORT=$(free_port)
 SLUICE_ADMIN=$(free_port)
 
 # --- the shared upstream: NGINX answering 200 with a small body ---
-mkdir -p "$WORK/up"
-cat > "$WORK/up/nginx.conf" <<CONF
-worker_processes 1;
-daemon off; pid $WORK/up/nginx.pid; error_log $WORK/up/error.log warn;
-events { worker_connections 4096; }
-http { access_log off;
-  server { listen 127.0.0.1:$UPSTREAM_PORT; keepalive_requests 100000000;
-           location / { return 200 "ok\n"; } } }
-CONF
-"$NGINX" -c "$WORK/up/nginx.conf" -p "$WORK/up" & PIDS+=($!)
+start_upstream_nginx "$NGINX" "$WORK/up" "$UPSTREAM_PORT"
+PIDS+=("$UPSTREAM_PID")
 wait_port "$UPSTREAM_PORT"
 
 start_nginx() {  # $1 rate (e.g. 1000000r/s) $2 burst
