@@ -16,7 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/string_body.hpp>
 
 #include "base/ascii.h"
@@ -46,6 +48,26 @@ inline std::optional<std::string> Malformed(const BeastRequest& req) {
     return "an HTTP/1.1 request needs a Host header";
   }
   if (hosts > 1) return "a request has one Host header, this one has several";
+  if (const auto [te_begin, te_end] = req.equal_range(http::field::transfer_encoding);
+      te_begin != te_end) {
+    // RFC 9112 section 6.3: a request whose last transfer coding is not
+    // chunked has no length to read it by (Beast reads it as having no
+    // body, and what follows as the next request); and a coding before
+    // chunked (gzip, ...) is one sluice does not undo, whose body would go
+    // upstream still coded, without the field that says so. Only chunked
+    // alone is read.
+    int codings = 0;
+    bool chunked_last = false;
+    for (auto it = te_begin; it != te_end; ++it) {
+      for (const auto token : boost::beast::http::token_list{it->value()}) {
+        ++codings;
+        chunked_last = boost::beast::iequals(token, "chunked");
+      }
+    }
+    if (codings != 1 || !chunked_last) {
+      return "a request's Transfer-Encoding may only be chunked";
+    }
+  }
   if (req.method() == http::verb::trace && !req.body().empty()) {
     // RFC 9110 section 9.3.8; Beast's prepare_payload throws on one, so the
     // gateway could not forward it.

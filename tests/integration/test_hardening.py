@@ -100,6 +100,27 @@ policies:
             time.sleep(0.05)
         self.assertEqual(counted, (0, 1))
 
+    def test_a_transfer_encoding_other_than_chunked_is_refused(self):
+        # Without chunked last the request has no length (RFC 9112 section
+        # 6.3): it was read as bodiless and its body as the next request.
+        # A coding before chunked would reach the upstream still coded.
+        self.start_gateway()
+        for te in (b"gzip", b"chunked, gzip", b"identity", b"gzip, chunked", b""):
+            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+                s.sendall(b"POST /app HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + te +
+                          b"\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /app HTTP/1.1\r\nHost: x\r\n\r\n")
+                r = parse_raw_response(read_until_close(s, 5))
+            self.assertEqual(r.status, 400, (te, r))
+            self.assertIn(b"may only be chunked", r.body)
+        self.assertEqual(self.upstream.count(), 0)
+        # chunked alone is read, and goes upstream with its length.
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"POST /app HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                      b"Connection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+            self.assertEqual(parse_raw_response(read_until_close(s, 5)).status, 200)
+        hit = self.upstream.hits("/app")[0]
+        self.assertEqual(hit["body"], "abc")
+
     def test_a_target_that_is_neither_a_path_nor_a_url_is_refused(self):
         self.start_gateway()
         for target in (b"*", b"example.com:443", b"ftp://h/login"):
