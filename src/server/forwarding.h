@@ -62,6 +62,10 @@ struct Framing {
   }
 };
 
+// How many names a Connection field may list for DropHopByHop to compare
+// them with each field as it walks the fields.
+inline constexpr size_t kNamedInWalk = 8;
+
 // Drops the hop-by-hop fields of `message`, and those `also_drop(field)`
 // names, in one walk of its fields (a lookup per field name would walk the
 // field tree once for each of the eight names, present or not).
@@ -85,19 +89,36 @@ Framing DropHopByHop(Message& message, AlsoDrop also_drop) {
       value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
     }
   }
+  // A few names (the common case: none, or keep-alive) are compared with
+  // each field in the walk; more are erased by name after it, a lookup each,
+  // so that a client listing thousands of names beside thousands of fields
+  // costs the fields plus the names, not their product.
+  const bool compare_named = named.size() <= kNamedInWalk;
   for (auto it = message.begin(); it != message.end();) {
     const http::field name = it->name();
-    if (name == http::field::content_length) {
-      ++framing.content_lengths;
-      framing.length_text = View(it->value());
-    }
     framing.transfer_encoding = framing.transfer_encoding || name == http::field::transfer_encoding;
     bool drop = IsHopByHop(name) || also_drop(*it);
-    for (size_t i = 0; !drop && i < named.size(); ++i) {
+    for (size_t i = 0; compare_named && !drop && i < named.size(); ++i) {
       drop = boost::beast::iequals(it->name_string(),
                                    boost::beast::string_view(named[i].data(), named[i].size()));
     }
+    // Only a Content-Length that stays frames the message (one the
+    // Connection field names goes like any other field it names).
+    if (!drop && name == http::field::content_length) {
+      ++framing.content_lengths;
+      framing.length_text = View(it->value());
+    }
     it = drop ? message.erase(it) : std::next(it);
+  }
+  if (!compare_named) {
+    for (const std::string& n : named) message.erase(boost::beast::string_view(n.data(), n.size()));
+    framing.content_lengths = 0;
+    framing.length_text = {};
+    for (const auto& f : message) {
+      if (f.name() != http::field::content_length) continue;
+      ++framing.content_lengths;
+      framing.length_text = View(f.value());
+    }
   }
   return framing;
 }

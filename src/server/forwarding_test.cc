@@ -99,10 +99,26 @@ TEST(ForwardingTest, ARequestGoesUpstreamAsBeastsOwnCallsWouldMakeIt) {
       "OPTIONS /a HTTP/1.1\r\nHost: h\r\n\r\n",
       "DELETE /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc",
       "PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 05\r\n\r\nhello",
+      // A Content-Length the Connection field names goes; the body still
+      // goes upstream with its length.
+      "POST /a HTTP/1.1\r\nHost: h\r\nConnection: Content-Length\r\nContent-Length: 5\r\n\r\nhello",
+      "POST /a HTTP/1.1\r\nHost: h\r\nConnection: a, b, c, d, e, f, g, h, i, content-length, "
+      "X-K\r\n"
+      "Content-Length: 5\r\nX-K: 1\r\nI: 2\r\nX-Stay: 3\r\n\r\nhello",
+      "GET /a HTTP/1.1\r\nHost: h\r\nConnection: a, b, c, d, e, f, g, h, i, j\r\nB: 1\r\nJ: 2\r\n"
+      "X-Stay: 3\r\n\r\n",
       "TRACE /a HTTP/1.1\r\nHost: h\r\n\r\n",
       "HEAD /a HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n",
   };
-  for (const std::string& raw : requests) {
+  // Many names and many fields: each name erased by name after the walk.
+  std::string many = "PUT /a HTTP/1.1\r\nHost: h\r\nConnection: ";
+  for (int i = 0; i < 300; ++i) many += "x" + std::to_string(i) + ", ";
+  many += "content-length\r\n";
+  for (int i = 0; i < 600; i += 2) many += "X" + std::to_string(i) + ": v\r\n";
+  many += "Content-Length: 2\r\n\r\nok";
+  std::vector<std::string> all(std::begin(requests), std::end(requests));
+  all.push_back(many);
+  for (const std::string& raw : all) {
     for (const std::string_view marker : {"", "\"trial\""}) {
       Request ours = Parse<true>(raw);
       ASSERT_EQ(Malformed(ours), std::nullopt) << raw;
