@@ -38,6 +38,24 @@ using BeastRequest = boost::beast::http::request<boost::beast::http::string_body
 
 inline std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
+// Whether `message` has a Transfer-Encoding other than chunked alone: a
+// coding Beast does not undo (gzip, ...), or none that frames the body.
+template <typename Message>
+bool HasOtherTransferCoding(const Message& message) {
+  namespace http = boost::beast::http;
+  const auto [begin, end] = message.equal_range(http::field::transfer_encoding);
+  if (begin == end) return false;
+  int codings = 0;
+  bool chunked_last = false;
+  for (auto it = begin; it != end; ++it) {
+    for (const auto token : http::token_list{it->value()}) {
+      ++codings;
+      chunked_last = boost::beast::iequals(token, "chunked");
+    }
+  }
+  return codings != 1 || !chunked_last;
+}
+
 // What makes a parsed request unfit to decide on (answered 400), if anything.
 inline std::optional<std::string> Malformed(const BeastRequest& req) {
   namespace http = boost::beast::http;
@@ -48,25 +66,13 @@ inline std::optional<std::string> Malformed(const BeastRequest& req) {
     return "an HTTP/1.1 request needs a Host header";
   }
   if (hosts > 1) return "a request has one Host header, this one has several";
-  if (const auto [te_begin, te_end] = req.equal_range(http::field::transfer_encoding);
-      te_begin != te_end) {
+  if (HasOtherTransferCoding(req)) {
     // RFC 9112 section 6.3: a request whose last transfer coding is not
     // chunked has no length to read it by (Beast reads it as having no
-    // body, and what follows as the next request); and a coding before
-    // chunked (gzip, ...) is one sluice does not undo, whose body would go
-    // upstream still coded, without the field that says so. Only chunked
-    // alone is read.
-    int codings = 0;
-    bool chunked_last = false;
-    for (auto it = te_begin; it != te_end; ++it) {
-      for (const auto token : boost::beast::http::token_list{it->value()}) {
-        ++codings;
-        chunked_last = boost::beast::iequals(token, "chunked");
-      }
-    }
-    if (codings != 1 || !chunked_last) {
-      return "a request's Transfer-Encoding may only be chunked";
-    }
+    // body, and what follows as the next request); a coding before chunked
+    // (gzip, ...) is one sluice does not undo, whose body would go upstream
+    // still coded, without the field that says so.
+    return "a request's Transfer-Encoding may only be chunked";
   }
   if (req.method() == http::verb::trace && !req.body().empty()) {
     // RFC 9110 section 9.3.8; Beast's prepare_payload throws on one, so the

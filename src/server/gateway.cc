@@ -106,6 +106,12 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "exchange");
     }
     Response res = parser->release();
+    if (HasOtherTransferCoding(res)) {
+      // Coded in a way sluice does not undo (gzip, ...), or framed by the
+      // connection's end: relayed de-chunked without the field, the client
+      // would read coded bytes as the body. The connection is not reused.
+      co_return UpstreamError(ctx.state, route, http::error::bad_transfer_encoding, "exchange");
+    }
     if (res.keep_alive() && buffer.size() == 0) {
       deadline.Never();
       w.pool.Give(route.upstream, std::move(upstream));

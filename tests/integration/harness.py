@@ -224,6 +224,13 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
         finally:
             with up.lock:
                 up.in_flight -= 1
+        if self.path.startswith("/te-coded"):
+            # An answer transfer-coded with gzip before chunked (the body
+            # is not really gzip: the proxy must not relay it either way).
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                             b"5\r\nhello\r\n0\r\n\r\n")
+            self.close_connection = True
+            return
         payload = json.dumps({
             "upstream": up.name,
             "method": self.command,

@@ -512,6 +512,18 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json()["path"], "/second", r)
 
+    def test_an_upstream_answer_coded_other_than_chunked_is_a_bad_gateway(self):
+        # Relayed de-chunked without its Transfer-Encoding, it would reach
+        # the client as a body of coded bytes with nothing saying so.
+        self.start(self.ROOMY)
+        r = self.get("/te-coded")
+        self.assertEqual(r.status, 502, r)
+        self.assertNotIn(b"hello", r.body)
+        samples = self.metrics()
+        self.assertEqual(metric_value(samples, "sluice_upstream_errors_total", kind="exchange"), 1)
+        # The next request goes on a new connection and is answered.
+        self.assertEqual(self.get("/after").status, 200)
+
     def test_headers_named_in_connection_are_not_forwarded(self):
         # Regression (was a bug): sluice removes the Connection field itself but forwards the
         # hop-by-hop fields it names (observed: "Connection: close, X-Hop"
