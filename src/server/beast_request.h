@@ -38,22 +38,32 @@ using BeastRequest = boost::beast::http::request<boost::beast::http::string_body
 
 inline std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
-// Whether `message` has a Transfer-Encoding other than chunked alone: a
-// coding Beast does not undo (gzip, ...), or none that frames the body.
-template <typename Message>
-bool HasOtherTransferCoding(const Message& message) {
-  namespace http = boost::beast::http;
-  const auto [begin, end] = message.equal_range(http::field::transfer_encoding);
-  if (begin == end) return false;
-  int codings = 0;
+// The transfer codings of Transfer-Encoding fields, counted one field value
+// at a time: whether they are chunked alone.
+struct TransferCodings {
+  int fields = 0;
+  int count = 0;
   bool chunked_last = false;
-  for (auto it = begin; it != end; ++it) {
-    for (const auto token : http::token_list{it->value()}) {
-      ++codings;
+
+  void Add(boost::beast::string_view field_value) {
+    ++fields;
+    for (const auto token : boost::beast::http::token_list{field_value}) {
+      ++count;
       chunked_last = boost::beast::iequals(token, "chunked");
     }
   }
-  return codings != 1 || !chunked_last;
+  // A field there, and not chunked alone: a coding Beast does not undo
+  // (gzip, ...), or none that frames the body (an empty field too).
+  bool Other() const { return fields > 0 && (count != 1 || !chunked_last); }
+};
+
+// Whether `message` has a Transfer-Encoding other than chunked alone.
+template <typename Message>
+bool HasOtherTransferCoding(const Message& message) {
+  const auto [begin, end] = message.equal_range(boost::beast::http::field::transfer_encoding);
+  TransferCodings codings;
+  for (auto it = begin; it != end; ++it) codings.Add(it->value());
+  return codings.Other();
 }
 
 // What makes a parsed request unfit to decide on (answered 400), if anything.

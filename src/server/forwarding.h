@@ -52,6 +52,7 @@ struct Framing {
   int content_lengths = 0;         // its Content-Length fields
   std::string_view length_text;    // the value of the last one
   bool transfer_encoding = false;  // it had a Transfer-Encoding field
+  TransferCodings codings;         // what its Transfer-Encoding fields said
 
   // Whether the message has one Content-Length field and it says `size` in
   // the canonical way (no sign, no leading zero): a field to keep as it is.
@@ -96,7 +97,10 @@ Framing DropHopByHop(Message& message, AlsoDrop also_drop) {
   const bool compare_named = named.size() <= kNamedInWalk;
   for (auto it = message.begin(); it != message.end();) {
     const http::field name = it->name();
-    framing.transfer_encoding = framing.transfer_encoding || name == http::field::transfer_encoding;
+    if (name == http::field::transfer_encoding) {
+      framing.transfer_encoding = true;
+      framing.codings.Add(it->value());
+    }
     bool drop = IsHopByHop(name) || also_drop(*it);
     for (size_t i = 0; compare_named && !drop && i < named.size(); ++i) {
       drop = boost::beast::iequals(it->name_string(),
@@ -175,14 +179,19 @@ inline void ToUpstream(BeastRequest& req, std::string_view peer_ip,
 // version `version` (10 or 11) that keeps the connection alive or not:
 // without the hop-by-hop fields, its body framed by one canonical
 // Content-Length. A response to HEAD keeps the upstream's Content-Length
-// (it describes the GET's body).
+// (it describes the GET's body). False, for an answer that is not to be
+// relayed, when it was transfer-coded other than chunked alone (a coding
+// sluice does not undo, or a body framed by the connection's end): de-chunked
+// without the field, the client would read coded bytes as the body.
 template <typename Response>
-void ToClient(Response& res, unsigned version, bool keep_alive, bool head) {
+[[nodiscard]] bool ToClient(Response& res, unsigned version, bool keep_alive, bool head) {
   const Framing framing = DropHopByHop(res);
+  if (framing.codings.Other()) return false;
   res.version(version);
   res.keep_alive(keep_alive);
-  if (head) return;
+  if (head) return true;
   if (framing.transfer_encoding || !framing.SaysLength(res.body().size())) res.prepare_payload();
+  return true;
 }
 
 }  // namespace sluice::server

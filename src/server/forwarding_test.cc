@@ -172,7 +172,7 @@ TEST(ForwardingTest, AnUpstreamAnswerGoesToTheClientAsBeastsOwnCallsWouldMakeIt)
         ASSERT_TRUE(parser.is_done()) << c.raw;
         Response ours = parser.release();
         Response plain = ours;
-        ToClient(ours, version, keep_alive, c.head);
+        ASSERT_TRUE(ToClient(ours, version, keep_alive, c.head)) << c.raw;
         EraseHopByHopByName(plain);
         plain.version(version);
         plain.keep_alive(keep_alive);
@@ -184,6 +184,24 @@ TEST(ForwardingTest, AnUpstreamAnswerGoesToTheClientAsBeastsOwnCallsWouldMakeIt)
       }
     }
   }
+}
+
+TEST(ForwardingTest, AnAnswerCodedOtherThanChunkedAloneIsNotRelayed) {
+  for (const std::string raw :
+       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\n\r\nhello",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "5\r\nhello\r\n0\r\n\r\n"}) {
+    Response res = Parse<false>(raw);
+    EXPECT_TRUE(HasOtherTransferCoding(res)) << raw;
+    EXPECT_FALSE(ToClient(res, 11, true, false)) << raw;
+  }
+  Response chunked =
+      Parse<false>("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  EXPECT_FALSE(HasOtherTransferCoding(chunked));
+  EXPECT_TRUE(ToClient(chunked, 11, true, false));
+  EXPECT_EQ(View(chunked[http::field::content_length]), "5");
 }
 
 }  // namespace

@@ -106,17 +106,15 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "exchange");
     }
     Response res = parser->release();
-    if (HasOtherTransferCoding(res)) {
-      // Coded in a way sluice does not undo (gzip, ...), or framed by the
-      // connection's end: relayed de-chunked without the field, the client
-      // would read coded bytes as the body. The connection is not reused.
+    const bool reusable = res.keep_alive() && buffer.size() == 0;  // the upstream's say
+    if (!ToClient(res, client_version, client_keep_alive, head)) {
+      // The connection is not reused either.
       co_return UpstreamError(ctx.state, route, http::error::bad_transfer_encoding, "exchange");
     }
-    if (res.keep_alive() && buffer.size() == 0) {
+    if (reusable) {
       deadline.Never();
       w.pool.Give(route.upstream, std::move(upstream));
     }
-    ToClient(res, client_version, client_keep_alive, head);
     co_return Relayed{std::move(res), {}};
   }
   co_return UpstreamError(ctx.state, route, ec, "exchange");
