@@ -106,6 +106,12 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "exchange");
     }
     Response res = parser->release();
+    if (res.result() == http::status::switching_protocols) {
+      // sluice forwards no Upgrade (a hop-by-hop field) and tunnels
+      // nothing: relayed, the answer would leave the client waiting on a
+      // protocol that never comes. The connection is not reused either.
+      co_return UpstreamError(ctx.state, route, http::error::bad_status, "exchange");
+    }
     const bool reusable = res.keep_alive() && buffer.size() == 0;  // the upstream's say
     if (!ToClient(res, client_version, client_keep_alive, head)) {
       // The connection is not reused either.

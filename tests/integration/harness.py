@@ -224,6 +224,13 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
         finally:
             with up.lock:
                 up.in_flight -= 1
+        if self.path.startswith("/switch"):
+            # Switching protocols though nobody asked (sluice forwards no
+            # Upgrade).
+            self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n"
+                             b"Connection: upgrade\r\n\r\n")
+            self.close_connection = True
+            return
         if self.path.startswith("/te-coded"):
             # An answer transfer-coded with gzip before chunked (the body
             # is not really gzip: the proxy must not relay it either way).

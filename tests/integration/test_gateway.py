@@ -524,6 +524,15 @@ class GatewayTest(SluiceTestCase):
         # The next request goes on a new connection and is answered.
         self.assertEqual(self.get("/after").status, 200)
 
+    def test_an_upstream_switching_protocols_is_a_bad_gateway(self):
+        # Relayed, the 101 left the client waiting on a protocol sluice
+        # does not tunnel.
+        self.start(self.ROOMY)
+        r = self.get("/switch", headers={"Upgrade": "x", "Connection": "upgrade"})
+        self.assertEqual(r.status, 502, r)
+        self.assertNotIn("Upgrade", self.up.hits("/switch")[0]["headers"])
+        self.assertEqual(self.get("/after").status, 200)
+
     def test_headers_named_in_connection_are_not_forwarded(self):
         # Regression (was a bug): sluice removes the Connection field itself but forwards the
         # hop-by-hop fields it names (observed: "Connection: close, X-Hop"
