@@ -49,10 +49,11 @@ inline bool IsHopByHop(boost::beast::http::field f) {
 
 // How a message's body was framed, as its fields said.
 struct Framing {
-  int content_lengths = 0;         // its Content-Length fields
-  std::string_view length_text;    // the value of the last one
-  bool transfer_encoding = false;  // it had a Transfer-Encoding field
-  TransferCodings codings;         // what its Transfer-Encoding fields said
+  int content_lengths = 0;       // its Content-Length fields
+  std::string_view length_text;  // the value of the last one
+  TransferCodings codings;       // what its Transfer-Encoding fields said
+
+  bool transfer_encoding() const { return codings.fields > 0; }
 
   // Whether the message has one Content-Length field and it says `size` in
   // the canonical way (no sign, no leading zero): a field to keep as it is.
@@ -97,10 +98,7 @@ Framing DropHopByHop(Message& message, AlsoDrop also_drop) {
   const bool compare_named = named.size() <= kNamedInWalk;
   for (auto it = message.begin(); it != message.end();) {
     const http::field name = it->name();
-    if (name == http::field::transfer_encoding) {
-      framing.transfer_encoding = true;
-      framing.codings.Add(it->value());
-    }
+    if (name == http::field::transfer_encoding) framing.codings.Add(it->value());
     bool drop = IsHopByHop(name) || also_drop(*it);
     for (size_t i = 0; compare_named && !drop && i < named.size(); ++i) {
       drop = boost::beast::iequals(it->name_string(),
@@ -169,7 +167,7 @@ inline void ToUpstream(BeastRequest& req, std::string_view peer_ip,
   const bool expects_length = req.method() == http::verb::post || req.method() == http::verb::put ||
                               req.method() == http::verb::options;
   const bool as_is =
-      !framing.transfer_encoding &&
+      !framing.transfer_encoding() &&
       (framing.content_lengths > 0 ? !req.body().empty() && framing.SaysLength(req.body().size())
                                    : req.body().empty() && !expects_length);
   if (!as_is) req.prepare_payload();
@@ -190,7 +188,7 @@ template <typename Response>
   res.version(version);
   res.keep_alive(keep_alive);
   if (head) return true;
-  if (framing.transfer_encoding || !framing.SaysLength(res.body().size())) res.prepare_payload();
+  if (framing.transfer_encoding() || !framing.SaysLength(res.body().size())) res.prepare_payload();
   return true;
 }
 
