@@ -57,26 +57,23 @@ struct TransferCodings {
   bool Other() const { return fields > 0 && (count != 1 || !chunked_last); }
 };
 
-// Whether `message` has a Transfer-Encoding other than chunked alone.
-template <typename Message>
-bool HasOtherTransferCoding(const Message& message) {
-  const auto [begin, end] = message.equal_range(boost::beast::http::field::transfer_encoding);
-  TransferCodings codings;
-  for (auto it = begin; it != end; ++it) codings.Add(it->value());
-  return codings.Other();
-}
-
 // What makes a parsed request unfit to decide on (answered 400), if anything.
 inline std::optional<std::string> Malformed(const BeastRequest& req) {
   namespace http = boost::beast::http;
-  const auto [host_begin, host_end] = req.equal_range(http::field::host);
-  const auto hosts = std::distance(host_begin, host_end);
+  // One walk of the fields counts what the rules below read (a lookup per
+  // name walks the field tree once each).
+  int hosts = 0;
+  TransferCodings codings;
+  for (const auto& f : req) {
+    if (f.name() == http::field::host) ++hosts;
+    if (f.name() == http::field::transfer_encoding) codings.Add(f.value());
+  }
   if (req.version() >= 11 && hosts == 0) {
     // RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400.
     return "an HTTP/1.1 request needs a Host header";
   }
   if (hosts > 1) return "a request has one Host header, this one has several";
-  if (HasOtherTransferCoding(req)) {
+  if (codings.Other()) {
     // RFC 9112 section 6.3: a request whose last transfer coding is not
     // chunked has no length to read it by (Beast reads it as having no
     // body, and what follows as the next request); a coding before chunked
@@ -99,13 +96,36 @@ inline std::optional<std::string> Malformed(const BeastRequest& req) {
   return std::nullopt;
 }
 
+// The value of `message`'s first field named `name` (compared as field
+// names are), or nullopt. A walk of the fields: for the few a request has,
+// cheaper than Beast's lookup by name (the name hashed, then a walk of the
+// field tree), and the same field (Beast keeps fields of one name in the
+// order they came).
+template <typename Message>
+std::optional<std::string_view> FirstField(const Message& message, std::string_view name) {
+  const boost::beast::string_view wanted(name.data(), name.size());
+  for (const auto& f : message) {
+    const boost::beast::string_view n = f.name_string();
+    if (n.size() == wanted.size() && boost::beast::iequals(n, wanted)) return View(f.value());
+  }
+  return std::nullopt;
+}
+
+// The value of the request's first Host field (empty when none).
+inline std::string_view HostField(const BeastRequest& req) {
+  for (const auto& f : req) {
+    if (f.name() == boost::beast::http::field::host) return View(f.value());
+  }
+  return {};
+}
+
 // The facts of a request for `method` and `target` (the request's own, or
-// what X-Original-* describe); `path_storage` and `host_storage` hold what
-// they point into.
+// what X-Original-* describe), with `host_field` its Host field's value;
+// `path_storage` and `host_storage` hold what they point into.
 inline RequestFacts FactsOf(const BeastRequest& req, std::string_view peer_ip,
                             std::string_view method, std::string_view target,
-                            std::string& path_storage, std::string& host_storage) {
-  namespace http = boost::beast::http;
+                            std::string_view host_field, std::string& path_storage,
+                            std::string& host_storage) {
   RequestFacts facts;
   facts.method = method;
   path_storage = NormalizePath(TargetPath(target));
@@ -113,15 +133,10 @@ inline RequestFacts FactsOf(const BeastRequest& req, std::string_view peer_ip,
   // An absolute-form target names the host itself, and the Host header is
   // then ignored (RFC 9112 section 3.2.2), as the upstream will.
   const std::optional<std::string_view> authority = TargetAuthority(target);
-  host_storage =
-      internal::AsciiLower(HostName(authority ? *authority : View(req[http::field::host])));
+  host_storage = internal::AsciiLower(HostName(authority ? *authority : host_field));
   facts.host = host_storage;
   facts.peer_ip = peer_ip;
-  facts.header = [&req](std::string_view name) -> std::optional<std::string_view> {
-    auto it = req.find(boost::beast::string_view(name.data(), name.size()));
-    if (it == req.end()) return std::nullopt;
-    return View(it->value());
-  };
+  facts.header = [&req](std::string_view name) { return FirstField(req, name); };
   facts.header_lines = [&req](std::string_view name) {
     std::vector<std::string_view> lines;
     const auto [begin, end] = req.equal_range(boost::beast::string_view(name.data(), name.size()));
@@ -131,23 +146,50 @@ inline RequestFacts FactsOf(const BeastRequest& req, std::string_view peer_ip,
   return facts;
 }
 
+// The same for the request's own method and target.
+inline RequestFacts FactsOf(const BeastRequest& req, std::string_view peer_ip,
+                            std::string_view method, std::string_view target,
+                            std::string& path_storage, std::string& host_storage) {
+  return FactsOf(req, peer_ip, method, target, HostField(req), path_storage, host_storage);
+}
+
 // The facts of the request an NGINX auth_request subrequest describes:
 // X-Original-Method (default GET), X-Original-URI (default /) and
-// X-Original-Host (default the Host rules above).
+// X-Original-Host (default the Host rules above). The fields are read in
+// one walk, the first of each name.
 inline RequestFacts AuthFactsOf(const BeastRequest& req, std::string_view peer_ip,
                                 std::string& path_storage, std::string& host_storage) {
-  std::string_view method = View(req["X-Original-Method"]);
-  if (method.empty()) method = "GET";
-  std::string_view uri = View(req["X-Original-URI"]);
-  if (uri.empty()) uri = "/";
-  RequestFacts facts = FactsOf(req, peer_ip, method, uri, path_storage, host_storage);
-  if (std::string_view original_host = View(req["X-Original-Host"]); !original_host.empty()) {
-    host_storage = internal::AsciiLower(HostName(original_host));
+  namespace http = boost::beast::http;
+  std::optional<std::string_view> method, uri, original_host, host;
+  const auto take = [](std::optional<std::string_view>& slot, const auto& f) {
+    if (!slot) slot = View(f.value());
+  };
+  for (const auto& f : req) {
+    if (f.name() == http::field::host) {
+      take(host, f);
+      continue;
+    }
+    const boost::beast::string_view n = f.name_string();
+    if (n.size() < 14 || !boost::beast::iequals(n.substr(0, 11), "X-Original-")) continue;
+    const boost::beast::string_view rest = n.substr(11);
+    if (boost::beast::iequals(rest, "Method")) {
+      take(method, f);
+    } else if (boost::beast::iequals(rest, "URI")) {
+      take(uri, f);
+    } else if (boost::beast::iequals(rest, "Host")) {
+      take(original_host, f);
+    }
+  }
+  const std::string_view m = method && !method->empty() ? *method : std::string_view("GET");
+  const std::string_view u = uri && !uri->empty() ? *uri : std::string_view("/");
+  RequestFacts facts =
+      FactsOf(req, peer_ip, m, u, host.value_or(std::string_view()), path_storage, host_storage);
+  if (original_host && !original_host->empty()) {
+    host_storage = internal::AsciiLower(HostName(*original_host));
     facts.host = host_storage;
   }
   return facts;
 }
-
 }  // namespace sluice::server
 
 #endif  // SLUICE_SERVER_BEAST_REQUEST_H_

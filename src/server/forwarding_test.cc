@@ -194,14 +194,76 @@ TEST(ForwardingTest, AnAnswerCodedOtherThanChunkedAloneIsNotRelayed) {
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
         "5\r\nhello\r\n0\r\n\r\n"}) {
     Response res = Parse<false>(raw);
-    EXPECT_TRUE(HasOtherTransferCoding(res)) << raw;
     EXPECT_FALSE(ToClient(res, 11, true, false)) << raw;
   }
   Response chunked =
       Parse<false>("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
-  EXPECT_FALSE(HasOtherTransferCoding(chunked));
   EXPECT_TRUE(ToClient(chunked, 11, true, false));
   EXPECT_EQ(View(chunked[http::field::content_length]), "5");
+}
+
+// The facts of a request read in one walk of its fields are those Beast's
+// lookups by name give: the first field of each name, names compared
+// without case.
+TEST(BeastRequestTest, FactsReadInOneWalkAreThoseOfBeastsLookups) {
+  for (const std::string raw : {
+           "GET /v1/auth HTTP/1.1\r\nHost: A.example\r\n\r\n",
+           "GET /v1/auth HTTP/1.1\r\nx-original-uri: /login?u=1\r\nHost: a\r\n"
+           "X-ORIGINAL-METHOD: POST\r\nX-Original-Uri: /second\r\n"
+           "X-Original-Host: B.Example:8080\r\nX-Key: k1\r\nx-key: k2\r\n\r\n",
+           "GET /v1/auth HTTP/1.1\r\nHost: a\r\nX-Original-Method: \r\n"
+           "X-Original-Method: PUT\r\nX-Original-URI:\r\nX-Original-Hos: c\r\n"
+           "X-Original-Hosts: d\r\nX-Original-: e\r\n\r\n",
+           "GET http://Up.Example/x HTTP/1.1\r\nHost: ignored\r\nX-Original-Host: \r\n\r\n",
+           "GET /v1/auth HTTP/1.0\r\nX-Original-URI: http://h.example/a/../b\r\n\r\n",
+       }) {
+    const BeastRequest req = Parse<true>(raw);
+    // The old reading, one lookup by name each.
+    std::string_view method = View(req["X-Original-Method"]);
+    if (method.empty()) method = "GET";
+    std::string_view uri = View(req["X-Original-URI"]);
+    if (uri.empty()) uri = "/";
+    const std::string_view original_host = View(req["X-Original-Host"]);
+    const std::optional<std::string_view> authority = TargetAuthority(uri);
+    const std::string host =
+        internal::AsciiLower(HostName(!original_host.empty() ? original_host
+                                      : authority            ? *authority
+                                                             : View(req[http::field::host])));
+
+    std::string path_storage, host_storage;
+    const RequestFacts facts = AuthFactsOf(req, "10.0.0.1", path_storage, host_storage);
+    EXPECT_EQ(facts.method, method) << raw;
+    EXPECT_EQ(facts.path, NormalizePath(TargetPath(uri))) << raw;
+    EXPECT_EQ(facts.host, host) << raw;
+    for (const std::string_view name : {"x-key", "X-Key", "Host", "X-Original-URI", "X-Missing"}) {
+      const auto it = req.find(boost::beast::string_view(name.data(), name.size()));
+      const std::optional<std::string_view> expected =
+          it == req.end() ? std::nullopt : std::optional<std::string_view>(View(it->value()));
+      EXPECT_EQ(facts.header(name), expected) << raw << " " << name;
+    }
+
+    std::string own_path, own_host;
+    const RequestFacts own =
+        FactsOf(req, "10.0.0.1", "GET", View(req.target()), own_path, own_host);
+    const std::optional<std::string_view> own_authority = TargetAuthority(View(req.target()));
+    EXPECT_EQ(own.host, internal::AsciiLower(HostName(
+                            own_authority ? *own_authority : View(req[http::field::host]))))
+        << raw;
+  }
+}
+
+TEST(BeastRequestTest, MalformedCountsHostsAndCodingsInOneWalk) {
+  EXPECT_EQ(Malformed(Parse<true>("GET / HTTP/1.1\r\nHost: a\r\n\r\n")), std::nullopt);
+  EXPECT_NE(Malformed(Parse<true>("GET / HTTP/1.1\r\nX: y\r\n\r\n")), std::nullopt);
+  EXPECT_EQ(Malformed(Parse<true>("GET / HTTP/1.0\r\nX: y\r\n\r\n")), std::nullopt);
+  EXPECT_NE(Malformed(Parse<true>("GET / HTTP/1.1\r\nHost: a\r\nX: y\r\nhost: b\r\n\r\n")),
+            std::nullopt);
+  EXPECT_NE(Malformed(Parse<true>("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")),
+            std::nullopt);
+  EXPECT_EQ(Malformed(Parse<true>("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+                                  "\r\n5\r\nhello\r\n0\r\n\r\n")),
+            std::nullopt);
 }
 
 }  // namespace
