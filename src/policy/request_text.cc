@@ -36,7 +36,31 @@ std::optional<std::string> PercentDecode(std::string_view s) {
   return out;
 }
 
+namespace {
+
+// Whether `raw` is already what NormalizePath makes of it (nearly every
+// path a client sends): a '/' then segments that are neither empty, "." nor
+// "..", with no '%', and perhaps a '/' after the last.
+bool IsNormalPath(std::string_view raw) {
+  if (raw.empty() || raw.front() != '/') return false;
+  size_t start = 1;
+  while (start < raw.size()) {
+    const size_t slash = raw.find('/', start);
+    const std::string_view seg =
+        raw.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (seg.empty() || seg == "." || seg == ".." || seg.find('%') != std::string_view::npos) {
+      return false;
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string NormalizePath(std::string_view raw) {
+  if (IsNormalPath(raw)) return std::string(raw);
   std::string decoded;
   decoded.reserve(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) {
