@@ -26,7 +26,8 @@ Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
   }
   std::vector<policy::Applied> applied;
   ApplyPolicies(ctx, applying, facts, "", applied);
-  const policy::Verdict verdict = co_await DecideTimed(ctx, applied);
+  policy::Verdict verdict;
+  if (!DecideNow(ctx, applied, verdict)) verdict = co_await DecideTimed(ctx, applied);
   if (!verdict.error.ok()) {
     co_return HttpAnswer::Problem(400, "bad request", std::string(verdict.error.message()));
   }

@@ -36,7 +36,8 @@ Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& ch
       co_return Checked::Failed({400, "bad request", *std::move(why)});
     }
   }
-  const policy::Verdict verdict = co_await DecideTimed(ctx, applied);
+  policy::Verdict verdict;
+  if (!DecideNow(ctx, applied, verdict)) verdict = co_await DecideTimed(ctx, applied);
   if (!verdict.error.ok()) {
     co_return Checked::Failed({400, "bad request", std::string(verdict.error.message())});
   }

@@ -172,7 +172,8 @@ Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   }
   std::vector<policy::Applied> applied;
   ApplyPolicies(ctx, set->Matching(facts), facts, route->name, applied);
-  policy::Verdict ev = co_await DecideTimed(ctx, applied);
+  policy::Verdict ev;
+  if (!DecideNow(ctx, applied, ev)) ev = co_await DecideTimed(ctx, applied);
   if (!ev.error.ok()) {
     co_return HttpAnswer::Problem(400, "bad request", std::string(ev.error.message()));
   }

@@ -137,7 +137,8 @@ Task<HttpAnswer> Acquire(Context& ctx, std::string_view body) {
     co_return Problem(e->status, e->title, e->detail);
   }
   const std::vector<policy::Applied> applied = {std::get<policy::Applied>(std::move(prepared))};
-  const policy::Verdict verdict = co_await DecideTimed(ctx, applied);
+  policy::Verdict verdict;
+  if (!DecideNow(ctx, applied, verdict)) verdict = co_await DecideTimed(ctx, applied);
   if (!verdict.error.ok()) {
     co_return Problem(400, "bad request", std::string(verdict.error.message()));
   }

@@ -248,28 +248,43 @@ struct Context {
   std::shared_ptr<const policy::PolicySet> set;
 };
 
-// The verdict of the policies that apply to a request, counted in the
-// decision latency: at once when all of them are in this process,
-// suspending for the round trip when some are in Redis (the coroutine then
-// resumes on the request's loop). `applied` must outlive the call. One
-// coroutine, not several nested: Asio keeps one frame per thread for reuse,
-// and every frame nested deeper is a malloc and a free per request.
-inline Task<policy::Verdict> DecideTimed(Context& ctx,
-                                         const std::vector<policy::Applied>& applied) {
-  const auto start = std::chrono::steady_clock::now();
-  const Time now = ctx.state.clock->Now();
-  policy::Verdict verdict;
-  if (policy::InProcess(applied)) {
-    verdict = policy::EvaluateNow(applied, now);
-  } else {
-    verdict = co_await Await<policy::Verdict>(ctx.worker.ioc, [&](policy::VerdictCallback done) {
-      policy::Evaluate(applied, now, std::move(done));
-    });
-  }
+// The decision latency of a verdict that took from `start` until now.
+inline void ObserveDecision(Context& ctx, std::chrono::steady_clock::time_point start) {
   ctx.state.metrics.decision_latency().Observe(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
                                                             start)
           .count());
+}
+
+// The verdict of the policies that apply to a request when all of them are
+// in this process: decided at once into `verdict`, counted in the decision
+// latency. False, deciding nothing, when some are in Redis (DecideTimed
+// then). No coroutine: a frame nested below the request's own is a malloc
+// and a free (Asio keeps one frame per thread for reuse), and the verdict
+// is made where it is kept. `applied` must outlive the call.
+//
+//   policy::Verdict verdict;
+//   if (!DecideNow(ctx, applied, verdict)) verdict = co_await DecideTimed(ctx, applied);
+inline bool DecideNow(Context& ctx, const std::vector<policy::Applied>& applied,
+                      policy::Verdict& verdict) {
+  if (!policy::InProcess(applied)) return false;
+  const auto start = std::chrono::steady_clock::now();
+  verdict = policy::EvaluateNow(applied, ctx.state.clock->Now());
+  ObserveDecision(ctx, start);
+  return true;
+}
+
+// The same for policies some of which are in Redis, suspending for the
+// round trip (the coroutine then resumes on the request's loop); it decides
+// in-process policies too, through a completion.
+inline Task<policy::Verdict> DecideTimed(Context& ctx,
+                                         const std::vector<policy::Applied>& applied) {
+  const auto start = std::chrono::steady_clock::now();
+  const Time now = ctx.state.clock->Now();
+  policy::Verdict verdict = co_await Await<policy::Verdict>(
+      ctx.worker.ioc,
+      [&](policy::VerdictCallback done) { policy::Evaluate(applied, now, std::move(done)); });
+  ObserveDecision(ctx, start);
   co_return verdict;
 }
 
