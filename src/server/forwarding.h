@@ -64,6 +64,22 @@ struct Framing {
   }
 };
 
+// Calls `f` with each name a Connection field's `value` lists (a
+// comma-separated list; spaces and tabs around names, and empty elements,
+// do not count).
+template <typename F>
+void ForEachConnectionName(std::string_view value, F f) {
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    std::string_view token = value.substr(0, comma);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+      token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (!token.empty()) f(token);
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+  }
+}
+
 // How many names a Connection field may list for DropHopByHop to compare
 // them with each field as it walks the fields.
 inline constexpr size_t kNamedInWalk = 8;
@@ -79,17 +95,7 @@ Framing DropHopByHop(Message& message, AlsoDrop also_drop) {
   std::vector<std::string> named;
   for (const auto& f : message) {
     if (f.name() != http::field::connection) continue;
-    std::string_view value = View(f.value());
-    while (!value.empty()) {
-      const size_t comma = value.find(',');
-      std::string_view token = value.substr(0, comma);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
-        token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t'))
-        token.remove_suffix(1);
-      if (!token.empty()) named.emplace_back(token);
-      value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
-    }
+    ForEachConnectionName(View(f.value()), [&](std::string_view n) { named.emplace_back(n); });
   }
   // A few names (the common case: none, or keep-alive) are compared with
   // each field in the walk; more are erased by name after it, a lookup each,
@@ -171,25 +177,6 @@ inline void ToUpstream(BeastRequest& req, std::string_view peer_ip,
       (framing.content_lengths > 0 ? !req.body().empty() && framing.SaysLength(req.body().size())
                                    : req.body().empty() && !expects_length);
   if (!as_is) req.prepare_payload();
-}
-
-// `res`, an upstream's answer read whole, as it goes to a client of HTTP
-// version `version` (10 or 11) that keeps the connection alive or not:
-// without the hop-by-hop fields, its body framed by one canonical
-// Content-Length. A response to HEAD keeps the upstream's Content-Length
-// (it describes the GET's body). False, for an answer that is not to be
-// relayed, when it was transfer-coded other than chunked alone (a coding
-// sluice does not undo, or a body framed by the connection's end): de-chunked
-// without the field, the client would read coded bytes as the body.
-template <typename Response>
-[[nodiscard]] bool ToClient(Response& res, unsigned version, bool keep_alive, bool head) {
-  const Framing framing = DropHopByHop(res);
-  if (framing.codings.Other()) return false;
-  res.version(version);
-  res.keep_alive(keep_alive);
-  if (head) return true;
-  if (framing.transfer_encoding() || !framing.SaysLength(res.body().size())) res.prepare_payload();
-  return true;
 }
 
 }  // namespace sluice::server

@@ -12,6 +12,8 @@
 #include "base/ascii.h"
 #include "gtest/gtest.h"
 #include "server/http.h"
+#include "server/upstream_answer.h"
+#include "server/wire.h"
 
 namespace sluice::server {
 namespace {
@@ -141,12 +143,39 @@ TEST(ForwardingTest, AChunkedBodyGoesUpstreamWithItsLength) {
   EXPECT_EQ(req.count(http::field::transfer_encoding), 0u);
 }
 
+// What a client reads of `raw`, an upstream's answer, relayed: read by
+// AnswerParser, made ready by ForClient, written by AppendHead (the
+// session's own keep-alive `keep_alive` too), read back by Beast.
+Response Relayed(const std::string& raw, unsigned version, bool keep_alive, bool head) {
+  AnswerParser parser;
+  parser.eager(true);
+  parser.skip(head);
+  boost::system::error_code ec;
+  parser.put(boost::asio::buffer(raw), ec);
+  if (!parser.is_done()) parser.put_eof(ec);
+  EXPECT_FALSE(ec) << ec.message() << " " << raw;
+  EXPECT_TRUE(parser.is_done()) << raw;
+  UpstreamAnswer answer = parser.release();
+  EXPECT_TRUE(ForClient(answer, version, keep_alive, head)) << raw;
+  Reply reply = server::Relayed{std::move(answer), {}};
+  std::string bytes;
+  bytes += AppendHead(reply, version, keep_alive, head, bytes);
+  http::response_parser<http::string_body> back;
+  back.eager(true);
+  back.skip(head);
+  back.put(boost::asio::buffer(bytes), ec);
+  if (!back.is_done()) back.put_eof(ec);
+  EXPECT_FALSE(ec) << ec.message() << " " << bytes;
+  EXPECT_TRUE(back.is_done()) << bytes;
+  return back.release();
+}
+
 TEST(ForwardingTest, AnUpstreamAnswerGoesToTheClientAsBeastsOwnCallsWouldMakeIt) {
   struct Case {
     std::string raw;
     bool head;
   };
-  const Case answers[] = {
+  std::vector<Case> answers = {
       {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
        "\r\nhello",
        false},
@@ -154,33 +183,48 @@ TEST(ForwardingTest, AnUpstreamAnswerGoesToTheClientAsBeastsOwnCallsWouldMakeIt)
        false},
       {"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello", false},
       {"HTTP/1.1 200 OK\r\nConnection: X-Up\r\nX-Up: 1\r\nContent-Length: 2\r\n\r\nok", false},
+      {"HTTP/1.1 200 OK\r\nx-up: 1\r\nCONNECTION: x-UP, te\r\nX-Up: 2\r\nTE: t\r\nTrailer: x\r\n"
+       "Proxy-Authenticate: y\r\nUpgrade: z\r\nX-Stay: 3\r\nContent-Length: 2\r\n\r\nok",
+       false},
+      {"HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 2\r\n\r\nok", false},
       {"HTTP/1.1 304 Not Modified\r\nContent-Length: 1234\r\n\r\n", false},
+      {"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+      {"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", false},
       {"HTTP/1.1 204 No Content\r\n\r\n", false},
+      {"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", false},
       {"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false},
       {"HTTP/1.1 200 OK\r\nContent-Length: 002\r\n\r\nok", false},
+      {"HTTP/1.1 201 Made It\r\nX-B: 2\r\nX-B: 3\r\n\r\n", false},
       {"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nUpgrade: h2\r\n\r\n", true},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true},
   };
+  // Many names and many fields: the names looked up in a set.
+  std::string many = "HTTP/1.1 200 OK\r\nConnection: ";
+  for (int i = 0; i < 300; ++i) many += "x" + std::to_string(i) + ", ";
+  many += "content-length\r\n";
+  for (int i = 0; i < 600; i += 2) many += "X" + std::to_string(i) + ": v\r\n";
+  many += "Content-Length: 2\r\n\r\nok";
+  answers.push_back({many, false});
   for (const Case& c : answers) {
     for (const unsigned version : {10u, 11u}) {
       for (const bool keep_alive : {false, true}) {
-        http::response_parser<http::string_body> parser;
-        parser.eager(true);
-        parser.skip(c.head);
-        boost::system::error_code ec;
-        parser.put(boost::asio::buffer(c.raw), ec);
-        if (!parser.is_done()) parser.put_eof(ec);
-        ASSERT_TRUE(parser.is_done()) << c.raw;
-        Response ours = parser.release();
-        Response plain = ours;
-        ASSERT_TRUE(ToClient(ours, version, keep_alive, c.head)) << c.raw;
+        Response plain = Parse<false>(c.raw, c.head);
         EraseHopByHopByName(plain);
         plain.version(version);
         plain.keep_alive(keep_alive);
-        if (!c.head) plain.prepare_payload();
+        if (!c.head && plain.result() != http::status::not_modified) plain.prepare_payload();
+        // RFC 9110 section 8.6: no Content-Length on a 1xx or a 204 (Beast's
+        // prepare_payload writes one of 0); a 304's describes the GET's body,
+        // as a HEAD's does, and stays as it came.
+        const int status = plain.result_int();
+        if (status / 100 == 1 || status == 204) plain.erase(http::field::content_length);
+        const Response ours = Relayed(c.raw, version, keep_alive, c.head);
         EXPECT_EQ(FieldsOf(ours), FieldsOf(plain))
             << c.raw << " version " << version << " keep_alive " << keep_alive;
         EXPECT_EQ(ours.body(), plain.body());
         EXPECT_EQ(ours.keep_alive(), keep_alive);
+        EXPECT_EQ(ours.version(), version);
+        EXPECT_EQ(ours.result_int(), plain.result_int());
       }
     }
   }
@@ -193,13 +237,55 @@ TEST(ForwardingTest, AnAnswerCodedOtherThanChunkedAloneIsNotRelayed) {
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\n\r\nhello",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
         "5\r\nhello\r\n0\r\n\r\n"}) {
-    Response res = Parse<false>(raw);
-    EXPECT_FALSE(ToClient(res, 11, true, false)) << raw;
+    AnswerParser parser;
+    parser.eager(true);
+    boost::system::error_code ec;
+    parser.put(boost::asio::buffer(raw), ec);
+    if (!parser.is_done()) parser.put_eof(ec);
+    ASSERT_TRUE(parser.is_done()) << raw;
+    UpstreamAnswer answer = parser.release();
+    EXPECT_FALSE(ForClient(answer, 11, true, false)) << raw;
   }
-  Response chunked =
-      Parse<false>("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
-  EXPECT_TRUE(ToClient(chunked, 11, true, false));
+  const Response chunked =
+      Relayed("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 11,
+              true, false);
   EXPECT_EQ(View(chunked[http::field::content_length]), "5");
+  EXPECT_EQ(chunked.body(), "hello");
+}
+
+// A HEAD's or a 304's Content-Length describes a body not sent: the length
+// it said goes on, in one canonical field, however the upstream wrote it.
+TEST(ForwardingTest, AHeadOr304AnswerSaysItsLengthInOneField) {
+  for (const auto& [raw, head] : std::vector<std::pair<std::string, bool>>{
+           {"HTTP/1.1 200 OK\r\nContent-Length: 007\r\nContent-Length: 7, 7\r\n\r\n", true},
+           {"HTTP/1.1 304 Not Modified\r\nContent-Length: 7,7\r\n\r\n", false},
+           {"HTTP/1.1 304 Not Modified\r\nContent-Length: 7\r\n\r\n", true},
+       }) {
+    const Response ours = Relayed(raw, 11, true, head);
+    EXPECT_EQ(ours.count(http::field::content_length), 1u) << raw;
+    EXPECT_EQ(View(ours[http::field::content_length]), "7") << raw;
+  }
+  // One the Connection field names is not relayed at all.
+  const Response named = Relayed(
+      "HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 7\r\n\r\n", 11, true, true);
+  EXPECT_EQ(named.count(http::field::content_length), 0u);
+}
+
+// Settled costs read the answer's fields by name: the first kept one.
+TEST(ForwardingTest, AnAnswersFieldIsFoundByNameAmongThoseKept) {
+  AnswerParser parser;
+  parser.eager(true);
+  boost::system::error_code ec;
+  parser.put(boost::asio::buffer(
+                 std::string("HTTP/1.1 200 OK\r\nConnection: X-Cost\r\nX-Cost: 9\r\nx-units: 3\r\n"
+                             "X-Units: 4\r\nContent-Length: 0\r\n\r\n")),
+             ec);
+  ASSERT_TRUE(parser.is_done());
+  UpstreamAnswer answer = parser.release();
+  ASSERT_TRUE(ForClient(answer, 11, true, false));
+  EXPECT_EQ(answer.Find("X-Units"), "3");
+  EXPECT_EQ(answer.Find("x-cost"), std::nullopt);  // named by Connection: not kept
+  EXPECT_EQ(answer.Find("X-Unit"), std::nullopt);
 }
 
 // The facts of a request read in one walk of its fields are those Beast's

@@ -9,10 +9,10 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/read_size.hpp>
-#include <boost/beast/http/parser.hpp>
 
 #include "base/cat.h"
 #include "server/forwarding.h"
+#include "server/upstream_answer.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::server {
@@ -82,7 +82,7 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));
     }
     beast::flat_buffer& buffer = upstream.buffer;
-    std::optional<http::response_parser<http::string_body>> parser;
+    std::optional<AnswerParser> parser;
     // Interim (1xx) answers are read and dropped; the final one is relayed.
     do {
       parser.emplace();
@@ -98,22 +98,22 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
         }
         if (!ec) buffer.commit(got);
       }
-    } while (!ec && parser->get().result_int() >= 100 && parser->get().result_int() < 200 &&
-             parser->get().result() != http::status::switching_protocols);
+    } while (!ec && parser->get().status >= 100 && parser->get().status < 200 &&
+             parser->get().status != 101);
     if (ec) {
       // A pooled connection the upstream closed meanwhile: retry once on a new one.
       if (reused && !deadline.expired()) continue;
       co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "exchange");
     }
-    Response res = parser->release();
-    if (res.result() == http::status::switching_protocols) {
+    if (parser->get().status == 101) {
       // sluice forwards no Upgrade (a hop-by-hop field) and tunnels
       // nothing: relayed, the answer would leave the client waiting on a
       // protocol that never comes. The connection is not reused either.
       co_return UpstreamError(ctx.state, route, http::error::bad_status, "exchange");
     }
-    const bool reusable = res.keep_alive() && buffer.size() == 0;  // the upstream's say
-    if (!ToClient(res, client_version, client_keep_alive, head)) {
+    const bool reusable = parser->keep_alive() && buffer.size() == 0;  // the upstream's say
+    UpstreamAnswer answer = parser->release();
+    if (!ForClient(answer, client_version, client_keep_alive, head)) {
       // The connection is not reused either.
       co_return UpstreamError(ctx.state, route, http::error::bad_transfer_encoding, "exchange");
     }
@@ -121,7 +121,7 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       deadline.Never();
       w.pool.Give(route.upstream, std::move(upstream));
     }
-    co_return Relayed{std::move(res), {}};
+    co_return Relayed{std::move(answer), {}};
   }
   co_return UpstreamError(ctx.state, route, ec, "exchange");
 }
@@ -228,14 +228,9 @@ Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
     co_return reply;
   }
   Relayed& relayed = std::get<Relayed>(reply);
-  const Response& res = relayed.response;
+  const UpstreamAnswer& answer = relayed.answer;
   // The true cost, from the upstream's answer (docs/settled-costs.md).
-  policy::SettleCosts(applied, ev,
-                      [&res](std::string_view name) -> std::optional<std::string_view> {
-                        const auto it = res.find(beast::string_view(name.data(), name.size()));
-                        if (it == res.end()) return std::nullopt;
-                        return View(it->value());
-                      });
+  policy::SettleCosts(applied, ev, [&answer](std::string_view name) { return answer.Find(name); });
   relayed.fields = std::move(headers);
   co_return reply;
 }

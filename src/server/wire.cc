@@ -78,25 +78,32 @@ std::string_view AppendAnswerHead(const HttpAnswer& answer, unsigned version, bo
 
 std::string_view AppendResponseHead(Relayed& relayed, bool keep_alive, bool head,
                                     std::string& out) {
-  Response& res = relayed.response;
-  if (!keep_alive && res.keep_alive()) res.keep_alive(false);
-  if (head && !res.body().empty()) {
+  UpstreamAnswer& a = relayed.answer;
+  if (head && !a.body.empty()) {
     // A response to HEAD has the GET's header fields and no body (RFC 9110
     // section 9.3.2): a body here would be read by the client as the start
     // of the next response.
-    const size_t length = res.body().size();
-    res.body().clear();
-    res.content_length(length);
+    for (UpstreamAnswer::Field& f : a.fields) {
+      if (f.name == http::field::content_length) f.kept = false;
+    }
+    a.length = a.body.size();
+    a.body.clear();
   }
-  AppendStatusLine(res.version(), res.result_int(), View(res.reason()), out);
-  for (const auto& field : res.base()) {
-    const std::string_view name = View(field.name_string());
+  AppendStatusLine(a.version, a.status, a.reason, out);
+  for (const UpstreamAnswer::Field& f : a.fields) {
+    if (!f.kept) continue;
+    const std::string_view name = a.Name(f);
     if (!relayed.fields.empty() && Named(name, relayed.fields)) continue;
-    AppendField(name, View(field.value()), out);
+    AppendField(name, a.Value(f), out);
   }
+  // As Beast's keep_alive() says it for the version.
+  const bool alive = keep_alive && a.keep_alive;
+  if (a.version == 10 && alive) AppendField("Connection", "keep-alive", out);
+  if (a.version != 10 && !alive) AppendField("Connection", "close", out);
+  if (a.length) AppendLength(*a.length, out);
   for (const auto& [name, value] : relayed.fields) AppendField(name, value, out);
   out += "\r\n";
-  return res.body();
+  return a.body;
 }
 
 }  // namespace

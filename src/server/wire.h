@@ -16,16 +16,15 @@
 
 #include "server/answer.h"
 #include "server/http.h"
+#include "server/upstream_answer.h"
 
 namespace sluice::server {
 
-// A response relayed from an upstream, and the fields sluice adds to it
-// (the RateLimit fields): written after the upstream's, in place of any of
-// the upstream's with the same name. Kept beside the response, not set in
-// it: each field set in a Beast message is a lookup, an allocation and a
-// tree insertion.
+// An upstream's answer relayed (as ForClient left it), and the fields
+// sluice adds to it (the RateLimit fields): written after the upstream's,
+// in place of any of the upstream's with the same name.
 struct Relayed {
-  Response response;
+  UpstreamAnswer answer;
   HeaderList fields;
 };
 
@@ -35,17 +34,17 @@ using Reply = std::variant<HttpAnswer, Relayed>;
 
 inline int StatusOf(const Reply& reply) {
   if (const HttpAnswer* a = std::get_if<HttpAnswer>(&reply)) return a->status;
-  return std::get<Relayed>(reply).response.result_int();
+  return std::get<Relayed>(reply).answer.status;
 }
 
 // Appends the head of `reply` as the answer to an HTTP/`version` request
 // (10 or 11) and returns the body to send after it. Of an HttpAnswer:
 // Server, Content-Type (none on a 204 without a body), the answer's fields,
 // Connection where the version's default is not `keep_alive`, and
-// Content-Length (none on a 1xx or a 204). A relayed response is written as
-// it is (it already has the client's version), with Connection: close
-// added when not `keep_alive`, and sluice's fields last. `head`: the answer to a HEAD, whose
-// Content-Length is that of the body it does not send.
+// Content-Length (none on a 1xx or a 204). A relayed answer is written as
+// ForClient left it (the client's version, the fields kept, the framing),
+// with the Connection field its version needs, and sluice's fields last. `head`: the answer to a
+// HEAD, whose Content-Length is that of the body it does not send.
 std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, bool head,
                             std::string& out);
 

@@ -58,6 +58,31 @@ std::string OurBytes(Reply reply, unsigned version, bool keep_alive, bool head) 
   return out;
 }
 
+// An upstream's answer as the gateway has it: read by AnswerParser, made
+// ready by ForClient for a client of `version` that keeps the connection
+// alive or not.
+UpstreamAnswer Answer(const std::string& raw, unsigned version, bool keep_alive, bool head) {
+  AnswerParser parser;
+  parser.eager(true);
+  boost::system::error_code ec;
+  parser.put(boost::asio::buffer(raw), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(parser.is_done());
+  UpstreamAnswer answer = parser.release();
+  EXPECT_TRUE(ForClient(answer, version, keep_alive, head));
+  return answer;
+}
+
+// The same read by Beast, for what its serializer writes.
+Response BeastAnswer(const std::string& raw) {
+  http::response_parser<http::string_body> parser;
+  parser.eager(true);
+  boost::system::error_code ec;
+  parser.put(boost::asio::buffer(raw), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  return parser.release();
+}
+
 class WireTest : public ::testing::TestWithParam<std::tuple<unsigned, bool, bool>> {};
 
 TEST_P(WireTest, AnAnswerIsWrittenAsBeastWritesIt) {
@@ -94,43 +119,36 @@ TEST_P(WireTest, A204HasNoContentLengthNorType) {
 
 TEST_P(WireTest, ARelayedResponseIsWrittenAsItIs) {
   const auto [version, keep_alive, head] = GetParam();
-  // As the gateway has it: parsed from the upstream, fields in its order,
-  // its own reason phrase, the client's version and keep-alive.
-  http::response_parser<http::string_body> parser;
-  boost::system::error_code ec;
+  // Fields in the upstream's order, its own reason phrase, the client's
+  // version and keep-alive.
   const std::string upstream =
       "HTTP/1.1 201 Made It\r\nX-B: 2\r\nContent-Type: text/plain\r\nX-A: 1\r\n"
       "Content-Length: 5\r\n\r\nhello";
-  parser.eager(true);
-  parser.put(boost::asio::buffer(upstream), ec);
-  ASSERT_FALSE(ec) << ec.message();
-  ASSERT_TRUE(parser.is_done());
-  Response res = parser.release();
-  res.version(version);
-  res.keep_alive(keep_alive);
-  Response expected = res;
+  Response expected = BeastAnswer(upstream);
+  expected.version(version);
+  expected.keep_alive(keep_alive);
   if (head) {
     expected.body().clear();
     expected.content_length(5);
   }
   expected.set("RateLimit", R"("api";r=1;t=1)");  // sluice's fields go last
-  EXPECT_EQ(OurBytes(Relayed{res, {{"RateLimit", R"("api";r=1;t=1)"}}}, version, keep_alive, head),
+  EXPECT_EQ(OurBytes(Relayed{Answer(upstream, version, keep_alive, head),
+                             {{"RateLimit", R"("api";r=1;t=1)"}}},
+                     version, keep_alive, head),
             BeastBytes(expected));
 }
 
 TEST(WireRelayTest, SluicesFieldsTakeThePlaceOfTheUpstreamsOfTheSameName) {
-  Response res{http::status::ok, 11};
-  res.set("X-A", "1");
-  res.set("ratelimit", "upstream's");
-  res.set("RateLimit-Policy", "upstream's");
-  res.body() = "ok";
-  res.prepare_payload();
-  Response expected = res;
+  const std::string upstream =
+      "HTTP/1.1 200 OK\r\nX-A: 1\r\nratelimit: upstream's\r\nRateLimit-Policy: upstream's\r\n"
+      "Content-Length: 2\r\n\r\nok";
+  Response expected = BeastAnswer(upstream);
   expected.set("RateLimit", "sluice's");
   expected.set("RateLimit-Policy", "sluice's too");
   const std::string bytes =
-      OurBytes(Relayed{res, {{"RateLimit", "sluice's"}, {"RateLimit-Policy", "sluice's too"}}}, 11,
-               true, false);
+      OurBytes(Relayed{Answer(upstream, 11, true, false),
+                       {{"RateLimit", "sluice's"}, {"RateLimit-Policy", "sluice's too"}}},
+               11, true, false);
   EXPECT_EQ(bytes, BeastBytes(expected));
   EXPECT_EQ(bytes.find("upstream's"), std::string::npos) << bytes;
 }
@@ -161,22 +179,18 @@ TEST(WireRequestTest, ARequestForTheUpstreamIsWrittenAsBeastWritesIt) {
 }
 
 TEST(WireRelayTest, DrainingClosesARelayedResponse) {
-  Response res{http::status::ok, 11};
-  res.body() = "ok";
-  res.prepare_payload();
-  const std::string bytes = OurBytes(Relayed{res, {}}, 11, /*keep_alive=*/false, false);
+  const std::string bytes = OurBytes(
+      Relayed{Answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 11, true, false), {}}, 11,
+      /*keep_alive=*/false, false);
   EXPECT_NE(bytes.find("Connection: close\r\n"), std::string::npos) << bytes;
 }
 
 TEST(WireRelayTest, AStatusOfAnyThreeDigitsKeepsThem) {
-  http::response_parser<http::string_body> parser;
-  boost::system::error_code ec;
-  parser.put(boost::asio::buffer(std::string("HTTP/1.1 599 \r\nContent-Length: 0\r\n\r\n")), ec);
-  ASSERT_FALSE(ec) << ec.message();
-  Response res = parser.release();
-  const std::string bytes = OurBytes(Relayed{res, {}}, 11, true, false);
+  const std::string upstream = "HTTP/1.1 599 \r\nContent-Length: 0\r\n\r\n";
+  const std::string bytes =
+      OurBytes(Relayed{Answer(upstream, 11, true, false), {}}, 11, true, false);
   EXPECT_EQ(bytes.substr(0, 13), "HTTP/1.1 599 ");
-  EXPECT_EQ(bytes, BeastBytes(res));
+  EXPECT_EQ(bytes, BeastBytes(BeastAnswer(upstream)));
 }
 
 INSTANTIATE_TEST_SUITE_P(VersionsKeepAliveHead, WireTest,

@@ -1,0 +1,123 @@
+// What an upstream answers on one connection, as the gateway reads and
+// relays it (gateway.cc's Forward): AnswerParser with the gateway's body
+// limit, interim 1xx answers read and dropped until a final one, then
+// ForClient and the head AppendHead writes, for each client version, the
+// client's keep-alive and the session's, and for the answer to a GET and to
+// a HEAD (the first byte's low bit).
+//
+// Traps: what a client reads of the relayed bytes must be one whole answer
+// and nothing after it (bytes left over would be read as the next answer),
+// with the upstream's body, framed by one Content-Length of that body
+// (none on a 1xx or 204), no hop-by-hop field but the Connection sluice
+// writes, and the keep-alive sluice decided.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "server/upstream_answer.h"
+#include "server/wire.h"
+
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using sluice::server::AnswerParser;
+using sluice::server::UpstreamAnswer;
+
+constexpr uint64_t kBodyLimit = 1024 * 1024;  // the gateway's is 64 MiB; the inputs are small
+
+// The final answer in `bytes`, as the gateway's loop reads it; nullopt when
+// the upstream's bytes are no answer (a 502).
+std::optional<UpstreamAnswer> Read(std::string_view bytes, bool head) {
+  boost::asio::const_buffer rest(bytes.data(), bytes.size());
+  for (;;) {
+    AnswerParser parser;
+    parser.body_limit(kBodyLimit);
+    parser.skip(head);
+    parser.eager(true);
+    beast::error_code ec;
+    while (!parser.is_done()) {
+      const size_t used = parser.put(rest, ec);
+      rest += used;
+      if (ec && ec != http::error::need_more) return std::nullopt;
+      if (used > 0 && rest.size() > 0) continue;
+      ec = {};
+      if (!parser.got_some()) return std::nullopt;
+      parser.put_eof(ec);
+      if (ec || !parser.is_done()) return std::nullopt;
+    }
+    const int status = parser.get().status;
+    if (status >= 100 && status < 200 && status != 101) continue;  // interim: the next
+    if (status == 101) return std::nullopt;
+    return parser.release();
+  }
+}
+
+void Check(const UpstreamAnswer& read, unsigned version, bool client_keep_alive,
+           bool session_keep_alive, bool head) {
+  UpstreamAnswer answer = read;
+  if (!sluice::server::ForClient(answer, version, client_keep_alive, head)) return;  // a 502
+  const std::string body_sent = head ? std::string() : answer.body;
+  const int status = answer.status;
+  sluice::server::Reply reply = sluice::server::Relayed{std::move(answer), {{"RateLimit", "x"}}};
+  std::string bytes;
+  const std::string_view body = AppendHead(reply, version, session_keep_alive, head, bytes);
+  bytes += body;
+
+  http::response_parser<http::string_body> back;
+  back.body_limit(kBodyLimit);
+  back.skip(head);
+  back.eager(true);
+  beast::error_code ec;
+  const size_t used = back.put(boost::asio::buffer(bytes), ec);
+  if (ec == http::error::need_more) {
+    // Only an answer framed by the connection's end may want more: sluice
+    // always frames what it relays.
+    __builtin_trap();
+  }
+  if (ec || !back.is_done()) __builtin_trap();  // the client cannot read it
+  if (used != bytes.size()) __builtin_trap();   // bytes after the answer
+  const auto& res = back.get();
+  if (static_cast<int>(res.result_int()) != status || res.version() != version) __builtin_trap();
+  if (res.body() != body_sent) __builtin_trap();
+  if (res.keep_alive() != (client_keep_alive && session_keep_alive)) __builtin_trap();
+  int lengths = 0;
+  for (const auto& f : res) {
+    if (f.name() == http::field::connection) {
+      const std::string_view v(f.value().data(), f.value().size());
+      if (v != "close" && v != "keep-alive") __builtin_trap();
+      continue;
+    }
+    if (sluice::server::IsHopByHop(f.name())) __builtin_trap();
+    if (f.name() == http::field::content_length) ++lengths;
+  }
+  if (lengths > 1) __builtin_trap();
+  const bool bodiless = status / 100 == 1 || status == 204;
+  if (bodiless && lengths != 0) __builtin_trap();
+  if (!bodiless && !head && status != 304 &&
+      (lengths != 1 || res[http::field::content_length] != std::to_string(body_sent.size()))) {
+    __builtin_trap();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const bool head = (data[0] & 1) != 0;
+  const std::optional<UpstreamAnswer> read =
+      Read(std::string_view(reinterpret_cast<const char*>(data) + 1, size - 1), head);
+  if (!read) return 0;
+  for (const unsigned version : {10u, 11u}) {
+    for (const bool client : {false, true}) {
+      for (const bool session : {false, true}) Check(*read, version, client, session, head);
+    }
+  }
+  return 0;
+}
