@@ -11,6 +11,10 @@
 #           $http_x_key at a rate nobody reaches in front of `empty_gif`, as
 #           bench/http/run.sh configures it, `GET /decide`.
 #
+# CASE=check counts `POST /v1/check` with `{"policy":"bench","key":"k1"}`
+# instead of `/v1/auth` (NGINX as for auth: the request it answers the same
+# way in every decision case of bench/http/run.sh).
+#
 # CASE=gateway counts the gateway instead: sluice forwarding `GET /app`
 # (the same policy, a route) and NGINX `limit_req` + `proxy_pass` over
 # keep-alive connections (as bench/http/run.sh), both to one upstream NGINX
@@ -27,13 +31,14 @@
 #
 # Usage: bench/http/instructions.sh [N=10000]
 # Variables: SLUICE (the binary; build/release/sluice, built when missing),
-#   NGINX (0: sluice alone), CASE (auth, the default, or gateway).
+#   NGINX (0: sluice alone), CASE (auth, the default, check or gateway).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 N=${1:-10000}
 CASE=${CASE:-auth}
-[[ "$CASE" == auth || "$CASE" == gateway ]] || { echo "CASE is auth or gateway" >&2; exit 2; }
+[[ "$CASE" == auth || "$CASE" == check || "$CASE" == gateway ]] ||
+  { echo "CASE is auth, check or gateway" >&2; exit 2; }
 
 source scripts/deps.sh
 sluice_install_deps valgrind nghttp2-client nginx-light
@@ -96,8 +101,13 @@ count() {
     sleep 0.1
   done
   if [[ "$n" -gt 0 ]]; then
-    timeout 600 h2load --h1 -n "$n" -c 4 -H 'X-Key: k1' "http://127.0.0.1:$port$path" \
-      > "$WORK/h2load.txt"
+    local fields=(-H 'X-Key: k1')
+    if [[ "$path" == /v1/check ]]; then  # the key in the body, as bench/http/run.sh sends it
+      printf '{"policy":"bench","key":"k1"}' > "$WORK/check.json"
+      fields=(-d "$WORK/check.json" -H 'Content-Type: application/json')
+    fi
+    timeout 600 h2load --h1 -n "$n" -c 4 "${fields[@]}" \
+      "http://127.0.0.1:$port$path" > "$WORK/h2load.txt"
     grep -q "^status codes: $n 2xx" "$WORK/h2load.txt" || { cat "$WORK/h2load.txt" >&2; exit 1; }
   fi
   kill "$SERVER_PID"
@@ -116,6 +126,7 @@ measure() {
 
 SLUICE_PATH=/v1/auth/bench NGINX_PATH=/decide
 [[ "$CASE" == gateway ]] && SLUICE_PATH=/app NGINX_PATH=/app
+[[ "$CASE" == check ]] && SLUICE_PATH=/v1/check
 echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $SLUICE; $N requests; case $CASE"
 read -r idle busy sluice < <(measure "$PORT" "$SLUICE_PATH" "$SLUICE" serve --config "$WORK/sluice.yaml")
 echo "sluice: $idle instructions answering nothing, $busy answering $N requests"

@@ -24,28 +24,41 @@ struct Checked {
   static Checked Failed(CheckError e) { return {e.status, {}, std::move(e), {}}; }
 };
 
-// `headers`: whether the RateLimit fields are wanted (a single check's).
-Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& check, bool headers) {
+// Reads `check` into `applied`: true; false with its error in `failed`.
+bool Prepare(Context& ctx, const std::variant<CheckItem, CheckError>& check,
+             std::vector<policy::Applied>& applied, Checked& failed) {
   const CheckItem* item = std::get_if<CheckItem>(&check);
-  if (item == nullptr) co_return Checked::Failed(std::get<CheckError>(check));
+  if (item == nullptr) {
+    failed = Checked::Failed(std::get<CheckError>(check));
+    return false;
+  }
   std::variant<policy::Applied, CheckError> prepared = PrepareCheck(*ctx.set, *item);
-  if (const CheckError* e = std::get_if<CheckError>(&prepared)) co_return Checked::Failed(*e);
-  const std::vector<policy::Applied> applied = {std::get<policy::Applied>(std::move(prepared))};
+  if (const CheckError* e = std::get_if<CheckError>(&prepared)) {
+    failed = Checked::Failed(*e);
+    return false;
+  }
+  applied.push_back(std::get<policy::Applied>(std::move(prepared)));
   if (item->settle) {
     if (std::optional<std::string> why = UnsettleablePolicy(*applied[0].policy)) {
-      co_return Checked::Failed({400, "bad request", *std::move(why)});
+      failed = Checked::Failed({400, "bad request", *std::move(why)});
+      return false;
     }
   }
-  policy::Verdict verdict;
-  if (!DecideNow(ctx, applied, verdict)) verdict = co_await DecideTimed(ctx, applied);
+  return true;
+}
+
+// The answer to `item`, decided by `verdict`. `headers`: whether the
+// RateLimit fields are wanted (a single check's).
+Checked Answer(Context& ctx, const CheckItem& item, const std::vector<policy::Applied>& applied,
+               const policy::Verdict& verdict, bool headers) {
   if (!verdict.error.ok()) {
-    co_return Checked::Failed({400, "bad request", std::string(verdict.error.message())});
+    return Checked::Failed({400, "bad request", std::string(verdict.error.message())});
   }
   // A check holds no concurrency slot: it says whether one is free now.
   if (policy::Holds(applied, verdict))
     policy::Release(applied, verdict, ctx.state.clock->Now(), false);
-  Checked out{verdict.allowed ? 200 : 429, CheckJson(item->policy, verdict), std::nullopt, {}};
-  if (item->settle && verdict.answers[0].took && !verdict.answers[0].refunded) {
+  Checked out{verdict.allowed ? 200 : 429, CheckJson(item.policy, verdict), std::nullopt, {}};
+  if (item.settle && verdict.answers[0].took && !verdict.answers[0].refunded) {
     if (std::string reservation = ReservationJson(ctx, applied[0], verdict.answers[0].decision);
         !reservation.empty()) {
       out.json.pop_back();  // the object's '}'
@@ -56,7 +69,39 @@ Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& ch
   if (headers)
     verdict.AppendHeaders(applied, ctx.set->config().server.legacy_headers, ctx.worker.rng,
                           out.headers);
-  co_return out;
+  return out;
+}
+
+// One check of a batch, or a single one whose policy is in Redis.
+Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& check, bool headers) {
+  std::vector<policy::Applied> applied;
+  Checked failed;
+  if (!Prepare(ctx, check, applied, failed)) co_return failed;
+  policy::Verdict verdict;
+  if (!DecideNow(ctx, applied, verdict)) verdict = co_await DecideTimed(ctx, applied);
+  co_return Answer(ctx, std::get<CheckItem>(check), applied, verdict, headers);
+}
+
+// A single check's answer: its verdict's JSON, or its error as a problem
+// document.
+HttpAnswer Single(Checked one) {
+  if (one.error) return HttpAnswer::Problem(one.error->status, one.error->title, one.error->detail);
+  return HttpAnswer::Json(one.status, std::move(one.json), std::move(one.headers));
+}
+
+// What the endpoint answers before deciding anything: 405 for another
+// method, or the problem with the body; nullopt for a body of checks.
+std::optional<HttpAnswer> Refused(std::string_view method,
+                                  const std::variant<CheckBody, CheckError>& read) {
+  if (method != "POST") {
+    HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", "use POST /v1/check");
+    answer.headers.emplace_back("Allow", "POST");
+    return answer;
+  }
+  if (const CheckError* e = std::get_if<CheckError>(&read)) {
+    return HttpAnswer::Problem(e->status, e->title, e->detail);
+  }
+  return std::nullopt;
 }
 
 }  // namespace check_endpoint
@@ -64,23 +109,31 @@ Task<Checked> Decide(Context& ctx, const std::variant<CheckItem, CheckError>& ch
 using check_endpoint::Checked;
 using check_endpoint::Decide;
 
-Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body) {
-  if (method != "POST") {
-    HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", "use POST /v1/check");
-    answer.headers.emplace_back("Allow", "POST");
-    co_return answer;
+std::optional<HttpAnswer> CheckNow(Context& ctx, std::string_view method, std::string_view body) {
+  const std::variant<CheckBody, CheckError> read = ReadCheckBody(body);
+  if (std::optional<HttpAnswer> refused = check_endpoint::Refused(method, read)) return refused;
+  const CheckBody& checks = std::get<CheckBody>(read);
+  if (checks.batch) return std::nullopt;
+  std::vector<policy::Applied> applied;
+  Checked one;
+  if (!check_endpoint::Prepare(ctx, checks.checks[0], applied, one)) {
+    return check_endpoint::Single(std::move(one));
   }
-  std::variant<CheckBody, CheckError> read = ReadCheckBody(body);
-  if (const CheckError* e = std::get_if<CheckError>(&read)) {
-    co_return HttpAnswer::Problem(e->status, e->title, e->detail);
+  policy::Verdict verdict;
+  if (!DecideNow(ctx, applied, verdict)) return std::nullopt;
+  return check_endpoint::Single(check_endpoint::Answer(ctx, std::get<CheckItem>(checks.checks[0]),
+                                                       applied, verdict, /*headers=*/true));
+}
+
+Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body) {
+  const std::variant<CheckBody, CheckError> read = ReadCheckBody(body);
+  if (std::optional<HttpAnswer> refused = check_endpoint::Refused(method, read)) {
+    co_return *std::move(refused);
   }
   const CheckBody& checks = std::get<CheckBody>(read);
   if (!checks.batch) {
     Checked one = co_await Decide(ctx, checks.checks[0], /*headers=*/true);
-    // A bad single check: its error as a problem document.
-    if (one.error)
-      co_return HttpAnswer::Problem(one.error->status, one.error->title, one.error->detail);
-    co_return HttpAnswer::Json(one.status, std::move(one.json), std::move(one.headers));
+    co_return check_endpoint::Single(std::move(one));
   }
   std::string results = "[";
   for (const auto& check : checks.checks) {

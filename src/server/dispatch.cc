@@ -37,7 +37,12 @@ Task<Reply> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Lis
                                    "with a token from server.decision");
       answer.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
     } else if (path == "/v1/check") {
-      answer = co_await CheckEndpoint(ctx, View(req.method_string()), req.body());
+      std::optional<HttpAnswer> now = CheckNow(ctx, View(req.method_string()), req.body());
+      if (now) {
+        answer = *std::move(now);
+      } else {
+        answer = co_await CheckEndpoint(ctx, View(req.method_string()), req.body());
+      }
     } else if (path == "/v1/settle") {
       answer = co_await SettleEndpoint(ctx, View(req.method_string()), req.body());
     } else if (lease_path) {
@@ -49,7 +54,13 @@ Task<Reply> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Lis
       // expression in a co_await's operand.)
       std::string_view policy;
       if (path.size() > 9) policy = path.substr(9);
-      answer = co_await AuthEndpoint(ctx, facts, policy);
+      std::vector<policy::Applied> applied;
+      std::optional<HttpAnswer> now = AuthNow(ctx, facts, policy, applied);
+      if (now) {
+        answer = *std::move(now);
+      } else {
+        answer = co_await AuthLater(ctx, applied);
+      }
     }
     co_return answer;
   }

@@ -17,7 +17,12 @@
 
 namespace sluice::server {
 
-// POST /v1/check (check_endpoint.cc, with check_api.h): one check or a batch.
+// POST /v1/check (check_endpoint.cc, with check_api.h): one check or a
+// batch. CheckNow answers at once what needs no Redis (a single check of a
+// policy in this process, a refused method or body), without a coroutine
+// frame of its own; nullopt, having decided nothing, for the rest, which
+// CheckEndpoint answers.
+std::optional<HttpAnswer> CheckNow(Context& ctx, std::string_view method, std::string_view body);
 Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body);
 
 // POST /v1/acquire, /v1/renew and /v1/release (lease_endpoint.cc): slots of
@@ -43,9 +48,17 @@ std::optional<std::string> UnsettleablePolicy(const policy::Policy& policy);
 // auth_request. `facts` describe the original request (X-Original-*);
 // `policy` names the one policy to apply, empty for every policy whose match
 // fits. 204 admits; 403 (mapped to 429 by `error_page 403 =429`) denies,
-// with Retry-After and the RateLimit fields.
-Task<HttpAnswer> AuthEndpoint(Context& ctx, const policy::RequestFacts& facts,
-                              std::string_view policy);
+// with Retry-After and the RateLimit fields. Answered at once when every
+// policy that applies is in this process (no coroutine frame of its own);
+// nullopt otherwise, with the policies in `applied` for AuthLater, which
+// decides them in Redis. `applied` must outlive AuthLater.
+//
+//   std::vector<policy::Applied> applied;
+//   std::optional<HttpAnswer> now = AuthNow(ctx, facts, policy, applied);
+//   if (now) answer = *std::move(now); else answer = co_await AuthLater(ctx, applied);
+std::optional<HttpAnswer> AuthNow(Context& ctx, const policy::RequestFacts& facts,
+                                  std::string_view policy, std::vector<policy::Applied>& applied);
+Task<HttpAnswer> AuthLater(Context& ctx, const std::vector<policy::Applied>& applied);
 
 // The admin listener (admin.cc): /metrics /healthz /readyz /v1/config
 // /v1/status /v1/series /v1/top /v1/keys/{policy}/{key} /v1/quota
