@@ -21,7 +21,8 @@ bool ServesDecisions(Listener listener, const Config& config) {
 
 }  // namespace
 
-Task<Reply> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener) {
+Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,
+                    Reply& reply) {
   const Config& config = ctx.set->config();
   const std::string_view path = TargetPath(View(req.target()));
   const bool lease_path = path == "/v1/acquire" || path == "/v1/renew" || path == "/v1/release";
@@ -62,15 +63,16 @@ Task<Reply> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Lis
         answer = co_await AuthLater(ctx, applied);
       }
     }
-    co_return answer;
+    reply = std::move(answer);
+    co_return;
   }
   if (listener == Listener::kDecision) {
-    co_return HttpAnswer::Problem(404, "not found",
-                                  "the decision listener serves POST /v1/check, /v1/settle, "
-                                  "/v1/acquire, /v1/renew, /v1/release and /v1/auth/{policy}");
+    reply = HttpAnswer::Problem(404, "not found",
+                                "the decision listener serves POST /v1/check, /v1/settle, "
+                                "/v1/acquire, /v1/renew, /v1/release and /v1/auth/{policy}");
+    co_return;
   }
-  Reply reply = co_await Gateway(ctx, req, peer_ip);
-  co_return reply;
+  co_await Gateway(ctx, req, peer_ip, reply);
 }
 
 }  // namespace sluice::server

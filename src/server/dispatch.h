@@ -19,7 +19,11 @@ enum class Listener { kGateway, kDecision, kAdmin };
 inline constexpr int kListeners = 3;
 inline constexpr std::string_view kListenerNames[kListeners] = {"main", "decision", "admin"};
 
-Task<Reply> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener);
+// Sets `reply` to the answer to `req`, from `peer_ip` on `listener`
+// (written where the session keeps it, not moved out through each
+// coroutine's result).
+Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,
+                    Reply& reply);
 
 }  // namespace sluice::server
 

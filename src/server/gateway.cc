@@ -45,10 +45,12 @@ HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
           " ", timeout ? "did not answer in time" : Cat("failed: ", ec.message())));
 }
 
-// `shadow_marker`: the value of Sluice-Shadow-Denied, empty for none.
-Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
-                    const std::string& peer_ip, const ServerConfig& sc,
-                    std::string_view shadow_marker) {
+// Sets `reply` to the upstream's answer, or to the 502 or 504 of a failed
+// exchange. `shadow_marker`: the value of Sluice-Shadow-Denied, empty for
+// none. (Written where the session keeps it: a reply moved out through each
+// coroutine's result costs a move and a destruction at each level.)
+Task<void> Forward(Context& ctx, Request& req, const RouteConfig& route, const std::string& peer_ip,
+                   const ServerConfig& sc, std::string_view shadow_marker, Reply& reply) {
   Worker& w = ctx.worker;
   const bool client_keep_alive = req.keep_alive();
   const unsigned client_version = req.version();
@@ -72,7 +74,8 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
       if (!ec)
         co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
       if (ec) {
-        co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "connect");
+        reply = UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "connect");
+        co_return;
       }
     }
     upstream.head.clear();
@@ -103,27 +106,31 @@ Task<Reply> Forward(Context& ctx, Request& req, const RouteConfig& route,
     if (ec) {
       // A pooled connection the upstream closed meanwhile: retry once on a new one.
       if (reused && !deadline.expired()) continue;
-      co_return UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "exchange");
+      reply = UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "exchange");
+      co_return;
     }
     if (parser->get().status == 101) {
       // sluice forwards no Upgrade (a hop-by-hop field) and tunnels
       // nothing: relayed, the answer would leave the client waiting on a
       // protocol that never comes. The connection is not reused either.
-      co_return UpstreamError(ctx.state, route, http::error::bad_status, "exchange");
+      reply = UpstreamError(ctx.state, route, http::error::bad_status, "exchange");
+      co_return;
     }
     const bool reusable = parser->keep_alive() && buffer.size() == 0;  // the upstream's say
     UpstreamAnswer answer = parser->release();
     if (!ForClient(answer, client_version, client_keep_alive, head)) {
       // The connection is not reused either.
-      co_return UpstreamError(ctx.state, route, http::error::bad_transfer_encoding, "exchange");
+      reply = UpstreamError(ctx.state, route, http::error::bad_transfer_encoding, "exchange");
+      co_return;
     }
     if (reusable) {
       deadline.Never();
       w.pool.Give(route.upstream, std::move(upstream));
     }
-    co_return Relayed{std::move(answer), {}};
+    reply.emplace<Relayed>().answer = std::move(answer);
+    co_return;
   }
-  co_return UpstreamError(ctx.state, route, ec, "exchange");
+  reply = UpstreamError(ctx.state, route, ec, "exchange");
 }
 
 // Gives back what a verdict holds of concurrency limits when it goes.
@@ -158,7 +165,7 @@ class SlotHold {
 
 }  // namespace
 
-Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
+Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply& reply) {
   Worker& w = ctx.worker;
   const PolicySet* set = ctx.set.get();
   const ServerConfig& sc = set->config().server;
@@ -167,15 +174,17 @@ Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   RequestFacts facts = FactsOf(req, peer_ip, method, View(req.target()), path_storage, host);
   const RouteConfig* route = set->RouteFor(facts);
   if (route == nullptr) {
-    co_return HttpAnswer::Problem(404, "not found",
-                                  Cat("no route matches ", method, " ", facts.path));
+    reply =
+        HttpAnswer::Problem(404, "not found", Cat("no route matches ", method, " ", facts.path));
+    co_return;
   }
   std::vector<policy::Applied> applied;
   ApplyPolicies(ctx, set->Matching(facts), facts, route->name, applied);
   policy::Verdict ev;
   if (!DecideNow(ctx, applied, ev)) ev = co_await DecideTimed(ctx, applied);
   if (!ev.error.ok()) {
-    co_return HttpAnswer::Problem(400, "bad request", std::string(ev.error.message()));
+    reply = HttpAnswer::Problem(400, "bad request", std::string(ev.error.message()));
+    co_return;
   }
   HeaderList headers;
   ev.AppendHeaders(applied, sc.legacy_headers, w.rng, headers);
@@ -184,8 +193,9 @@ Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
   // coroutine ends.
   SlotHold hold(applied, ev, *ctx.state.clock);
   if (!ev.allowed) {
-    co_return HttpAnswer{ev.status, "application/problem+json",
-                         ProblemBody(ev.status, ev.violated, ev.detail), std::move(headers)};
+    reply = HttpAnswer{ev.status, "application/problem+json",
+                       ProblemBody(ev.status, ev.violated, ev.detail), std::move(headers)};
+    co_return;
   }
   if (ev.delay > Duration::Zero()) {  // leaky_bucket shape: hold, then forward
     // Holding no concurrency slot while it waits (docs/concurrency.md).
@@ -201,8 +211,9 @@ Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
       if (!again) {
         HeaderList denied;
         ev.AppendHeaders(applied, sc.legacy_headers, w.rng, denied);
-        co_return HttpAnswer{ev.status, "application/problem+json",
-                             ProblemBody(ev.status, ev.violated, ev.detail), std::move(denied)};
+        reply = HttpAnswer{ev.status, "application/problem+json",
+                           ProblemBody(ev.status, ev.violated, ev.detail), std::move(denied)};
+        co_return;
       }
       hold.Resume();
     }
@@ -221,18 +232,17 @@ Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip) {
     req.target(origin.empty() || origin.front() != '/' ? Cat("/", origin) : origin);
     req.set(http::field::host, host);
   }
-  Reply reply = co_await Forward(ctx, req, *route, peer_ip, sc, marker);
+  co_await Forward(ctx, req, *route, peer_ip, sc, marker, reply);
   if (HttpAnswer* failed = std::get_if<HttpAnswer>(&reply)) {
     // The upstream did not answer: nothing to settle on, the estimate stands.
     for (auto& field : headers) failed->headers.push_back(std::move(field));
-    co_return reply;
+    co_return;
   }
   Relayed& relayed = std::get<Relayed>(reply);
   const UpstreamAnswer& answer = relayed.answer;
   // The true cost, from the upstream's answer (docs/settled-costs.md).
   policy::SettleCosts(applied, ev, [&answer](std::string_view name) { return answer.Find(name); });
   relayed.fields = std::move(headers);
-  co_return reply;
 }
 
 }  // namespace sluice::server

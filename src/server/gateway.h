@@ -9,10 +9,11 @@
 
 namespace sluice::server {
 
-// The answer to `req` from `peer_ip` on the main listener: 404 when no route
-// matches, the denial when a policy denies, else the upstream's response
-// (502 or 504 when it fails). `req` is rewritten for the upstream.
-Task<Reply> Gateway(Context& ctx, Request& req, const std::string& peer_ip);
+// Sets `reply` to the answer to `req` from `peer_ip` on the main listener:
+// 404 when no route matches, the denial when a policy denies, else the
+// upstream's response (502 or 504 when it fails). `req` is rewritten for
+// the upstream.
+Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply& reply);
 
 }  // namespace sluice::server
 

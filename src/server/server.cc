@@ -621,7 +621,7 @@ class ServerImpl final : public Server {
           reply = co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()),
                                          req.body());
         } else {
-          reply = co_await Dispatch(ctx, req, peer_ip, listener);
+          co_await Dispatch(ctx, req, peer_ip, listener, reply);
         }
       } catch (const std::exception& e) {
         reply = HandlerFailed(listener, e.what());
