@@ -19,60 +19,125 @@ bool ServesDecisions(Listener listener, const Config& config) {
          (config.routes.empty() || dc.on_gateway_listener);
 }
 
-}  // namespace
+// Which endpoint answers a request.
+enum class Endpoint { kCheck, kSettle, kLease, kAuth, kUnauthorized, kNotFound, kGateway };
 
-Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,
-                    Reply& reply) {
+// The endpoint for `req` on `listener`; `path` is set to its target's path.
+Endpoint EndpointFor(const Context& ctx, const Request& req, Listener listener,
+                     std::string_view& path) {
   const Config& config = ctx.set->config();
-  const std::string_view path = TargetPath(View(req.target()));
+  path = TargetPath(View(req.target()));
   const bool lease_path = path == "/v1/acquire" || path == "/v1/renew" || path == "/v1/release";
   const bool decision_path = path == "/v1/check" || lease_path || path == "/v1/settle" ||
                              path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
-  HttpAnswer answer;
   if (decision_path && ServesDecisions(listener, config)) {
     if (!config.server.decision.tokens.empty() &&
         !policy::BearerTokenIn(config.server.decision.tokens,
                                View(req[http::field::authorization]))) {
-      answer = HttpAnswer::Problem(401, "unauthorized",
-                                   "the decision API needs \"Authorization: Bearer <token>\" "
-                                   "with a token from server.decision");
-      answer.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
-    } else if (path == "/v1/check") {
-      std::optional<HttpAnswer> now = CheckNow(ctx, View(req.method_string()), req.body());
-      if (now) {
-        answer = *std::move(now);
-      } else {
-        answer = co_await CheckEndpoint(ctx, View(req.method_string()), req.body());
+      return Endpoint::kUnauthorized;
+    }
+    if (path == "/v1/check") return Endpoint::kCheck;
+    if (path == "/v1/settle") return Endpoint::kSettle;
+    if (lease_path) return Endpoint::kLease;
+    return Endpoint::kAuth;
+  }
+  if (listener == Listener::kDecision) return Endpoint::kNotFound;
+  return Endpoint::kGateway;
+}
+
+HttpAnswer Unauthorized() {
+  HttpAnswer answer = HttpAnswer::Problem(401, "unauthorized",
+                                          "the decision API needs \"Authorization: Bearer "
+                                          "<token>\" with a token from server.decision");
+  answer.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
+  return answer;
+}
+
+HttpAnswer NotFound() {
+  return HttpAnswer::Problem(404, "not found",
+                             "the decision listener serves POST /v1/check, /v1/settle, "
+                             "/v1/acquire, /v1/renew, /v1/release and /v1/auth/{policy}");
+}
+
+// The policy /v1/auth/{policy} names (empty for /v1/auth).
+std::string_view AuthPolicy(std::string_view path) {
+  return path.size() > 9 ? path.substr(9) : std::string_view();
+}
+
+}  // namespace
+
+Routed DispatchNow(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,
+                   Reply& reply) {
+  std::string_view path;
+  switch (EndpointFor(ctx, req, listener, path)) {
+    case Endpoint::kUnauthorized:
+      reply = Unauthorized();
+      return Routed::kAnswered;
+    case Endpoint::kNotFound:
+      reply = NotFound();
+      return Routed::kAnswered;
+    case Endpoint::kGateway:
+      return Routed::kGateway;
+    case Endpoint::kCheck:
+      if (std::optional<HttpAnswer> now = CheckNow(ctx, View(req.method_string()), req.body())) {
+        reply = *std::move(now);
+        return Routed::kAnswered;
       }
-    } else if (path == "/v1/settle") {
-      answer = co_await SettleEndpoint(ctx, View(req.method_string()), req.body());
-    } else if (lease_path) {
-      answer = co_await LeaseEndpoint(ctx, path, View(req.method_string()), req.body());
-    } else {
+      return Routed::kLater;
+    case Endpoint::kAuth: {
       std::string path_storage, host;
       const RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
-      // (Not a ?: among the arguments: g++ 12 miscompiles a conditional
-      // expression in a co_await's operand.)
-      std::string_view policy;
-      if (path.size() > 9) policy = path.substr(9);
       std::vector<policy::Applied> applied;
-      std::optional<HttpAnswer> now = AuthNow(ctx, facts, policy, applied);
+      if (std::optional<HttpAnswer> now = AuthNow(ctx, facts, AuthPolicy(path), applied)) {
+        reply = *std::move(now);
+        return Routed::kAnswered;
+      }
+      return Routed::kLater;
+    }
+    case Endpoint::kSettle:
+    case Endpoint::kLease:
+      return Routed::kLater;
+  }
+  return Routed::kLater;
+}
+
+Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,
+                    Reply& reply) {
+  std::string_view path;
+  HttpAnswer answer;
+  switch (EndpointFor(ctx, req, listener, path)) {
+    case Endpoint::kUnauthorized:
+      answer = Unauthorized();
+      break;
+    case Endpoint::kNotFound:
+      answer = NotFound();
+      break;
+    case Endpoint::kGateway:
+      co_await Gateway(ctx, req, peer_ip, reply);
+      co_return;
+    case Endpoint::kCheck:
+      answer = co_await CheckEndpoint(ctx, View(req.method_string()), req.body());
+      break;
+    case Endpoint::kSettle:
+      answer = co_await SettleEndpoint(ctx, View(req.method_string()), req.body());
+      break;
+    case Endpoint::kLease:
+      answer = co_await LeaseEndpoint(ctx, path, View(req.method_string()), req.body());
+      break;
+    case Endpoint::kAuth: {
+      std::string path_storage, host;
+      const RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
+      std::vector<policy::Applied> applied;
+      std::optional<HttpAnswer> now = AuthNow(ctx, facts, AuthPolicy(path), applied);
       if (now) {
         answer = *std::move(now);
       } else {
         answer = co_await AuthLater(ctx, applied);
       }
+      break;
     }
-    reply = std::move(answer);
-    co_return;
   }
-  if (listener == Listener::kDecision) {
-    reply = HttpAnswer::Problem(404, "not found",
-                                "the decision listener serves POST /v1/check, /v1/settle, "
-                                "/v1/acquire, /v1/renew, /v1/release and /v1/auth/{policy}");
-    co_return;
-  }
-  co_await Gateway(ctx, req, peer_ip, reply);
+  reply = std::move(answer);
 }
 
 }  // namespace sluice::server

@@ -19,8 +19,22 @@ enum class Listener { kGateway, kDecision, kAdmin };
 inline constexpr int kListeners = 3;
 inline constexpr std::string_view kListenerNames[kListeners] = {"main", "decision", "admin"};
 
-// Sets `reply` to the answer to `req`, from `peer_ip` on `listener`
-// (written where the session keeps it, not moved out through each
+// What DispatchNow did with a request.
+enum class Routed {
+  kAnswered,  // `reply` holds the answer
+  kGateway,   // for the gateway: Gateway (gateway.h) answers it
+  kLater,     // it waits on something (Redis, a body of checks): Dispatch answers it
+};
+
+// Answers into `reply` what needs no wait, without a coroutine frame of its
+// own (a frame nested below the session's is a malloc and a free): the
+// decision API's checks and auth requests of policies in this process, and
+// what it refuses. Decides nothing when it says kGateway or kLater.
+Routed DispatchNow(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,
+                   Reply& reply);
+
+// Sets `reply` to the answer to `req`, from `peer_ip` on `listener`, any
+// request (written where the session keeps it, not moved out through each
 // coroutine's result).
 Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,
                     Reply& reply);

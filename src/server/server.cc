@@ -33,6 +33,7 @@
 #include "base/cat.h"
 #include "server/dispatch.h"
 #include "server/endpoints.h"
+#include "server/gateway.h"
 #include "server/http.h"
 #include "server/setup.h"
 #include "spdlog/spdlog.h"
@@ -621,7 +622,16 @@ class ServerImpl final : public Server {
           reply = co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()),
                                          req.body());
         } else {
-          co_await Dispatch(ctx, req, peer_ip, listener, reply);
+          switch (DispatchNow(ctx, req, peer_ip, listener, reply)) {
+            case Routed::kAnswered:
+              break;
+            case Routed::kGateway:
+              co_await Gateway(ctx, req, peer_ip, reply);
+              break;
+            case Routed::kLater:
+              co_await Dispatch(ctx, req, peer_ip, listener, reply);
+              break;
+          }
         }
       } catch (const std::exception& e) {
         reply = HandlerFailed(listener, e.what());
