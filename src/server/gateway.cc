@@ -45,94 +45,6 @@ HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
           " ", timeout ? "did not answer in time" : Cat("failed: ", ec.message())));
 }
 
-// Sets `reply` to the upstream's answer, or to the 502 or 504 of a failed
-// exchange. `shadow_marker`: the value of Sluice-Shadow-Denied, empty for
-// none. (Written where the session keeps it: a reply moved out through each
-// coroutine's result costs a move and a destruction at each level.)
-Task<void> Forward(Context& ctx, Request& req, const RouteConfig& route, const std::string& peer_ip,
-                   const ServerConfig& sc, std::string_view shadow_marker, Reply& reply) {
-  Worker& w = ctx.worker;
-  const bool client_keep_alive = req.keep_alive();
-  const unsigned client_version = req.version();
-  const bool head = req.method() == http::verb::head;
-  ToUpstream(req, peer_ip, shadow_marker);
-  boost::system::error_code ec;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    std::optional<UpstreamConnection> pooled =
-        attempt == 0 ? w.pool.Take(route.upstream) : std::nullopt;
-    const bool reused = pooled.has_value();
-    UpstreamConnection upstream =
-        reused ? *std::move(pooled) : UpstreamConnection{Socket(w.ioc.get_executor()), {}, {}};
-    Socket& stream = upstream.socket;
-    Deadline deadline(w, stream);
-    deadline.After(sc.upstream_timeout);
-    if (!reused) {
-      Resolver resolver(w.ioc.get_executor());
-      auto endpoints =
-          co_await resolver.async_resolve(route.upstream.host, std::to_string(route.upstream.port),
-                                          net::redirect_error(kUseAwaitable, ec));
-      if (!ec)
-        co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
-      if (ec) {
-        reply = UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "connect");
-        co_return;
-      }
-    }
-    upstream.head.clear();
-    const std::string_view body = AppendRequestHead(req, upstream.head);
-    std::array<net::const_buffer, 2> request = Gathered(upstream.head, body);
-    if (!WriteNow(stream, request, ec) && !ec) {
-      co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));
-    }
-    beast::flat_buffer& buffer = upstream.buffer;
-    std::optional<AnswerParser> parser;
-    // Interim (1xx) answers are read and dropped; the final one is relayed.
-    do {
-      parser.emplace();
-      parser->body_limit(64 * 1024 * 1024);
-      parser->skip(head);  // a response to HEAD has no body, whatever it says
-      while (!ec && !FeedParser(*parser, buffer, ec)) {
-        const size_t got =
-            co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
-                                            net::redirect_error(kUseAwaitable, ec));
-        if (ec == net::error::eof) {
-          EndOfInput(*parser, ec);
-          break;
-        }
-        if (!ec) buffer.commit(got);
-      }
-    } while (!ec && parser->get().status >= 100 && parser->get().status < 200 &&
-             parser->get().status != 101);
-    if (ec) {
-      // A pooled connection the upstream closed meanwhile: retry once on a new one.
-      if (reused && !deadline.expired()) continue;
-      reply = UpstreamError(ctx.state, route, ec, deadline.expired() ? "timeout" : "exchange");
-      co_return;
-    }
-    if (parser->get().status == 101) {
-      // sluice forwards no Upgrade (a hop-by-hop field) and tunnels
-      // nothing: relayed, the answer would leave the client waiting on a
-      // protocol that never comes. The connection is not reused either.
-      reply = UpstreamError(ctx.state, route, http::error::bad_status, "exchange");
-      co_return;
-    }
-    const bool reusable = parser->keep_alive() && buffer.size() == 0;  // the upstream's say
-    UpstreamAnswer answer = parser->release();
-    if (!ForClient(answer, client_version, client_keep_alive, head)) {
-      // The connection is not reused either.
-      reply = UpstreamError(ctx.state, route, http::error::bad_transfer_encoding, "exchange");
-      co_return;
-    }
-    if (reusable) {
-      deadline.Never();
-      w.pool.Give(route.upstream, std::move(upstream));
-    }
-    reply.emplace<Relayed>().answer = std::move(answer);
-    co_return;
-  }
-  reply = UpstreamError(ctx.state, route, ec, "exchange");
-}
-
 // Gives back what a verdict holds of concurrency limits when it goes.
 class SlotHold {
  public:
@@ -232,7 +144,87 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     req.target(origin.empty() || origin.front() != '/' ? Cat("/", origin) : origin);
     req.set(http::field::host, host);
   }
-  co_await Forward(ctx, req, *route, peer_ip, sc, marker, reply);
+  // Forwarded: `reply` is set to the upstream's answer, or to the 502 or
+  // 504 of a failed exchange. (Here, not in a coroutine of its own: a frame
+  // nested deeper is a malloc and a free per request.)
+  const bool client_keep_alive = req.keep_alive();
+  const unsigned client_version = req.version();
+  const bool head = req.method() == http::verb::head;
+  ToUpstream(req, peer_ip, marker);
+  boost::system::error_code ec;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::optional<UpstreamConnection> pooled =
+        attempt == 0 ? w.pool.Take(route->upstream) : std::nullopt;
+    const bool reused = pooled.has_value();
+    UpstreamConnection upstream =
+        reused ? *std::move(pooled) : UpstreamConnection{Socket(w.ioc.get_executor()), {}, {}};
+    Socket& stream = upstream.socket;
+    Deadline deadline(w, stream);
+    deadline.After(sc.upstream_timeout);
+    if (!reused) {
+      Resolver resolver(w.ioc.get_executor());
+      auto endpoints = co_await resolver.async_resolve(route->upstream.host,
+                                                       std::to_string(route->upstream.port),
+                                                       net::redirect_error(kUseAwaitable, ec));
+      if (!ec)
+        co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
+      if (ec) {
+        reply = UpstreamError(ctx.state, *route, ec, deadline.expired() ? "timeout" : "connect");
+        break;
+      }
+    }
+    upstream.head.clear();
+    const std::string_view body = AppendRequestHead(req, upstream.head);
+    std::array<net::const_buffer, 2> request = Gathered(upstream.head, body);
+    if (!WriteNow(stream, request, ec) && !ec) {
+      co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));
+    }
+    beast::flat_buffer& buffer = upstream.buffer;
+    std::optional<AnswerParser> parser;
+    // Interim (1xx) answers are read and dropped; the final one is relayed.
+    do {
+      parser.emplace();
+      parser->body_limit(64 * 1024 * 1024);
+      parser->skip(head);  // a response to HEAD has no body, whatever it says
+      while (!ec && !FeedParser(*parser, buffer, ec)) {
+        const size_t got =
+            co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
+                                            net::redirect_error(kUseAwaitable, ec));
+        if (ec == net::error::eof) {
+          EndOfInput(*parser, ec);
+          break;
+        }
+        if (!ec) buffer.commit(got);
+      }
+    } while (!ec && parser->get().status >= 100 && parser->get().status < 200 &&
+             parser->get().status != 101);
+    if (ec) {
+      // A pooled connection the upstream closed meanwhile: retry once on a new one.
+      if (reused && !deadline.expired()) continue;
+      reply = UpstreamError(ctx.state, *route, ec, deadline.expired() ? "timeout" : "exchange");
+      break;
+    }
+    if (parser->get().status == 101) {
+      // sluice forwards no Upgrade (a hop-by-hop field) and tunnels
+      // nothing: relayed, the answer would leave the client waiting on a
+      // protocol that never comes. The connection is not reused either.
+      reply = UpstreamError(ctx.state, *route, http::error::bad_status, "exchange");
+      break;
+    }
+    const bool reusable = parser->keep_alive() && buffer.size() == 0;  // the upstream's say
+    UpstreamAnswer answer = parser->release();
+    if (!ForClient(answer, client_version, client_keep_alive, head)) {
+      // The connection is not reused either.
+      reply = UpstreamError(ctx.state, *route, http::error::bad_transfer_encoding, "exchange");
+      break;
+    }
+    if (reusable) {
+      deadline.Never();
+      w.pool.Give(route->upstream, std::move(upstream));
+    }
+    reply.emplace<Relayed>().answer = std::move(answer);
+    break;
+  }
   if (HttpAnswer* failed = std::get_if<HttpAnswer>(&reply)) {
     // The upstream did not answer: nothing to settle on, the estimate stands.
     for (auto& field : headers) failed->headers.push_back(std::move(field));
