@@ -154,7 +154,7 @@ const PolicySet& Policies(RealIp real_ip) {
   return real_ip == RealIp::kForwarded ? *f.forwarded_policies : *f.policies;
 }
 
-void DecideRequest(const PolicySet& set, const std::vector<const Policy*>& applying,
+void DecideRequest(const PolicySet& set, absl::Span<const Policy* const> applying,
                    const policy::RequestFacts& facts, std::string_view route) {
   Fixture& f = TheFixture();
   const Time now = f.clock.Now();

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "policy/policy_set.h"
 
 namespace sluice::fuzz {
@@ -37,7 +38,7 @@ inline constexpr std::string_view kUntrustedPeer = "198.51.100.7";
 // RateLimit fields and problem document of the verdict. `applying`
 // comes from `set`. Traps if client_ip is anything but the peer or, from
 // kTrustedPeer, an address.
-void DecideRequest(const policy::PolicySet& set, const std::vector<const policy::Policy*>& applying,
+void DecideRequest(const policy::PolicySet& set, absl::Span<const policy::Policy* const> applying,
                    const policy::RequestFacts& facts, std::string_view route);
 
 // A POST /v1/check body, as the check endpoint does: ReadCheckBody (the

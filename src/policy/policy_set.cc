@@ -278,8 +278,8 @@ const Policy* PolicySet::Find(std::string_view name) const {
   return it == by_name_.end() ? nullptr : &policies_[it->second];
 }
 
-std::vector<const Policy*> PolicySet::Matching(const RequestFacts& request) const {
-  std::vector<const Policy*> out;
+PolicyList PolicySet::Matching(const RequestFacts& request) const {
+  PolicyList out;
   for (const Policy& p : policies_) {
     if (p.config_.match && Matches(*p.config_.match, request)) out.push_back(&p);
   }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "metrics/metrics.h"
 #include "metrics/top_keys.h"
@@ -149,6 +150,9 @@ class Policy {
   std::shared_ptr<HoldAverage> holds_ = std::make_shared<HoldAverage>();
 };
 
+// The policies that apply to a request (few: kept inline).
+using PolicyList = absl::InlinedVector<const Policy*, 4>;
+
 class PolicySet {
  public:
   // `store` holds local limits; `shared` (may be null: none configured)
@@ -163,7 +167,7 @@ class PolicySet {
   const Policy* Find(std::string_view name) const;
   const std::vector<Policy>& policies() const { return policies_; }
   // Policies whose `match` applies to this gateway request, in config order.
-  std::vector<const Policy*> Matching(const RequestFacts& request) const;
+  PolicyList Matching(const RequestFacts& request) const;
   // The first route whose match applies; null when none.
   const RouteConfig* RouteFor(const RequestFacts& request) const;
 

@@ -42,7 +42,7 @@ HttpAnswer AuthAnswer(Context& ctx, const std::vector<policy::Applied>& applied,
 std::optional<HttpAnswer> AuthNow(Context& ctx, const policy::RequestFacts& facts,
                                   std::string_view policy, std::vector<policy::Applied>& applied) {
   const policy::PolicySet& set = *ctx.set;
-  std::vector<const policy::Policy*> applying;
+  policy::PolicyList applying;
   if (!policy.empty()) {
     const policy::Policy* p = set.Find(policy);
     if (p == nullptr) {

@@ -33,6 +33,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include "absl/types/span.h"
 #include "base/cat.h"
 #include "policy/evaluation.h"
 #include "server/state.h"
@@ -291,7 +292,7 @@ inline Task<policy::Verdict> DecideTimed(Context& ctx,
 // Fills `applied` with the policies of ctx.set in `applying`, each with its
 // key for a gateway or auth_request request (from `facts` and `route`) and
 // its estimated cost; DecideTimed decides them.
-inline void ApplyPolicies(const Context& ctx, const std::vector<const policy::Policy*>& applying,
+inline void ApplyPolicies(const Context& ctx, absl::Span<const policy::Policy* const> applying,
                           const policy::RequestFacts& facts, std::string_view route,
                           std::vector<policy::Applied>& applied) {
   const Config& config = ctx.set->config();
