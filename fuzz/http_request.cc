@@ -74,7 +74,7 @@ void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
           std::string_view path) {
   std::string path_storage, host;
   const RequestFacts facts = sluice::server::AuthFactsOf(req, peer_ip, path_storage, host);
-  std::vector<const sluice::policy::Policy*> applying;
+  sluice::policy::PolicyList applying;
   if (path.size() > 9) {
     const sluice::policy::Policy* p = set.Find(path.substr(9));
     if (p == nullptr) return;  // 404
