@@ -55,17 +55,7 @@ std::optional<Request> Parse(boost::asio::const_buffer& rest) {
   parser.header_limit(kMaxHeaderBytes);
   parser.body_limit(kMaxBodyBytes);
   parser.eager(true);
-  beast::error_code ec;
-  while (!parser.is_done()) {
-    const size_t used = parser.put(rest, ec);
-    rest += used;
-    if (ec && ec != http::error::need_more) return std::nullopt;
-    if (used > 0 && rest.size() > 0) continue;
-    // Nothing more to give: the connection ends here.
-    ec = {};
-    parser.put_eof(ec);
-    if (ec || !parser.is_done()) return std::nullopt;
-  }
+  if (!sluice::fuzz::Feed(parser, rest)) return std::nullopt;
   return parser.release();
 }
 

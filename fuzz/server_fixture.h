@@ -16,10 +16,32 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http/error.hpp>
+
 #include "absl/types/span.h"
 #include "policy/policy_set.h"
 
 namespace sluice::fuzz {
+
+// Feeds `parser` (a Beast parser) the bytes of `rest`, moving `rest` past
+// what it used, as a connection that ends after them: true when the parser
+// then holds a whole message; false for a malformed or incomplete one.
+template <typename Parser>
+bool Feed(Parser& parser, boost::asio::const_buffer& rest) {
+  boost::system::error_code ec;
+  while (!parser.is_done()) {
+    const size_t used = parser.put(rest, ec);
+    rest += used;
+    if (ec && ec != boost::beast::http::error::need_more) return false;
+    if (used > 0 && rest.size() > 0) continue;
+    // Nothing more to give: the connection ends here.
+    ec = {};
+    parser.put_eof(ec);
+    if (ec || !parser.is_done()) return false;
+  }
+  return true;
+}
 
 // Which header client_ip believes from a trusted proxy: the fixed config
 // comes in two variants, the same but for real_ip_header.

@@ -22,6 +22,7 @@
 
 #include "server/upstream_answer.h"
 #include "server/wire.h"
+#include "server_fixture.h"
 
 namespace {
 
@@ -41,17 +42,7 @@ std::optional<UpstreamAnswer> Read(std::string_view bytes, bool head) {
     parser.body_limit(kBodyLimit);
     parser.skip(head);
     parser.eager(true);
-    beast::error_code ec;
-    while (!parser.is_done()) {
-      const size_t used = parser.put(rest, ec);
-      rest += used;
-      if (ec && ec != http::error::need_more) return std::nullopt;
-      if (used > 0 && rest.size() > 0) continue;
-      ec = {};
-      if (!parser.got_some()) return std::nullopt;
-      parser.put_eof(ec);
-      if (ec || !parser.is_done()) return std::nullopt;
-    }
+    if (!sluice::fuzz::Feed(parser, rest)) return std::nullopt;
     const int status = parser.get().status;
     if (status >= 100 && status < 200 && status != 101) continue;  // interim: the next
     if (status == 101) return std::nullopt;
