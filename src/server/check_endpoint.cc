@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/cat.h"
+#include "policy/request_text.h"
 #include "server/check_api.h"
 #include "server/endpoints.h"
 
@@ -109,20 +110,36 @@ std::optional<HttpAnswer> Refused(std::string_view method,
 using check_endpoint::Checked;
 using check_endpoint::Decide;
 
+namespace check_endpoint {
+
+// One check answered at once when its policy is in this process; nullopt,
+// having decided nothing, when it is in Redis.
+std::optional<HttpAnswer> SingleNow(Context& ctx,
+                                    const std::variant<CheckItem, CheckError>& check) {
+  std::vector<policy::Applied> applied;
+  Checked one;
+  if (!Prepare(ctx, check, applied, one)) return Single(std::move(one));
+  policy::Verdict verdict;
+  if (!DecideNow(ctx, applied, verdict)) return std::nullopt;
+  return Single(Answer(ctx, std::get<CheckItem>(check), applied, verdict, /*headers=*/true));
+}
+
+}  // namespace check_endpoint
+
 std::optional<HttpAnswer> CheckNow(Context& ctx, std::string_view method, std::string_view body) {
+  if (method == "POST") {
+    if (const std::optional<policy::FlatCheck> flat = policy::ParseFlatCheck(body)) {
+      // The common shape (one flat object of strings and a cost), read
+      // without a body of checks to hold it.
+      return check_endpoint::SingleNow(
+          ctx, CheckItem{std::string(flat->policy), std::string(flat->key), flat->cost});
+    }
+  }
   const std::variant<CheckBody, CheckError> read = ReadCheckBody(body);
   if (std::optional<HttpAnswer> refused = check_endpoint::Refused(method, read)) return refused;
   const CheckBody& checks = std::get<CheckBody>(read);
   if (checks.batch) return std::nullopt;
-  std::vector<policy::Applied> applied;
-  Checked one;
-  if (!check_endpoint::Prepare(ctx, checks.checks[0], applied, one)) {
-    return check_endpoint::Single(std::move(one));
-  }
-  policy::Verdict verdict;
-  if (!DecideNow(ctx, applied, verdict)) return std::nullopt;
-  return check_endpoint::Single(check_endpoint::Answer(ctx, std::get<CheckItem>(checks.checks[0]),
-                                                       applied, verdict, /*headers=*/true));
+  return check_endpoint::SingleNow(ctx, checks.checks[0]);
 }
 
 Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body) {
