@@ -265,10 +265,31 @@ TEST(ForwardingTest, AHeadOr304AnswerSaysItsLengthInOneField) {
     EXPECT_EQ(ours.count(http::field::content_length), 1u) << raw;
     EXPECT_EQ(View(ours[http::field::content_length]), "7") << raw;
   }
+  // A 204's is not relayed, to a HEAD either (RFC 9110 section 8.6).
+  EXPECT_EQ(Relayed("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", 11, true, true)
+                .count(http::field::content_length),
+            0u);
   // One the Connection field names is not relayed at all.
   const Response named = Relayed(
       "HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 7\r\n\r\n", 11, true, true);
   EXPECT_EQ(named.count(http::field::content_length), 0u);
+}
+
+// An answer whose Content-Length is past the body limit is refused, and no
+// room is reserved for it (Beast 1.74 offers an eager parser that length
+// when bytes follow the header).
+TEST(ForwardingTest, AnAnswerLongerThanTheLimitIsRefusedWithoutRoomForIt) {
+  for (const bool eager : {false, true}) {
+    AnswerParser parser;
+    parser.eager(eager);
+    parser.body_limit(1024);
+    boost::system::error_code ec;
+    parser.put(boost::asio::buffer(
+                   std::string("HTTP/1.1 200 OK\r\nContent-Length: 21288888888\r\n\r\n\r\nmore")),
+               ec);
+    EXPECT_EQ(ec, http::error::body_limit) << eager;
+    EXPECT_LE(parser.get().body.capacity(), AnswerParser::kReserveBytes) << eager;
+  }
 }
 
 // Settled costs read the answer's fields by name: the first kept one.

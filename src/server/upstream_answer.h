@@ -10,6 +10,7 @@
 #ifndef SLUICE_SERVER_UPSTREAM_ANSWER_H_
 #define SLUICE_SERVER_UPSTREAM_ANSWER_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -75,6 +76,8 @@ class AnswerParser final : public boost::beast::http::basic_parser<false> {
  public:
   // The text of the fields of a common answer, in one allocation.
   static constexpr size_t kTextBytes = 512;
+  // The most of a body reserved before it comes.
+  static constexpr size_t kReserveBytes = 1024 * 1024;
 
   UpstreamAnswer& get() { return answer_; }
   UpstreamAnswer release() {
@@ -108,9 +111,14 @@ class AnswerParser final : public boost::beast::http::basic_parser<false> {
   }
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
-                         error_code&) override {
-    // basic_parser has checked the length against its body limit.
-    if (content_length) answer_.body.reserve(static_cast<size_t>(*content_length));
+                         error_code& ec) override {
+    // Room for the body the upstream says, up to a bound: Beast 1.74 also
+    // calls this for a length past its body limit (an eager parser with
+    // bytes after the header), that limit's error already in `ec`.
+    if (!ec && content_length) {
+      answer_.body.reserve(
+          static_cast<size_t>(std::min<std::uint64_t>(*content_length, kReserveBytes)));
+    }
   }
   std::size_t on_body_impl(string_view body, error_code&) override {
     answer_.body.append(body.data(), body.size());
@@ -193,11 +201,12 @@ class AnswerParser final : public boost::beast::http::basic_parser<false> {
   for (UpstreamAnswer::Field& f : answer.fields) {
     if (f.name == http::field::content_length) f.kept = false;
   }
+  if (bodiless) return true;  // none, even on the answer to a HEAD
   if (head || s == 304) {
     // The length the upstream said, in one canonical field (it may have
     // said it in several, or as a list of the same number).
     if (framing.content_lengths > 0 && answer.said_length) answer.length = *answer.said_length;
-  } else if (!bodiless) {
+  } else {
     answer.length = answer.body.size();
   }
   return true;
