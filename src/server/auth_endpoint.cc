@@ -1,6 +1,7 @@
 // GET /v1/auth[/{policy}]: NGINX auth_request. The original request's
 // facts (X-Original-*) are read by the transport; the policies decide them
 // through policy::Evaluate.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,7 +41,7 @@ HttpAnswer AuthAnswer(Context& ctx, const std::vector<policy::Applied>& applied,
 }  // namespace
 
 std::optional<HttpAnswer> AuthNow(Context& ctx, const policy::RequestFacts& facts,
-                                  std::string_view policy, std::vector<policy::Applied>& applied) {
+                                  std::string_view policy, std::vector<policy::Applied>* later) {
   const policy::PolicySet& set = *ctx.set;
   policy::PolicyList applying;
   if (!policy.empty()) {
@@ -53,6 +54,11 @@ std::optional<HttpAnswer> AuthNow(Context& ctx, const policy::RequestFacts& fact
   } else {
     applying = set.Matching(facts);
   }
+  const bool in_process = std::all_of(applying.begin(), applying.end(),
+                                      [](const policy::Policy* p) { return p->in_process(); });
+  if (!in_process && later == nullptr) return std::nullopt;  // no keys made for nothing
+  std::vector<policy::Applied> local;
+  std::vector<policy::Applied>& applied = later != nullptr ? *later : local;
   ApplyPolicies(ctx, applying, facts, "", applied);
   policy::Verdict verdict;
   if (!DecideNow(ctx, applied, verdict)) return std::nullopt;

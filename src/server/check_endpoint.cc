@@ -127,19 +127,14 @@ std::optional<HttpAnswer> SingleNow(Context& ctx,
 }  // namespace check_endpoint
 
 std::optional<HttpAnswer> CheckNow(Context& ctx, std::string_view method, std::string_view body) {
-  if (method == "POST") {
-    if (const std::optional<policy::FlatCheck> flat = policy::ParseFlatCheck(body)) {
-      // The common shape (one flat object of strings and a cost), read
-      // without a body of checks to hold it.
-      return check_endpoint::SingleNow(
-          ctx, CheckItem{std::string(flat->policy), std::string(flat->key), flat->cost});
-    }
-  }
-  const std::variant<CheckBody, CheckError> read = ReadCheckBody(body);
-  if (std::optional<HttpAnswer> refused = check_endpoint::Refused(method, read)) return refused;
-  const CheckBody& checks = std::get<CheckBody>(read);
-  if (checks.batch) return std::nullopt;
-  return check_endpoint::SingleNow(ctx, checks.checks[0]);
+  if (method != "POST") return std::nullopt;
+  // The common shape (one flat object of strings and a cost), read without
+  // a body of checks to hold it; any other body is read once, by
+  // CheckEndpoint.
+  const std::optional<policy::FlatCheck> flat = policy::ParseFlatCheck(body);
+  if (!flat) return std::nullopt;
+  return check_endpoint::SingleNow(
+      ctx, CheckItem{std::string(flat->policy), std::string(flat->key), flat->cost});
 }
 
 Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body) {

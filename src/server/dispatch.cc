@@ -87,8 +87,7 @@ Routed DispatchNow(Context& ctx, Request& req, const std::string& peer_ip, Liste
     case Endpoint::kAuth: {
       std::string path_storage, host;
       const RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
-      std::vector<policy::Applied> applied;
-      if (std::optional<HttpAnswer> now = AuthNow(ctx, facts, AuthPolicy(path), applied)) {
+      if (std::optional<HttpAnswer> now = AuthNow(ctx, facts, AuthPolicy(path), nullptr)) {
         reply = *std::move(now);
         return Routed::kAnswered;
       }
@@ -128,7 +127,7 @@ Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, List
       std::string path_storage, host;
       const RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
       std::vector<policy::Applied> applied;
-      std::optional<HttpAnswer> now = AuthNow(ctx, facts, AuthPolicy(path), applied);
+      std::optional<HttpAnswer> now = AuthNow(ctx, facts, AuthPolicy(path), &applied);
       if (now) {
         answer = *std::move(now);
       } else {

@@ -18,10 +18,11 @@
 namespace sluice::server {
 
 // POST /v1/check (check_endpoint.cc, with check_api.h): one check or a
-// batch. CheckNow answers at once what needs no Redis (a single check of a
-// policy in this process, a refused method or body), without a coroutine
-// frame of its own; nullopt, having decided nothing, for the rest, which
-// CheckEndpoint answers.
+// batch. CheckNow answers at once, without a coroutine frame of its own, a
+// POST of one flat check (the common shape) whose policy is in this process,
+// or whose error needs no decision; nullopt, having decided nothing, for the
+// rest, which CheckEndpoint answers (a body read once either way but for a
+// flat check of a policy in Redis).
 std::optional<HttpAnswer> CheckNow(Context& ctx, std::string_view method, std::string_view body);
 Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body);
 
@@ -50,14 +51,15 @@ std::optional<std::string> UnsettleablePolicy(const policy::Policy& policy);
 // fits. 204 admits; 403 (mapped to 429 by `error_page 403 =429`) denies,
 // with Retry-After and the RateLimit fields. Answered at once when every
 // policy that applies is in this process (no coroutine frame of its own);
-// nullopt otherwise, with the policies in `applied` for AuthLater, which
-// decides them in Redis. `applied` must outlive AuthLater.
+// nullopt otherwise. With `later`, the policies are then left there for
+// AuthLater, which decides them in Redis (`later` must outlive it);
+// without, nothing is made for them.
 //
 //   std::vector<policy::Applied> applied;
-//   std::optional<HttpAnswer> now = AuthNow(ctx, facts, policy, applied);
+//   std::optional<HttpAnswer> now = AuthNow(ctx, facts, policy, &applied);
 //   if (now) answer = *std::move(now); else answer = co_await AuthLater(ctx, applied);
 std::optional<HttpAnswer> AuthNow(Context& ctx, const policy::RequestFacts& facts,
-                                  std::string_view policy, std::vector<policy::Applied>& applied);
+                                  std::string_view policy, std::vector<policy::Applied>* later);
 Task<HttpAnswer> AuthLater(Context& ctx, const std::vector<policy::Applied>& applied);
 
 // The admin listener (admin.cc): /metrics /healthz /readyz /v1/config
