@@ -33,6 +33,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "base/cat.h"
 #include "envoy/connection_gate.h"
 #include "envoy/rlqs_service.h"
@@ -123,13 +124,15 @@ class Answerer {
 
 // One ShouldRateLimit call in flight, until the policies' verdict completes
 // it (on whatever thread it arrives).
+// It lives in its answerer (a Reactor or an AsyncCall), which outlasts the
+// verdict: gRPC gives the answerer back only after the answer is sent.
 struct Call {
-  Service* service;
-  Answerer* answerer;
-  rls::RateLimitResponse* response;
+  Service* service = nullptr;
+  Answerer* answerer = nullptr;
+  rls::RateLimitResponse* response = nullptr;
   std::shared_ptr<const RlsServer::Snapshot> snapshot;  // keeps rules and limiters alive
   Time now;
-  std::vector<Item> items;
+  absl::InlinedVector<Item, 2> items;    // Envoy sends one or two descriptors a call, most often
   std::vector<policy::Applied> applied;  // what Evaluate decides
 
   void Complete(const policy::Verdict& verdict);
@@ -147,9 +150,11 @@ class Reactor final : public grpc::ServerUnaryReactor, public Answerer {
     delete this;
   }
   void Answer(const grpc::Status& status) override { Finish(status); }
+  Call& call() { return call_; }
 
  private:
   std::atomic<int64_t>& in_flight_;
+  Call call_;
 };
 
 class Service final : public rls::RateLimitService::CallbackService {
@@ -173,31 +178,36 @@ class Service final : public rls::RateLimitService::CallbackService {
                                             rls::RateLimitResponse* response) override {
     (void)context;
     auto* reactor = new Reactor(in_flight_);
-    Handle(*request, response, reactor);
+    Handle(*request, response, reactor, reactor->call());
     return reactor;
   }
 
   // Decides `request` into `response`, then hands the status to `answerer`:
   // before it returns when every limit is in process, else on the store's
-  // thread (no caller's thread ever waits).
+  // thread (no caller's thread ever waits). `call`, the answerer's, is
+  // fresh.
   void Handle(const rls::RateLimitRequest& request, rls::RateLimitResponse* response,
-              Answerer* answerer) {
-    auto call = std::make_shared<Call>();
-    call->service = this;
-    call->answerer = answerer;
-    call->response = response;
-    call->snapshot = snapshot_.load();
-    if (grpc::Status s = Prepare(request, *call); !s.ok()) {
-      Finish(*call, s);
+              Answerer* answerer, Call& call) {
+    call.service = this;
+    call.answerer = answerer;
+    call.response = response;
+    call.snapshot = snapshot_.load();
+    if (grpc::Status s = Prepare(request, call); !s.ok()) {
+      Finish(call, s);
       return;
     }
-    for (Item& item : call->items) {
+    call.applied.reserve(call.items.size());
+    for (Item& item : call.items) {
       if (item.rule == nullptr || item.rule->kind == Rule::Kind::kUnlimited) continue;
-      item.applied = call->applied.size();
-      call->applied.push_back({.policy = &item.rule->policy, .key = item.key, .cost = item.cost});
+      item.applied = call.applied.size();
+      call.applied.push_back({.policy = &item.rule->policy, .key = item.key, .cost = item.cost});
     }
-    policy::Evaluate(call->applied, call->now,
-                     [call](policy::Verdict verdict) { call->Complete(verdict); });
+    if (policy::InProcess(call.applied)) {
+      call.Complete(policy::EvaluateNow(call.applied, call.now));
+      return;
+    }
+    policy::Evaluate(call.applied, call.now,
+                     [c = &call](policy::Verdict verdict) { c->Complete(verdict); });
   }
 
   std::atomic<int64_t>& in_flight_count() { return in_flight_; }
@@ -231,7 +241,7 @@ class Service final : public rls::RateLimitService::CallbackService {
     call.now = clock_.Now();
     const DomainRules* domain = call.snapshot->rules->Find(request.domain());
     const int64_t request_cost = std::max<uint32_t>(1, request.hits_addend());
-    std::vector<Entry> entries;
+    absl::InlinedVector<Entry, 8> entries;
     call.items.resize(static_cast<size_t>(request.descriptors_size()));
     for (int i = 0; i < request.descriptors_size(); ++i) {
       const auto& d = request.descriptors(i);
@@ -376,9 +386,15 @@ class AsyncCall final : public Answerer {
  public:
   AsyncCall(Service& service, rls::RateLimitService::AsyncService& async,
             grpc::ServerCompletionQueue* cq)
-      : service_(service), async_(async), cq_(cq), responder_(&context_) {
+      : service_(service),
+        async_(async),
+        cq_(cq),
+        arena_(ArenaOptions(block_)),
+        request_(google::protobuf::Arena::CreateMessage<rls::RateLimitRequest>(&arena_)),
+        response_(google::protobuf::Arena::CreateMessage<rls::RateLimitResponse>(&arena_)),
+        responder_(&context_) {
     service_.async_calls().fetch_add(1, std::memory_order_acq_rel);
-    async_.RequestShouldRateLimit(&context_, &request_, &responder_, cq_, cq_, this);
+    async_.RequestShouldRateLimit(&context_, request_, &responder_, cq_, cq_, this);
   }
   ~AsyncCall() { service_.async_calls().fetch_sub(1, std::memory_order_acq_rel); }
 
@@ -388,23 +404,36 @@ class AsyncCall final : public Answerer {
       arrived_ = true;
       new AsyncCall(service_, async_, cq_);
       service_.in_flight_count().fetch_add(1, std::memory_order_acq_rel);
-      service_.Handle(request_, &response_, this);
+      service_.Handle(*request_, response_, this, call_);
       return;
     }
     if (arrived_) service_.in_flight_count().fetch_sub(1, std::memory_order_acq_rel);
     delete this;  // answered, or never filled (the server is stopping)
   }
 
-  void Answer(const grpc::Status& status) override { responder_.Finish(response_, status, this); }
+  void Answer(const grpc::Status& status) override { responder_.Finish(*response_, status, this); }
 
  private:
+  // The request's and the answer's fields are allocated from a block of the
+  // call's own (more only for a large request), and freed with it at once.
+  static constexpr size_t kArenaBlock = 2048;
+  static google::protobuf::ArenaOptions ArenaOptions(char* block) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = kArenaBlock;
+    return options;
+  }
+
   Service& service_;
   rls::RateLimitService::AsyncService& async_;
   grpc::ServerCompletionQueue* cq_;
   grpc::ServerContext context_;
-  rls::RateLimitRequest request_;
-  rls::RateLimitResponse response_;
+  alignas(8) char block_[kArenaBlock];
+  google::protobuf::Arena arena_;
+  rls::RateLimitRequest* request_;
+  rls::RateLimitResponse* response_;
   grpc::ServerAsyncResponseWriter<rls::RateLimitResponse> responder_;
+  Call call_;
   bool arrived_ = false;
 };
 
