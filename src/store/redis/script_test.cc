@@ -386,6 +386,53 @@ TEST_F(RedisTest, AFailingPartIsAnsweredAloneAndMalformedCallsAreRefused) {
   }
 }
 
+// In a run of decisions, a key that comes back is decided on what the run
+// wrote to it before, a key held before the call on what it held, a new key
+// as new; and a key of another type fails its part alone, not written over.
+TEST_F(RedisTest, ARunDecidesEachKeyOnWhatTheRunWroteBefore) {
+  for (Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kGcra, Algorithm::kTokenBucket,
+                              Algorithm::kSlidingWindow}) {
+    const std::string name(AlgorithmName(algorithm));
+    SCOPED_TRACE(name);
+    const bool bucket = algorithm == Algorithm::kGcra || algorithm == Algorithm::kTokenBucket;
+    const std::string params = LimitParams(Limit(algorithm, "3/h", bucket ? 3 : 0));
+    const std::string_view limits[] = {params};
+    const std::string held = "{r}:held:" + name, fresh = "{r}:new:" + name,
+                      other = "{r}:list:" + name;
+    Command({"DEL", held, fresh, other});
+    Command({"RPUSH", other, "x"});
+    const std::string_view held_key[] = {held};
+    const CallPart first = EncodePart({.op = ScriptOp::kDecide}, held_key, limits);
+    auto before = ParseCallReply(*Raw(JoinParts({&first, 1})), {&first, 1});
+    ASSERT_TRUE(before.ok() && before->front().ok());
+    EXPECT_EQ(before->front()->decisions[0].remaining, 2);
+
+    const std::string_view fresh_key[] = {fresh}, other_key[] = {other};
+    const CallPart h = EncodePart({.op = ScriptOp::kDecide}, held_key, limits);
+    const CallPart f = EncodePart({.op = ScriptOp::kDecide}, fresh_key, limits);
+    const CallPart o = EncodePart({.op = ScriptOp::kDecide}, other_key, limits);
+    const CallPart* run[] = {&h, &f, &o, &h, &f, &h, &h, &f};
+    auto results = ParseCallReply(*Raw(JoinParts(run)), run);
+    ASSERT_TRUE(results.ok()) << results.status();
+    std::vector<std::string> got;
+    for (const auto& r : *results) {
+      if (!r.ok()) {
+        got.push_back(r.status().message().find("WRONGTYPE") != std::string_view::npos
+                          ? "wrongtype"
+                          : std::string(r.status().message()));
+      } else {
+        const Decision& d = r->decisions[0];
+        got.push_back(d.allowed ? "r=" + std::to_string(d.remaining) : "denied");
+      }
+    }
+    EXPECT_THAT(got, ElementsAre("r=1", "r=2", "wrongtype", "r=0", "r=1", "denied", "denied",
+                                 "r=0"));
+    // The key of another type is as it was.
+    EXPECT_EQ(Command({"TYPE", other})->str, std::string("list"));
+    EXPECT_EQ(Command({"LLEN", other})->integer, 1);
+  }
+}
+
 // ---- expiry: Redis' clock (now "") as in production ----
 
 // When a fresh key's state is fresh again after one decide of `cost` at `now`.
