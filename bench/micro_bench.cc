@@ -19,6 +19,8 @@
 //   BM_StoreRandom{100k,10M}TimeIn/<alg>         same, time passed in, no clock
 //   BM_MapFloor{100k,10M}/{clock,time_in}        token bucket over a bare
 //                                                absl::flat_hash_map (peer floor)
+//   BM_MapFloor{100k,10M}/time_in_atomics        the same with the two atomic
+//                                                steps a shared store takes
 //
 // Every store benchmark except the TimeIn ones reads
 // SystemClock::Default().Now() once per decision (what the server does per
@@ -502,15 +504,30 @@ MapFloor& GetMapFloor(KeySet set) {
   return *floor;
 }
 
-void BM_MapFloor(benchmark::State& st, KeySet set, TimeSource source) {
+// `atomics`: the same, with the two atomic steps a store that threads share
+// takes at the least (as the memory store's read gate and cell do): the
+// reader announced by a sequentially consistent store before the lookup,
+// and the state's first word compare-and-swapped (to itself) after the
+// decision. Both are full barriers on x86; the difference from the bare map
+// is what thread safety costs at this key count.
+void BM_MapFloor(benchmark::State& st, KeySet set, TimeSource source, bool atomics) {
   MapFloor& floor = GetMapFloor(set);
+  std::atomic<const void*> reader{nullptr};
   RandomKeysLoop(st, set == KeySet::k10M ? Keys10M() : Keys100k(), source,
                  [&](const std::string& key, Time now) {
+                   if (atomics) reader.store(&floor, std::memory_order_seq_cst);
                    auto it = floor.map.find(key);
                    sluice::TokenBucketState& state = it->second;
                    const sluice::Outcome<sluice::TokenBucketState> out =
                        Decide(floor.config, state, now, 1);
                    state = out.state;
+                   if (atomics) {
+                     uint64_t word;
+                     std::memcpy(&word, &state, sizeof word);
+                     std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(&state))
+                         .compare_exchange_strong(word, word, std::memory_order_acq_rel);
+                     reader.store(nullptr, std::memory_order_release);
+                   }
                    benchmark::DoNotOptimize(out.decision);
                    return out.decision.allowed;
                  });
@@ -611,8 +628,11 @@ void RegisterAll() {
   Threads12(Register("BM_StoreNewKeys/gcra", BM_StoreNewKeys, kKeyAlgorithms[0]));
   for (KeySet set : {KeySet::k100k, KeySet::k10M}) {
     const std::string size = set == KeySet::k10M ? "10M" : "100k";
-    Register("BM_MapFloor" + size + "/clock", BM_MapFloor, set, TimeSource::kClock)->UseRealTime();
-    Register("BM_MapFloor" + size + "/time_in", BM_MapFloor, set, TimeSource::kPassed)
+    Register("BM_MapFloor" + size + "/clock", BM_MapFloor, set, TimeSource::kClock, false)
+        ->UseRealTime();
+    Register("BM_MapFloor" + size + "/time_in", BM_MapFloor, set, TimeSource::kPassed, false)
+        ->UseRealTime();
+    Register("BM_MapFloor" + size + "/time_in_atomics", BM_MapFloor, set, TimeSource::kPassed, true)
         ->UseRealTime();
     // Per algorithm, its runs together: a 10M fixture is built once for them.
     for (const AlgoSpec& spec : kKeyAlgorithms) {

@@ -425,8 +425,8 @@ TEST_F(RedisTest, ARunDecidesEachKeyOnWhatTheRunWroteBefore) {
         got.push_back(d.allowed ? "r=" + std::to_string(d.remaining) : "denied");
       }
     }
-    EXPECT_THAT(got, ElementsAre("r=1", "r=2", "wrongtype", "r=0", "r=1", "denied", "denied",
-                                 "r=0"));
+    EXPECT_THAT(got,
+                ElementsAre("r=1", "r=2", "wrongtype", "r=0", "r=1", "denied", "denied", "r=0"));
     // The key of another type is as it was.
     EXPECT_EQ(Command({"TYPE", other})->str, std::string("list"));
     EXPECT_EQ(Command({"LLEN", other})->integer, 1);
