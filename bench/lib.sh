@@ -82,6 +82,22 @@ envoy:
 CONF
 }
 
+# Writes the gRPC bodies of the two ShouldRateLimit calls the Envoy rules of
+# bench_envoy_rules decide, to $1/pass.bin and $1/deny.bin: a
+# length-prefixed RateLimitRequest (rls.proto: domain = 1, descriptors = 2;
+# a descriptor's entries = 1; an entry's key = 1, value = 2), one
+# descriptor {pass|deny: k0} in domain `bench`.
+rls_request_bodies() {
+  python3 - "$1" <<'PY'
+import sys
+def field(n, b): return bytes([(n << 3) | 2, len(b)]) + b
+for case in ("pass", "deny"):
+    entry = field(1, case.encode()) + field(2, b"k0")
+    msg = field(1, b"bench") + field(2, field(1, entry))
+    open(f"{sys.argv[1]}/{case}.bin", "wb").write(b"\0" + len(msg).to_bytes(4, "big") + msg)
+PY
+}
+
 # Starts the upstream the gateway benchmarks forward to: NGINX (the binary
 # $1), one worker, answering every request 200 "ok" on 127.0.0.1:$3, its
 # files in folder $2. Sets UPSTREAM_PID (the caller stops it, by PID, and

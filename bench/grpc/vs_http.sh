@@ -54,17 +54,7 @@ CONF
 SERVER_PID=$!
 wait_port "$PORT" && wait_port "$GRPC"
 
-# The gRPC request bodies: a length-prefixed RateLimitRequest (rls.proto:
-# domain = 1, descriptors = 2; a descriptor's entries = 1; an entry's key = 1,
-# value = 2), encoded here.
-python3 - "$WORK" <<'PY'
-import sys
-def field(n, b): return bytes([(n << 3) | 2, len(b)]) + b
-for case in ("pass", "deny"):
-    entry = field(1, case.encode()) + field(2, b"k0")
-    msg = field(1, b"bench") + field(2, field(1, entry))
-    open(f"{sys.argv[1]}/{case}.bin", "wb").write(b"\0" + len(msg).to_bytes(4, "big") + msg)
-PY
+rls_request_bodies "$WORK"  # pass.bin, deny.bin
 
 rls_counts() {  # ok over_limit, from sluice's metrics
   timeout 10 python3 - "$ADMIN" <<'PY'
