@@ -1,7 +1,7 @@
-# Sourced by the benchmark scripts (bench/http/run.sh, bench/redis/*.sh,
-# bench/grpc/*.sh), from the repository's root: loopback ports, the
-# benchmark's redis-server, the Node peer, the gRPC benchmarks' rules, a work
-# folder cleaned at exit.
+# Sourced by the benchmark scripts (bench/http/*.sh, bench/redis/*.sh,
+# bench/grpc/*.sh), from the repository's root: the release binary, loopback
+# ports, the benchmark's redis-server, the Node peer, the gRPC benchmarks'
+# rules and request bodies, a work folder cleaned at exit.
 
 # A TCP port on 127.0.0.1 that nothing listens on now.
 free_port() {
@@ -15,6 +15,18 @@ wait_port() {
     sleep 0.05
   done
   echo "nothing listens on port $1" >&2; return 1
+}
+
+# The path of a release binary: $1 when given (another build's, to compare
+# two versions), else build/release/$3, built (target $2, release preset)
+# when missing.
+release_binary() {
+  local path=${1:-$PWD/build/release/$3}
+  if [[ ! -x "$path" ]]; then
+    timeout 900 cmake --preset release >/dev/null
+    timeout 900 cmake --build build/release --target "$2" >/dev/null
+  fi
+  echo "$path"
 }
 
 # A work folder for the script (WORK), and at exit the server it started

@@ -30,12 +30,8 @@ CPU_AFFINITY=${CPU_AFFINITY:-true}  # server.cpu_affinity, as bench/http/run.sh 
 
 source scripts/deps.sh
 sluice_install_deps nghttp2-client wrk
-SLUICE="${SLUICE:-$PWD/build/release/sluice}"
-if [[ ! -x "$SLUICE" ]]; then
-  timeout 900 cmake --preset release >/dev/null
-  timeout 900 cmake --build build/release --target sluice >/dev/null
-fi
-source bench/lib.sh  # free_port, wait_port, bench_envoy_rules, work_dir_with_cleanup
+source bench/lib.sh  # release_binary, free_port, wait_port, bench_envoy_rules, rls_request_bodies, work_dir_with_cleanup
+SLUICE=$(release_binary "${SLUICE:-}" sluice sluice)
 
 work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
 

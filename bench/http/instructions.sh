@@ -42,12 +42,8 @@ CASE=${CASE:-auth}
 
 source scripts/deps.sh
 sluice_install_deps valgrind nghttp2-client nginx-light
-SLUICE="${SLUICE:-$PWD/build/release/sluice}"
-if [[ ! -x "$SLUICE" ]]; then
-  timeout 900 cmake --preset release >/dev/null
-  timeout 900 cmake --build build/release --target sluice >/dev/null
-fi
-source bench/lib.sh  # free_port, wait_port, work_dir_with_cleanup
+source bench/lib.sh  # release_binary, free_port, wait_port, work_dir_with_cleanup
+SLUICE=$(release_binary "${SLUICE:-}" sluice sluice)
 
 work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
 NGINX_BIN=$(command -v nginx || echo /usr/sbin/nginx)

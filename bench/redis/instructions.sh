@@ -30,12 +30,8 @@ ALGORITHMS=("$@")
 
 source scripts/deps.sh
 sluice_install_deps valgrind redis-server
-BENCH="${BENCH:-$PWD/build/release/bench/sluice_bench_redis}"
-if [[ ! -x "$BENCH" ]]; then
-  timeout 900 cmake --preset release >/dev/null
-  timeout 900 cmake --build build/release --target sluice_bench_redis >/dev/null
-fi
-source bench/lib.sh  # free_port, work_dir_with_cleanup
+source bench/lib.sh  # release_binary, free_port, work_dir_with_cleanup
+BENCH=$(release_binary "${BENCH:-}" sluice_bench_redis bench/sluice_bench_redis)
 
 work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
 
