@@ -11,7 +11,8 @@
 #
 # Each case runs with 1 key and with 100k random keys, passing (a rate nobody
 # reaches) and rejecting (1/min), sluice and NGINX alternately (A B A B ...),
-# ROUNDS times; it prints medians of req/s and p99 latency and the ratios.
+# ROUNDS times; it prints medians of req/s and p99 latency, the ratio of
+# the medians, and each round's ratio.
 # Both sides get WORKERS workers (NGINX worker_processes, sluice threads).
 #
 # sluice runs with server.cpu_affinity (CPU_AFFINITY=false to turn it off):
@@ -150,10 +151,13 @@ for line in open(sys.argv[1]):
     parts = line.split()
     name, who, rps, p99 = parts[0], parts[1], float(parts[2]), float(parts[3])
     runs[name][who].append((rps, p99))
-print(f"{'case':28} {'sluice req/s':>13} {'nginx req/s':>12} {'ratio':>6} {'sluice p99 ms':>14} {'nginx p99 ms':>13}")
+# The ratio of the medians, then each round's own (sluice's run over the
+# NGINX run right after it): how far one round can move the verdict.
+print(f"{'case':28} {'sluice req/s':>13} {'nginx req/s':>12} {'ratio':>6} {'sluice p99 ms':>14} {'nginx p99 ms':>13}  per round")
 for name, sides in runs.items():
     s = sides["sluice"]; n = sides["nginx"]
     s_rps = statistics.median(r for r, _ in s); n_rps = statistics.median(r for r, _ in n)
     s_p99 = statistics.median(p for _, p in s); n_p99 = statistics.median(p for _, p in n)
-    print(f"{name:28} {s_rps:13.0f} {n_rps:12.0f} {s_rps / n_rps:6.2f} {s_p99:14.3f} {n_p99:13.3f}")
+    rounds = ", ".join(f"{a / b:.2f}" for (a, _), (b, _) in zip(s, n))
+    print(f"{name:28} {s_rps:13.0f} {n_rps:12.0f} {s_rps / n_rps:6.2f} {s_p99:14.3f} {n_p99:13.3f}  {rounds}")
 PY
