@@ -113,6 +113,10 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
 redis_cpu_us() {
   awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000000 / hz) }' "/proc/$REDIS_PID/stat"
 }
+# ... of which in the kernel (system time).
+redis_sys_us() {
+  awk -v hz="$(getconf CLK_TCK)" '{ print int($15 * 1000000 / hz) }' "/proc/$REDIS_PID/stat"
+}
 # Redis' own time inside FCALL so far (INFO commandstats), in microseconds.
 fcall_us() {
   "${RCLI[@]}" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:.*,usec=\([0-9]*\),.*/\1/p' | grep . || echo 0
@@ -182,17 +186,17 @@ RESULTS="$OUT/results.jsonl"
 # measure CASE ALGORITHM ROUND: one wrk run against the running sluice; its
 # line (wrk's numbers, the metric deltas, redis-server's CPU) to results.jsonl.
 measure() {
-  local m0 m1 cpu0 cpu1 f0 f1
-  m0=$(metrics "$SLUICE_ADMIN"); f0=$(fcall_us); cpu0=$(redis_cpu_us)
+  local m0 m1 cpu0 cpu1 f0 f1 sys0 sys1
+  m0=$(metrics "$SLUICE_ADMIN"); f0=$(fcall_us); cpu0=$(redis_cpu_us); sys0=$(redis_sys_us)
   "${LOAD[@]}" timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
     "http://127.0.0.1:$SLUICE_PORT/v1/check" > "$WORK/wrk.txt" 2>&1
-  cpu1=$(redis_cpu_us); f1=$(fcall_us); m1=$(metrics "$SLUICE_ADMIN")
+  cpu1=$(redis_cpu_us); sys1=$(redis_sys_us); f1=$(fcall_us); m1=$(metrics "$SLUICE_ADMIN")
   # non_2xx: wrk's count; http_codes: sluice's own, which also counts the
   # answers still in flight when wrk stopped.
   timeout 10 python3 - "$1" "$2" "$3" "$WORK/wrk.txt" "$m0" "$m1" $((cpu1 - cpu0)) \
-      "$DURATION" "$ABUSE_PERIOD_S" "$KEYS" $((f1 - f0)) <<'PY' >> "$RESULTS"
+      "$DURATION" "$ABUSE_PERIOD_S" "$KEYS" $((f1 - f0)) $((sys1 - sys0)) <<'PY' >> "$RESULTS"
 import json, re, sys
-case, alg, rnd, wrk_file, m0, m1, cpu, duration, period, keys, fcall = sys.argv[1:]
+case, alg, rnd, wrk_file, m0, m1, cpu, duration, period, keys, fcall, system = sys.argv[1:]
 text = open(wrk_file).read()
 m0, m1, cpu, duration, period = json.loads(m0), json.loads(m1), int(cpu), float(duration), float(period)
 d = lambda k: int(m1.get(k, 0) - m0.get(k, 0))
@@ -219,6 +223,7 @@ r = {"case": case, "algorithm": alg, "round": int(rnd), "seconds": duration,
      "redis_calls_per_s": round(calls / duration, 1),
      "redis_calls_per_period": round(calls / duration * period, 1),
      "redis_cpu_us": cpu, "redis_cpu_us_per_decision": round(cpu / max(decisions, 1), 3),
+     "redis_system_us_per_decision": round(int(system) / max(decisions, 1), 3),
      "fcall_us_per_decision": round(int(fcall) / max(decisions, 1), 3)}
 print(json.dumps(r))
 PY
@@ -229,14 +234,14 @@ PY
 # JSON and redis-server's CPU) to results.jsonl, as the case "peer" of the
 # sluice run it follows.
 measure_peer() {
-  local line cpu0 cpu1
+  local line cpu0 cpu1 sys0 sys1
   "${RCLI[@]}" FLUSHALL >/dev/null
-  cpu0=$(redis_cpu_us)
+  cpu0=$(redis_cpu_us); sys0=$(redis_sys_us)
   line=$("${LOAD[@]}" timeout $((DURATION + 30)) node bench/redis/rlf_bench.js --port "$REDIS_PORT" \
            --inflight 64 --keys "$KEYS" --seconds "$DURATION" --mode pass)
-  cpu1=$(redis_cpu_us)
-  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(case="peer", algorithm=sys.argv[2], round=int(sys.argv[3])); d["redis_cpu_us_per_decision"]=round(int(sys.argv[4]) / max(d["decisions"], 1), 3); print(json.dumps(d))' \
-    "$line" "$1" "$2" $((cpu1 - cpu0)) >> "$RESULTS"
+  cpu1=$(redis_cpu_us); sys1=$(redis_sys_us)
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(case="peer", algorithm=sys.argv[2], round=int(sys.argv[3])); n=max(d["decisions"], 1); d["redis_cpu_us_per_decision"]=round(int(sys.argv[4]) / n, 3); d["redis_system_us_per_decision"]=round(int(sys.argv[5]) / n, 3); print(json.dumps(d))' \
+    "$line" "$1" "$2" $((cpu1 - cpu0)) $((sys1 - sys0)) >> "$RESULTS"
 }
 
 # measure_peer_http ALGORITHM ROUND: the peer behind HTTP (rlf_serve.js),
@@ -310,10 +315,10 @@ med = lambda rs, f: statistics.median(r[f] for r in rs)
 print((out / "machine.txt").read_text().rstrip())
 print("\n## fleet: uniform keys, nothing denied (medians of", max(len(v) for v in runs.values()), "rounds)\n")
 print("| algorithm | keys | requests/s | p50 us | p99 us | non-2xx | Redis calls per decision "
-      "| calls of one decision (share of calls) | redis-server CPU us per decision | of which inside FCALL | peer in process: CPU us per consume() | CPU sluice / peer in process "
+      "| calls of one decision (share of calls) | redis-server CPU us per decision | of which in the kernel | of which inside FCALL | peer in process: CPU us per consume() | CPU sluice / peer in process "
       "| peer behind HTTP: requests/s | peer behind HTTP: CPU us per consume() | CPU sluice / peer behind HTTP "
       "| Redis errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
 
 def against(rs, peer):
     """The peer's median CPU per consume(), and sluice's CPU over it: median (per round)."""
@@ -331,7 +336,8 @@ for (case, alg), rs in runs.items():
         http_rate = f"{med(http, 'requests_per_s'):.0f}" if http else "-"
         print(f"| {alg} | {rs[0]['keys']} | {med(rs, 'requests_per_s'):.0f} | {med(rs, 'p50_us'):.0f} "
               f"| {med(rs, 'p99_us'):.0f} | {med(rs, 'non_2xx'):.0f} | {med(rs, 'calls_per_decision'):.3f} "
-              f"| {med(rs, 'single_call_share'):.2f} | {med(rs, 'redis_cpu_us_per_decision'):.2f} | {med(rs, 'fcall_us_per_decision'):.2f} "
+              f"| {med(rs, 'single_call_share'):.2f} | {med(rs, 'redis_cpu_us_per_decision'):.2f} | {med(rs, 'redis_system_us_per_decision'):.2f} "
+              f"| {med(rs, 'fcall_us_per_decision'):.2f} "
               f"| {against(rs, runs.get(('peer', alg), []))} "
               f"| {http_rate} | {against(rs, http)} | {med(rs, 'redis_errors'):.0f} |")
 print("\n## abuse: one key, limit 100/10s\n")
