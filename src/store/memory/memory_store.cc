@@ -39,10 +39,12 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       std::is_same_v<Config, GcraConfig> || std::is_same_v<Config, TokenBucketConfig> ||
       std::is_same_v<Config, LeakyPoliceConfig> || std::is_same_v<Config, LeakyShapeConfig>;
 
-  MemoryTable(LimitConfig config, std::shared_ptr<KeyBudget> budget,
+  // `config` is what config() reports; `decided` decides (the same limit,
+  // or, for a token bucket, the gcra of its rate and burst: DecidedAs).
+  MemoryTable(LimitConfig config, const Config& decided, std::shared_ptr<KeyBudget> budget,
               std::shared_ptr<RememberedKeys> remembered, uint64_t salt)
       : limit_config_(std::move(config)),
-        config_(std::get<Config>(limit_config_)),
+        config_(decided),
         budget_(std::move(budget)),
         remembered_(std::move(remembered)),
         salt_(salt) {
@@ -306,7 +308,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
   const LimitConfig limit_config_;
-  const Config& config_;
+  const Config config_;
   const std::shared_ptr<KeyBudget> budget_;
   const std::shared_ptr<RememberedKeys> remembered_;  // null unless OnFull::kRemember
   const uint64_t salt_;
@@ -330,12 +332,35 @@ MemoryStore::MemoryStore(MemoryStoreOptions options)
 
 MemoryStore::~MemoryStore() = default;
 
+namespace internal {
+namespace {
+
+// The algorithm a table decides `config` with. A token bucket is decided as
+// the gcra of its rate and burst: its state kept as one word, its zero time
+// (SPEC: "tokens + last time, or one zero time"), updated by one
+// compare-and-swap instead of a sequence lock over two words. The two
+// decide alike, every field, on every monotonic trace
+// (tests/conformance/bucket_test.cc); after a clock step back a token
+// bucket decides as of its last time, its zero time as of now: a longer
+// wait, never a shorter one (docs/algorithms.md).
+template <typename Config>
+const Config& DecidedAs(const Config& config) {
+  return config;
+}
+GcraConfig DecidedAs(const TokenBucketConfig& config) {
+  return GcraConfig{static_cast<const BucketConfig&>(config)};
+}
+
+}  // namespace
+}  // namespace internal
+
 absl::StatusOr<std::shared_ptr<LimitTable>> MemoryStore::OpenTable(const LimitConfig& config) {
   return std::visit(
       [&](const auto& c) -> std::shared_ptr<LimitTable> {
-        using Config = std::decay_t<decltype(c)>;
-        return std::make_shared<internal::MemoryTable<Config>>(config, budget_, remembered_,
-                                                               next_salt_.fetch_add(1) + 1);
+        const auto& decided = internal::DecidedAs(c);
+        using Decided = std::decay_t<decltype(decided)>;
+        return std::make_shared<internal::MemoryTable<Decided>>(
+            config, decided, budget_, remembered_, next_salt_.fetch_add(1) + 1);
       },
       config);
 }

@@ -390,6 +390,106 @@ TEST(MemoryStore, SlidingLogAnswersAsTheAlgorithmDoesWithDenialsOffItsLock) {
   EXPECT_GT(denials, 5000);
 }
 
+// Runs random decides, checks, charges and refunds on one key of a
+// token_bucket table and on `reference` (a state of the algorithm
+// `Reference` with `config`'s rate and burst), and expects every field of
+// every decision alike. `steps_back`: the clock steps back now and then.
+template <typename Reference>
+void ExpectTokenBucketTableDecidesAs(std::string_view rate, int64_t burst, uint64_t seed,
+                                     bool steps_back) {
+  const LimitConfig config = Limit(Algorithm::kTokenBucket, rate, burst);
+  const Reference reference{static_cast<const BucketConfig&>(std::get<TokenBucketConfig>(config))};
+  StateOf_t<Reference> state;
+  MemoryStore store;
+  auto table = Open(store, config);
+  std::mt19937_64 rng(seed);
+  const int64_t gap = ParseRate(rate)->period.micros() / ParseRate(rate)->limit;
+  int64_t now_us = kStart.unix_micros();
+  std::vector<std::pair<int64_t, int64_t>> taken;  // (time, cost) admitted
+  int denials = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const int64_t step = static_cast<int64_t>(rng() % 100);
+    if (step < 5 && steps_back) {
+      now_us -= static_cast<int64_t>(rng() % static_cast<uint64_t>(3 * gap + 1));
+    } else if (step < 20) {
+      // the same instant
+    } else if (step < 23) {
+      now_us += static_cast<int64_t>(rng() % static_cast<uint64_t>(100 * gap + 1));  // idle
+    } else {
+      now_us += static_cast<int64_t>(rng() % static_cast<uint64_t>(gap + 1));
+    }
+    const Time now = Time::FromUnixMicros(now_us);
+    const int64_t cost = step % 10 < 6 ? 1 : static_cast<int64_t>(rng() % (burst + 3));
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", step " << i << ", cost " << cost);
+    if (step >= 92 && !taken.empty()) {  // give one back
+      const auto [at, given] = taken[rng() % taken.size()];
+      RefundInPlace(reference, state, Time::FromUnixMicros(at), given);
+      ASSERT_TRUE(table->Refund("k", Time::FromUnixMicros(at), given).ok());
+      continue;
+    }
+    if (step >= 88) {  // a settled cost over the estimate: debt
+      ChargeInPlace(reference, state, now, cost);
+      ASSERT_TRUE(table->Charge("k", now, cost).ok());
+      continue;
+    }
+    const bool check = step >= 80;
+    const Decision want = check ? CheckInPlace(reference, state, now, cost)
+                                : DecideInPlace(reference, state, now, cost);
+    const absl::StatusOr<Decision> got = check ? table->Check("k", now, cost)
+                                               : table->Decide("k", now, cost);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(got->allowed, want.allowed);
+    ASSERT_EQ(got->limit, want.limit);
+    ASSERT_EQ(got->remaining, want.remaining);
+    ASSERT_EQ(got->reset_after, want.reset_after);
+    ASSERT_EQ(got->retry_after, want.retry_after);
+    ASSERT_EQ(got->delay, want.delay);
+    if (!check && want.allowed && cost > 0) taken.emplace_back(now_us, cost);
+    if (!want.allowed) ++denials;
+  }
+  EXPECT_GT(denials, 500);
+}
+
+// The table keeps a token bucket as one word, its zero time, and decides it
+// as gcra does: on a clock that never goes back, exactly as the token
+// bucket's own functions, every field.
+TEST(MemoryStore, ATokenBucketDecidesAsItsAlgorithmOnEveryMonotonicTrace) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    ExpectTokenBucketTableDecidesAs<TokenBucketConfig>("5/s", 5, seed, false);
+    ExpectTokenBucketTableDecidesAs<TokenBucketConfig>("3/250ms", 7, seed, false);
+    ExpectTokenBucketTableDecidesAs<TokenBucketConfig>("100/s", 1, seed, false);
+    ExpectTokenBucketTableDecidesAs<TokenBucketConfig>("7/h", 20, seed, false);
+  }
+}
+
+// After a clock step back it decides as gcra (as of now, where the token
+// bucket's functions decide as of the last time they saw): never sooner.
+TEST(MemoryStore, ATokenBucketAfterAClockStepBackDecidesAsGcra) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    ExpectTokenBucketTableDecidesAs<GcraConfig>("5/s", 5, seed, true);
+    ExpectTokenBucketTableDecidesAs<GcraConfig>("3/250ms", 7, seed, true);
+  }
+  // One of two tokens taken at t, another asked for at t - 1 s: the token
+  // bucket's own functions decide as of t, when one token is left, and
+  // allow; the table decides as of t - 1 s, when the bucket, counted back
+  // from its zero time (t + 1 s), is empty, and says 1 s: later, never
+  // earlier.
+  const LimitConfig config = Limit(Algorithm::kTokenBucket, "1/s", 2);
+  const TokenBucketConfig& bucket = std::get<TokenBucketConfig>(config);
+  MemoryStore store;
+  auto table = Open(store, config);
+  TokenBucketState state;
+  const Time t = kStart + Duration::Seconds(10);
+  ASSERT_TRUE(table->Decide("k", t, 1)->allowed);
+  ASSERT_TRUE(DecideInPlace(bucket, state, t, 1).allowed);
+  const Decision own = DecideInPlace(bucket, state, t - Duration::Seconds(1), 1);
+  const absl::StatusOr<Decision> got = table->Decide("k", t - Duration::Seconds(1), 1);
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(own.allowed);
+  EXPECT_FALSE(got->allowed);
+  EXPECT_EQ(got->retry_after, Duration::Seconds(1));
+}
+
 TEST(MemoryStore, ClosingATableReleasesItsKeys) {
   MemoryStore store({.max_keys = 10});
   {

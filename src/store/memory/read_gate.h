@@ -125,8 +125,9 @@ class ShardGate {
 };
 
 // A key's state, updated by many readers at once, in one of three forms:
-//   - one word (gcra, leaky_bucket_shape): a compare-and-swap of the word;
-//   - a few words (token_bucket, fixed_window, sliding_window, ...): a
+//   - one word (gcra, token_bucket as gcra, leaky_bucket_shape): a
+//     compare-and-swap of the word;
+//   - a few words (fixed_window, sliding_window, ...): a
 //     sequence lock. The words are read (relaxed atomics) between two reads
 //     of an even version; the step runs on that copy; the copy is installed
 //     by a compare-and-swap of the version from what was read to odd, so it
