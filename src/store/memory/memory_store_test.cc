@@ -435,8 +435,8 @@ void ExpectTokenBucketTableDecidesAs(std::string_view rate, int64_t burst, uint6
     const bool check = step >= 80;
     const Decision want = check ? CheckInPlace(reference, state, now, cost)
                                 : DecideInPlace(reference, state, now, cost);
-    const absl::StatusOr<Decision> got = check ? table->Check("k", now, cost)
-                                               : table->Decide("k", now, cost);
+    const absl::StatusOr<Decision> got =
+        check ? table->Check("k", now, cost) : table->Decide("k", now, cost);
     ASSERT_TRUE(got.ok());
     ASSERT_EQ(got->allowed, want.allowed);
     ASSERT_EQ(got->limit, want.limit);
