@@ -8,11 +8,16 @@
 // the child checks stats().keys == N and no eviction), reads VmRSS again and
 // prints one JSON line:
 //   {"algorithm": "gcra", "keys": 10000000, "rss_before_kb": ..,
-//    "rss_after_kb": .., "bytes_per_key": .., "insert_ns": ..}
+//    "rss_after_kb": .., "bytes_per_key": .., "insert_ns": .., "on_full": ..,
+//    "remembered_table_bytes": ..}
+// With on_full: remember (the default) the store, once it nears full,
+// commits the pages of its table of evicted keys ahead of need (about 48
+// bytes per slot of max_keys), so RSS grows by that table too; --on_full=evict
+// measures the keys alone.
 // A child per measurement, so that what one measurement freed and the
 // allocator kept cannot hide the next one's growth.
 //
-// Usage: sluice_bench_memory [--keys=N[,N...]] [--algorithms=a[,b...]]
+// Usage: sluice_bench_memory [--keys=N[,N...]] [--algorithms=a[,b...]] [--on_full=remember,evict]
 //        sluice_bench_memory --flood [--keys=N,...] [--limits=L,...] [--on_full=remember,evict]
 // Defaults: --keys=100000,7500000,10000000 (7.5M: just after the store's
 //           per-shard tables doubled, the emptiest they get)
@@ -81,7 +86,14 @@ std::vector<std::string> Split(std::string_view text) {
   return out;
 }
 
-int Measure(sluice::Algorithm algorithm, const std::string& name, int64_t n) {
+const char* OnFullName(sluice::OnFull on_full) {
+  return on_full == sluice::OnFull::kRemember ? "remember"
+         : on_full == sluice::OnFull::kEvict  ? "evict"
+                                              : "deny_new";
+}
+
+int Measure(sluice::Algorithm algorithm, const std::string& name, int64_t n,
+            sluice::OnFull on_full) {
   sluice::LimitOptions options;
   options.algorithm = algorithm;
   options.rate = sluice::Rate{100, sluice::Duration::Seconds(1)};
@@ -97,7 +109,7 @@ int Measure(sluice::Algorithm algorithm, const std::string& name, int64_t n) {
   const int64_t before_kb = VmRssKb();
   const auto start = std::chrono::steady_clock::now();
   {
-    sluice::MemoryStore store({.max_keys = n});
+    sluice::MemoryStore store({.max_keys = n, .on_full = on_full});
     absl::StatusOr<std::shared_ptr<sluice::LimitTable>> table = store.OpenTable(*config);
     if (!table.ok()) return 1;
     for (int64_t i = 0; i < n; ++i) {
@@ -123,10 +135,12 @@ int Measure(sluice::Algorithm algorithm, const std::string& name, int64_t n) {
     }
     std::printf(
         "{\"algorithm\": \"%s\", \"keys\": %lld, \"rss_before_kb\": %lld, "
-        "\"rss_after_kb\": %lld, \"bytes_per_key\": %.1f, \"insert_ns\": %.1f}\n",
+        "\"rss_after_kb\": %lld, \"bytes_per_key\": %.1f, \"insert_ns\": %.1f, "
+        "\"on_full\": \"%s\", \"remembered_table_bytes\": %lld}\n",
         name.c_str(), static_cast<long long>(n), static_cast<long long>(before_kb),
         static_cast<long long>(after_kb),
-        static_cast<double>(after_kb - before_kb) * 1024.0 / static_cast<double>(n), insert_ns);
+        static_cast<double>(after_kb - before_kb) * 1024.0 / static_cast<double>(n), insert_ns,
+        OnFullName(on_full), static_cast<long long>(stats.remembered_bytes));
     std::fflush(stdout);
   }
   return 0;
@@ -228,10 +242,7 @@ int Flood(int64_t n, int limits, sluice::OnFull on_full) {
       QuantileUs(wall_ns, 0.999), QuantileUs(wall_ns, 1.0), QuantileUs(run_cpu_ns, 0.999),
       QuantileUs(run_cpu_ns, 1.0), static_cast<long long>(stats.keys),
       static_cast<long long>(stats.fresh_evictions), static_cast<long long>(stats.forced_evictions),
-      static_cast<long long>(stats.reclaim_passes),
-      on_full == sluice::OnFull::kRemember ? "remember"
-      : on_full == sluice::OnFull::kEvict  ? "evict"
-                                           : "deny_new",
+      static_cast<long long>(stats.reclaim_passes), OnFullName(on_full),
       static_cast<long long>(stats.remembered), static_cast<long long>(stats.recalled),
       static_cast<long long>(restricted));
   std::fflush(stdout);
@@ -287,7 +298,7 @@ int main(int argc, char** argv) {
       for (const std::string& s : Split(arg.substr(9))) limit_counts.push_back(std::stoi(s));
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--keys=N,...] [--algorithms=a,...]\n"
+                   "usage: %s [--keys=N,...] [--algorithms=a,...] [--on_full=remember,evict]\n"
                    "       %s --flood [--keys=N,...] [--limits=L,...] [--on_full=remember,evict]\n",
                    argv[0], argv[0]);
       return 2;
@@ -317,10 +328,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "unsupported algorithm %s\n", name.c_str());
         return 2;
       }
-      if (!InChild([&] { return Measure(*algorithm, name, n); })) {
-        std::fprintf(stderr, "measurement %s/%lld failed\n", name.c_str(),
-                     static_cast<long long>(n));
-        ++failures;
+      for (sluice::OnFull on_full : on_fulls) {
+        if (!InChild([&] { return Measure(*algorithm, name, n, on_full); })) {
+          std::fprintf(stderr, "measurement %s/%lld failed\n", name.c_str(),
+                       static_cast<long long>(n));
+          ++failures;
+        }
       }
     }
   }
