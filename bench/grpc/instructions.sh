@@ -18,7 +18,8 @@
 #
 # Usage: bench/grpc/instructions.sh [N=5000]
 # Variables: SLUICE (the binary; build/release/sluice, built when missing),
-#   CASES ("pass deny").
+#   CASES ("pass deny"), KEEP (a folder: each run's callgrind output is kept there,
+#   callgrind.<case>.<calls>, for callgrind_annotate).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -62,6 +63,7 @@ count() {
   kill "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
+  if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cat "$WORK"/callgrind.out.* > "$KEEP/callgrind.$case.$n"; fi
   awk '/^(summary|totals):/ {print $2; exit}' "$WORK"/callgrind.out.*
 }
 
