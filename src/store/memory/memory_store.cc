@@ -1,6 +1,9 @@
 #include "sluice/store/memory_store.h"
 
 #include <array>
+#include <atomic>
+#include <bit>
+#include <cstdint>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -13,6 +16,7 @@
 #include "store/memory/compact_key.h"
 #include "store/memory/key_budget.h"
 #include "store/memory/log_cell.h"
+#include "store/memory/packed_window.h"
 #include "store/memory/read_gate.h"
 #include "store/memory/remembered.h"
 
@@ -25,14 +29,18 @@ constexpr int kShardBits = 6;
 constexpr int kShards = 1 << kShardBits;
 static_assert(kShards == ReclaimableTable::kShards);
 
-template <typename Config>
+// kPacked: a fixed window's states packed in one word each (PackedWindowCell,
+// `count_bits` from PackedCountBits).
+template <typename Config, bool kPacked = false>
 class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   using State = StateOf_t<Config>;
   // The sliding log's cell answers certain denials without its lock
-  // (log_cell.h); every other state is a StateCell (read_gate.h).
+  // (log_cell.h); a packed fixed window's is one word; every other state is
+  // a StateCell (read_gate.h).
   static constexpr bool kLog = std::is_same_v<Config, SlidingLogConfig>;
-  using Cell = std::conditional_t<kLog, LogCell, StateCell<State>>;
+  using Cell = std::conditional_t<kLog, LogCell,
+                                  std::conditional_t<kPacked, PackedWindowCell, StateCell<State>>>;
   // Whether StateUntil gives back the very state (the bucket algorithms):
   // evicting such a key loses nothing when it is remembered.
   static constexpr bool kRememberedWhole =
@@ -42,8 +50,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   // `config` is what config() reports; `decided` decides (the same limit,
   // or, for a token bucket, the gcra of its rate and burst: DecidedAs).
   MemoryTable(LimitConfig config, const Config& decided, std::shared_ptr<KeyBudget> budget,
-              std::shared_ptr<RememberedKeys> remembered, uint64_t salt)
-      : limit_config_(std::move(config)),
+              std::shared_ptr<RememberedKeys> remembered, uint64_t salt, int count_bits = 0)
+      : count_bits_(count_bits),
+        limit_config_(std::move(config)),
         config_(decided),
         budget_(std::move(budget)),
         remembered_(std::move(remembered)),
@@ -58,6 +67,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
   absl::StatusOr<Decision> Decide(std::string_view key, Time now, int64_t cost) override {
+    if (absl::Status s = InRange(now); !s.ok()) return s;
     auto step = [&](State& state) { return DecideInPlace(config_, state, now, cost); };
     auto keep = [cost](const Decision& d) { return d.allowed && cost > 0; };
     if constexpr (kLog) {
@@ -75,6 +85,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     if constexpr (!kCharges<Config>) {
       return LimitTable::Charge(key, now, cost);
     } else {
+      if (absl::Status s = InRange(now); !s.ok()) return s;
       return Write(
                  key, now,
                  [&](State& state) {
@@ -106,7 +117,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
         if constexpr (!std::is_same_v<Peek, NoPeek>) {
           if (std::optional<Decision> d = peek(it->second)) return *d;
         }
-        return it->second.Update(step);
+        return UpdateCell(it->second, step);
       }
     }
     // A new key: decide on a fresh state (or on what is remembered of it,
@@ -120,7 +131,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     std::unique_lock lock(writer);
     // Another thread may have created the key meanwhile: decide on its state.
     if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-      return it->second.Update(step);
+      return UpdateCell(it->second, step);
     }
     // The slot is reserved before the key goes in, so the store never holds
     // more than max_keys keys, however many threads insert at once.
@@ -132,7 +143,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       // Another thread may have created the key meanwhile: decide on its state.
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
         if (reserved) budget_->Removed(1);
-        return it->second.Update(step);
+        return UpdateCell(it->second, step);
       }
       if (!reserved) {
         if (!budget_->evicts()) {
@@ -154,7 +165,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       }
       admission = KeyBudget::Admission::kAdmitted;
     }
-    shard.map.emplace(CompactKey(key), Cell(std::move(state)));
+    shard.map.emplace(CompactKey(key), MakeCell(std::move(state)));
     if (admission == KeyBudget::Admission::kAdmittedSweepDue) {
       lock.unlock();
       budget_->PaySweep(now);
@@ -165,13 +176,14 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   absl::StatusOr<Decision> Check(std::string_view key, Time now, int64_t cost) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+    if (absl::Status s = InRange(now); !s.ok()) return s;
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     auto check = [&](State& state) { return CheckInPlace(config_, state, now, cost); };
     {
       ShardGate::Reader reader(shard.gate);
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-        return it->second.Update(check);
+        return UpdateCell(it->second, check);
       }
     }
     State state = NewState(hash, now);
@@ -180,11 +192,13 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
 
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+    // A time no packed state can be of: nothing taken then to give back.
+    if (!InRange(taken_at).ok()) return absl::OkStatus();
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     ShardGate::Reader reader(shard.gate);
     if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-      it->second.Update([&](State& state) {
+      UpdateCell(it->second, [&](State& state) {
         RefundInPlace(config_, state, taken_at, cost);
         return Decision{};
       });
@@ -195,12 +209,14 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now,
                                  int64_t cost) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+    if (absl::Status s = InRange(now); !s.ok()) return s;
+    if (!InRange(taken_at).ok()) return Decide(key, now, cost);  // nothing to give back
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     {
       ShardGate::Reader reader(shard.gate);
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-        return it->second.Update([&](State& state) {
+        return UpdateCell(it->second, [&](State& state) {
           RefundInPlace(config_, state, taken_at, cost);
           return DecideInPlace(config_, state, now, cost);
         });
@@ -236,7 +252,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       while (it != shard.map.end() && progress.visits < max_visits &&
              progress.dropped < max_drops) {
         ++progress.visits;
-        const int64_t fresh_at = FreshAt(config_, it->second.Get()).unix_micros();
+        const int64_t fresh_at = FreshAtOf(it->second).unix_micros();
         if (fresh_at <=
             (kRememberedWhole ? rule.lossless_at_or_before_us : rule.drop_at_or_before_us)) {
           if (fresh_at > now_us) {
@@ -287,6 +303,44 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
 
   Shard& ShardFor(size_t hash) { return shards_[hash >> (64 - kShardBits)]; }
 
+  template <typename Step>
+  Decision UpdateCell(Cell& cell, Step step) {
+    if constexpr (kPacked) {
+      return cell.Update(count_bits_, step);
+    } else {
+      return cell.Update(step);
+    }
+  }
+  Time FreshAtOf(const Cell& cell) const {
+    if constexpr (kPacked) {
+      return FreshAt(config_, cell.Get(count_bits_));
+    } else {
+      return FreshAt(config_, cell.Get());
+    }
+  }
+  Cell MakeCell(State&& state) const {
+    if constexpr (kPacked) {
+      return Cell(state, count_bits_);
+    } else {
+      return Cell(std::move(state));
+    }
+  }
+  // A packed table keeps the windows of times from the epoch to 2^55 us
+  // (PackedCountBits); it refuses a time outside them rather than store a
+  // window its word cannot hold.
+  absl::Status InRange(Time t) const {
+    if constexpr (kPacked) {
+      const int64_t us = t.unix_micros();
+      if (us < 0 || us >= (int64_t{1} << 55)) [[unlikely]] {
+        return absl::OutOfRangeError(
+            Cat("time ", us,
+                "us is outside what the memory store keeps of a fixed_window "
+                "(from the epoch to 2^55 us)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // The key's hash in RememberedKeys: this table's keys apart from the
   // other tables' (mixed, so that the bits it takes its cells from differ
   // from the shard's).
@@ -307,6 +361,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     return State{};
   }
 
+  const int count_bits_;  // kPacked: PackedCountBits
   const LimitConfig limit_config_;
   const Config config_;
   const std::shared_ptr<KeyBudget> budget_;
@@ -359,8 +414,15 @@ absl::StatusOr<std::shared_ptr<LimitTable>> MemoryStore::OpenTable(const LimitCo
       [&](const auto& c) -> std::shared_ptr<LimitTable> {
         const auto& decided = internal::DecidedAs(c);
         using Decided = std::decay_t<decltype(decided)>;
-        return std::make_shared<internal::MemoryTable<Decided>>(
-            config, decided, budget_, remembered_, next_salt_.fetch_add(1) + 1);
+        const uint64_t salt = next_salt_.fetch_add(1) + 1;
+        if constexpr (std::is_same_v<Decided, FixedWindowConfig>) {
+          if (const int bits = internal::PackedCountBits(decided); bits > 0) {
+            return std::make_shared<internal::MemoryTable<Decided, true>>(config, decided, budget_,
+                                                                          remembered_, salt, bits);
+          }
+        }
+        return std::make_shared<internal::MemoryTable<Decided>>(config, decided, budget_,
+                                                                remembered_, salt);
       },
       config);
 }

@@ -10,6 +10,7 @@
 
 #include "store/memory/compact_key.h"
 #include "store/memory/key_budget.h"
+#include "store/memory/packed_window.h"
 #include "store/memory/remembered.h"
 
 namespace sluice {
@@ -390,15 +391,13 @@ TEST(MemoryStore, SlidingLogAnswersAsTheAlgorithmDoesWithDenialsOffItsLock) {
   EXPECT_GT(denials, 5000);
 }
 
-// Runs random decides, checks, charges and refunds on one key of a
-// token_bucket table and on `reference` (a state of the algorithm
-// `Reference` with `config`'s rate and burst), and expects every field of
-// every decision alike. `steps_back`: the clock steps back now and then.
+// Runs random decides, checks, charges and refunds on one key of a table of
+// `config` (rate `rate`, admitting at most `capacity` at once) and on a
+// state of the algorithm `reference`, and expects every field of every
+// decision alike. `steps_back`: the clock steps back now and then.
 template <typename Reference>
-void ExpectTokenBucketTableDecidesAs(std::string_view rate, int64_t burst, uint64_t seed,
-                                     bool steps_back) {
-  const LimitConfig config = Limit(Algorithm::kTokenBucket, rate, burst);
-  const Reference reference{static_cast<const BucketConfig&>(std::get<TokenBucketConfig>(config))};
+void ExpectTableDecidesAs(const LimitConfig& config, const Reference& reference,
+                          std::string_view rate, int64_t capacity, uint64_t seed, bool steps_back) {
   StateOf_t<Reference> state;
   MemoryStore store;
   auto table = Open(store, config);
@@ -419,7 +418,7 @@ void ExpectTokenBucketTableDecidesAs(std::string_view rate, int64_t burst, uint6
       now_us += static_cast<int64_t>(rng() % static_cast<uint64_t>(gap + 1));
     }
     const Time now = Time::FromUnixMicros(now_us);
-    const int64_t cost = step % 10 < 6 ? 1 : static_cast<int64_t>(rng() % (burst + 3));
+    const int64_t cost = step % 10 < 6 ? 1 : static_cast<int64_t>(rng() % (capacity + 3));
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", step " << i << ", cost " << cost);
     if (step >= 92 && !taken.empty()) {  // give one back
       const auto [at, given] = taken[rng() % taken.size()];
@@ -448,6 +447,15 @@ void ExpectTokenBucketTableDecidesAs(std::string_view rate, int64_t burst, uint6
     if (!want.allowed) ++denials;
   }
   EXPECT_GT(denials, 500);
+}
+
+// A token bucket table against the algorithm `Reference` with its rate and burst.
+template <typename Reference>
+void ExpectTokenBucketTableDecidesAs(std::string_view rate, int64_t burst, uint64_t seed,
+                                     bool steps_back) {
+  const LimitConfig config = Limit(Algorithm::kTokenBucket, rate, burst);
+  const Reference reference{static_cast<const BucketConfig&>(std::get<TokenBucketConfig>(config))};
+  ExpectTableDecidesAs(config, reference, rate, burst, seed, steps_back);
 }
 
 // The table keeps a token bucket as one word, its zero time, and decides it
@@ -488,6 +496,47 @@ TEST(MemoryStore, ATokenBucketAfterAClockStepBackDecidesAsGcra) {
   EXPECT_TRUE(own.allowed);
   EXPECT_FALSE(got->allowed);
   EXPECT_EQ(got->retry_after, Duration::Seconds(1));
+}
+
+// A fixed window of a limit that leaves room keeps its window and count
+// packed in one word: losslessly, so it decides exactly as the algorithm,
+// clock steps back, refunds and debt included.
+TEST(MemoryStore, APackedFixedWindowDecidesAsItsAlgorithm) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    for (const auto& [rate, steps_back] :
+         std::vector<std::pair<std::string_view, bool>>{{"5/s", false},
+                                                        {"5/s", true},
+                                                        {"40/min", true},
+                                                        {"3/250ms", true},
+                                                        {"1000/h", true}}) {
+      const LimitConfig config = Limit(Algorithm::kFixedWindow, rate);
+      const FixedWindowConfig& window = std::get<FixedWindowConfig>(config);
+      ASSERT_GT(internal::PackedCountBits(window), 0) << rate;
+      ExpectTableDecidesAs(config, window, rate, window.limit(), seed, steps_back);
+    }
+  }
+}
+
+TEST(MemoryStore, AFixedWindowPacksOnlyWhatItsWordHolds) {
+  // 1e9 a second: its counts take the bits its windows need; kept unpacked.
+  const LimitConfig huge = Limit(Algorithm::kFixedWindow, "1000000000/s");
+  EXPECT_EQ(internal::PackedCountBits(std::get<FixedWindowConfig>(huge)), 0);
+  MemoryStore store;
+  auto unpacked = Open(store, huge);
+  EXPECT_TRUE(unpacked->Decide("k", Time::FromUnixMicros(-5), 1)->allowed);
+  // A packed table refuses a time whose window its word cannot hold, and
+  // gives nothing back for one.
+  auto packed = Open(store, Limit(Algorithm::kFixedWindow, "1/min"));
+  EXPECT_TRUE(packed->Decide("k", kStart, 1)->allowed);
+  for (const Time t : {Time::FromUnixMicros(-1), Time::FromUnixMicros(int64_t{1} << 55)}) {
+    const absl::StatusOr<Decision> d = packed->Decide("k", t, 1);
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(packed->Check("k", t, 1).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(packed->Charge("k", t, 1).code(), absl::StatusCode::kOutOfRange);
+    EXPECT_TRUE(packed->Refund("k", t, 1).ok());
+  }
+  EXPECT_FALSE(packed->Decide("k", kStart, 1)->allowed);
 }
 
 TEST(MemoryStore, ClosingATableReleasesItsKeys) {
