@@ -1,8 +1,6 @@
 #include "sluice/store/memory_store.h"
 
 #include <array>
-#include <atomic>
-#include <bit>
 #include <cstdint>
 #include <iterator>
 #include <mutex>
