@@ -27,23 +27,23 @@ constexpr int kShardBits = 6;
 constexpr int kShards = 1 << kShardBits;
 static_assert(kShards == ReclaimableTable::kShards);
 
-// kPacked: a fixed window's states packed in one word each (PackedWindowCell,
+// kPacked: a fixed window's states packed in one word each (packed_window.h,
 // `count_bits` from PackedCountBits).
 template <typename Config, bool kPacked = false>
 class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   using State = StateOf_t<Config>;
   // The sliding log's cell answers certain denials without its lock
-  // (log_cell.h); a packed fixed window's is one word; every other state is
-  // a StateCell (read_gate.h).
+  // (log_cell.h); every other state is a StateCell (read_gate.h), a packed
+  // fixed window's of its word.
   static constexpr bool kLog = std::is_same_v<Config, SlidingLogConfig>;
-  using Cell = std::conditional_t<kLog, LogCell,
-                                  std::conditional_t<kPacked, PackedWindowCell, StateCell<State>>>;
+  using Cell =
+      std::conditional_t<kLog, LogCell, StateCell<std::conditional_t<kPacked, uint64_t, State>>>;
   // Whether StateUntil gives back the very state (the bucket algorithms):
   // evicting such a key loses nothing when it is remembered.
   static constexpr bool kRememberedWhole =
-      std::is_same_v<Config, GcraConfig> || std::is_same_v<Config, TokenBucketConfig> ||
-      std::is_same_v<Config, LeakyPoliceConfig> || std::is_same_v<Config, LeakyShapeConfig>;
+      std::is_same_v<Config, GcraConfig> || std::is_same_v<Config, LeakyPoliceConfig> ||
+      std::is_same_v<Config, LeakyShapeConfig>;  // (a token bucket's table is gcra's)
 
   // `config` is what config() reports; `decided` decides (the same limit,
   // or, for a token bucket, the gcra of its rate and burst: DecidedAs).
@@ -304,32 +304,37 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   template <typename Step>
   Decision UpdateCell(Cell& cell, Step step) {
     if constexpr (kPacked) {
-      return cell.Update(count_bits_, step);
+      return cell.Update([&](uint64_t& word) {
+        State state = UnpackWindow(word, count_bits_);
+        const Decision d = step(state);
+        word = PackWindow(state, count_bits_);
+        return d;
+      });
     } else {
       return cell.Update(step);
     }
   }
   Time FreshAtOf(const Cell& cell) const {
     if constexpr (kPacked) {
-      return FreshAt(config_, cell.Get(count_bits_));
+      return FreshAt(config_, UnpackWindow(cell.Get(), count_bits_));
     } else {
       return FreshAt(config_, cell.Get());
     }
   }
   Cell MakeCell(State&& state) const {
     if constexpr (kPacked) {
-      return Cell(state, count_bits_);
+      return Cell(PackWindow(state, count_bits_));
     } else {
       return Cell(std::move(state));
     }
   }
-  // A packed table keeps the windows of times from the epoch to 2^55 us
-  // (PackedCountBits); it refuses a time outside them rather than store a
-  // window its word cannot hold.
+  // A packed table keeps the windows of times from the epoch to
+  // kPackedTimeEndUs (PackedCountBits); it refuses a time outside them rather
+  // than store a window its word cannot hold.
   absl::Status InRange(Time t) const {
     if constexpr (kPacked) {
       const int64_t us = t.unix_micros();
-      if (us < 0 || us >= (int64_t{1} << 55)) [[unlikely]] {
+      if (us < 0 || us >= kPackedTimeEndUs) [[unlikely]] {
         return absl::OutOfRangeError(
             Cat("time ", us,
                 "us is outside what the memory store keeps of a fixed_window "
