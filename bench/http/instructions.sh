@@ -31,7 +31,9 @@
 #
 # Usage: bench/http/instructions.sh [N=10000]
 # Variables: SLUICE (the binary; build/release/sluice, built when missing),
-#   NGINX (0: sluice alone), CASE (auth, the default, check or gateway).
+#   NGINX (0: sluice alone), CASE (auth, the default, check or gateway),
+#   KEEP (a folder: each run's callgrind output is kept there, as
+#   callgrind.<server>.<requests>, for callgrind_annotate).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -109,6 +111,9 @@ count() {
   kill "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
+  if [[ -n "${KEEP:-}" ]]; then
+    mkdir -p "$KEEP" && cat "$WORK"/callgrind.out.* > "$KEEP/callgrind.$(basename "$1").$n"
+  fi
   awk '/^(summary|totals):/ {print $2; exit}' "$WORK"/callgrind.out.*
 }
 

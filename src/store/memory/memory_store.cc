@@ -27,15 +27,15 @@ constexpr int kShardBits = 6;
 constexpr int kShards = 1 << kShardBits;
 static_assert(kShards == ReclaimableTable::kShards);
 
-// kPacked: a fixed window's states packed in one word each (packed_window.h,
-// `count_bits` from PackedCountBits).
+// kPacked: a fixed or sliding window's states packed in one word each
+// (packed_window.h, `packing` from PackingOf).
 template <typename Config, bool kPacked = false>
 class MemoryTable final : public LimitTable, public ReclaimableTable {
  public:
   using State = StateOf_t<Config>;
   // The sliding log's cell answers certain denials without its lock
   // (log_cell.h); every other state is a StateCell (read_gate.h), a packed
-  // fixed window's of its word.
+  // window's of its word.
   static constexpr bool kLog = std::is_same_v<Config, SlidingLogConfig>;
   using Cell =
       std::conditional_t<kLog, LogCell, StateCell<std::conditional_t<kPacked, uint64_t, State>>>;
@@ -48,8 +48,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   // `config` is what config() reports; `decided` decides (the same limit,
   // or, for a token bucket, the gcra of its rate and burst: DecidedAs).
   MemoryTable(LimitConfig config, const Config& decided, std::shared_ptr<KeyBudget> budget,
-              std::shared_ptr<RememberedKeys> remembered, uint64_t salt, int count_bits = 0)
-      : count_bits_(count_bits),
+              std::shared_ptr<RememberedKeys> remembered, uint64_t salt,
+              WindowPacking packing = {})
+      : packing_(packing),
         limit_config_(std::move(config)),
         config_(decided),
         budget_(std::move(budget)),
@@ -305,9 +306,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   Decision UpdateCell(Cell& cell, Step step) {
     if constexpr (kPacked) {
       return cell.Update([&](uint64_t& word) {
-        State state = UnpackWindow(word, count_bits_);
+        State state = UnpackWindow<State>(word, packing_);
         const Decision d = step(state);
-        word = PackWindow(state, count_bits_);
+        word = PackWindow(state, packing_);
         return d;
       });
     } else {
@@ -316,29 +317,29 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
   Time FreshAtOf(const Cell& cell) const {
     if constexpr (kPacked) {
-      return FreshAt(config_, UnpackWindow(cell.Get(), count_bits_));
+      return FreshAt(config_, UnpackWindow<State>(cell.Get(), packing_));
     } else {
       return FreshAt(config_, cell.Get());
     }
   }
   Cell MakeCell(State&& state) const {
     if constexpr (kPacked) {
-      return Cell(PackWindow(state, count_bits_));
+      return Cell(PackWindow(state, packing_));
     } else {
       return Cell(std::move(state));
     }
   }
   // A packed table keeps the windows of times from the epoch to
-  // kPackedTimeEndUs (PackedCountBits); it refuses a time outside them rather
-  // than store a window its word cannot hold.
+  // kPackedTimeEndUs (PackingOf); it refuses a time outside them rather than
+  // store a window its word cannot hold.
   absl::Status InRange(Time t) const {
     if constexpr (kPacked) {
       const int64_t us = t.unix_micros();
       if (us < 0 || us >= kPackedTimeEndUs) [[unlikely]] {
         return absl::OutOfRangeError(
-            Cat("time ", us,
-                "us is outside what the memory store keeps of a fixed_window "
-                "(from the epoch to 2^55 us)"));
+            Cat("time ", us, "us is outside what the memory store keeps of a ",
+                std::is_same_v<Config, FixedWindowConfig> ? "fixed_window" : "sliding_window",
+                " (from the epoch to 2^55 us)"));
       }
     }
     return absl::OkStatus();
@@ -364,7 +365,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     return State{};
   }
 
-  const int count_bits_;  // kPacked: PackedCountBits
+  const WindowPacking packing_;  // kPacked: PackingOf
   const LimitConfig limit_config_;
   const Config config_;
   const std::shared_ptr<KeyBudget> budget_;
@@ -418,10 +419,12 @@ absl::StatusOr<std::shared_ptr<LimitTable>> MemoryStore::OpenTable(const LimitCo
         const auto& decided = internal::DecidedAs(c);
         using Decided = std::decay_t<decltype(decided)>;
         const uint64_t salt = next_salt_.fetch_add(1) + 1;
-        if constexpr (std::is_same_v<Decided, FixedWindowConfig>) {
-          if (const int bits = internal::PackedCountBits(decided); bits > 0) {
-            return std::make_shared<internal::MemoryTable<Decided, true>>(config, decided, budget_,
-                                                                          remembered_, salt, bits);
+        if constexpr (std::is_same_v<Decided, FixedWindowConfig> ||
+                      std::is_same_v<Decided, SlidingWindowConfig>) {
+          if (const internal::WindowPacking packing = internal::PackingOf(decided);
+              packing.count_bits > 0) {
+            return std::make_shared<internal::MemoryTable<Decided, true>>(
+                config, decided, budget_, remembered_, salt, packing);
           }
         }
         return std::make_shared<internal::MemoryTable<Decided>>(config, decided, budget_,

@@ -539,6 +539,76 @@ TEST(MemoryStore, AFixedWindowPacksOnlyWhatItsWordHolds) {
   EXPECT_FALSE(packed->Decide("k", kStart, 1)->allowed);
 }
 
+TEST(MemoryStore, APackedSlidingWindowDecidesAsItsAlgorithm) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    for (const auto& [rate, steps_back] :
+         std::vector<std::pair<std::string_view, bool>>{{"5/s", false},
+                                                        {"5/s", true},
+                                                        {"255/s", true},
+                                                        {"40/min", true},
+                                                        {"3/250ms", true},
+                                                        {"1000/h", true}}) {
+      const LimitConfig config = Limit(Algorithm::kSlidingWindow, rate);
+      const SlidingWindowConfig& window = std::get<SlidingWindowConfig>(config);
+      ASSERT_GT(internal::PackingOf(window).count_bits, 0) << rate;
+      ExpectTableDecidesAs(config, window, rate, window.limit(), seed, steps_back);
+    }
+  }
+}
+
+TEST(MemoryStore, ASlidingWindowPacksOnlyWhatItsWordHolds) {
+  // The previous count, the current one with its debt and the windows up to
+  // 2^55 us: 8 + 18 + 36 bits at 255 a second, 9 + 19 + 36 at 256.
+  const auto packing = [](std::string_view rate) {
+    return internal::PackingOf(
+        std::get<SlidingWindowConfig>(Limit(Algorithm::kSlidingWindow, rate)));
+  };
+  EXPECT_EQ(packing("255/s").count_bits, 18);
+  EXPECT_EQ(packing("255/s").prev_bits, 8);
+  EXPECT_EQ(packing("256/s").count_bits, 0);
+  EXPECT_GT(packing("2047/min").count_bits, 0);
+  EXPECT_EQ(packing("2048/min").count_bits, 0);
+  EXPECT_GT(packing("16383/h").count_bits, 0);
+  EXPECT_EQ(packing("16384/h").count_bits, 0);
+  EXPECT_GT(packing("130944/d").count_bits, 0);
+  EXPECT_EQ(packing("130945/d").count_bits, 0);
+  MemoryStore store;
+  auto unpacked = Open(store, Limit(Algorithm::kSlidingWindow, "1000/s"));
+  EXPECT_TRUE(unpacked->Decide("k", Time::FromUnixMicros(-5), 1)->allowed);
+  // A packed table refuses a time whose window its word cannot hold, and
+  // gives nothing back for one.
+  auto packed = Open(store, Limit(Algorithm::kSlidingWindow, "1/min"));
+  EXPECT_TRUE(packed->Decide("k", kStart, 1)->allowed);
+  for (const Time t : {Time::FromUnixMicros(-1), Time::FromUnixMicros(int64_t{1} << 55)}) {
+    const absl::StatusOr<Decision> d = packed->Decide("k", t, 1);
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_THAT(d.status().message(), HasSubstr("sliding_window"));
+    EXPECT_EQ(packed->Check("k", t, 1).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(packed->Charge("k", t, 1).code(), absl::StatusCode::kOutOfRange);
+    EXPECT_TRUE(packed->Refund("k", t, 1).ok());
+  }
+  EXPECT_FALSE(packed->Decide("k", kStart, 1)->allowed);
+}
+
+// A key evicted from a packed sliding window comes back as restrictive,
+// in the first windows after the epoch too (a remembered state's window
+// may lie before it).
+TEST(MemoryStore, APackedSlidingWindowRemembersAnEvictedKey) {
+  for (const Time start : {Time::FromUnixMicros(1'000), kStart}) {
+    MemoryStore store({.max_keys = 1'000});
+    auto table = Open(store, Limit(Algorithm::kSlidingWindow, "2/h"));
+    ASSERT_TRUE(table->Decide("victim", start, 2)->allowed);
+    for (int i = 0; i < 4'000; ++i) {
+      ASSERT_TRUE(table->Decide("flood-" + std::to_string(i), start + Duration::Millis(i), 1).ok());
+    }
+    EXPECT_GE(store.stats().remembered, 3'000);
+    const absl::StatusOr<Decision> d = table->Decide("victim", start + Duration::Seconds(10), 1);
+    ASSERT_TRUE(d.ok());
+    EXPECT_FALSE(d->allowed);
+  }
+}
+
 TEST(MemoryStore, ClosingATableReleasesItsKeys) {
   MemoryStore store({.max_keys = 10});
   {
