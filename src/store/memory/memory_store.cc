@@ -48,8 +48,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   // `config` is what config() reports; `decided` decides (the same limit,
   // or, for a token bucket, the gcra of its rate and burst: DecidedAs).
   MemoryTable(LimitConfig config, const Config& decided, std::shared_ptr<KeyBudget> budget,
-              std::shared_ptr<RememberedKeys> remembered, uint64_t salt,
-              WindowPacking packing = {})
+              std::shared_ptr<RememberedKeys> remembered, uint64_t salt, WindowPacking packing = {})
       : packing_(packing),
         limit_config_(std::move(config)),
         config_(decided),
