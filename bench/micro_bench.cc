@@ -202,7 +202,7 @@ struct AlgoSpec {
   LeakyMode mode;
 };
 
-constexpr AlgoSpec kAllAlgorithms[] = {
+constexpr AlgoSpec kAllAlgorithms[] = {  // (sliding_window at [5])
     {"token_bucket", Algorithm::kTokenBucket, LeakyMode::kPolice},
     {"gcra", Algorithm::kGcra, LeakyMode::kPolice},
     {"leaky_bucket_police", Algorithm::kLeakyBucket, LeakyMode::kPolice},
@@ -643,6 +643,11 @@ void RegisterAll() {
           ->UseRealTime();
     }
   }
+  // The sliding window at 100k keys too: one word where its limit packs
+  // (kStoreLimit does), beside the others' time-in runs.
+  Register("BM_StoreRandom100kTimeIn/sliding_window", BM_StoreRandom, kAllAlgorithms[5],
+           KeySet::k100k, TimeSource::kPassed)
+      ->UseRealTime();
 }
 
 }  // namespace

@@ -92,12 +92,13 @@ if [[ -z "${SKIP_MEMORY:-}" ]]; then
     wait_quiet
     # 100k and 10M keys for the five algorithms the memory store keeps per key
     # in a map; 7.5M (just after the per-shard tables doubled, the emptiest
-    # they get) for the three algorithms BENCH.md sets 64 B/key for; each
+    # they get) for the three algorithms BENCH.md sets 64 B/key for and the
+    # sliding window (one word too where its limit packs, as 100/s does); each
     # with on_full remember (the default: the table of evicted keys too) and
     # evict (the keys alone).
     { timeout 600 "$BIN/sluice_bench_memory" --keys=100000,10000000 --on_full=remember,evict &&
       timeout 300 "$BIN/sluice_bench_memory" --keys=7500000 --on_full=remember,evict \
-        --algorithms=gcra,token_bucket,fixed_window; } > "$OUT/memory_$i.jsonl" \
+        --algorithms=gcra,token_bucket,fixed_window,sliding_window; } > "$OUT/memory_$i.jsonl" \
       || { echo "sluice_bench_memory failed" >&2; exit 1; }
   done
 fi
