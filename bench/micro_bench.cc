@@ -202,7 +202,8 @@ struct AlgoSpec {
   LeakyMode mode;
 };
 
-constexpr AlgoSpec kAllAlgorithms[] = {  // (sliding_window at [5])
+constexpr AlgoSpec kAllAlgorithms[] = {
+    // (sliding_window at [5])
     {"token_bucket", Algorithm::kTokenBucket, LeakyMode::kPolice},
     {"gcra", Algorithm::kGcra, LeakyMode::kPolice},
     {"leaky_bucket_police", Algorithm::kLeakyBucket, LeakyMode::kPolice},

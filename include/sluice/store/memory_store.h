@@ -4,12 +4,13 @@
 // decision on a key already held only reads its shard's map, and updates
 // the key's state in place by a compare-and-swap (one-word states: gcra,
 // token_bucket, kept as its zero time and decided as gcra, a fixed_window
-// whose window and count fit in one word, and leaky_bucket shape), a
+// or sliding_window whose window and counts fit in one word, and
+// leaky_bucket shape), a
 // sequence lock (other fixed-size states) or a byte
 // lock beside the state (the sliding log's timestamps); only inserting and
 // erasing keys takes the shard alone. So threads on different keys write no
 // shared cache line, and threads denied on one hot key write none at all
-// (docs/architecture.md, "The memory store"). Keys of up to 15 bytes are
+// (docs/design.md, "store: where state lives"). Keys of up to 15 bytes are
 // stored inline (16 bytes per key); longer keys cost one extra allocation.
 //
 // Bounded: the store as a whole never holds more than `max_keys` keys across
