@@ -240,6 +240,7 @@ def main():
             f"{fmt(get(n, 'ns'))} ns = {get(n):.2f}x", get(n) <= 4.0)
     for alg in key_algs:
         for fam, label in (("BM_StoreRandom100k/{}/threads:1", "clock read per decision"),
+                           ("BM_StoreRandom100k/{}/coarse_clock", "coarse clock read per decision"),
                            ("BM_StoreRandom100kTimeIn/{}", "time passed in")):
             n = fam.format(alg)
             if n in summary and cas:
@@ -292,6 +293,7 @@ def main():
     floors = [(f, size, timing) for f, size, timing in (
         ("BM_MapFloor100k/clock", "100k", "/{alg}/threads:1"),
         ("BM_MapFloor100k/time_in", "100k", "TimeIn/{alg}"),
+        ("BM_MapFloor100k/time_in", "100k", "/{alg}/coarse_clock"),
         ("BM_MapFloor100k/time_in_atomics", "100k", "TimeIn/{alg}"),
         ("BM_MapFloor10M/clock", "10M", "/{alg}/threads:1"),
         ("BM_MapFloor10M/time_in", "10M", "TimeIn/{alg}"),
@@ -310,7 +312,9 @@ def main():
             cells.append(fmt(get(store, "ns")))
             per_run = [r[store]["ns"] / r[floor]["ns"] for r in runs if store in r and floor in r]
             ratios.append(f"{med(per_run):.2f}")
-        print(f"| {floor} | {fmt(get(floor, 'ns'))} | {', '.join(cells)} | {', '.join(ratios)} |")
+        against = f"BM_StoreRandom{size}" + timing.format(alg="*")
+        print(f"| {floor} (store: {against}) | {fmt(get(floor, 'ns'))} | {', '.join(cells)} "
+              f"| {', '.join(ratios)} |")
     if "BM_MemoryChase" in summary:
         print(f"\nOne dependent random load over 512 MiB (BM_MemoryChase): "
               f"{fmt(get('BM_MemoryChase', 'ns'))} ns.")
