@@ -22,6 +22,7 @@
 // Defaults: --keys=100000,7500000,10000000 (7.5M: just after the store's
 //           per-shard tables doubled, the emptiest they get)
 //           --algorithms=gcra,token_bucket,fixed_window,sliding_window,sliding_log
+//           (also leaky_bucket_police and leaky_bucket_shape)
 //
 // With --flood it measures instead how long decisions take while a flood of
 // new keys goes past max_keys, for each N of --keys (default 1000000) and
@@ -92,10 +93,11 @@ const char* OnFullName(sluice::OnFull on_full) {
                                               : "deny_new";
 }
 
-int Measure(sluice::Algorithm algorithm, const std::string& name, int64_t n,
+int Measure(sluice::Algorithm algorithm, sluice::LeakyMode mode, const std::string& name, int64_t n,
             sluice::OnFull on_full) {
   sluice::LimitOptions options;
   options.algorithm = algorithm;
+  options.mode = mode;
   options.rate = sluice::Rate{100, sluice::Duration::Seconds(1)};
   absl::StatusOr<sluice::LimitConfig> config = sluice::MakeLimit(options);
   if (!config.ok()) {
@@ -323,13 +325,19 @@ int main(int argc, char** argv) {
   if (counts.empty()) counts = {100'000, 7'500'000, 10'000'000};
   for (int64_t n : counts) {
     for (const std::string& name : names) {
-      const std::optional<sluice::Algorithm> algorithm = sluice::AlgorithmFromName(name);
-      if (!algorithm || *algorithm == sluice::Algorithm::kLeakyBucket) {
+      // A leaky bucket is named with its mode, leaky_bucket_police or
+      // leaky_bucket_shape.
+      const bool shape = name == "leaky_bucket_shape";
+      const std::optional<sluice::Algorithm> algorithm = shape || name == "leaky_bucket_police"
+                                                             ? sluice::Algorithm::kLeakyBucket
+                                                             : sluice::AlgorithmFromName(name);
+      if (!algorithm || (*algorithm == sluice::Algorithm::kLeakyBucket && name == "leaky_bucket")) {
         std::fprintf(stderr, "unsupported algorithm %s\n", name.c_str());
         return 2;
       }
+      const sluice::LeakyMode mode = shape ? sluice::LeakyMode::kShape : sluice::LeakyMode::kPolice;
       for (sluice::OnFull on_full : on_fulls) {
-        if (!InChild([&] { return Measure(*algorithm, name, n, on_full); })) {
+        if (!InChild([&] { return Measure(*algorithm, mode, name, n, on_full); })) {
           std::fprintf(stderr, "measurement %s/%lld failed\n", name.c_str(),
                        static_cast<long long>(n));
           ++failures;

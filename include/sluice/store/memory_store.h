@@ -3,9 +3,9 @@
 // Each limit's table is split into 64 shards, each a flat hash map. A
 // decision on a key already held only reads its shard's map, and updates
 // the key's state in place by a compare-and-swap (one-word states: gcra,
-// token_bucket, kept as its zero time and decided as gcra, a fixed_window
-// or sliding_window whose window and counts fit in one word, and
-// leaky_bucket shape), a
+// token_bucket and leaky_bucket police, kept as their zero time and decided
+// as gcra, a fixed_window or sliding_window whose window and counts fit in
+// one word, and leaky_bucket shape), a
 // sequence lock (other fixed-size states) or a byte
 // lock beside the state (the sliding log's timestamps); only inserting and
 // erasing keys takes the shard alone. So threads on different keys write no

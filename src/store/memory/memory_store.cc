@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "base/cat.h"
 #include "store/memory/compact_key.h"
+#include "store/memory/decided_as.h"
 #include "store/memory/key_budget.h"
 #include "store/memory/log_cell.h"
 #include "store/memory/packed_window.h"
@@ -42,11 +43,12 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   // Whether StateUntil gives back the very state (the bucket algorithms):
   // evicting such a key loses nothing when it is remembered.
   static constexpr bool kRememberedWhole =
-      std::is_same_v<Config, GcraConfig> || std::is_same_v<Config, LeakyPoliceConfig> ||
+      std::is_same_v<Config, GcraConfig> || std::is_same_v<Config, PoliceAsGcra> ||
       std::is_same_v<Config, LeakyShapeConfig>;  // (a token bucket's table is gcra's)
 
   // `config` is what config() reports; `decided` decides (the same limit,
-  // or, for a token bucket, the gcra of its rate and burst: DecidedAs).
+  // or, for a token bucket or a policing leaky bucket, the gcra of its rate
+  // and burst: decided_as.h).
   MemoryTable(LimitConfig config, const Config& decided, std::shared_ptr<KeyBudget> budget,
               std::shared_ptr<RememberedKeys> remembered, uint64_t salt, WindowPacking packing = {})
       : packing_(packing),
@@ -389,28 +391,6 @@ MemoryStore::MemoryStore(MemoryStoreOptions options)
 }
 
 MemoryStore::~MemoryStore() = default;
-
-namespace internal {
-namespace {
-
-// The algorithm a table decides `config` with. A token bucket is decided as
-// the gcra of its rate and burst: its state kept as one word, its zero time
-// (SPEC: "tokens + last time, or one zero time"), updated by one
-// compare-and-swap instead of a sequence lock over two words. The two
-// decide alike, every field, on every monotonic trace
-// (tests/conformance/bucket_test.cc); after a clock step back a token
-// bucket decides as of its last time, its zero time as of now: a longer
-// wait, never a shorter one (docs/algorithms.md).
-template <typename Config>
-const Config& DecidedAs(const Config& config) {
-  return config;
-}
-GcraConfig DecidedAs(const TokenBucketConfig& config) {
-  return GcraConfig{static_cast<const BucketConfig&>(config)};
-}
-
-}  // namespace
-}  // namespace internal
 
 absl::StatusOr<std::shared_ptr<LimitTable>> MemoryStore::OpenTable(const LimitConfig& config) {
   return std::visit(

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "store/memory/compact_key.h"
+#include "store/memory/decided_as.h"
 #include "store/memory/key_budget.h"
 #include "store/memory/packed_window.h"
 #include "store/memory/remembered.h"
@@ -428,7 +429,8 @@ void ExpectTableDecidesAs(const LimitConfig& config, const Reference& reference,
     }
     if (step >= 88) {  // a settled cost over the estimate: debt
       ChargeInPlace(reference, state, now, cost);
-      ASSERT_TRUE(table->Charge("k", now, cost).ok());
+      // (An algorithm that takes no charge, the meter, refuses it.)
+      ASSERT_EQ(table->Charge("k", now, cost).ok(), kCharges<Reference>);
       continue;
     }
     const bool check = step >= 80;
@@ -491,6 +493,55 @@ TEST(MemoryStore, ATokenBucketAfterAClockStepBackDecidesAsGcra) {
   ASSERT_TRUE(table->Decide("k", t, 1)->allowed);
   ASSERT_TRUE(DecideInPlace(bucket, state, t, 1).allowed);
   const Decision own = DecideInPlace(bucket, state, t - Duration::Seconds(1), 1);
+  const absl::StatusOr<Decision> got = table->Decide("k", t - Duration::Seconds(1), 1);
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(own.allowed);
+  EXPECT_FALSE(got->allowed);
+  EXPECT_EQ(got->retry_after, Duration::Seconds(1));
+}
+
+// A policing leaky bucket's table is gcra's too, but for its charges: a
+// meter carries no debt, so a settled cost changes nothing, as for the
+// algorithm's own functions.
+template <typename Reference>
+void ExpectPoliceTableDecidesAs(std::string_view rate, int64_t burst, uint64_t seed,
+                                bool steps_back) {
+  const LimitConfig config = Limit(Algorithm::kLeakyBucket, rate, burst);
+  const auto& police = std::get<LeakyPoliceConfig>(config);
+  if constexpr (std::is_same_v<Reference, LeakyPoliceConfig>) {
+    ExpectTableDecidesAs(config, police, rate, burst, seed, steps_back);
+  } else {
+    ExpectTableDecidesAs(config, internal::DecidedAs(police), rate, burst, seed, steps_back);
+  }
+}
+
+TEST(MemoryStore, APolicingLeakyBucketDecidesAsItsAlgorithmOnEveryMonotonicTrace) {
+  static_assert(!kCharges<internal::PoliceAsGcra>);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    ExpectPoliceTableDecidesAs<LeakyPoliceConfig>("5/s", 5, seed, false);
+    ExpectPoliceTableDecidesAs<LeakyPoliceConfig>("3/250ms", 7, seed, false);
+    ExpectPoliceTableDecidesAs<LeakyPoliceConfig>("100/s", 1, seed, false);
+    ExpectPoliceTableDecidesAs<LeakyPoliceConfig>("7/h", 20, seed, false);
+  }
+}
+
+// After a clock step back it decides as gcra, as a token bucket does: as of
+// now, never sooner than the meter's own functions (which decide as of the
+// last time they saw).
+TEST(MemoryStore, APolicingLeakyBucketAfterAClockStepBackDecidesAsGcra) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    ExpectPoliceTableDecidesAs<internal::PoliceAsGcra>("5/s", 5, seed, true);
+    ExpectPoliceTableDecidesAs<internal::PoliceAsGcra>("3/250ms", 7, seed, true);
+  }
+  const LimitConfig config = Limit(Algorithm::kLeakyBucket, "1/s", 2);
+  const LeakyPoliceConfig& police = std::get<LeakyPoliceConfig>(config);
+  MemoryStore store;
+  auto table = Open(store, config);
+  LeakyPoliceState state;
+  const Time t = kStart + Duration::Seconds(10);
+  ASSERT_TRUE(table->Decide("k", t, 1)->allowed);
+  ASSERT_TRUE(DecideInPlace(police, state, t, 1).allowed);
+  const Decision own = DecideInPlace(police, state, t - Duration::Seconds(1), 1);
   const absl::StatusOr<Decision> got = table->Decide("k", t - Duration::Seconds(1), 1);
   ASSERT_TRUE(got.ok());
   EXPECT_TRUE(own.allowed);

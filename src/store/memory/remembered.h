@@ -107,6 +107,9 @@ StateOf_t<Config> StateUntil(const Config& config, Time fresh_at, Time now) {
     // As of now, missing what refills by fresh_at (below zero: a debt).
     const int64_t missing = (at_us - now_us) * config.bucket_rate().ticks_per_us;
     return TokenBucketState{.tokens_ticks = config.capacity_ticks() - missing, .last_us = now_us};
+  } else if constexpr (requires { config.gcra; }) {
+    // A policing leaky bucket decided as gcra (decided_as.h).
+    return StateUntil(config.gcra, fresh_at, now);
   } else if constexpr (std::is_same_v<Config, LeakyPoliceConfig>) {
     return LeakyPoliceState{.level_ticks = (at_us - now_us) * config.bucket_rate().ticks_per_us,
                             .last_us = now_us};
