@@ -384,15 +384,15 @@ void Reacquire(const std::vector<Applied>& applied, Verdict& verdict, Time now,
   RetakeNext(r);
 }
 
-std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
-                                          const Verdict& verdict) {
-  std::vector<PolicyAnswer> out;
+PolicyAnswers EnforcedAnswers(const std::vector<Applied>& applied, const Verdict& verdict) {
+  PolicyAnswers out;
   out.reserve(verdict.order.size());
   for (size_t i : verdict.order) {
     const Policy& p = *applied[i].policy;
     if (p.shadow()) continue;  // a trial: clients are not told about it
     const PolicyDecision& d = verdict.answers[i].decision;
     out.push_back({.name = p.name(),
+                   .sf_name = p.sf_name(),
                    .decision = d,
                    .window_seconds = p.WindowSeconds(d.limit_index),
                    .concurrent = p.Concurrent(d.limit_index)});

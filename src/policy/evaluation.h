@@ -127,9 +127,10 @@ bool InProcess(const std::vector<Applied>& applied);
 // Evaluate, for policies that are all InProcess: the verdict, returned.
 Verdict EvaluateNow(const std::vector<Applied>& applied, Time now);
 
-// The answers of the enforced policies, as the RateLimit fields show them.
-std::vector<PolicyAnswer> EnforcedAnswers(const std::vector<Applied>& applied,
-                                          const Verdict& verdict);
+// The answers of the enforced policies, as the RateLimit fields show them;
+// their names are the policies' own (alive while `applied` is).
+using PolicyAnswers = absl::InlinedVector<PolicyAnswer, 2>;
+PolicyAnswers EnforcedAnswers(const std::vector<Applied>& applied, const Verdict& verdict);
 
 }  // namespace sluice::policy
 

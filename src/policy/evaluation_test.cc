@@ -152,7 +152,7 @@ TEST_F(EvaluateTest, AShadowPolicyCountsItsDenialAndNeverDenies) {
   EXPECT_EQ(Count("trial", "shadow_denied"), 1);
   EXPECT_EQ(Left("real", "k"), 8);
   // Clients are not told about a trial.
-  const std::vector<PolicyAnswer> answers = EnforcedAnswers(applied, v);
+  const PolicyAnswers answers = EnforcedAnswers(applied, v);
   ASSERT_EQ(answers.size(), 1u);
   EXPECT_EQ(answers[0].name, "real");
 }

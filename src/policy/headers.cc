@@ -31,6 +31,16 @@ void AppendSfString(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
+// The answer's policy name as an sf-string: quoted once by its policy when
+// it has one (the hot path), else here.
+void AppendName(std::string& out, const PolicyAnswer& a) {
+  if (a.sf_name.empty()) {
+    AppendSfString(out, a.name);
+  } else {
+    out += a.sf_name;
+  }
+}
+
 // A denial that can never pass has no time to wait for (retry_after is
 // Infinite); its window still resets.
 int64_t SecondsUntilAvailable(const PolicyDecision& d) {
@@ -44,12 +54,12 @@ int64_t SecondsUntilAvailable(const PolicyDecision& d) {
 // the whole of a common answer.
 constexpr size_t kFieldBytesPerPolicy = 48;
 
-std::string RateLimitPolicyField(const std::vector<PolicyAnswer>& answers) {
+std::string RateLimitPolicyField(absl::Span<const PolicyAnswer> answers) {
   std::string out;
   out.reserve(kFieldBytesPerPolicy * answers.size());
   for (const PolicyAnswer& a : answers) {
     if (!out.empty()) out += ", ";
-    AppendSfString(out, a.name);
+    AppendName(out, a);
     Append(out, ";q=", a.decision.limit);
     if (a.concurrent) {
       out += ";qu=\"concurrent-requests\"";
@@ -60,15 +70,21 @@ std::string RateLimitPolicyField(const std::vector<PolicyAnswer>& answers) {
   return out;
 }
 
-std::string RateLimitField(const std::vector<PolicyAnswer>& answers) {
+std::string RateLimitField(absl::Span<const PolicyAnswer> answers) {
   std::string out;
   out.reserve(kFieldBytesPerPolicy * answers.size());
   for (const PolicyAnswer& a : answers) {
     if (!out.empty()) out += ", ";
-    AppendSfString(out, a.name);
+    AppendName(out, a);
     Append(out, ";r=", std::max<int64_t>(0, a.decision.remaining));
     if (!a.decision.can_never_pass()) Append(out, ";t=", SecondsUntilAvailable(a.decision));
   }
+  return out;
+}
+
+std::string SfString(std::string_view s) {
+  std::string out;
+  AppendSfString(out, s);
   return out;
 }
 
@@ -132,7 +148,7 @@ std::string ErrorBody(int status, std::string_view title, std::string_view detai
   return out;
 }
 
-void AppendRateLimitHeaders(const std::vector<PolicyAnswer>& answers, bool legacy,
+void AppendRateLimitHeaders(absl::Span<const PolicyAnswer> answers, bool legacy,
                             std::vector<std::pair<std::string, std::string>>& out) {
   if (answers.empty()) return;
   out.emplace_back("RateLimit-Policy", RateLimitPolicyField(answers));

@@ -12,13 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "sluice/limiter.h"
 
 namespace sluice::policy {
 
 // One policy's part in the answer to a request.
 struct PolicyAnswer {
-  std::string name;
+  std::string_view name;     // the policy's, which outlives the answer
+  std::string_view sf_name;  // `name` as an sf-string when known (SfString), else empty
   PolicyDecision decision;
   int64_t window_seconds = 1;  // w= of the deciding limit
   bool concurrent = false;     // a concurrency limit: qu="concurrent-requests", no w=
@@ -27,10 +29,14 @@ struct PolicyAnswer {
 
 // `"login";q=40;w=60, "api";q=20;w=1`; a concurrency limit's answer:
 // `"upstream";q=10;qu="concurrent-requests"`.
-std::string RateLimitPolicyField(const std::vector<PolicyAnswer>& answers);
+std::string RateLimitPolicyField(absl::Span<const PolicyAnswer> answers);
 // `"login";r=0;t=17`: t is the wait until the request could pass when
 // denied (never later than Retry-After), else the time until a full reset.
-std::string RateLimitField(const std::vector<PolicyAnswer>& answers);
+std::string RateLimitField(absl::Span<const PolicyAnswer> answers);
+
+// `s` as an RFC 8941 sf-string: quoted, '"' and '\\' escaped, bytes that
+// are not printable ASCII dropped.
+std::string SfString(std::string_view s);
 
 // Whole seconds, never earlier than `exact`: ceil(exact + uniform[0, jitter]).
 int64_t RetryAfterSeconds(Duration exact, Duration jitter, std::mt19937_64& rng);
@@ -45,7 +51,7 @@ std::string ProblemBody(int status, const std::vector<std::string>& violated,
 std::string ErrorBody(int status, std::string_view title, std::string_view detail);
 
 // Appends the RateLimit fields (and legacy ones when asked) as name/value pairs.
-void AppendRateLimitHeaders(const std::vector<PolicyAnswer>& answers, bool legacy,
+void AppendRateLimitHeaders(absl::Span<const PolicyAnswer> answers, bool legacy,
                             std::vector<std::pair<std::string, std::string>>& out);
 
 }  // namespace sluice::policy

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "metrics/metrics.h"
 #include "metrics/top_keys.h"
+#include "policy/headers.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
 #include "sluice/limiter.h"
@@ -71,6 +72,7 @@ class Policy {
   Policy(PolicyConfig config, std::shared_ptr<Limiter> limiter, Counters counters,
          Counter* store_errors)
       : config_(std::move(config)),
+        sf_name_(SfString(config_.name)),
         limiter_(std::move(limiter)),
         counters_(counters),
         store_errors_(store_errors),
@@ -82,6 +84,8 @@ class Policy {
 
   const PolicyConfig& config() const { return config_; }
   const std::string& name() const { return config_.name; }
+  // The name as the RateLimit fields write it (an sf-string), quoted once.
+  const std::string& sf_name() const { return sf_name_; }
   bool shadow() const { return config_.shadow; }
   // False for a policy that admits nothing; limiter() is then not to be called.
   bool has_limiter() const { return limiter_ != nullptr; }
@@ -142,6 +146,7 @@ class Policy {
  private:
   friend class PolicySet;
   PolicyConfig config_;
+  std::string sf_name_;
   std::shared_ptr<Limiter> limiter_;
   Counters counters_{};
   Counter* store_errors_ = nullptr;

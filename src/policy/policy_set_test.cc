@@ -237,10 +237,11 @@ TEST(Headers, RateLimitFieldsAreStructuredFieldLists) {
 }
 
 TEST(Headers, NamesAreQuotedAsStructuredFieldStrings) {
-  PolicyAnswer a{.name = std::string("a\"b\\c\x01\x7f\xc3\xa9"
-                                     "d",
-                                     10),
-                 .window_seconds = 1};
+  const std::string name(
+      "a\"b\\c\x01\x7f\xc3\xa9"
+      "d",
+      10);
+  PolicyAnswer a{.name = name, .window_seconds = 1};
   a.decision.allowed = true;
   a.decision.limit = 1;
   // Quote and backslash escaped; controls, DEL and non-ASCII bytes dropped.

@@ -289,7 +289,7 @@ constexpr std::string_view kDashboardPolicy =
 // A file of the dashboard (src/web/), built into the binary.
 HttpAnswer DashboardFile(const web::Asset& asset) {
   return {200,
-          std::string(asset.content_type),
+          asset.content_type,
           std::string(asset.body),
           {{"Content-Security-Policy", std::string(kDashboardPolicy)},
            {"X-Content-Type-Options", "nosniff"},

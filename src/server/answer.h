@@ -19,7 +19,9 @@ using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpAnswer {
   int status = 200;
-  std::string content_type;  // empty: no Content-Type (a 204)
+  // A text of the program's own (a literal, an embedded asset's type);
+  // empty: no Content-Type (a 204).
+  std::string_view content_type;
   std::string body;
   HeaderList headers;
 

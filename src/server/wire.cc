@@ -38,7 +38,9 @@ void AppendField(std::string_view name, std::string_view value, std::string& out
 void AppendLength(size_t length, std::string& out) {
   char digits[24];
   const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
-  AppendField("Content-Length", std::string_view(digits, end - digits), out);
+  out += "Content-Length: ";
+  out.append(digits, static_cast<size_t>(end - digits));
+  out += "\r\n";
 }
 
 void AppendFields(const http::fields& fields, std::string& out) {
@@ -64,8 +66,12 @@ std::string_view AppendAnswerHead(const HttpAnswer& answer, unsigned version, bo
                                   bool head, std::string& out) {
   const int status = answer.status;
   AppendStatusLine(version, status, {}, out);
-  AppendField("Server", "sluice", out);
-  if (!answer.body.empty() || status != 204) AppendField("Content-Type", answer.content_type, out);
+  out += "Server: sluice\r\n";  // (a field of literals: one append)
+  if (!answer.body.empty() || status != 204) {
+    out += "Content-Type: ";
+    out += answer.content_type;
+    out += "\r\n";
+  }
   for (const auto& [name, value] : answer.headers) AppendField(name, value, out);
   if (version == 10 && keep_alive) AppendField("Connection", "keep-alive", out);
   if (version != 10 && !keep_alive) AppendField("Connection", "close", out);

@@ -37,7 +37,9 @@ std::string BeastBytes(http::message<kRequest, http::string_body> message) {
 Response AsBeastMessage(const HttpAnswer& a, unsigned version, bool keep_alive, bool head) {
   Response res{static_cast<http::status>(a.status), version};
   res.set(http::field::server, "sluice");
-  if (!a.body.empty() || a.status != 204) res.set(http::field::content_type, a.content_type);
+  if (!a.body.empty() || a.status != 204)
+    res.set(http::field::content_type,
+            boost::beast::string_view(a.content_type.data(), a.content_type.size()));
   for (const auto& [name, value] : a.headers) res.set(name, value);
   res.body() = a.body;
   res.keep_alive(keep_alive);

@@ -6,7 +6,7 @@
 // Thread-safe: constant data.
 //
 //   if (const web::Asset* a = web::FindAsset(path)) {
-//     return HttpAnswer{200, std::string(a->content_type), std::string(a->body), {}};
+//     return HttpAnswer{200, a->content_type, std::string(a->body), {}};
 //   }
 #ifndef SLUICE_WEB_ASSETS_H_
 #define SLUICE_WEB_ASSETS_H_
