@@ -451,121 +451,118 @@ void ExpectTableDecidesAs(const LimitConfig& config, const Reference& reference,
   EXPECT_GT(denials, 500);
 }
 
-// A token bucket table against the algorithm `Reference` with its rate and burst.
-template <typename Reference>
-void ExpectTokenBucketTableDecidesAs(std::string_view rate, int64_t burst, uint64_t seed,
-                                     bool steps_back) {
-  const LimitConfig config = Limit(Algorithm::kTokenBucket, rate, burst);
-  const Reference reference{static_cast<const BucketConfig&>(std::get<TokenBucketConfig>(config))};
-  ExpectTableDecidesAs(config, reference, rate, burst, seed, steps_back);
-}
-
-// The table keeps a token bucket as one word, its zero time, and decides it
-// as gcra does: on a clock that never goes back, exactly as the token
-// bucket's own functions, every field.
-TEST(MemoryStore, ATokenBucketDecidesAsItsAlgorithmOnEveryMonotonicTrace) {
-  for (uint64_t seed = 1; seed <= 6; ++seed) {
-    ExpectTokenBucketTableDecidesAs<TokenBucketConfig>("5/s", 5, seed, false);
-    ExpectTokenBucketTableDecidesAs<TokenBucketConfig>("3/250ms", 7, seed, false);
-    ExpectTokenBucketTableDecidesAs<TokenBucketConfig>("100/s", 1, seed, false);
-    ExpectTokenBucketTableDecidesAs<TokenBucketConfig>("7/h", 20, seed, false);
+// A bucket's table (a token bucket or a policing leaky bucket, `Own` its
+// config, kept as one word and decided as gcra: decided_as.h) against its
+// own functions, or, `kAsDecided`, against what the table decides it as.
+template <typename Own, bool kAsDecided = false>
+void ExpectBucketTableDecidesAs(Algorithm algorithm, std::string_view rate, int64_t burst,
+                                uint64_t seed, bool steps_back) {
+  const LimitConfig config = Limit(algorithm, rate, burst);
+  const Own& own = std::get<Own>(config);
+  if constexpr (kAsDecided) {
+    ExpectTableDecidesAs(config, internal::DecidedAs(own), rate, burst, seed, steps_back);
+  } else {
+    ExpectTableDecidesAs(config, own, rate, burst, seed, steps_back);
   }
 }
 
-// After a clock step back it decides as gcra (as of now, where the token
-// bucket's functions decide as of the last time they saw): never sooner.
-TEST(MemoryStore, ATokenBucketAfterAClockStepBackDecidesAsGcra) {
+// On a clock that never goes back: exactly as its own functions, every
+// field (a policing leaky bucket's table refuses charges as its own
+// functions do: a meter carries no debt).
+template <typename Own>
+void ExpectABucketTableDecidesAsItsAlgorithm(Algorithm algorithm) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    ExpectTokenBucketTableDecidesAs<GcraConfig>("5/s", 5, seed, true);
-    ExpectTokenBucketTableDecidesAs<GcraConfig>("3/250ms", 7, seed, true);
+    ExpectBucketTableDecidesAs<Own>(algorithm, "5/s", 5, seed, false);
+    ExpectBucketTableDecidesAs<Own>(algorithm, "3/250ms", 7, seed, false);
+    ExpectBucketTableDecidesAs<Own>(algorithm, "100/s", 1, seed, false);
+    ExpectBucketTableDecidesAs<Own>(algorithm, "7/h", 20, seed, false);
   }
-  // One of two tokens taken at t, another asked for at t - 1 s: the token
-  // bucket's own functions decide as of t, when one token is left, and
-  // allow; the table decides as of t - 1 s, when the bucket, counted back
-  // from its zero time (t + 1 s), is empty, and says 1 s: later, never
-  // earlier.
-  const LimitConfig config = Limit(Algorithm::kTokenBucket, "1/s", 2);
-  const TokenBucketConfig& bucket = std::get<TokenBucketConfig>(config);
+}
+
+// After a clock step back: as gcra decides (as of now, where the two-word
+// forms decide as of the last time they saw), never sooner. By hand: one
+// of two units taken at t, another asked for at t - 1 s; the own functions
+// decide as of t, when one unit is left, and allow; the table decides as
+// of t - 1 s, when the bucket, counted back from its zero time (t + 1 s),
+// is empty, and says 1 s: later, never earlier.
+template <typename Own>
+void ExpectABucketTableAfterAStepBackDecidesAsGcra(Algorithm algorithm) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    ExpectBucketTableDecidesAs<Own, true>(algorithm, "5/s", 5, seed, true);
+    ExpectBucketTableDecidesAs<Own, true>(algorithm, "3/250ms", 7, seed, true);
+  }
+  const LimitConfig config = Limit(algorithm, "1/s", 2);
+  const Own& own = std::get<Own>(config);
   MemoryStore store;
   auto table = Open(store, config);
-  TokenBucketState state;
+  StateOf_t<Own> state;
   const Time t = kStart + Duration::Seconds(10);
   ASSERT_TRUE(table->Decide("k", t, 1)->allowed);
-  ASSERT_TRUE(DecideInPlace(bucket, state, t, 1).allowed);
-  const Decision own = DecideInPlace(bucket, state, t - Duration::Seconds(1), 1);
+  ASSERT_TRUE(DecideInPlace(own, state, t, 1).allowed);
+  const Decision mine = DecideInPlace(own, state, t - Duration::Seconds(1), 1);
   const absl::StatusOr<Decision> got = table->Decide("k", t - Duration::Seconds(1), 1);
   ASSERT_TRUE(got.ok());
-  EXPECT_TRUE(own.allowed);
+  EXPECT_TRUE(mine.allowed);
   EXPECT_FALSE(got->allowed);
   EXPECT_EQ(got->retry_after, Duration::Seconds(1));
 }
 
-// A policing leaky bucket's table is gcra's too, but for its charges: a
-// meter carries no debt, so a settled cost changes nothing, as for the
-// algorithm's own functions.
-template <typename Reference>
-void ExpectPoliceTableDecidesAs(std::string_view rate, int64_t burst, uint64_t seed,
-                                bool steps_back) {
-  const LimitConfig config = Limit(Algorithm::kLeakyBucket, rate, burst);
-  const auto& police = std::get<LeakyPoliceConfig>(config);
-  if constexpr (std::is_same_v<Reference, LeakyPoliceConfig>) {
-    ExpectTableDecidesAs(config, police, rate, burst, seed, steps_back);
-  } else {
-    ExpectTableDecidesAs(config, internal::DecidedAs(police), rate, burst, seed, steps_back);
-  }
+TEST(MemoryStore, ATokenBucketDecidesAsItsAlgorithmOnEveryMonotonicTrace) {
+  ExpectABucketTableDecidesAsItsAlgorithm<TokenBucketConfig>(Algorithm::kTokenBucket);
+}
+
+TEST(MemoryStore, ATokenBucketAfterAClockStepBackDecidesAsGcra) {
+  ExpectABucketTableAfterAStepBackDecidesAsGcra<TokenBucketConfig>(Algorithm::kTokenBucket);
 }
 
 TEST(MemoryStore, APolicingLeakyBucketDecidesAsItsAlgorithmOnEveryMonotonicTrace) {
   static_assert(!kCharges<internal::PoliceAsGcra>);
-  for (uint64_t seed = 1; seed <= 6; ++seed) {
-    ExpectPoliceTableDecidesAs<LeakyPoliceConfig>("5/s", 5, seed, false);
-    ExpectPoliceTableDecidesAs<LeakyPoliceConfig>("3/250ms", 7, seed, false);
-    ExpectPoliceTableDecidesAs<LeakyPoliceConfig>("100/s", 1, seed, false);
-    ExpectPoliceTableDecidesAs<LeakyPoliceConfig>("7/h", 20, seed, false);
-  }
+  ExpectABucketTableDecidesAsItsAlgorithm<LeakyPoliceConfig>(Algorithm::kLeakyBucket);
 }
 
-// After a clock step back it decides as gcra, as a token bucket does: as of
-// now, never sooner than the meter's own functions (which decide as of the
-// last time they saw).
 TEST(MemoryStore, APolicingLeakyBucketAfterAClockStepBackDecidesAsGcra) {
-  for (uint64_t seed = 1; seed <= 6; ++seed) {
-    ExpectPoliceTableDecidesAs<internal::PoliceAsGcra>("5/s", 5, seed, true);
-    ExpectPoliceTableDecidesAs<internal::PoliceAsGcra>("3/250ms", 7, seed, true);
-  }
-  const LimitConfig config = Limit(Algorithm::kLeakyBucket, "1/s", 2);
-  const LeakyPoliceConfig& police = std::get<LeakyPoliceConfig>(config);
-  MemoryStore store;
-  auto table = Open(store, config);
-  LeakyPoliceState state;
-  const Time t = kStart + Duration::Seconds(10);
-  ASSERT_TRUE(table->Decide("k", t, 1)->allowed);
-  ASSERT_TRUE(DecideInPlace(police, state, t, 1).allowed);
-  const Decision own = DecideInPlace(police, state, t - Duration::Seconds(1), 1);
-  const absl::StatusOr<Decision> got = table->Decide("k", t - Duration::Seconds(1), 1);
-  ASSERT_TRUE(got.ok());
-  EXPECT_TRUE(own.allowed);
-  EXPECT_FALSE(got->allowed);
-  EXPECT_EQ(got->retry_after, Duration::Seconds(1));
+  ExpectABucketTableAfterAStepBackDecidesAsGcra<LeakyPoliceConfig>(Algorithm::kLeakyBucket);
 }
 
-// A fixed window of a limit that leaves room keeps its window and count
-// packed in one word: losslessly, so it decides exactly as the algorithm,
-// clock steps back, refunds and debt included.
-TEST(MemoryStore, APackedFixedWindowDecidesAsItsAlgorithm) {
+// A window of a limit that leaves room keeps its window and counts packed
+// in one word: losslessly, so it decides exactly as the algorithm, clock
+// steps back, refunds and debt included.
+template <typename Config>
+void ExpectAPackedWindowDecidesAsItsAlgorithm(Algorithm algorithm,
+                                              std::vector<std::string_view> rates) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    for (const auto& [rate, steps_back] :
-         std::vector<std::pair<std::string_view, bool>>{{"5/s", false},
-                                                        {"5/s", true},
-                                                        {"40/min", true},
-                                                        {"3/250ms", true},
-                                                        {"1000/h", true}}) {
-      const LimitConfig config = Limit(Algorithm::kFixedWindow, rate);
-      const FixedWindowConfig& window = std::get<FixedWindowConfig>(config);
-      ASSERT_GT(internal::PackedCountBits(window), 0) << rate;
-      ExpectTableDecidesAs(config, window, rate, window.limit(), seed, steps_back);
+    for (const std::string_view rate : rates) {
+      for (const bool steps_back : {false, true}) {
+        const LimitConfig config = Limit(algorithm, rate);
+        const Config& window = std::get<Config>(config);
+        ASSERT_GT(internal::PackingOf(window).count_bits, 0) << rate;
+        ExpectTableDecidesAs(config, window, rate, window.limit(), seed, steps_back);
+      }
     }
   }
+}
+
+// A packed table of `config` (1 a minute) refuses a time whose window its
+// word cannot hold, saying so, and gives nothing back for one.
+void ExpectAPackedTableRefusesTimesOutOfItsWord(const LimitConfig& config, std::string_view name) {
+  MemoryStore store;
+  auto packed = Open(store, config);
+  EXPECT_TRUE(packed->Decide("k", kStart, 1)->allowed);
+  for (const Time t : {Time::FromUnixMicros(-1), Time::FromUnixMicros(int64_t{1} << 55)}) {
+    const absl::StatusOr<Decision> d = packed->Decide("k", t, 1);
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_THAT(d.status().message(), HasSubstr(name));
+    EXPECT_EQ(packed->Check("k", t, 1).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(packed->Charge("k", t, 1).code(), absl::StatusCode::kOutOfRange);
+    EXPECT_TRUE(packed->Refund("k", t, 1).ok());
+  }
+  EXPECT_FALSE(packed->Decide("k", kStart, 1)->allowed);
+}
+
+TEST(MemoryStore, APackedFixedWindowDecidesAsItsAlgorithm) {
+  ExpectAPackedWindowDecidesAsItsAlgorithm<FixedWindowConfig>(
+      Algorithm::kFixedWindow, {"5/s", "40/min", "3/250ms", "1000/h"});
 }
 
 TEST(MemoryStore, AFixedWindowPacksOnlyWhatItsWordHolds) {
@@ -575,36 +572,13 @@ TEST(MemoryStore, AFixedWindowPacksOnlyWhatItsWordHolds) {
   MemoryStore store;
   auto unpacked = Open(store, huge);
   EXPECT_TRUE(unpacked->Decide("k", Time::FromUnixMicros(-5), 1)->allowed);
-  // A packed table refuses a time whose window its word cannot hold, and
-  // gives nothing back for one.
-  auto packed = Open(store, Limit(Algorithm::kFixedWindow, "1/min"));
-  EXPECT_TRUE(packed->Decide("k", kStart, 1)->allowed);
-  for (const Time t : {Time::FromUnixMicros(-1), Time::FromUnixMicros(int64_t{1} << 55)}) {
-    const absl::StatusOr<Decision> d = packed->Decide("k", t, 1);
-    ASSERT_FALSE(d.ok());
-    EXPECT_EQ(d.status().code(), absl::StatusCode::kOutOfRange);
-    EXPECT_EQ(packed->Check("k", t, 1).status().code(), absl::StatusCode::kOutOfRange);
-    EXPECT_EQ(packed->Charge("k", t, 1).code(), absl::StatusCode::kOutOfRange);
-    EXPECT_TRUE(packed->Refund("k", t, 1).ok());
-  }
-  EXPECT_FALSE(packed->Decide("k", kStart, 1)->allowed);
+  ExpectAPackedTableRefusesTimesOutOfItsWord(Limit(Algorithm::kFixedWindow, "1/min"),
+                                             "fixed_window");
 }
 
 TEST(MemoryStore, APackedSlidingWindowDecidesAsItsAlgorithm) {
-  for (uint64_t seed = 1; seed <= 6; ++seed) {
-    for (const auto& [rate, steps_back] :
-         std::vector<std::pair<std::string_view, bool>>{{"5/s", false},
-                                                        {"5/s", true},
-                                                        {"255/s", true},
-                                                        {"40/min", true},
-                                                        {"3/250ms", true},
-                                                        {"1000/h", true}}) {
-      const LimitConfig config = Limit(Algorithm::kSlidingWindow, rate);
-      const SlidingWindowConfig& window = std::get<SlidingWindowConfig>(config);
-      ASSERT_GT(internal::PackingOf(window).count_bits, 0) << rate;
-      ExpectTableDecidesAs(config, window, rate, window.limit(), seed, steps_back);
-    }
-  }
+  ExpectAPackedWindowDecidesAsItsAlgorithm<SlidingWindowConfig>(
+      Algorithm::kSlidingWindow, {"5/s", "255/s", "40/min", "3/250ms", "1000/h"});
 }
 
 TEST(MemoryStore, ASlidingWindowPacksOnlyWhatItsWordHolds) {
@@ -626,20 +600,8 @@ TEST(MemoryStore, ASlidingWindowPacksOnlyWhatItsWordHolds) {
   MemoryStore store;
   auto unpacked = Open(store, Limit(Algorithm::kSlidingWindow, "1000/s"));
   EXPECT_TRUE(unpacked->Decide("k", Time::FromUnixMicros(-5), 1)->allowed);
-  // A packed table refuses a time whose window its word cannot hold, and
-  // gives nothing back for one.
-  auto packed = Open(store, Limit(Algorithm::kSlidingWindow, "1/min"));
-  EXPECT_TRUE(packed->Decide("k", kStart, 1)->allowed);
-  for (const Time t : {Time::FromUnixMicros(-1), Time::FromUnixMicros(int64_t{1} << 55)}) {
-    const absl::StatusOr<Decision> d = packed->Decide("k", t, 1);
-    ASSERT_FALSE(d.ok());
-    EXPECT_EQ(d.status().code(), absl::StatusCode::kOutOfRange);
-    EXPECT_THAT(d.status().message(), HasSubstr("sliding_window"));
-    EXPECT_EQ(packed->Check("k", t, 1).status().code(), absl::StatusCode::kOutOfRange);
-    EXPECT_EQ(packed->Charge("k", t, 1).code(), absl::StatusCode::kOutOfRange);
-    EXPECT_TRUE(packed->Refund("k", t, 1).ok());
-  }
-  EXPECT_FALSE(packed->Decide("k", kStart, 1)->allowed);
+  ExpectAPackedTableRefusesTimesOutOfItsWord(Limit(Algorithm::kSlidingWindow, "1/min"),
+                                             "sliding_window");
 }
 
 // A key evicted from a packed sliding window comes back as restrictive,
