@@ -21,8 +21,8 @@
 //        sluice_bench_memory --flood [--keys=N,...] [--limits=L,...] [--on_full=remember,evict]
 // Defaults: --keys=100000,7500000,10000000 (7.5M: just after the store's
 //           per-shard tables doubled, the emptiest they get)
-//           --algorithms=gcra,token_bucket,fixed_window,sliding_window,sliding_log
-//           (also leaky_bucket_police and leaky_bucket_shape)
+//           --algorithms=gcra,token_bucket,fixed_window,sliding_window,sliding_log,
+//                        leaky_bucket_police,leaky_bucket_shape
 //
 // With --flood it measures instead how long decisions take while a flood of
 // new keys goes past max_keys, for each N of --keys (default 1000000) and
@@ -270,8 +270,9 @@ bool InChild(Fn&& measure) {
 
 int main(int argc, char** argv) {
   std::vector<int64_t> counts;
-  std::vector<std::string> names = {"gcra", "token_bucket", "fixed_window", "sliding_window",
-                                    "sliding_log"};
+  std::vector<std::string> names = {
+      "gcra",        "token_bucket",        "fixed_window",      "sliding_window",
+      "sliding_log", "leaky_bucket_police", "leaky_bucket_shape"};
   std::vector<int> limit_counts = {1, 16};
   bool flood = false;
   std::vector<sluice::OnFull> on_fulls = {sluice::OnFull::kRemember};

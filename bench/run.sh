@@ -90,7 +90,7 @@ if [[ -z "${SKIP_MEMORY:-}" ]]; then
   for ((i = 1; i <= MEM_RUNS; i++)); do
     echo "== sluice_bench_memory run $i/$MEM_RUNS" >&2
     wait_quiet
-    # 100k and 10M keys for the five algorithms the memory store keeps per key
+    # 100k and 10M keys for the seven algorithms the memory store keeps per key
     # in a map; 7.5M (just after the per-shard tables doubled, the emptiest
     # they get) for the three algorithms BENCH.md sets 64 B/key for and the
     # sliding window (one word too where its limit packs, as 100/s does); each
