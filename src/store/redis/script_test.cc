@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -431,6 +432,56 @@ TEST_F(RedisTest, ARunDecidesEachKeyOnWhatTheRunWroteBefore) {
     EXPECT_EQ(Command({"TYPE", other})->str, std::string("list"));
     EXPECT_EQ(Command({"LLEN", other})->integer, 1);
   }
+}
+
+// At Redis' clock a fast path reads a key it may write either with GET or,
+// where its limit's keys have lately been found empty, with the write of
+// the fresh state (SET ... NX GET; common.lua). Either read decides as the
+// algorithm: new keys (read with the write), one key again and again (read
+// with the write, then, once keys are seen to hold states, with GET, past
+// its limit too), then new keys again (read with GET until they are seen
+// to be empty, then with the write), every field of every decision against
+// the C++ algorithm at the time Redis decided at.
+class RedisReadTest : public RedisTest {
+ protected:
+  template <typename Config>
+  static void ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& limit);
+};
+
+template <typename Config>
+void RedisReadTest::ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& limit) {
+  const Config& config = std::get<Config>(limit);
+  const std::string params[] = {LimitParams(limit)};
+  const std::string prefix = "{e}:" + std::string(AlgorithmName(AlgorithmOf(limit))) + ":";
+  std::map<std::string, StateOf_t<Config>> states;
+  auto decide = [&](const std::string& key, int64_t cost) {
+    const std::string_view keys[] = {key};
+    absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide, .cost = cost}, keys, params);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const Decision want = DecideInPlace(config, states[key], r->now, cost);
+    const Decision& got = r->decisions[0];
+    SCOPED_TRACE(key);
+    EXPECT_EQ(got.allowed, want.allowed);
+    EXPECT_EQ(got.limit, want.limit);
+    EXPECT_EQ(got.remaining, want.remaining);
+    EXPECT_EQ(got.reset_after, want.reset_after);
+    EXPECT_EQ(got.retry_after, want.retry_after);
+    EXPECT_EQ(got.delay, want.delay);
+  };
+  for (int i = 0; i < 60; ++i) Command({"DEL", prefix + std::to_string(i)});
+  Command({"DEL", prefix + "hot"});
+  for (int i = 0; i < 20; ++i) decide(prefix + std::to_string(i), 1 + i % 3);
+  for (int i = 0; i < 80; ++i) decide(prefix + "hot", 1);
+  for (int i = 20; i < 60; ++i) decide(prefix + std::to_string(i), 2);
+}
+
+TEST_F(RedisReadTest, EitherReadOfAKeyDecidesAsTheAlgorithm) {
+  ExpectEitherReadDecidesAsTheAlgorithm<FixedWindowConfig>(Limit(Algorithm::kFixedWindow, "50/s"));
+  ExpectEitherReadDecidesAsTheAlgorithm<GcraConfig>(Limit(Algorithm::kGcra, "50/s", 20));
+  ExpectEitherReadDecidesAsTheAlgorithm<TokenBucketConfig>(
+      Limit(Algorithm::kTokenBucket, "50/s", 20));
+  ExpectEitherReadDecidesAsTheAlgorithm<SlidingWindowConfig>(
+      Limit(Algorithm::kSlidingWindow, "50/s"));
 }
 
 // ---- expiry: Redis' clock (now "") as in production ----

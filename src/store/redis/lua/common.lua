@@ -180,6 +180,18 @@ local function store_fresh(key, value, fresh_at, ctx, keep)
   end
 end
 
+-- How a fast path reads a key it may write. Where a limit's keys have
+-- lately been found empty more often than not (the first request of a key,
+-- or of its next window once the last one's key expired), it reads the key
+-- with the write of the fresh state (SET ... NX GET): one command where the
+-- key is empty, and where it holds a state, the state unchanged and
+-- answered, as by GET. Where they have lately held states, it reads with
+-- GET, the cheaper command for that. `keep.fresh` (a limit's parameters)
+-- counts between -8 and 8, one up for a key found empty and one down for a
+-- key found with a state; at 0 or more the keys are taken to be empty. Either
+-- read gives the same decision. (Written out in each fast path: a Lua call
+-- costs Redis more than the rest of the rule.)
+
 -- Stores a state that keeps its key's expiry: a window's count raised
 -- within the window, whose key was written in that window at Redis' time
 -- with the expiry this state calls for (every write of a window state sets
@@ -206,7 +218,8 @@ end
 -- {limit, period} (period in microseconds): the parameters LimitParams()
 -- sends for the window algorithms.
 local function window_params(argv, i)
-  return {limit = int_arg(argv[i + 1], 'limit'), period = int_arg(argv[i + 2], 'period_us')}
+  return {limit = int_arg(argv[i + 1], 'limit'), period = int_arg(argv[i + 2], 'period_us'),
+          fresh = 0}
 end
 
 -- A Decision as the reply lists it. One table serves every decision: the
@@ -232,7 +245,8 @@ local function bucket_params(argv, i)
           per_token = int_arg(argv[i + 2], 'ticks_per_token'),
           burst = int_arg(argv[i + 3], 'burst'),
           cap = int_arg(argv[i + 4], 'capacity_ticks'),
-          fill_us = int_arg(argv[i + 5], 'fill_us')}
+          fill_us = int_arg(argv[i + 5], 'fill_us'),
+          fresh = 0}
 end
 
 -- Ticks that refill (or leak) in `us` microseconds, saturating at cap + 1.

@@ -62,7 +62,27 @@ function fixed_window.fast(w, key, ctx, cost, writes)
   if cost > limit then return end
   local now = ctx.now
   local window, count = floordiv(now, period), 0
-  local s = call('GET', key)
+  local start = window * period
+  local s
+  local fresh = w.fresh  -- (fresh_likely and saw_fresh, common.lua, written out)
+  if writes and cost > 0 and ctx.timed then
+    if fresh >= 0 then
+      -- An empty key: the request fits (cost <= limit), and the fresh
+      -- window's state is written by the command that reads the key.
+      s = call('SET', key, window_text(w, window) .. ' ' .. count_text(cost), 'PXAT',
+               expiry_of(w, start + period), 'NX', 'GET')
+    else
+      s = call('GET', key)
+    end
+    if s then
+      if fresh > -8 then w.fresh = fresh - 1 end
+    else
+      if fresh < 8 then w.fresh = fresh + 1 end
+      if fresh >= 0 then return 1, limit, limit - cost, start + period - now, 0, 0 end
+    end
+  else
+    s = call('GET', key)
+  end
   if s then
     local space = find(s, ' ', 1, true)
     if space == nil then return end
@@ -74,7 +94,6 @@ function fixed_window.fast(w, key, ctx, cost, writes)
     -- A state of at most the limit is spent when its window ends.
     if st_window == window then count = st_count end
   end
-  local start = window * period
   local used = count + cost
   if used <= limit then
     if writes and cost > 0 then
