@@ -64,7 +64,7 @@ function fixed_window.fast(w, key, ctx, cost, writes)
   local window, count = floordiv(now, period), 0
   local start = window * period
   local s
-  local fresh = w.fresh  -- (fresh_likely and saw_fresh, common.lua, written out)
+  local fresh = w.fresh  -- (common.lua, "How a fast path reads a key it may write")
   if writes and cost > 0 and ctx.timed then
     if fresh >= 0 then
       -- An empty key: the request fits (cost <= limit), and the fresh
