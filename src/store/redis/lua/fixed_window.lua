@@ -64,24 +64,17 @@ function fixed_window.fast(w, key, ctx, cost, writes)
   local window, count = floordiv(now, period), 0
   local start = window * period
   local s
-  local fresh = w.fresh  -- (common.lua, "How a fast path reads a key it may write")
-  if writes and cost > 0 and ctx.timed then
-    if fresh >= 0 then
-      -- An empty key: the request fits (cost <= limit), and the fresh
-      -- window's state is written by the command that reads the key.
-      s = call('SET', key, window_text(w, window) .. ' ' .. count_text(cost), 'PXAT',
-               expiry_of(w, start + period), 'NX', 'GET')
-    else
-      s = call('GET', key)
-    end
-    if s then
-      if fresh > -8 then w.fresh = fresh - 1 end
-    else
-      if fresh < 8 then w.fresh = fresh + 1 end
-      if fresh >= 0 then return 1, limit, limit - cost, start + period - now, 0, 0 end
-    end
+  -- Reads counted for the choice of read (common.lua, "How a fast path reads a key").
+  local counting = writes and cost > 0 and ctx.timed
+  if counting and w.fresh >= 0 then
+    -- An empty key: the request fits (cost <= limit), and the fresh
+    -- window's state is written by the command that reads the key.
+    s = counted(w, call('SET', key, window_text(w, window) .. ' ' .. count_text(cost), 'PXAT',
+                        expiry_of(w, start + period), 'NX', 'GET'))
+    if not s then return 1, limit, limit - cost, start + period - now, 0, 0 end
   else
     s = call('GET', key)
+    if counting then counted(w, s) end
   end
   if s then
     local space = find(s, ' ', 1, true)

@@ -42,32 +42,24 @@ function gcra.fast(b, key, ctx, cost, writes)
   if cost > burst then return end
   local now, used = ctx.now, 0
   local s
-  local fresh = b.fresh  -- (common.lua, "How a fast path reads a key it may write")
-  if writes and cost > 0 and ctx.timed then
-    if fresh >= 0 then
-      -- An empty key, a full bucket: the request fits (cost <= burst), and
-      -- its TAT is written by the command that reads the key.
-      local after = cost * per_token
-      local r = after % per_us
-      local us = now + (after - r) / per_us
-      local value, fresh_at = fmt(us), us
-      if r ~= 0 then value, fresh_at = fmt2(us, r), us + 1 end
-      s = call('SET', key, value, 'PXAT', expiry_of(b, fresh_at), 'NX', 'GET')
-      if not s then
-        if fresh < 8 then b.fresh = fresh + 1 end
-        local allowed, remaining, reset, retry = bucket_fast(0, after, cap, per_us, per_token)
-        return allowed, burst, remaining, reset, retry, 0
-      end
-    else
-      s = call('GET', key)
-    end
-    if s then
-      if fresh > -8 then b.fresh = fresh - 1 end
-    elseif fresh < 8 then
-      b.fresh = fresh + 1
+  -- Reads counted for the choice of read (common.lua, "How a fast path reads a key").
+  local counting = writes and cost > 0 and ctx.timed
+  if counting and b.fresh >= 0 then
+    -- An empty key, a full bucket: the request fits (cost <= burst), and
+    -- its TAT is written by the command that reads the key.
+    local after = cost * per_token
+    local r = after % per_us
+    local us = now + (after - r) / per_us
+    local value, fresh_at = fmt(us), us
+    if r ~= 0 then value, fresh_at = fmt2(us, r), us + 1 end
+    s = counted(b, call('SET', key, value, 'PXAT', expiry_of(b, fresh_at), 'NX', 'GET'))
+    if not s then
+      local allowed, remaining, reset, retry = bucket_fast(0, after, cap, per_us, per_token)
+      return allowed, burst, remaining, reset, retry, 0
     end
   else
     s = call('GET', key)
+    if counting then counted(b, s) end
   end
   if s then
     local us, rem

@@ -115,28 +115,18 @@ function sliding_window.fast(w, key, ctx, cost, writes)
   -- prev's text, kept from the state where it is there.
   local prev_text = '0'
   local s
-  local fresh = w.fresh  -- (common.lua, "How a fast path reads a key it may write")
-  if writes and cost > 0 and ctx.timed then
-    if fresh >= 0 then
-      -- An empty key: the request fits (cost <= limit), and the window's
-      -- state after it is written by the command that reads the key.
-      local ends = (index + 2) * period
-      s = call('SET', key, window_text(w, index) .. ' 0 ' .. count_text(cost), 'PXAT',
-               expiry_of(w, ends), 'NX', 'GET')
-      if not s then
-        if fresh < 8 then w.fresh = fresh + 1 end
-        return 1, limit, limit - cost, ends - now, 0, 0
-      end
-    else
-      s = call('GET', key)
-    end
-    if s then
-      if fresh > -8 then w.fresh = fresh - 1 end
-    elseif fresh < 8 then
-      w.fresh = fresh + 1
-    end
+  -- Reads counted for the choice of read (common.lua, "How a fast path reads a key").
+  local counting = writes and cost > 0 and ctx.timed
+  if counting and w.fresh >= 0 then
+    -- An empty key: the request fits (cost <= limit), and the window's
+    -- state after it is written by the command that reads the key.
+    local ends = (index + 2) * period
+    s = counted(w, call('SET', key, window_text(w, index) .. ' 0 ' .. count_text(cost), 'PXAT',
+                        expiry_of(w, ends), 'NX', 'GET'))
+    if not s then return 1, limit, limit - cost, ends - now, 0, 0 end
   else
     s = call('GET', key)
+    if counting then counted(w, s) end
   end
   if s then
     local i = find(s, ' ', 1, true)

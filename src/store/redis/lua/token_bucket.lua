@@ -60,28 +60,19 @@ function token_bucket.fast(b, key, ctx, cost, writes)
   if cost > burst then return end
   local now, used = ctx.now, 0
   local s
-  local fresh = b.fresh  -- (common.lua, "How a fast path reads a key it may write")
-  if writes and cost > 0 and ctx.timed then
-    if fresh >= 0 then
-      -- An empty key, a full bucket: the request fits (cost <= burst), and
-      -- the bucket after it is written by the command that reads the key.
-      local allowed, remaining, reset, retry, after =
-          bucket_fast(0, cost * per_token, cap, per_us, per_token)
-      s = call('SET', key, fmt2(cap - after, now), 'PXAT', expiry_of(b, now + reset), 'NX', 'GET')
-      if not s then
-        if fresh < 8 then b.fresh = fresh + 1 end
-        return allowed, burst, remaining, reset, retry, 0
-      end
-    else
-      s = call('GET', key)
-    end
-    if s then
-      if fresh > -8 then b.fresh = fresh - 1 end
-    elseif fresh < 8 then
-      b.fresh = fresh + 1
-    end
+  -- Reads counted for the choice of read (common.lua, "How a fast path reads a key").
+  local counting = writes and cost > 0 and ctx.timed
+  if counting and b.fresh >= 0 then
+    -- An empty key, a full bucket: the request fits (cost <= burst), and
+    -- the bucket after it is written by the command that reads the key.
+    local allowed, remaining, reset, retry, after =
+        bucket_fast(0, cost * per_token, cap, per_us, per_token)
+    s = counted(b, call('SET', key, fmt2(cap - after, now), 'PXAT', expiry_of(b, now + reset),
+                        'NX', 'GET'))
+    if not s then return allowed, burst, remaining, reset, retry, 0 end
   else
     s = call('GET', key)
+    if counting then counted(b, s) end
   end
   if s then
     local space = find(s, ' ', 1, true)
