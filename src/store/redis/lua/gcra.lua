@@ -50,8 +50,12 @@ function gcra.fast(b, key, ctx, cost, writes)
     local after = cost * per_token
     local r = after % per_us
     local us = now + (after - r) / per_us
-    local value, fresh_at = fmt(us), us
-    if r ~= 0 then value, fresh_at = fmt2(us, r), us + 1 end
+    local value, fresh_at
+    if r == 0 then
+      value, fresh_at = fmt(us), us
+    else
+      value, fresh_at = fmt2(us, r), us + 1
+    end
     s = counted(b, call('SET', key, value, 'PXAT', expiry_of(b, fresh_at), 'NX', 'GET'))
     if not s then
       local allowed, remaining, reset, retry = bucket_fast(0, after, cap, per_us, per_token)
