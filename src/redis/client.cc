@@ -497,67 +497,89 @@ class Client::Impl {
     n.reader = redisReaderCreate();
     n.last_answer = SteadyClock::now();
     StartRead(n);
-    // The handshake: AUTH, SELECT, PING, the function libraries; the node is ready
-    // when every answer is good.
+    // The handshake, in two steps: AUTH, SELECT and PING, then, once all
+    // three are answered well, the rest (CLUSTER MYID, the function
+    // libraries); the node is ready when every answer is good. Redis drops
+    // a client that sends a large argument (a library) before it is
+    // authenticated, possibly before its refusal of the password is read:
+    // sent after PING's answer, the libraries find the client authenticated,
+    // and a wrong or missing password is reported as Redis said it
+    // (WRONGPASS, NOAUTH), never as the dropped connection.
     const auto deadline =
         SteadyClock::now() + std::chrono::microseconds(options_.connect_timeout.micros());
-    auto step = [this, &n, gen = n.generation](std::string what) {
-      return [this, &n, gen, what](absl::StatusOr<Reply> r) {
-        if (gen != n.generation) return;
-        if (!r.ok()) {
-          return Close(n, absl::Status(r.status().code(), Cat("redis ", n.endpoint.ToString(), ": ",
-                                                              what, ": ", r.status().message())));
-        }
-        if (--n.handshake_left == 0) OnReady(n);
-      };
-    };
-    auto add = [&](std::vector<std::string_view> args,
-                   std::function<void(absl::StatusOr<Reply>)> then) {
-      n.out += Command(args);
-      Entry e;
-      e.kind = Entry::kHandshake;
-      e.sent = SteadyClock::now();
-      e.deadline = deadline;
-      e.internal = std::move(then);
-      n.pending.push_back(std::move(e));
-      ++n.handshake_left;
-    };
     if (!options_.password.empty()) {
       if (options_.user.empty()) {
-        add({"AUTH", options_.password}, step("AUTH"));
+        AddHandshake(n, {"AUTH", options_.password}, deadline, Step(n, "AUTH"));
       } else {
-        add({"AUTH", options_.user, options_.password}, step("AUTH"));
+        AddHandshake(n, {"AUTH", options_.user, options_.password}, deadline, Step(n, "AUTH"));
       }
     }
     if (options_.database != 0 && !options_.cluster) {
       const std::string db = std::to_string(options_.database);
-      add({"SELECT", db}, step("SELECT " + db));
+      AddHandshake(n, {"SELECT", db}, deadline, Step(n, "SELECT " + db));
     }
-    // PING before the libraries: a server that wants a password answers it
-    // with NOAUTH, a clearer message than its refusal of a large command.
-    add({"PING"}, step("PING"));
+    auto pinged = Step(n, "PING");
+    AddHandshake(n, {"PING"}, deadline,
+                 [this, &n, gen = n.generation, deadline, pinged](absl::StatusOr<Reply> r) {
+                   // (The rest goes first: the node must not be ready yet.)
+                   if (r.ok() && gen == n.generation) SetUp(n, deadline);
+                   pinged(std::move(r));
+                 });
+    StartWrite(n);
+  }
+
+  // A step of the handshake: a failure closes the node with `what` named;
+  // the last good answer makes it ready.
+  std::function<void(absl::StatusOr<Reply>)> Step(Node& n, std::string what) {
+    return [this, &n, gen = n.generation, what = std::move(what)](absl::StatusOr<Reply> r) {
+      if (gen != n.generation) return;
+      if (!r.ok()) {
+        return Close(n, absl::Status(r.status().code(), Cat("redis ", n.endpoint.ToString(), ": ",
+                                                            what, ": ", r.status().message())));
+      }
+      if (--n.handshake_left == 0) OnReady(n);
+    };
+  }
+
+  void AddHandshake(Node& n, std::vector<std::string_view> args, SteadyClock::time_point deadline,
+                    std::function<void(absl::StatusOr<Reply>)> then) {
+    n.out += Command(args);
+    Entry e;
+    e.kind = Entry::kHandshake;
+    e.sent = SteadyClock::now();
+    e.deadline = deadline;
+    e.internal = std::move(then);
+    n.pending.push_back(std::move(e));
+    ++n.handshake_left;
+  }
+
+  // The handshake's second step, on an authenticated connection.
+  void SetUp(Node& n, SteadyClock::time_point deadline) {
     if (!options_.cluster) {
       // A Cluster node given as one server would answer MOVED for most keys.
-      add({"CLUSTER", "MYID"}, [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
-        if (gen != n.generation) return;
-        if (r.ok()) {
-          return Close(n, absl::InvalidArgumentError(
-                              Cat("redis ", n.endpoint.ToString(),
-                                  " is a Redis Cluster node: use store.redis.cluster")));
-        }
-        if (--n.handshake_left == 0) OnReady(n);
-      });
+      AddHandshake(n, {"CLUSTER", "MYID"}, deadline,
+                   [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
+                     if (gen != n.generation) return;
+                     if (r.ok()) {
+                       return Close(n, absl::InvalidArgumentError(Cat(
+                                           "redis ", n.endpoint.ToString(),
+                                           " is a Redis Cluster node: use store.redis.cluster")));
+                     }
+                     if (--n.handshake_left == 0) OnReady(n);
+                   });
     }
     if (n.master) {
       for (const std::string& library : options_.functions) {
-        auto then = step("FUNCTION LOAD");
-        add({"FUNCTION", "LOAD", "REPLACE", library}, [then](absl::StatusOr<Reply> r) {
-          if (!r.ok() && r.status().message().find("unknown command") != std::string_view::npos) {
-            r = absl::FailedPreconditionError(
-                Cat(r.status().message(), " (Redis functions need Redis 7.0 or later)"));
-          }
-          then(std::move(r));
-        });
+        auto then = Step(n, "FUNCTION LOAD");
+        AddHandshake(
+            n, {"FUNCTION", "LOAD", "REPLACE", library}, deadline, [then](absl::StatusOr<Reply> r) {
+              if (!r.ok() &&
+                  r.status().message().find("unknown command") != std::string_view::npos) {
+                r = absl::FailedPreconditionError(
+                    Cat(r.status().message(), " (Redis functions need Redis 7.0 or later)"));
+              }
+              then(std::move(r));
+            });
       }
     }
     StartWrite(n);
