@@ -9,7 +9,7 @@ import time
 import unittest
 
 from harness import BINARY, DeadPort, request, run_check, server_block
-from redis_harness import RedisFleetTestCase, redis_store_block
+from redis_harness import RedisFleetTestCase, redis_call, redis_store_block
 
 POLICIES = """\
 policies:
@@ -63,12 +63,32 @@ class RedisStartupTest(RedisFleetTestCase):
         self.assertIn("127.0.0.1:%d" % dead.port, err)
         self.assertRegex(err, r"(?i)connect.*refused")
 
+    def input_bytes(self, redis):
+        """What redis-server has read from its clients so far."""
+        info = redis_call(redis.port, "INFO", "stats", password=redis.password)
+        for line in info.splitlines():
+            if line.startswith("total_net_input_bytes:"):
+                return int(line.split(":", 1)[1])
+        self.fail("no total_net_input_bytes in INFO stats")
+
+    def serve_refused(self, redis, store_block):
+        """serve() against a server that refuses the password; the function
+        library (tens of KiB) must not have been sent before the refusal was
+        read: Redis drops a client that sends a large argument before it is
+        authenticated, and sluice then reported the dropped connection, not
+        the refusal."""
+        before = self.input_bytes(redis)
+        result = self.serve(store_block)
+        self.assertLess(self.input_bytes(redis) - before, 4096,
+                        "more than the handshake's first step reached Redis")
+        return result
+
     def test_wrong_password_names_the_node_and_the_refusal(self):
         """A redis-server with --requirepass and a config with another
         password: Redis' refusal (WRONGPASS) is reported for that node."""
         redis = self.start_redis("--requirepass", "right-password")
-        _, err, _ = self.serve(redis_store_block(url=redis.url, password="wrong-password",
-                                                 connect_timeout="1s"))
+        _, err, _ = self.serve_refused(redis, redis_store_block(
+            url=redis.url, password="wrong-password", connect_timeout="1s"))
         self.assertIn("redis 127.0.0.1:%d" % redis.port, err)
         self.assertIn("AUTH", err)
         self.assertIn("WRONGPASS", err)
@@ -76,7 +96,7 @@ class RedisStartupTest(RedisFleetTestCase):
 
     def test_password_in_url_is_checked_too(self):
         redis = self.start_redis("--requirepass", "right-password")
-        _, err, _ = self.serve(redis_store_block(
+        _, err, _ = self.serve_refused(redis, redis_store_block(
             url="redis://:wrong-password@127.0.0.1:%d" % redis.port, connect_timeout="1s"))
         self.assertIn("redis 127.0.0.1:%d" % redis.port, err)
         self.assertIn("WRONGPASS", err)
@@ -85,7 +105,8 @@ class RedisStartupTest(RedisFleetTestCase):
     def test_missing_password_names_the_node_and_authentication(self):
         """The server wants a password and none is configured."""
         redis = self.start_redis("--requirepass", "right-password")
-        _, err, _ = self.serve(redis_store_block(url=redis.url, connect_timeout="1s"))
+        _, err, _ = self.serve_refused(redis, redis_store_block(url=redis.url,
+                                                                connect_timeout="1s"))
         self.assertIn("redis 127.0.0.1:%d" % redis.port, err)
         self.assertRegex(err, r"(?i)auth")
 
