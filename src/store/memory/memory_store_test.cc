@@ -568,7 +568,7 @@ TEST(MemoryStore, APackedFixedWindowDecidesAsItsAlgorithm) {
 TEST(MemoryStore, AFixedWindowPacksOnlyWhatItsWordHolds) {
   // 1e9 a second: its counts take the bits its windows need; kept unpacked.
   const LimitConfig huge = Limit(Algorithm::kFixedWindow, "1000000000/s");
-  EXPECT_EQ(internal::PackedCountBits(std::get<FixedWindowConfig>(huge)), 0);
+  EXPECT_EQ(internal::PackingOf(std::get<FixedWindowConfig>(huge)).count_bits, 0);
   MemoryStore store;
   auto unpacked = Open(store, huge);
   EXPECT_TRUE(unpacked->Decide("k", Time::FromUnixMicros(-5), 1)->allowed);

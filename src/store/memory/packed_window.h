@@ -21,17 +21,6 @@ namespace sluice::internal {
 // (2^55 us: the year 3111) and refuses other times.
 inline constexpr int64_t kPackedTimeEndUs = int64_t{1} << 55;
 
-// The bits of the largest count a fixed window's table may hold (the limit
-// and kMaxDebtLimits limits of debt), or 0 when the windows up to
-// kPackedTimeEndUs do not fit in the bits left: then it keeps two words.
-inline int PackedCountBits(const FixedWindowConfig& config) {
-  const auto max_count = static_cast<uint64_t>(config.limit()) * (1 + kMaxDebtLimits);
-  const int count_bits = std::bit_width(max_count);
-  const auto windows =
-      static_cast<uint64_t>((kPackedTimeEndUs / config.period().micros()) + 2 * kMaxDebtLimits);
-  return count_bits + std::bit_width(windows) <= 63 ? count_bits : 0;
-}
-
 // How a table packs its states: the bits of a window's count (0: the
 // states are not packed) and, for a sliding window, of the previous
 // window's.
@@ -40,23 +29,31 @@ struct WindowPacking {
   int prev_bits = 0;
 };
 
+// The packing of a window algorithm's states whose count holds the limit
+// and kMaxDebtLimits limits of debt, beside a previous window's count of
+// `prev_bits` (none for a fixed window) and the windows up to
+// kPackedTimeEndUs and `spare` more; none (count_bits 0) when they do not
+// fit in 63 bits: the table then keeps the state's words.
+inline WindowPacking PackingFor(const WindowConfig& config, int prev_bits, int64_t spare) {
+  const int count_bits =
+      std::bit_width(static_cast<uint64_t>(config.limit()) * (1 + kMaxDebtLimits));
+  const auto windows = static_cast<uint64_t>(kPackedTimeEndUs / config.period().micros() + spare);
+  if (count_bits + prev_bits + std::bit_width(windows) > 63) return {};
+  return {.count_bits = count_bits, .prev_bits = prev_bits};
+}
+
 inline WindowPacking PackingOf(const FixedWindowConfig& config) {
-  return {.count_bits = PackedCountBits(config)};
+  return PackingFor(config, 0, 2 * kMaxDebtLimits);
 }
 
 // A sliding window's previous count is at most the limit (the algorithm
 // carries no more into it: window.cc, RollBy; a remembered key's state,
-// StateUntil, has the limit there), its current one at most the limit and
-// kMaxDebtLimits limits of debt; its window is at least -2 (a remembered
-// key's) and at most kMaxDebtLimits past the windows up to kPackedTimeEndUs.
+// StateUntil, has the limit there); its window is at least -2 (a
+// remembered key's, kept biased by 2) and at most kMaxDebtLimits past the
+// windows up to kPackedTimeEndUs.
 inline WindowPacking PackingOf(const SlidingWindowConfig& config) {
-  const auto limit = static_cast<uint64_t>(config.limit());
-  const int count_bits = std::bit_width(limit * (1 + kMaxDebtLimits));
-  const int prev_bits = std::bit_width(limit);
-  const auto windows =
-      static_cast<uint64_t>((kPackedTimeEndUs / config.period().micros()) + 2 * kMaxDebtLimits + 2);
-  if (count_bits + prev_bits + std::bit_width(windows) > 63) return {};
-  return {.count_bits = count_bits, .prev_bits = prev_bits};
+  return PackingFor(config, std::bit_width(static_cast<uint64_t>(config.limit())),
+                    2 * kMaxDebtLimits + 2);
 }
 
 inline uint64_t PackWindow(const FixedWindowState& state, const WindowPacking& packing) {
