@@ -208,14 +208,16 @@ struct AlgoSpec {
   LeakyMode mode;
 };
 
+constexpr AlgoSpec kSlidingWindow = {"sliding_window", Algorithm::kSlidingWindow,
+                                     LeakyMode::kPolice};
+
 constexpr AlgoSpec kAllAlgorithms[] = {
-    // (sliding_window at [5])
     {"token_bucket", Algorithm::kTokenBucket, LeakyMode::kPolice},
     {"gcra", Algorithm::kGcra, LeakyMode::kPolice},
     {"leaky_bucket_police", Algorithm::kLeakyBucket, LeakyMode::kPolice},
     {"leaky_bucket_shape", Algorithm::kLeakyBucket, LeakyMode::kShape},
     {"fixed_window", Algorithm::kFixedWindow, LeakyMode::kPolice},
-    {"sliding_window", Algorithm::kSlidingWindow, LeakyMode::kPolice},
+    kSlidingWindow,
     {"sliding_log", Algorithm::kSlidingLog, LeakyMode::kPolice},
 };
 
@@ -663,8 +665,8 @@ void RegisterAll() {
   }
   // The sliding window at 100k keys too: one word where its limit packs
   // (kStoreLimit does), beside the others' time-in runs.
-  Register("BM_StoreRandom100kTimeIn/sliding_window", BM_StoreRandom, kAllAlgorithms[5],
-           KeySet::k100k, TimeSource::kPassed)
+  Register("BM_StoreRandom100kTimeIn/sliding_window", BM_StoreRandom, kSlidingWindow, KeySet::k100k,
+           TimeSource::kPassed)
       ->UseRealTime();
 }
 
