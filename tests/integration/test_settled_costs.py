@@ -25,7 +25,7 @@ policies:
     key: [global]
     cost: {estimate: 50, settle: "response_header:X-Tokens-Used"}
     limits:
-      - {algorithm: gcra, rate: 600/min}
+      - {algorithm: gcra, rate: 600/h}
 %s""" % (self.up.url, policy_extra))
 
     def remaining(self, r):
@@ -33,7 +33,9 @@ policies:
 
     def test_the_answer_settles_the_cost_and_debt_is_repaid_at_the_rate(self):
         self.start()
-        # 600 tokens; each request reserves 50, then costs what it says.
+        # 600 tokens, one back every 6 s: slow enough that no token comes back
+        # between these requests on a loaded machine. Each request reserves 50,
+        # then costs what it says.
         r = self.get("/llm/a?tokens=500")
         self.assertEqual(r.status, 200, r)
         self.assertEqual(self.remaining(r), 550)  # told before the answer: 50 reserved
@@ -45,10 +47,10 @@ policies:
         self.assertEqual(r.status, 200, r)
         denied = self.get("/llm/e")
         self.assert_problem(denied, 429)
-        # 850 in use; 50 more fit at 550: 300 tokens at 10/s, 30 s (plus up
-        # to a tenth of the minute of jitter).
-        self.assertGreaterEqual(int(denied.header("Retry-After")), 30)
-        self.assertLessEqual(int(denied.header("Retry-After")), 36)
+        # 850 in use; 50 more fit at 550: 300 tokens at one per 6 s, 1,800 s
+        # (plus up to a tenth of the hour of jitter).
+        self.assertGreaterEqual(int(denied.header("Retry-After")), 1800 - 6)
+        self.assertLessEqual(int(denied.header("Retry-After")), 1800 + 360)
         self.assertEqual(self.up.count("/llm/e"), 0)
 
 
