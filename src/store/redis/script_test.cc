@@ -468,11 +468,51 @@ void RedisReadTest::ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& lim
     EXPECT_EQ(got.retry_after, want.retry_after);
     EXPECT_EQ(got.delay, want.delay);
   };
+  // Calls of many parts, decided at one time: runs of short parts alike,
+  // for which the state an empty key takes is made once a run. New keys,
+  // one of them again within the call (it holds a state by then), a run of
+  // another cost, and the hot key, past its limit.
+  const std::string_view limits[] = {params[0]};
+  auto decide_call = [&](const std::vector<std::pair<std::string, int64_t>>& requests) {
+    std::vector<CallPart> parts;
+    for (const auto& [key, cost] : requests) {
+      const std::string_view keys[] = {key};
+      parts.push_back(EncodePart({.op = ScriptOp::kDecide, .cost = cost}, keys, limits));
+    }
+    auto results = ParseCallReply(*Raw(JoinParts(parts)), parts);
+    ASSERT_TRUE(results.ok()) << results.status();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto& [key, cost] = requests[i];
+      ASSERT_TRUE((*results)[i].ok()) << (*results)[i].status();
+      const ScriptResult& r = *(*results)[i];
+      const Decision want = DecideInPlace(config, states[key], r.now, cost);
+      const Decision& got = r.decisions[0];
+      SCOPED_TRACE(key + " in a call, part " + std::to_string(i));
+      EXPECT_EQ(got.allowed, want.allowed);
+      EXPECT_EQ(got.limit, want.limit);
+      EXPECT_EQ(got.remaining, want.remaining);
+      EXPECT_EQ(got.reset_after, want.reset_after);
+      EXPECT_EQ(got.retry_after, want.retry_after);
+      EXPECT_EQ(got.delay, want.delay);
+    }
+  };
   for (int i = 0; i < 60; ++i) Command({"DEL", prefix + std::to_string(i)});
+  for (int i = 0; i < 30; ++i) Command({"DEL", prefix + "call:" + std::to_string(i)});
   Command({"DEL", prefix + "hot"});
   for (int i = 0; i < 20; ++i) decide(prefix + std::to_string(i), 1 + i % 3);
   for (int i = 0; i < 80; ++i) decide(prefix + "hot", 1);
   for (int i = 20; i < 60; ++i) decide(prefix + std::to_string(i), 2);
+  for (int c = 0; c < 3; ++c) {
+    std::vector<std::pair<std::string, int64_t>> requests;
+    for (int i = 0; i < 6; ++i)
+      requests.emplace_back(prefix + "call:" + std::to_string(c * 10 + i), 1);
+    requests.emplace_back(prefix + "call:" + std::to_string(c * 10), 1);
+    for (int i = 6; i < 10; ++i)
+      requests.emplace_back(prefix + "call:" + std::to_string(c * 10 + i), 3);
+    requests.emplace_back(prefix + "hot", 1);
+    requests.emplace_back(prefix + "call:" + std::to_string(c * 10 + 1), 1);
+    decide_call(requests);
+  }
 }
 
 TEST_F(RedisReadTest, EitherReadOfAKeyDecidesAsTheAlgorithm) {

@@ -247,6 +247,12 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       local l = limit_of(args[ops + 2])
       local algo, params, writes = l.algo, l.params, op == 'd'
       local fast = algo.fast
+      -- Where the limit's keys are taken to be empty (common.lua, "How a
+      -- fast path reads a key"), a key is read with the write of the state
+      -- an empty key takes (algo.empty), which with the answer it gives is
+      -- the same for every key of the run: made once, at its first use.
+      local empty = writes and cost > 0 and algo.empty
+      local e_state, e_expiry, e_limit, e_remaining, e_reset
       local m = reply_before
       for j = at_run, g - 1 do
         reply_before, next_run = m, j + 1
@@ -255,7 +261,26 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         -- of its ~30,000 instructions in Redis (callgrind).
         local key = keys[k + j]
         local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
-        if fast then allowed, lim, r, t, y, w = fast(params, key, ctx, cost, writes) end
+        local s  -- the key's state, where read here
+        if empty and params.fresh >= 0 then
+          if e_state == nil then
+            e_state, e_expiry, e_limit, e_remaining, e_reset = empty(params, ctx.now, cost)
+          end
+          if e_state then  -- (false: such a request might not fit)
+            s = call('SET', key, e_state, 'PXAT', e_expiry, 'NX', 'GET')
+            -- counted(params, s), written out
+            local fresh = params.fresh
+            if s then
+              if fresh > -8 then params.fresh = fresh - 1 end
+            else
+              if fresh < 8 then params.fresh = fresh + 1 end
+              allowed, lim, r, t, y, w = 1, e_limit, e_remaining, e_reset, 0, 0
+            end
+          end
+        end
+        if fast and allowed == nil then
+          allowed, lim, r, t, y, w = fast(params, key, ctx, cost, writes, s)
+        end
         if allowed == nil then
           allowed, lim, r, t, y, w = decide_general(algo, params, key, ctx, cost, writes)
         end

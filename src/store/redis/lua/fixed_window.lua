@@ -55,26 +55,30 @@ function fixed_window.decide(w, key, ctx, cost, reuse)
   return d, nil
 end
 
+-- A request of `cost` to an empty key at `now` (the driver's read with the
+-- write, common.lua, "How a fast path reads a key"): the state it leaves,
+-- its expiry's text, and the answer's limit, remaining and reset_after;
+-- false where it might not fit.
+function fixed_window.empty(w, now, cost)
+  local limit, period = w.limit, w.period
+  if cost > limit then return false end
+  local window = floordiv(now, period)
+  local ends = (window + 1) * period
+  return window_text(w, window) .. ' ' .. count_text(cost), expiry_of(w, ends), limit,
+         limit - cost, ends - now
+end
+
 -- The common case of decide and save, as gcra.fast: no debt, a cost within
 -- the limit.
-function fixed_window.fast(w, key, ctx, cost, writes)
+function fixed_window.fast(w, key, ctx, cost, writes, s)
   local limit, period = w.limit, w.period
   if cost > limit then return end
   local now = ctx.now
   local window, count = floordiv(now, period), 0
   local start = window * period
-  local s
-  -- Reads counted for the choice of read (common.lua, "How a fast path reads a key").
-  local counting = writes and cost > 0 and ctx.timed
-  if counting and w.fresh >= 0 then
-    -- An empty key: the request fits (cost <= limit), and the fresh
-    -- window's state is written by the command that reads the key.
-    s = counted(w, call('SET', key, window_text(w, window) .. ' ' .. count_text(cost), 'PXAT',
-                        expiry_of(w, start + period), 'NX', 'GET'))
-    if not s then return 1, limit, limit - cost, start + period - now, 0, 0 end
-  else
+  if s == nil then
     s = call('GET', key)
-    if counting then counted(w, s) end
+    if writes and cost > 0 and ctx.timed then counted(w, s) end
   end
   if s then
     local space = find(s, ' ', 1, true)

@@ -30,6 +30,20 @@ function gcra.decide(b, key, ctx, cost, reuse, floor_ticks)
   return d, nil
 end
 
+-- A request of `cost` to an empty key (a full bucket) at `now`, as
+-- fixed_window.empty: its TAT, now plus its ticks.
+function gcra.empty(b, now, cost)
+  if cost > b.burst then return false end
+  local per_us = b.per_us
+  local after = cost * b.per_token
+  local allowed, remaining, reset = bucket_fast(0, after, b.cap, per_us, b.per_token)
+  if allowed ~= 1 then return false end
+  local r = after % per_us
+  local us = now + (after - r) / per_us
+  if r == 0 then return fmt(us), expiry_of(b, us), b.burst, remaining, reset end
+  return fmt2(us, r), expiry_of(b, us + 1), b.burst, remaining, reset
+end
+
 -- The common case of decide and save, without tables or helper calls (a
 -- decision's arithmetic in Lua costs more than its GET and SET): a TAT
 -- within 2^52 ticks of now, no debt, a cost within the burst. Returns
@@ -37,33 +51,13 @@ end
 -- written the state when `writes` and it took something; or nothing,
 -- having written nothing, where decide is to decide. The same answers and
 -- the same state as decide and save (the parity tests run both).
-function gcra.fast(b, key, ctx, cost, writes)
+function gcra.fast(b, key, ctx, cost, writes, s)
   local burst, per_us, per_token, cap = b.burst, b.per_us, b.per_token, b.cap
   if cost > burst then return end
   local now, used = ctx.now, 0
-  local s
-  -- Reads counted for the choice of read (common.lua, "How a fast path reads a key").
-  local counting = writes and cost > 0 and ctx.timed
-  if counting and b.fresh >= 0 then
-    -- An empty key, a full bucket: the request fits (cost <= burst), and
-    -- its TAT is written by the command that reads the key.
-    local after = cost * per_token
-    local r = after % per_us
-    local us = now + (after - r) / per_us
-    local value, fresh_at
-    if r == 0 then
-      value, fresh_at = fmt(us), us
-    else
-      value, fresh_at = fmt2(us, r), us + 1
-    end
-    s = counted(b, call('SET', key, value, 'PXAT', expiry_of(b, fresh_at), 'NX', 'GET'))
-    if not s then
-      local allowed, remaining, reset, retry = bucket_fast(0, after, cap, per_us, per_token)
-      return allowed, burst, remaining, reset, retry, 0
-    end
-  else
+  if s == nil then
     s = call('GET', key)
-    if counting then counted(b, s) end
+    if writes and cost > 0 and ctx.timed then counted(b, s) end
   end
   if s then
     local us, rem

@@ -103,10 +103,20 @@ function sliding_window.decide(w, key, ctx, cost, reuse)
   return d, nil
 end
 
+-- A request of `cost` to an empty key at `now`, as fixed_window.empty.
+function sliding_window.empty(w, now, cost)
+  local limit, period = w.limit, w.period
+  if cost > limit then return false end
+  local index = floordiv(now, period)
+  local ends = (index + 2) * period
+  return window_text(w, index) .. ' 0 ' .. count_text(cost), expiry_of(w, ends), limit,
+         limit - cost, ends - now
+end
+
 -- The common case of decide and save, as gcra.fast: an allowed request,
 -- no debt, a clock at or after the state's window, prev x elapsed below
 -- 2^53. A denial is left to decide.
-function sliding_window.fast(w, key, ctx, cost, writes)
+function sliding_window.fast(w, key, ctx, cost, writes, s)
   local limit, period = w.limit, w.period
   if cost > limit then return end
   local now = ctx.now
@@ -114,19 +124,9 @@ function sliding_window.fast(w, key, ctx, cost, writes)
   local prev, curr = 0, 0
   -- prev's text, kept from the state where it is there.
   local prev_text = '0'
-  local s
-  -- Reads counted for the choice of read (common.lua, "How a fast path reads a key").
-  local counting = writes and cost > 0 and ctx.timed
-  if counting and w.fresh >= 0 then
-    -- An empty key: the request fits (cost <= limit), and the window's
-    -- state after it is written by the command that reads the key.
-    local ends = (index + 2) * period
-    s = counted(w, call('SET', key, window_text(w, index) .. ' 0 ' .. count_text(cost), 'PXAT',
-                        expiry_of(w, ends), 'NX', 'GET'))
-    if not s then return 1, limit, limit - cost, ends - now, 0, 0 end
-  else
+  if s == nil then
     s = call('GET', key)
-    if counting then counted(w, s) end
+    if writes and cost > 0 and ctx.timed then counted(w, s) end
   end
   if s then
     local i = find(s, ' ', 1, true)

@@ -53,26 +53,25 @@ function token_bucket.decide(b, key, ctx, cost, reuse, floor_ticks)
   return d, nil
 end
 
+-- A request of `cost` to an empty key (a full bucket) at `now`, as
+-- fixed_window.empty: the tokens left, counted at now.
+function token_bucket.empty(b, now, cost)
+  if cost > b.burst then return false end
+  local allowed, remaining, reset, _, after =
+      bucket_fast(0, cost * b.per_token, b.cap, b.per_us, b.per_token)
+  if allowed ~= 1 then return false end
+  return fmt2(b.cap - after, now), expiry_of(b, now + reset), b.burst, remaining, reset
+end
+
 -- The common case of decide and save, as gcra.fast: tokens not below zero,
 -- counted at or before now, a cost within the burst.
-function token_bucket.fast(b, key, ctx, cost, writes)
+function token_bucket.fast(b, key, ctx, cost, writes, s)
   local burst, per_us, per_token, cap = b.burst, b.per_us, b.per_token, b.cap
   if cost > burst then return end
   local now, used = ctx.now, 0
-  local s
-  -- Reads counted for the choice of read (common.lua, "How a fast path reads a key").
-  local counting = writes and cost > 0 and ctx.timed
-  if counting and b.fresh >= 0 then
-    -- An empty key, a full bucket: the request fits (cost <= burst), and
-    -- the bucket after it is written by the command that reads the key.
-    local allowed, remaining, reset, retry, after =
-        bucket_fast(0, cost * per_token, cap, per_us, per_token)
-    s = counted(b, call('SET', key, fmt2(cap - after, now), 'PXAT', expiry_of(b, now + reset),
-                        'NX', 'GET'))
-    if not s then return allowed, burst, remaining, reset, retry, 0 end
-  else
+  if s == nil then
     s = call('GET', key)
-    if counting then counted(b, s) end
+    if writes and cost > 0 and ctx.timed then counted(b, s) end
   end
   if s then
     local space = find(s, ' ', 1, true)
