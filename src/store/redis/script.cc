@@ -263,6 +263,17 @@ absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
   for (const CallPart* part : parts) {
     if (i >= end) return shape_error("is missing");
     const redisReply& head = *reply.element[i];
+    if (head.type == REDIS_REPLY_NIL) {
+      // A short part answered as the short part before it.
+      if (!part->short_form || results.empty() || !results.back().ok() ||
+          results.back()->decisions.size() != 1 || !parts[results.size() - 1]->short_form) {
+        return shape_error("repeats no short answer before it");
+      }
+      absl::StatusOr<ScriptResult> same = results.back();
+      results.push_back(std::move(same));
+      ++i;
+      continue;
+    }
     if (head.type == REDIS_REPLY_STRING || head.type == REDIS_REPLY_STATUS ||
         head.type == REDIS_REPLY_ERROR) {
       results.push_back(absl::InternalError(

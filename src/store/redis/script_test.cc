@@ -279,6 +279,54 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
   EXPECT_EQ(ParseCallReply(array, parts).status().code(), absl::StatusCode::kInternal);
 }
 
+// A short part answered as the short part before it (keys of one run found
+// empty) is one nil element; anywhere else a nil is a malformed reply.
+TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
+  auto parse = [](std::vector<redisReply> items, std::span<const CallPart> parts) {
+    std::vector<redisReply*> pointers;
+    for (redisReply& r : items) pointers.push_back(&r);
+    redisReply array{};
+    array.type = REDIS_REPLY_ARRAY;
+    array.elements = pointers.size();
+    array.element = pointers.data();
+    return ParseCallReply(array, parts);
+  };
+  redisReply nil{};
+  nil.type = REDIS_REPLY_NIL;
+  const CallPart short_part = PartOf(ScriptOp::kDecide, 1);
+  const CallPart three_short[] = {short_part, short_part, short_part};
+  auto results = parse(
+      {Integer(0), Integer(10), Integer(9), Integer(1000), nil, nil, Integer(1704067200000123)},
+      three_short);
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 3u);
+  for (const auto& r : *results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->now, Time::FromUnixMicros(1704067200000123));
+    ASSERT_EQ(r->decisions.size(), 1u);
+    EXPECT_TRUE(r->decisions[0].allowed);
+    EXPECT_EQ(r->decisions[0].limit, 10);
+    EXPECT_EQ(r->decisions[0].remaining, 9);
+    EXPECT_EQ(r->decisions[0].reset_after, Duration::Micros(1000));
+  }
+  // First, after a failed part, or for a part of the long form: Internal.
+  const CallPart two_short[] = {short_part, short_part};
+  EXPECT_EQ(parse({nil, Integer(0), Integer(10), Integer(9), Integer(1000), Integer(1)}, two_short)
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(parse({String("WRONGTYPE Operation against a key"), nil, Integer(1)}, two_short)
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
+  const CallPart short_then_long[] = {short_part, PartOf(ScriptOp::kDecide, 2)};
+  EXPECT_EQ(
+      parse({Integer(0), Integer(10), Integer(9), Integer(1000), nil, Integer(1)}, short_then_long)
+          .status()
+          .code(),
+      absl::StatusCode::kInternal);
+}
+
 TEST(ParseCallReplyTest, ErrorRepliesKeepRedisMessage) {
   const CallPart part = PartOf(ScriptOp::kDecide, 1);
   auto error = [&](std::string text) {
@@ -503,14 +551,16 @@ void RedisReadTest::ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& lim
   for (int i = 0; i < 80; ++i) decide(prefix + "hot", 1);
   for (int i = 20; i < 60; ++i) decide(prefix + std::to_string(i), 2);
   for (int c = 0; c < 3; ++c) {
+    auto call_key = [&](int i) { return prefix + "call:" + std::to_string(c * 10 + i); };
+    // A run of cost 1: keys 0-5 new, 0 again, 6 new; a run of cost 3: keys
+    // 7-9 new; a run of cost 1: the hot key, key 1 again.
     std::vector<std::pair<std::string, int64_t>> requests;
-    for (int i = 0; i < 6; ++i)
-      requests.emplace_back(prefix + "call:" + std::to_string(c * 10 + i), 1);
-    requests.emplace_back(prefix + "call:" + std::to_string(c * 10), 1);
-    for (int i = 6; i < 10; ++i)
-      requests.emplace_back(prefix + "call:" + std::to_string(c * 10 + i), 3);
+    for (int i = 0; i < 6; ++i) requests.emplace_back(call_key(i), 1);
+    requests.emplace_back(call_key(0), 1);
+    requests.emplace_back(call_key(6), 1);
+    for (int i = 7; i < 10; ++i) requests.emplace_back(call_key(i), 3);
     requests.emplace_back(prefix + "hot", 1);
-    requests.emplace_back(prefix + "call:" + std::to_string(c * 10 + 1), 1);
+    requests.emplace_back(call_key(1), 1);
     decide_call(requests);
   }
 }

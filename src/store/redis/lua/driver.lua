@@ -34,7 +34,9 @@
 -- integers per limit: allowed (0/1), limit, remaining, reset_after_us,
 -- retry_after_us (-1: never), delay_us. A short part (d, c) answers four:
 -- code, limit, remaining, reset_after_us, where code is delay_us (>= 0)
--- when allowed and -2 - retry_after_us when denied (-1: never); a call with
+-- when allowed and -2 - retry_after_us when denied (-1: never), or one
+-- element, false (a nil reply), when its answer is that of the short part
+-- just before it (a run's keys found empty answer alike); a call with
 -- short parts ends with its now_us, theirs. A part that fails (a key
 -- holding another type, a malformed state) is one error string instead;
 -- the parts before and after it are decided as usual.
@@ -253,6 +255,9 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       -- the same for every key of the run: made once, at its first use.
       local empty = writes and cost > 0 and algo.empty
       local e_state, e_expiry, e_limit, e_remaining, e_reset
+      -- Whether the part before, in this loop, was a key found empty: the
+      -- answer of another is then one element, false (the same again).
+      local after_empty = false
       local m = reply_before
       for j = at_run, g - 1 do
         reply_before, next_run = m, j + 1
@@ -260,7 +265,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         -- decide_one written out: one Lua call fewer a decision, about 700
         -- of its ~30,000 instructions in Redis (callgrind).
         local key = keys[k + j]
-        local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
+        local found_empty = false
         local s  -- the key's state, where read here
         if empty and params.fresh >= 0 then
           if e_state == nil then
@@ -274,28 +279,39 @@ local function run_parts(keys, args, nargs, nkeys, reply)
               if fresh > -8 then params.fresh = fresh - 1 end
             else
               if fresh < 8 then params.fresh = fresh + 1 end
-              allowed, lim, r, t, y, w = 1, e_limit, e_remaining, e_reset, 0, 0
+              found_empty = true
             end
           end
         end
-        if fast and allowed == nil then
-          allowed, lim, r, t, y, w = fast(params, key, ctx, cost, writes, s)
-        end
-        if allowed == nil then
-          allowed, lim, r, t, y, w = decide_general(algo, params, key, ctx, cost, writes)
-        end
-        -- The short answer: allowed, retry and delay in one integer (an
-        -- allowed decision never has a retry, a denial never a delay).
-        local code
-        if allowed == 1 then
-          if y ~= 0 then error('sluice: an allowed decision with a retry_after') end
-          code = w
+        if found_empty then
+          if after_empty then
+            m = m + 1
+            reply[m] = false
+          else
+            reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 0, e_limit, e_remaining, e_reset
+            m = m + 4
+            after_empty = true
+          end
         else
-          if w ~= 0 then error('sluice: a denial with a delay') end
-          code = -y - 2
+          local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
+          if fast then allowed, lim, r, t, y, w = fast(params, key, ctx, cost, writes, s) end
+          if allowed == nil then
+            allowed, lim, r, t, y, w = decide_general(algo, params, key, ctx, cost, writes)
+          end
+          -- The short answer: allowed, retry and delay in one integer (an
+          -- allowed decision never has a retry, a denial never a delay).
+          local code
+          if allowed == 1 then
+            if y ~= 0 then error('sluice: an allowed decision with a retry_after') end
+            code = w
+          else
+            if w ~= 0 then error('sluice: a denial with a delay') end
+            code = -y - 2
+          end
+          reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = code, lim, r, t
+          m = m + 4
+          after_empty = false
         end
-        reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = code, lim, r, t
-        m = m + 4
       end
       at_key, at_arg, at_run = k + g, after, 0
     elseif op == 'D' or op == 'C' or op == 'R' or op == 'L' or op == 'N' or op == 'G' then
