@@ -3,7 +3,8 @@
 // no whole reply is left; CreateReader says how this reader differs), and
 // every reply decoded as the Redis store decodes the answer to its
 // function (redis::ParseCallReply, for a part of one limit, a refund, as
-// many one-limit parts as the reply's length suggests, and a mix), then
+// many one-limit parts as the reply's length suggests in the long form and
+// in the short one, and a mix), then
 // merged as the limiter merges one part's decisions (redis::MergeDecisions).
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
@@ -102,6 +103,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Decode(*reply, Parts({2, 0, 3}, 1));
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 7) {
       Decode(*reply, Parts({1}, std::min<size_t>(reply->elements / 7, 64)));
+    }
+    // Short parts: four integers each, or one nil repeating the answer
+    // before it (one answer, then nils, then the call's time).
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 5) {
+      Decode(*reply, Parts({1}, std::min<size_t>(reply->elements / 4, 64)));
+      Decode(*reply, Parts({1}, std::min<size_t>(reply->elements - 4, 64)));
     }
   }
 }
