@@ -190,6 +190,17 @@ redisReply String(std::string_view text) {
   return r;
 }
 
+// An array reply of `items`, through `pointers` (which it fills).
+redisReply ArrayOf(std::vector<redisReply>& items, std::vector<redisReply*>& pointers) {
+  pointers.clear();
+  for (redisReply& r : items) pointers.push_back(&r);
+  redisReply array{};
+  array.type = REDIS_REPLY_ARRAY;
+  array.elements = pointers.size();
+  array.element = pointers.data();
+  return array;
+}
+
 CallPart PartOf(ScriptOp op, size_t limits) {
   const std::string_view keys[] = {"{p}:a", "{p}:b", "{p}:c"};
   const std::string_view params[] = {"fw 1 1", "fw 1 1", "fw 1 1"};
@@ -221,11 +232,7 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
                                    Integer(30),
                                    Integer(1704067200000123)};
   std::vector<redisReply*> pointers;
-  for (redisReply& r : items) pointers.push_back(&r);
-  redisReply array{};
-  array.type = REDIS_REPLY_ARRAY;
-  array.elements = pointers.size();
-  array.element = pointers.data();
+  redisReply array = ArrayOf(items, pointers);
   const CallPart parts[] = {PartOf(ScriptOp::kDecide, 2), PartOf(ScriptOp::kRefund, 1),
                             PartOf(ScriptOp::kDecide, 3), PartOf(ScriptOp::kCheck, 1)};
   auto results = ParseCallReply(array, parts);
@@ -284,12 +291,7 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
 TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
   auto parse = [](std::vector<redisReply> items, std::span<const CallPart> parts) {
     std::vector<redisReply*> pointers;
-    for (redisReply& r : items) pointers.push_back(&r);
-    redisReply array{};
-    array.type = REDIS_REPLY_ARRAY;
-    array.elements = pointers.size();
-    array.element = pointers.data();
-    return ParseCallReply(array, parts);
+    return ParseCallReply(ArrayOf(items, pointers), parts);
   };
   redisReply nil{};
   nil.type = REDIS_REPLY_NIL;
@@ -502,19 +504,23 @@ void RedisReadTest::ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& lim
   const std::string params[] = {LimitParams(limit)};
   const std::string prefix = "{e}:" + std::string(AlgorithmName(AlgorithmOf(limit))) + ":";
   std::map<std::string, StateOf_t<Config>> states;
-  auto decide = [&](const std::string& key, int64_t cost) {
-    const std::string_view keys[] = {key};
-    absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide, .cost = cost}, keys, params);
-    ASSERT_TRUE(r.ok()) << r.status();
-    const Decision want = DecideInPlace(config, states[key], r->now, cost);
-    const Decision& got = r->decisions[0];
-    SCOPED_TRACE(key);
+  // Redis' decision of `key` against the algorithm's at the time Redis decided at.
+  auto expect_as_algorithm = [&](const std::string& key, int64_t cost, const ScriptResult& r) {
+    const Decision want = DecideInPlace(config, states[key], r.now, cost);
+    const Decision& got = r.decisions[0];
     EXPECT_EQ(got.allowed, want.allowed);
     EXPECT_EQ(got.limit, want.limit);
     EXPECT_EQ(got.remaining, want.remaining);
     EXPECT_EQ(got.reset_after, want.reset_after);
     EXPECT_EQ(got.retry_after, want.retry_after);
     EXPECT_EQ(got.delay, want.delay);
+  };
+  auto decide = [&](const std::string& key, int64_t cost) {
+    const std::string_view keys[] = {key};
+    absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide, .cost = cost}, keys, params);
+    ASSERT_TRUE(r.ok()) << r.status();
+    SCOPED_TRACE(key);
+    expect_as_algorithm(key, cost, *r);
   };
   // Calls of many parts, decided at one time: runs of short parts alike,
   // for which the state an empty key takes is made once a run. New keys,
@@ -532,16 +538,8 @@ void RedisReadTest::ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& lim
     for (size_t i = 0; i < requests.size(); ++i) {
       const auto& [key, cost] = requests[i];
       ASSERT_TRUE((*results)[i].ok()) << (*results)[i].status();
-      const ScriptResult& r = *(*results)[i];
-      const Decision want = DecideInPlace(config, states[key], r.now, cost);
-      const Decision& got = r.decisions[0];
       SCOPED_TRACE(key + " in a call, part " + std::to_string(i));
-      EXPECT_EQ(got.allowed, want.allowed);
-      EXPECT_EQ(got.limit, want.limit);
-      EXPECT_EQ(got.remaining, want.remaining);
-      EXPECT_EQ(got.reset_after, want.reset_after);
-      EXPECT_EQ(got.retry_after, want.retry_after);
-      EXPECT_EQ(got.delay, want.delay);
+      expect_as_algorithm(key, cost, *(*results)[i]);
     }
   };
   for (int i = 0; i < 60; ++i) Command({"DEL", prefix + std::to_string(i)});

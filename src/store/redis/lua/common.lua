@@ -225,6 +225,17 @@ local function store_string(key, value, fresh_at, ctx, keep)
   end
 end
 
+-- A window algorithm's `empty` (fixed_window.empty): a key kept `kept`
+-- windows, whose state is "window<middle>cost".
+local function window_empty(w, now, cost, kept, middle)
+  local limit, period = w.limit, w.period
+  if cost > limit then return false end
+  local index = floordiv(now, period)
+  local ends = (index + kept) * period
+  return window_text(w, index) .. middle .. count_text(cost), expiry_of(w, ends), limit,
+         limit - cost, ends - now
+end
+
 -- {limit, period} (period in microseconds): the parameters LimitParams()
 -- sends for the window algorithms.
 local function window_params(argv, i)

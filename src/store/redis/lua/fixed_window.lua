@@ -60,12 +60,7 @@ end
 -- its expiry's text, and the answer's limit, remaining and reset_after;
 -- false where it might not fit.
 function fixed_window.empty(w, now, cost)
-  local limit, period = w.limit, w.period
-  if cost > limit then return false end
-  local window = floordiv(now, period)
-  local ends = (window + 1) * period
-  return window_text(w, window) .. ' ' .. count_text(cost), expiry_of(w, ends), limit,
-         limit - cost, ends - now
+  return window_empty(w, now, cost, 1, ' ')
 end
 
 -- The common case of decide and save, as gcra.fast: no debt, a cost within

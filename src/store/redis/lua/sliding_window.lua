@@ -105,12 +105,7 @@ end
 
 -- A request of `cost` to an empty key at `now`, as fixed_window.empty.
 function sliding_window.empty(w, now, cost)
-  local limit, period = w.limit, w.period
-  if cost > limit then return false end
-  local index = floordiv(now, period)
-  local ends = (index + 2) * period
-  return window_text(w, index) .. ' 0 ' .. count_text(cost), expiry_of(w, ends), limit,
-         limit - cost, ends - now
+  return window_empty(w, now, cost, 2, ' 0 ')
 end
 
 -- The common case of decide and save, as gcra.fast: an allowed request,
