@@ -288,7 +288,8 @@ local function run_parts(keys, args, nargs, nkeys, reply)
             m = m + 1
             reply[m] = false
           else
-            reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 0, e_limit, e_remaining, e_reset
+            reply[m + 1], reply[m + 2] = 0, e_limit
+            reply[m + 3], reply[m + 4] = e_remaining, e_reset
             m = m + 4
             after_empty = true
           end

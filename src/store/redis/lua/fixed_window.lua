@@ -69,8 +69,11 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
   local limit, period = w.limit, w.period
   if cost > limit then return end
   local now = ctx.now
-  local window, count = floordiv(now, period), 0
-  local start = window * period
+  -- floordiv(now, period), written out: the window and its start.
+  local start = now % period
+  if start < 0 then start = start + period end
+  start = now - start
+  local window, count = start / period, 0
   if s == nil then
     s = call('GET', key)
     if writes and cost > 0 and ctx.timed then counted(w, s) end
@@ -91,7 +94,10 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
     if writes and cost > 0 then
       -- A key of this window with a count expires at its end already.
       local store = count > 0 and store_same_expiry or store_fresh
-      store(key, window_text(w, window) .. ' ' .. count_text(used), start + period, ctx, w)
+      -- window_text and count_text where they keep the text, written out.
+      local window_digits = w.window_index == window and w.window_text or window_text(w, window)
+      store(key, window_digits .. ' ' .. (COUNT_TEXTS[used] or count_text(used)), start + period,
+            ctx, w)
     end
     return 1, limit, limit - used, (used > 0) and (start + period - now) or 0, 0, 0
   end

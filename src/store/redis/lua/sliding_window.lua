@@ -115,7 +115,11 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
   local limit, period = w.limit, w.period
   if cost > limit then return end
   local now = ctx.now
-  local index = floordiv(now, period)
+  -- floordiv(now, period), written out: the window and its start.
+  local start = now % period
+  if start < 0 then start = start + period end
+  start = now - start
+  local index = start / period
   local prev, curr = 0, 0
   -- prev's text, kept from the state where it is there.
   local prev_text = '0'
@@ -132,7 +136,7 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
     local st_prev_text, st_curr_text = sub(s, i + 1, j - 1), sub(s, j + 1)
     prev, curr = tonum(st_prev_text), tonum(st_curr_text)
     if st_window == nil or prev == nil or curr == nil or prev < 0 or curr < 0 or curr > limit or
-       st_window > index or prev ~= floor(prev) or curr ~= floor(curr) then
+       st_window > index or prev % 1 ~= 0 or curr % 1 ~= 0 then
       return
     end
     -- sw_roll_by without debt.
@@ -144,7 +148,6 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
       prev, curr = 0, 0
     end
   end
-  local start = index * period
   local elapsed = now - start  -- below the period
   if prev * elapsed >= 2 * TWO52 then return end
   local pe = prev * elapsed
@@ -156,8 +159,10 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
   if writes and cost > 0 then
     -- A key of this window with a count expires at the next one's end already.
     local store = curr > 0 and store_same_expiry or store_fresh
-    store(key, window_text(w, index) .. ' ' .. prev_text .. ' ' .. count_text(after),
-          start + 2 * period, ctx, w)
+    -- window_text and count_text where they keep the text, written out.
+    local window_digits = w.window_index == index and w.window_text or window_text(w, index)
+    local after_digits = COUNT_TEXTS[after] or count_text(after)
+    store(key, window_digits .. ' ' .. prev_text .. ' ' .. after_digits, start + 2 * period, ctx, w)
   end
   local reset = 0
   if after > 0 then
