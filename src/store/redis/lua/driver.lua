@@ -91,8 +91,15 @@ local function decide_one(algo, params, key, ctx, cost, writes)
   return decide_general(algo, params, key, ctx, cost, writes)
 end
 
+-- The reply, kept from call to call (a table made and grown afresh costs
+-- Redis about as much per element as converting it), and its length: the
+-- elements after reply_n are an earlier call's, and the first of them is
+-- made nil before the reply is returned (Redis reads up to the first nil).
+local the_reply, reply_n = {}, 0
+
 -- One part: keys[k .. k+n-1], limit strings args[a .. a+n-1]. Appends its
--- answer to `reply` (a failure midway leaves elements the caller removes).
+-- answer to `reply` after its first reply_n elements, and counts them in
+-- reply_n (a failure midway leaves elements the caller drops).
 local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
   if op == 'N' then
     -- A renewed lease: what was taken at taken_at goes back, then D, with
@@ -110,7 +117,8 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
       local l = limit_of(args[a + i])
       if l.algo.charge then l.algo.charge(l.params, keys[k + i], ctx, cost) end
     end
-    reply[#reply + 1] = ctx.now
+    reply_n = reply_n + 1
+    reply[reply_n] = ctx.now
     return
   end
   if op == 'R' then
@@ -118,7 +126,8 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
       local l = limit_of(args[a + i])
       if l.algo.refund then l.algo.refund(l.params, keys[k + i], ctx, taken_at, cost) end
     end
-    reply[#reply + 1] = ctx.now
+    reply_n = reply_n + 1
+    reply[reply_n] = ctx.now
     return
   end
   if op == 'L' then
@@ -128,19 +137,21 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
     if n ~= 1 or not l.algo.leases then error('sluice: op L takes one gcra or token_bucket limit') end
     local b = l.params
     local d, plan = l.algo.decide(b, keys[k], ctx, cost, true, min(taken_at, b.fill_us) * b.per_us)
-    reply[#reply + 1] = ctx.now
-    local m = #reply
+    local m = reply_n + 1
+    reply[m] = ctx.now
     reply[m + 1], reply[m + 2], reply[m + 3] = d.allowed, d.limit, d.remaining
     reply[m + 4], reply[m + 5], reply[m + 6] = d.reset, d.retry, d.delay
+    reply_n = m + 6
     if plan and d.allowed == 1 then l.algo.save(b, keys[k], plan, ctx) end
     return
   end
-  local m = #reply + 1
+  local m = reply_n + 1
   reply[m] = ctx.now
   if n == 1 then  -- the common case, without the tables of the general one
     local l = limit_of(args[a])
     reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4], reply[m + 5], reply[m + 6] =
         decide_one(l.algo, l.params, keys[k], ctx, cost, op == 'D')
+    reply_n = m + 6
     return
   end
   local limits, plans = {}, {}
@@ -154,6 +165,7 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
     reply[at + 1], reply[at + 2], reply[at + 3] = d.allowed, d.limit, d.remaining
     reply[at + 4], reply[at + 5], reply[at + 6] = d.reset, d.retry, d.delay
   end
+  reply_n = m + 6 * n
   if op == 'D' and all_allowed then
     for i = 0, n - 1 do
       if plans[i] then limits[i].algo.save(limits[i].params, keys[k + i], plans[i], ctx) end
@@ -188,8 +200,10 @@ local PART_ARGS = 5  -- op now_us cost taken_at_us n, before the limits
 -- part's index within a run, and the reply's length before it) and the part
 -- after it. A part that fails leaves them for decide() to resume after it.
 local at_key, at_arg, at_run, reply_before, next_key, next_arg, next_run
--- The call's context at Redis' time (TIME read once per call).
+-- The call's context at Redis' time (TIME read once per call), in a table
+-- kept from call to call (timed_ctx).
 local call_ctx
+local timed_ctx = {timed = true, now = 0}
 -- A call whose arguments do not form parts fails as a whole.
 local malformed
 -- Whether the call has short parts: its reply then ends with its time.
@@ -202,7 +216,8 @@ local function time_ctx()
   local ctx = call_ctx
   if ctx == nil then
     local t = call('TIME')
-    ctx = {timed = true, now = tonum(t[1]) * 1000000 + tonum(t[2])}
+    ctx = timed_ctx
+    ctx.now = tonum(t[1]) * 1000000 + tonum(t[2])
     call_ctx = ctx
   end
   return ctx
@@ -242,7 +257,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       -- the part at_run's: should one fail, that part answers the error and
       -- the run resumes at the next, which reads them again (and fails
       -- alone too).
-      reply_before, next_key, next_arg, next_run = #reply, k, a, at_run + 1
+      reply_before, next_key, next_arg, next_run = reply_n, k, a, at_run + 1
       if at_run + 1 == g then next_key, next_arg, next_run = k + g, after, 0 end
       local ctx = time_ctx()
       local cost = cost_of(args[ops + 1])
@@ -314,6 +329,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           after_empty = false
         end
       end
+      reply_n = m
       at_key, at_arg, at_run = k + g, after, 0
     elseif op == 'D' or op == 'C' or op == 'R' or op == 'L' or op == 'N' or op == 'G' then
       local n, first = tonum(args[a + 4]), a + PART_ARGS
@@ -321,7 +337,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         malformed_part(a)
         return
       end
-      reply_before, next_key, next_arg, next_run = #reply, k + n, first + n, 0
+      reply_before, next_key, next_arg, next_run = reply_n, k + n, first + n, 0
       local now_s = args[a + 1]
       local ctx
       if now_s == '' then
@@ -343,7 +359,8 @@ end
 
 local function decide(keys, args)
   if floor == nil then bind_globals() end
-  local reply = {}
+  local reply = the_reply
+  reply_n = 0
   local nargs, nkeys = #args, #keys
   if nargs == 0 then error('sluice: a call with no part') end
   at_key, at_arg, at_run, call_ctx, malformed, short_parts = 1, 1, 0, nil, nil, false
@@ -354,14 +371,18 @@ local function decide(keys, args)
     local ok, e = pcall(run_parts, keys, args, nargs, nkeys, reply)
     if malformed then error(malformed) end
     if ok then break end
-    for i = #reply, reply_before + 1, -1 do reply[i] = nil end
-    reply[reply_before + 1] = error_text(e)
+    reply_n = reply_before + 1
+    reply[reply_n] = error_text(e)
     at_key, at_arg, at_run = next_key, next_arg, next_run
   end
   if at_key - 1 ~= nkeys then
     error('sluice: ' .. nkeys .. ' keys for parts that name ' .. (at_key - 1))
   end
-  if short_parts then reply[#reply + 1] = call_ctx and call_ctx.now or 0 end
+  if short_parts then
+    reply_n = reply_n + 1
+    reply[reply_n] = call_ctx and call_ctx.now or 0
+  end
+  reply[reply_n + 1] = nil
   return reply
 end
 
