@@ -145,7 +145,8 @@ struct ScriptResult {
   std::vector<Decision> decisions;
 };
 
-// Decodes the reply to a call of `parts`: one result per part, in order.
+// Decodes the reply to a call of `parts`: one result per part, in order (a
+// short part answered by a nil has the answer of the short part before it).
 // A part that failed in Redis (a key of another type, a malformed state)
 // is Internal with the function's message. An error reply to the whole call
 // is a Status carrying Redis' message: LOADING / BUSY / MASTERDOWN /
