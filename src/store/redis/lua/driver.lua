@@ -278,7 +278,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         reply_before, next_run = m, j + 1
         if next_run == g then next_key, next_arg, next_run = k + g, after, 0 end
         -- decide_one written out: one Lua call fewer a decision, about 700
-        -- of its ~30,000 instructions in Redis (callgrind).
+        -- instructions in Redis (callgrind).
         local key = keys[k + j]
         local found_empty = false
         local s  -- the key's state, where read here
