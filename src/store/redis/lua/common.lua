@@ -180,27 +180,19 @@ local function store_fresh(key, value, fresh_at, ctx, keep)
   end
 end
 
--- How a fast path reads a key: one it may write. Where a limit's keys have
--- lately been found empty more often than not (the first request of a key,
--- or of its next window once the last one's key expired), the driver reads
--- the key with the write of the state an empty key takes (SET ... NX GET,
--- the algorithm's `empty`): one command where the key is empty, whose
--- answer is then known without the fast path, and where it holds a state,
--- the state unchanged and answered, as by GET, and passed to the fast path.
--- Where they have lately held states, the fast path reads with GET, the
--- cheaper command for that. `keep.fresh` (a limit's parameters) counts
--- between -8 and 8, one up for a key found empty and one down for a key
--- found with a state (counted); at 0 or more the keys are taken to be empty
--- (`keep.fresh >= 0`). Either read gives the same decision.
-local function counted(keep, s)
-  local fresh = keep.fresh
-  if s then
-    if fresh > -8 then keep.fresh = fresh - 1 end
-  elseif fresh < 8 then
-    keep.fresh = fresh + 1
-  end
-  return s
-end
+-- How the driver reads a key for a fast path (driver.lua, run_parts).
+-- Where a limit's keys have lately been found empty more often than not
+-- (the first request of a key, or of its next window once the last one's
+-- key expired), it reads the key with the write of the state an empty key
+-- takes (SET ... NX GET, the algorithm's `empty`): one command where the
+-- key is empty, whose answer is then known without the fast path, and
+-- where it holds a state, the state unchanged and answered, as by GET.
+-- Where they have lately held states, it reads with GET, the cheaper
+-- command for that. `keep.fresh` (a limit's parameters) counts between -8
+-- and 8, one up for a key found empty and one down for a key found with a
+-- state; at 0 or more the keys are taken to be empty (`keep.fresh >= 0`).
+-- Either read gives the same decision: the fast path decides from the
+-- state read (`s`, false for an empty key: a nil reply).
 
 -- Stores a state that keeps its key's expiry: a window's count raised
 -- within the window, whose key was written in that window at Redis' time

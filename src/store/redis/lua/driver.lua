@@ -81,11 +81,13 @@ local function decide_general(algo, params, key, ctx, cost, writes)
 end
 
 -- The same, by the algorithm's fast path where it has one (gcra,
--- token_bucket, fixed_window, sliding_window) and the case is common.
+-- token_bucket, fixed_window, sliding_window) and the case is common, the
+-- key read with GET.
 local function decide_one(algo, params, key, ctx, cost, writes)
   local fast = algo.fast
   if fast then
-    local allowed, limit, remaining, reset, retry, delay = fast(params, key, ctx, cost, writes)
+    local allowed, limit, remaining, reset, retry, delay =
+        fast(params, key, ctx, cost, writes, call('GET', key))
     if allowed then return allowed, limit, remaining, reset, retry, delay end
   end
   return decide_general(algo, params, key, ctx, cost, writes)
@@ -264,8 +266,8 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       local l = limit_of(args[ops + 2])
       local algo, params, writes = l.algo, l.params, op == 'd'
       local fast = algo.fast
-      -- Where the limit's keys are taken to be empty (common.lua, "How a
-      -- fast path reads a key"), a key is read with the write of the state
+      -- Where the limit's keys are taken to be empty (common.lua, "How the
+      -- driver reads a key"), a key is read with the write of the state
       -- an empty key takes (algo.empty), which with the answer it gives is
       -- the same for every key of the run: made once, at its first use.
       local empty = writes and cost > 0 and algo.empty
@@ -280,24 +282,30 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         -- decide_one written out: one Lua call fewer a decision, about 700
         -- instructions in Redis (callgrind).
         local key = keys[k + j]
-        local found_empty = false
-        local s  -- the key's state, where read here
+        -- The key's state, read with the write of an empty key's where the
+        -- limit's keys are taken to be empty, else with GET.
+        local s, with_write
         if empty and params.fresh >= 0 then
           if e_state == nil then
             e_state, e_expiry, e_limit, e_remaining, e_reset = empty(params, ctx.now, cost)
           end
-          if e_state then  -- (false: such a request might not fit)
-            s = call('SET', key, e_state, 'PXAT', e_expiry, 'NX', 'GET')
-            -- counted(params, s), written out
-            local fresh = params.fresh
-            if s then
-              if fresh > -8 then params.fresh = fresh - 1 end
-            else
-              if fresh < 8 then params.fresh = fresh + 1 end
-              found_empty = true
-            end
+          with_write = e_state  -- (false: such a request might not fit)
+        end
+        if with_write then
+          s = call('SET', key, e_state, 'PXAT', e_expiry, 'NX', 'GET')
+        elseif fast then
+          s = call('GET', key)
+        end
+        if empty then
+          -- How its keys were found (common.lua, "How the driver reads a key").
+          local fresh = params.fresh
+          if s then
+            if fresh > -8 then params.fresh = fresh - 1 end
+          elseif fresh < 8 then
+            params.fresh = fresh + 1
           end
         end
+        local found_empty = with_write and not s
         if found_empty then
           if after_empty then
             m = m + 1

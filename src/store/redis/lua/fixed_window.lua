@@ -56,7 +56,7 @@ function fixed_window.decide(w, key, ctx, cost, reuse)
 end
 
 -- A request of `cost` to an empty key at `now` (the driver's read with the
--- write, common.lua, "How a fast path reads a key"): the state it leaves,
+-- write, common.lua, "How the driver reads a key"): the state it leaves,
 -- its expiry's text, and the answer's limit, remaining and reset_after;
 -- false where it might not fit.
 function fixed_window.empty(w, now, cost)
@@ -74,10 +74,6 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
   if start < 0 then start = start + period end
   start = now - start
   local window, count = start / period, 0
-  if s == nil then
-    s = call('GET', key)
-    if writes and cost > 0 and ctx.timed then counted(w, s) end
-  end
   if s then
     local space = find(s, ' ', 1, true)
     if space == nil then return end

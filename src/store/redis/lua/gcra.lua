@@ -46,7 +46,8 @@ end
 
 -- The common case of decide and save, without tables or helper calls (a
 -- decision's arithmetic in Lua costs more than its GET and SET): a TAT
--- within 2^52 ticks of now, no debt, a cost within the burst. Returns
+-- within 2^52 ticks of now, no debt, a cost within the burst, decided from
+-- the key's state `s` as the driver read it (false: none). Returns
 -- allowed, limit, remaining, reset_after, retry_after and delay, having
 -- written the state when `writes` and it took something; or nothing,
 -- having written nothing, where decide is to decide. The same answers and
@@ -55,10 +56,6 @@ function gcra.fast(b, key, ctx, cost, writes, s)
   local burst, per_us, per_token, cap = b.burst, b.per_us, b.per_token, b.cap
   if cost > burst then return end
   local now, used = ctx.now, 0
-  if s == nil then
-    s = call('GET', key)
-    if writes and cost > 0 and ctx.timed then counted(b, s) end
-  end
   if s then
     local us, rem
     local space = find(s, ' ', 1, true)

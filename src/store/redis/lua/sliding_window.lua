@@ -123,10 +123,6 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
   local prev, curr = 0, 0
   -- prev's text, kept from the state where it is there.
   local prev_text = '0'
-  if s == nil then
-    s = call('GET', key)
-    if writes and cost > 0 and ctx.timed then counted(w, s) end
-  end
   if s then
     local i = find(s, ' ', 1, true)
     if i == nil then return end

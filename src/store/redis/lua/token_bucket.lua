@@ -69,10 +69,6 @@ function token_bucket.fast(b, key, ctx, cost, writes, s)
   local burst, per_us, per_token, cap = b.burst, b.per_us, b.per_token, b.cap
   if cost > burst then return end
   local now, used = ctx.now, 0
-  if s == nil then
-    s = call('GET', key)
-    if writes and cost > 0 and ctx.timed then counted(b, s) end
-  end
   if s then
     local space = find(s, ' ', 1, true)
     if space == nil then return end
