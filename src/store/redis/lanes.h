@@ -1,9 +1,10 @@
 // store/redis/lanes.h: coalescing (docs/distributed.md, "Several decisions
 // in one call"). At most max_in_flight calls per lane (a Redis node; on a
 // Cluster, a slot) are in flight; what arrives meanwhile waits, and goes in
-// the next call when one is answered, up to max_batch requests a call. A
-// request alone on its lane is sent at once, with one exception, the
-// linger: right after a call of several requests was answered, those who
+// the next call when one is answered, up to max_batch requests a call
+// and, while another call is in flight, up to its share of the requests
+// going round the lane (Share). A request alone on its lane is sent at
+// once, with one exception, the linger: right after a call of several requests was answered, those who
 // sent them are likely to send again soon, so a request that finds the
 // lane free within kHotFor lingers of that answer waits, at most `linger`,
 // until as many have arrived as that call carried (then they go at once),
@@ -30,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -70,20 +72,23 @@ class Lanes {
     if (max_batch_ > 1 && flush_later != nullptr && l.expect > 1) {
       if (Clock::now() < l.hot_until) {
         l.queue.push_back(std::move(item));
-        if (l.queue.size() < std::min(l.expect, max_batch_)) {
+        const size_t call = l.in_flight > 0 ? std::min(l.cap, max_batch_) : max_batch_;
+        if (l.queue.size() < std::min(l.expect, call)) {
           if (!l.flush_due) *flush_later = l.flush_due = true;
           return out;
         }
         ++l.in_flight;
-        while (!l.queue.empty() && out.size() < max_batch_) {
+        while (!l.queue.empty() && out.size() < call) {
           out.push_back(std::move(l.queue.front()));
           l.queue.pop_front();
         }
+        l.carried += out.size();
         return out;
       }
       l.expect = 0;
     }
     ++l.in_flight;
+    ++l.carried;
     out.push_back(std::move(item));
     return out;
   }
@@ -99,7 +104,13 @@ class Lanes {
     auto it = lanes_.find(lane);
     if (it == lanes_.end()) return out;
     Lane& l = it->second;
-    Take(l, now, out, expired);
+    l.carried -= std::min(l.carried, answered);
+    // With another call in flight, this one carries a share of the
+    // requests going round (those in flight, those waiting, and those
+    // whose answers this call brings, which tend to come back): see Share.
+    l.cap = l.in_flight > 1 ? Share(l, answered) : max_batch_;
+    Take(l, now, out, expired, l.cap);
+    l.carried += out.size();
     if (linger_ > Clock::duration::zero() && answered > 1) {
       l.expect = answered;
       l.hot_until = now + kHotFor * linger_;
@@ -121,8 +132,9 @@ class Lanes {
     Lane& l = it->second;
     l.flush_due = false;
     if (l.in_flight < max_in_flight_) {
-      Take(l, now, out, expired);
+      Take(l, now, out, expired, l.in_flight > 0 ? std::min(l.cap, max_batch_) : max_batch_);
       if (!out.empty()) ++l.in_flight;
+      l.carried += out.size();
     }
     if (l.in_flight == 0 && l.queue.empty() && now >= l.hot_until) lanes_.erase(it);
     return out;
@@ -131,6 +143,10 @@ class Lanes {
  private:
   struct Lane {
     size_t in_flight = 0;
+    // The requests the calls in flight carry, and how many the next call
+    // may carry while another is in flight (Share).
+    size_t carried = 0;
+    size_t cap = std::numeric_limits<size_t>::max();
     std::deque<std::unique_ptr<T>> queue;
     // The linger: requests arriving before hot_until wait for `expect` of
     // them; flush_due while the caller's Flush is to come.
@@ -139,9 +155,25 @@ class Lanes {
     bool flush_due = false;
   };
 
-  // Up to max_batch_ of l's queue into `out`, the expired into `expired`.
-  void Take(Lane& l, Clock::time_point now, Batch& out, Batch& expired) {
-    while (!l.queue.empty() && out.size() < max_batch_) {
+  // A call's share of the requests going round a lane: what its calls in
+  // flight carry, what waits, and `returning` (the requests of the call
+  // just answered, whose senders tend to send again at once), split evenly
+  // over max_in_flight_ + 1 groups. A group is then being decided in each
+  // call in flight while the last one's answers are handed out and its
+  // senders send again, so neither Redis nor this process waits for the
+  // other. Redis reads what has arrived on a connection, runs all of it,
+  // and only then writes the answers: a call much larger than the others
+  // leaves Redis idle while its answers are handed out, and a call that
+  // arrives with another is answered only after both. At most max_batch_.
+  size_t Share(const Lane& l, size_t returning) const {
+    const size_t going_round = l.carried + l.queue.size() + returning;
+    const size_t groups = max_in_flight_ + 1;
+    return std::clamp<size_t>((going_round + groups - 1) / groups, 1, max_batch_);
+  }
+
+  // Up to `most` of l's queue into `out`, the expired into `expired`.
+  void Take(Lane& l, Clock::time_point now, Batch& out, Batch& expired, size_t most) {
+    while (!l.queue.empty() && out.size() < most) {
       std::unique_ptr<T>& item = l.queue.front();
       (item->deadline <= now ? expired : out).push_back(std::move(item));
       l.queue.pop_front();

@@ -103,29 +103,75 @@ TEST(LanesTest, AfterACallOfSeveralTheNextWaitsForAsManyOrTheFlush) {
   EXPECT_EQ(Ids(lanes.Submit(0, At(2, later), &flush)), std::vector<int>{2});
   for (int id = 3; id <= 5; ++id) EXPECT_TRUE(lanes.Submit(0, At(id, later), &flush).empty());
   EXPECT_FALSE(flush);
-  // The call of 1 answered: 3, 4, 5 go. Then the call of 3 (2 was alone).
-  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 1)), (std::vector<int>{3, 4, 5}));
+  // The call of 1 answered, 2 still in flight: 3 and 4 go (their share,
+  // LanesTest.WithAnotherCallInFlightACallCarriesItsShare), then 5 with
+  // 2's answer. Then the calls of 3 and 4, and of 5, are answered.
+  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 1)), (std::vector<int>{3, 4}));
+  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 1)), std::vector<int>{5});
+  EXPECT_TRUE(lanes.Next(0, Clock::now(), expired, 2).empty());
   EXPECT_TRUE(lanes.Next(0, Clock::now(), expired, 1).empty());
-  EXPECT_TRUE(lanes.Next(0, Clock::now(), expired, 3).empty());
-  // The lane is free, and hot: 6 and 7 wait, the first asks for a flush;
-  // 8 makes three, and the three go together.
+  // The lane is free, and hot since the call of two: 6 waits and asks for
+  // a flush; 7 makes two, and the two go together.
   EXPECT_TRUE(lanes.Submit(0, At(6, later), &flush).empty());
   EXPECT_TRUE(flush);
   flush = false;
-  EXPECT_TRUE(lanes.Submit(0, At(7, later), &flush).empty());
-  EXPECT_FALSE(flush);  // one flush is due already
-  EXPECT_EQ(Ids(lanes.Submit(0, At(8, later), &flush)), (std::vector<int>{6, 7, 8}));
-  // 9 waits too; the flush that was due sends it alone, a call in flight.
+  EXPECT_EQ(Ids(lanes.Submit(0, At(7, later), &flush)), (std::vector<int>{6, 7}));
+  EXPECT_FALSE(flush);
+  // 8 waits too; the flush 6 asked for is still due, and sends it alone.
+  EXPECT_TRUE(lanes.Submit(0, At(8, later), &flush).empty());
+  EXPECT_FALSE(flush);
+  EXPECT_EQ(Ids(lanes.Flush(0, Clock::now(), expired)), std::vector<int>{8});
+  // Both calls in flight: 9 waits for an answer, whatever the flush.
   EXPECT_TRUE(lanes.Submit(0, At(9, later), &flush).empty());
-  EXPECT_EQ(Ids(lanes.Flush(0, Clock::now(), expired)), std::vector<int>{9});
-  // Both calls in flight: 10 waits for an answer, whatever the flush.
-  EXPECT_TRUE(lanes.Submit(0, At(10, later), &flush).empty());
   EXPECT_TRUE(lanes.Flush(0, Clock::now(), expired).empty());
-  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 3)), std::vector<int>{10});
+  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 2)), std::vector<int>{9});
   EXPECT_TRUE(expired.empty());
   // Without `flush_later` nothing lingers.
   EXPECT_TRUE(lanes.Next(0, Clock::now(), expired, 1).empty());
   EXPECT_EQ(Ids(lanes.Submit(0, At(11, later))), std::vector<int>{11});
+}
+
+// While another call is in flight, a call carries a third of the requests
+// going round (two calls in flight and the answers being handed out): in
+// flight, waiting, and those of the call just answered. With one call in
+// flight at most, every waiting request goes with the next call.
+TEST(LanesTest, WithAnotherCallInFlightACallCarriesItsShare) {
+  Lanes<Item> lanes(64);
+  const Clock::time_point later = Clock::now() + std::chrono::seconds(10);
+  Lanes<Item>::Batch expired;
+  auto ids = [](int from, int to) {
+    std::vector<int> out;
+    for (int id = from; id <= to; ++id) out.push_back(id);
+    return out;
+  };
+  EXPECT_EQ(Ids(lanes.Submit(0, At(1, later))), std::vector<int>{1});
+  EXPECT_EQ(Ids(lanes.Submit(0, At(2, later))), std::vector<int>{2});
+  for (int id = 3; id <= 30; ++id) EXPECT_TRUE(lanes.Submit(0, At(id, later)).empty());
+  // 1 in flight (2), 28 waiting, 1 answered: 30 going round, 10 a call.
+  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 1)), ids(3, 12));
+  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 1)), ids(13, 22));
+  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 10)), ids(23, 30));
+  EXPECT_TRUE(lanes.Next(0, Clock::now(), expired, 10).empty());
+  // One call in flight (23-30): 31 goes at once, 32-40 wait.
+  EXPECT_EQ(Ids(lanes.Submit(0, At(31, later))), std::vector<int>{31});
+  for (int id = 32; id <= 40; ++id) EXPECT_TRUE(lanes.Submit(0, At(id, later)).empty());
+  // 31 in flight, 9 waiting, 8 answered: 18 going round, 6 a call.
+  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 8)), ids(32, 37));
+  EXPECT_EQ(Ids(lanes.Next(0, Clock::now(), expired, 1)), ids(38, 40));
+  EXPECT_TRUE(expired.empty());
+
+  // Never more than max_batch.
+  Lanes<Item> small(4);
+  small.Submit(0, At(1, later));
+  small.Submit(0, At(2, later));
+  for (int id = 3; id <= 40; ++id) small.Submit(0, At(id, later));
+  EXPECT_EQ(Ids(small.Next(0, Clock::now(), expired, 1)), ids(3, 6));
+
+  // One call in flight at most: nothing to share with.
+  Lanes<Item> one(64, Clock::duration::zero(), 1);
+  one.Submit(0, At(1, later));
+  for (int id = 2; id <= 30; ++id) EXPECT_TRUE(one.Submit(0, At(id, later)).empty());
+  EXPECT_EQ(Ids(one.Next(0, Clock::now(), expired, 1)), ids(2, 30));
 }
 
 TEST(LanesTest, TheLaneCoolsAfterTenLingersAndALingerOfZeroNeverWaits) {
