@@ -41,8 +41,10 @@ struct RedisStoreOptions {
   // Coalescing: while calls_in_flight calls to one Redis node (on a
   // Cluster, one slot) are in flight, the decisions that arrive meanwhile
   // wait and go together in the next call, at most this many in one call,
-  // each with its own answer. A decision alone is sent at once. 1: one
-  // decision per call.
+  // each with its own answer; while another call is in flight, a call
+  // carries at most a calls_in_flight + 1-th of the decisions going round
+  // (docs/distributed.md, "A call's share"). A decision alone is sent at
+  // once. 1: one decision per call.
   int max_batch = 64;
   // Calls to one Redis node (one slot) in flight at once, 1 to 16. Fewer
   // make larger calls under load, and so less of Redis' time per decision;
