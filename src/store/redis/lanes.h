@@ -4,14 +4,15 @@
 // the next call when one is answered, up to max_batch requests a call
 // and, while another call is in flight, up to its share of the requests
 // going round the lane (Share). A request alone on its lane is sent at
-// once, with one exception, the linger: right after a call of several requests was answered, those
-// who sent them are likely to send again soon, so a request that finds the lane free within kHotFor
-// lingers of that answer waits, at most `linger`, until as many have arrived as that call carried
-// (then they go at once), or until the caller's Flush. Coalescing adds no wait at low load (a call
-// of one request is followed by no linger), and the wait it adds under
-// load is bounded by a call in flight (its timeout at worst) or by one
-// linger. A request whose deadline passes while it waits is handed
-// back as expired, never sent.
+// once, with one exception, the linger: right after a call of several
+// requests was answered, those who sent them are likely to send again
+// soon, so a request that finds the lane free within kHotFor lingers of
+// that answer waits, at most `linger`, until as many have arrived as that
+// call carried (then they go at once), or until the caller's Flush.
+// Coalescing adds no wait at low load (a call of one request is followed
+// by no linger), and the wait it adds under load is bounded by a call in
+// flight (its timeout at worst) or by one linger. A request whose deadline
+// passes while it waits is handed back as expired, never sent.
 //
 // T is the store's request: anything with a `deadline` (a steady_clock
 // time point). Thread-safe.
