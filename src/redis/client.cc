@@ -159,6 +159,15 @@ class Client::Impl {
     fn();
   }
 
+  std::chrono::microseconds RoundTrip() const {
+    return std::chrono::microseconds(round_trip_us_.load(std::memory_order_relaxed));
+  }
+  void NoteRoundTrip(SteadyClock::time_point sent) {
+    const auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - sent).count();
+    round_trip_us_.store(std::max<int64_t>(us, 1), std::memory_order_relaxed);
+  }
+
   ClientHealth Health() const {
     ClientHealth h;
     h.nodes = masters_.load(std::memory_order_relaxed);
@@ -520,7 +529,9 @@ class Client::Impl {
     }
     auto pinged = Step(n, "PING");
     AddHandshake(n, {"PING"}, deadline,
-                 [this, &n, gen = n.generation, deadline, pinged](absl::StatusOr<Reply> r) {
+                 [this, &n, gen = n.generation, deadline, pinged,
+                  sent = SteadyClock::now()](absl::StatusOr<Reply> r) {
+                   if (r.ok()) NoteRoundTrip(sent);
                    // (The rest goes first: the node must not be ready yet.)
                    if (r.ok() && gen == n.generation) SetUp(n, deadline);
                    pinged(std::move(r));
@@ -710,6 +721,7 @@ class Client::Impl {
         if (error) return e.internal(absl::UnknownError(std::string(ReplyText(*reply))));
         return e.internal(std::move(reply));
       case Entry::kUser:
+        NoteRoundTrip(e.sent);
         break;
     }
     Request& req = *e.req;
@@ -991,6 +1003,7 @@ class Client::Impl {
   std::atomic<int> masters_up_{0};
   std::atomic<bool> covered_{false};
   std::atomic<uint64_t> requests_{0};
+  std::atomic<int64_t> round_trip_us_{0};  // RoundTrip()
   std::atomic<uint64_t> errors_{0};
   std::atomic<uint64_t> timeouts_{0};
   std::atomic<uint64_t> late_replies_{0};
@@ -1027,6 +1040,7 @@ void Client::After(std::chrono::nanoseconds delay, std::function<void()> fn) {
 }
 ClientHealth Client::Health() const { return impl_->Health(); }
 const ClientOptions& Client::options() const { return impl_->options(); }
+std::chrono::microseconds Client::RoundTrip() const { return impl_->RoundTrip(); }
 bool Client::OnIoThread() const { return impl_->OnIoThread(); }
 
 }  // namespace sluice::redis

@@ -143,6 +143,10 @@ class Client {
   ClientHealth Health() const;
   const ClientOptions& options() const;
 
+  // The round trip of the last command answered (the handshake's PING
+  // first, so it is known once Connect returns); zero before any.
+  std::chrono::microseconds RoundTrip() const;
+
   // The I/O thread's id (the blocking forms of the store refuse to wait on it).
   bool OnIoThread() const;
 

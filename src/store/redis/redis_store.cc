@@ -472,6 +472,8 @@ struct RedisStore::Impl {
   // Sends the call for a slice of `ask` units (the lease's `taking` set).
   // `lead`: a bucket's (LeaseLead).
   void SendTake(const std::string& key, const LimitPtr& limit, int64_t ask, Duration lead);
+  // The connection's last round trip (redis::Client::RoundTrip).
+  Duration KnownRoundTrip() const { return Duration::Micros(client->RoundTrip().count()); }
   void TakeAnswered(const std::string& key, int64_t ask, Time sent, absl::StatusOr<BatchResult> r);
   // Gives `units` taken at `store_taken` back to Redis; `done` (may be
   // null) once Redis answered.
@@ -640,21 +642,29 @@ int64_t LeaseAsk(Lease& l, Time now, int64_t at_least) {
 // slot j lies lead + j x T ahead, and at the pace the slice was sized for
 // (n in a horizon) it is spent about j x horizon / n after the grant, so
 // the lead is what the last slot needs, (n - 1) x (horizon / n - T). At
-// least four times the last round trip (before one is known, the
-// horizon) and 5 ms (the first slot goes to the request that waits for it,
-// when the answer comes: a slot passed on the way is a unit lost, a lead
-// is only time); at most the horizon; and
-// leaving room in the burst for the n slots. What it skips of an idle
-// bucket is lost to the fleet (docs/distributed.md).
-Duration LeaseLead(const Lease& l, int64_t n) {
+// least four times the last round trip and 20 ms: the first slot goes to
+// the request that waits for it, when the answer comes, and a slot passed
+// on the way is a unit lost (a busy machine's round trips jump). The round
+// trip is the key's last slice's; for its first, the connection's last
+// call's (`known_rtt`), and only before any, the horizon: a lead is not
+// free either, since it also delays, by as much, the moment the bucket's
+// last slots may be spent (a burst that drains the bucket quicker than
+// the lead is denied its last units). At most the horizon; and leaving
+// room in the burst for the n slots. What it skips of an idle bucket is
+// lost to the fleet (docs/distributed.md).
+constexpr int64_t kMinLeadUs = 20'000;
+Duration LeaseLead(const Lease& l, int64_t n, Duration known_rtt) {
   const LeaseLimit& lim = *l.limit;
   if (!lim.bucket) return Duration::Zero();
   const int64_t horizon = lim.horizon.micros();
   const int64_t t_us = lim.per_token / lim.per_us;
   int64_t lead = n > 1 ? (n - 1) * (horizon / n - t_us) : 0;
-  // No round trip measured yet (the key's first slice): the horizon.
-  const int64_t rtt = l.rtt > Duration::Zero() ? l.rtt.micros() : horizon / 4;
-  lead = std::max({lead, 4 * rtt, int64_t{5000}});
+  // No round trip measured for the key yet (its first slice): the
+  // connection's; with none either, the horizon.
+  const int64_t rtt = l.rtt > Duration::Zero()       ? l.rtt.micros()
+                      : known_rtt > Duration::Zero() ? known_rtt.micros()
+                                                     : horizon / 4;
+  lead = std::max({lead, 4 * rtt, kMinLeadUs});
   lead = std::min({lead, horizon, (lim.cap - n * lim.per_token) / lim.per_us});
   return Duration::Micros(std::max<int64_t>(lead, 0));
 }
@@ -760,7 +770,7 @@ bool RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
     Duration lead;
     if (!l.taking && l.units * 2 < std::max<int64_t>(l.last_ask, 2) && now >= l.full_until) {
       ask = LeaseAsk(l, now, 1);
-      lead = LeaseLead(l, ask);
+      lead = LeaseLead(l, ask, KnownRoundTrip());
       l.taking = true;
       l.last_ask = ask;
     }
@@ -780,7 +790,7 @@ bool RedisStore::Impl::LeaseDecide(const std::string& key, const LimitPtr& limit
   l.waiters.push_back({cost, std::exchange(done, nullptr)});
   if (l.taking) return true;
   const int64_t ask = LeaseAsk(l, now, cost);
-  const Duration lead = LeaseLead(l, ask);
+  const Duration lead = LeaseLead(l, ask, KnownRoundTrip());
   l.taking = true;
   l.last_ask = ask;
   lock.unlock();
@@ -897,7 +907,7 @@ void RedisStore::Impl::TakeAnswered(const std::string& key, int64_t ask, Time se
         } else {
           next_ask = LeaseAsk(l, now, front);
           if (!d.allowed) next_ask = std::min(next_ask, std::max(front, d.remaining));
-          next_lead = LeaseLead(l, next_ask);
+          next_lead = LeaseLead(l, next_ask, KnownRoundTrip());
           l.taking = true;
           l.last_ask = next_ask;
         }

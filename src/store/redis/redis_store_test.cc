@@ -177,6 +177,25 @@ TEST_F(RedisStoreTest, StartUpErrorsNameTheNodeAndTheProblem) {
   EXPECT_THAT(s.status().message(), HasSubstr("exactly one of url and cluster"));
 }
 
+// A leased bucket's first slice leads by the connection's round trip
+// (LeaseLead), so the client knows one once connected: the handshake's
+// PING, then each call's.
+TEST_F(RedisStoreTest, TheClientKnowsARoundTripOnceConnected) {
+  absl::StatusOr<std::unique_ptr<redis::Client>> client = redis::Client::Connect(
+      {.nodes = {{.host = "127.0.0.1", .port = static_cast<uint16_t>(server_->port())}}});
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_GT((*client)->RoundTrip().count(), 0);
+  EXPECT_LT((*client)->RoundTrip(), std::chrono::seconds(1));
+  std::promise<void> answered;
+  (*client)->Send(0, "*1\r\n$4\r\nPING\r\n", [&](absl::StatusOr<redis::Reply> r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    answered.set_value();
+  });
+  answered.get_future().wait();
+  EXPECT_GT((*client)->RoundTrip().count(), 0);
+  (*client)->Stop();
+}
+
 TEST_F(RedisStoreTest, DecidesInRedisWithKeysThatExpire) {
   auto redis = Connect();
   ASSERT_NE(redis, nullptr);
@@ -592,13 +611,14 @@ TEST_F(RedisStoreTest, LeasedBucketsConformToTheLimitAcrossInstances) {
 }
 
 // A bucket's slice is a run of slots, each spent only before its time:
-// 100/s with a burst of 100 (T = 10 ms), slices of 10. The key's first
-// slice, before any round trip is measured, leads by the horizon, 100 ms:
-// slots at 100, 110, ... 190 ms after the grant. As time passes them they
-// are dropped, never spent late.
+// 100 per 2 s with a burst of 100 (T = 20 ms), slices of 10. The key's
+// first slice leads by four round trips of the connection, at least 20 ms
+// (LeaseLead): slots at lead, lead + 20, ... lead + 180 ms after the
+// grant, the last one's time read from the lease (valid_for). As time
+// passes them they are dropped, never spent late.
 TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
   auto redis = Connect({.timeout = Duration::Seconds(5)});
-  LimitOptions options = L(Algorithm::kGcra, "100/s");
+  LimitOptions options = L(Algorithm::kGcra, "100/2s");
   absl::StatusOr<std::unique_ptr<Limiter>> limiter =
       Limiter::Create(memory_, {.name = "slots",
                                 .limits = {options},
@@ -610,15 +630,20 @@ TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
   absl::StatusOr<std::shared_ptr<LimitTable>> table = redis->OpenNamedTable(*config, "slots");
   ASSERT_TRUE(table.ok());
   const auto start = SteadyClock::now();
-  ASSERT_TRUE((*limiter)->Acquire("k")->allowed);
-  std::optional<RedisStore::LeaseView> view = redis->LeaseOf(*config, "slots", "k");
-  ASSERT_TRUE(view.has_value());
   const auto elapsed_ms = [&] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start)
         .count();
   };
-  if (elapsed_ms() < 8) EXPECT_EQ(view->units, 9);
-  // Redis' state: the slice's end, 100 ms of lead and 10 slots ahead.
+  ASSERT_TRUE((*limiter)->Acquire("k")->allowed);
+  std::optional<RedisStore::LeaseView> view = redis->LeaseOf(*config, "slots", "k");
+  ASSERT_TRUE(view.has_value());
+  // When the last slot (9) passes, from `start`, and slot j before it.
+  const int64_t last_ms = elapsed_ms() + view->valid_for.micros() / 1000;
+  const auto passes_at = [&](int64_t j) { return last_ms - 20 * (9 - j); };
+  EXPECT_GE(last_ms, 180 + 19);
+  EXPECT_LE(last_ms, 180 + 100 + 50);  // the lead is at most the horizon
+  if (elapsed_ms() < passes_at(1) - 5) EXPECT_EQ(view->units, 9);
+  // Redis' state: the slice's end, its lead and 10 slots ahead.
   redisContext* c = redisConnect("127.0.0.1", server_->port());
   ASSERT_NE(c, nullptr);
   auto tat = [&] {
@@ -638,16 +663,16 @@ TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a refund sent would be there
   EXPECT_EQ(tat(), before);
   redisFree(c);
-  // Slots 0 and 1 spent; slot j passes 100 + 10 j ms after the grant
-  // (less a margin): what is left at `ms`, give or take the one passing.
-  auto left_at = [](int64_t ms) {
+  // Slots 0 and 1 spent (when the second came before slot 1 passed): what
+  // is left at `ms`, give or take the one passing.
+  auto left_at = [&](int64_t ms) {
     int64_t left = 0;
-    for (int64_t j = 2; j < 10; ++j) left += 100 + 10 * j > ms ? 1 : 0;
+    for (int64_t j = 2; j < 10; ++j) left += passes_at(j) > ms ? 1 : 0;
     return left;
   };
-  std::this_thread::sleep_for(std::chrono::milliseconds(35));
-  for (const int sleep_ms : {0, 100}) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+  // Looked at between slots' times: a quarter and a half of the way.
+  for (const int64_t at : {passes_at(5) + 10, passes_at(8) + 10}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::max<int64_t>(0, at - elapsed_ms())));
     const int64_t before = elapsed_ms();
     view = redis->LeaseOf(*config, "slots", "k");
     const int64_t after = elapsed_ms();
@@ -656,7 +681,7 @@ TEST_F(RedisStoreTest, ABucketSlicesSlotsPassWithTheirTime) {
     EXPECT_GE(view->units, left_at(after + 1) - 1) << after << " ms";
   }
   std::this_thread::sleep_for(
-      std::chrono::milliseconds(210 - std::min<int64_t>(elapsed_ms(), 200)));
+      std::chrono::milliseconds(std::max<int64_t>(0, last_ms + 10 - elapsed_ms())));
   EXPECT_EQ(redis->LeaseOf(*config, "slots", "k")->units, 0);
   // The 8 never spent are counted as lost (sluice_lease_expired_units_total).
   EXPECT_EQ(redis->Health().lease_expired, 8u);
