@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 
 #include "base/cat.h"
@@ -23,6 +24,7 @@
 
 namespace sluice {
 
+using internal::Append;
 using internal::Cat;
 
 namespace {
@@ -110,7 +112,10 @@ std::string KeySuffix(const LimitConfig& config) {
 // key share a hash tag, so one call decides them on a Cluster).
 std::string KeyOf(std::string_view prefix, std::string_view name, std::string_view key,
                   std::string_view suffix) {
-  return Cat(prefix, "{", name, ":", key, "}", suffix);
+  std::string out;
+  out.reserve(prefix.size() + name.size() + key.size() + suffix.size() + 3);
+  Append(out, prefix, "{", name, ":", key, "}", suffix);
+  return out;
 }
 
 class RedisTable final : public LimitTable {
@@ -1152,12 +1157,10 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
                          .taken_at = taken_at};
   if (impl_->options.use_caller_time) args.now = now;
   auto p = std::make_unique<Pending>();
-  std::vector<std::string> keys;
-  keys.reserve(tables.size());
-  std::vector<std::string_view> key_views;
-  std::vector<std::string_view> limits;
-  key_views.reserve(tables.size());
-  limits.reserve(tables.size());
+  // Most policies have one or two limits: no allocation for these.
+  absl::InlinedVector<std::string, 2> keys;
+  absl::InlinedVector<std::string_view, 2> key_views;
+  absl::InlinedVector<std::string_view, 2> limits;
   for (LimitTable* table : tables) {
     keys.push_back(RedisKey(*table, key));
     limits.push_back(static_cast<RedisTable*>(table)->params());
