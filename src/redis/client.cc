@@ -162,9 +162,10 @@ class Client::Impl {
   std::chrono::microseconds RoundTrip() const {
     return std::chrono::microseconds(round_trip_us_.load(std::memory_order_relaxed));
   }
-  void NoteRoundTrip(SteadyClock::time_point sent) {
-    const auto us =
-        std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - sent).count();
+  // From when a command was sent to its answer (Dispatch's `last_answer`:
+  // no second clock read).
+  void NoteRoundTrip(SteadyClock::time_point sent, SteadyClock::time_point answered) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(answered - sent).count();
     round_trip_us_.store(std::max<int64_t>(us, 1), std::memory_order_relaxed);
   }
 
@@ -531,7 +532,7 @@ class Client::Impl {
     AddHandshake(n, {"PING"}, deadline,
                  [this, &n, gen = n.generation, deadline, pinged,
                   sent = SteadyClock::now()](absl::StatusOr<Reply> r) {
-                   if (r.ok()) NoteRoundTrip(sent);
+                   if (r.ok()) NoteRoundTrip(sent, n.last_answer);
                    // (The rest goes first: the node must not be ready yet.)
                    if (r.ok() && gen == n.generation) SetUp(n, deadline);
                    pinged(std::move(r));
@@ -721,7 +722,7 @@ class Client::Impl {
         if (error) return e.internal(absl::UnknownError(std::string(ReplyText(*reply))));
         return e.internal(std::move(reply));
       case Entry::kUser:
-        NoteRoundTrip(e.sent);
+        NoteRoundTrip(e.sent, n.last_answer);
         break;
     }
     Request& req = *e.req;

@@ -72,7 +72,7 @@ class Lanes {
     if (max_batch_ > 1 && flush_later != nullptr && l.expect > 1) {
       if (Clock::now() < l.hot_until) {
         l.queue.push_back(std::move(item));
-        const size_t call = l.in_flight > 0 ? std::min(l.cap, max_batch_) : max_batch_;
+        const size_t call = CallSize(l);
         if (l.queue.size() < std::min(l.expect, call)) {
           if (!l.flush_due) *flush_later = l.flush_due = true;
           return out;
@@ -132,7 +132,7 @@ class Lanes {
     Lane& l = it->second;
     l.flush_due = false;
     if (l.in_flight < max_in_flight_) {
-      Take(l, now, out, expired, l.in_flight > 0 ? std::min(l.cap, max_batch_) : max_batch_);
+      Take(l, now, out, expired, CallSize(l));
       if (!out.empty()) ++l.in_flight;
       l.carried += out.size();
     }
@@ -169,6 +169,12 @@ class Lanes {
     const size_t going_round = l.carried + l.queue.size() + returning;
     const size_t groups = max_in_flight_ + 1;
     return std::clamp<size_t>((going_round + groups - 1) / groups, 1, max_batch_);
+  }
+
+  // The most a call that goes now, beside those in flight, may carry: the
+  // share Next set while another call is in flight, else max_batch_.
+  size_t CallSize(const Lane& l) const {
+    return l.in_flight > 0 ? std::min(l.cap, max_batch_) : max_batch_;
   }
 
   // Up to `most` of l's queue into `out`, the expired into `expired`.
