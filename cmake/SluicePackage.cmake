@@ -42,7 +42,8 @@ set(CPACK_COMPONENTS_ALL server dev)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # <name>_<version>_<arch>.deb
 
 # The service. Its dependencies are the shared libraries the binary links,
-# read by dpkg-shlibdeps (libsystemd0, libgrpc++1.51, libyaml-cpp0.7, ...).
+# read by dpkg-shlibdeps (libsystemd0, libyaml-cpp0.7, libabsl20220623, ...;
+# gRPC and protobuf are linked in, src/envoy/CMakeLists.txt).
 set(CPACK_DEBIAN_SERVER_PACKAGE_NAME sluice)
 set(CPACK_DEBIAN_SERVER_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_SERVER_PACKAGE_SHLIBDEPS ON)
