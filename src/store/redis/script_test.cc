@@ -572,6 +572,48 @@ TEST_F(RedisReadTest, EitherReadOfAKeyDecidesAsTheAlgorithm) {
       Limit(Algorithm::kSlidingWindow, "50/s"));
 }
 
+// The window fast paths take a state's numbers from the texts the library
+// formatted (the kept window text, COUNT_OF) and anything else by tonumber:
+// a state however written decides alike. At a given time, 10,000/s: states
+// of this window with counts the library writes, with texts it never writes
+// (leading zeros, a count above the 4,096 it keeps), and of the window before.
+TEST_F(RedisTest, AWindowsFastPathReadsAStateHoweverItsNumbersAreWritten) {
+  const int64_t period_us = 1'000'000;
+  const int64_t window = 1'704'067'200;  // 2024-01-01, in windows of a second
+  // Half-way through the window: sliding_window weighs `prev` by one half.
+  const Time now = Time::FromUnixMicros(window * period_us + period_us / 2);
+  const std::string w = std::to_string(window), before = std::to_string(window - 1);
+  struct Case {
+    std::string fixed, sliding;  // the states written; "" for none
+    int64_t fixed_remaining, sliding_remaining;
+    std::string fixed_after, sliding_after;  // the states after one request
+  };
+  const Case cases[] = {
+      {"", "", 9'999, 9'999, w + " 1", w + " 0 1"},
+      {w + " 7", w + " 8 7", 9'992, 9'988, w + " 8", w + " 8 8"},
+      {w + " 0042", w + " 0010 0042", 9'957, 9'952, w + " 43", w + " 0010 43"},
+      {"0" + w + " 5000", "0" + w + " 6000 5000", 4'999, 1'999, w + " 5001", w + " 6000 5001"},
+      {before + " 9000", before + " 1 9000", 9'999, 5'499, w + " 1", w + " 9000 1"},
+  };
+  for (const Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow}) {
+    const bool fixed = algorithm == Algorithm::kFixedWindow;
+    const std::string params[] = {LimitParams(Limit(algorithm, "10000/s"))};
+    const std::string key = "{n}:" + std::string(AlgorithmName(algorithm));
+    const std::string_view keys[] = {key};
+    for (const Case& c : cases) {
+      const std::string& state = fixed ? c.fixed : c.sliding;
+      SCOPED_TRACE(state.empty() ? "no state" : state);
+      Command({"DEL", key});
+      if (!state.empty()) Command({"SET", key, state});
+      absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide, .now = now}, keys, params);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->decisions[0].allowed);
+      EXPECT_EQ(r->decisions[0].remaining, fixed ? c.fixed_remaining : c.sliding_remaining);
+      EXPECT_EQ(Text(*Command({"GET", key})), fixed ? c.fixed_after : c.sliding_after);
+    }
+  }
+}
+
 // ---- expiry: Redis' clock (now "") as in production ----
 
 // When a fresh key's state is fresh again after one decide of `cost` at `now`.

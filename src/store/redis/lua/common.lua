@@ -96,13 +96,17 @@ end
 
 -- The text of a count 0 <= n < 4096, formatted once: a %d costs about 700
 -- instructions (sprintf), a kept text a table read. Beyond, fmt.
-local COUNT_TEXTS, MAX_COUNT_TEXT = {}, 4096
+-- COUNT_OF is the other way, the count of each text kept: a fast path
+-- reading a state's count takes `COUNT_OF[text] or tonum(text)`, a table
+-- read where tonumber costs about 1,200 instructions (Lua 5.1's tonumber
+-- runs strtod twice on a string).
+local COUNT_TEXTS, COUNT_OF, MAX_COUNT_TEXT = {}, {}, 4096
 local function count_text(n)
   if n >= 0 and n < MAX_COUNT_TEXT then
     local t = COUNT_TEXTS[n]
     if t == nil then
       t = fmt(n)
-      COUNT_TEXTS[n] = t
+      COUNT_TEXTS[n], COUNT_OF[t] = t, n
     end
     return t
   end
@@ -110,7 +114,9 @@ local function count_text(n)
 end
 
 -- The text of window `index` of a limit, kept in `keep` (the limit's
--- parameters) while the keys it decides are in that window.
+-- parameters) while the keys it decides are in that window. A fast path
+-- reading a state's window compares its text with keep.window_text first:
+-- the same text is the window keep.window_index, without a tonumber.
 local function window_text(keep, index)
   if keep.window_index ~= index then keep.window_index, keep.window_text = index, fmt(index) end
   return keep.window_text

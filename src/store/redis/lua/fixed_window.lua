@@ -77,7 +77,11 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
   if s then
     local space = find(s, ' ', 1, true)
     if space == nil then return end
-    local st_window, st_count = tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1))
+    -- The texts of the window and count read as their numbers where they
+    -- are kept (window_text, COUNT_OF), else by tonumber.
+    local st_window_text, st_count_text = sub(s, 1, space - 1), sub(s, space + 1)
+    local st_window = st_window_text == w.window_text and w.window_index or tonum(st_window_text)
+    local st_count = COUNT_OF[st_count_text] or tonum(st_count_text)
     if st_window == nil or st_count == nil or st_count < 0 or st_count > limit or
        st_window > window then
       return

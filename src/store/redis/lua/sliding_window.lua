@@ -128,9 +128,13 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
     if i == nil then return end
     local j = find(s, ' ', i + 1, true)
     if j == nil then return end
-    local st_window = tonum(sub(s, 1, i - 1))
+    -- The texts read as their numbers where they are kept (window_text,
+    -- COUNT_OF), else by tonumber.
+    local st_window_text = sub(s, 1, i - 1)
+    local st_window = st_window_text == w.window_text and w.window_index or tonum(st_window_text)
     local st_prev_text, st_curr_text = sub(s, i + 1, j - 1), sub(s, j + 1)
-    prev, curr = tonum(st_prev_text), tonum(st_curr_text)
+    prev = COUNT_OF[st_prev_text] or tonum(st_prev_text)
+    curr = COUNT_OF[st_curr_text] or tonum(st_curr_text)
     if st_window == nil or prev == nil or curr == nil or prev < 0 or curr < 0 or curr > limit or
        st_window > index or prev % 1 ~= 0 or curr % 1 ~= 0 then
       return
