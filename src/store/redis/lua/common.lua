@@ -200,19 +200,12 @@ end
 -- Either read gives the same decision: the fast path decides from the
 -- state read (`s`, false for an empty key: a nil reply).
 
--- Stores a state that keeps its key's expiry: a window's count raised
--- within the window, whose key was written in that window at Redis' time
+-- The window fast paths store a count raised within its window with
+-- `SET ... KEEPTTL`: the key was written in that window at Redis' time
 -- with the expiry this state calls for (every write of a window state sets
--- the one its state calls for). Neither the expiry's text nor Redis' two
--- updates of its expiry table (removed, then set again) are spent on it.
--- A call at a given time (no expiry) writes as store_fresh does.
-local function store_same_expiry(key, value, fresh_at, ctx, keep)
-  if ctx.timed then
-    call('SET', key, value, 'KEEPTTL')
-  else
-    call('SET', key, value)
-  end
-end
+-- the one its state calls for), so neither the expiry's text nor Redis'
+-- two updates of its expiry table (removed, then set again) are spent on
+-- it. A call at a given time (no expiry) writes as store_fresh does.
 
 -- Stores a string state until `fresh_at`: deleted when already fresh.
 local function store_string(key, value, fresh_at, ctx, keep)

@@ -92,12 +92,18 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
   local used = count + cost
   if used <= limit then
     if writes and cost > 0 then
-      -- A key of this window with a count expires at its end already.
-      local store = count > 0 and store_same_expiry or store_fresh
       -- window_text and count_text where they keep the text, written out.
       local window_digits = w.window_index == window and w.window_text or window_text(w, window)
-      store(key, window_digits .. ' ' .. (COUNT_TEXTS[used] or count_text(used)), start + period,
-            ctx, w)
+      local value = window_digits .. ' ' .. (COUNT_TEXTS[used] or count_text(used))
+      -- store_fresh, or the expiry kept (common.lua), written out: a key of this
+      -- window with a count expires at its end already.
+      if not ctx.timed then
+        call('SET', key, value)
+      elseif count > 0 then
+        call('SET', key, value, 'KEEPTTL')
+      else
+        call('SET', key, value, 'PXAT', expiry_of(w, start + period))
+      end
     end
     return 1, limit, limit - used, (used > 0) and (start + period - now) or 0, 0, 0
   end

@@ -157,12 +157,19 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
   local after = curr + cost
   if prev - F + after > limit then return end
   if writes and cost > 0 then
-    -- A key of this window with a count expires at the next one's end already.
-    local store = curr > 0 and store_same_expiry or store_fresh
     -- window_text and count_text where they keep the text, written out.
     local window_digits = w.window_index == index and w.window_text or window_text(w, index)
     local after_digits = COUNT_TEXTS[after] or count_text(after)
-    store(key, window_digits .. ' ' .. prev_text .. ' ' .. after_digits, start + 2 * period, ctx, w)
+    local value = window_digits .. ' ' .. prev_text .. ' ' .. after_digits
+    -- store_fresh, or the expiry kept (common.lua), written out: a key of this window
+    -- with a count expires at the next one's end already.
+    if not ctx.timed then
+      call('SET', key, value)
+    elseif curr > 0 then
+      call('SET', key, value, 'KEEPTTL')
+    else
+      call('SET', key, value, 'PXAT', expiry_of(w, start + 2 * period))
+    end
   end
   local reset = 0
   if after > 0 then
