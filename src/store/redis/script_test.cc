@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -628,6 +629,30 @@ Time FreshAfterDecide(const LimitConfig& config, Time now, int64_t cost) {
       config);
 }
 
+// How long after its state is fresh a key written at `now` is kept: for
+// the windows, the time into the window it is written at (common.lua, "How
+// long a window's key is kept"); none for the others.
+// fixed_window's or sliding_window's period; zero for the others.
+Duration WindowPeriod(const LimitConfig& config) {
+  return std::visit(
+      [](const auto& c) {
+        using C = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<C, FixedWindowConfig> ||
+                      std::is_same_v<C, SlidingWindowConfig>) {
+          return c.period();
+        } else {
+          return Duration::Zero();
+        }
+      },
+      config);
+}
+
+Duration KeptAfterFresh(const LimitConfig& config, Time now) {
+  const Duration period = WindowPeriod(config);
+  if (period == Duration::Zero()) return Duration::Zero();
+  return Duration::Micros(now.unix_micros() % period.micros());
+}
+
 std::string KeyFor(const LimitConfig& config) {
   return "{x}:" + std::string(AlgorithmName(AlgorithmOf(config))) +
          (IsShape(config) ? "_shape" : "");
@@ -708,12 +733,15 @@ TEST_F(RedisTest, EveryWriteExpiresWhenTheStateIsFreshAgain) {
                                 std::chrono::steady_clock::now() - start)
                                 .count();
     const int64_t elapsed_ms = (elapsed_us + 999) / 1000;
-    const int64_t want_ms = (FreshAfterDecide(config, r->now, 2) - r->now).CeilMillis();
-    // PXAT the millisecond after the state is fresh, counted from Redis'
-    // millisecond: never before it is fresh, at most one more millisecond
-    // than the relative ceiling. PTTL is counted at most elapsed_ms later,
-    // and from a millisecond Redis truncates: up to one more millisecond
-    // gone, and one more for the ceiling of want_ms.
+    const int64_t want_ms =
+        (FreshAfterDecide(config, r->now, 2) + KeptAfterFresh(config, r->now) - r->now)
+            .CeilMillis();
+    // PXAT the millisecond after the state is fresh (a window's key: and
+    // kept as long again as it was written into its window), counted from
+    // Redis' millisecond: never before, at most one more millisecond than
+    // the relative ceiling. PTTL is counted at most elapsed_ms later, and
+    // from a millisecond Redis truncates: up to one more millisecond gone,
+    // and one more for the ceiling of want_ms.
     EXPECT_LE(pttl, want_ms + 1);
     EXPECT_GE(pttl, want_ms - elapsed_ms - 2);
   }
@@ -741,26 +769,53 @@ TEST_F(RedisTest, AKeyWhoseStateIsFreshIsDeleted) {
   }
 }
 
-TEST_F(RedisTest, AWindowsKeysExpireAtItsEndAndTheNextWindowsAtTheNextEnd) {
-  // The function keeps the last expiry's text per limit: keys of one window
-  // share it; a key of the next window must not.
-  const std::string params[] = {LimitParams(Limit(Algorithm::kFixedWindow, "10/100ms"))};
-  auto expiry_ms = [&](std::string_view key) {
-    const std::string_view keys[] = {key};
-    absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide}, keys, params);
-    EXPECT_TRUE(r.ok()) << r.status();
-    const int64_t period = 100'000;
-    const int64_t end_us = (r->now.unix_micros() / period + 1) * period;
-    EXPECT_EQ(Command({"PEXPIRETIME", key})->integer, (end_us + 999) / 1000) << key;
-    return end_us;
-  };
-  const int64_t first = expiry_ms("{w}:a");
-  int64_t next = first;
-  for (int i = 0; i < 20 && next == first; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    next = expiry_ms("{w}:b");
+// A window's keys are all fresh at its end, but expire over the period
+// after it, each as long after the end as it was written after the start:
+// never all at once (common.lua, "How long a window's key is kept"). Keys
+// written 30 ms apart, each first written in its window by one of the three
+// ways: as an empty key (read with GET or with the write of an empty key's
+// state), by the fast path over a state of the window before, and by a
+// charge (the general path). Each expires one period (a sliding window's:
+// two) after the decision that wrote it, and a decision that raises it
+// within its window keeps that expiry (KEEPTTL).
+TEST_F(RedisTest, AWindowsKeysExpireAsLongAfterItsEndAsTheyWereWrittenAfterItsStart) {
+  const int64_t period_us = 200'000;
+  for (Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow}) {
+    SCOPED_TRACE(AlgorithmName(algorithm));
+    const bool fixed = algorithm == Algorithm::kFixedWindow;
+    const int64_t fresh_windows = fixed ? 1 : 2;
+    const std::string params[] = {LimitParams(Limit(algorithm, "1000/200ms"))};
+    const std::string prefix = "{s}:" + std::string(AlgorithmName(algorithm)) + ":";
+    std::set<int64_t> expiries;
+    for (int i = 0; i < 9; ++i) {
+      const std::string key = prefix + std::to_string(i);
+      SCOPED_TRACE(key);
+      const std::string_view keys[] = {key};
+      Command({"DEL", key});
+      ScriptArgs args{.op = ScriptOp::kDecide};
+      if (i % 3 == 1) {  // a state of the window before
+        Reply time = Command({"TIME"});
+        const int64_t redis_us = std::stoll(std::string(Text(*time->element[0]))) * 1'000'000 +
+                                 std::stoll(std::string(Text(*time->element[1])));
+        Command({"SET", key, std::to_string(redis_us / period_us - 1) + (fixed ? " 1" : " 0 1")});
+      } else if (i % 3 == 2) {
+        args.op = ScriptOp::kCharge;
+      }
+      absl::StatusOr<ScriptResult> first = Run(args, keys, params);
+      ASSERT_TRUE(first.ok()) << first.status();
+      const int64_t now_us = first->now.unix_micros();
+      const int64_t want_ms = (now_us + fresh_windows * period_us + 999) / 1000;
+      EXPECT_EQ(Command({"PEXPIRETIME", key})->integer, want_ms);
+      absl::StatusOr<ScriptResult> again = Run({.op = ScriptOp::kDecide}, keys, params);
+      ASSERT_TRUE(again.ok()) << again.status();
+      if (again->now.unix_micros() / period_us == now_us / period_us) {
+        EXPECT_EQ(Command({"PEXPIRETIME", key})->integer, want_ms);
+      }
+      expiries.insert(want_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    EXPECT_EQ(expiries.size(), 9u);  // 30 ms apart: nine expiries, not one
   }
-  EXPECT_GT(next, first);
 }
 
 // When a window state stored as text ("window count", or "window prev curr"
@@ -789,9 +844,9 @@ TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
   // A decision within a window keeps its key's expiry (SET KEEPTTL) where
   // the key was written in that window with a count; every other write sets
   // it. Whatever the path (the fast one, debt, refunds down to a previous
-  // count alone, a new window), each write leaves the key expiring exactly
-  // when its state is fresh: never sooner, which would forget a count.
-  // A window key's expiry is the millisecond its state is fresh; no key, none.
+  // count alone, a new window), each write leaves the key expiring when its
+  // state is fresh or at most one period later (how long a window's key is
+  // kept): never sooner, which would forget a count. No key, no expiry.
   const auto expect_expiry_of_state = [](std::string_view key, const LimitConfig& config, int op) {
     Reply state = Command({"GET", key});
     const int64_t expiry_ms = Command({"PEXPIRETIME", key})->integer;
@@ -800,7 +855,10 @@ TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
       return;
     }
     const int64_t fresh_at_us = WindowFreshAt(config, Text(*state)).unix_micros();
-    EXPECT_EQ(expiry_ms, (fresh_at_us + 999) / 1000) << "op " << op << ", " << Text(*state);
+    const int64_t period_us = WindowPeriod(config).micros();
+    EXPECT_GE(expiry_ms, (fresh_at_us + 999) / 1000) << "op " << op << ", " << Text(*state);
+    EXPECT_LE(expiry_ms, (fresh_at_us + period_us + 999) / 1000)
+        << "op " << op << ", " << Text(*state);
   };
   std::mt19937 random(7);
   for (Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow}) {
@@ -851,7 +909,7 @@ TEST_F(RedisTest, AWindowKeyExpiresWhenItsStateIsFreshAfterEveryWrite) {
   expect_expiry_of_state(key, refunded, 2);
 }
 
-TEST_F(RedisTest, NoKeySurvivesItsFreshAt) {
+TEST_F(RedisTest, NoKeySurvivesItsFreshAtByMoreThanAPeriod) {
   std::vector<std::string> names;
   for (const LimitConfig& config :
        {Limit(Algorithm::kTokenBucket, "10/100ms"), Limit(Algorithm::kGcra, "10/100ms"),
@@ -863,7 +921,8 @@ TEST_F(RedisTest, NoKeySurvivesItsFreshAt) {
     const std::string_view keys[] = {names.back()};
     ASSERT_TRUE(Run({.op = ScriptOp::kDecide, .cost = 3}, keys, params).ok());
     EXPECT_EQ(Command({"EXISTS", names.back()})->integer, 1);
-    EXPECT_LE(Command({"PTTL", names.back()})->integer, 200);  // at most two windows
+    // At most two windows, and the millisecond PXAT rounds up to.
+    EXPECT_LE(Command({"PTTL", names.back()})->integer, 201);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   for (const std::string& key : names) EXPECT_EQ(Command({"EXISTS", key})->integer, 0) << key;

@@ -177,7 +177,7 @@ end
 -- caller-given time (`ctx.timed` false) the expiry cannot be related to
 -- Redis' own clock, so the key keeps no expiry. `keep` (a limit's
 -- parameters) keeps the last expiry's text: the keys of a call (one `now`)
--- and of a window often expire in the same millisecond, formatted once.
+-- often expire in the same millisecond, formatted once.
 local function store_fresh(key, value, fresh_at, ctx, keep)
   if ctx.timed then
     call('SET', key, value, 'PXAT', expiry_of(keep, fresh_at))
@@ -202,29 +202,44 @@ end
 
 -- The window fast paths store a count raised within its window with
 -- `SET ... KEEPTTL`: the key was written in that window at Redis' time
--- with the expiry this state calls for (every write of a window state sets
--- the one its state calls for), so neither the expiry's text nor Redis'
--- two updates of its expiry table (removed, then set again) are spent on
--- it. A call at a given time (no expiry) writes as store_fresh does.
+-- with an expiry this state calls for (every write of a window state sets
+-- one: when it is fresh, plus how long a window's key is kept, below), so
+-- neither the expiry's text nor Redis' two updates of its expiry table
+-- (removed, then set again) are spent on it. A call at a given time (no
+-- expiry) writes as store_fresh does.
 
--- Stores a string state until `fresh_at`: deleted when already fresh.
-local function store_string(key, value, fresh_at, ctx, keep)
+-- Stores a string state until `fresh_at`, and `kept_for` longer (a
+-- window's key, below; nil: no longer): deleted when already fresh.
+local function store_string(key, value, fresh_at, ctx, keep, kept_for)
   if fresh_at == nil or fresh_at <= ctx.now then
     call('DEL', key)
   else
-    store_fresh(key, value, fresh_at, ctx, keep)
+    store_fresh(key, value, fresh_at + (kept_for or 0), ctx, keep)
   end
 end
 
--- A window algorithm's `empty` (fixed_window.empty): a key kept `kept`
--- windows, whose state is "window<middle>cost".
+-- How long a window's key (fixed_window, sliding_window) is kept after
+-- its state is fresh: the time into the window at which it is written,
+-- `now` mod the period, at most one period. Every key of a window is
+-- fresh at the same instant; were they all to expire then, Redis would
+-- delete them all at once, in active expiry cycles of up to 25 ms during
+-- which it answers no one (its latency monitor's `expire-cycle`). So they
+-- expire over a period, in the order they were written, never before they
+-- are fresh (a state kept longer than it counts is read as the window it
+-- is of). The fast paths write it out as `now + period` (fixed_window) and
+-- `now + 2 * period` (sliding_window): fresh at the window's end, or the
+-- next one's, plus now - start.
+
+-- A window algorithm's `empty` (fixed_window.empty): a key fresh `kept`
+-- windows on, kept now - start longer (above), whose state is
+-- "window<middle>cost".
 local function window_empty(w, now, cost, kept, middle)
   local limit, period = w.limit, w.period
   if cost > limit then return false end
   local index = floordiv(now, period)
   local ends = (index + kept) * period
-  return window_text(w, index) .. middle .. count_text(cost), expiry_of(w, ends), limit,
-         limit - cost, ends - now
+  return window_text(w, index) .. middle .. count_text(cost), expiry_of(w, now + kept * period),
+         limit, limit - cost, ends - now
 end
 
 -- {limit, period} (period in microseconds): the parameters LimitParams()

@@ -102,7 +102,9 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
       elseif count > 0 then
         call('SET', key, value, 'KEEPTTL')
       else
-        call('SET', key, value, 'PXAT', expiry_of(w, start + period))
+        -- Fresh at start + period, kept now - start more (common.lua,
+        -- "How long a window's key is kept").
+        call('SET', key, value, 'PXAT', expiry_of(w, now + period))
       end
     end
     return 1, limit, limit - used, (used > 0) and (start + period - now) or 0, 0, 0
@@ -115,7 +117,7 @@ end
 function fixed_window.save(w, key, st, ctx)
   local fresh_at = nil
   if st.count > 0 then fresh_at = (st.window + windows_spanned(st.count, w.limit)) * w.period end
-  store_string(key, fmt2(st.window, st.count), fresh_at, ctx, w)
+  store_string(key, fmt2(st.window, st.count), fresh_at, ctx, w, ctx.now % w.period)
 end
 
 function fixed_window.charge(w, key, ctx, cost)

@@ -168,7 +168,9 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
     elseif curr > 0 then
       call('SET', key, value, 'KEEPTTL')
     else
-      call('SET', key, value, 'PXAT', expiry_of(w, start + 2 * period))
+      -- Fresh at start + 2 * period, kept now - start more (common.lua,
+      -- "How long a window's key is kept").
+      call('SET', key, value, 'PXAT', expiry_of(w, now + 2 * period))
     end
   end
   local reset = 0
@@ -187,7 +189,7 @@ function sliding_window.save(w, key, st, ctx)
   elseif st.prev > 0 then
     fresh_at = (st.window + 1) * w.period
   end
-  store_string(key, fmt3(st.window, st.prev, st.curr), fresh_at, ctx, w)
+  store_string(key, fmt3(st.window, st.prev, st.curr), fresh_at, ctx, w, ctx.now % w.period)
 end
 
 function sliding_window.charge(w, key, ctx, cost)
