@@ -629,9 +629,6 @@ Time FreshAfterDecide(const LimitConfig& config, Time now, int64_t cost) {
       config);
 }
 
-// How long after its state is fresh a key written at `now` is kept: for
-// the windows, the time into the window it is written at (common.lua, "How
-// long a window's key is kept"); none for the others.
 // fixed_window's or sliding_window's period; zero for the others.
 Duration WindowPeriod(const LimitConfig& config) {
   return std::visit(
@@ -647,6 +644,9 @@ Duration WindowPeriod(const LimitConfig& config) {
       config);
 }
 
+// How long after its state is fresh a key written at `now` is kept: for
+// the windows, the time into the window it is written at (common.lua, "How
+// long a window's key is kept"); none for the others.
 Duration KeptAfterFresh(const LimitConfig& config, Time now) {
   const Duration period = WindowPeriod(config);
   if (period == Duration::Zero()) return Duration::Zero();

@@ -95,8 +95,8 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
       -- window_text and count_text where they keep the text, written out.
       local window_digits = w.window_index == window and w.window_text or window_text(w, window)
       local value = window_digits .. ' ' .. (COUNT_TEXTS[used] or count_text(used))
-      -- store_fresh, or the expiry kept (common.lua), written out: a key of this
-      -- window with a count expires at its end already.
+      -- store_fresh, or the expiry kept (common.lua), written out: a key of
+      -- this window with a count has an expiry this state calls for already.
       if not ctx.timed then
         call('SET', key, value)
       elseif count > 0 then

@@ -161,8 +161,8 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
     local window_digits = w.window_index == index and w.window_text or window_text(w, index)
     local after_digits = COUNT_TEXTS[after] or count_text(after)
     local value = window_digits .. ' ' .. prev_text .. ' ' .. after_digits
-    -- store_fresh, or the expiry kept (common.lua), written out: a key of this window
-    -- with a count expires at the next one's end already.
+    -- store_fresh, or the expiry kept (common.lua), written out: a key of
+    -- this window with a count has an expiry this state calls for already.
     if not ctx.timed then
       call('SET', key, value)
     elseif curr > 0 then
