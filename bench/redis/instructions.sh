@@ -19,7 +19,9 @@
 # Usage: bench/redis/instructions.sh [ALGORITHM...]   (default: fixed_window
 #          sliding_window gcra token_bucket)
 # Variables: KEYS (100000), DURATION (4), BENCH (the benchmark binary;
-#   build/release/bench/sluice_bench_redis, built when missing).
+#   build/release/bench/sluice_bench_redis, built when missing), KEEP (a
+#   folder: each run's callgrind output is kept there, callgrind.<algorithm>,
+#   for callgrind_annotate).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -55,6 +57,7 @@ for algorithm in "${ALGORITHMS[@]}"; do
   kill "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
+  if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cat "$WORK"/callgrind.out.* > "$KEEP/callgrind.$algorithm"; fi
   total=$(awk '/^(summary|totals):/ {print $2; exit}' "$WORK"/callgrind.out.*)
   python3 - "$algorithm" "$total" "$WORK/bench.json" <<'PY'
 import json, sys
