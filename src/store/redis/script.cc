@@ -134,10 +134,11 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
   part.keys.reserve(key_bytes);
   for (size_t i = 0; i < n; ++i) AppendBulk(part.keys, keys[i]);
   std::string& a = part.args;
-  // Each argument's RESP header and ending take at most 8 bytes (`$` and
-  // up to 5 digits of length, CRLF twice), a number at most 20.
-  size_t arg_bytes = 5 * 28;
-  for (size_t i = 0; i < n; ++i) arg_bytes += limits[i].size() + 8;
+  // Each argument's RESP header and ending take at most 10 bytes (`$`, up
+  // to 5 digits of length, CRLF twice); the part's five before its limits
+  // are numbers or letters of at most 20 bytes.
+  size_t arg_bytes = 5 * 30;
+  for (size_t i = 0; i < n; ++i) arg_bytes += limits[i].size() + 10;
   a.reserve(arg_bytes);
   if (n == 1 && !args.now.has_value() &&
       (args.op == ScriptOp::kDecide || args.op == ScriptOp::kCheck)) {
