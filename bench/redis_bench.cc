@@ -27,7 +27,7 @@
 //
 // Usage: sluice_bench_redis --url redis://127.0.0.1:6379 [--depth 16]
 //          [--seconds 3] [--keys 1] [--algorithm fixed_window] [--mode pass|deny]
-//          [--rate R] [--lease -1|N] [--calls-in-flight 2]
+//          [--rate R] [--lease -1|N] [--calls-in-flight 2] [--window-state text|integer]
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -64,7 +64,8 @@ struct Flags {
   std::string rate;  // default from mode
   int64_t burst = 0;
   int timeout_ms = 1000;
-  int calls_in_flight = 2;  // store.redis.calls_in_flight
+  int calls_in_flight = 2;            // store.redis.calls_in_flight
+  std::string window_state = "text";  // store.redis.window_state
   bool print_library = false;
   bool print_fcall_args = false;
   // The limit leased (docs/distributed.md, "Leased limits"): 0 none, -1
@@ -245,10 +246,12 @@ int Main(const Flags& flags) {
     return 2;
   }
 
-  absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store =
-      sluice::RedisStore::Connect({.url = flags.url,
-                                   .timeout = sluice::Duration::Millis(flags.timeout_ms),
-                                   .calls_in_flight = flags.calls_in_flight});
+  absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store = sluice::RedisStore::Connect(
+      {.url = flags.url,
+       .timeout = sluice::Duration::Millis(flags.timeout_ms),
+       .calls_in_flight = flags.calls_in_flight,
+       .window_state = flags.window_state == "integer" ? sluice::WindowState::kInteger
+                                                       : sluice::WindowState::kText});
   if (!store.ok()) {
     std::fprintf(stderr, "connect: %s\n", std::string(store.status().message()).c_str());
     return 1;
@@ -265,13 +268,15 @@ int Main(const Flags& flags) {
     const std::string key = flags.keys == 1 ? KeyName(0) : "user-__rand_int__";
     // The short form of a part, as the store sends it: decide at Redis'
     // time, the cost, the limit.
-    const std::vector<std::string> args = {"FCALL",
-                                           std::string(sluice::redis::FunctionName()),
-                                           "1",
-                                           (*store)->RedisKey(**table, key),
-                                           "d",
-                                           "1",
-                                           sluice::redis::LimitParams(*config)};
+    const std::vector<std::string> args = {
+        "FCALL",
+        std::string(sluice::redis::FunctionName()),
+        "1",
+        (*store)->RedisKey(**table, key),
+        "d",
+        "1",
+        sluice::redis::LimitParams(
+            *config, (*store)->options().window_state == sluice::WindowState::kInteger)};
     for (const std::string& a : args) std::printf("%s\n", a.c_str());
     return 0;
   }
@@ -361,6 +366,9 @@ int main(int argc, char** argv) {
   app.add_option("--calls-in-flight", flags.calls_in_flight,
                  "calls to Redis in flight at once (store.redis.calls_in_flight)")
       ->check(CLI::Range(1, 16));
+  app.add_option("--window-state", flags.window_state,
+                 "how fixed_window states are kept (store.redis.window_state)")
+      ->check(CLI::IsMember({"text", "integer"}));
   app.add_option(
       "--lease", flags.lease,
       "lease the limit (fixed_window, gcra, token_bucket): -1 slices of size auto, N slices of N");

@@ -29,7 +29,9 @@
 #   B_INFLIGHT ("1 64"), MODE (pass: nothing denied; deny: all but each key's
 #   first), ALGORITHM (sluice's side of A: fixed_window), ALGORITHMS (sluice's
 #   side of B: "fixed_window gcra token_bucket sliding_window"),
-#   SKIP_BUILD=1, SLUICE_BENCH_REDIS=<path to a built sluice_bench_redis>, OUT.
+#   SKIP_BUILD=1, SLUICE_BENCH_REDIS=<path to a built sluice_bench_redis>, OUT,
+#   WINDOW_STATE (store.redis.window_state: text, fixed_window's states as
+#   "window count"; integer, raised by INCRBY; unset: the default, text).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -68,9 +70,11 @@ start_bench_redis
 # Load the library as redis-benchmark will call it, and check its name.
 library=$(timeout 10 "$BIN" --print-library | "${RCLI[@]}" -x FUNCTION LOAD REPLACE)
 mapfile -t ARGS1 < <(timeout 10 "$BIN" --url "redis://127.0.0.1:$PORT" --print-fcall-args \
-                       --algorithm "$ALGORITHM" --mode "$MODE" --keys 1)
+                       --algorithm "$ALGORITHM" --mode "$MODE" --keys 1 \
+                       ${WINDOW_STATE:+--window-state "$WINDOW_STATE"})
 mapfile -t ARGSN < <(timeout 10 "$BIN" --url "redis://127.0.0.1:$PORT" --print-fcall-args \
-                       --algorithm "$ALGORITHM" --mode "$MODE" --keys 2)
+                       --algorithm "$ALGORITHM" --mode "$MODE" --keys 2 \
+                       ${WINDOW_STATE:+--window-state "$WINDOW_STATE"})
 [[ "$library" == "${ARGS1[1]}" ]] || { echo "FUNCTION LOAD gave $library, sluice calls ${ARGS1[1]}" >&2; exit 1; }
 
 {
@@ -117,7 +121,7 @@ measured() {
 
 run_sluice() {  # $1 depth $2 keys $3 algorithm
   timeout $((DURATION + 30)) "$BIN" --url "redis://127.0.0.1:$PORT" --depth "$1" --keys "$2" \
-    --seconds "$DURATION" --algorithm "$3" --mode "$MODE"
+    --seconds "$DURATION" --algorithm "$3" --mode "$MODE" ${WINDOW_STATE:+--window-state "$WINDOW_STATE"}
 }
 
 # redis-benchmark runs a request count, not a time: N from the last rate

@@ -41,7 +41,8 @@
 #   SLUICE (the binary: build/release/sluice, built when missing; another
 #   build's binary compares two versions), LINGER (store.redis.linger; unset:
 #   the default), CALLS_IN_FLIGHT (store.redis.calls_in_flight; unset: the
-#   default), REDIS_CPU (a CPU number: redis-server runs on that CPU
+#   default), WINDOW_STATE (store.redis.window_state: text or integer;
+#   unset: the default), REDIS_CPU (a CPU number: redis-server runs on that CPU
 #   alone and everything else, sluice, the peer, wrk, on the others, as a
 #   Redis with a core of its own; unset: nothing is pinned).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
@@ -97,7 +98,7 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS'${LINGER:+ LINGER=$LINGER}${CALLS_IN_FLIGHT:+ CALLS_IN_FLIGHT=$CALLS_IN_FLIGHT} bench/redis/serve.sh"
+  echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS'${LINGER:+ LINGER=$LINGER}${CALLS_IN_FLIGHT:+ CALLS_IN_FLIGHT=$CALLS_IN_FLIGHT}${WINDOW_STATE:+ WINDOW_STATE=$WINDOW_STATE} bench/redis/serve.sh"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel $(uname -r)"
   echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t2 -c64 -d${DURATION}s"
   echo "peer: rate-limiter-flexible ${PEER_VERSIONS% *}, ioredis ${PEER_VERSIONS#* }, node $(node --version), 64 in flight"
@@ -146,7 +147,7 @@ start_sluice() {
   cat > "$WORK/sluice.yaml" <<CONF
 server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads: 2}
 store:
-  redis: {url: "redis://127.0.0.1:$REDIS_PORT", timeout: 50ms${LINGER:+, linger: $LINGER}${CALLS_IN_FLIGHT:+, calls_in_flight: $CALLS_IN_FLIGHT}}
+  redis: {url: "redis://127.0.0.1:$REDIS_PORT", timeout: 50ms${LINGER:+, linger: $LINGER}${CALLS_IN_FLIGHT:+, calls_in_flight: $CALLS_IN_FLIGHT}${WINDOW_STATE:+, window_state: $WINDOW_STATE}}
 policies:
   - name: $1
     limits: [$2]

@@ -253,10 +253,11 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     }
   }
   if (const Value* redis = f->Find("redis")) {
-    absl::StatusOr<Fields> r = ReadMap(*redis, kMapOfKeys,
-                                       {"url", "cluster", "user", "password", "password_env",
-                                        "database", "timeout", "connect_timeout", "key_prefix",
-                                        "cache_denials", "max_batch", "linger", "calls_in_flight"});
+    absl::StatusOr<Fields> r =
+        ReadMap(*redis, kMapOfKeys,
+                {"url", "cluster", "user", "password", "password_env", "database", "timeout",
+                 "connect_timeout", "key_prefix", "cache_denials", "max_batch", "linger",
+                 "calls_in_flight", "window_state"});
     if (!r.ok()) return r.status();
     RedisStoreOptions& o = out.redis.emplace();
     const Value* url = r->Find("url");
@@ -331,6 +332,11 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     if (const Value* x = r->Find("calls_in_flight")) {
       SLUICE_ASSIGN_OR_RETURN(const int64_t calls, ReadInt(*x, 1, 16));
       o.calls_in_flight = static_cast<int>(calls);
+    }
+    if (const Value* x = r->Find("window_state")) {
+      SLUICE_ASSIGN_OR_RETURN(o.window_state,
+                              ReadChoice<WindowState>(*x, {{"text", WindowState::kText},
+                                                           {"integer", WindowState::kInteger}}));
     }
   }
   return absl::OkStatus();

@@ -524,6 +524,12 @@ TEST(ConfigRedis, GlobalIsTheDefaultScopeWithASharedStore) {
       ParseConfig("store:\n  redis: {url: \"redis://a\", calls_in_flight: 17}\n", "t.yaml").ok());
   EXPECT_FALSE(
       ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 1025}\n", "t.yaml").ok());
+  EXPECT_EQ(c->store.redis->window_state, WindowState::kText);  // the default
+  c = ParseConfig("store:\n  redis: {url: \"redis://a\", window_state: integer}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->store.redis->window_state, WindowState::kInteger);
+  EXPECT_FALSE(
+      ParseConfig("store:\n  redis: {url: \"redis://a\", window_state: binary}\n", "t.yaml").ok());
   EXPECT_EQ(c->store.redis->linger, Duration::Micros(100));  // the default
   c = ParseConfig("store:\n  redis: {url: \"redis://a\", linger: 0s}\n", "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -125,7 +125,7 @@ class RedisTable final : public LimitTable {
         client_(client),
         config_(std::move(config)),
         name_(std::move(name)),
-        params_(redis::LimitParams(config_)),
+        params_(redis::LimitParams(config_, store.options().window_state == WindowState::kInteger)),
         suffix_(KeySuffix(config_)) {}
 
   absl::StatusOr<Decision> Decide(std::string_view key, Time now, int64_t cost) override {

@@ -75,6 +75,41 @@ TEST(RedisStoreConcurrencyTest, ExactUnderConcurrentCallers) {
   EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
 }
 
+// Two instances sharing one Redis while the fleet switches a fixed window
+// to the integer form (store.redis.window_state): one writes text, the other
+// integers, both over the same keys at once, each with two threads. Each
+// reads what the other writes: exactly the limit is admitted. (1 h windows:
+// the test takes about a second.)
+TEST(RedisStoreConcurrencyTest, ExactWhileInstancesWriteAWindowInBothForms) {
+  auto server = test::RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string url = "redis://127.0.0.1:" + std::to_string((*server)->port());
+  auto text = RedisStore::Connect({.url = url, .timeout = Duration::Seconds(2)});
+  auto integer = RedisStore::Connect(
+      {.url = url, .timeout = Duration::Seconds(2), .window_state = WindowState::kInteger});
+  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_TRUE(integer.ok()) << integer.status();
+  MemoryStore memory;
+  const LimiterOptions policy = {
+      .name = "w",
+      .limits = {{.algorithm = Algorithm::kFixedWindow, .rate = *ParseRate("150/1h")}}};
+  LimiterOptions on_text = policy, on_integer = policy;
+  on_text.stores = {text->get()};
+  on_integer.stores = {integer->get()};
+  auto a = Limiter::Create(memory, on_text);
+  auto b = Limiter::Create(memory, on_integer);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  Counts counts;
+  std::thread other([&] { Hammer(**b, 2, 300, 16, counts); });
+  Hammer(**a, 2, 300, 16, counts);
+  other.join();
+  EXPECT_EQ(counts.answered.load(), 1200);
+  EXPECT_EQ(counts.errors.load(), 0);
+  EXPECT_EQ(counts.store_errors.load(), 0);
+  EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
+}
+
 // Leased limits (docs/distributed.md, "Leased limits"): two stores (two
 // instances) with four threads each decide from their slices, take the next
 // ones and give back the unused at the end, never more than the limit: a

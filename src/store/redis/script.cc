@@ -83,9 +83,9 @@ absl::Status ValidateForRedis(const LimitConfig& config) {
       config);
 }
 
-std::string LimitParams(const LimitConfig& config) {
+std::string LimitParams(const LimitConfig& config, bool integer_windows) {
   return std::visit(
-      [](const auto& c) -> std::string {
+      [integer_windows](const auto& c) -> std::string {
         using Config = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<Config, TokenBucketConfig>) {
           return BucketParams("tb", c);
@@ -97,7 +97,7 @@ std::string LimitParams(const LimitConfig& config) {
           return Cat("ls ", c.bucket_rate().ticks_per_us, " ", c.bucket_rate().ticks_per_token, " ",
                      c.capacity(), " ", c.bound_ticks());
         } else if constexpr (std::is_same_v<Config, FixedWindowConfig>) {
-          return WindowParams("fw", c);
+          return integer_windows ? Cat(WindowParams("fw", c), " i") : WindowParams("fw", c);
         } else if constexpr (std::is_base_of_v<SlidingLogConfig, Config>) {
           // concurrency: the sliding log whose period is the lease TTL.
           return WindowParams("sl", c);

@@ -3,6 +3,7 @@
 // several parts in one call.
 #include "store/redis/script.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -141,6 +143,10 @@ TEST(LimitParamsTest, OneStringPerLimit) {
   EXPECT_EQ(LimitParams(Limit(Algorithm::kFixedWindow, "40/min")), "fw 40 60000000");
   EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingLog, "5/h")), "sl 5 3600000000");
   EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingWindow, "1/day")), "sw 1 86400000000");
+  // A fixed window in the integer form says so; the others have no such form.
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kFixedWindow, "40/min"), true), "fw 40 60000000 i");
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingWindow, "1/day"), true), "sw 1 86400000000");
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kGcra, "3/250ms"), true), "gc 3 250000 3 750000 250001");
 }
 
 // ---- bounds ----
@@ -495,14 +501,17 @@ TEST_F(RedisTest, ARunDecidesEachKeyOnWhatTheRunWroteBefore) {
 // the C++ algorithm at the time Redis decided at.
 class RedisReadTest : public RedisTest {
  protected:
+  // `integer_windows`: a fixed window's states in the integer form.
   template <typename Config>
-  static void ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& limit);
+  static void ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& limit,
+                                                    bool integer_windows = false);
 };
 
 template <typename Config>
-void RedisReadTest::ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& limit) {
+void RedisReadTest::ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& limit,
+                                                          bool integer_windows) {
   const Config& config = std::get<Config>(limit);
-  const std::string params[] = {LimitParams(limit)};
+  const std::string params[] = {LimitParams(limit, integer_windows)};
   const std::string prefix = "{e}:" + std::string(AlgorithmName(AlgorithmOf(limit))) + ":";
   std::map<std::string, StateOf_t<Config>> states;
   // Redis' decision of `key` against the algorithm's at the time Redis decided at.
@@ -566,6 +575,9 @@ void RedisReadTest::ExpectEitherReadDecidesAsTheAlgorithm(const LimitConfig& lim
 
 TEST_F(RedisReadTest, EitherReadOfAKeyDecidesAsTheAlgorithm) {
   ExpectEitherReadDecidesAsTheAlgorithm<FixedWindowConfig>(Limit(Algorithm::kFixedWindow, "50/s"));
+  // The integer form: held keys are read and raised by INCRBY.
+  ExpectEitherReadDecidesAsTheAlgorithm<FixedWindowConfig>(Limit(Algorithm::kFixedWindow, "50/s"),
+                                                           true);
   ExpectEitherReadDecidesAsTheAlgorithm<GcraConfig>(Limit(Algorithm::kGcra, "50/s", 20));
   ExpectEitherReadDecidesAsTheAlgorithm<TokenBucketConfig>(
       Limit(Algorithm::kTokenBucket, "50/s", 20));
@@ -611,6 +623,141 @@ TEST_F(RedisTest, AWindowsFastPathReadsAStateHoweverItsNumbersAreWritten) {
       EXPECT_TRUE(r->decisions[0].allowed);
       EXPECT_EQ(r->decisions[0].remaining, fixed ? c.fixed_remaining : c.sliding_remaining);
       EXPECT_EQ(Text(*Command({"GET", key})), fixed ? c.fixed_after : c.sliding_after);
+    }
+  }
+}
+
+// ---- a fixed window's state in the integer form (store.redis.window_state) ----
+
+// A fixed window's state in the integer form (fixed_window.lua):
+// count * 256 + window % 255 + 1.
+std::string IntegerState(int64_t window, int64_t count) {
+  return std::to_string(count * 256 + window % 255 + 1);
+}
+
+// Over some ten windows of 40 ms at Redis' clock, keys of a fixed window in
+// the integer form decide as the algorithm, every field of every decision:
+// new keys, keys raised within their window (one INCRBY), past the limit
+// (denied, the count given back), keys of the window before, and a key idle
+// until it expired. Every key holding a state holds an integer.
+TEST_F(RedisTest, AFixedWindowInTheIntegerFormDecidesAsTheAlgorithmAcrossWindows) {
+  const LimitConfig limit = Limit(Algorithm::kFixedWindow, "6/40ms");
+  const FixedWindowConfig& config = std::get<FixedWindowConfig>(limit);
+  const std::string params = LimitParams(limit, true);
+  const std::string_view limits[] = {params};
+  std::vector<std::string> keys;
+  for (int i = 0; i < 4; ++i) {
+    keys.push_back("{i}:fw:" + std::to_string(i));
+    Command({"DEL", keys.back()});
+  }
+  std::map<std::string, FixedWindowState> states;
+  int64_t allowed = 0, denied = 0;
+  for (int round = 0; round < 240; ++round) {
+    // Keys 0-2 every round (key 0 twice), key 3 every 80th (idle long
+    // enough to expire: two windows at most).
+    std::vector<std::string_view> order = {keys[0], keys[1], keys[0], keys[2]};
+    if (round % 80 == 0) order.push_back(keys[3]);
+    std::vector<CallPart> parts;
+    for (const std::string_view& key : order) {
+      parts.push_back(EncodePart({.op = ScriptOp::kDecide, .cost = 1}, {&key, 1}, limits));
+    }
+    auto results = ParseCallReply(*Raw(JoinParts(parts)), parts);
+    ASSERT_TRUE(results.ok()) << results.status();
+    for (size_t i = 0; i < order.size(); ++i) {
+      SCOPED_TRACE(std::string(order[i]) + ", round " + std::to_string(round));
+      ASSERT_TRUE((*results)[i].ok()) << (*results)[i].status();
+      const ScriptResult& r = *(*results)[i];
+      const Decision want = DecideInPlace(config, states[std::string(order[i])], r.now, 1);
+      const Decision& got = r.decisions[0];
+      EXPECT_EQ(got.allowed, want.allowed);
+      EXPECT_EQ(got.remaining, want.remaining);
+      EXPECT_EQ(got.reset_after, want.reset_after);
+      EXPECT_EQ(got.retry_after, want.retry_after);
+      (got.allowed ? allowed : denied) += 1;
+    }
+    for (const std::string& key : keys) {
+      Reply state = Command({"GET", key});
+      if (state->type == REDIS_REPLY_NIL) continue;
+      EXPECT_EQ(Text(*state).find_first_not_of("0123456789"), std::string_view::npos)
+          << key << ": " << Text(*state);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GT(allowed, 60);
+  EXPECT_GT(denied, 60);
+}
+
+// A fixed window reads both forms whichever it writes: a text state raised
+// by a limit in the integer form, an integer state by one in text. A count
+// of the window before is spent; a denial leaves the count as it was; a
+// charge past the limit (a debt) is kept as text, and a refund reads either.
+// At Redis' clock, in windows of an hour (tried again should one turn).
+TEST_F(RedisTest, AFixedWindowReadsBothFormsWhicheverItWrites) {
+  const LimitConfig limit = Limit(Algorithm::kFixedWindow, "10/h");
+  const std::string text[] = {LimitParams(limit)};
+  const std::string integer[] = {LimitParams(limit, true)};
+  const int64_t period_us = 3'600'000'000;
+  const std::string key = "{m}:fw";
+  const std::string_view keys[] = {key};
+  auto redis_micros = [] {
+    Reply time = Command({"TIME"});
+    return std::stoll(std::string(Text(*time->element[0]))) * 1'000'000 +
+           std::stoll(std::string(Text(*time->element[1])));
+  };
+  for (int attempt = 0;; ++attempt) {
+    ASSERT_LT(attempt, 3);
+    const int64_t window = redis_micros() / period_us;
+    std::vector<int64_t> windows;
+    auto decide = [&](std::span<const std::string> params, ScriptOp op = ScriptOp::kDecide,
+                      int64_t cost = 1) {
+      absl::StatusOr<ScriptResult> r = Run({.op = op, .cost = cost}, keys, params);
+      EXPECT_TRUE(r.ok()) << r.status();
+      windows.push_back(r.ok() ? r->now.unix_micros() / period_us : -1);
+      return r.ok() ? *r : ScriptResult{};
+    };
+    auto state = [&] { return std::string(Text(*Command({"GET", key}))); };
+    Command({"DEL", key});
+    Command({"SET", key, std::to_string(window) + " 7", "PX", "60000"});
+    auto bytes = [&] { return Command({"MEMORY", "USAGE", key, "SAMPLES", "0"})->integer; };
+    EXPECT_EQ(decide(integer).decisions[0].remaining, 2);
+    EXPECT_EQ(state(), IntegerState(window, 8));
+    const long long integer_bytes = bytes();
+    EXPECT_EQ(decide(text).decisions[0].remaining, 1);
+    EXPECT_EQ(state(), std::to_string(window) + " 9");
+    const long long text_bytes = bytes();
+    std::cout << "fixed_window key: " << integer_bytes << " bytes as an integer, " << text_bytes
+              << " as text\n";
+    EXPECT_LT(integer_bytes, text_bytes);
+    EXPECT_EQ(decide(integer).decisions[0].remaining, 0);
+    EXPECT_EQ(state(), IntegerState(window, 10));
+    for (int i = 0; i < 2; ++i) {  // denied: the count stays
+      ScriptResult denied = decide(integer);
+      EXPECT_FALSE(denied.decisions[0].allowed);
+      EXPECT_EQ(denied.decisions[0].remaining, 0);
+      EXPECT_EQ(state(), IntegerState(window, 10));
+    }
+    EXPECT_FALSE(decide(integer, ScriptOp::kCheck).decisions[0].allowed);
+    EXPECT_EQ(state(), IntegerState(window, 10));
+    // The window before: spent.
+    Command({"SET", key, IntegerState(window - 1, 9), "PX", "60000"});
+    EXPECT_EQ(decide(integer).decisions[0].remaining, 9);
+    EXPECT_EQ(state(), IntegerState(window, 1));
+    EXPECT_GT(Command({"PTTL", key})->integer, 0);
+    Command({"SET", key, IntegerState(window - 1, 9), "PX", "60000"});
+    EXPECT_EQ(decide(text).decisions[0].remaining, 9);
+    EXPECT_EQ(state(), std::to_string(window) + " 1");
+    // A debt is kept as text; a refund reads either form.
+    decide(integer, ScriptOp::kCharge, 15);
+    EXPECT_EQ(state(), std::to_string(window) + " 16");
+    Command({"SET", key, IntegerState(window, 4), "PX", "60000"});
+    const int64_t now_us = redis_micros();
+    ASSERT_TRUE(Run({.op = ScriptOp::kRefund, .cost = 3, .taken_at = Time::FromUnixMicros(now_us)},
+                    keys, integer)
+                    .ok());
+    EXPECT_EQ(state(), IntegerState(window, 1));
+    if (std::all_of(windows.begin(), windows.end(), [&](int64_t w) { return w == window; }) &&
+        now_us / period_us == window) {
+      break;
     }
   }
 }

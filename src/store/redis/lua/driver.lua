@@ -271,6 +271,8 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       -- an empty key takes (algo.empty), which with the answer it gives is
       -- the same for every key of the run: made once, at its first use.
       local empty = writes and cost > 0 and algo.empty
+      -- fixed_window.incr, for a limit in the integer form.
+      local incr = writes and cost > 0 and params.integer and algo.incr
       local e_state, e_expiry, e_limit, e_remaining, e_reset
       -- Whether the part before, in this loop, was a key found empty: the
       -- answer of another is then one element, false (the same again).
@@ -291,22 +293,34 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           end
           with_write = e_state  -- (false: such a request might not fit)
         end
+        local allowed, lim, r, t, y, w, held  -- limit, remaining, reset, retry, delay
         if with_write then
           s = call('SET', key, e_state, 'PXAT', e_expiry, 'NX', 'GET')
+        elseif incr then
+          -- A fixed window in the integer form, its keys taken to hold
+          -- states: decided by one INCRBY where that can (fixed_window.incr).
+          allowed, lim, r, t, y, w, held = incr(params, key, ctx, cost)
+          if allowed == nil then s = call('GET', key) end
         elseif fast then
           s = call('GET', key)
         end
         if empty then
           -- How its keys were found (common.lua, "How the driver reads a key").
           local fresh = params.fresh
-          if s then
+          if s or held then
             if fresh > -8 then params.fresh = fresh - 1 end
           elseif fresh < 8 then
             params.fresh = fresh + 1
           end
         end
         local found_empty = with_write and not s
-        if found_empty then
+        if allowed ~= nil then  -- decided by incr
+          local code
+          if allowed == 1 then code = w else code = -y - 2 end
+          reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = code, lim, r, t
+          m = m + 4
+          after_empty = false
+        elseif found_empty then
           if after_empty then
             m = m + 1
             reply[m] = false
@@ -317,7 +331,6 @@ local function run_parts(keys, args, nargs, nkeys, reply)
             after_empty = true
           end
         else
-          local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
           if fast then allowed, lim, r, t, y, w = fast(params, key, ctx, cost, writes, s) end
           if allowed == nil then
             allowed, lim, r, t, y, w = decide_general(algo, params, key, ctx, cost, writes)

@@ -1,17 +1,59 @@
 -- fixed_window.lua: the twin of fixed_window (src/algorithm/window.cc).
 --
--- State: the string "window count" (window = floor(now_us / period_us));
--- no key is an empty window.
+-- State, in one of two forms; both are read whichever a limit writes:
+--   - text: "window count" (window = floor(now_us / period_us));
+--   - integer (store.redis.window_state: integer; only at Redis' time, and
+--     only a count within the limit): count * 256 + tag, the tag being
+--     window % 255 + 1 (1 to 255). A request raises the count with one
+--     INCRBY (fixed_window.incr), not a GET and a SET. Such a key lives at
+--     most until the end of the window after its own (common.lua, "How long
+--     a window's key is kept"), so the tag names its window among the 255
+--     around now: the nearest with that tag.
+-- No key is an empty window.
 
 local fixed_window = {}
 
-fixed_window.params = window_params
+-- The integer form's tag of `window`, and the text of count * 256 + tag,
+-- kept in `w` for the last (window, count) formatted: the keys of one
+-- window mostly start at the same count.
+local function tag_of(window) return window % 255 + 1 end
+local function integer_text(w, window, count)
+  if w.int_window ~= window or w.int_count ~= count then
+    w.int_window, w.int_count, w.int_text = window, count, fmt(count * 256 + tag_of(window))
+  end
+  return w.int_text
+end
 
--- window, count and whether the key exists.
-local function fw_load(key)
+-- The window and count of the integer state `v` read in window `ref`
+-- (the window nearest `ref` with its tag); nil when `v` is not one.
+local function integer_state(v, ref)
+  if v == nil or v < 0 or v % 1 ~= 0 then return nil end
+  local r = v % 256
+  if r == 0 then return nil end
+  local d = (r - tag_of(ref)) % 255
+  if d > 127 then d = d - 255 end
+  return ref + d, (v - r) / 256
+end
+
+-- {limit, period, integer}: `integer`, the integer form, where the limit
+-- asks for it ("fw <limit> <period> i") and its counts fit it (below 2^53).
+function fixed_window.params(argv, i)
+  local w = window_params(argv, i)
+  w.integer = argv[i + 3] == 'i' and w.limit * 256 < TWO52
+  return w
+end
+
+-- window, count and whether the key exists; an integer state is read as of
+-- `now`.
+local function fw_load(key, w, now)
   local s = call('GET', key)
   if not s then return 0, 0, false end
-  local window, count = split2(s)
+  local window, count
+  if find(s, ' ', 1, true) then
+    window, count = split2(s)
+  else
+    window, count = integer_state(tonum(s), floordiv(now, w.period))
+  end
   if count == nil then error('sluice: malformed state "' .. s .. '"') end
   return window, count, true
 end
@@ -29,7 +71,7 @@ end
 
 function fixed_window.decide(w, key, ctx, cost, reuse)
   local now, limit = ctx.now, w.limit
-  local st_window, st_count = fw_load(key)
+  local st_window, st_count = fw_load(key, w, now)
   -- A clock that went back stays in the latest window seen.
   local window = max(floordiv(now, w.period), st_window)
   local count = fw_count_in(st_window, st_count, window, limit)
@@ -60,7 +102,50 @@ end
 -- its expiry's text, and the answer's limit, remaining and reset_after;
 -- false where it might not fit.
 function fixed_window.empty(w, now, cost)
-  return window_empty(w, now, cost, 1, ' ')
+  if not w.integer then return window_empty(w, now, cost, 1, ' ') end
+  local limit, period = w.limit, w.period
+  if cost > limit then return false end
+  local index = floordiv(now, period)
+  return integer_text(w, index, cost), expiry_of(w, now + period), limit, limit - cost,
+         (index + 1) * period - now
+end
+
+-- A request of `cost` (> 0) at Redis' time by one INCRBY, for a limit in
+-- the integer form whose keys lately held states (the driver, "How the
+-- driver reads a key"): what fast returns, and whether the key held a
+-- state; nothing, with the key as it was, where INCRBY cannot decide (a
+-- text state, a window the tag does not place next to now, a cost above
+-- the limit).
+--   - The count of this window raised within the limit: decided, one command.
+--   - Raised past it: given back (DECRBY) and denied.
+--   - The window before (spent: a count within the limit), or no key (the
+--     INCRBY made one with no expiry): written as a fresh key of this window.
+function fixed_window.incr(w, key, ctx, cost)
+  local limit, period = w.limit, w.period
+  if cost > limit then return end
+  local now = ctx.now
+  -- floordiv(now, period), written out: the window and its start.
+  local start = now % period
+  if start < 0 then start = start + period end
+  start = now - start
+  local window = start / period
+  local step = cost * 256
+  local v = pcall_call('INCRBY', key, step)
+  if type(v) ~= 'number' then return end  -- an error: not an integer state
+  local r = v % 256
+  local ends = start + period - now
+  if r == tag_of(window) then
+    local count = (v - r) / 256
+    if count <= limit then return 1, limit, limit - count, ends, 0, 0, true end
+    call('DECRBY', key, step)
+    -- As fast's denial: the request fits at the next window.
+    return 0, limit, limit - (count - cost), ends, ends, 0, true
+  end
+  if r == 0 or r == tag_of(window - 1) then
+    call('SET', key, integer_text(w, window, cost), 'PXAT', expiry_of(w, now + period))
+    return 1, limit, limit - cost, ends, 0, 0, r ~= 0
+  end
+  call('DECRBY', key, step)
 end
 
 -- The common case of decide and save, as gcra.fast: no debt, a cost within
@@ -76,12 +161,16 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
   local window, count = start / period, 0
   if s then
     local space = find(s, ' ', 1, true)
-    if space == nil then return end
-    -- The texts of the window and count read as their numbers where they
-    -- are kept (window_text, COUNT_OF), else by tonumber.
-    local st_window_text, st_count_text = sub(s, 1, space - 1), sub(s, space + 1)
-    local st_window = st_window_text == w.window_text and w.window_index or tonum(st_window_text)
-    local st_count = COUNT_OF[st_count_text] or tonum(st_count_text)
+    local st_window, st_count
+    if space == nil then
+      st_window, st_count = integer_state(tonum(s), window)
+    else
+      -- The texts of the window and count read as their numbers where they
+      -- are kept (window_text, COUNT_OF), else by tonumber.
+      local st_window_text, st_count_text = sub(s, 1, space - 1), sub(s, space + 1)
+      st_window = st_window_text == w.window_text and w.window_index or tonum(st_window_text)
+      st_count = COUNT_OF[st_count_text] or tonum(st_count_text)
+    end
     if st_window == nil or st_count == nil or st_count < 0 or st_count > limit or
        st_window > window then
       return
@@ -92,9 +181,14 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
   local used = count + cost
   if used <= limit then
     if writes and cost > 0 then
-      -- window_text and count_text where they keep the text, written out.
-      local window_digits = w.window_index == window and w.window_text or window_text(w, window)
-      local value = window_digits .. ' ' .. (COUNT_TEXTS[used] or count_text(used))
+      local value
+      if w.integer and ctx.timed then
+        value = integer_text(w, window, used)
+      else
+        -- window_text and count_text where they keep the text, written out.
+        local window_digits = w.window_index == window and w.window_text or window_text(w, window)
+        value = window_digits .. ' ' .. (COUNT_TEXTS[used] or count_text(used))
+      end
       -- store_fresh, or the expiry kept (common.lua), written out: a key of
       -- this window with a count has an expiry this state calls for already.
       if not ctx.timed then
@@ -117,12 +211,18 @@ end
 function fixed_window.save(w, key, st, ctx)
   local fresh_at = nil
   if st.count > 0 then fresh_at = (st.window + windows_spanned(st.count, w.limit)) * w.period end
-  store_string(key, fmt2(st.window, st.count), fresh_at, ctx, w, ctx.now % w.period)
+  local value
+  if w.integer and ctx.timed and st.count <= w.limit then
+    value = integer_text(w, st.window, st.count)
+  else
+    value = fmt2(st.window, st.count)  -- a debt is kept as text
+  end
+  store_string(key, value, fresh_at, ctx, w, ctx.now % w.period)
 end
 
 function fixed_window.charge(w, key, ctx, cost)
   if cost <= 0 then return end
-  local st_window, st_count = fw_load(key)
+  local st_window, st_count = fw_load(key, w, ctx.now)
   local window = max(floordiv(ctx.now, w.period), st_window)
   local count = fw_count_in(st_window, st_count, window, w.limit)
   local top = max_window_count(w)
@@ -131,7 +231,7 @@ function fixed_window.charge(w, key, ctx, cost)
 end
 
 function fixed_window.refund(w, key, ctx, taken_at, cost)
-  local window, count, found = fw_load(key)
+  local window, count, found = fw_load(key, w, ctx.now)
   if not found then return end
   if window == floordiv(taken_at, w.period) then count = max(0, count - cost) end
   fixed_window.save(w, key, {window = window, count = count}, ctx)
