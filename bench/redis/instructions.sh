@@ -19,7 +19,9 @@
 # Usage: bench/redis/instructions.sh [ALGORITHM...]   (default: fixed_window
 #          sliding_window gcra token_bucket)
 # Variables: KEYS (100000), DURATION (4), WINDOW_STATE (text or integer:
-#   store.redis.window_state; unset: the default), BENCH (the benchmark binary;
+#   store.redis.window_state; unset: the default), RATE (the limit, e.g.
+#   1000000/s; unset: 1000000000/s, too large for a sliding window's integer
+#   form), BENCH (the benchmark binary;
 #   build/release/bench/sluice_bench_redis, built when missing), KEEP (a
 #   folder: each run's callgrind output is kept there, callgrind.<algorithm>,
 #   for callgrind_annotate).
@@ -55,7 +57,7 @@ for algorithm in "${ALGORITHMS[@]}"; do
   done
   timeout $((DURATION + 120)) "$BENCH" --url "redis://127.0.0.1:$PORT" --depth 64 \
     --keys "$KEYS" --seconds "$DURATION" --algorithm "$algorithm" \
-    ${WINDOW_STATE:+--window-state "$WINDOW_STATE"} > "$WORK/bench.json"
+    ${WINDOW_STATE:+--window-state "$WINDOW_STATE"} ${RATE:+--rate "$RATE"} > "$WORK/bench.json"
   kill "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""

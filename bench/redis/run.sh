@@ -31,7 +31,9 @@
 #   side of B: "fixed_window gcra token_bucket sliding_window"),
 #   SKIP_BUILD=1, SLUICE_BENCH_REDIS=<path to a built sluice_bench_redis>, OUT,
 #   WINDOW_STATE (store.redis.window_state: text, fixed_window's states as
-#   "window count"; integer, raised by INCRBY; unset: the default, text).
+#   "window count"; integer, raised by INCRBY; unset: the default, text),
+#   RATE (sluice's limit, e.g. 1000000/s; unset: the mode's, 1000000000/s
+#   in pass mode, too large for a sliding window's integer form).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -71,10 +73,10 @@ start_bench_redis
 library=$(timeout 10 "$BIN" --print-library | "${RCLI[@]}" -x FUNCTION LOAD REPLACE)
 mapfile -t ARGS1 < <(timeout 10 "$BIN" --url "redis://127.0.0.1:$PORT" --print-fcall-args \
                        --algorithm "$ALGORITHM" --mode "$MODE" --keys 1 \
-                       ${WINDOW_STATE:+--window-state "$WINDOW_STATE"})
+                       ${WINDOW_STATE:+--window-state "$WINDOW_STATE"} ${RATE:+--rate "$RATE"})
 mapfile -t ARGSN < <(timeout 10 "$BIN" --url "redis://127.0.0.1:$PORT" --print-fcall-args \
                        --algorithm "$ALGORITHM" --mode "$MODE" --keys 2 \
-                       ${WINDOW_STATE:+--window-state "$WINDOW_STATE"})
+                       ${WINDOW_STATE:+--window-state "$WINDOW_STATE"} ${RATE:+--rate "$RATE"})
 [[ "$library" == "${ARGS1[1]}" ]] || { echo "FUNCTION LOAD gave $library, sluice calls ${ARGS1[1]}" >&2; exit 1; }
 
 {
@@ -121,7 +123,8 @@ measured() {
 
 run_sluice() {  # $1 depth $2 keys $3 algorithm
   timeout $((DURATION + 30)) "$BIN" --url "redis://127.0.0.1:$PORT" --depth "$1" --keys "$2" \
-    --seconds "$DURATION" --algorithm "$3" --mode "$MODE" ${WINDOW_STATE:+--window-state "$WINDOW_STATE"}
+    --seconds "$DURATION" --algorithm "$3" --mode "$MODE" ${WINDOW_STATE:+--window-state "$WINDOW_STATE"} \
+    ${RATE:+--rate "$RATE"}
 }
 
 # redis-benchmark runs a request count, not a time: N from the last rate

@@ -14,12 +14,12 @@
 
 namespace sluice {
 
-// How a fixed window's state is kept in Redis (docs/distributed.md, "A
-// window's state in one integer").
+// How fixed_window and sliding_window limits keep their states in Redis
+// (docs/distributed.md, "A window's count in one integer").
 enum class WindowState {
-  kText,     // "window count": what every version of sluice reads
-  kInteger,  // count * 256 + a tag of its window, raised by one INCRBY;
-             // read only by versions that read both forms
+  kText,     // "window count", "window prev curr": what every version reads
+  kInteger,  // the counts and a tag of their window in one integer, raised
+             // by one INCRBY; read only by versions that read both forms
 };
 
 struct RedisStoreOptions {
@@ -68,7 +68,7 @@ struct RedisStoreOptions {
   // new key beyond it is decided by Redis call by call, as without a lease:
   // a flood of new keys costs calls, never unbounded memory.
   int64_t max_leased_keys = 65'536;
-  // The form fixed_window limits write their states in. Every instance
+  // The form window limits write their states in. Every instance
   // sharing the Redis must read the integer form before any writes it:
   // upgrade all, then switch.
   WindowState window_state = WindowState::kText;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -75,11 +76,11 @@ TEST(RedisStoreConcurrencyTest, ExactUnderConcurrentCallers) {
   EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
 }
 
-// Two instances sharing one Redis while the fleet switches a fixed window
+// Two instances sharing one Redis while the fleet switches its window limits
 // to the integer form (store.redis.window_state): one writes text, the other
 // integers, both over the same keys at once, each with two threads. Each
-// reads what the other writes: exactly the limit is admitted. (1 h windows:
-// the test takes about a second.)
+// reads what the other writes: exactly the limit is admitted, for a fixed
+// and a sliding window. (1 h windows: the test takes about a second.)
 TEST(RedisStoreConcurrencyTest, ExactWhileInstancesWriteAWindowInBothForms) {
   auto server = test::RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status();
@@ -89,25 +90,28 @@ TEST(RedisStoreConcurrencyTest, ExactWhileInstancesWriteAWindowInBothForms) {
       {.url = url, .timeout = Duration::Seconds(2), .window_state = WindowState::kInteger});
   ASSERT_TRUE(text.ok()) << text.status();
   ASSERT_TRUE(integer.ok()) << integer.status();
-  MemoryStore memory;
-  const LimiterOptions policy = {
-      .name = "w",
-      .limits = {{.algorithm = Algorithm::kFixedWindow, .rate = *ParseRate("150/1h")}}};
-  LimiterOptions on_text = policy, on_integer = policy;
-  on_text.stores = {text->get()};
-  on_integer.stores = {integer->get()};
-  auto a = Limiter::Create(memory, on_text);
-  auto b = Limiter::Create(memory, on_integer);
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  Counts counts;
-  std::thread other([&] { Hammer(**b, 2, 300, 16, counts); });
-  Hammer(**a, 2, 300, 16, counts);
-  other.join();
-  EXPECT_EQ(counts.answered.load(), 1200);
-  EXPECT_EQ(counts.errors.load(), 0);
-  EXPECT_EQ(counts.store_errors.load(), 0);
-  EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
+  for (const Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow}) {
+    SCOPED_TRACE(AlgorithmName(algorithm));
+    MemoryStore memory;
+    const std::string name(AlgorithmName(algorithm));
+    const LimiterOptions policy = {
+        .name = name, .limits = {{.algorithm = algorithm, .rate = *ParseRate("150/1h")}}};
+    LimiterOptions on_text = policy, on_integer = policy;
+    on_text.stores = {text->get()};
+    on_integer.stores = {integer->get()};
+    auto a = Limiter::Create(memory, on_text);
+    auto b = Limiter::Create(memory, on_integer);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    Counts counts;
+    std::thread other([&] { Hammer(**b, 2, 300, 16, counts); });
+    Hammer(**a, 2, 300, 16, counts);
+    other.join();
+    EXPECT_EQ(counts.answered.load(), 1200);
+    EXPECT_EQ(counts.errors.load(), 0);
+    EXPECT_EQ(counts.store_errors.load(), 0);
+    EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
+  }
 }
 
 // Leased limits (docs/distributed.md, "Leased limits"): two stores (two

@@ -103,7 +103,7 @@ std::string LimitParams(const LimitConfig& config, bool integer_windows) {
           return WindowParams("sl", c);
         } else {
           static_assert(std::is_same_v<Config, SlidingWindowConfig>);
-          return WindowParams("sw", c);
+          return integer_windows ? Cat(WindowParams("sw", c), " i") : WindowParams("sw", c);
         }
       },
       config);

@@ -78,9 +78,9 @@ inline constexpr int64_t kMaxRedisSlidingLogLimit = 10'000;
 absl::Status ValidateForRedis(const LimitConfig& config);
 
 // The limit's parameters as the function reads them: its algorithm's code
-// and its integers, space-separated ("fw 100 60000000"); a fixed window with
-// `integer_windows` ends with " i": its states are written in the integer
-// form (WindowState::kInteger).
+// and its integers, space-separated ("fw 100 60000000"); a fixed or sliding
+// window with `integer_windows` ends with " i": its states are written in
+// the integer form (WindowState::kInteger).
 // REQUIRES: ValidateForRedis(config).ok().
 std::string LimitParams(const LimitConfig& config, bool integer_windows = false);
 

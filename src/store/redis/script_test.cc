@@ -143,9 +143,10 @@ TEST(LimitParamsTest, OneStringPerLimit) {
   EXPECT_EQ(LimitParams(Limit(Algorithm::kFixedWindow, "40/min")), "fw 40 60000000");
   EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingLog, "5/h")), "sl 5 3600000000");
   EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingWindow, "1/day")), "sw 1 86400000000");
-  // A fixed window in the integer form says so; the others have no such form.
+  // A window in the integer form says so; the others have no such form.
   EXPECT_EQ(LimitParams(Limit(Algorithm::kFixedWindow, "40/min"), true), "fw 40 60000000 i");
-  EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingWindow, "1/day"), true), "sw 1 86400000000");
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingWindow, "1/day"), true), "sw 1 86400000000 i");
+  EXPECT_EQ(LimitParams(Limit(Algorithm::kSlidingLog, "5/h"), true), "sl 5 3600000000");
   EXPECT_EQ(LimitParams(Limit(Algorithm::kGcra, "3/250ms"), true), "gc 3 250000 3 750000 250001");
 }
 
@@ -578,6 +579,8 @@ TEST_F(RedisReadTest, EitherReadOfAKeyDecidesAsTheAlgorithm) {
   // The integer form: held keys are read and raised by INCRBY.
   ExpectEitherReadDecidesAsTheAlgorithm<FixedWindowConfig>(Limit(Algorithm::kFixedWindow, "50/s"),
                                                            true);
+  ExpectEitherReadDecidesAsTheAlgorithm<SlidingWindowConfig>(
+      Limit(Algorithm::kSlidingWindow, "50/s"), true);
   ExpectEitherReadDecidesAsTheAlgorithm<GcraConfig>(Limit(Algorithm::kGcra, "50/s", 20));
   ExpectEitherReadDecidesAsTheAlgorithm<TokenBucketConfig>(
       Limit(Algorithm::kTokenBucket, "50/s", 20));
@@ -629,32 +632,33 @@ TEST_F(RedisTest, AWindowsFastPathReadsAStateHoweverItsNumbersAreWritten) {
 
 // ---- a fixed window's state in the integer form (store.redis.window_state) ----
 
-// A fixed window's state in the integer form (fixed_window.lua):
-// count * 256 + window % 255 + 1.
-std::string IntegerState(int64_t window, int64_t count) {
-  return std::to_string(count * 256 + window % 255 + 1);
-}
-
-// Over some ten windows of 40 ms at Redis' clock, keys of a fixed window in
+// Over some ten windows of 40 ms at Redis' clock, keys of a window limit in
 // the integer form decide as the algorithm, every field of every decision:
 // new keys, keys raised within their window (one INCRBY), past the limit
 // (denied, the count given back), keys of the window before, and a key idle
 // until it expired. Every key holding a state holds an integer.
-TEST_F(RedisTest, AFixedWindowInTheIntegerFormDecidesAsTheAlgorithmAcrossWindows) {
-  const LimitConfig limit = Limit(Algorithm::kFixedWindow, "6/40ms");
-  const FixedWindowConfig& config = std::get<FixedWindowConfig>(limit);
+class RedisIntegerFormTest : public RedisTest {
+ protected:
+  template <typename Config>
+  static void ExpectDecidesAsTheAlgorithmAcrossWindows(const LimitConfig& limit);
+};
+
+template <typename Config>
+void RedisIntegerFormTest::ExpectDecidesAsTheAlgorithmAcrossWindows(const LimitConfig& limit) {
+  const Config& config = std::get<Config>(limit);
   const std::string params = LimitParams(limit, true);
   const std::string_view limits[] = {params};
   std::vector<std::string> keys;
   for (int i = 0; i < 4; ++i) {
-    keys.push_back("{i}:fw:" + std::to_string(i));
+    keys.push_back("{i}:" + std::string(AlgorithmName(AlgorithmOf(limit))) + ":" +
+                   std::to_string(i));
     Command({"DEL", keys.back()});
   }
-  std::map<std::string, FixedWindowState> states;
+  std::map<std::string, StateOf_t<Config>> states;
   int64_t allowed = 0, denied = 0;
   for (int round = 0; round < 240; ++round) {
     // Keys 0-2 every round (key 0 twice), key 3 every 80th (idle long
-    // enough to expire: two windows at most).
+    // enough to expire: three windows at most).
     std::vector<std::string_view> order = {keys[0], keys[1], keys[0], keys[2]};
     if (round % 80 == 0) order.push_back(keys[3]);
     std::vector<CallPart> parts;
@@ -687,79 +691,135 @@ TEST_F(RedisTest, AFixedWindowInTheIntegerFormDecidesAsTheAlgorithmAcrossWindows
   EXPECT_GT(denied, 60);
 }
 
-// A fixed window reads both forms whichever it writes: a text state raised
-// by a limit in the integer form, an integer state by one in text. A count
-// of the window before is spent; a denial leaves the count as it was; a
-// charge past the limit (a debt) is kept as text, and a refund reads either.
-// At Redis' clock, in windows of an hour (tried again should one turn).
-TEST_F(RedisTest, AFixedWindowReadsBothFormsWhicheverItWrites) {
-  const LimitConfig limit = Limit(Algorithm::kFixedWindow, "10/h");
+TEST_F(RedisIntegerFormTest, AWindowDecidesAsTheAlgorithmAcrossWindows) {
+  ExpectDecidesAsTheAlgorithmAcrossWindows<FixedWindowConfig>(
+      Limit(Algorithm::kFixedWindow, "6/40ms"));
+  ExpectDecidesAsTheAlgorithmAcrossWindows<SlidingWindowConfig>(
+      Limit(Algorithm::kSlidingWindow, "6/40ms"));
+}
+
+// The text and the integer form of a window state (fixed_window.lua,
+// sliding_window.lua).
+std::string TextState(const FixedWindowState& s) {
+  return std::to_string(s.window) + " " + std::to_string(s.count);
+}
+std::string TextState(const SlidingWindowState& s) {
+  return std::to_string(s.window) + " " + std::to_string(s.prev) + " " + std::to_string(s.curr);
+}
+std::string IntegerState(const FixedWindowConfig&, const FixedWindowState& s) {
+  return std::to_string(s.count * 256 + s.window % 255 + 1);
+}
+std::string IntegerState(const SlidingWindowConfig& c, const SlidingWindowState& s) {
+  return std::to_string((s.curr * (c.limit() + 1) + s.prev) * 256 + s.window % 255 + 1);
+}
+
+// A window limit reads both forms whichever it writes (fixed_window and
+// sliding_window, in windows of an hour at Redis' clock, tried again should
+// one turn): a text state raised by a limit in the integer form and an
+// integer state by one in text, up to the limit and past it (a denial
+// leaves the count as it was), a state of the window before, a check, a
+// charge past the limit (a debt: kept as text) and a refund. Every decision
+// against the C++ algorithm on the same states, and after each write the
+// form the writer's setting calls for.
+class RedisFormsTest : public RedisTest {
+ protected:
+  template <typename Config>
+  static void ExpectBothFormsDecideAsTheAlgorithm(const LimitConfig& limit, StateOf_t<Config> seed,
+                                                  StateOf_t<Config> seed_before);
+};
+
+template <typename Config>
+void RedisFormsTest::ExpectBothFormsDecideAsTheAlgorithm(const LimitConfig& limit,
+                                                         StateOf_t<Config> seed,
+                                                         StateOf_t<Config> seed_before) {
+  const Config& config = std::get<Config>(limit);
   const std::string text[] = {LimitParams(limit)};
   const std::string integer[] = {LimitParams(limit, true)};
-  const int64_t period_us = 3'600'000'000;
-  const std::string key = "{m}:fw";
+  const int64_t period_us = config.period().micros();
+  const std::string key = "{m}:" + std::string(AlgorithmName(AlgorithmOf(limit)));
   const std::string_view keys[] = {key};
   auto redis_micros = [] {
     Reply time = Command({"TIME"});
     return std::stoll(std::string(Text(*time->element[0]))) * 1'000'000 +
            std::stoll(std::string(Text(*time->element[1])));
   };
+  auto stored = [&] { return std::string(Text(*Command({"GET", key}))); };
+  auto bytes = [&] { return Command({"MEMORY", "USAGE", key, "SAMPLES", "0"})->integer; };
   for (int attempt = 0;; ++attempt) {
     ASSERT_LT(attempt, 3);
     const int64_t window = redis_micros() / period_us;
-    std::vector<int64_t> windows;
-    auto decide = [&](std::span<const std::string> params, ScriptOp op = ScriptOp::kDecide,
-                      int64_t cost = 1) {
-      absl::StatusOr<ScriptResult> r = Run({.op = op, .cost = cost}, keys, params);
-      EXPECT_TRUE(r.ok()) << r.status();
-      windows.push_back(r.ok() ? r->now.unix_micros() / period_us : -1);
-      return r.ok() ? *r : ScriptResult{};
+    std::vector<int64_t> windows;  // of every decision: all `window`, or again
+    StateOf_t<Config> state{};
+    auto seed_as = [&](StateOf_t<Config> s, bool as_integer) {
+      s.window += window;
+      state = s;
+      Command({"SET", key, as_integer ? IntegerState(config, s) : TextState(s), "PX", "600000"});
     };
-    auto state = [&] { return std::string(Text(*Command({"GET", key}))); };
+    // One request; its decision as the algorithm's on `state`, and the
+    // key's form after it.
+    auto request = [&](std::span<const std::string> params, ScriptOp op, int64_t cost) {
+      absl::StatusOr<ScriptResult> r = Run({.op = op, .cost = cost}, keys, params);
+      ASSERT_TRUE(r.ok()) << r.status();
+      windows.push_back(r->now.unix_micros() / period_us);
+      if (op == ScriptOp::kCharge) {
+        ChargeInPlace(config, state, r->now, cost);
+      } else {
+        const Decision want = op == ScriptOp::kCheck ? CheckInPlace(config, state, r->now, cost)
+                                                     : DecideInPlace(config, state, r->now, cost);
+        const Decision& got = r->decisions[0];
+        EXPECT_EQ(got.allowed, want.allowed);
+        EXPECT_EQ(got.remaining, want.remaining);
+        EXPECT_EQ(got.reset_after, want.reset_after);
+        EXPECT_EQ(got.retry_after, want.retry_after);
+      }
+      // The key holds the algorithm's state, in one form or the other.
+      const std::string now_stored = stored();
+      EXPECT_TRUE(now_stored == IntegerState(config, state) || now_stored == TextState(state))
+          << now_stored << " against " << TextState(state);
+    };
     Command({"DEL", key});
-    Command({"SET", key, std::to_string(window) + " 7", "PX", "60000"});
-    auto bytes = [&] { return Command({"MEMORY", "USAGE", key, "SAMPLES", "0"})->integer; };
-    EXPECT_EQ(decide(integer).decisions[0].remaining, 2);
-    EXPECT_EQ(state(), IntegerState(window, 8));
+    seed_as(seed, false);
+    request(integer, ScriptOp::kDecide, 1);
+    EXPECT_EQ(stored(), IntegerState(config, state));
     const long long integer_bytes = bytes();
-    EXPECT_EQ(decide(text).decisions[0].remaining, 1);
-    EXPECT_EQ(state(), std::to_string(window) + " 9");
+    request(text, ScriptOp::kDecide, 1);
+    EXPECT_EQ(stored(), TextState(state));
     const long long text_bytes = bytes();
-    std::cout << "fixed_window key: " << integer_bytes << " bytes as an integer, " << text_bytes
+    std::cout << key << ": " << integer_bytes << " bytes as an integer, " << text_bytes
               << " as text\n";
     EXPECT_LT(integer_bytes, text_bytes);
-    EXPECT_EQ(decide(integer).decisions[0].remaining, 0);
-    EXPECT_EQ(state(), IntegerState(window, 10));
-    for (int i = 0; i < 2; ++i) {  // denied: the count stays
-      ScriptResult denied = decide(integer);
-      EXPECT_FALSE(denied.decisions[0].allowed);
-      EXPECT_EQ(denied.decisions[0].remaining, 0);
-      EXPECT_EQ(state(), IntegerState(window, 10));
-    }
-    EXPECT_FALSE(decide(integer, ScriptOp::kCheck).decisions[0].allowed);
-    EXPECT_EQ(state(), IntegerState(window, 10));
-    // The window before: spent.
-    Command({"SET", key, IntegerState(window - 1, 9), "PX", "60000"});
-    EXPECT_EQ(decide(integer).decisions[0].remaining, 9);
-    EXPECT_EQ(state(), IntegerState(window, 1));
-    EXPECT_GT(Command({"PTTL", key})->integer, 0);
-    Command({"SET", key, IntegerState(window - 1, 9), "PX", "60000"});
-    EXPECT_EQ(decide(text).decisions[0].remaining, 9);
-    EXPECT_EQ(state(), std::to_string(window) + " 1");
-    // A debt is kept as text; a refund reads either form.
-    decide(integer, ScriptOp::kCharge, 15);
-    EXPECT_EQ(state(), std::to_string(window) + " 16");
-    Command({"SET", key, IntegerState(window, 4), "PX", "60000"});
-    const int64_t now_us = redis_micros();
-    ASSERT_TRUE(Run({.op = ScriptOp::kRefund, .cost = 3, .taken_at = Time::FromUnixMicros(now_us)},
-                    keys, integer)
-                    .ok());
-    EXPECT_EQ(state(), IntegerState(window, 1));
+    for (int i = 0; i < 6; ++i) request(integer, ScriptOp::kDecide, 1);  // to the limit, past it
+    request(integer, ScriptOp::kCheck, 1);
+    request(text, ScriptOp::kDecide, 1);
+    seed_as(seed_before, true);
+    request(integer, ScriptOp::kDecide, 1);
+    EXPECT_EQ(stored(), IntegerState(config, state));
+    seed_as(seed_before, true);
+    request(text, ScriptOp::kDecide, 2);
+    EXPECT_EQ(stored(), TextState(state));
+    seed_as(seed, true);
+    request(integer, ScriptOp::kCharge, 15);  // a debt: text
+    EXPECT_NE(stored().find(' '), std::string::npos);
+    seed_as(seed, true);
+    const Time taken_at = Time::FromUnixMicros(redis_micros());
+    ASSERT_TRUE(
+        Run({.op = ScriptOp::kRefund, .cost = 3, .taken_at = taken_at}, keys, integer).ok());
+    RefundInPlace(config, state, taken_at, 3);
+    EXPECT_EQ(stored(), IntegerState(config, state));
     if (std::all_of(windows.begin(), windows.end(), [&](int64_t w) { return w == window; }) &&
-        now_us / period_us == window) {
+        taken_at.unix_micros() / period_us == window) {
       break;
     }
   }
+}
+
+TEST_F(RedisFormsTest, AWindowReadsBothFormsWhicheverItWrites) {
+  ExpectBothFormsDecideAsTheAlgorithm<FixedWindowConfig>(Limit(Algorithm::kFixedWindow, "10/h"),
+                                                         {.window = 0, .count = 5},
+                                                         {.window = -1, .count = 9});
+  ExpectBothFormsDecideAsTheAlgorithm<SlidingWindowConfig>(Limit(Algorithm::kSlidingWindow, "10/h"),
+                                                           {.window = 0, .prev = 2, .curr = 3},
+                                                           {.window = -1, .prev = 4, .curr = 6});
 }
 
 // ---- expiry: Redis' clock (now "") as in production ----

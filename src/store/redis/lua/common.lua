@@ -230,6 +230,32 @@ end
 -- `now + 2 * period` (sliding_window): fresh at the window's end, or the
 -- next one's, plus now - start.
 
+-- The integer form of a window's state (store.redis.window_state: integer;
+-- fixed_window.lua, sliding_window.lua): a number below 2^53 whose low 8
+-- bits are its window's tag, window % 255 + 1 (1 to 255), and whose bits
+-- above hold the counts. A window's key lives at most two periods past its
+-- window's end (a sliding window's count weighs on the next window), so of
+-- the windows with a key's tag, the one nearest now is the key's own.
+local function window_tag(window) return window % 255 + 1 end
+
+-- The window whose tag `v` holds, the one nearest `ref`, and v's bits
+-- above its tag; nil when `v` is no such number.
+local function tagged_window(v, ref)
+  if v == nil or v < 0 or v % 1 ~= 0 then return nil end
+  local r = v % 256
+  if r == 0 then return nil end
+  local d = (r - window_tag(ref)) % 255
+  if d > 127 then d = d - 255 end
+  return ref + d, (v - r) / 256
+end
+
+-- The text of the integer state `v`, kept in `keep` (a limit's parameters)
+-- for the last one formatted: a window's new keys mostly start alike.
+local function tagged_text(keep, v)
+  if keep.tagged ~= v then keep.tagged, keep.tagged_text = v, fmt(v) end
+  return keep.tagged_text
+end
+
 -- A window algorithm's `empty` (fixed_window.empty): a key fresh `kept`
 -- windows on, kept now - start longer (above), whose state is
 -- "window<middle>cost".

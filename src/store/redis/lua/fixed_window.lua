@@ -3,37 +3,14 @@
 -- State, in one of two forms; both are read whichever a limit writes:
 --   - text: "window count" (window = floor(now_us / period_us));
 --   - integer (store.redis.window_state: integer; only at Redis' time, and
---     only a count within the limit): count * 256 + tag, the tag being
---     window % 255 + 1 (1 to 255). A request raises the count with one
---     INCRBY (fixed_window.incr), not a GET and a SET. Such a key lives at
---     most until the end of the window after its own (common.lua, "How long
---     a window's key is kept"), so the tag names its window among the 255
---     around now: the nearest with that tag.
+--     only a count within the limit): count * 256 + the window's tag
+--     (common.lua, window_tag). A request raises the count with one INCRBY
+--     (fixed_window.incr), not a GET and a SET. Such a key lives at most
+--     until the end of the window after its own (common.lua, "How long a
+--     window's key is kept"), so the tag names its window.
 -- No key is an empty window.
 
 local fixed_window = {}
-
--- The integer form's tag of `window`, and the text of count * 256 + tag,
--- kept in `w` for the last (window, count) formatted: the keys of one
--- window mostly start at the same count.
-local function tag_of(window) return window % 255 + 1 end
-local function integer_text(w, window, count)
-  if w.int_window ~= window or w.int_count ~= count then
-    w.int_window, w.int_count, w.int_text = window, count, fmt(count * 256 + tag_of(window))
-  end
-  return w.int_text
-end
-
--- The window and count of the integer state `v` read in window `ref`
--- (the window nearest `ref` with its tag); nil when `v` is not one.
-local function integer_state(v, ref)
-  if v == nil or v < 0 or v % 1 ~= 0 then return nil end
-  local r = v % 256
-  if r == 0 then return nil end
-  local d = (r - tag_of(ref)) % 255
-  if d > 127 then d = d - 255 end
-  return ref + d, (v - r) / 256
-end
 
 -- {limit, period, integer}: `integer`, the integer form, where the limit
 -- asks for it ("fw <limit> <period> i") and its counts fit it (below 2^53).
@@ -52,7 +29,7 @@ local function fw_load(key, w, now)
   if find(s, ' ', 1, true) then
     window, count = split2(s)
   else
-    window, count = integer_state(tonum(s), floordiv(now, w.period))
+    window, count = tagged_window(tonum(s), floordiv(now, w.period))
   end
   if count == nil then error('sluice: malformed state "' .. s .. '"') end
   return window, count, true
@@ -106,7 +83,8 @@ function fixed_window.empty(w, now, cost)
   local limit, period = w.limit, w.period
   if cost > limit then return false end
   local index = floordiv(now, period)
-  return integer_text(w, index, cost), expiry_of(w, now + period), limit, limit - cost,
+  return tagged_text(w, cost * 256 + window_tag(index)), expiry_of(w, now + period), limit,
+         limit - cost,
          (index + 1) * period - now
 end
 
@@ -134,15 +112,15 @@ function fixed_window.incr(w, key, ctx, cost)
   if type(v) ~= 'number' then return end  -- an error: not an integer state
   local r = v % 256
   local ends = start + period - now
-  if r == tag_of(window) then
+  if r == window_tag(window) then
     local count = (v - r) / 256
     if count <= limit then return 1, limit, limit - count, ends, 0, 0, true end
     call('DECRBY', key, step)
     -- As fast's denial: the request fits at the next window.
     return 0, limit, limit - (count - cost), ends, ends, 0, true
   end
-  if r == 0 or r == tag_of(window - 1) then
-    call('SET', key, integer_text(w, window, cost), 'PXAT', expiry_of(w, now + period))
+  if r == 0 or r == window_tag(window - 1) then
+    call('SET', key, tagged_text(w, step + window_tag(window)), 'PXAT', expiry_of(w, now + period))
     return 1, limit, limit - cost, ends, 0, 0, r ~= 0
   end
   call('DECRBY', key, step)
@@ -163,7 +141,7 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
     local space = find(s, ' ', 1, true)
     local st_window, st_count
     if space == nil then
-      st_window, st_count = integer_state(tonum(s), window)
+      st_window, st_count = tagged_window(tonum(s), window)
     else
       -- The texts of the window and count read as their numbers where they
       -- are kept (window_text, COUNT_OF), else by tonumber.
@@ -183,7 +161,7 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
     if writes and cost > 0 then
       local value
       if w.integer and ctx.timed then
-        value = integer_text(w, window, used)
+        value = fmt(used * 256 + window_tag(window))
       else
         -- window_text and count_text where they keep the text, written out.
         local window_digits = w.window_index == window and w.window_text or window_text(w, window)
@@ -213,7 +191,7 @@ function fixed_window.save(w, key, st, ctx)
   if st.count > 0 then fresh_at = (st.window + windows_spanned(st.count, w.limit)) * w.period end
   local value
   if w.integer and ctx.timed and st.count <= w.limit then
-    value = integer_text(w, st.window, st.count)
+    value = fmt(st.count * 256 + window_tag(st.window))
   else
     value = fmt2(st.window, st.count)  -- a debt is kept as text
   end

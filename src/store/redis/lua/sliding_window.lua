@@ -1,6 +1,12 @@
 -- sliding_window.lua: the twin of sliding_window (src/algorithm/window.cc).
 --
--- State: the string "window prev curr"; no key is two empty windows.
+-- State, in one of two forms; both are read whichever a limit writes:
+--   - text: "window prev curr"; 
+--   - integer (store.redis.window_state: integer; only at Redis' time, and
+--     only counts within the limit): (curr * (limit + 1) + prev) * 256 +
+--     the window's tag (common.lua, window_tag). A request raises curr with
+--     one INCRBY (sliding_window.incr), not a GET and a SET.
+-- No key is two empty windows.
 --
 -- The C++ compares prev * (period - elapsed) + curr * period with
 -- limit * period in 128 bits (up to 2^85). Here the same tests are
@@ -11,13 +17,42 @@
 -- and floor((limit * period - weighted - x * period) / period) is
 -- limit - prev + F - x (the C++ `remaining`, below zero by a debt).
 
-local sliding_window = {params = window_params}
+local sliding_window = {}
 
--- window, prev, curr, found.
-local function sw_load(key)
+-- {limit, period, integer, m}: `integer`, the integer form, where the limit
+-- asks for it ("sw <limit> <period> i") and its counts fit it (below 2^53);
+-- m = limit + 1, the unit of curr in it.
+function sliding_window.params(argv, i)
+  local w = window_params(argv, i)
+  w.m = w.limit + 1
+  w.integer = argv[i + 3] == 'i' and w.m * w.m * 256 < TWO52
+  return w
+end
+
+-- The window, prev and curr of the integer state `v` read in window `ref`;
+-- nil when `v` is not one.
+local function sw_integer(w, v, ref)
+  local window, counts = tagged_window(v, ref)
+  if window == nil then return nil end
+  local prev = counts % w.m
+  return window, prev, (counts - prev) / w.m
+end
+
+-- The integer state's number.
+local function sw_tagged(w, window, prev, curr)
+  return (curr * w.m + prev) * 256 + window_tag(window)
+end
+
+-- window, prev, curr, found; an integer state is read as of `now`.
+local function sw_load(key, w, now)
   local s = call('GET', key)
   if not s then return 0, 0, 0, false end
-  local window, prev, curr = split3(s)
+  if find(s, ' ', 1, true) then
+    local window, prev, curr = split3(s)
+    return window, prev, curr, true
+  end
+  local window, prev, curr = sw_integer(w, tonum(s), floordiv(now, w.period))
+  if window == nil then error('sluice: malformed state "' .. s .. '"') end
   return window, prev, curr, true
 end
 
@@ -49,9 +84,15 @@ local function sw_roll_by(prev, curr, later, limit)
   return min(limit, sw_left(curr, later - 1, limit)), sw_left(curr, later, limit)
 end
 
-function sliding_window.decide(w, key, ctx, cost, reuse)
+-- `loaded`: the key's state, already read ({window, prev, curr}), or nil.
+function sliding_window.decide(w, key, ctx, cost, reuse, loaded)
   local now, period, limit = ctx.now, w.period, w.limit
-  local st_window, st_prev, st_curr = sw_load(key)
+  local st_window, st_prev, st_curr
+  if loaded then
+    st_window, st_prev, st_curr = loaded.window, loaded.prev, loaded.curr
+  else
+    st_window, st_prev, st_curr = sw_load(key, w, now)
+  end
   local index = max(floordiv(now, period), st_window)
   local prev, curr = sw_roll_by(st_prev, st_curr, index - st_window, limit)
   local window_start = index * period
@@ -105,7 +146,80 @@ end
 
 -- A request of `cost` to an empty key at `now`, as fixed_window.empty.
 function sliding_window.empty(w, now, cost)
-  return window_empty(w, now, cost, 2, ' 0 ')
+  if not w.integer then return window_empty(w, now, cost, 2, ' 0 ') end
+  local limit, period = w.limit, w.period
+  if cost > limit then return false end
+  local index = floordiv(now, period)
+  return tagged_text(w, sw_tagged(w, index, 0, cost)), expiry_of(w, now + 2 * period), limit,
+         limit - cost, (index + 2) * period - now
+end
+
+local sw_loaded = {}
+
+-- A request of `cost` (> 0) at Redis' time by one INCRBY, as
+-- fixed_window.incr: what fast returns, and whether the key held a state;
+-- nothing, with the key as it was, where INCRBY cannot decide.
+--   - This window's curr raised, allowed: decided, one command (two where
+--     curr was 0: its key then expires a window later).
+--   - The window before (its curr becomes prev), two windows before or no
+--     key (the INCRBY made one with no expiry): allowed, written as this
+--     window's state with its expiry.
+--   - Denied: the INCRBY given back (DECRBY), and decided by decide on the
+--     state as it was.
+function sliding_window.incr(w, key, ctx, cost)
+  local limit, period, m = w.limit, w.period, w.m
+  if cost > limit then return end
+  local now = ctx.now
+  -- floordiv(now, period), written out: the window and its start.
+  local start = now % period
+  if start < 0 then start = start + period end
+  start = now - start
+  local index = start / period
+  local step = cost * m * 256
+  local v = pcall_call('INCRBY', key, step)
+  if type(v) ~= 'number' then return end  -- an error: not an integer state
+  local r = v % 256
+  local counts = (v - r) / 256
+  local prev = counts % m
+  local curr = (counts - prev) / m  -- with cost
+  local st_window, st_prev, st_curr = index, prev, curr - cost
+  if r ~= window_tag(index) then
+    if r == window_tag(index - 1) then
+      st_window, prev = index - 1, curr - cost
+    elseif r == 0 or r == window_tag(index - 2) then
+      st_window, st_curr, prev = index - 2, 0, 0
+    else
+      call('DECRBY', key, step)
+      return
+    end
+    curr = cost
+  end
+  local elapsed = now - start  -- below the period
+  local F = 0
+  if prev > 0 then
+    if prev * elapsed >= 2 * TWO52 then F = nil else
+      local pe = prev * elapsed
+      local rem = pe % period
+      if rem < 0 then rem = rem + period end
+      F = (pe - rem) / period
+    end
+  end
+  if F == nil or prev - F + curr > limit then
+    if r == 0 then call('DEL', key) else call('DECRBY', key, step) end
+    if F == nil then return end
+    local l = sw_loaded
+    l.window, l.prev, l.curr = st_window, st_prev, st_curr
+    local d = sliding_window.decide(w, key, ctx, cost, true, l)
+    return d.allowed, d.limit, d.remaining, d.reset, d.retry, d.delay, r ~= 0
+  end
+  if st_window ~= index then
+    call('SET', key, fmt(sw_tagged(w, index, prev, curr)), 'PXAT',
+         expiry_of(w, now + 2 * period))
+  elseif st_curr == 0 then
+    -- curr now weighs on the next window: kept until its end (common.lua).
+    call('PEXPIREAT', key, expiry_of(w, now + 2 * period))
+  end
+  return 1, limit, limit - prev + F - curr, start + 2 * period - now, 0, 0, r ~= 0
 end
 
 -- The common case of decide and save, as gcra.fast: an allowed request,
@@ -123,9 +237,17 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
   local prev, curr = 0, 0
   -- prev's text, kept from the state where it is there.
   local prev_text = '0'
-  if s then
-    local i = find(s, ' ', 1, true)
-    if i == nil then return end
+  local i = s and find(s, ' ', 1, true)
+  if s and not i then  -- the integer form
+    local st_window, st_prev, st_curr = sw_integer(w, tonum(s), index)
+    if st_window == nil or st_curr > limit or st_window > index then return end
+    if st_window == index then
+      prev, curr = st_prev, st_curr
+    elseif st_window + 1 == index then
+      prev = st_curr
+    end
+    prev_text = nil
+  elseif s then
     local j = find(s, ' ', i + 1, true)
     if j == nil then return end
     -- The texts read as their numbers where they are kept (window_text,
@@ -158,9 +280,15 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
   if prev - F + after > limit then return end
   if writes and cost > 0 then
     -- window_text and count_text where they keep the text, written out.
-    local window_digits = w.window_index == index and w.window_text or window_text(w, index)
-    local after_digits = COUNT_TEXTS[after] or count_text(after)
-    local value = window_digits .. ' ' .. prev_text .. ' ' .. after_digits
+    local value
+    if w.integer and ctx.timed then
+      value = fmt(sw_tagged(w, index, prev, after))
+    else
+      local window_digits = w.window_index == index and w.window_text or window_text(w, index)
+      local after_digits = COUNT_TEXTS[after] or count_text(after)
+      value = window_digits .. ' ' .. (prev_text or COUNT_TEXTS[prev] or count_text(prev)) .. ' ' ..
+              after_digits
+    end
     -- store_fresh, or the expiry kept (common.lua), written out: a key of
     -- this window with a count has an expiry this state calls for already.
     if not ctx.timed then
@@ -189,12 +317,18 @@ function sliding_window.save(w, key, st, ctx)
   elseif st.prev > 0 then
     fresh_at = (st.window + 1) * w.period
   end
-  store_string(key, fmt3(st.window, st.prev, st.curr), fresh_at, ctx, w, ctx.now % w.period)
+  local value
+  if w.integer and ctx.timed and st.prev <= w.limit and st.curr <= w.limit then
+    value = fmt(sw_tagged(w, st.window, st.prev, st.curr))
+  else
+    value = fmt3(st.window, st.prev, st.curr)  -- a debt is kept as text
+  end
+  store_string(key, value, fresh_at, ctx, w, ctx.now % w.period)
 end
 
 function sliding_window.charge(w, key, ctx, cost)
   if cost <= 0 then return end
-  local st_window, st_prev, st_curr = sw_load(key)
+  local st_window, st_prev, st_curr = sw_load(key, w, ctx.now)
   local index = max(floordiv(ctx.now, w.period), st_window)
   local prev, curr = sw_roll_by(st_prev, st_curr, index - st_window, w.limit)
   local top = max_window_count(w)
@@ -203,7 +337,7 @@ function sliding_window.charge(w, key, ctx, cost)
 end
 
 function sliding_window.refund(w, key, ctx, taken_at, cost)
-  local window, prev, curr, found = sw_load(key)
+  local window, prev, curr, found = sw_load(key, w, ctx.now)
   if not found then return end
   local taken_window = floordiv(taken_at, w.period)
   if taken_window == window then
