@@ -813,6 +813,51 @@ void RedisFormsTest::ExpectBothFormsDecideAsTheAlgorithm(const LimitConfig& limi
   }
 }
 
+// A part of two window limits in the integer form at Redis' clock (the
+// general path: each decided, then written only if both allow): a fixed
+// window of 5 and a sliding window of 8 an hour. Every decision against the
+// algorithms, all-or-nothing (the sliding window takes nothing once the
+// fixed one denies), and both keys left in the integer form.
+TEST_F(RedisFormsTest, APartOfTwoWindowsInTheIntegerFormIsAllOrNothing) {
+  const LimitConfig fixed_limit = Limit(Algorithm::kFixedWindow, "5/h");
+  const LimitConfig sliding_limit = Limit(Algorithm::kSlidingWindow, "8/h");
+  const auto& fixed = std::get<FixedWindowConfig>(fixed_limit);
+  const auto& sliding = std::get<SlidingWindowConfig>(sliding_limit);
+  const std::string params[] = {LimitParams(fixed_limit, true), LimitParams(sliding_limit, true)};
+  const std::string keys_held[] = {"{p}:fw", "{p}:sw"};
+  const std::string_view keys[] = {keys_held[0], keys_held[1]};
+  for (int attempt = 0;; ++attempt) {
+    ASSERT_LT(attempt, 3);
+    for (const std::string& key : keys_held) Command({"DEL", key});
+    FixedWindowState fixed_state{};
+    SlidingWindowState sliding_state{};
+    bool one_window = true;
+    int64_t first_window = -1;
+    for (int i = 0; i < 8; ++i) {
+      absl::StatusOr<ScriptResult> r = Run({.op = ScriptOp::kDecide}, keys, params);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->decisions.size(), 2u);
+      const int64_t window = r->now.unix_micros() / fixed.period().micros();
+      if (first_window < 0) first_window = window;
+      one_window = one_window && window == first_window;
+      FixedWindowState f = fixed_state;
+      SlidingWindowState w = sliding_state;
+      const Decision want_fixed = DecideInPlace(fixed, f, r->now, 1);
+      const Decision want_sliding = DecideInPlace(sliding, w, r->now, 1);
+      if (want_fixed.allowed && want_sliding.allowed) fixed_state = f, sliding_state = w;
+      EXPECT_EQ(r->decisions[0].allowed, want_fixed.allowed) << i;
+      EXPECT_EQ(r->decisions[0].remaining, want_fixed.remaining) << i;
+      EXPECT_EQ(r->decisions[1].allowed, want_sliding.allowed) << i;
+      EXPECT_EQ(r->decisions[1].remaining, want_sliding.remaining) << i;
+      EXPECT_EQ(Text(*Command({"GET", keys_held[0]})), IntegerState(fixed, fixed_state)) << i;
+      EXPECT_EQ(Text(*Command({"GET", keys_held[1]})), IntegerState(sliding, sliding_state)) << i;
+    }
+    EXPECT_EQ(fixed_state.count, 5);
+    EXPECT_EQ(sliding_state.curr, 5);  // nothing taken past the fixed window's limit
+    if (one_window) break;
+  }
+}
+
 TEST_F(RedisFormsTest, AWindowReadsBothFormsWhicheverItWrites) {
   ExpectBothFormsDecideAsTheAlgorithm<FixedWindowConfig>(Limit(Algorithm::kFixedWindow, "10/h"),
                                                          {.window = 0, .count = 5},
