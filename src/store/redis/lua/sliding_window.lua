@@ -194,15 +194,16 @@ function sliding_window.incr(w, key, ctx, cost)
     end
     curr = cost
   end
+  -- F = floor(prev * elapsed / period), as fast; nil where the product is
+  -- too large to form exactly (then decided as a text state is).
   local elapsed = now - start  -- below the period
-  local F = 0
-  if prev > 0 then
-    if prev * elapsed >= 2 * TWO52 then F = nil else
-      local pe = prev * elapsed
-      local rem = pe % period
-      if rem < 0 then rem = rem + period end
-      F = (pe - rem) / period
-    end
+  local pe, F = prev * elapsed, 0
+  if pe >= 2 * TWO52 then
+    F = nil
+  elseif pe > 0 then
+    local rem = pe % period
+    if rem < 0 then rem = rem + period end
+    F = (pe - rem) / period
   end
   if F == nil or prev - F + curr > limit then
     if r == 0 then call('DEL', key) else call('DECRBY', key, step) end
