@@ -430,9 +430,9 @@ class RedisCluster:
 # ---------------------------------------------------------------------------
 
 def redis_store_block(url=None, cluster=None, timeout="50ms", connect_timeout="1s",
-                      key_prefix=None, password=None):
+                      key_prefix=None, password=None, window_state=None):
     """The `store:` section for one Redis (url) or a Cluster (list of
-    host:port)."""
+    host:port); `window_state`: store.redis.window_state, or the default."""
     lines = ["store:", "  redis:"]
     if url is not None:
         lines.append("    url: %s" % url)
@@ -444,6 +444,8 @@ def redis_store_block(url=None, cluster=None, timeout="50ms", connect_timeout="1
     lines.append("    connect_timeout: %s" % connect_timeout)
     if key_prefix is not None:
         lines.append("    key_prefix: %s" % json.dumps(key_prefix))
+    if window_state is not None:
+        lines.append("    window_state: %s" % window_state)
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,8 @@
 """A fleet limit is exact: 3 `sluice serve` processes share one Redis (and
 then one Redis Cluster); 3000 concurrent decisions (1000 in a sanitizer
 build) on one key against a limit of 100 per minute admit exactly 100, for
-every algorithm.
+every algorithm; on the Cluster with the windows' states in the integer
+form (store.redis.window_state).
 
 The bucket algorithms refill continuously (100/min is one unit every
 600 ms). A burst that ends within one emission interval must admit exactly
@@ -211,7 +212,9 @@ class SingleRedisExactnessTest(ExactnessChecks, RedisFleetTestCase):
 
 class ClusterExactnessTest(ExactnessChecks, RedisFleetTestCase):
     """3 sluice processes, a Redis Cluster of 3 masters with 1 replica each;
-    sluice is given two of the nodes and discovers the rest."""
+    sluice is given two of the nodes and discovers the rest. The windows'
+    states in the integer form (store.redis.window_state: integer; the
+    single Redis above keeps the default, text)."""
 
     @classmethod
     def setUpClass(cls):
@@ -219,7 +222,8 @@ class ClusterExactnessTest(ExactnessChecks, RedisFleetTestCase):
         cluster = cls.start_class_cluster()
         cls.clock_port = cluster.servers[0].port
         cls.fleet = cls.start_class_fleet(
-            config_for(redis_store_block(cluster=cluster.seeds[:2], timeout=STORE_TIMEOUT)),
+            config_for(redis_store_block(cluster=cluster.seeds[:2], timeout=STORE_TIMEOUT,
+                                         window_state="integer")),
             PROCESSES)
 
     def test_fleet_sees_the_whole_cluster(self):
