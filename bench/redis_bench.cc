@@ -367,7 +367,7 @@ int main(int argc, char** argv) {
                  "calls to Redis in flight at once (store.redis.calls_in_flight)")
       ->check(CLI::Range(1, 16));
   app.add_option("--window-state", flags.window_state,
-                 "how fixed_window states are kept (store.redis.window_state)")
+                 "how window states are kept (store.redis.window_state)")
       ->check(CLI::IsMember({"text", "integer"}));
   app.add_option(
       "--lease", flags.lease,

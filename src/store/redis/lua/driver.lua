@@ -271,7 +271,8 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       -- an empty key takes (algo.empty), which with the answer it gives is
       -- the same for every key of the run: made once, at its first use.
       local empty = writes and cost > 0 and algo.empty
-      -- fixed_window.incr, for a limit in the integer form.
+      -- The algorithm's incr (fixed_window, sliding_window), for a limit in
+      -- the integer form.
       local incr = writes and cost > 0 and params.integer and algo.incr
       local e_state, e_expiry, e_limit, e_remaining, e_reset
       -- Whether the part before, in this loop, was a key found empty: the
@@ -297,8 +298,8 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         if with_write then
           s = call('SET', key, e_state, 'PXAT', e_expiry, 'NX', 'GET')
         elseif incr then
-          -- A fixed window in the integer form, its keys taken to hold
-          -- states: decided by one INCRBY where that can (fixed_window.incr).
+          -- A window in the integer form, its keys taken to hold states:
+          -- decided by one INCRBY where that can (fixed_window.incr).
           allowed, lim, r, t, y, w, held = incr(params, key, ctx, cost)
           if allowed == nil then s = call('GET', key) end
         elseif fast then

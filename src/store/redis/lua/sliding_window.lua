@@ -1,7 +1,7 @@
 -- sliding_window.lua: the twin of sliding_window (src/algorithm/window.cc).
 --
 -- State, in one of two forms; both are read whichever a limit writes:
---   - text: "window prev curr"; 
+--   - text: "window prev curr";
 --   - integer (store.redis.window_state: integer; only at Redis' time, and
 --     only counts within the limit): (curr * (limit + 1) + prev) * 256 +
 --     the window's tag (common.lua, window_tag). A request raises curr with
