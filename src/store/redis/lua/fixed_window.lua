@@ -108,14 +108,15 @@ function fixed_window.incr(w, key, ctx, cost)
   start = now - start
   local window = start / period
   local step = cost * 256
-  local v = pcall_call('INCRBY', key, step)
+  local step_s = step_text(w, step)
+  local v = pcall_call('INCRBY', key, step_s)
   if type(v) ~= 'number' then return end  -- an error: not an integer state
   local r = v % 256
   local ends = start + period - now
   if r == window_tag(window) then
     local count = (v - r) / 256
     if count <= limit then return 1, limit, limit - count, ends, 0, 0, true end
-    call('DECRBY', key, step)
+    call('DECRBY', key, step_s)
     -- As fast's denial: the request fits at the next window.
     return 0, limit, limit - (count - cost), ends, ends, 0, true
   end
@@ -123,7 +124,7 @@ function fixed_window.incr(w, key, ctx, cost)
     call('SET', key, tagged_text(w, step + window_tag(window)), 'PXAT', expiry_of(w, now + period))
     return 1, limit, limit - cost, ends, 0, 0, r ~= 0
   end
-  call('DECRBY', key, step)
+  call('DECRBY', key, step_s)
 end
 
 -- The common case of decide and save, as gcra.fast: no debt, a cost within

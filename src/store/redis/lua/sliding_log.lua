@@ -25,7 +25,7 @@ end
 
 -- Returns last_us, total, entries (0, 0, 0 when there is no key).
 local function sl_header(key)
-  local h = call('LINDEX', key, 0)
+  local h = call('LINDEX', key, '0')
   if not h then return 0, 0, 0 end
   local colon = find(h, ':', 1, true)
   if not colon then error('sluice: malformed sliding_log header "' .. h .. '"') end
@@ -67,7 +67,7 @@ function sliding_log.decide(w, key, ctx, cost)
   local dropped = 0  -- entries older than the window (at - period, at]
   local i, t, c
   local last_entry = nil  -- the newest entry's time, read once
-  if n > 0 then last_entry = sl_entry(call('LINDEX', key, -1)) end
+  if n > 0 then last_entry = sl_entry(call('LINDEX', key, '-1')) end
   if last_entry and last_entry <= at - period then
     -- The newest has left the window, so all have: no walk (a key idle for
     -- a period would otherwise cost a pass over its whole log).
@@ -118,17 +118,17 @@ function sliding_log.save(w, key, plan, ctx)
   local header = fmt(plan.at) .. ':' .. fmt(plan.total)
   if plan.dropped > 0 then
     -- Keep the last dropped entry as the slot the header is written into.
-    call('LTRIM', key, plan.dropped, -1)
+    call('LTRIM', key, plan.dropped, '-1')
   end
   if plan.entries > 0 then
-    call('LSET', key, 0, header)
+    call('LSET', key, '0', header)
   else
     call('RPUSH', key, header)
   end
   if plan.newest == plan.at then
     -- Same instant as the newest entry: one entry.
-    local _, cost = sl_entry(call('LINDEX', key, -1))
-    call('LSET', key, -1, sl_format(plan.at, cost + plan.cost))
+    local _, cost = sl_entry(call('LINDEX', key, '-1'))
+    call('LSET', key, '-1', sl_format(plan.at, cost + plan.cost))
   else
     call('RPUSH', key, sl_format(plan.at, plan.cost))
   end
@@ -180,9 +180,9 @@ function sliding_log.refund(w, key, ctx, taken_at, cost)
       call('DEL', key)
       return
     end
-    call('LSET', key, 0, fmt(last) .. ':' .. fmt(total))
+    call('LSET', key, '0', fmt(last) .. ':' .. fmt(total))
   end
-  local newest = sl_entry(call('LINDEX', key, -1))
+  local newest = sl_entry(call('LINDEX', key, '-1'))
   if newest + w.period <= ctx.now then
     call('DEL', key)
   else

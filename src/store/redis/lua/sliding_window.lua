@@ -176,7 +176,8 @@ function sliding_window.incr(w, key, ctx, cost)
   start = now - start
   local index = start / period
   local step = cost * m * 256
-  local v = pcall_call('INCRBY', key, step)
+  local step_s = step_text(w, step)
+  local v = pcall_call('INCRBY', key, step_s)
   if type(v) ~= 'number' then return end  -- an error: not an integer state
   local r = v % 256
   local counts = (v - r) / 256
@@ -189,7 +190,7 @@ function sliding_window.incr(w, key, ctx, cost)
     elseif r == 0 or r == window_tag(index - 2) then
       st_window, st_curr, prev = index - 2, 0, 0
     else
-      call('DECRBY', key, step)
+      call('DECRBY', key, step_s)
       return
     end
     curr = cost
@@ -206,7 +207,7 @@ function sliding_window.incr(w, key, ctx, cost)
     F = (pe - rem) / period
   end
   if F == nil or prev - F + curr > limit then
-    if r == 0 then call('DEL', key) else call('DECRBY', key, step) end
+    if r == 0 then call('DEL', key) else call('DECRBY', key, step_s) end
     if F == nil then return end
     local l = sw_loaded
     l.window, l.prev, l.curr = st_window, st_prev, st_curr
