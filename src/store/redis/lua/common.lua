@@ -260,15 +260,11 @@ local function tagged_text(keep, v)
   return keep.tagged_text
 end
 
--- The text of an INCRBY's (or DECRBY's) step, kept in `keep` (a limit's
--- parameters) for the last step: given a Lua number, redis.call formats
+-- Numbers go to commands as text: given a Lua number, redis.call formats
 -- it with snprintf's %.17g (Redis 7.0's luaArgsToRedisArgv), about 2,000
--- instructions a command (callgrind); a string goes as it is. The same
--- holds for every number a script passes to a command: pass text.
-local function step_text(keep, step)
-  if keep.step ~= step then keep.step, keep.step_text = step, fmt(step) end
-  return keep.step_text
-end
+-- instructions a command (callgrind); a string goes as it is. The window
+-- incr paths keep their INCRBY's step as text in the limit's parameters
+-- (`step`, `step_text`: the last step and its text).
 
 -- A window algorithm's `empty` (fixed_window.empty): a key fresh `kept`
 -- windows on, kept now - start longer (above), whose state is

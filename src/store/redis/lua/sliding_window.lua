@@ -176,7 +176,9 @@ function sliding_window.incr(w, key, ctx, cost)
   start = now - start
   local index = start / period
   local step = cost * m * 256
-  local step_s = step_text(w, step)
+  -- step_text and window_tag (common.lua), written out, as fixed_window.incr.
+  local step_s = w.step_text
+  if w.step ~= step then step_s = fmt(step); w.step, w.step_text = step, step_s end
   local v = pcall_call('INCRBY', key, step_s)
   if type(v) ~= 'number' then return end  -- an error: not an integer state
   local r = v % 256
@@ -184,7 +186,7 @@ function sliding_window.incr(w, key, ctx, cost)
   local prev = counts % m
   local curr = (counts - prev) / m  -- with cost
   local st_window, st_prev, st_curr = index, prev, curr - cost
-  if r ~= window_tag(index) then
+  if r ~= index % 255 + 1 then
     if r == window_tag(index - 1) then
       st_window, prev = index - 1, curr - cost
     elseif r == 0 or r == window_tag(index - 2) then
