@@ -109,6 +109,23 @@ std::string LimitParams(const LimitConfig& config, bool integer_windows) {
       config);
 }
 
+int64_t ParamsLimit(std::string_view params) {
+  // The code, then its integers: the limit is the first of a window's or
+  // log's, the third of a bucket's (burst) or a shaper's (capacity).
+  const size_t code_end = params.find(' ');
+  const std::string_view code = params.substr(0, code_end);
+  const int word = code == "fw" || code == "sw" || code == "sl" ? 1 : 3;
+  size_t at = code_end;
+  for (int i = 1; i < word && at != std::string_view::npos; ++i) at = params.find(' ', at + 1);
+  if (at == std::string_view::npos) return 0;
+  const char* begin = params.data() + at + 1;
+  const char* end = params.data() + params.size();
+  int64_t limit = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, limit);
+  if (ec != std::errc() || (ptr != end && *ptr != ' ')) return 0;
+  return limit;
+}
+
 // ---- calls ----
 
 namespace {
@@ -145,6 +162,7 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
     // The short form, for most requests: one limit, Redis' time.
     part.arg_count = 3;
     part.short_form = true;
+    part.limit = ParamsLimit(limits[0]);
     AppendBulk(a, args.op == ScriptOp::kDecide ? "d" : "c");
     AppendNumber(a, std::clamp<int64_t>(args.cost, 0, kMaxScriptCost));
     AppendBulk(a, limits[0]);
@@ -287,24 +305,25 @@ absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
       ++i;
       continue;
     }
-    const size_t count = part->short_form ? 4 : 1 + size_t{part->decisions} * 6;
+    const size_t count = part->short_form ? 3 : 1 + size_t{part->decisions} * 6;
     if (i + count > end) return shape_error("is cut short");
     for (size_t j = i; j < i + count; ++j) {
       if (reply.element[j]->type != REDIS_REPLY_INTEGER) return shape_error("is not integers");
     }
     auto at = [&](size_t j) -> int64_t { return reply.element[i + j]->integer; };
     if (part->short_form) {
-      // code, limit, remaining, reset_after_us; code: the delay (>= 0) when
-      // allowed, -2 - retry_after_us when denied (-1: never).
+      // code, remaining, reset_after_us; code: the delay (>= 0) when
+      // allowed, -2 - retry_after_us when denied (-1: never). The limit is
+      // the part's own.
       const int64_t code = at(0);
-      if (code < -(int64_t{1} << 62) || at(3) < 0) {
+      if (code < -(int64_t{1} << 62) || at(2) < 0) {
         return shape_error(Cat("has a malformed decision (code ", code, ")"));
       }
       Decision d;
       d.allowed = code >= 0;
-      d.limit = at(1);
-      d.remaining = at(2);
-      d.reset_after = Duration::Micros(at(3));
+      d.limit = part->limit;
+      d.remaining = at(1);
+      d.reset_after = Duration::Micros(at(2));
       d.retry_after = code >= 0    ? Duration::Zero()
                       : code == -1 ? Duration::Infinite()
                                    : Duration::Micros(-code - 2);

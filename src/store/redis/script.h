@@ -84,6 +84,12 @@ absl::Status ValidateForRedis(const LimitConfig& config);
 // REQUIRES: ValidateForRedis(config).ok().
 std::string LimitParams(const LimitConfig& config, bool integer_windows = false);
 
+// The limit every decision of the limit with parameters `params`
+// (LimitParams) answers (Decision::limit): a window's or log's limit, a
+// bucket's burst, a shaper's capacity; 0 where `params` is malformed. A
+// short part's answer leaves it out (the caller knows it).
+int64_t ParamsLimit(std::string_view params);
+
 enum class ScriptOp {
   kDecide,  // decide all limits, write only if all allow
   kCheck,   // the same decisions, nothing written
@@ -123,6 +129,8 @@ struct CallPart {
   // One limit at Redis' time ("d|c cost limit"): JoinParts sends a run of
   // such parts with the same arguments once, as "* g d|c cost limit".
   bool short_form = false;
+  // A short part's limit (ParamsLimit), which its answer leaves out.
+  int64_t limit = 0;
 };
 
 // The part deciding (or checking, or refunding) `args` over `keys`, the

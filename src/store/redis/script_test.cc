@@ -150,6 +150,34 @@ TEST(LimitParamsTest, OneStringPerLimit) {
   EXPECT_EQ(LimitParams(Limit(Algorithm::kGcra, "3/250ms"), true), "gc 3 250000 3 750000 250001");
 }
 
+// A short part's answer leaves out the limit: the caller takes it from the
+// parameters, the limit every decision of the algorithm's answers.
+TEST(ParamsLimitTest, IsTheLimitTheAlgorithmAnswers) {
+  const LimitConfig configs[] = {
+      Limit(Algorithm::kTokenBucket, "3/250ms", 7), Limit(Algorithm::kGcra, "3/250ms"),
+      Limit(Algorithm::kLeakyBucket, "2/s", 5),     ShapeLimit("2/s", Duration::Zero(), 3),
+      Limit(Algorithm::kFixedWindow, "40/min"),     Limit(Algorithm::kSlidingLog, "5/h"),
+      Limit(Algorithm::kSlidingWindow, "1/day"),
+  };
+  for (const LimitConfig& config : configs) {
+    const int64_t limit = std::visit(
+        [](const auto& c) {
+          StateOf_t<std::decay_t<decltype(c)>> state{};
+          return CheckInPlace(c, state, Time::FromUnixMicros(1704067200000000), 1).limit;
+        },
+        config);
+    for (const bool integer : {false, true}) {
+      const std::string params = LimitParams(config, integer);
+      SCOPED_TRACE(params);
+      EXPECT_GT(limit, 0);
+      EXPECT_EQ(ParamsLimit(params), limit);
+    }
+  }
+  EXPECT_EQ(ParamsLimit("gc 3 250000"), 0);
+  EXPECT_EQ(ParamsLimit("fw x 1"), 0);
+  EXPECT_EQ(ParamsLimit(""), 0);
+}
+
 // ---- bounds ----
 
 TEST(ValidateForRedisTest, RejectsABucketAboveTwoToThe51TicksAndNamesIt) {
@@ -211,14 +239,14 @@ redisReply ArrayOf(std::vector<redisReply>& items, std::vector<redisReply*>& poi
 
 CallPart PartOf(ScriptOp op, size_t limits) {
   const std::string_view keys[] = {"{p}:a", "{p}:b", "{p}:c"};
-  const std::string_view params[] = {"fw 1 1", "fw 1 1", "fw 1 1"};
+  const std::string_view params[] = {"fw 5 1", "fw 5 1", "fw 5 1"};
   return EncodePart({.op = op}, std::span(keys, limits), std::span(params, limits));
 }
 
 TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
   // A part of two limits, a refund, a failed part, a short part of one
-  // limit (code, limit, remaining, reset; code -2 - retry: a denial), then
-  // the call's time, which the short part takes.
+  // limit (code, remaining, reset; code -2 - retry: a denial; the limit its
+  // parameters'), then the call's time, which the short part takes.
   std::vector<redisReply> items = {Integer(1704067200000000),
                                    Integer(1),
                                    Integer(20),
@@ -235,7 +263,6 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
                                    Integer(1704067200000000),
                                    String("WRONGTYPE Operation against a key"),
                                    Integer(-32),
-                                   Integer(5),
                                    Integer(0),
                                    Integer(30),
                                    Integer(1704067200000123)};
@@ -269,9 +296,9 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
   EXPECT_EQ(short_part->decisions[0].retry_after, Duration::Micros(30));
   EXPECT_EQ(short_part->decisions[0].delay, Duration::Zero());
   // The short code's other cases: never, and allowed with a delay.
-  items[items.size() - 5].integer = -1;
+  items[items.size() - 4].integer = -1;
   EXPECT_TRUE((*ParseCallReply(array, parts))[3]->decisions[0].can_never_pass());
-  items[items.size() - 5].integer = 7;
+  items[items.size() - 4].integer = 7;
   {
     const Decision d = (*ParseCallReply(array, parts))[3]->decisions[0];
     EXPECT_TRUE(d.allowed);
@@ -306,7 +333,7 @@ TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
   const CallPart short_part = PartOf(ScriptOp::kDecide, 1);
   const CallPart three_short[] = {short_part, short_part, short_part};
   auto results = parse(
-      {Integer(0), Integer(10), Integer(9), Integer(1000), nil, nil, Integer(1704067200000123)},
+      {Integer(0), Integer(4), Integer(1000), nil, nil, Integer(1704067200000123)},
       three_short);
   ASSERT_TRUE(results.ok()) << results.status();
   ASSERT_EQ(results->size(), 3u);
@@ -315,13 +342,13 @@ TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
     EXPECT_EQ(r->now, Time::FromUnixMicros(1704067200000123));
     ASSERT_EQ(r->decisions.size(), 1u);
     EXPECT_TRUE(r->decisions[0].allowed);
-    EXPECT_EQ(r->decisions[0].limit, 10);
-    EXPECT_EQ(r->decisions[0].remaining, 9);
+    EXPECT_EQ(r->decisions[0].limit, 5);
+    EXPECT_EQ(r->decisions[0].remaining, 4);
     EXPECT_EQ(r->decisions[0].reset_after, Duration::Micros(1000));
   }
   // First, after a failed part, or for a part of the long form: Internal.
   const CallPart two_short[] = {short_part, short_part};
-  EXPECT_EQ(parse({nil, Integer(0), Integer(10), Integer(9), Integer(1000), Integer(1)}, two_short)
+  EXPECT_EQ(parse({nil, Integer(0), Integer(4), Integer(1000), Integer(1)}, two_short)
                 .status()
                 .code(),
             absl::StatusCode::kInternal);
@@ -331,7 +358,7 @@ TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
             absl::StatusCode::kInternal);
   const CallPart short_then_long[] = {short_part, PartOf(ScriptOp::kDecide, 2)};
   EXPECT_EQ(
-      parse({Integer(0), Integer(10), Integer(9), Integer(1000), nil, Integer(1)}, short_then_long)
+      parse({Integer(0), Integer(4), Integer(1000), nil, Integer(1)}, short_then_long)
           .status()
           .code(),
       absl::StatusCode::kInternal);

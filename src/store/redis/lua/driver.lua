@@ -32,9 +32,10 @@
 --
 -- Reply, part after part: the part's now_us followed, for D, C, L and N, by six
 -- integers per limit: allowed (0/1), limit, remaining, reset_after_us,
--- retry_after_us (-1: never), delay_us. A short part (d, c) answers four:
--- code, limit, remaining, reset_after_us, where code is delay_us (>= 0)
--- when allowed and -2 - retry_after_us when denied (-1: never), or one
+-- retry_after_us (-1: never), delay_us. A short part (d, c) answers three:
+-- code, remaining, reset_after_us, where code is delay_us (>= 0) when
+-- allowed and -2 - retry_after_us when denied (-1: never), its limit's
+-- own limit being known to the caller (EncodePart keeps it), or one
 -- element, false (a nil reply), when its answer is that of the short part
 -- just before it (a run's keys found empty answer alike); a call with
 -- short parts ends with its now_us, theirs. A part that fails (a key
@@ -288,7 +289,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       -- The algorithm's incr (fixed_window, sliding_window), for a limit in
       -- the integer form.
       local incr = writes and cost > 0 and params.integer and algo.incr
-      local e_state, e_expiry, e_limit, e_remaining, e_reset
+      local e_state, e_expiry, e_remaining, e_reset, _  -- (_: the limit, not answered)
       -- Whether the part before, in this loop, was a key found empty: the
       -- answer of another is then one element, false (the same again).
       local after_empty = false
@@ -304,7 +305,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         local s, with_write
         if empty and params.fresh >= 0 then
           if e_state == nil then
-            e_state, e_expiry, e_limit, e_remaining, e_reset = empty(params, ctx.now, cost)
+            e_state, e_expiry, _, e_remaining, e_reset = empty(params, ctx.now, cost)
           end
           with_write = e_state  -- (false: such a request might not fit)
         end
@@ -332,17 +333,16 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         if allowed ~= nil then  -- decided by incr
           local code
           if allowed == 1 then code = w else code = -y - 2 end
-          reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = code, lim, r, t
-          m = m + 4
+          reply[m + 1], reply[m + 2], reply[m + 3] = code, r, t
+          m = m + 3
           after_empty = false
         elseif found_empty then
           if after_empty then
             m = m + 1
             reply[m] = false
           else
-            reply[m + 1], reply[m + 2] = 0, e_limit
-            reply[m + 3], reply[m + 4] = e_remaining, e_reset
-            m = m + 4
+            reply[m + 1], reply[m + 2], reply[m + 3] = 0, e_remaining, e_reset
+            m = m + 3
             after_empty = true
           end
         else
@@ -360,8 +360,8 @@ local function run_parts(keys, args, nargs, nkeys, reply)
             if w ~= 0 then error('sluice: a denial with a delay') end
             code = -y - 2
           end
-          reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = code, lim, r, t
-          m = m + 4
+          reply[m + 1], reply[m + 2], reply[m + 3] = code, r, t
+          m = m + 3
           after_empty = false
         end
       end
