@@ -332,9 +332,8 @@ TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
   nil.type = REDIS_REPLY_NIL;
   const CallPart short_part = PartOf(ScriptOp::kDecide, 1);
   const CallPart three_short[] = {short_part, short_part, short_part};
-  auto results = parse(
-      {Integer(0), Integer(4), Integer(1000), nil, nil, Integer(1704067200000123)},
-      three_short);
+  auto results = parse({Integer(0), Integer(4), Integer(1000), nil, nil, Integer(1704067200000123)},
+                       three_short);
   ASSERT_TRUE(results.ok()) << results.status();
   ASSERT_EQ(results->size(), 3u);
   for (const auto& r : *results) {
@@ -348,20 +347,18 @@ TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
   }
   // First, after a failed part, or for a part of the long form: Internal.
   const CallPart two_short[] = {short_part, short_part};
-  EXPECT_EQ(parse({nil, Integer(0), Integer(4), Integer(1000), Integer(1)}, two_short)
-                .status()
-                .code(),
-            absl::StatusCode::kInternal);
+  EXPECT_EQ(
+      parse({nil, Integer(0), Integer(4), Integer(1000), Integer(1)}, two_short).status().code(),
+      absl::StatusCode::kInternal);
   EXPECT_EQ(parse({String("WRONGTYPE Operation against a key"), nil, Integer(1)}, two_short)
                 .status()
                 .code(),
             absl::StatusCode::kInternal);
   const CallPart short_then_long[] = {short_part, PartOf(ScriptOp::kDecide, 2)};
-  EXPECT_EQ(
-      parse({Integer(0), Integer(4), Integer(1000), nil, Integer(1)}, short_then_long)
-          .status()
-          .code(),
-      absl::StatusCode::kInternal);
+  EXPECT_EQ(parse({Integer(0), Integer(4), Integer(1000), nil, Integer(1)}, short_then_long)
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
 }
 
 TEST(ParseCallReplyTest, ErrorRepliesKeepRedisMessage) {
