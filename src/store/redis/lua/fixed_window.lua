@@ -165,7 +165,7 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
     if writes and cost > 0 then
       local value
       if w.integer and ctx.timed then
-        value = fmt(used * 256 + window_tag(window))
+        value = tagged_text(w, used * 256 + window_tag(window))
       else
         -- window_text and count_text where they keep the text, written out.
         local window_digits = w.window_index == window and w.window_text or window_text(w, window)

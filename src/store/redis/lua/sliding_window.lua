@@ -217,7 +217,7 @@ function sliding_window.incr(w, key, ctx, cost)
     return d.allowed, d.limit, d.remaining, d.reset, d.retry, d.delay, r ~= 0
   end
   if st_window ~= index then
-    call('SET', key, fmt(sw_tagged(w, index, prev, curr)), 'PXAT',
+    call('SET', key, tagged_text(w, sw_tagged(w, index, prev, curr)), 'PXAT',
          expiry_of(w, now + 2 * period))
   elseif st_curr == 0 then
     -- curr now weighs on the next window: kept until its end (common.lua).
@@ -286,7 +286,7 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
     -- window_text and count_text where they keep the text, written out.
     local value
     if w.integer and ctx.timed then
-      value = fmt(sw_tagged(w, index, prev, after))
+      value = tagged_text(w, sw_tagged(w, index, prev, after))
     else
       local window_digits = w.window_index == index and w.window_text or window_text(w, index)
       local after_digits = COUNT_TEXTS[after] or count_text(after)
