@@ -98,13 +98,16 @@ local function fmt3(a, b, c)
   return format('%d %d %d', a, b, c)
 end
 
--- The text of a count 0 <= n < 4096, formatted once: a %d costs about 700
--- instructions (sprintf), a kept text a table read. Beyond, fmt.
--- COUNT_OF is the other way, the count of each text kept: a fast path
+-- The text of a count 0 <= n < 256, formatted once: a %d costs about
+-- 2,300 instructions (string.format), a kept text a table read. Beyond,
+-- fmt. COUNT_OF is the other way, the count of each text kept: a fast path
 -- reading a state's count takes `COUNT_OF[text] or tonum(text)`, a table
--- read where tonumber costs about 1,200 instructions (Lua 5.1's tonumber
--- runs strtod twice on a string).
-local COUNT_TEXTS, COUNT_OF, MAX_COUNT_TEXT = {}, {}, 4096
+-- read where tonumber costs about 1,300 instructions (Lua 5.1's tonumber
+-- runs strtod twice on a string). No more than 256: what a library keeps
+-- alive, every call pays for, since Redis steps Lua's garbage collection
+-- every 50 calls over all of it (1,500 counts kept cost every call about
+-- 8,400 instructions more, callgrind; 256 cost about 1,500).
+local COUNT_TEXTS, COUNT_OF, MAX_COUNT_TEXT = {}, {}, 256
 local function count_text(n)
   if n >= 0 and n < MAX_COUNT_TEXT then
     local t = COUNT_TEXTS[n]
