@@ -261,8 +261,10 @@ end
 -- few states (a new key's, or one carrying the window before's few
 -- requests), and a %d costs Redis about 2,300 instructions where a kept
 -- text is a table read. A full table starts over (each window's states
--- are new: their tag moves).
-local TEXTS_KEPT = 32
+-- are new: their tag moves). Few: every call pays for what the library
+-- keeps (COUNT_TEXTS above), and a Redis may serve many limits. 8 and 32
+-- measured alike (bench/README.md, "Numbers as text").
+local TEXTS_KEPT = 8
 local function tagged_text(keep, v)
   local texts = keep.texts
   local s = texts[v]
