@@ -14,18 +14,25 @@
 #                         keys holding a state (less the empty function's
 #                         cost, over ten: what the command costs through
 #                         redis.call, its arguments and reply converted)
+#   sluice, 1 decision, after a hot text key
+#                         the first kind again, after FILL text-form
+#                         fixed_window decisions on one key (windows of
+#                         30 s, its counts up to FILL): what the function
+#                         keeps alive for them (the texts of counts) every
+#                         call pays for in Redis' garbage collection
 #
 # Instructions per call (per command for the last five). Like
 # instructions.sh, the counts do not move with the machine's load.
 #
 # Usage: bench/redis/call_costs.sh
-# Variables: N (calls of each kind, 2000), BENCH (sluice_bench_redis, for
+# Variables: N (calls of each kind, 2000), FILL (12000), BENCH (sluice_bench_redis, for
 #   the function and its arguments; build/release/bench/sluice_bench_redis,
 #   built when missing).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 N=${N:-2000}
+FILL=${FILL:-12000}
 
 source scripts/deps.sh
 sluice_install_deps valgrind redis-server redis-tools
@@ -101,3 +108,11 @@ for kind in get:GET "setnx:SET ... NX GET (found)" "setpxat:SET ... PXAT" \
   total=$(per_call FCALL "cc_${kind%%:*}" 10 "${HELD[@]}")
   echo "| ${kind#*:} | $(((total - none) / 10)) |"
 done
+
+# A hot text-form key: one fixed_window key counted up to FILL in a window of 30 s.
+timeout 600 redis-benchmark -p "$PORT" -c 1 -n "$FILL" -P 16 FCALL "$FN" 1 \
+  'sluice:{bench:hot}:fixed_window' d 1 'fw 1000000000 30000000' >/dev/null
+echo "| call, after $FILL decisions on one text-form fixed_window key | instructions |"
+echo "|---|---:|"
+echo "| sluice, 1 decision (gcra, new key) | $(per_call FCALL "$FN" 1 "$KEY" d "$COST" "$LIMIT") |"
+echo "| Lua heap of the functions (used_memory_vm_functions) | $("${CLI[@]}" INFO memory | tr -d '\r' | awk -F: '/^used_memory_vm_functions:/ {print $2}') bytes |"
