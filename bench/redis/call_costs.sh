@@ -14,18 +14,24 @@
 #                         keys holding a state (less the empty function's
 #                         cost, over ten: what the command costs through
 #                         redis.call, its arguments and reply converted)
+#   sluice, 1 decision, after LIMITS limits
+#                         the first kind again, once the function has
+#                         parsed and kept LIMITS distinct limits (a small
+#                         table each)
 #   sluice, 1 decision, after a hot text key
 #                         the first kind again, after FILL text-form
 #                         fixed_window decisions on one key (windows of
-#                         30 s, its counts up to FILL): what the function
-#                         keeps alive for them (the texts of counts) every
-#                         call pays for in Redis' garbage collection
+#                         30 s, its counts up to FILL), whose counts' texts
+#                         the function keeps in one table: Redis steps
+#                         Lua's garbage collection every 50 calls, and a
+#                         large table is walked whole in one step
 #
 # Instructions per call (per command for the last five). Like
 # instructions.sh, the counts do not move with the machine's load.
 #
 # Usage: bench/redis/call_costs.sh
-# Variables: N (calls of each kind, 2000), FILL (12000), BENCH (sluice_bench_redis, for
+# Variables: N (calls of each kind, 2000), LIMITS (1000), FILL (12000),
+#   BENCH (sluice_bench_redis, for
 #   the function and its arguments; build/release/bench/sluice_bench_redis,
 #   built when missing).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
@@ -33,6 +39,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 N=${N:-2000}
 FILL=${FILL:-12000}
+LIMITS=${LIMITS:-1000}
 
 source scripts/deps.sh
 sluice_install_deps valgrind redis-server redis-tools
@@ -109,10 +116,15 @@ for kind in get:GET "setnx:SET ... NX GET (found)" "setpxat:SET ... PXAT" \
   echo "| ${kind#*:} | $(((total - none) / 10)) |"
 done
 
+heap() { "${CLI[@]}" INFO memory | tr -d '\r' | awk -F: '/^used_memory_vm_functions:/ {print $2}'; }
+echo "| call, after what the function has kept | instructions | Lua heap of the functions, bytes |"
+echo "|---|---:|---:|"
+# LIMITS distinct limits, one decision each.
+for i in $(seq "$LIMITS"); do
+  printf 'FCALL %s 1 limits:%d d 1 "fw %d 1000000"\n' "$FN" "$i" $((1000 + i))
+done | timeout 600 redis-cli -p "$PORT" >/dev/null
+echo "| sluice, 1 decision, after $LIMITS limits | $(per_call FCALL "$FN" 1 "$KEY" d "$COST" "$LIMIT") | $(heap) |"
 # A hot text-form key: one fixed_window key counted up to FILL in a window of 30 s.
 timeout 600 redis-benchmark -p "$PORT" -c 1 -n "$FILL" -P 16 FCALL "$FN" 1 \
   'sluice:{bench:hot}:fixed_window' d 1 'fw 1000000000 30000000' >/dev/null
-echo "| call, after $FILL decisions on one text-form fixed_window key | instructions |"
-echo "|---|---:|"
-echo "| sluice, 1 decision (gcra, new key) | $(per_call FCALL "$FN" 1 "$KEY" d "$COST" "$LIMIT") |"
-echo "| Lua heap of the functions (used_memory_vm_functions) | $("${CLI[@]}" INFO memory | tr -d '\r' | awk -F: '/^used_memory_vm_functions:/ {print $2}') bytes |"
+echo "| sluice, 1 decision, after $FILL decisions on one text-form key | $(per_call FCALL "$FN" 1 "$KEY" d "$COST" "$LIMIT") | $(heap) |"
