@@ -42,7 +42,9 @@
 #   build's binary compares two versions), LINGER (store.redis.linger; unset:
 #   the default), CALLS_IN_FLIGHT (store.redis.calls_in_flight; unset: the
 #   default), WINDOW_STATE (store.redis.window_state: text or integer;
-#   unset: the default), REDIS_CPU (a CPU number: redis-server runs on that CPU
+#   unset: the default), RATE (the fleet's limit, 1000000000/s; a
+#   sliding_window's integer form takes limits below about 5.9 million,
+#   e.g. RATE=1000000/s), REDIS_CPU (a CPU number: redis-server runs on that CPU
 #   alone and everything else, sluice, the peer, wrk, on the others, as a
 #   Redis with a core of its own; unset: nothing is pinned).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
@@ -55,6 +57,7 @@ ROUNDS=${ROUNDS:-2}
 KEYS=${KEYS:-100000}
 ALGORITHMS=${ALGORITHMS:-fixed_window gcra token_bucket sliding_window}
 ABUSE_ALGORITHMS=${ABUSE_ALGORITHMS:-fixed_window gcra}
+RATE=${RATE:-1000000000/s}             # the fleet's limit: a rate nobody reaches
 ABUSE_RATE=100/10s ABUSE_PERIOD_S=10   # the abuse case's limit, and its period
 
 source scripts/deps.sh
@@ -98,7 +101,7 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS'${LINGER:+ LINGER=$LINGER}${CALLS_IN_FLIGHT:+ CALLS_IN_FLIGHT=$CALLS_IN_FLIGHT}${WINDOW_STATE:+ WINDOW_STATE=$WINDOW_STATE} bench/redis/serve.sh"
+  echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS RATE=$RATE ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS'${LINGER:+ LINGER=$LINGER}${CALLS_IN_FLIGHT:+ CALLS_IN_FLIGHT=$CALLS_IN_FLIGHT}${WINDOW_STATE:+ WINDOW_STATE=$WINDOW_STATE} bench/redis/serve.sh"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel $(uname -r)"
   echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t2 -c64 -d${DURATION}s"
   echo "peer: rate-limiter-flexible ${PEER_VERSIONS% *}, ioredis ${PEER_VERSIONS#* }, node $(node --version), 64 in flight"
@@ -279,8 +282,8 @@ PY
 # --- fleet: many keys, nothing denied, one sluice per algorithm ---
 for alg in $ALGORITHMS; do
   case $alg in
-    token_bucket|gcra|leaky_bucket) limit="{algorithm: $alg, rate: 1000000000/s, burst: 1000000000}" ;;
-    *) limit="{algorithm: $alg, rate: 1000000000/s}" ;;
+    token_bucket|gcra|leaky_bucket) limit="{algorithm: $alg, rate: $RATE, burst: ${RATE%%/*}}" ;;
+    *) limit="{algorithm: $alg, rate: $RATE}" ;;
   esac
   start_sluice "$alg" "$limit"
   write_lua fleet "$alg"
