@@ -22,9 +22,8 @@
 #                         the first kind again, after FILL text-form
 #                         fixed_window decisions on one key (windows of
 #                         30 s, its counts up to FILL), whose counts' texts
-#                         the function keeps in one table: Redis steps
-#                         Lua's garbage collection every 50 calls, and a
-#                         large table is walked whole in one step
+#                         the function keeps (what they cost every call is
+#                         Redis' garbage collection, stepped every 50 calls)
 #
 # Instructions per call (per command for the last five). Like
 # instructions.sh, the counts do not move with the machine's load.

@@ -103,11 +103,10 @@ end
 -- fmt. COUNT_OF is the other way, the count of each text kept: a fast path
 -- reading a state's count takes `COUNT_OF[text] or tonum(text)`, a table
 -- read where tonumber costs about 1,300 instructions (Lua 5.1's tonumber
--- runs strtod twice on a string). No more than 256: Redis steps Lua's
--- garbage collection every 50 calls and Lua walks a table whole in one
--- step, so a large kept table costs every call (4,096 counts kept cost a
--- call of one decision about 6,000 instructions more, 256 about 1,400:
--- bench/redis/call_costs.sh).
+-- runs strtod twice on a string). No more than 256: with 4,096 counts
+-- kept a call of one decision cost Redis about 6,000 instructions more, in
+-- the garbage collection it steps every 50 calls; with 256 about 1,400
+-- (bench/redis/call_costs.sh).
 local COUNT_TEXTS, COUNT_OF, MAX_COUNT_TEXT = {}, {}, 256
 local function count_text(n)
   if n >= 0 and n < MAX_COUNT_TEXT then
@@ -263,7 +262,7 @@ end
 -- requests), and a %d costs Redis about 2,300 instructions where a kept
 -- text is a table read. A full table starts over (each window's states
 -- are new: their tag moves). Few: a Redis may serve many limits, and
--- what each keeps is best small (COUNT_TEXTS above). 8 and 32 measured
+-- kept texts have cost every call (COUNT_TEXTS above). 8 and 32 measured
 -- alike (bench/README.md, "Numbers as text").
 local TEXTS_KEPT = 8
 local function tagged_text(keep, v)
