@@ -281,11 +281,12 @@ local function tagged_text(keep, v)
   return s
 end
 
--- Numbers go to commands as text: given a Lua number, redis.call formats
--- it with snprintf's %.17g (Redis 7.0's luaArgsToRedisArgv), about 2,000
--- instructions a command (callgrind); a string goes as it is. The window
--- incr paths keep their INCRBY's step as text in the limit's parameters
--- (`step`, `step_text`: the last step and its text).
+-- Numbers a command takes again and again go as kept text: given a Lua
+-- number, redis.call formats it with snprintf's %.17g (Redis 7.0's
+-- luaArgsToRedisArgv), about 2,000 instructions a command (callgrind); a
+-- string goes as it is. The window incr paths keep their INCRBY's step as
+-- text in the limit's parameters (`step`, `step_text`: the last step and
+-- its text). A number computed afresh costs about as much through fmt.
 
 -- A window algorithm's `empty` (fixed_window.empty): a key fresh `kept`
 -- windows on, kept now - start longer (above), whose state is

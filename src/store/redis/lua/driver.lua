@@ -220,9 +220,6 @@ local malformed
 -- Whether the call has short parts: its reply then ends with its time.
 local short_parts
 
--- Runs the parts from (at_key, at_arg) to the last, each appending its
--- answer to `reply`. Parts at Redis' time in the short form (one limit, the
--- common case) run here without the tables and calls of the general form.
 -- TIME's seconds, as text and in microseconds, kept from the call before:
 -- most calls fall in its second, and their seconds need no tonumber.
 local time_s, time_s_us
@@ -245,6 +242,9 @@ local function malformed_part(a)
               'the part at argument ' .. a .. ' does not have them'
 end
 
+-- Runs the parts from (at_key, at_arg) to the last, each appending its
+-- answer to `reply`. Parts at Redis' time in the short form (one limit, the
+-- common case) run here without the tables and calls of the general form.
 local function run_parts(keys, args, nargs, nkeys, reply)
   while at_arg <= nargs do
     local a, k = at_arg, at_key
