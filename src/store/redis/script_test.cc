@@ -659,8 +659,9 @@ TEST_F(RedisTest, AWindowsFastPathReadsAStateHoweverItsNumbersAreWritten) {
 // Over some ten windows of 40 ms at Redis' clock, keys of a window limit in
 // the integer form decide as the algorithm, every field of every decision:
 // new keys, keys raised within their window (one INCRBY), past the limit
-// (denied, the count given back), keys of the window before, and a key idle
-// until it expired. Every key holding a state holds an integer.
+// (denied, the count given back), keys of the window before, a key idle
+// until it expired, and two costs in one call. Every key holding a state
+// holds an integer.
 class RedisIntegerFormTest : public RedisTest {
  protected:
   template <typename Config>
@@ -685,9 +686,14 @@ void RedisIntegerFormTest::ExpectDecidesAsTheAlgorithmAcrossWindows(const LimitC
     // enough to expire: three windows at most).
     std::vector<std::string_view> order = {keys[0], keys[1], keys[0], keys[2]};
     if (round % 80 == 0) order.push_back(keys[3]);
+    // Key 1 costs 2 every other round: two costs of one limit in one call
+    // (the limit keeps its INCRBY's step as text: it must follow the cost).
+    std::vector<int64_t> costs(order.size(), 1);
+    if (round % 2 == 1) costs[1] = 2;
     std::vector<CallPart> parts;
-    for (const std::string_view& key : order) {
-      parts.push_back(EncodePart({.op = ScriptOp::kDecide, .cost = 1}, {&key, 1}, limits));
+    for (size_t i = 0; i < order.size(); ++i) {
+      parts.push_back(
+          EncodePart({.op = ScriptOp::kDecide, .cost = costs[i]}, {&order[i], 1}, limits));
     }
     auto results = ParseCallReply(*Raw(JoinParts(parts)), parts);
     ASSERT_TRUE(results.ok()) << results.status();
@@ -695,7 +701,7 @@ void RedisIntegerFormTest::ExpectDecidesAsTheAlgorithmAcrossWindows(const LimitC
       SCOPED_TRACE(std::string(order[i]) + ", round " + std::to_string(round));
       ASSERT_TRUE((*results)[i].ok()) << (*results)[i].status();
       const ScriptResult& r = *(*results)[i];
-      const Decision want = DecideInPlace(config, states[std::string(order[i])], r.now, 1);
+      const Decision want = DecideInPlace(config, states[std::string(order[i])], r.now, costs[i]);
       const Decision& got = r.decisions[0];
       EXPECT_EQ(got.allowed, want.allowed);
       EXPECT_EQ(got.remaining, want.remaining);
