@@ -297,7 +297,7 @@ local function window_empty(w, now, cost, kept, middle)
   local index = floordiv(now, period)
   local ends = (index + kept) * period
   return window_text(w, index) .. middle .. count_text(cost), expiry_of(w, now + kept * period),
-         limit, limit - cost, ends - now
+         limit - cost, ends - now
 end
 
 -- {limit, period} (period in microseconds): the parameters LimitParams()

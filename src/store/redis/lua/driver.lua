@@ -289,7 +289,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       -- The algorithm's incr (fixed_window, sliding_window), for a limit in
       -- the integer form.
       local incr = writes and cost > 0 and params.integer and algo.incr
-      local e_state, e_expiry, e_remaining, e_reset, _  -- (_: the limit, not answered)
+      local e_state, e_expiry, e_remaining, e_reset
       -- Whether the part before, in this loop, was a key found empty: the
       -- answer of another is then one element, false (the same again).
       local after_empty = false
@@ -305,7 +305,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         local s, with_write
         if empty and params.fresh >= 0 then
           if e_state == nil then
-            e_state, e_expiry, _, e_remaining, e_reset = empty(params, ctx.now, cost)
+            e_state, e_expiry, e_remaining, e_reset = empty(params, ctx.now, cost)
           end
           with_write = e_state  -- (false: such a request might not fit)
         end

@@ -76,16 +76,15 @@ end
 
 -- A request of `cost` to an empty key at `now` (the driver's read with the
 -- write, common.lua, "How the driver reads a key"): the state it leaves,
--- its expiry's text, and the answer's limit, remaining and reset_after;
--- false where it might not fit.
+-- its expiry's text, and the answer's remaining and reset_after (its
+-- limit is the limit's own); false where it might not fit.
 function fixed_window.empty(w, now, cost)
   if not w.integer then return window_empty(w, now, cost, 1, ' ') end
   local limit, period = w.limit, w.period
   if cost > limit then return false end
   local index = floordiv(now, period)
-  return tagged_text(w, cost * 256 + window_tag(index)), expiry_of(w, now + period), limit,
-         limit - cost,
-         (index + 1) * period - now
+  return tagged_text(w, cost * 256 + window_tag(index)), expiry_of(w, now + period),
+         limit - cost, (index + 1) * period - now
 end
 
 -- A request of `cost` (> 0) at Redis' time by one INCRBY, for a limit in

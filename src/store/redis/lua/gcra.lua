@@ -40,8 +40,8 @@ function gcra.empty(b, now, cost)
   if allowed ~= 1 then return false end
   local r = after % per_us
   local us = now + (after - r) / per_us
-  if r == 0 then return fmt(us), expiry_of(b, us), b.burst, remaining, reset end
-  return fmt2(us, r), expiry_of(b, us + 1), b.burst, remaining, reset
+  if r == 0 then return fmt(us), expiry_of(b, us), remaining, reset end
+  return fmt2(us, r), expiry_of(b, us + 1), remaining, reset
 end
 
 -- The common case of decide and save, without tables or helper calls (a

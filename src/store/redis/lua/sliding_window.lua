@@ -150,7 +150,7 @@ function sliding_window.empty(w, now, cost)
   local limit, period = w.limit, w.period
   if cost > limit then return false end
   local index = floordiv(now, period)
-  return tagged_text(w, sw_tagged(w, index, 0, cost)), expiry_of(w, now + 2 * period), limit,
+  return tagged_text(w, sw_tagged(w, index, 0, cost)), expiry_of(w, now + 2 * period),
          limit - cost, (index + 2) * period - now
 end
 

@@ -60,7 +60,7 @@ function token_bucket.empty(b, now, cost)
   local allowed, remaining, reset, _, after =
       bucket_fast(0, cost * b.per_token, b.cap, b.per_us, b.per_token)
   if allowed ~= 1 then return false end
-  return fmt2(b.cap - after, now), expiry_of(b, now + reset), b.burst, remaining, reset
+  return fmt2(b.cap - after, now), expiry_of(b, now + reset), remaining, reset
 end
 
 -- The common case of decide and save, as gcra.fast: tokens not below zero,
