@@ -65,7 +65,7 @@ struct Flags {
   int64_t burst = 0;
   int timeout_ms = 1000;
   int calls_in_flight = 2;            // store.redis.calls_in_flight
-  std::string window_state = "text";  // store.redis.window_state
+  std::string window_state;  // store.redis.window_state; empty: the default
   bool print_library = false;
   bool print_fcall_args = false;
   // The limit leased (docs/distributed.md, "Leased limits"): 0 none, -1
@@ -250,8 +250,9 @@ int Main(const Flags& flags) {
       {.url = flags.url,
        .timeout = sluice::Duration::Millis(flags.timeout_ms),
        .calls_in_flight = flags.calls_in_flight,
-       .window_state = flags.window_state == "integer" ? sluice::WindowState::kInteger
-                                                       : sluice::WindowState::kText});
+       .window_state = flags.window_state == "text"      ? sluice::WindowState::kText
+                       : flags.window_state == "integer" ? sluice::WindowState::kInteger
+                                                         : sluice::RedisStoreOptions{}.window_state});
   if (!store.ok()) {
     std::fprintf(stderr, "connect: %s\n", std::string(store.status().message()).c_str());
     return 1;
@@ -367,7 +368,7 @@ int main(int argc, char** argv) {
                  "calls to Redis in flight at once (store.redis.calls_in_flight)")
       ->check(CLI::Range(1, 16));
   app.add_option("--window-state", flags.window_state,
-                 "how window states are kept (store.redis.window_state)")
+                 "how window states are kept (store.redis.window_state; default: the store's)")
       ->check(CLI::IsMember({"text", "integer"}));
   app.add_option(
       "--lease", flags.lease,

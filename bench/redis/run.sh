@@ -31,7 +31,7 @@
 #   side of B: "fixed_window gcra token_bucket sliding_window"),
 #   SKIP_BUILD=1, SLUICE_BENCH_REDIS=<path to a built sluice_bench_redis>, OUT,
 #   WINDOW_STATE (store.redis.window_state: text, the window algorithms'
-#   states as text; integer, raised by INCRBY; unset: the default, text),
+#   states as text; integer, raised by INCRBY; unset: the default, integer),
 #   RATE (sluice's limit, e.g. 1000000/s; unset: the mode's, 1000000000/s
 #   in pass mode, too large for a sliding window's integer form).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.

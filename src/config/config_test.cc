@@ -524,7 +524,7 @@ TEST(ConfigRedis, GlobalIsTheDefaultScopeWithASharedStore) {
       ParseConfig("store:\n  redis: {url: \"redis://a\", calls_in_flight: 17}\n", "t.yaml").ok());
   EXPECT_FALSE(
       ParseConfig("store:\n  redis: {url: \"redis://a\", max_batch: 1025}\n", "t.yaml").ok());
-  EXPECT_EQ(c->store.redis->window_state, WindowState::kText);  // the default
+  EXPECT_EQ(c->store.redis->window_state, WindowState::kInteger);  // the default
   c = ParseConfig("store:\n  redis: {url: \"redis://a\", window_state: integer}\n", "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->store.redis->window_state, WindowState::kInteger);

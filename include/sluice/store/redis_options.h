@@ -68,10 +68,11 @@ struct RedisStoreOptions {
   // new key beyond it is decided by Redis call by call, as without a lease:
   // a flood of new keys costs calls, never unbounded memory.
   int64_t max_leased_keys = 65'536;
-  // The form window limits write their states in. Every instance
-  // sharing the Redis must read the integer form before any writes it:
-  // upgrade all, then switch.
-  WindowState window_state = WindowState::kText;
+  // The form window limits write their states in. Every instance sharing
+  // the Redis must read the integer form before any writes it: instances
+  // built before it (2026-12-05) read only text, so a fleet that still runs
+  // them sets kText until all are upgraded.
+  WindowState window_state = WindowState::kInteger;
 
   friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
 };

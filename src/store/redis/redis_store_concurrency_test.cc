@@ -85,7 +85,8 @@ TEST(RedisStoreConcurrencyTest, ExactWhileInstancesWriteAWindowInBothForms) {
   auto server = test::RedisServer::Start();
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string url = "redis://127.0.0.1:" + std::to_string((*server)->port());
-  auto text = RedisStore::Connect({.url = url, .timeout = Duration::Seconds(2)});
+  auto text = RedisStore::Connect(
+      {.url = url, .timeout = Duration::Seconds(2), .window_state = WindowState::kText});
   auto integer = RedisStore::Connect(
       {.url = url, .timeout = Duration::Seconds(2), .window_state = WindowState::kInteger});
   ASSERT_TRUE(text.ok()) << text.status();

@@ -423,16 +423,24 @@ TEST_F(RedisStoreTest, ConcurrentCallersNeverOvershoot) {
 
 // The count Redis keeps for `key` of the fixed_window policy `name`, as the
 // store names it (0 when there is no key).
+// The count of a fixed window's state as Redis holds it, in either form:
+// "window count", or count * 256 + the window's tag; -1 for no key.
+int64_t FixedWindowCountOf(redisContext* c, const std::string& redis_key) {
+  auto* r = static_cast<redisReply*>(redisCommand(c, "GET %b", redis_key.data(), redis_key.size()));
+  int64_t count = -1;
+  if (r != nullptr && r->type == REDIS_REPLY_STRING) {
+    const std::string state(r->str, r->len);
+    const size_t space = state.find(' ');
+    count = space == std::string::npos ? std::stoll(state) / 256 : std::stoll(state.substr(space + 1));
+  }
+  freeReplyObject(r);
+  return count;
+}
+
 int64_t WindowCount(int port, const std::string& redis_key) {
   redisContext* c = redisConnect("127.0.0.1", port);
   EXPECT_TRUE(c != nullptr && c->err == 0);
-  auto* r = static_cast<redisReply*>(redisCommand(c, "GET %b", redis_key.data(), redis_key.size()));
-  int64_t count = 0;
-  if (r != nullptr && r->type == REDIS_REPLY_STRING) {
-    const std::string state(r->str, r->len);  // "window count"
-    count = std::stoll(state.substr(state.find(' ') + 1));
-  }
-  freeReplyObject(r);
+  const int64_t count = std::max<int64_t>(FixedWindowCountOf(c, redis_key), 0);
   redisFree(c);
   return count;
 }
@@ -1001,20 +1009,11 @@ TEST_F(RedisStoreTest, TheNextCallIsSentBeforeTheAnsweredCallsCallbacksRun) {
   ASSERT_TRUE(table.ok()) << table.status();
   LimitTable* tables[] = {table->get()};
   const std::string key = redis->RedisKey(**table, "k");
-  // The count Redis holds for the key ("window count"), read on a
-  // connection of the test's own.
+  // The count Redis holds for the key, read on a connection of the test's
+  // own.
   redisContext* c = redisConnect("127.0.0.1", server_->port());
   ASSERT_TRUE(c != nullptr && c->err == 0);
-  auto count = [&] {
-    auto* reply = static_cast<redisReply*>(redisCommand(c, "GET %s", key.c_str()));
-    int64_t n = -1;
-    if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
-      const std::string_view state(reply->str, reply->len);
-      n = std::stoll(std::string(state.substr(state.find(' ') + 1)));
-    }
-    freeReplyObject(reply);
-    return n;
-  };
+  auto count = [&] { return FixedWindowCountOf(c, key); };
   std::atomic<int> answered{0};
   std::atomic<int64_t> seen_in_callback{-1};
   ASSERT_TRUE(server_->Pause().ok());
