@@ -64,7 +64,7 @@ struct Flags {
   std::string rate;  // default from mode
   int64_t burst = 0;
   int timeout_ms = 1000;
-  int calls_in_flight = 2;            // store.redis.calls_in_flight
+  int calls_in_flight = 2;   // store.redis.calls_in_flight
   std::string window_state;  // store.redis.window_state; empty: the default
   bool print_library = false;
   bool print_fcall_args = false;
@@ -250,9 +250,10 @@ int Main(const Flags& flags) {
       {.url = flags.url,
        .timeout = sluice::Duration::Millis(flags.timeout_ms),
        .calls_in_flight = flags.calls_in_flight,
-       .window_state = flags.window_state == "text"      ? sluice::WindowState::kText
-                       : flags.window_state == "integer" ? sluice::WindowState::kInteger
-                                                         : sluice::RedisStoreOptions{}.window_state});
+       .window_state = flags.window_state == "text" ? sluice::WindowState::kText
+                       : flags.window_state == "integer"
+                           ? sluice::WindowState::kInteger
+                           : sluice::RedisStoreOptions{}.window_state});
   if (!store.ok()) {
     std::fprintf(stderr, "connect: %s\n", std::string(store.status().message()).c_str());
     return 1;

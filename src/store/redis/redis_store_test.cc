@@ -431,7 +431,8 @@ int64_t FixedWindowCountOf(redisContext* c, const std::string& redis_key) {
   if (r != nullptr && r->type == REDIS_REPLY_STRING) {
     const std::string state(r->str, r->len);
     const size_t space = state.find(' ');
-    count = space == std::string::npos ? std::stoll(state) / 256 : std::stoll(state.substr(space + 1));
+    count =
+        space == std::string::npos ? std::stoll(state) / 256 : std::stoll(state.substr(space + 1));
   }
   freeReplyObject(r);
   return count;
