@@ -224,10 +224,11 @@ int Main(const Flags& flags) {
     std::fprintf(stderr, "--mode is pass or deny\n");
     return 2;
   }
-  // pass: a rate nobody reaches here; deny: one per minute, so every
-  // decision after a key's first is a denial.
+  // pass: a rate nobody reaches here (and within a sliding window's integer
+  // form, the default); deny: one per minute, so every decision after a
+  // key's first is a denial.
   const std::string rate_text = !flags.rate.empty()    ? flags.rate
-                                : flags.mode == "pass" ? "1000000000/s"
+                                : flags.mode == "pass" ? "1000000/s"
                                                        : "1/min";
   absl::StatusOr<sluice::Rate> rate = sluice::ParseRate(rate_text);
   if (!rate.ok()) {

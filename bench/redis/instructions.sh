@@ -20,8 +20,8 @@
 #          sliding_window gcra token_bucket)
 # Variables: KEYS (100000), DURATION (4), WINDOW_STATE (text or integer:
 #   store.redis.window_state; unset: the default), RATE (the limit, e.g.
-#   1000000/s; unset: 1000000000/s, too large for a sliding window's integer
-#   form), BENCH (the benchmark binary;
+#   100000/s; unset: 1000000/s; a sliding window above about 5.9 million
+#   keeps text), BENCH (the benchmark binary;
 #   build/release/bench/sluice_bench_redis, built when missing), KEEP (a
 #   folder: each run's callgrind output is kept there, callgrind.<algorithm>,
 #   for callgrind_annotate).

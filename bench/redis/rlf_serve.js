@@ -29,7 +29,7 @@ async function main() {
                             lazyConnect: true });
   await redis.connect();
   const limiter = new RateLimiterRedis({
-    storeClient: redis, keyPrefix: 'rlf-serve', points: 1e9, duration: 1,
+    storeClient: redis, keyPrefix: 'rlf-serve', points: 1e6, duration: 1,
   });
   let decisions = 0;
   const answer = (res, code, body) => {

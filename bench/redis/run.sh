@@ -32,8 +32,8 @@
 #   SKIP_BUILD=1, SLUICE_BENCH_REDIS=<path to a built sluice_bench_redis>, OUT,
 #   WINDOW_STATE (store.redis.window_state: text, the window algorithms'
 #   states as text; integer, raised by INCRBY; unset: the default, integer),
-#   RATE (sluice's limit, e.g. 1000000/s; unset: the mode's, 1000000000/s
-#   in pass mode, too large for a sliding window's integer form).
+#   RATE (sluice's limit, e.g. 100000/s; unset: the mode's, 1000000/s in
+#   pass mode; a sliding window above about 5.9 million keeps text).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -42,9 +42,8 @@
 #   build's binary compares two versions), LINGER (store.redis.linger; unset:
 #   the default), CALLS_IN_FLIGHT (store.redis.calls_in_flight; unset: the
 #   default), WINDOW_STATE (store.redis.window_state: text or integer;
-#   unset: the default), RATE (the fleet's limit, 1000000000/s; a
-#   sliding_window's integer form takes limits below about 5.9 million,
-#   e.g. RATE=1000000/s), REDIS_CPU (a CPU number: redis-server runs on that CPU
+#   unset: the default), RATE (the fleet's limit, 1000000/s; a
+#   sliding_window above about 5.9 million keeps text), REDIS_CPU (a CPU number: redis-server runs on that CPU
 #   alone and everything else, sluice, the peer, wrk, on the others, as a
 #   Redis with a core of its own; unset: nothing is pinned).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
@@ -57,7 +56,7 @@ ROUNDS=${ROUNDS:-2}
 KEYS=${KEYS:-100000}
 ALGORITHMS=${ALGORITHMS:-fixed_window gcra token_bucket sliding_window}
 ABUSE_ALGORITHMS=${ABUSE_ALGORITHMS:-fixed_window gcra}
-RATE=${RATE:-1000000000/s}             # the fleet's limit: a rate nobody reaches
+RATE=${RATE:-1000000/s}                # the fleet's limit: a rate nobody reaches
 ABUSE_RATE=100/10s ABUSE_PERIOD_S=10   # the abuse case's limit, and its period
 
 source scripts/deps.sh
