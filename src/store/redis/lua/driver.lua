@@ -287,8 +287,10 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       -- the same for every key of the run: made once, at its first use.
       local empty = writes and cost > 0 and algo.empty
       -- The algorithm's incr (fixed_window, sliding_window), for a limit in
-      -- the integer form.
+      -- the integer form, and what the run's requests share in it (rc).
       local incr = writes and cost > 0 and params.integer and algo.incr
+      local rc = incr and algo.incr_run(params, ctx, cost)
+      if not rc then incr = nil end
       local e_state, e_expiry, e_remaining, e_reset
       -- Whether the part before, in this loop, was a key found empty: the
       -- answer of another is then one element, false (the same again).
@@ -309,14 +311,17 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           end
           with_write = e_state  -- (false: such a request might not fit)
         end
-        local allowed, lim, r, t, y, w, held  -- limit, remaining, reset, retry, delay
+        local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
+        -- Whether the key held a state, where incr decided (its answer is
+        -- then in the reply already); nil where it did not.
+        local held
         if with_write then
           s = call('SET', key, e_state, 'PXAT', e_expiry, 'NX', 'GET')
         elseif incr then
           -- A window in the integer form, its keys taken to hold states:
           -- decided by one INCRBY where that can (fixed_window.incr).
-          allowed, lim, r, t, y, w, held = incr(params, key, ctx, cost)
-          if allowed == nil then s = call('GET', key) end
+          held = incr(rc, key, reply, m)
+          if held == nil then s = call('GET', key) end
         elseif fast then
           s = call('GET', key)
         end
@@ -330,10 +335,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           end
         end
         local found_empty = with_write and not s
-        if allowed ~= nil then  -- decided by incr
-          local code
-          if allowed == 1 then code = w else code = -y - 2 end
-          reply[m + 1], reply[m + 2], reply[m + 3] = code, r, t
+        if held ~= nil then  -- decided by incr, answered
           m = m + 3
           after_empty = false
         elseif found_empty then

@@ -87,44 +87,62 @@ function fixed_window.empty(w, now, cost)
          limit - cost, (index + 1) * period - now
 end
 
--- A request of `cost` (> 0) at Redis' time by one INCRBY, for a limit in
--- the integer form whose keys lately held states (the driver, "How the
--- driver reads a key"): what fast returns, and whether the key held a
--- state; nothing, with the key as it was, where INCRBY cannot decide (a
--- text state, a window the tag does not place next to now, a cost above
--- the limit).
+-- What every request of a run (one limit, one cost > 0, one `now`: the
+-- driver's run of short parts) shares in fixed_window.incr, made once a run
+-- in the limit's own table `w.run`: the window's tag and the one before,
+-- the INCRBY's step, a fresh key's state and expiry as text, and reset_after.
+-- nil where INCRBY cannot decide (a cost above the limit).
+function fixed_window.incr_run(w, ctx, cost)
+  local limit, period = w.limit, w.period
+  if cost > limit then return nil end
+  local now = ctx.now
+  local window = floordiv(now, period)
+  local step = cost * 256
+  if w.step ~= step then w.step, w.step_text = step, fmt(step) end
+  local rc = w.run
+  if rc == nil then
+    rc = {}
+    w.run = rc
+  end
+  rc.limit, rc.cost, rc.step_s = limit, cost, w.step_text
+  rc.tag, rc.tag_before = window_tag(window), window_tag(window - 1)
+  rc.fresh_state = tagged_text(w, step + rc.tag)
+  rc.expiry = expiry_of(w, now + period)
+  rc.ends = (window + 1) * period - now
+  return rc
+end
+
+-- A request of the run `rc` (incr_run) at Redis' time by one INCRBY, for a
+-- limit in the integer form whose keys lately held states (the driver,
+-- "How the driver reads a key"): its short answer (code, remaining,
+-- reset_after) written to reply[at + 1 .. at + 3], and whether the key held
+-- a state; nothing, with the key as it was, where INCRBY cannot decide (a
+-- text state, a window the tag does not place next to now).
 --   - The count of this window raised within the limit: decided, one command.
 --   - Raised past it: given back (DECRBY) and denied.
 --   - The window before (spent: a count within the limit), or no key (the
 --     INCRBY made one with no expiry): written as a fresh key of this window.
-function fixed_window.incr(w, key, ctx, cost)
-  local limit, period = w.limit, w.period
-  if cost > limit then return end
-  local now = ctx.now
-  -- floordiv(now, period), written out: the window and its start.
-  local start = now % period
-  if start < 0 then start = start + period end
-  start = now - start
-  local window = start / period
-  local step = cost * 256
-  -- step_text and window_tag (common.lua), written out: a Lua call costs
-  -- Redis about 200 instructions.
-  local step_s = w.step_text
-  if w.step ~= step then step_s = fmt(step); w.step, w.step_text = step, step_s end
+function fixed_window.incr(rc, key, reply, at)
+  local step_s = rc.step_s
   local v = pcall_call('INCRBY', key, step_s)
   if type(v) ~= 'number' then return end  -- an error: not an integer state
   local r = v % 256
-  local ends = start + period - now
-  if r == window % 255 + 1 then
-    local count = (v - r) / 256
-    if count <= limit then return 1, limit, limit - count, ends, 0, 0, true end
+  if r == rc.tag then
+    local limit, count = rc.limit, (v - r) / 256
+    if count <= limit then
+      reply[at + 1], reply[at + 2], reply[at + 3] = 0, limit - count, rc.ends
+      return true
+    end
     call('DECRBY', key, step_s)
     -- As fast's denial: the request fits at the next window.
-    return 0, limit, limit - (count - cost), ends, ends, 0, true
+    local ends = rc.ends
+    reply[at + 1], reply[at + 2], reply[at + 3] = -ends - 2, limit - (count - rc.cost), ends
+    return true
   end
-  if r == 0 or r == window_tag(window - 1) then
-    call('SET', key, tagged_text(w, step + window_tag(window)), 'PXAT', expiry_of(w, now + period))
-    return 1, limit, limit - cost, ends, 0, 0, r ~= 0
+  if r == 0 or r == rc.tag_before then
+    call('SET', key, rc.fresh_state, 'PXAT', rc.expiry)
+    reply[at + 1], reply[at + 2], reply[at + 3] = 0, rc.limit - rc.cost, rc.ends
+    return r ~= 0
   end
   call('DECRBY', key, step_s)
 end

@@ -156,9 +156,37 @@ end
 
 local sw_loaded = {}
 
--- A request of `cost` (> 0) at Redis' time by one INCRBY, as
--- fixed_window.incr: what fast returns, and whether the key held a state;
--- nothing, with the key as it was, where INCRBY cannot decide.
+-- What every request of a run (one limit, one cost > 0, one `now`) shares
+-- in sliding_window.incr, made once a run in `w.run`, as
+-- fixed_window.incr_run: the window, its tag and the two before, the
+-- INCRBY's step, the time elapsed in the window, the expiry's text and
+-- reset_after. nil where INCRBY cannot decide (a cost above the limit).
+function sliding_window.incr_run(w, ctx, cost)
+  local limit, period, m = w.limit, w.period, w.m
+  if cost > limit then return nil end
+  local now = ctx.now
+  local index = floordiv(now, period)
+  local start = index * period
+  local step = cost * m * 256
+  if w.step ~= step then w.step, w.step_text = step, fmt(step) end
+  local rc = w.run
+  if rc == nil then
+    rc = {w = w}
+    w.run = rc
+  end
+  rc.ctx, rc.limit, rc.period, rc.m, rc.cost, rc.step_s = ctx, limit, period, m, cost, w.step_text
+  rc.index, rc.tag = index, window_tag(index)
+  rc.tag_before, rc.tag_two_before = window_tag(index - 1), window_tag(index - 2)
+  rc.elapsed = now - start  -- below the period
+  rc.expiry = expiry_of(w, now + 2 * period)
+  rc.ends = start + 2 * period - now
+  return rc
+end
+
+-- A request of the run `rc` (incr_run) by one INCRBY, as
+-- fixed_window.incr: its short answer written to reply[at + 1 .. at + 3],
+-- and whether the key held a state; nothing, with the key as it was, where
+-- INCRBY cannot decide.
 --   - This window's curr raised, allowed: decided, one command (two where
 --     curr was 0: its key then expires a window later).
 --   - The window before (its curr becomes prev), two windows before or no
@@ -166,30 +194,20 @@ local sw_loaded = {}
 --     window's state with its expiry.
 --   - Denied: the INCRBY given back (DECRBY), and decided by decide on the
 --     state as it was.
-function sliding_window.incr(w, key, ctx, cost)
-  local limit, period, m = w.limit, w.period, w.m
-  if cost > limit then return end
-  local now = ctx.now
-  -- floordiv(now, period), written out: the window and its start.
-  local start = now % period
-  if start < 0 then start = start + period end
-  start = now - start
-  local index = start / period
-  local step = cost * m * 256
-  -- step_text and window_tag (common.lua), written out, as fixed_window.incr.
-  local step_s = w.step_text
-  if w.step ~= step then step_s = fmt(step); w.step, w.step_text = step, step_s end
+function sliding_window.incr(rc, key, reply, at)
+  local step_s = rc.step_s
   local v = pcall_call('INCRBY', key, step_s)
   if type(v) ~= 'number' then return end  -- an error: not an integer state
+  local m, cost, index = rc.m, rc.cost, rc.index
   local r = v % 256
   local counts = (v - r) / 256
   local prev = counts % m
   local curr = (counts - prev) / m  -- with cost
   local st_window, st_prev, st_curr = index, prev, curr - cost
-  if r ~= index % 255 + 1 then
-    if r == window_tag(index - 1) then
+  if r ~= rc.tag then
+    if r == rc.tag_before then
       st_window, prev = index - 1, curr - cost
-    elseif r == 0 or r == window_tag(index - 2) then
+    elseif r == 0 or r == rc.tag_two_before then
       st_window, st_curr, prev = index - 2, 0, 0
     else
       call('DECRBY', key, step_s)
@@ -199,31 +217,32 @@ function sliding_window.incr(w, key, ctx, cost)
   end
   -- F = floor(prev * elapsed / period), as fast; nil where the product is
   -- too large to form exactly (then decided as a text state is).
-  local elapsed = now - start  -- below the period
-  local pe, F = prev * elapsed, 0
+  local limit, period = rc.limit, rc.period
+  local pe, F = prev * rc.elapsed, 0
   if pe >= 2 * TWO52 then
     F = nil
   elseif pe > 0 then
-    local rem = pe % period
-    if rem < 0 then rem = rem + period end
-    F = (pe - rem) / period
+    F = (pe - pe % period) / period  -- pe, period > 0: the remainder is too
   end
   if F == nil or prev - F + curr > limit then
     if r == 0 then call('DEL', key) else call('DECRBY', key, step_s) end
     if F == nil then return end
     local l = sw_loaded
     l.window, l.prev, l.curr = st_window, st_prev, st_curr
-    local d = sliding_window.decide(w, key, ctx, cost, true, l)
-    return d.allowed, d.limit, d.remaining, d.reset, d.retry, d.delay, r ~= 0
+    local d = sliding_window.decide(rc.w, key, rc.ctx, cost, true, l)
+    local code
+    if d.allowed == 1 then code = d.delay else code = -d.retry - 2 end
+    reply[at + 1], reply[at + 2], reply[at + 3] = code, d.remaining, d.reset
+    return r ~= 0
   end
   if st_window ~= index then
-    call('SET', key, tagged_text(w, sw_tagged(w, index, prev, curr)), 'PXAT',
-         expiry_of(w, now + 2 * period))
+    call('SET', key, tagged_text(rc.w, (curr * m + prev) * 256 + rc.tag), 'PXAT', rc.expiry)
   elseif st_curr == 0 then
     -- curr now weighs on the next window: kept until its end (common.lua).
-    call('PEXPIREAT', key, expiry_of(w, now + 2 * period))
+    call('PEXPIREAT', key, rc.expiry)
   end
-  return 1, limit, limit - prev + F - curr, start + 2 * period - now, 0, 0, r ~= 0
+  reply[at + 1], reply[at + 2], reply[at + 3] = 0, limit - prev + F - curr, rc.ends
+  return r ~= 0
 end
 
 -- The common case of decide and save, as gcra.fast: an allowed request,
