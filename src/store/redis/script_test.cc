@@ -656,12 +656,29 @@ TEST_F(RedisTest, AWindowsFastPathReadsAStateHoweverItsNumbersAreWritten) {
 
 // ---- a fixed window's state in the integer form (store.redis.window_state) ----
 
+// The text and the integer form of a window state (fixed_window.lua,
+// sliding_window.lua).
+std::string TextState(const FixedWindowState& s) {
+  return std::to_string(s.window) + " " + std::to_string(s.count);
+}
+std::string TextState(const SlidingWindowState& s) {
+  return std::to_string(s.window) + " " + std::to_string(s.prev) + " " + std::to_string(s.curr);
+}
+std::string IntegerState(const FixedWindowConfig&, const FixedWindowState& s) {
+  return std::to_string(s.count * 256 + s.window % 255 + 1);
+}
+std::string IntegerState(const SlidingWindowConfig& c, const SlidingWindowState& s) {
+  return std::to_string((s.curr * (c.limit() + 1) + s.prev) * 256 + s.window % 255 + 1);
+}
+
+
 // Over some ten windows of 40 ms at Redis' clock, keys of a window limit in
 // the integer form decide as the algorithm, every field of every decision:
 // new keys, keys raised within their window (one INCRBY), past the limit
 // (denied, the count given back), keys of the window before, a key idle
-// until it expired, and two costs in one call. Every key holding a state
-// holds an integer.
+// until it expired, two costs in one call, and a key found holding text
+// in the middle of a run (the run's INCRBY loop stops there, and goes on
+// after it). Every key the function wrote holds an integer.
 class RedisIntegerFormTest : public RedisTest {
  protected:
   template <typename Config>
@@ -674,17 +691,20 @@ void RedisIntegerFormTest::ExpectDecidesAsTheAlgorithmAcrossWindows(const LimitC
   const std::string params = LimitParams(limit, true);
   const std::string_view limits[] = {params};
   std::vector<std::string> keys;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     keys.push_back("{i}:" + std::string(AlgorithmName(AlgorithmOf(limit))) + ":" +
                    std::to_string(i));
     Command({"DEL", keys.back()});
   }
+  const std::string& text_key = keys[4];
   std::map<std::string, StateOf_t<Config>> states;
   int64_t allowed = 0, denied = 0;
   for (int round = 0; round < 240; ++round) {
     // Keys 0-2 every round (key 0 twice), key 3 every 80th (idle long
-    // enough to expire: three windows at most).
-    std::vector<std::string_view> order = {keys[0], keys[1], keys[0], keys[2]};
+    // enough to expire: three windows at most), key 4 every round, written
+    // as text before each call (as an instance in text leaves it).
+    Command({"SET", text_key, TextState(states[text_key])});
+    std::vector<std::string_view> order = {keys[0], keys[1], text_key, keys[0], keys[2]};
     if (round % 80 == 0) order.push_back(keys[3]);
     // Key 1 costs 2 every other round: two costs of one limit in one call
     // (the limit keeps its INCRBY's step as text: it must follow the cost).
@@ -711,7 +731,7 @@ void RedisIntegerFormTest::ExpectDecidesAsTheAlgorithmAcrossWindows(const LimitC
     }
     for (const std::string& key : keys) {
       Reply state = Command({"GET", key});
-      if (state->type == REDIS_REPLY_NIL) continue;
+      if (state->type == REDIS_REPLY_NIL || key == text_key) continue;
       EXPECT_EQ(Text(*state).find_first_not_of("0123456789"), std::string_view::npos)
           << key << ": " << Text(*state);
     }
@@ -726,21 +746,6 @@ TEST_F(RedisIntegerFormTest, AWindowDecidesAsTheAlgorithmAcrossWindows) {
       Limit(Algorithm::kFixedWindow, "6/40ms"));
   ExpectDecidesAsTheAlgorithmAcrossWindows<SlidingWindowConfig>(
       Limit(Algorithm::kSlidingWindow, "6/40ms"));
-}
-
-// The text and the integer form of a window state (fixed_window.lua,
-// sliding_window.lua).
-std::string TextState(const FixedWindowState& s) {
-  return std::to_string(s.window) + " " + std::to_string(s.count);
-}
-std::string TextState(const SlidingWindowState& s) {
-  return std::to_string(s.window) + " " + std::to_string(s.prev) + " " + std::to_string(s.curr);
-}
-std::string IntegerState(const FixedWindowConfig&, const FixedWindowState& s) {
-  return std::to_string(s.count * 256 + s.window % 255 + 1);
-}
-std::string IntegerState(const SlidingWindowConfig& c, const SlidingWindowState& s) {
-  return std::to_string((s.curr * (c.limit() + 1) + s.prev) * 256 + s.window % 255 + 1);
 }
 
 // A window limit reads both forms whichever it writes (fixed_window and

@@ -211,6 +211,9 @@ local PART_ARGS = 5  -- op now_us cost taken_at_us n, before the limits
 -- part's index within a run, and the reply's length before it) and the part
 -- after it. A part that fails leaves them for decide() to resume after it.
 local at_key, at_arg, at_run, reply_before, next_key, next_arg, next_run
+-- While an algorithm's incr_keys decides a run's requests: its `rc` (where
+-- it is: rc.at_j, rc.at_m), the run's first key, length and the argument after it.
+local incr_run, incr_run_k, incr_run_g, incr_run_after
 -- The call's context at Redis' time (TIME read once per call), in a table
 -- kept from call to call (timed_ctx).
 local call_ctx
@@ -288,7 +291,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       local empty = writes and cost > 0 and algo.empty
       -- The algorithm's incr (fixed_window, sliding_window), for a limit in
       -- the integer form, and what the run's requests share in it (rc).
-      local incr = writes and cost > 0 and params.integer and algo.incr
+      local incr = writes and cost > 0 and params.integer and algo.incr_keys
       local rc = incr and algo.incr_run(params, ctx, cost)
       if not rc then incr = nil end
       local e_state, e_expiry, e_remaining, e_reset
@@ -296,7 +299,23 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       -- answer of another is then one element, false (the same again).
       local after_empty = false
       local m = reply_before
-      for j = at_run, g - 1 do
+      local j = at_run
+      while j < g do
+        if incr and params.fresh < 0 then
+          -- Its keys taken to hold states: decided by INCRBY, one loop in
+          -- the algorithm for as long as it can (fixed_window.incr_keys),
+          -- which says where it is in `rc` should a command fail.
+          incr_run, incr_run_k, incr_run_g, incr_run_after = rc, k, g, after
+          next_key, next_arg = k, a
+          local from = j
+          local undecided
+          j, m, undecided = incr(rc, keys, k, j, g, reply, m)
+          incr_run = nil
+          if j > from then after_empty = false end
+          if j >= g then break end
+          -- Else the key at j, as it was, is read with GET below (undecided),
+          -- or with its write (keys are now found empty).
+        end
         reply_before, next_run = m, j + 1
         if next_run == g then next_key, next_arg, next_run = k + g, after, 0 end
         -- decide_one written out: one Lua call fewer a decision, about 700
@@ -312,33 +331,22 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           with_write = e_state  -- (false: such a request might not fit)
         end
         local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
-        -- Whether the key held a state, where incr decided (its answer is
-        -- then in the reply already); nil where it did not.
-        local held
         if with_write then
           s = call('SET', key, e_state, 'PXAT', e_expiry, 'NX', 'GET')
-        elseif incr then
-          -- A window in the integer form, its keys taken to hold states:
-          -- decided by one INCRBY where that can (fixed_window.incr).
-          held = incr(rc, key, reply, m)
-          if held == nil then s = call('GET', key) end
         elseif fast then
           s = call('GET', key)
         end
         if empty then
           -- How its keys were found (common.lua, "How the driver reads a key").
           local fresh = params.fresh
-          if s or held then
+          if s then
             if fresh > -8 then params.fresh = fresh - 1 end
           elseif fresh < 8 then
             params.fresh = fresh + 1
           end
         end
         local found_empty = with_write and not s
-        if held ~= nil then  -- decided by incr, answered
-          m = m + 3
-          after_empty = false
-        elseif found_empty then
+        if found_empty then
           if after_empty then
             m = m + 1
             reply[m] = false
@@ -366,6 +374,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           m = m + 3
           after_empty = false
         end
+        j = j + 1
       end
       reply_n = m
       at_key, at_arg, at_run = k + g, after, 0
@@ -402,6 +411,7 @@ local function decide(keys, args)
   local nargs, nkeys = #args, #keys
   if nargs == 0 then error('sluice: a call with no part') end
   at_key, at_arg, at_run, call_ctx, malformed, short_parts = 1, 1, 0, nil, nil, false
+  incr_run = nil
   -- One protected run for the whole call; a part that fails (an error()
   -- or a failing redis.call) is answered with its message, and the run
   -- resumes at the part after it.
@@ -409,6 +419,13 @@ local function decide(keys, args)
     local ok, e = pcall(run_parts, keys, args, nargs, nkeys, reply)
     if malformed then error(malformed) end
     if ok then break end
+    if incr_run then  -- a command of incr_keys failed: its request answers it
+      reply_before, next_run = incr_run.at_m, incr_run.at_j + 1
+      if next_run == incr_run_g then
+        next_key, next_arg, next_run = incr_run_k + incr_run_g, incr_run_after, 0
+      end
+      incr_run = nil
+    end
     reply_n = reply_before + 1
     reply[reply_n] = error_text(e)
     at_key, at_arg, at_run = next_key, next_arg, next_run

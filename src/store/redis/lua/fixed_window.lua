@@ -101,7 +101,7 @@ function fixed_window.incr_run(w, ctx, cost)
   if w.step ~= step then w.step, w.step_text = step, fmt(step) end
   local rc = w.run
   if rc == nil then
-    rc = {}
+    rc = {w = w}
     w.run = rc
   end
   rc.limit, rc.cost, rc.step_s = limit, cost, w.step_text
@@ -112,39 +112,62 @@ function fixed_window.incr_run(w, ctx, cost)
   return rc
 end
 
--- A request of the run `rc` (incr_run) at Redis' time by one INCRBY, for a
--- limit in the integer form whose keys lately held states (the driver,
--- "How the driver reads a key"): its short answer (code, remaining,
--- reset_after) written to reply[at + 1 .. at + 3], and whether the key held
--- a state; nothing, with the key as it was, where INCRBY cannot decide (a
--- text state, a window the tag does not place next to now).
+-- The requests j = from .. g - 1 of the run `rc` (incr_run), keys[k + j],
+-- at Redis' time, each by one INCRBY, for a limit in the integer form
+-- whose keys lately held states (the driver, "How the driver reads a key"):
+-- each answered in the reply after its first m elements (its short answer:
+-- code, remaining, reset_after), counted in the limit's `fresh`, until the
+-- run ends, a request INCRBY cannot decide, or `fresh` says keys are now
+-- found empty. Returns the next request's j and the reply's length, and
+-- whether INCRBY could not decide that request (the key is then as it was:
+-- a text state, a window the tag does not place next to now). Before each
+-- request, rc.at_j and rc.at_m say where it is (should a command fail).
 --   - The count of this window raised within the limit: decided, one command.
 --   - Raised past it: given back (DECRBY) and denied.
 --   - The window before (spent: a count within the limit), or no key (the
 --     INCRBY made one with no expiry): written as a fresh key of this window.
-function fixed_window.incr(rc, key, reply, at)
-  local step_s = rc.step_s
-  local v = pcall_call('INCRBY', key, step_s)
-  if type(v) ~= 'number' then return end  -- an error: not an integer state
-  local r = v % 256
-  if r == rc.tag then
-    local limit, count = rc.limit, (v - r) / 256
-    if count <= limit then
-      reply[at + 1], reply[at + 2], reply[at + 3] = 0, limit - count, rc.ends
-      return true
+-- One loop for the run, not a call a request: a Lua call costs Redis about
+-- 200 instructions, and the driver's steps around it more.
+function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
+  local w, step_s, tag, limit, ends = rc.w, rc.step_s, rc.tag, rc.limit, rc.ends
+  local fresh = w.fresh
+  while j < g do
+    rc.at_j, rc.at_m = j, m
+    local key = keys[k + j]
+    local v = pcall_call('INCRBY', key, step_s)
+    if type(v) ~= 'number' then  -- an error: not an integer state
+      w.fresh = fresh
+      return j, m, true
     end
-    call('DECRBY', key, step_s)
-    -- As fast's denial: the request fits at the next window.
-    local ends = rc.ends
-    reply[at + 1], reply[at + 2], reply[at + 3] = -ends - 2, limit - (count - rc.cost), ends
-    return true
+    local r = v % 256
+    if r == tag then
+      local count = (v - r) / 256
+      if count <= limit then
+        reply[m + 1], reply[m + 2], reply[m + 3] = 0, limit - count, ends
+      else
+        call('DECRBY', key, step_s)
+        -- As fast's denial: the request fits at the next window.
+        reply[m + 1], reply[m + 2], reply[m + 3] = -ends - 2, limit - (count - rc.cost), ends
+      end
+    elseif r == 0 or r == rc.tag_before then
+      call('SET', key, rc.fresh_state, 'PXAT', rc.expiry)
+      reply[m + 1], reply[m + 2], reply[m + 3] = 0, limit - rc.cost, ends
+    else
+      call('DECRBY', key, step_s)
+      w.fresh = fresh
+      return j, m, true
+    end
+    m, j = m + 3, j + 1
+    -- How its key was found (common.lua, "How the driver reads a key").
+    if r ~= 0 then
+      if fresh > -8 then fresh = fresh - 1 end
+    else
+      fresh = fresh + 1
+      if fresh >= 0 then break end
+    end
   end
-  if r == 0 or r == rc.tag_before then
-    call('SET', key, rc.fresh_state, 'PXAT', rc.expiry)
-    reply[at + 1], reply[at + 2], reply[at + 3] = 0, rc.limit - rc.cost, rc.ends
-    return r ~= 0
-  end
-  call('DECRBY', key, step_s)
+  w.fresh = fresh
+  return j, m, false
 end
 
 -- The common case of decide and save, as gcra.fast: no debt, a cost within

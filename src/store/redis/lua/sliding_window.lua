@@ -183,10 +183,8 @@ function sliding_window.incr_run(w, ctx, cost)
   return rc
 end
 
--- A request of the run `rc` (incr_run) by one INCRBY, as
--- fixed_window.incr: its short answer written to reply[at + 1 .. at + 3],
--- and whether the key held a state; nothing, with the key as it was, where
--- INCRBY cannot decide.
+-- The requests j = from .. g - 1 of the run `rc` (incr_run), each by one
+-- INCRBY, as fixed_window.incr_keys (what it returns, and when it stops).
 --   - This window's curr raised, allowed: decided, one command (two where
 --     curr was 0: its key then expires a window later).
 --   - The window before (its curr becomes prev), two windows before or no
@@ -194,55 +192,75 @@ end
 --     window's state with its expiry.
 --   - Denied: the INCRBY given back (DECRBY), and decided by decide on the
 --     state as it was.
-function sliding_window.incr(rc, key, reply, at)
-  local step_s = rc.step_s
-  local v = pcall_call('INCRBY', key, step_s)
-  if type(v) ~= 'number' then return end  -- an error: not an integer state
-  local m, cost, index = rc.m, rc.cost, rc.index
-  local r = v % 256
-  local counts = (v - r) / 256
-  local prev = counts % m
-  local curr = (counts - prev) / m  -- with cost
-  local st_window, st_prev, st_curr = index, prev, curr - cost
-  if r ~= rc.tag then
-    if r == rc.tag_before then
-      st_window, prev = index - 1, curr - cost
-    elseif r == 0 or r == rc.tag_two_before then
-      st_window, st_curr, prev = index - 2, 0, 0
-    else
-      call('DECRBY', key, step_s)
-      return
+function sliding_window.incr_keys(rc, keys, k, j, g, reply, at)
+  local w, step_s, m, cost, index, tag = rc.w, rc.step_s, rc.m, rc.cost, rc.index, rc.tag
+  local limit, period, elapsed, ends = rc.limit, rc.period, rc.elapsed, rc.ends
+  local fresh = w.fresh
+  while j < g do
+    rc.at_j, rc.at_m = j, at
+    local key = keys[k + j]
+    local v = pcall_call('INCRBY', key, step_s)
+    if type(v) ~= 'number' then  -- an error: not an integer state
+      w.fresh = fresh
+      return j, at, true
     end
-    curr = cost
+    local r = v % 256
+    local counts = (v - r) / 256
+    local prev = counts % m
+    local curr = (counts - prev) / m  -- with cost
+    local st_window, st_prev, st_curr = index, prev, curr - cost
+    if r ~= tag then
+      if r == rc.tag_before then
+        st_window, prev = index - 1, curr - cost
+      elseif r == 0 or r == rc.tag_two_before then
+        st_window, st_curr, prev = index - 2, 0, 0
+      else
+        call('DECRBY', key, step_s)
+        w.fresh = fresh
+        return j, at, true
+      end
+      curr = cost
+    end
+    -- F = floor(prev * elapsed / period), as fast; nil where the product is
+    -- too large to form exactly (then decided as a text state is).
+    local pe, F = prev * elapsed, 0
+    if pe >= 2 * TWO52 then
+      F = nil
+    elseif pe > 0 then
+      F = (pe - pe % period) / period  -- pe, period > 0: so is the remainder
+    end
+    if F == nil or prev - F + curr > limit then
+      if r == 0 then call('DEL', key) else call('DECRBY', key, step_s) end
+      if F == nil then
+        w.fresh = fresh
+        return j, at, true
+      end
+      local l = sw_loaded
+      l.window, l.prev, l.curr = st_window, st_prev, st_curr
+      local d = sliding_window.decide(w, key, rc.ctx, cost, true, l)
+      local code
+      if d.allowed == 1 then code = d.delay else code = -d.retry - 2 end
+      reply[at + 1], reply[at + 2], reply[at + 3] = code, d.remaining, d.reset
+    else
+      if st_window ~= index then
+        call('SET', key, tagged_text(w, (curr * m + prev) * 256 + tag), 'PXAT', rc.expiry)
+      elseif st_curr == 0 then
+        -- curr now weighs on the next window: kept until its end (common.lua).
+        call('PEXPIREAT', key, rc.expiry)
+      end
+      reply[at + 1], reply[at + 2], reply[at + 3] = 0, limit - prev + F - curr, ends
+    end
+    at, j = at + 3, j + 1
+    -- How its key was found (common.lua, "How the driver reads a key").
+    if r ~= 0 then
+      if fresh > -8 then fresh = fresh - 1 end
+    else
+      fresh = fresh + 1
+      if fresh >= 0 then break end
+    end
   end
-  -- F = floor(prev * elapsed / period), as fast; nil where the product is
-  -- too large to form exactly (then decided as a text state is).
-  local limit, period = rc.limit, rc.period
-  local pe, F = prev * rc.elapsed, 0
-  if pe >= 2 * TWO52 then
-    F = nil
-  elseif pe > 0 then
-    F = (pe - pe % period) / period  -- pe, period > 0: the remainder is too
-  end
-  if F == nil or prev - F + curr > limit then
-    if r == 0 then call('DEL', key) else call('DECRBY', key, step_s) end
-    if F == nil then return end
-    local l = sw_loaded
-    l.window, l.prev, l.curr = st_window, st_prev, st_curr
-    local d = sliding_window.decide(rc.w, key, rc.ctx, cost, true, l)
-    local code
-    if d.allowed == 1 then code = d.delay else code = -d.retry - 2 end
-    reply[at + 1], reply[at + 2], reply[at + 3] = code, d.remaining, d.reset
-    return r ~= 0
-  end
-  if st_window ~= index then
-    call('SET', key, tagged_text(rc.w, (curr * m + prev) * 256 + rc.tag), 'PXAT', rc.expiry)
-  elseif st_curr == 0 then
-    -- curr now weighs on the next window: kept until its end (common.lua).
-    call('PEXPIREAT', key, rc.expiry)
-  end
-  reply[at + 1], reply[at + 2], reply[at + 3] = 0, limit - prev + F - curr, rc.ends
-  return r ~= 0
+  w.fresh = fresh
+  return j, at, false
 end
 
 -- The common case of decide and save, as gcra.fast: an allowed request,
