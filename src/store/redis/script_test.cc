@@ -671,7 +671,6 @@ std::string IntegerState(const SlidingWindowConfig& c, const SlidingWindowState&
   return std::to_string((s.curr * (c.limit() + 1) + s.prev) * 256 + s.window % 255 + 1);
 }
 
-
 // Over some ten windows of 40 ms at Redis' clock, keys of a window limit in
 // the integer form decide as the algorithm, every field of every decision:
 // new keys, keys raised within their window (one INCRBY), past the limit
