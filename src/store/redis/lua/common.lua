@@ -281,6 +281,21 @@ local function tagged_text(keep, v)
   return s
 end
 
+-- The table a window limit `w` keeps for its INCRBY runs (incr_run in
+-- fixed_window.lua and sliding_window.lua: what a run's requests share),
+-- with the text of the run's INCRBY step (kept in `w` while the step is
+-- the same: see below).
+local function incr_run_of(w, step)
+  if w.step ~= step then w.step, w.step_text = step, fmt(step) end
+  local rc = w.run
+  if rc == nil then
+    rc = {w = w}
+    w.run = rc
+  end
+  rc.step_s = w.step_text
+  return rc
+end
+
 -- Numbers a command takes again and again go as kept text: given a Lua
 -- number, redis.call formats it with snprintf's %.17g (Redis 7.0's
 -- luaArgsToRedisArgv), about 2,000 instructions a command (callgrind); a

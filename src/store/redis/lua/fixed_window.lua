@@ -5,7 +5,7 @@
 --   - integer (store.redis.window_state: integer; only at Redis' time, and
 --     only a count within the limit): count * 256 + the window's tag
 --     (common.lua, window_tag). A request raises the count with one INCRBY
---     (fixed_window.incr), not a GET and a SET. Such a key lives at most
+--     (fixed_window.incr_keys), not a GET and a SET. Such a key lives at most
 --     until the end of the window after its own (common.lua, "How long a
 --     window's key is kept"), so the tag names its window.
 -- No key is an empty window.
@@ -88,7 +88,7 @@ function fixed_window.empty(w, now, cost)
 end
 
 -- What every request of a run (one limit, one cost > 0, one `now`: the
--- driver's run of short parts) shares in fixed_window.incr, made once a run
+-- driver's run of short parts) shares in fixed_window.incr_keys, made once a run
 -- in the limit's own table `w.run`: the window's tag and the one before,
 -- the INCRBY's step, a fresh key's state and expiry as text, and reset_after.
 -- nil where INCRBY cannot decide (a cost above the limit).
@@ -98,13 +98,8 @@ function fixed_window.incr_run(w, ctx, cost)
   local now = ctx.now
   local window = floordiv(now, period)
   local step = cost * 256
-  if w.step ~= step then w.step, w.step_text = step, fmt(step) end
-  local rc = w.run
-  if rc == nil then
-    rc = {w = w}
-    w.run = rc
-  end
-  rc.limit, rc.cost, rc.step_s = limit, cost, w.step_text
+  local rc = incr_run_of(w, step)
+  rc.limit, rc.cost = limit, cost
   rc.tag, rc.tag_before = window_tag(window), window_tag(window - 1)
   rc.fresh_state = tagged_text(w, step + rc.tag)
   rc.expiry = expiry_of(w, now + period)

@@ -5,7 +5,7 @@
 --   - integer (store.redis.window_state: integer; only at Redis' time, and
 --     only counts within the limit): (curr * (limit + 1) + prev) * 256 +
 --     the window's tag (common.lua, window_tag). A request raises curr with
---     one INCRBY (sliding_window.incr), not a GET and a SET.
+--     one INCRBY (sliding_window.incr_keys), not a GET and a SET.
 -- No key is two empty windows.
 --
 -- The C++ compares prev * (period - elapsed) + curr * period with
@@ -157,7 +157,7 @@ end
 local sw_loaded = {}
 
 -- What every request of a run (one limit, one cost > 0, one `now`) shares
--- in sliding_window.incr, made once a run in `w.run`, as
+-- in sliding_window.incr_keys, made once a run in `w.run`, as
 -- fixed_window.incr_run: the window, its tag and the two before, the
 -- INCRBY's step, the time elapsed in the window, the expiry's text and
 -- reset_after. nil where INCRBY cannot decide (a cost above the limit).
@@ -167,14 +167,8 @@ function sliding_window.incr_run(w, ctx, cost)
   local now = ctx.now
   local index = floordiv(now, period)
   local start = index * period
-  local step = cost * m * 256
-  if w.step ~= step then w.step, w.step_text = step, fmt(step) end
-  local rc = w.run
-  if rc == nil then
-    rc = {w = w}
-    w.run = rc
-  end
-  rc.ctx, rc.limit, rc.period, rc.m, rc.cost, rc.step_s = ctx, limit, period, m, cost, w.step_text
+  local rc = incr_run_of(w, cost * m * 256)
+  rc.ctx, rc.limit, rc.period, rc.m, rc.cost = ctx, limit, period, m, cost
   rc.index, rc.tag = index, window_tag(index)
   rc.tag_before, rc.tag_two_before = window_tag(index - 1), window_tag(index - 2)
   rc.elapsed = now - start  -- below the period
