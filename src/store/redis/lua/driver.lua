@@ -308,13 +308,13 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           incr_run, incr_run_k, incr_run_g, incr_run_after = rc, k, g, after
           next_key, next_arg = k, a
           local from = j
-          local undecided
-          j, m, undecided = incr(rc, keys, k, j, g, reply, m)
+          j, m = incr(rc, keys, k, j, g, reply, m)
           incr_run = nil
           if j > from then after_empty = false end
           if j >= g then break end
-          -- Else the key at j, as it was, is read with GET below (undecided),
-          -- or with its write (keys are now found empty).
+          -- Else the key at j is one INCRBY could not decide, as it was, read
+          -- with GET below; or keys are now found empty, and it is read with
+          -- its write.
         end
         reply_before, next_run = m, j + 1
         if next_run == g then next_key, next_arg, next_run = k + g, after, 0 end

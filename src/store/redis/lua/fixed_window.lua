@@ -113,10 +113,10 @@ end
 -- each answered in the reply after its first m elements (its short answer:
 -- code, remaining, reset_after), counted in the limit's `fresh`, until the
 -- run ends, a request INCRBY cannot decide, or `fresh` says keys are now
--- found empty. Returns the next request's j and the reply's length, and
--- whether INCRBY could not decide that request (the key is then as it was:
--- a text state, a window the tag does not place next to now). Before each
--- request, rc.at_j and rc.at_m say where it is (should a command fail).
+-- found empty. Returns the next request's j and the reply's length; a
+-- request INCRBY could not decide leaves its key as it was (a text state, a
+-- window the tag does not place next to now). Before each request, rc.at_j
+-- and rc.at_m say where it is (should a command fail).
 --   - The count of this window raised within the limit: decided, one command.
 --   - Raised past it: given back (DECRBY) and denied.
 --   - The window before (spent: a count within the limit), or no key (the
@@ -132,7 +132,7 @@ function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
     local v = pcall_call('INCRBY', key, step_s)
     if type(v) ~= 'number' then  -- an error: not an integer state
       w.fresh = fresh
-      return j, m, true
+      return j, m
     end
     local r = v % 256
     if r == tag then
@@ -150,7 +150,7 @@ function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
     else
       call('DECRBY', key, step_s)
       w.fresh = fresh
-      return j, m, true
+      return j, m
     end
     m, j = m + 3, j + 1
     -- How its key was found (common.lua, "How the driver reads a key").
@@ -162,7 +162,7 @@ function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
     end
   end
   w.fresh = fresh
-  return j, m, false
+  return j, m
 end
 
 -- The common case of decide and save, as gcra.fast: no debt, a cost within

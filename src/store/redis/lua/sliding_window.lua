@@ -196,7 +196,7 @@ function sliding_window.incr_keys(rc, keys, k, j, g, reply, at)
     local v = pcall_call('INCRBY', key, step_s)
     if type(v) ~= 'number' then  -- an error: not an integer state
       w.fresh = fresh
-      return j, at, true
+      return j, at
     end
     local r = v % 256
     local counts = (v - r) / 256
@@ -211,7 +211,7 @@ function sliding_window.incr_keys(rc, keys, k, j, g, reply, at)
       else
         call('DECRBY', key, step_s)
         w.fresh = fresh
-        return j, at, true
+        return j, at
       end
       curr = cost
     end
@@ -227,7 +227,7 @@ function sliding_window.incr_keys(rc, keys, k, j, g, reply, at)
       if r == 0 then call('DEL', key) else call('DECRBY', key, step_s) end
       if F == nil then
         w.fresh = fresh
-        return j, at, true
+        return j, at
       end
       local l = sw_loaded
       l.window, l.prev, l.curr = st_window, st_prev, st_curr
@@ -254,7 +254,7 @@ function sliding_window.incr_keys(rc, keys, k, j, g, reply, at)
     end
   end
   w.fresh = fresh
-  return j, at, false
+  return j, at
 end
 
 -- The common case of decide and save, as gcra.fast: an allowed request,
