@@ -90,20 +90,19 @@ end
 -- What every request of a run (one limit, one cost > 0, one `now`: the
 -- driver's run of short parts) shares in fixed_window.incr_keys, made once a run
 -- in the limit's own table `w.run`: the window's tag and the one before,
--- the INCRBY's step, a fresh key's state and expiry as text, and reset_after.
--- nil where INCRBY cannot decide (a cost above the limit).
+-- the INCRBY's step, and a fresh key's state, expiry and reset_after (those
+-- of an empty key: fixed_window.empty). nil where INCRBY cannot decide (a
+-- cost above the limit).
 function fixed_window.incr_run(w, ctx, cost)
-  local limit, period = w.limit, w.period
+  local limit = w.limit
   if cost > limit then return nil end
   local now = ctx.now
-  local window = floordiv(now, period)
-  local step = cost * 256
-  local rc = incr_run_of(w, step)
+  local window = floordiv(now, w.period)
+  local rc = incr_run_of(w, cost * 256)
   rc.limit, rc.cost = limit, cost
   rc.tag, rc.tag_before = window_tag(window), window_tag(window - 1)
-  rc.fresh_state = tagged_text(w, step + rc.tag)
-  rc.expiry = expiry_of(w, now + period)
-  rc.ends = (window + 1) * period - now
+  local _
+  rc.fresh_state, rc.expiry, _, rc.ends = fixed_window.empty(w, now, cost)
   return rc
 end
 

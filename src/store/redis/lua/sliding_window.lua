@@ -159,8 +159,10 @@ local sw_loaded = {}
 -- What every request of a run (one limit, one cost > 0, one `now`) shares
 -- in sliding_window.incr_keys, made once a run in `w.run`, as
 -- fixed_window.incr_run: the window, its tag and the two before, the
--- INCRBY's step, the time elapsed in the window, the expiry's text and
--- reset_after. nil where INCRBY cannot decide (a cost above the limit).
+-- INCRBY's step, the time elapsed in the window, and the expiry and
+-- reset_after of a state written now (those of an empty key:
+-- sliding_window.empty). nil where INCRBY cannot decide (a cost above the
+-- limit).
 function sliding_window.incr_run(w, ctx, cost)
   local limit, period, m = w.limit, w.period, w.m
   if cost > limit then return nil end
@@ -172,8 +174,8 @@ function sliding_window.incr_run(w, ctx, cost)
   rc.index, rc.tag = index, window_tag(index)
   rc.tag_before, rc.tag_two_before = window_tag(index - 1), window_tag(index - 2)
   rc.elapsed = now - start  -- below the period
-  rc.expiry = expiry_of(w, now + 2 * period)
-  rc.ends = start + 2 * period - now
+  local _
+  _, rc.expiry, _, rc.ends = sliding_window.empty(w, now, cost)
   return rc
 end
 
