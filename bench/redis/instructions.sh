@@ -5,7 +5,8 @@
 # the reading of calls nor the writing of answers), while
 # `sluice_bench_redis` decides for DURATION seconds with 64 in flight (one
 # limit at a rate nobody reaches, keys "user-<n>" uniform among KEYS).
-# Prints, per algorithm, the instructions and the calls per decision.
+# Prints, per algorithm, the instructions, the calls and the commands the
+# function ran (INFO commandstats) per decision.
 #
 # Unlike CPU time, the count does not move with the machine's load, so two
 # builds of the function can be compared by it on a shared machine:
@@ -41,8 +42,8 @@ BENCH=$(release_binary "${BENCH:-}" sluice_bench_redis bench/sluice_bench_redis)
 work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
 
 echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $BENCH; keys $KEYS, 64 in flight"
-echo "| algorithm | decisions | calls per decision | instructions per decision |"
-echo "|---|---:|---:|---:|"
+echo "| algorithm | decisions | calls per decision | instructions per decision | commands per decision |"
+echo "|---|---:|---:|---:|---|"
 for algorithm in "${ALGORITHMS[@]}"; do
   PORT=$(free_port)
   rm -f "$WORK"/callgrind.out.*
@@ -58,16 +59,22 @@ for algorithm in "${ALGORITHMS[@]}"; do
   timeout $((DURATION + 120)) "$BENCH" --url "redis://127.0.0.1:$PORT" --depth 64 \
     --keys "$KEYS" --seconds "$DURATION" --algorithm "$algorithm" \
     ${WINDOW_STATE:+--window-state "$WINDOW_STATE"} ${RATE:+--rate "$RATE"} > "$WORK/bench.json"
+  # The commands the function ran, per decision (INFO commandstats counts them).
+  timeout 30 redis-cli -p "$PORT" INFO commandstats | tr -d '\r' |
+    sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\),.*/\1 \2/p' > "$WORK/commands.txt"
   kill "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
   if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cat "$WORK"/callgrind.out.* > "$KEEP/callgrind.$algorithm"; fi
   total=$(awk '/^(summary|totals):/ {print $2; exit}' "$WORK"/callgrind.out.*)
-  python3 - "$algorithm" "$total" "$WORK/bench.json" <<'PY'
+  python3 - "$algorithm" "$total" "$WORK/bench.json" "$WORK/commands.txt" <<'PY'
 import json, sys
-algorithm, total, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+algorithm, total, path, commands = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 run = json.load(open(path))
 d = run["decisions"]
-print(f"| {algorithm} | {d} | {run['calls_per_decision']} | {total / d:,.0f} |")
+ran = [line.split() for line in open(commands)]
+ran = ", ".join(f"{name.upper()} {int(n) / d:.2f}" for name, n in ran
+                if name not in ("fcall", "function", "info", "ping", "time", "hello", "client"))
+print(f"| {algorithm} | {d} | {run['calls_per_decision']} | {total / d:,.0f} | {ran} |")
 PY
 done

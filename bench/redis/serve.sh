@@ -124,6 +124,12 @@ redis_sys_us() {
 fcall_us() {
   "${RCLI[@]}" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:.*,usec=\([0-9]*\),.*/\1/p' | grep . || echo 0
 }
+# Calls of every command so far (INFO commandstats, which counts the
+# commands a function runs too), as one JSON object.
+command_calls() {
+  "${RCLI[@]}" INFO commandstats | tr -d '\r' |
+    sed -n 's/^cmdstat_\([a-z|]*\):calls=\([0-9]*\),.*/"\1": \2/p' | paste -sd, | sed 's/^/{/; s/$/}/'
+}
 # sluice's counters now, as one JSON object: sums over labels, and the main
 # listener's responses by code (the admin listener counts these fetches).
 metrics() {  # $1 admin port
@@ -189,17 +195,18 @@ RESULTS="$OUT/results.jsonl"
 # measure CASE ALGORITHM ROUND: one wrk run against the running sluice; its
 # line (wrk's numbers, the metric deltas, redis-server's CPU) to results.jsonl.
 measure() {
-  local m0 m1 cpu0 cpu1 f0 f1 sys0 sys1
-  m0=$(metrics "$SLUICE_ADMIN"); f0=$(fcall_us); cpu0=$(redis_cpu_us); sys0=$(redis_sys_us)
+  local m0 m1 cpu0 cpu1 f0 f1 sys0 sys1 c0 c1
+  m0=$(metrics "$SLUICE_ADMIN"); c0=$(command_calls); f0=$(fcall_us); cpu0=$(redis_cpu_us); sys0=$(redis_sys_us)
   "${LOAD[@]}" timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
     "http://127.0.0.1:$SLUICE_PORT/v1/check" > "$WORK/wrk.txt" 2>&1
-  cpu1=$(redis_cpu_us); sys1=$(redis_sys_us); f1=$(fcall_us); m1=$(metrics "$SLUICE_ADMIN")
+  cpu1=$(redis_cpu_us); sys1=$(redis_sys_us); f1=$(fcall_us); c1=$(command_calls); m1=$(metrics "$SLUICE_ADMIN")
   # non_2xx: wrk's count; http_codes: sluice's own, which also counts the
   # answers still in flight when wrk stopped.
   timeout 10 python3 - "$1" "$2" "$3" "$WORK/wrk.txt" "$m0" "$m1" $((cpu1 - cpu0)) \
-      "$DURATION" "$ABUSE_PERIOD_S" "$KEYS" $((f1 - f0)) $((sys1 - sys0)) <<'PY' >> "$RESULTS"
+      "$DURATION" "$ABUSE_PERIOD_S" "$KEYS" $((f1 - f0)) $((sys1 - sys0)) "$c0" "$c1" <<'PY' >> "$RESULTS"
 import json, re, sys
-case, alg, rnd, wrk_file, m0, m1, cpu, duration, period, keys, fcall, system = sys.argv[1:]
+case, alg, rnd, wrk_file, m0, m1, cpu, duration, period, keys, fcall, system, c0, c1 = sys.argv[1:]
+c0, c1 = json.loads(c0), json.loads(c1)
 text = open(wrk_file).read()
 m0, m1, cpu, duration, period = json.loads(m0), json.loads(m1), int(cpu), float(duration), float(period)
 d = lambda k: int(m1.get(k, 0) - m0.get(k, 0))
@@ -227,7 +234,10 @@ r = {"case": case, "algorithm": alg, "round": int(rnd), "seconds": duration,
      "redis_calls_per_period": round(calls / duration * period, 1),
      "redis_cpu_us": cpu, "redis_cpu_us_per_decision": round(cpu / max(decisions, 1), 3),
      "redis_system_us_per_decision": round(int(system) / max(decisions, 1), 3),
-     "fcall_us_per_decision": round(int(fcall) / max(decisions, 1), 3)}
+     "fcall_us_per_decision": round(int(fcall) / max(decisions, 1), 3),
+     # Each command's calls per decision, those a function runs included.
+     "commands_per_decision": {k: round((c1[k] - c0.get(k, 0)) / max(decisions, 1), 3)
+                               for k in sorted(c1) if k not in ("info", "fcall") and c1[k] > c0.get(k, 0)}}
 print(json.dumps(r))
 PY
 }

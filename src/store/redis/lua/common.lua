@@ -208,7 +208,7 @@ end
 -- state read (`s`, false for an empty key: a nil reply).
 
 -- The window fast paths store a count raised within its window with
--- `SET ... KEEPTTL`: the key was written in that window at Redis' time
+-- `SET ... KEEPTTL` (its integer form: INCRBY, which keeps it too): the key was written in that window at Redis' time
 -- with an expiry this state calls for (every write of a window state sets
 -- one: when it is fresh, plus how long a window's key is kept, below), so
 -- neither the expiry's text nor Redis' two updates of its expiry table
@@ -281,18 +281,23 @@ local function tagged_text(keep, v)
   return s
 end
 
+-- The text of an INCRBY's step for a window limit `w`, kept in `w` while
+-- the step is the same (see below).
+local function step_text_of(w, step)
+  if w.step ~= step then w.step, w.step_text = step, fmt(step) end
+  return w.step_text
+end
+
 -- The table a window limit `w` keeps for its INCRBY runs (incr_run in
 -- fixed_window.lua and sliding_window.lua: what a run's requests share),
--- with the text of the run's INCRBY step (kept in `w` while the step is
--- the same: see below).
+-- with the text of the run's INCRBY step.
 local function incr_run_of(w, step)
-  if w.step ~= step then w.step, w.step_text = step, fmt(step) end
   local rc = w.run
   if rc == nil then
     rc = {w = w}
     w.run = rc
   end
-  rc.step_s = w.step_text
+  rc.step_s = step_text_of(w, step)
   return rc
 end
 

@@ -175,8 +175,9 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
   if start < 0 then start = start + period end
   start = now - start
   local window, count = start / period, 0
+  local space  -- where the state is text, the end of its window's digits
   if s then
-    local space = find(s, ' ', 1, true)
+    space = find(s, ' ', 1, true)
     local st_window, st_count
     if space == nil then
       st_window, st_count = tagged_window(tonum(s), window)
@@ -197,24 +198,33 @@ function fixed_window.fast(w, key, ctx, cost, writes, s)
   local used = count + cost
   if used <= limit then
     if writes and cost > 0 then
-      local value
-      if w.integer and ctx.timed then
-        value = tagged_text(w, used * 256 + window_tag(window))
+      if count > 0 and space == nil and w.integer and ctx.timed then
+        -- This window's integer state, raised where it is: its count is
+        -- the bits above the tag, and INCRBY keeps the key's expiry, one
+        -- this state calls for already (below). About 2,400 instructions
+        -- less than SET ... KEEPTTL.
+        call('INCRBY', key, step_text_of(w, cost * 256))
       else
-        -- window_text and count_text where they keep the text, written out.
-        local window_digits = w.window_index == window and w.window_text or window_text(w, window)
-        value = window_digits .. ' ' .. (COUNT_TEXTS[used] or count_text(used))
-      end
-      -- store_fresh, or the expiry kept (common.lua), written out: a key of
-      -- this window with a count has an expiry this state calls for already.
-      if not ctx.timed then
-        call('SET', key, value)
-      elseif count > 0 then
-        call('SET', key, value, 'KEEPTTL')
-      else
-        -- Fresh at start + period, kept now - start more (common.lua,
-        -- "How long a window's key is kept").
-        call('SET', key, value, 'PXAT', expiry_of(w, now + period))
+        local value
+        if w.integer and ctx.timed then
+          value = tagged_text(w, used * 256 + window_tag(window))
+        else
+          -- window_text and count_text where they keep the text, written out.
+          local window_digits = w.window_index == window and w.window_text or window_text(w, window)
+          value = window_digits .. ' ' .. (COUNT_TEXTS[used] or count_text(used))
+        end
+        -- store_fresh, or the expiry kept (common.lua), written out: a key
+        -- of this window with a count has an expiry this state calls for
+        -- already.
+        if not ctx.timed then
+          call('SET', key, value)
+        elseif count > 0 then
+          call('SET', key, value, 'KEEPTTL')
+        else
+          -- Fresh at start + period, kept now - start more (common.lua,
+          -- "How long a window's key is kept").
+          call('SET', key, value, 'PXAT', expiry_of(w, now + period))
+        end
       end
     end
     return 1, limit, limit - used, (used > 0) and (start + period - now) or 0, 0, 0

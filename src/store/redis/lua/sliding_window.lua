@@ -274,12 +274,15 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
   local prev, curr = 0, 0
   -- prev's text, kept from the state where it is there.
   local prev_text = '0'
+  -- Whether the state is this window's in the integer form.
+  local integer_here = false
   local i = s and find(s, ' ', 1, true)
   if s and not i then  -- the integer form
     local st_window, st_prev, st_curr = sw_integer(w, tonum(s), index)
     if st_window == nil or st_curr > limit or st_window > index then return end
     if st_window == index then
       prev, curr = st_prev, st_curr
+      integer_here = true
     elseif st_window + 1 == index then
       prev = st_curr
     end
@@ -316,26 +319,33 @@ function sliding_window.fast(w, key, ctx, cost, writes, s)
   local after = curr + cost
   if prev - F + after > limit then return end
   if writes and cost > 0 then
-    -- window_text and count_text where they keep the text, written out.
-    local value
-    if w.integer and ctx.timed then
-      value = tagged_text(w, sw_tagged(w, index, prev, after))
+    if curr > 0 and integer_here and w.integer and ctx.timed then
+      -- This window's integer state, its curr raised where it is, as
+      -- fixed_window.fast: INCRBY keeps the key's expiry.
+      call('INCRBY', key, step_text_of(w, cost * w.m * 256))
     else
-      local window_digits = w.window_index == index and w.window_text or window_text(w, index)
-      local after_digits = COUNT_TEXTS[after] or count_text(after)
-      value = window_digits .. ' ' .. (prev_text or COUNT_TEXTS[prev] or count_text(prev)) .. ' ' ..
-              after_digits
-    end
-    -- store_fresh, or the expiry kept (common.lua), written out: a key of
-    -- this window with a count has an expiry this state calls for already.
-    if not ctx.timed then
-      call('SET', key, value)
-    elseif curr > 0 then
-      call('SET', key, value, 'KEEPTTL')
-    else
-      -- Fresh at start + 2 * period, kept now - start more (common.lua,
-      -- "How long a window's key is kept").
-      call('SET', key, value, 'PXAT', expiry_of(w, now + 2 * period))
+      -- window_text and count_text where they keep the text, written out.
+      local value
+      if w.integer and ctx.timed then
+        value = tagged_text(w, sw_tagged(w, index, prev, after))
+      else
+        local window_digits = w.window_index == index and w.window_text or window_text(w, index)
+        local after_digits = COUNT_TEXTS[after] or count_text(after)
+        value = window_digits .. ' ' .. (prev_text or COUNT_TEXTS[prev] or count_text(prev)) ..
+                ' ' .. after_digits
+      end
+      -- store_fresh, or the expiry kept (common.lua), written out: a key
+      -- of this window with a count has an expiry this state calls for
+      -- already.
+      if not ctx.timed then
+        call('SET', key, value)
+      elseif curr > 0 then
+        call('SET', key, value, 'KEEPTTL')
+      else
+        -- Fresh at start + 2 * period, kept now - start more (common.lua,
+        -- "How long a window's key is kept").
+        call('SET', key, value, 'PXAT', expiry_of(w, now + 2 * period))
+      end
     end
   end
   local reset = 0
