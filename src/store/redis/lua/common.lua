@@ -15,12 +15,12 @@
 -- and the rest are there when its function runs. The ones the hot paths use
 -- become upvalues on the first call (bind_globals): a global is a table
 -- lookup on every use, and a call decides many requests.
-local floor, format, find, sub, match, tonum, call, pcall_call
+local floor, format, find, sub, match, tonum, call
 
 local function bind_globals()
   floor, format, find, sub, match, tonum = math.floor, string.format, string.find, string.sub,
                                            string.match, tonumber
-  call, pcall_call = redis.call, redis.pcall
+  call = redis.call
 end
 
 local TWO52 = 4503599627370496

@@ -212,8 +212,10 @@ local PART_ARGS = 5  -- op now_us cost taken_at_us n, before the limits
 -- after it. A part that fails leaves them for decide() to resume after it.
 local at_key, at_arg, at_run, reply_before, next_key, next_arg, next_run
 -- While an algorithm's incr_keys decides a run's requests: its `rc` (where
--- it is: rc.at_j, rc.at_m), the run's first key, length and the argument after it.
-local incr_run, incr_run_k, incr_run_g, incr_run_after
+-- it is: rc.at_j, rc.at_m), the run's first key and first argument. And
+-- the request of a run whose key an INCRBY could not raise (get_at): it is
+-- read with GET when the run resumes (decide).
+local incr_run, incr_run_k, incr_run_a, get_at
 -- The call's context at Redis' time (TIME read once per call), in a table
 -- kept from call to call (timed_ctx).
 local call_ctx
@@ -295,18 +297,19 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       local rc = incr and algo.incr_run(params, ctx, cost)
       if not rc then incr = nil end
       local e_state, e_expiry, e_remaining, e_reset
+      local read_at = get_at  -- a request INCRBY could not decide, or nil
+      get_at = nil
       -- Whether the part before, in this loop, was a key found empty: the
       -- answer of another is then one element, false (the same again).
       local after_empty = false
       local m = reply_before
       local j = at_run
       while j < g do
-        if incr and params.fresh < 0 then
+        if incr and params.fresh < 0 and j ~= read_at then
           -- Its keys taken to hold states: decided by INCRBY, one loop in
           -- the algorithm for as long as it can (fixed_window.incr_keys),
-          -- which says where it is in `rc` should a command fail.
-          incr_run, incr_run_k, incr_run_g, incr_run_after = rc, k, g, after
-          next_key, next_arg = k, a
+          -- which says where it is in `rc` should its INCRBY fail.
+          incr_run, incr_run_k, incr_run_a = rc, k, a
           local from = j
           j, m = incr(rc, keys, k, j, g, reply, m)
           incr_run = nil
@@ -411,7 +414,7 @@ local function decide(keys, args)
   local nargs, nkeys = #args, #keys
   if nargs == 0 then error('sluice: a call with no part') end
   at_key, at_arg, at_run, call_ctx, malformed, short_parts = 1, 1, 0, nil, nil, false
-  incr_run = nil
+  incr_run, get_at = nil, nil
   -- One protected run for the whole call; a part that fails (an error()
   -- or a failing redis.call) is answered with its message, and the run
   -- resumes at the part after it.
@@ -419,16 +422,22 @@ local function decide(keys, args)
     local ok, e = pcall(run_parts, keys, args, nargs, nkeys, reply)
     if malformed then error(malformed) end
     if ok then break end
-    if incr_run then  -- a command of incr_keys failed: its request answers it
-      reply_before, next_run = incr_run.at_m, incr_run.at_j + 1
-      if next_run == incr_run_g then
-        next_key, next_arg, next_run = incr_run_k + incr_run_g, incr_run_after, 0
-      end
+    if incr_run then
+      -- incr_keys failed at its request at_j: that request's INCRBY did, on
+      -- a key that holds no integer state (a text one, or another type),
+      -- left as it was. (The commands after an INCRBY write the key it
+      -- raised and do not fail; were anything else to fail there, the
+      -- request would be counted twice, never let through for free.) The
+      -- run resumes at that request, its key read with GET, as one INCRBY
+      -- cannot decide; should that fail too, the request answers the error.
+      reply_n = incr_run.at_m
+      at_key, at_arg, at_run, get_at = incr_run_k, incr_run_a, incr_run.at_j, incr_run.at_j
       incr_run = nil
+    else
+      reply_n = reply_before + 1
+      reply[reply_n] = error_text(e)
+      at_key, at_arg, at_run = next_key, next_arg, next_run
     end
-    reply_n = reply_before + 1
-    reply[reply_n] = error_text(e)
-    at_key, at_arg, at_run = next_key, next_arg, next_run
   end
   if at_key - 1 ~= nkeys then
     error('sluice: ' .. nkeys .. ' keys for parts that name ' .. (at_key - 1))
