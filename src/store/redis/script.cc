@@ -284,17 +284,33 @@ absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
     }
     call_now = reply.element[--end]->integer;
   }
+  // Whether the part before `part`, a short one too, was answered.
+  auto after_short_answer = [&](const CallPart* part) {
+    return part->short_form && !results.empty() && results.back().ok() &&
+           results.back()->decisions.size() == 1 && parts[results.size() - 1]->short_form;
+  };
   for (const CallPart* part : parts) {
     if (i >= end) return shape_error("is missing");
     const redisReply& head = *reply.element[i];
     if (head.type == REDIS_REPLY_NIL) {
       // A short part answered as the short part before it.
-      if (!part->short_form || results.empty() || !results.back().ok() ||
-          results.back()->decisions.size() != 1 || !parts[results.size() - 1]->short_form) {
-        return shape_error("repeats no short answer before it");
-      }
+      if (!after_short_answer(part)) return shape_error("repeats no short answer before it");
       absl::StatusOr<ScriptResult> same = results.back();
       results.push_back(std::move(same));
+      ++i;
+      continue;
+    }
+    if (part->short_form && head.type == REDIS_REPLY_INTEGER && head.integer > 0 &&
+        head.integer % 2 == 1) {
+      // One odd code, 2 x remaining + 1: allowed with no delay, and the
+      // reset_after of the short part before it (a window's run).
+      if (!after_short_answer(part)) return shape_error("takes the reset of no answer before it");
+      Decision d;
+      d.allowed = true;
+      d.limit = part->limit;
+      d.remaining = head.integer / 2;
+      d.reset_after = results.back()->decisions[0].reset_after;
+      results.push_back(ScriptResult{.now = Time::FromUnixMicros(call_now), .decisions = {d}});
       ++i;
       continue;
     }
@@ -312,9 +328,9 @@ absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
     }
     auto at = [&](size_t j) -> int64_t { return reply.element[i + j]->integer; };
     if (part->short_form) {
-      // code, remaining, reset_after_us; code: the delay (>= 0) when
-      // allowed, -2 - retry_after_us when denied (-1: never). The limit is
-      // the part's own.
+      // code, remaining, reset_after_us; code: twice the delay (even,
+      // >= 0) when allowed, -2 - retry_after_us when denied (-1: never).
+      // The limit is the part's own.
       const int64_t code = at(0);
       if (code < -(int64_t{1} << 62) || at(2) < 0) {
         return shape_error(Cat("has a malformed decision (code ", code, ")"));
@@ -327,7 +343,7 @@ absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseCallReply(
       d.retry_after = code >= 0    ? Duration::Zero()
                       : code == -1 ? Duration::Infinite()
                                    : Duration::Micros(-code - 2);
-      d.delay = Duration::Micros(std::max<int64_t>(code, 0));
+      d.delay = Duration::Micros(std::max<int64_t>(code, 0) / 2);
       results.push_back(ScriptResult{.now = Time::FromUnixMicros(call_now), .decisions = {d}});
       i += count;
       continue;

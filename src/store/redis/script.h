@@ -156,7 +156,8 @@ struct ScriptResult {
 };
 
 // Decodes the reply to a call of `parts`: one result per part, in order (a
-// short part answered by a nil has the answer of the short part before it).
+// short part answered by a nil has the answer of the short part before it;
+// one answered by an odd integer is allowed with that answer's reset).
 // A part that failed in Redis (a key of another type, a malformed state)
 // is Internal with the function's message. An error reply to the whole call
 // is a Status carrying Redis' message: LOADING / BUSY / MASTERDOWN /

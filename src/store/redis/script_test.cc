@@ -295,10 +295,11 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
   EXPECT_EQ(short_part->decisions[0].reset_after, Duration::Micros(30));
   EXPECT_EQ(short_part->decisions[0].retry_after, Duration::Micros(30));
   EXPECT_EQ(short_part->decisions[0].delay, Duration::Zero());
-  // The short code's other cases: never, and allowed with a delay.
+  // The short code's other cases: never, and allowed with a delay (twice
+  // the delay: an even code).
   items[items.size() - 4].integer = -1;
   EXPECT_TRUE((*ParseCallReply(array, parts))[3]->decisions[0].can_never_pass());
-  items[items.size() - 4].integer = 7;
+  items[items.size() - 4].integer = 14;
   {
     const Decision d = (*ParseCallReply(array, parts))[3]->decisions[0];
     EXPECT_TRUE(d.allowed);
@@ -356,6 +357,55 @@ TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
             absl::StatusCode::kInternal);
   const CallPart short_then_long[] = {short_part, PartOf(ScriptOp::kDecide, 2)};
   EXPECT_EQ(parse({Integer(0), Integer(4), Integer(1000), nil, Integer(1)}, short_then_long)
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
+}
+
+// A short part answered by one odd integer, 2 x remaining + 1, is allowed
+// with no delay and the reset_after of the short answer before it (a
+// window's run); first, after a failed part, or for a part of the long
+// form, the reply is malformed.
+TEST(ParseCallReplyTest, AnOddCodeIsAllowedWithTheResetBeforeIt) {
+  auto parse = [](std::vector<redisReply> items, std::span<const CallPart> parts) {
+    std::vector<redisReply*> pointers;
+    return ParseCallReply(ArrayOf(items, pointers), parts);
+  };
+  redisReply nil{};
+  nil.type = REDIS_REPLY_NIL;
+  const CallPart short_part = PartOf(ScriptOp::kDecide, 1);
+  const CallPart four_short[] = {short_part, short_part, short_part, short_part};
+  // Denied (reset 900), then 2 x 3 + 1, 2 x 0 + 1, and a nil repeating the last.
+  auto results = parse({Integer(-2 - 400), Integer(0), Integer(900), Integer(7), Integer(1), nil,
+                        Integer(1704067200000123)},
+                       four_short);
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 4u);
+  const int64_t remaining[] = {0, 3, 0, 0};
+  for (size_t n = 0; n < 4; ++n) {
+    const absl::StatusOr<ScriptResult>& r = (*results)[n];
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->now, Time::FromUnixMicros(1704067200000123));
+    ASSERT_EQ(r->decisions.size(), 1u);
+    const Decision& d = r->decisions[0];
+    EXPECT_EQ(d.allowed, n > 0) << n;
+    EXPECT_EQ(d.limit, 5);
+    EXPECT_EQ(d.remaining, remaining[n]) << n;
+    EXPECT_EQ(d.reset_after, Duration::Micros(900)) << n;
+    EXPECT_EQ(d.retry_after, n > 0 ? Duration::Zero() : Duration::Micros(400)) << n;
+    EXPECT_EQ(d.delay, Duration::Zero());
+  }
+  const CallPart two_short[] = {short_part, short_part};
+  EXPECT_EQ(parse({Integer(7), Integer(0), Integer(4), Integer(1000), Integer(1)}, two_short)
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(parse({String("WRONGTYPE Operation against a key"), Integer(7), Integer(1)}, two_short)
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
+  const CallPart short_then_long[] = {short_part, PartOf(ScriptOp::kDecide, 2)};
+  EXPECT_EQ(parse({Integer(0), Integer(4), Integer(1000), Integer(7), Integer(1)}, short_then_long)
                 .status()
                 .code(),
             absl::StatusCode::kInternal);

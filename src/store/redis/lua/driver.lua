@@ -33,11 +33,13 @@
 -- Reply, part after part: the part's now_us followed, for D, C, L and N, by six
 -- integers per limit: allowed (0/1), limit, remaining, reset_after_us,
 -- retry_after_us (-1: never), delay_us. A short part (d, c) answers three:
--- code, remaining, reset_after_us, where code is delay_us (>= 0) when
--- allowed and -2 - retry_after_us when denied (-1: never), its limit's
--- own limit being known to the caller (EncodePart keeps it), or one
--- element, false (a nil reply), when its answer is that of the short part
--- just before it (a run's keys found empty answer alike); a call with
+-- code, remaining, reset_after_us, where code is 2 x delay_us (even, >= 0)
+-- when allowed and -2 - retry_after_us when denied (-1: never), its limit's
+-- own limit being known to the caller (EncodePart keeps it); or one
+-- element: false (a nil reply) when its answer is that of the short part
+-- just before it (a run's keys found empty answer alike), or the odd
+-- 2 x remaining + 1 when it is allowed with no delay and the reset_after of
+-- the short part just before it (a window's run: incr_keys). A call with
 -- short parts ends with its now_us, theirs. A part that fails (a key
 -- holding another type, a malformed state) is one error string instead;
 -- the parts before and after it are decided as usual.
@@ -368,7 +370,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           local code
           if allowed == 1 then
             if y ~= 0 then error('sluice: an allowed decision with a retry_after') end
-            code = w
+            code = 2 * w  -- even: a delay below 2^51 (ValidateForRedis)
           else
             if w ~= 0 then error('sluice: a denial with a delay') end
             code = -y - 2

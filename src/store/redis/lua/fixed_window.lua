@@ -109,8 +109,8 @@ end
 -- The requests j = from .. g - 1 of the run `rc` (incr_run), keys[k + j],
 -- at Redis' time, each by one INCRBY, for a limit in the integer form
 -- whose keys lately held states (the driver, "How the driver reads a key"):
--- each answered in the reply after its first m elements (its short answer:
--- code, remaining, reset_after), counted in the limit's `fresh`, until the
+-- each answered in the reply after its first m elements (its short answer,
+-- or one element: below), counted in the limit's `fresh`, until the
 -- run ends, a request INCRBY cannot decide, or `fresh` says keys are now
 -- found empty. Returns the next request's j and the reply's length; a
 -- request INCRBY could not decide leaves its key as it was (a window the
@@ -127,6 +127,10 @@ end
 function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
   local w, step_s, tag, limit, ends = rc.w, rc.step_s, rc.tag, rc.limit, rc.ends
   local fresh = w.fresh
+  -- Every answer of the loop has the run's reset_after (ends): after the
+  -- first, an allowed one is one element, 2 x remaining + 1 (driver.lua,
+  -- the reply), not three.
+  local first = true
   while j < g do
     rc.at_j, rc.at_m = j, m
     local key = keys[k + j]
@@ -136,24 +140,35 @@ function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
     -- Redis about 600 instructions a decision).
     local v = call('INCRBY', key, step_s)
     local r = v % 256
+    local remaining  -- of an allowed request
     if r == tag then
       local count = (v - r) / 256
       if count <= limit then
-        reply[m + 1], reply[m + 2], reply[m + 3] = 0, limit - count, ends
+        remaining = limit - count
       else
         call('DECRBY', key, step_s)
         -- As fast's denial: the request fits at the next window.
         reply[m + 1], reply[m + 2], reply[m + 3] = -ends - 2, limit - (count - rc.cost), ends
+        m = m + 3
       end
     elseif r == 0 or r == rc.tag_before then
       call('SET', key, rc.fresh_state, 'PXAT', rc.expiry)
-      reply[m + 1], reply[m + 2], reply[m + 3] = 0, limit - rc.cost, ends
+      remaining = limit - rc.cost
     else
       call('DECRBY', key, step_s)
       w.fresh = fresh
       return j, m
     end
-    m, j = m + 3, j + 1
+    if remaining == nil then
+      first = false
+    elseif first then
+      reply[m + 1], reply[m + 2], reply[m + 3] = 0, remaining, ends
+      m, first = m + 3, false
+    else
+      m = m + 1
+      reply[m] = 2 * remaining + 1
+    end
+    j = j + 1
     -- How its key was found (common.lua, "How the driver reads a key").
     if r ~= 0 then
       if fresh > -8 then fresh = fresh - 1 end

@@ -192,6 +192,10 @@ function sliding_window.incr_keys(rc, keys, k, j, g, reply, at)
   local w, step_s, m, cost, index, tag = rc.w, rc.step_s, rc.m, rc.cost, rc.index, rc.tag
   local limit, period, elapsed, ends = rc.limit, rc.period, rc.elapsed, rc.ends
   local fresh = w.fresh
+  -- The reset_after of the loop's last answer: an allowed request after
+  -- one of the run's (ends) is one element, 2 x remaining + 1, as in
+  -- fixed_window.incr_keys.
+  local reset_before
   while j < g do
     rc.at_j, rc.at_m = j, at
     local key = keys[k + j]
@@ -235,8 +239,9 @@ function sliding_window.incr_keys(rc, keys, k, j, g, reply, at)
       l.window, l.prev, l.curr = st_window, st_prev, st_curr
       local d = sliding_window.decide(w, key, rc.ctx, cost, true, l)
       local code
-      if d.allowed == 1 then code = d.delay else code = -d.retry - 2 end
+      if d.allowed == 1 then code = 2 * d.delay else code = -d.retry - 2 end
       reply[at + 1], reply[at + 2], reply[at + 3] = code, d.remaining, d.reset
+      at, reset_before = at + 3, d.reset
     else
       if st_window ~= index then
         call('SET', key, tagged_text(w, (curr * m + prev) * 256 + tag), 'PXAT', rc.expiry)
@@ -244,9 +249,15 @@ function sliding_window.incr_keys(rc, keys, k, j, g, reply, at)
         -- curr now weighs on the next window: kept until its end (common.lua).
         call('PEXPIREAT', key, rc.expiry)
       end
-      reply[at + 1], reply[at + 2], reply[at + 3] = 0, limit - prev + F - curr, ends
+      if reset_before == ends then
+        at = at + 1
+        reply[at] = 2 * (limit - prev + F - curr) + 1
+      else
+        reply[at + 1], reply[at + 2], reply[at + 3] = 0, limit - prev + F - curr, ends
+        at, reset_before = at + 3, ends
+      end
     end
-    at, j = at + 3, j + 1
+    j = j + 1
     -- How its key was found (common.lua, "How the driver reads a key").
     if r ~= 0 then
       if fresh > -8 then fresh = fresh - 1 end
