@@ -10,7 +10,9 @@
 #          p50 / p99 latency, non-2xx answers, Redis calls per decision (below
 #          1 when sluice coalesced the decisions in flight into one call) and
 #          redis-server's CPU time (user + system, /proc/PID/stat) per
-#          decision sent to Redis. After each of these runs, on the same
+#          decision sent to Redis; results.jsonl also holds the commands
+#          the function ran per decision (commands_per_decision, from INFO
+#          commandstats). After each of these runs, on the same
 #          redis-server, rate-limiter-flexible's RateLimiterRedis (its fixed
 #          window) twice: in process (rlf_bench.js, 64 consume() calls in
 #          flight over the same KEYS) and behind HTTP (rlf_serve.js: a Node
