@@ -237,6 +237,13 @@ redisReply ArrayOf(std::vector<redisReply>& items, std::vector<redisReply*>& poi
   return array;
 }
 
+// The answer to `parts` read from an array reply of `items`.
+absl::StatusOr<std::vector<absl::StatusOr<ScriptResult>>> ParseItems(
+    std::vector<redisReply> items, std::span<const CallPart> parts) {
+  std::vector<redisReply*> pointers;
+  return ParseCallReply(ArrayOf(items, pointers), parts);
+}
+
 CallPart PartOf(ScriptOp op, size_t limits) {
   const std::string_view keys[] = {"{p}:a", "{p}:b", "{p}:c"};
   const std::string_view params[] = {"fw 5 1", "fw 5 1", "fw 5 1"};
@@ -325,16 +332,12 @@ TEST(ParseCallReplyTest, DecodesEachPartEachLimitAndTheInfiniteRetry) {
 // A short part answered as the short part before it (keys of one run found
 // empty) is one nil element; anywhere else a nil is a malformed reply.
 TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
-  auto parse = [](std::vector<redisReply> items, std::span<const CallPart> parts) {
-    std::vector<redisReply*> pointers;
-    return ParseCallReply(ArrayOf(items, pointers), parts);
-  };
   redisReply nil{};
   nil.type = REDIS_REPLY_NIL;
   const CallPart short_part = PartOf(ScriptOp::kDecide, 1);
   const CallPart three_short[] = {short_part, short_part, short_part};
-  auto results = parse({Integer(0), Integer(4), Integer(1000), nil, nil, Integer(1704067200000123)},
-                       three_short);
+  auto results = ParseItems(
+      {Integer(0), Integer(4), Integer(1000), nil, nil, Integer(1704067200000123)}, three_short);
   ASSERT_TRUE(results.ok()) << results.status();
   ASSERT_EQ(results->size(), 3u);
   for (const auto& r : *results) {
@@ -348,15 +351,16 @@ TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
   }
   // First, after a failed part, or for a part of the long form: Internal.
   const CallPart two_short[] = {short_part, short_part};
-  EXPECT_EQ(
-      parse({nil, Integer(0), Integer(4), Integer(1000), Integer(1)}, two_short).status().code(),
-      absl::StatusCode::kInternal);
-  EXPECT_EQ(parse({String("WRONGTYPE Operation against a key"), nil, Integer(1)}, two_short)
+  EXPECT_EQ(ParseItems({nil, Integer(0), Integer(4), Integer(1000), Integer(1)}, two_short)
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(ParseItems({String("WRONGTYPE Operation against a key"), nil, Integer(1)}, two_short)
                 .status()
                 .code(),
             absl::StatusCode::kInternal);
   const CallPart short_then_long[] = {short_part, PartOf(ScriptOp::kDecide, 2)};
-  EXPECT_EQ(parse({Integer(0), Integer(4), Integer(1000), nil, Integer(1)}, short_then_long)
+  EXPECT_EQ(ParseItems({Integer(0), Integer(4), Integer(1000), nil, Integer(1)}, short_then_long)
                 .status()
                 .code(),
             absl::StatusCode::kInternal);
@@ -367,18 +371,14 @@ TEST(ParseCallReplyTest, ANilRepeatsTheShortAnswerBeforeIt) {
 // window's run); first, after a failed part, or for a part of the long
 // form, the reply is malformed.
 TEST(ParseCallReplyTest, AnOddCodeIsAllowedWithTheResetBeforeIt) {
-  auto parse = [](std::vector<redisReply> items, std::span<const CallPart> parts) {
-    std::vector<redisReply*> pointers;
-    return ParseCallReply(ArrayOf(items, pointers), parts);
-  };
   redisReply nil{};
   nil.type = REDIS_REPLY_NIL;
   const CallPart short_part = PartOf(ScriptOp::kDecide, 1);
   const CallPart four_short[] = {short_part, short_part, short_part, short_part};
   // Denied (reset 900), then 2 x 3 + 1, 2 x 0 + 1, and a nil repeating the last.
-  auto results = parse({Integer(-2 - 400), Integer(0), Integer(900), Integer(7), Integer(1), nil,
-                        Integer(1704067200000123)},
-                       four_short);
+  auto results = ParseItems({Integer(-2 - 400), Integer(0), Integer(900), Integer(7), Integer(1),
+                             nil, Integer(1704067200000123)},
+                            four_short);
   ASSERT_TRUE(results.ok()) << results.status();
   ASSERT_EQ(results->size(), 4u);
   const int64_t remaining[] = {0, 3, 0, 0};
@@ -396,19 +396,21 @@ TEST(ParseCallReplyTest, AnOddCodeIsAllowedWithTheResetBeforeIt) {
     EXPECT_EQ(d.delay, Duration::Zero());
   }
   const CallPart two_short[] = {short_part, short_part};
-  EXPECT_EQ(parse({Integer(7), Integer(0), Integer(4), Integer(1000), Integer(1)}, two_short)
+  EXPECT_EQ(ParseItems({Integer(7), Integer(0), Integer(4), Integer(1000), Integer(1)}, two_short)
                 .status()
                 .code(),
             absl::StatusCode::kInternal);
-  EXPECT_EQ(parse({String("WRONGTYPE Operation against a key"), Integer(7), Integer(1)}, two_short)
-                .status()
-                .code(),
-            absl::StatusCode::kInternal);
+  EXPECT_EQ(
+      ParseItems({String("WRONGTYPE Operation against a key"), Integer(7), Integer(1)}, two_short)
+          .status()
+          .code(),
+      absl::StatusCode::kInternal);
   const CallPart short_then_long[] = {short_part, PartOf(ScriptOp::kDecide, 2)};
-  EXPECT_EQ(parse({Integer(0), Integer(4), Integer(1000), Integer(7), Integer(1)}, short_then_long)
-                .status()
-                .code(),
-            absl::StatusCode::kInternal);
+  EXPECT_EQ(
+      ParseItems({Integer(0), Integer(4), Integer(1000), Integer(7), Integer(1)}, short_then_long)
+          .status()
+          .code(),
+      absl::StatusCode::kInternal);
 }
 
 TEST(ParseCallReplyTest, ErrorRepliesKeepRedisMessage) {
