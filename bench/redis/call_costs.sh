@@ -9,8 +9,8 @@
 #                         it carries is about 1-decision - (10 - 1) / 9)
 #   empty function        a function that returns 1: Redis' own FCALL
 #   TIME                  a function that calls TIME
-#   GET, SET ... NX GET (found), SET ... PXAT, SET ... KEEPTTL, INCRBY
-#                         a function that runs the command on each of ten
+#   GET, SET ... NX GET (found), SET ... PXAT, SET ... KEEPTTL, INCRBY,
+#   PEXPIREAT             a function that runs the command on each of ten
 #                         keys holding a state (less the empty function's
 #                         cost, over ten: what the command costs through
 #                         redis.call, its arguments and reply converted)
@@ -78,7 +78,9 @@ redis.register_function('cc_setnx', each(function(k)
 redis.register_function('cc_setpxat', each(function(k)
   redis.call('SET', k, '12345', 'PXAT', '99999999999999') end))
 redis.register_function('cc_keepttl', each(function(k) redis.call('SET', k, '12345', 'KEEPTTL') end))
-redis.register_function('cc_incrby', each(function(k) redis.call('INCRBY', k, '256') end))" >/dev/null
+redis.register_function('cc_incrby', each(function(k) redis.call('INCRBY', k, '256') end))
+redis.register_function('cc_pexpireat', each(function(k)
+  redis.call('PEXPIREAT', k, '99999999999999') end))" >/dev/null
 for k in "${HELD[@]}"; do "${CLI[@]}" SET "$k" 1000 PXAT 99999999999999 >/dev/null; done
 
 # Runs N calls of "$@" and prints the instructions per call inside
@@ -110,7 +112,7 @@ echo "| TIME (function) | $time_call |"
 echo "| command | instructions through redis.call |"
 echo "|---|---:|"
 for kind in get:GET "setnx:SET ... NX GET (found)" "setpxat:SET ... PXAT" \
-  "keepttl:SET ... KEEPTTL" incrby:INCRBY; do
+  "keepttl:SET ... KEEPTTL" incrby:INCRBY "pexpireat:PEXPIREAT (an expiry kept)"; do
   total=$(per_call FCALL "cc_${kind%%:*}" 10 "${HELD[@]}")
   echo "| ${kind#*:} | $(((total - none) / 10)) |"
 done
