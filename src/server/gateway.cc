@@ -4,6 +4,8 @@
 // with the RateLimit fields.
 #include "server/gateway.h"
 
+#include <memory>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/write.hpp>
@@ -153,12 +155,11 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   ToUpstream(req, peer_ip, marker);
   boost::system::error_code ec;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::optional<UpstreamConnection> pooled =
-        attempt == 0 ? w.pool.Take(route->upstream) : std::nullopt;
-    const bool reused = pooled.has_value();
-    UpstreamConnection upstream =
-        reused ? *std::move(pooled) : UpstreamConnection{Socket(w.ioc.get_executor()), {}, {}};
-    Socket& stream = upstream.socket;
+    std::unique_ptr<UpstreamConnection> upstream =
+        attempt == 0 ? w.pool.Take(route->upstream) : nullptr;
+    const bool reused = upstream != nullptr;
+    if (!reused) upstream = std::make_unique<UpstreamConnection>(Socket(w.ioc.get_executor()));
+    Socket& stream = upstream->socket;
     Deadline deadline(w, stream);
     deadline.After(sc.upstream_timeout);
     if (!reused) {
@@ -173,13 +174,13 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
         break;
       }
     }
-    upstream.head.clear();
-    const std::string_view body = AppendRequestHead(req, upstream.head);
-    std::array<net::const_buffer, 2> request = Gathered(upstream.head, body);
+    upstream->head.clear();
+    const std::string_view body = AppendRequestHead(req, upstream->head);
+    std::array<net::const_buffer, 2> request = Gathered(upstream->head, body);
     if (!WriteNow(stream, request, ec) && !ec) {
       co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));
     }
-    beast::flat_buffer& buffer = upstream.buffer;
+    beast::flat_buffer& buffer = upstream->buffer;
     std::optional<AnswerParser> parser;
     // Interim (1xx) answers are read and dropped; the final one is relayed.
     do {

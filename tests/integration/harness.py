@@ -212,6 +212,8 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
             "headers": {k: v for k, v in self.headers.items()},
             "header_list": list(self.headers.items()),
             "body": body.decode("utf-8", "replace"),
+            # The sending end of the connection: one per connection sluice opens.
+            "peer": self.client_address,
         }
         with up.lock:
             up.requests.append(record)

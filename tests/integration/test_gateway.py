@@ -639,6 +639,19 @@ class GatewayTest(SluiceTestCase):
         # A fast request still works.
         self.assertEqual(self.get("/fast").status, 200)
 
+    def test_requests_one_after_another_reuse_one_upstream_connection(self):
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 1000/s}
+""", threads=1)
+        for i in range(5):
+            self.assertEqual(self.get("/seq/%d" % i).status, 200)
+        peers = {tuple(h["peer"]) for h in self.up.hits("/seq/")}
+        self.assertEqual(self.up.count("/seq/"), 5)
+        self.assertEqual(len(peers), 1, peers)
+
     def test_upstream_keep_alive_survives_upstream_closing_idle_connections(self):
         self.start("""\
   - name: app
