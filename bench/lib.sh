@@ -37,6 +37,25 @@ work_dir_with_cleanup() {
   trap 'if [[ -n "$SERVER_PID" ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi; rm -rf "$WORK"' EXIT
 }
 
+# A redis-server on a free loopback port (PORT) under valgrind's callgrind,
+# counting only inside `fcallCommand` (sluice's function, the commands it
+# calls, their replies), persistence off; its counts in
+# $WORK/callgrind.out.<pid>[.<dump>], its PID in SERVER_PID (stopped at exit
+# by work_dir_with_cleanup, whose WORK it needs). Returns once it answers.
+start_callgrind_redis() {
+  PORT=$(free_port)
+  rm -f "$WORK"/callgrind.out.*
+  valgrind --tool=callgrind --toggle-collect=fcallCommand \
+    --callgrind-out-file="$WORK/callgrind.out.%p" \
+    redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+    2>"$WORK/valgrind.log" >"$WORK/redis.log" &
+  SERVER_PID=$!
+  for _ in $(seq 300); do
+    timeout 5 redis-cli -p "$PORT" PING >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+}
+
 # Starts the redis-server a benchmark runs against: a free loopback port,
 # persistence off (no fork for RDB or AOF in the middle of a run), its
 # files in a new temporary folder. Sets PORT, REDIS_PID, WORK (the folder,

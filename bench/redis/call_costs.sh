@@ -42,21 +42,12 @@ LIMITS=${LIMITS:-1000}
 
 source scripts/deps.sh
 sluice_install_deps valgrind redis-server redis-tools
-source bench/lib.sh  # release_binary, free_port, work_dir_with_cleanup
+source bench/lib.sh  # release_binary, work_dir_with_cleanup, start_callgrind_redis
 BENCH=$(release_binary "${BENCH:-}" sluice_bench_redis bench/sluice_bench_redis)
 
 work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
-PORT=$(free_port)
-valgrind --tool=callgrind --toggle-collect=fcallCommand \
-  --callgrind-out-file="$WORK/callgrind.out.%p" \
-  redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-  2>"$WORK/valgrind.log" >"$WORK/redis.log" &
-SERVER_PID=$!
+start_callgrind_redis  # PORT, SERVER_PID
 CLI=(timeout 20 redis-cli -p "$PORT")
-for _ in $(seq 300); do
-  "${CLI[@]}" PING >/dev/null 2>&1 && break
-  sleep 0.1
-done
 
 # sluice's function (loaded by the benchmark binary) and one decision's arguments.
 timeout 60 "$BENCH" --url "redis://127.0.0.1:$PORT" --print-fcall-args --algorithm gcra \

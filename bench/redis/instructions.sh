@@ -36,7 +36,7 @@ ALGORITHMS=("$@")
 
 source scripts/deps.sh
 sluice_install_deps valgrind redis-server
-source bench/lib.sh  # release_binary, free_port, work_dir_with_cleanup
+source bench/lib.sh  # release_binary, work_dir_with_cleanup, start_callgrind_redis
 BENCH=$(release_binary "${BENCH:-}" sluice_bench_redis bench/sluice_bench_redis)
 
 work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
@@ -45,17 +45,7 @@ echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $BENCH; keys $K
 echo "| algorithm | decisions | calls per decision | instructions per decision | commands per decision |"
 echo "|---|---:|---:|---:|---|"
 for algorithm in "${ALGORITHMS[@]}"; do
-  PORT=$(free_port)
-  rm -f "$WORK"/callgrind.out.*
-  valgrind --tool=callgrind --toggle-collect=fcallCommand \
-    --callgrind-out-file="$WORK/callgrind.out.%p" \
-    redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-    2>"$WORK/valgrind.log" >"$WORK/redis.log" &
-  SERVER_PID=$!
-  for _ in $(seq 300); do
-    timeout 5 redis-cli -p "$PORT" PING >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  start_callgrind_redis  # PORT, SERVER_PID
   timeout $((DURATION + 120)) "$BENCH" --url "redis://127.0.0.1:$PORT" --depth 64 \
     --keys "$KEYS" --seconds "$DURATION" --algorithm "$algorithm" \
     ${WINDOW_STATE:+--window-state "$WINDOW_STATE"} ${RATE:+--rate "$RATE"} > "$WORK/bench.json"

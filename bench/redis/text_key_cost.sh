@@ -24,7 +24,7 @@ N=${N:-500}
 
 source scripts/deps.sh
 sluice_install_deps valgrind redis-server redis-tools
-source bench/lib.sh  # release_binary, free_port, work_dir_with_cleanup
+source bench/lib.sh  # release_binary, work_dir_with_cleanup, start_callgrind_redis
 BENCH=$(release_binary "${BENCH:-}" sluice_bench_redis bench/sluice_bench_redis)
 
 work_dir_with_cleanup  # WORK; stops SERVER_PID at exit
@@ -33,17 +33,7 @@ echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $BENCH; $N call
 echo "| key's state before each call | instructions per call |"
 echo "|---|---:|"
 for form in integer text; do
-  PORT=$(free_port)
-  rm -f "$WORK"/callgrind.out.*
-  valgrind --tool=callgrind --toggle-collect=fcallCommand \
-    --callgrind-out-file="$WORK/callgrind.out.%p" \
-    redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-    2>"$WORK/valgrind.log" >"$WORK/redis.log" &
-  SERVER_PID=$!
-  for _ in $(seq 300); do
-    timeout 5 redis-cli -p "$PORT" PING >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  start_callgrind_redis  # PORT, SERVER_PID
   # The FCALL of one fixed_window decision, one argument a line (it loads
   # the function).
   timeout 60 "$BENCH" --url "redis://127.0.0.1:$PORT" --print-fcall-args \
