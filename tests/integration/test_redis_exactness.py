@@ -137,11 +137,24 @@ class ExactnessChecks:
     def assert_exact(self, policy):
         """REQUESTS concurrent decisions on one fresh key of `policy`: exactly
         100 admitted (buckets: 100 plus at most one per 600 ms the burst
-        took, never fewer than 100)."""
+        took, never fewer than 100). A leased bucket may lose a slot whose
+        time passed before its grant arrived (a round trip longer than the
+        lead, on a busy machine: docs/distributed.md, "The lead"); each such
+        slot is counted in sluice_lease_expired_units_total, and at most
+        one a process is allowed for."""
+        expired_before = fleet_metric(self.fleet, "sluice_lease_expired_units_total")
         result = self.burst_and_count(policy)
         if policy in BUCKETS:
             refill = int(result.elapsed // EMISSION_INTERVAL)
-            self.assertGreaterEqual(result.allowed, LIMIT)
+            lost = 0
+            if policy.endswith("_leased"):
+                lost = int(fleet_metric(self.fleet, "sluice_lease_expired_units_total") -
+                           expired_before)
+                self.assertLessEqual(lost, len(self.fleet),
+                                     "%d leased slots passed unspent" % lost)
+            self.assertGreaterEqual(result.allowed + lost, LIMIT,
+                                    "%d admitted, %d leased slots passed unspent" % (
+                                        result.allowed, lost))
             self.assertLessEqual(
                 result.allowed, LIMIT + refill,
                 "%d admitted; the burst took %.3f s, so at most %d + %d refilled" % (
