@@ -127,10 +127,10 @@ end
 function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
   local w, step_s, tag, limit, ends = rc.w, rc.step_s, rc.tag, rc.limit, rc.ends
   local fresh = w.fresh
-  -- Every answer of the loop has the run's reset_after (ends): after the
-  -- first, an allowed one is one element, 2 x remaining + 1 (driver.lua,
-  -- the reply), not three.
-  local first = true
+  -- The reset_after of the loop's last answer: an allowed request after
+  -- one of the run's (ends: every answer here has it) is one element,
+  -- 2 x remaining + 1 (driver.lua, the reply), not three.
+  local reset_before
   while j < g do
     rc.at_j, rc.at_m = j, m
     local key = keys[k + j]
@@ -149,7 +149,7 @@ function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
         call('DECRBY', key, step_s)
         -- As fast's denial: the request fits at the next window.
         reply[m + 1], reply[m + 2], reply[m + 3] = -ends - 2, limit - (count - rc.cost), ends
-        m = m + 3
+        m, reset_before = m + 3, ends
       end
     elseif r == 0 or r == rc.tag_before then
       call('SET', key, rc.fresh_state, 'PXAT', rc.expiry)
@@ -159,14 +159,13 @@ function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
       w.fresh = fresh
       return j, m
     end
-    if remaining == nil then
-      first = false
-    elseif first then
-      reply[m + 1], reply[m + 2], reply[m + 3] = 0, remaining, ends
-      m, first = m + 3, false
-    else
+    if remaining == nil then  -- denied, answered above
+    elseif reset_before == ends then
       m = m + 1
       reply[m] = 2 * remaining + 1
+    else
+      reply[m + 1], reply[m + 2], reply[m + 3] = 0, remaining, ends
+      m, reset_before = m + 3, ends
     end
     j = j + 1
     -- How its key was found (common.lua, "How the driver reads a key").
