@@ -125,6 +125,22 @@ void MustBeJson(const std::string& text) {
   if (!nlohmann::json::accept(text)) __builtin_trap();
 }
 
+// What goes in a response's head must be fields and nothing else: no CR, LF
+// or NUL inside a name or a value (a field or a response of its own), and
+// the wire text exactly the fields read back.
+void MustBeFields(const policy::FieldList& fields) {
+  std::string wire;
+  for (const auto& [name, value] : fields) {
+    for (const std::string_view part : {name, value}) {
+      if (part.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos) {
+        __builtin_trap();
+      }
+    }
+    wire += Cat(name, ": ", value, "\r\n");
+  }
+  if (wire != fields.wire()) __builtin_trap();
+}
+
 // check_endpoint.cc's Decide: one check of a body, read by check_api.
 void DecideCheck(const std::variant<server::CheckItem, server::CheckError>& check, bool headers) {
   Fixture& f = TheFixture();
@@ -143,8 +159,9 @@ void DecideCheck(const std::variant<server::CheckItem, server::CheckError>& chec
   const policy::Verdict verdict = policy::EvaluateNow(applied, f.clock.Now());
   if (!verdict.error.ok()) return;  // 400
   MustBeJson(server::CheckJson(item->policy, verdict));
-  std::vector<std::pair<std::string, std::string>> out;
+  policy::FieldList out;
   if (headers) verdict.AppendHeaders(applied, /*legacy=*/true, f.rng, out);
+  MustBeFields(out);
 }
 
 }  // namespace
@@ -172,8 +189,9 @@ void DecideRequest(const PolicySet& set, absl::Span<const Policy* const> applyin
   }
   const policy::Verdict verdict = policy::EvaluateNow(applied, now);
   if (!verdict.error.ok()) return;  // 400: a key the store refuses
-  std::vector<std::pair<std::string, std::string>> headers;
+  policy::FieldList headers;
   verdict.AppendHeaders(applied, /*legacy=*/true, f.rng, headers);
+  MustBeFields(headers);
   if (!verdict.allowed) (void)policy::ProblemBody(verdict.status, verdict.violated, verdict.detail);
 }
 

@@ -19,6 +19,8 @@
 # wrk is a client on the same host, the case that option is for.
 #
 # Usage: bench/http/run.sh [DURATION_S=5] [ROUNDS=3] [WORKERS=2] [CONNECTIONS=64]
+# Variables: ONLY (a bash pattern: only the cases whose name it matches,
+#   e.g. ONLY='gateway-pass-keys1'), CPU_AFFINITY.
 # Loopback only; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -123,6 +125,8 @@ RESULTS="$WORK/results.txt"
 : > "$RESULTS"
 case_run() {  # $1 name $2 keys $3 rate-sluice $4 rate-nginx $5 burst $6 sluice-method $7 sluice-path $8 nginx-path
   local name=$1 keys=$2
+  # shellcheck disable=SC2053  # ONLY is a pattern
+  [[ $name == ${ONLY:-*} ]] || return 0
   start_nginx "$4" "$5"; start_sluice "$3" "$5"
   for round in $(seq "$ROUNDS"); do
     write_lua "$keys" "$6" "$7"; echo "$name sluice $(run_wrk "$SLUICE_PORT")" >> "$RESULTS"

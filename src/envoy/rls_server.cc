@@ -363,17 +363,17 @@ void Call::Complete(const policy::Verdict& verdict) {
                 *status->mutable_duration_until_reset());
   }
 
-  std::vector<std::pair<std::string, std::string>> headers;
+  policy::FieldList headers;
   thread_local std::mt19937_64 rng{std::random_device{}()};
   verdict.AppendHeaders(applied, snapshot->legacy_headers, rng, headers);
   if (over) {
-    headers.emplace_back("Content-Type", "application/problem+json");
+    headers.Add("Content-Type", "application/problem+json");
     response->set_raw_body(policy::ProblemBody(429, verdict.violated, verdict.detail));
   }
-  for (auto& [name, value] : headers) {
+  for (const auto [name, value] : headers) {
     auto* h = response->add_response_headers_to_add();
-    h->set_key(std::move(name));
-    h->set_value(std::move(value));
+    h->set_key(std::string(name));
+    h->set_value(std::string(value));
   }
   service->Finish(*this, grpc::Status::OK);
 }

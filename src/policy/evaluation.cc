@@ -401,11 +401,12 @@ PolicyAnswers EnforcedAnswers(const std::vector<Applied>& applied, const Verdict
 }
 
 void Verdict::AppendHeaders(const std::vector<Applied>& applied, bool legacy, std::mt19937_64& rng,
-                            std::vector<std::pair<std::string, std::string>>& out) const {
-  out.reserve(out.size() + (legacy ? 6 : 3));
+                            FieldList& out) const {
   AppendRateLimitHeaders(EnforcedAnswers(applied, *this), legacy, out);
-  if (!allowed && !never)
-    out.emplace_back("Retry-After", Cat(RetryAfterSeconds(retry_after, jitter, rng)));
+  if (!allowed && !never) {
+    internal::Append(out.Open("Retry-After"), RetryAfterSeconds(retry_after, jitter, rng));
+    out.Close();
+  }
 }
 
 }  // namespace sluice::policy

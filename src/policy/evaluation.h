@@ -82,7 +82,7 @@ struct Verdict {
   // The RateLimit fields of the enforced answers (legacy X-RateLimit-* too
   // when `legacy`), and Retry-After when denied and not `never`.
   void AppendHeaders(const std::vector<Applied>& applied, bool legacy, std::mt19937_64& rng,
-                     std::vector<std::pair<std::string, std::string>>& out) const;
+                     FieldList& out) const;
 };
 
 using VerdictCallback = std::function<void(Verdict)>;

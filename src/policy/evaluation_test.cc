@@ -111,12 +111,12 @@ TEST_F(EvaluateTest, PoliciesAfterADenialAreAskedAndTakeNothing) {
   EXPECT_EQ(Left("wide", "k"), 8);
   // Both answers reach the RateLimit fields.
   std::mt19937_64 rng(1);
-  std::vector<std::pair<std::string, std::string>> headers;
+  FieldList headers;
   v.AppendHeaders(narrow_first, /*legacy=*/false, rng, headers);
   ASSERT_GE(headers.size(), 3u);
-  EXPECT_THAT(headers[0].second, HasSubstr("\"narrow\""));
-  EXPECT_THAT(headers[0].second, HasSubstr("\"wide\""));
-  EXPECT_EQ(headers.back().first, "Retry-After");
+  EXPECT_THAT(headers[0].value, HasSubstr("\"narrow\""));
+  EXPECT_THAT(headers[0].value, HasSubstr("\"wide\""));
+  EXPECT_EQ(headers.back().name, "Retry-After");
 }
 
 TEST_F(EvaluateTest, AMissingKeyDeniesBeforeAnythingIsTaken) {
@@ -131,7 +131,7 @@ TEST_F(EvaluateTest, AMissingKeyDeniesBeforeAnythingIsTaken) {
   EXPECT_EQ(Left("wide", "k"), 10);
   EXPECT_EQ(Count("narrow", "missing_key"), 1);
   std::mt19937_64 rng(1);
-  std::vector<std::pair<std::string, std::string>> headers;
+  FieldList headers;
   v.AppendHeaders(applied, false, rng, headers);
   EXPECT_THAT(headers, IsEmpty());  // no Retry-After: waiting does not bring the key
 }
@@ -165,7 +165,7 @@ TEST_F(EvaluateTest, ACostNoLimitCanAdmitNeverPassesAndHasNoRetryAfter) {
   EXPECT_TRUE(v.never);
   EXPECT_THAT(v.detail, HasSubstr("can never pass"));
   std::mt19937_64 rng(1);
-  std::vector<std::pair<std::string, std::string>> headers;
+  FieldList headers;
   v.AppendHeaders(applied, false, rng, headers);
   for (const auto& [name, value] : headers) EXPECT_NE(name, "Retry-After");
 }

@@ -48,17 +48,15 @@ int64_t SecondsUntilAvailable(const PolicyDecision& d) {
   return d.reset_after.CeilSeconds();
 }
 
-}  // namespace
-
 // Room for one policy's part of either field, so that one allocation holds
 // the whole of a common answer.
 constexpr size_t kFieldBytesPerPolicy = 48;
 
-std::string RateLimitPolicyField(absl::Span<const PolicyAnswer> answers) {
-  std::string out;
-  out.reserve(kFieldBytesPerPolicy * answers.size());
-  for (const PolicyAnswer& a : answers) {
-    if (!out.empty()) out += ", ";
+// The RateLimit-Policy field's value (RateLimitPolicyField), appended.
+void AppendRateLimitPolicyValue(std::string& out, absl::Span<const PolicyAnswer> answers) {
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const PolicyAnswer& a = answers[i];
+    if (i > 0) out += ", ";
     AppendName(out, a);
     Append(out, ";q=", a.decision.limit);
     if (a.concurrent) {
@@ -67,18 +65,32 @@ std::string RateLimitPolicyField(absl::Span<const PolicyAnswer> answers) {
       Append(out, ";w=", a.window_seconds);
     }
   }
+}
+
+// The RateLimit field's value (RateLimitField), appended.
+void AppendRateLimitValue(std::string& out, absl::Span<const PolicyAnswer> answers) {
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const PolicyAnswer& a = answers[i];
+    if (i > 0) out += ", ";
+    AppendName(out, a);
+    Append(out, ";r=", std::max<int64_t>(0, a.decision.remaining));
+    if (!a.decision.can_never_pass()) Append(out, ";t=", SecondsUntilAvailable(a.decision));
+  }
+}
+
+}  // namespace
+
+std::string RateLimitPolicyField(absl::Span<const PolicyAnswer> answers) {
+  std::string out;
+  out.reserve(kFieldBytesPerPolicy * answers.size());
+  AppendRateLimitPolicyValue(out, answers);
   return out;
 }
 
 std::string RateLimitField(absl::Span<const PolicyAnswer> answers) {
   std::string out;
   out.reserve(kFieldBytesPerPolicy * answers.size());
-  for (const PolicyAnswer& a : answers) {
-    if (!out.empty()) out += ", ";
-    AppendName(out, a);
-    Append(out, ";r=", std::max<int64_t>(0, a.decision.remaining));
-    if (!a.decision.can_never_pass()) Append(out, ";t=", SecondsUntilAvailable(a.decision));
-  }
+  AppendRateLimitValue(out, answers);
   return out;
 }
 
@@ -148,11 +160,14 @@ std::string ErrorBody(int status, std::string_view title, std::string_view detai
   return out;
 }
 
-void AppendRateLimitHeaders(absl::Span<const PolicyAnswer> answers, bool legacy,
-                            std::vector<std::pair<std::string, std::string>>& out) {
+void AppendRateLimitHeaders(absl::Span<const PolicyAnswer> answers, bool legacy, FieldList& out) {
   if (answers.empty()) return;
-  out.emplace_back("RateLimit-Policy", RateLimitPolicyField(answers));
-  out.emplace_back("RateLimit", RateLimitField(answers));
+  // Both fields' names and CRLFs, and their values, in one allocation.
+  out.Reserve(2 * kFieldBytesPerPolicy * answers.size() + 48 + (legacy ? 80 : 0));
+  AppendRateLimitPolicyValue(out.Open("RateLimit-Policy"), answers);
+  out.Close();
+  AppendRateLimitValue(out.Open("RateLimit"), answers);
+  out.Close();
   if (legacy) {
     // The legacy trio has room for one policy: the most restrictive.
     const PolicyAnswer* worst = &answers.front();
@@ -163,9 +178,12 @@ void AppendRateLimitHeaders(absl::Span<const PolicyAnswer> answers, bool legacy,
                a.decision.remaining < worst->decision.remaining)
         worst = &a;
     }
-    out.emplace_back("X-RateLimit-Limit", Cat(worst->decision.limit));
-    out.emplace_back("X-RateLimit-Remaining", Cat(std::max<int64_t>(0, worst->decision.remaining)));
-    out.emplace_back("X-RateLimit-Reset", Cat(SecondsUntilAvailable(worst->decision)));
+    Append(out.Open("X-RateLimit-Limit"), worst->decision.limit);
+    out.Close();
+    Append(out.Open("X-RateLimit-Remaining"), std::max<int64_t>(0, worst->decision.remaining));
+    out.Close();
+    Append(out.Open("X-RateLimit-Reset"), SecondsUntilAvailable(worst->decision));
+    out.Close();
   }
 }
 

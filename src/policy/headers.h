@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "policy/field_list.h"
 #include "sluice/limiter.h"
 
 namespace sluice::policy {
@@ -50,9 +51,8 @@ std::string ProblemBody(int status, const std::vector<std::string>& violated,
 // A plain error as problem+json (bad request, unknown policy, ...).
 std::string ErrorBody(int status, std::string_view title, std::string_view detail);
 
-// Appends the RateLimit fields (and legacy ones when asked) as name/value pairs.
-void AppendRateLimitHeaders(absl::Span<const PolicyAnswer> answers, bool legacy,
-                            std::vector<std::pair<std::string, std::string>>& out);
+// Appends the RateLimit fields (and legacy ones when asked).
+void AppendRateLimitHeaders(absl::Span<const PolicyAnswer> answers, bool legacy, FieldList& out);
 
 }  // namespace sluice::policy
 

@@ -5,11 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/cat.h"
 #include "policy/headers.h"
 #include "sluice/store/memory_store.h"
 
 namespace sluice::policy {
 namespace {
+
+using internal::Cat;
+using ::testing::ElementsAre;
 
 constexpr Time kStart = Time::FromUnixMicros(1'700'000'000'000'000);
 
@@ -234,6 +238,49 @@ TEST(Headers, RateLimitFieldsAreStructuredFieldLists) {
   EXPECT_EQ(RateLimitPolicyField({login, api}), "\"login\";q=40;w=60, \"api\";q=20;w=1");
   // t of a denial is the (rounded up) wait, not the full reset.
   EXPECT_EQ(RateLimitField({login, api}), "\"login\";r=0;t=17, \"api\";r=19;t=1");
+}
+
+TEST(Headers, FieldsAreWrittenAsTheyGoOnTheWireAndReadBack) {
+  PolicyAnswer login{.name = "login", .window_seconds = 60};
+  login.decision.limit = 40;
+  login.decision.remaining = 3;
+  login.decision.allowed = true;
+  login.decision.reset_after = Duration::Seconds(12);
+  PolicyAnswer api{.name = "api", .window_seconds = 1};
+  api.decision.allowed = true;
+  api.decision.limit = 20;
+  api.decision.remaining = 19;
+  api.decision.reset_after = Duration::Millis(50);
+  FieldList fields{{.name = "Allow", .value = "POST"}};
+  AppendRateLimitHeaders({login, api}, /*legacy=*/true, fields);
+  fields.Add("Retry-After", "");
+  EXPECT_EQ(fields.wire(),
+            "Allow: POST\r\n"
+            "RateLimit-Policy: \"login\";q=40;w=60, \"api\";q=20;w=1\r\n"
+            "RateLimit: \"login\";r=3;t=12, \"api\";r=19;t=1\r\n"
+            "X-RateLimit-Limit: 40\r\n"  // the most restrictive: the fewest remaining
+            "X-RateLimit-Remaining: 3\r\n"
+            "X-RateLimit-Reset: 12\r\n"
+            "Retry-After: \r\n");
+  using F = FieldList::Field;
+  EXPECT_THAT(fields, ElementsAre(F{"Allow", "POST"},
+                                  F{"RateLimit-Policy", "\"login\";q=40;w=60, \"api\";q=20;w=1"},
+                                  F{"RateLimit", "\"login\";r=3;t=12, \"api\";r=19;t=1"},
+                                  F{"X-RateLimit-Limit", "40"}, F{"X-RateLimit-Remaining", "3"},
+                                  F{"X-RateLimit-Reset", "12"}, F{"Retry-After", ""}));
+  // Appended to another list, the fields and their places move together.
+  FieldList both{{.name = "WWW-Authenticate", .value = "Bearer"}};
+  both.Append(fields);
+  ASSERT_EQ(both.size(), 8u);
+  EXPECT_EQ(both[0], (F{"WWW-Authenticate", "Bearer"}));
+  EXPECT_EQ(both[2], (F{"RateLimit-Policy", "\"login\";q=40;w=60, \"api\";q=20;w=1"}));
+  EXPECT_EQ(both.back(), (F{"Retry-After", ""}));
+  EXPECT_EQ(both.wire(), Cat("WWW-Authenticate: Bearer\r\n", fields.wire()));
+  // No enforced answer: no field.
+  FieldList none;
+  AppendRateLimitHeaders({}, /*legacy=*/true, none);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.wire(), "");
 }
 
 TEST(Headers, NamesAreQuotedAsStructuredFieldStrings) {

@@ -11,11 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "policy/field_list.h"
 #include "policy/headers.h"
 
 namespace sluice::server {
 
-using HeaderList = std::vector<std::pair<std::string, std::string>>;
+using HeaderList = policy::FieldList;
 
 struct HttpAnswer {
   int status = 200;

@@ -96,7 +96,7 @@ std::optional<HttpAnswer> Refused(std::string_view method,
                                   const std::variant<CheckBody, CheckError>& read) {
   if (method != "POST") {
     HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", "use POST /v1/check");
-    answer.headers.emplace_back("Allow", "POST");
+    answer.headers.Add("Allow", "POST");
     return answer;
   }
   if (const CheckError* e = std::get_if<CheckError>(&read)) {

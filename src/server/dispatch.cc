@@ -49,7 +49,7 @@ HttpAnswer Unauthorized() {
   HttpAnswer answer = HttpAnswer::Problem(401, "unauthorized",
                                           "the decision API needs \"Authorization: Bearer "
                                           "<token>\" with a token from server.decision");
-  answer.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
+  answer.headers.Add("WWW-Authenticate", "Bearer realm=\"sluice\"");
   return answer;
 }
 

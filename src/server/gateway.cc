@@ -228,7 +228,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   }
   if (HttpAnswer* failed = std::get_if<HttpAnswer>(&reply)) {
     // The upstream did not answer: nothing to settle on, the estimate stands.
-    for (auto& field : headers) failed->headers.push_back(std::move(field));
+    failed->headers.Append(headers);
     co_return;
   }
   Relayed& relayed = std::get<Relayed>(reply);

@@ -274,7 +274,7 @@ std::string ReservationJson(Context& ctx, const policy::Applied& applied,
 Task<HttpAnswer> SettleEndpoint(Context& ctx, std::string_view method, std::string_view body) {
   if (method != "POST") {
     HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", "use POST /v1/settle");
-    answer.headers.emplace_back("Allow", "POST");
+    answer.headers.Add("Allow", "POST");
     co_return answer;
   }
   co_return co_await lease_endpoint::Settle(ctx, body);
@@ -285,7 +285,7 @@ Task<HttpAnswer> LeaseEndpoint(Context& ctx, std::string_view path, std::string_
   if (method != "POST") {
     HttpAnswer answer =
         HttpAnswer::Problem(405, "method not allowed", internal::Cat("use POST ", path));
-    answer.headers.emplace_back("Allow", "POST");
+    answer.headers.Add("Allow", "POST");
     co_return answer;
   }
   if (path == "/v1/acquire") co_return co_await lease_endpoint::Acquire(ctx, body);

@@ -44,7 +44,7 @@ Task<HttpAnswer> SimEndpoint(Context& ctx, std::string_view method, std::string_
   ServerState& state = ctx.state;
   if (state.simulating.exchange(true)) {
     HttpAnswer busy = HttpAnswer::Problem(429, "busy", "a simulation is running; try again");
-    busy.headers.emplace_back("Retry-After", "1");
+    busy.headers.Add("Retry-After", "1");
     co_return busy;
   }
   // The previous simulation's thread has ended (it cleared `simulating`

@@ -40,7 +40,10 @@ Response AsBeastMessage(const HttpAnswer& a, unsigned version, bool keep_alive, 
   if (!a.body.empty() || a.status != 204)
     res.set(http::field::content_type,
             boost::beast::string_view(a.content_type.data(), a.content_type.size()));
-  for (const auto& [name, value] : a.headers) res.set(name, value);
+  for (const auto& [name, value] : a.headers) {
+    res.set(boost::beast::string_view(name.data(), name.size()),
+            boost::beast::string_view(value.data(), value.size()));
+  }
   res.body() = a.body;
   res.keep_alive(keep_alive);
   res.prepare_payload();
