@@ -117,7 +117,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
         if constexpr (!std::is_same_v<Peek, NoPeek>) {
           if (std::optional<Decision> d = peek(it->second)) return *d;
         }
-        return UpdateCell(it->second, step);
+        return UpdateCell(it->second, step, reader.holding());
       }
     }
     // A new key: decide on a fresh state (or on what is remembered of it,
@@ -183,7 +183,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     {
       ShardGate::Reader reader(shard.gate);
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-        return UpdateCell(it->second, check);
+        return UpdateCell(it->second, check, reader.holding());
       }
     }
     State state = NewState(hash, now);
@@ -198,10 +198,13 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     Shard& shard = ShardFor(hash);
     ShardGate::Reader reader(shard.gate);
     if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-      UpdateCell(it->second, [&](State& state) {
-        RefundInPlace(config_, state, taken_at, cost);
-        return Decision{};
-      });
+      UpdateCell(
+          it->second,
+          [&](State& state) {
+            RefundInPlace(config_, state, taken_at, cost);
+            return Decision{};
+          },
+          reader.holding());
     }
     return absl::OkStatus();
   }
@@ -216,10 +219,13 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     {
       ShardGate::Reader reader(shard.gate);
       if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-        return UpdateCell(it->second, [&](State& state) {
-          RefundInPlace(config_, state, taken_at, cost);
-          return DecideInPlace(config_, state, now, cost);
-        });
+        return UpdateCell(
+            it->second,
+            [&](State& state) {
+              RefundInPlace(config_, state, taken_at, cost);
+              return DecideInPlace(config_, state, now, cost);
+            },
+            reader.holding());
       }
     }
     return Decide(key, now, cost);  // nothing left to give back: a new key
@@ -282,6 +288,8 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
   void Freeze() override {
+    // Shared first: Thaw's unlock is another Writer's, which knows no owner's section.
+    for (Shard& shard : shards_) shard.gate.Share();
     for (Shard& shard : shards_) ShardGate::Writer(shard.gate).lock();
   }
   int64_t KeysWhileFrozen() const override {
@@ -303,17 +311,22 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
 
   Shard& ShardFor(size_t hash) { return shards_[hash >> (64 - kShardBits)]; }
 
+  // Runs `step` on the cell's state: by compare-and-swap (or its cell's
+  // lock), or with plain loads and stores in a section alone.
   template <typename Step>
-  Decision UpdateCell(Cell& cell, Step step) {
+  Decision UpdateCell(Cell& cell, Step step, Holding holding = Holding::kShared) {
     if constexpr (kPacked) {
-      return cell.Update([&](uint64_t& word) {
+      auto packed = [&](uint64_t& word) {
         State state = UnpackWindow<State>(word, packing_);
         const Decision d = step(state);
         word = PackWindow(state, packing_);
         return d;
-      });
+      };
+      return holding == Holding::kAlone ? cell.UpdateAlone(packed) : cell.Update(packed);
+    } else if constexpr (kLog) {
+      return cell.Update(step);  // its byte lock, alone or not
     } else {
-      return cell.Update(step);
+      return holding == Holding::kAlone ? cell.UpdateAlone(step) : cell.Update(step);
     }
   }
   Time FreshAtOf(const Cell& cell) const {

@@ -1,5 +1,9 @@
 #include "store/memory/read_gate.h"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <mutex>
 
 namespace sluice::internal {
@@ -22,6 +26,17 @@ int g_free[ReaderSlots::kSlots];  // slots given back by exited threads
 int g_free_count = 0;
 
 thread_local bool t_no_slot = false;
+
+// membarrier(2) with MEMBARRIER_CMD_PRIVATE_EXPEDITED, registered once for
+// the process: whether a shard may be one thread's alone (ShardGate::Share).
+bool MembarrierReady() {
+  static const bool ready = [] {
+    const long commands = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    return commands >= 0 && (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 &&
+           syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  }();
+  return ready;
+}
 
 }  // namespace
 
@@ -68,6 +83,32 @@ void ReaderSlots::WaitUntilNoneReads(const void* shard) {
     int spins = 0;
     while (g_slots[i].reads.load(std::memory_order_seq_cst) == shard) SpinLock::Wait(spins);
   }
+}
+
+ShardGate::ShardGate() : owner_(MembarrierReady() ? nullptr : kShared) {}
+
+void ShardGate::Share() {
+  const void* owner = owner_.load(std::memory_order_acquire);
+  for (;;) {
+    if (owner == kShared) return;
+    if (owner == kRevoking) {  // another thread shares it: a section's wait at most
+      int spins = 0;
+      while (owner_.load(std::memory_order_acquire) != kShared) SpinLock::Wait(spins);
+      return;
+    }
+    if (owner_.compare_exchange_weak(owner, kRevoking, std::memory_order_seq_cst)) break;
+  }
+  if (owner != nullptr) {
+    // Every running thread passes a full barrier: the owner's announcement
+    // in its slot is seen below, or it sees kRevoking at its next check.
+    // Registered (MembarrierReady) before any shard could be owned, so it
+    // cannot fail.
+    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    const auto* slot = static_cast<const std::atomic<const void*>*>(owner);
+    int spins = 0;
+    while (slot->load(std::memory_order_acquire) == this) SpinLock::Wait(spins);
+  }
+  owner_.store(kShared, std::memory_order_release);
 }
 
 void ShardGate::WaitForWriter() const {

@@ -27,6 +27,27 @@
 // not move each other's lines; a hot key's denial that leaves its state as it
 // was writes nothing at all.
 //
+// A shard only one thread has used yet (a store decided on one thread: a
+// single-threaded service, a benchmark, a replay) is that thread's alone:
+//   - Its sections announce themselves with a plain store to the thread's
+//     slot and read the shard's `owner` with a plain load, and its states are
+//     updated with plain loads and stores (StateCell::UpdateAlone). The
+//     sequentially consistent store and the compare-and-swap cost a decision
+//     over 100k keys 15% (bench/README.md), since each is a full barrier that
+//     also keeps the next key's cache miss from starting early.
+//   - The first other thread to enter shares the shard for good (Share): it
+//     marks it `revoking`, runs membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED:
+//     every running thread of the process passes a full barrier), then waits
+//     until the owner's slot no longer names the shard. Of the owner's
+//     announcement and its check of `owner`, either the store is seen by the
+//     waiter after the barrier, or the check sees `revoking` (the Dekker pair
+//     again, the barrier on one side only), so no section of the owner's
+//     alone overlaps one of the other thread's. A thread that finds the
+//     shard `revoking` waits until it is shared.
+//   - Sharing costs one system call a shard, once. Without membarrier (a
+//     kernel before 4.14, a sandbox that refuses it) every shard is shared
+//     from the start.
+//
 // Rules: a thread in a read section never enters a write section (it would
 // wait for itself), and a read section never blocks. A thread beyond the
 // kSlots threads that ever hold a slot at once reads as a writer.
@@ -67,29 +88,52 @@ class ReaderSlots {
   static thread_local Release t_release_;
 };
 
+// Whether a section has its shard to itself (ShardGate's owner, alone) or
+// shares it with other threads' sections.
+enum class Holding { kShared, kAlone };
+
 // One shard's gate: one flag, the writers' spin lock and what readers
 // check at once (raising it is one exchange, the writer's side of the
-// Dekker pair).
+// Dekker pair), and the shard's owner while only one thread has used it.
 class ShardGate {
  public:
+  ShardGate();
+
   // A write section (BasicLockable: std::unique_lock<ShardGate::Writer>).
+  // The owner's alone, or the shard's alone among threads that share it.
   class Writer {
    public:
     explicit Writer(ShardGate& gate) : gate_(gate) {}
     void lock() {
+      if (std::atomic<const void*>* slot = ReaderSlots::Mine(); gate_.EnterAlone(slot)) {
+        alone_ = slot;
+        return;
+      }
       while (gate_.writing_.exchange(true, std::memory_order_seq_cst)) gate_.WaitForWriter();
       ReaderSlots::WaitUntilNoneReads(&gate_);
     }
-    void unlock() { gate_.writing_.store(false, std::memory_order_release); }
+    void unlock() {
+      if (alone_ != nullptr) {
+        alone_->store(nullptr, std::memory_order_release);
+        alone_ = nullptr;
+        return;
+      }
+      gate_.writing_.store(false, std::memory_order_release);
+    }
 
    private:
     ShardGate& gate_;
+    std::atomic<const void*>* alone_ = nullptr;  // the owner's slot, in a section alone
   };
 
   // A read section, for the scope of the object.
   class Reader {
    public:
     explicit Reader(ShardGate& gate) : gate_(gate), slot_(ReaderSlots::Mine()) {
+      if (gate_.EnterAlone(slot_)) [[likely]] {
+        holding_ = Holding::kAlone;
+        return;
+      }
       if (slot_ == nullptr) [[unlikely]] {
         Writer(gate_).lock();
         return;
@@ -113,15 +157,58 @@ class ShardGate {
     Reader(const Reader&) = delete;
     Reader& operator=(const Reader&) = delete;
 
+    // kAlone: no other thread's section runs on the shard (UpdateAlone).
+    Holding holding() const { return holding_; }
+
    private:
     ShardGate& gate_;
     std::atomic<const void*>* const slot_;
+    Holding holding_ = Holding::kShared;
   };
 
+  // Shares the shard from now on: returns once no section of its owner's
+  // alone runs. Any thread, in no section of this shard.
+  void Share();
+  // Whether the shard is still one thread's alone (or nobody's yet).
+  bool owned() const {
+    const void* owner = owner_.load(std::memory_order_relaxed);
+    return owner != kShared && owner != kRevoking;
+  }
+
  private:
+  // owner_ when no thread owns the shard: shared, or being made shared.
+  static inline const void* const kShared = reinterpret_cast<const void*>(1);
+  static inline const void* const kRevoking = reinterpret_cast<const void*>(2);
+
+  // Enters a section alone and returns true when the calling thread (its
+  // `slot`) owns the shard, or takes it while nobody has; else false, with
+  // the shard shared (Share) and the section not entered.
+  bool EnterAlone(std::atomic<const void*>* slot) {
+    const void* owner = owner_.load(std::memory_order_relaxed);
+    if (owner != slot || slot == nullptr) [[unlikely]] {
+      if (owner == kShared) return false;
+      if (slot == nullptr || owner != nullptr ||
+          !owner_.compare_exchange_strong(owner, slot, std::memory_order_relaxed)) {
+        Share();
+        return false;
+      }
+    }
+    // A release store (a plain one on x86): it also carries the owner's
+    // earlier plain writes to whoever reads the slot (Share's wait).
+    slot->store(this, std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // membarrier orders the rest
+    if (owner_.load(std::memory_order_relaxed) == slot) [[likely]] {
+      return true;
+    }
+    slot->store(nullptr, std::memory_order_release);
+    Share();  // being shared by another thread: wait for it
+    return false;
+  }
   void WaitForWriter() const;
 
   std::atomic<bool> writing_{false};
+  // nullptr (nobody yet), the owner's reader slot, kRevoking or kShared.
+  std::atomic<const void*> owner_;
 };
 
 // A key's state, updated by many readers at once, in one of three forms:
@@ -195,6 +282,19 @@ class StateCell<State, CellForm::kOneWord> : public StateWords<State> {
       }
     }
   }
+  // The same in a section alone (Holding::kAlone): plain loads and stores.
+  template <typename Step>
+  Decision UpdateAlone(Step step) {
+    std::atomic_ref<uint64_t> word(this->words_[0]);
+    const uint64_t seen = word.load(std::memory_order_relaxed);
+    State state;
+    std::memcpy(&state, &seen, sizeof seen);
+    Decision d = step(state);
+    uint64_t next;
+    std::memcpy(&next, &state, sizeof next);
+    if (next != seen) word.store(next, std::memory_order_relaxed);
+    return d;
+  }
 };
 
 template <typename State>
@@ -239,6 +339,25 @@ class StateCell<State, CellForm::kWords> : public StateWords<State> {
       return d;
     }
   }
+  // The same in a section alone (Holding::kAlone): plain loads and stores,
+  // the version left as it is (nobody reads the words meanwhile).
+  template <typename Step>
+  Decision UpdateAlone(Step step) {
+    uint64_t copy[Base::kWords];
+    for (size_t i = 0; i < Base::kWords; ++i) {
+      copy[i] = std::atomic_ref<uint64_t>(this->words_[i]).load(std::memory_order_relaxed);
+    }
+    State state;
+    std::memcpy(&state, copy, sizeof(State));
+    Decision d = step(state);
+    if (std::memcmp(&state, copy, sizeof(State)) == 0) return d;
+    uint64_t next[Base::kWords];
+    std::memcpy(next, &state, sizeof(State));
+    for (size_t i = 0; i < Base::kWords; ++i) {
+      std::atomic_ref<uint64_t>(this->words_[i]).store(next[i], std::memory_order_relaxed);
+    }
+    return d;
+  }
 
  private:
   uint32_t version_ = 0;  // odd while a step's result is being written
@@ -254,6 +373,12 @@ class StateCell<State, CellForm::kLocked> {
   Decision Update(Step step) {
     std::lock_guard guard(lock_);
     return step(state_);
+  }
+  // Alone, the same: a byte lock nobody else takes is cheap beside the
+  // state's own work.
+  template <typename Step>
+  Decision UpdateAlone(Step step) {
+    return Update(step);
   }
   const State& Get() const { return state_; }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -86,6 +87,120 @@ TEST(ShardGateTest, ThreadsBeyondTheSlotsReadAsWriters) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(counter, 20 * ((kMany + 3) / 4));
   EXPECT_GE(without_slot.load(), kMany - ReaderSlots::kSlots);
+}
+
+// A shard only one thread has used is that thread's alone: its sections
+// say so, write sections too. The first section of another thread shares it
+// for good.
+TEST(ShardGateTest, AShardIsItsOnlyThreadsAloneUntilAnotherComes) {
+  ShardGate gate;
+  if (!gate.owned()) GTEST_SKIP() << "no membarrier(2) here: every shard is shared";
+  {
+    ShardGate::Reader reader(gate);
+    EXPECT_EQ(reader.holding(), Holding::kAlone);
+  }
+  {
+    ShardGate::Writer writer(gate);
+    std::lock_guard lock(writer);
+  }
+  {
+    ShardGate::Reader reader(gate);
+    EXPECT_EQ(reader.holding(), Holding::kAlone);
+  }
+  EXPECT_TRUE(gate.owned());
+  std::thread([&] {
+    ShardGate::Reader reader(gate);
+    EXPECT_EQ(reader.holding(), Holding::kShared);
+  }).join();
+  EXPECT_FALSE(gate.owned());
+  ShardGate::Reader reader(gate);
+  EXPECT_EQ(reader.holding(), Holding::kShared);
+}
+
+// The owner updates a counter alone (plain loads and stores) and writes
+// the shard's table while a second thread comes and does the same, many
+// times over: not one update is lost, and no read section sees the table
+// mid-change. Sharing must wait out the owner's section alone (under TSan,
+// a section that overlapped shows as a race).
+TEST(ShardGateTest, SharingWaitsOutTheOwnersSectionAlone) {
+  constexpr int kRounds = 100;
+  constexpr int kOwnerSections = 3'000;
+  constexpr int kOtherSections = 1'000;
+  int64_t owner_alone = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    ShardGate gate;
+    if (!gate.owned()) GTEST_SKIP() << "no membarrier(2) here: every shard is shared";
+    StateCell<int64_t> cell(0);
+    std::vector<int64_t> values;  // guarded by `gate`
+    std::atomic<bool> come{false};
+    // Returns whether the section was alone.
+    auto section = [&](int i) {
+      if (i % 8 == 0) {
+        ShardGate::Writer writer(gate);
+        std::lock_guard lock(writer);
+        values.push_back(static_cast<int64_t>(values.size()));
+        if (values.size() > 64) {
+          values.clear();
+          values.shrink_to_fit();
+        }
+        return false;
+      }
+      ShardGate::Reader reader(gate);
+      for (size_t j = 0; j < values.size(); ++j) EXPECT_EQ(values[j], static_cast<int64_t>(j));
+      auto add = [](int64_t& n) {
+        ++n;
+        return Decision{};
+      };
+      if (reader.holding() == Holding::kAlone) {
+        if (i == 65 + round % 7) {  // a read section (not a multiple of 8)
+          // The other thread comes in the middle of this section, which
+          // then lasts a while: any section of its meanwhile is lost here.
+          cell.UpdateAlone([&](int64_t& n) {
+            come.store(true, std::memory_order_relaxed);
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+            while (std::chrono::steady_clock::now() < until) {
+            }
+            return add(n);
+          });
+          return true;
+        }
+        cell.UpdateAlone(add);
+        return true;
+      }
+      cell.Update(add);
+      return false;
+    };
+    int64_t alone = 0;
+    // Both threads hold their reader slots before either enters a section
+    // (a thread that takes the slot of one that exited is its successor).
+    std::barrier slots_held(2);
+    std::thread owner([&] {
+      ReaderSlots::Mine();
+      slots_held.arrive_and_wait();
+      for (int i = 0; i < kOwnerSections; ++i) {
+        alone += section(i) ? 1 : 0;
+      }
+      come.store(true, std::memory_order_relaxed);  // (in case it never came: fails below)
+    });
+    std::thread other([&] {
+      ReaderSlots::Mine();
+      slots_held.arrive_and_wait();
+      while (!come.load(std::memory_order_relaxed)) {
+      }
+      for (int i = 1; i <= kOtherSections; ++i) section(i);
+    });
+    owner.join();
+    other.join();
+    const auto reads = [](int n, int from) {
+      int r = 0;
+      for (int i = from; i < n + from; ++i) r += i % 8 != 0;
+      return r;
+    };
+    ASSERT_EQ(cell.Get(), reads(kOwnerSections, 0) + reads(kOtherSections, 1)) << "round " << round;
+    EXPECT_FALSE(gate.owned());
+    owner_alone += alone;
+  }
+  EXPECT_GT(owner_alone, kRounds * 50);  // the owner's first sections were alone
 }
 
 // kThreads threads each run `step` on `cell` kUpdates times, all at once.
