@@ -223,34 +223,29 @@ policies:
   EXPECT_TRUE(second->Find("changed")->limiter().Acquire("k")->allowed);  // new limits, new state
 }
 
+// A policy's answer for the header tests.
+PolicyAnswer AnswerOf(std::string_view name, int64_t window_seconds, int64_t limit,
+                      int64_t remaining, Duration reset_after) {
+  PolicyAnswer a{.name = name, .window_seconds = window_seconds};
+  a.decision.allowed = remaining > 0;
+  a.decision.limit = limit;
+  a.decision.remaining = remaining;
+  a.decision.reset_after = reset_after;
+  return a;
+}
+
 TEST(Headers, RateLimitFieldsAreStructuredFieldLists) {
-  PolicyAnswer login{.name = "login", .window_seconds = 60};
-  login.decision.allowed = false;
-  login.decision.limit = 40;
-  login.decision.remaining = 0;
+  PolicyAnswer login = AnswerOf("login", 60, 40, 0, Duration::Seconds(60));
   login.decision.retry_after = Duration::Micros(16'000'001);
-  login.decision.reset_after = Duration::Seconds(60);
-  PolicyAnswer api{.name = "api", .window_seconds = 1};
-  api.decision.allowed = true;
-  api.decision.limit = 20;
-  api.decision.remaining = 19;
-  api.decision.reset_after = Duration::Millis(50);
+  const PolicyAnswer api = AnswerOf("api", 1, 20, 19, Duration::Millis(50));
   EXPECT_EQ(RateLimitPolicyField({login, api}), "\"login\";q=40;w=60, \"api\";q=20;w=1");
   // t of a denial is the (rounded up) wait, not the full reset.
   EXPECT_EQ(RateLimitField({login, api}), "\"login\";r=0;t=17, \"api\";r=19;t=1");
 }
 
 TEST(Headers, FieldsAreWrittenAsTheyGoOnTheWireAndReadBack) {
-  PolicyAnswer login{.name = "login", .window_seconds = 60};
-  login.decision.limit = 40;
-  login.decision.remaining = 3;
-  login.decision.allowed = true;
-  login.decision.reset_after = Duration::Seconds(12);
-  PolicyAnswer api{.name = "api", .window_seconds = 1};
-  api.decision.allowed = true;
-  api.decision.limit = 20;
-  api.decision.remaining = 19;
-  api.decision.reset_after = Duration::Millis(50);
+  const PolicyAnswer login = AnswerOf("login", 60, 40, 3, Duration::Seconds(12));
+  const PolicyAnswer api = AnswerOf("api", 1, 20, 19, Duration::Millis(50));
   FieldList fields{{.name = "Allow", .value = "POST"}};
   AppendRateLimitHeaders({login, api}, /*legacy=*/true, fields);
   fields.Add("Retry-After", "");
