@@ -111,6 +111,21 @@ void ShardGate::Share() {
   owner_.store(kShared, std::memory_order_release);
 }
 
+bool ShardGate::TakeOrShare(std::atomic<const void*>* slot) {
+  const void* owner = owner_.load(std::memory_order_relaxed);
+  if (slot != nullptr) {
+    if (owner == slot) return true;
+    if (owner == nullptr &&
+        owner_.compare_exchange_strong(owner, slot, std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  Share();
+  return false;
+}
+
+void ShardGate::LockAsWriter() { Writer(*this).lock(); }
+
 void ShardGate::WaitForWriter() const {
   int spins = 0;
   while (writing_.load(std::memory_order_acquire)) SpinLock::Wait(spins);

@@ -129,13 +129,16 @@ class ShardGate {
   // A read section, for the scope of the object.
   class Reader {
    public:
-    explicit Reader(ShardGate& gate) : gate_(gate), slot_(ReaderSlots::Mine()) {
+    // Inlined whole, the rare paths out of line: on the path of every
+    // decision, alone or shared.
+    [[gnu::always_inline]] explicit Reader(ShardGate& gate)
+        : gate_(gate), slot_(ReaderSlots::Mine()) {
       if (gate_.EnterAlone(slot_)) [[likely]] {
         holding_ = Holding::kAlone;
         return;
       }
       if (slot_ == nullptr) [[unlikely]] {
-        Writer(gate_).lock();
+        gate_.LockAsWriter();
         return;
       }
       for (;;) {
@@ -147,7 +150,7 @@ class ShardGate {
         gate_.WaitForWriter();
       }
     }
-    ~Reader() {
+    [[gnu::always_inline]] ~Reader() {
       if (slot_ == nullptr) [[unlikely]] {
         Writer(gate_).unlock();
         return;
@@ -166,6 +169,9 @@ class ShardGate {
     Holding holding_ = Holding::kShared;
   };
 
+  // A write section for a reader without a slot (out of line: rare).
+  void LockAsWriter();
+
   // Shares the shard from now on: returns once no section of its owner's
   // alone runs. Any thread, in no section of this shard.
   void Share();
@@ -183,15 +189,10 @@ class ShardGate {
   // Enters a section alone and returns true when the calling thread (its
   // `slot`) owns the shard, or takes it while nobody has; else false, with
   // the shard shared (Share) and the section not entered.
-  bool EnterAlone(std::atomic<const void*>* slot) {
+  [[gnu::always_inline]] bool EnterAlone(std::atomic<const void*>* slot) {
     const void* owner = owner_.load(std::memory_order_relaxed);
     if (owner != slot || slot == nullptr) [[unlikely]] {
-      if (owner == kShared) return false;
-      if (slot == nullptr || owner != nullptr ||
-          !owner_.compare_exchange_strong(owner, slot, std::memory_order_relaxed)) {
-        Share();
-        return false;
-      }
+      if (owner == kShared || !TakeOrShare(slot)) return false;
     }
     // A release store (a plain one on x86): it also carries the owner's
     // earlier plain writes to whoever reads the slot (Share's wait).
@@ -204,6 +205,9 @@ class ShardGate {
     Share();  // being shared by another thread: wait for it
     return false;
   }
+  // EnterAlone's section on a shard it does not own: takes it for `slot`
+  // when nobody has (true), else shares it (false). Out of line: rare.
+  bool TakeOrShare(std::atomic<const void*>* slot);
   void WaitForWriter() const;
 
   std::atomic<bool> writing_{false};
