@@ -33,8 +33,9 @@
 //     slot and read the shard's `owner` with a plain load, and its states are
 //     updated with plain loads and stores (StateCell::UpdateAlone). The
 //     sequentially consistent store and the compare-and-swap cost a decision
-//     over 100k keys 15% (bench/README.md), since each is a full barrier that
-//     also keeps the next key's cache miss from starting early.
+//     over 100k keys 7-10% and one on a hot key 13-15% (bench/README.md):
+//     each is a full barrier, which also keeps the next key's cache miss
+//     from starting early.
 //   - The first other thread to enter shares the shard for good (Share): it
 //     marks it `revoking`, runs membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED:
 //     every running thread of the process passes a full barrier), then waits
