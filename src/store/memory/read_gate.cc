@@ -112,7 +112,7 @@ void ShardGate::Share() {
 }
 
 bool ShardGate::TakeOrShare(std::atomic<const void*>* slot) {
-  const void* owner = owner_.load(std::memory_order_relaxed);
+  const void* owner = owner_.load(std::memory_order_acquire);
   if (slot != nullptr) {
     if (owner == slot) return true;
     if (owner == nullptr &&

@@ -191,7 +191,12 @@ class ShardGate {
   // `slot`) owns the shard, or takes it while nobody has; else false, with
   // the shard shared (Share) and the section not entered.
   [[gnu::always_inline]] bool EnterAlone(std::atomic<const void*>* slot) {
-    const void* owner = owner_.load(std::memory_order_relaxed);
+    // Acquire (a plain load on x86): a thread that finds the shard shared
+    // also sees what its owner wrote alone, which the thread that shared it
+    // saw (Share's acquire of the owner's slot, then its release of
+    // kShared). Relaxed, it would read the table with no order to the
+    // owner's inserts (TSan's race in memory_store_concurrency_test).
+    const void* owner = owner_.load(std::memory_order_acquire);
     if (owner != slot || slot == nullptr) [[unlikely]] {
       if (owner == kShared || !TakeOrShare(slot)) return false;
     }
@@ -199,7 +204,7 @@ class ShardGate {
     // earlier plain writes to whoever reads the slot (Share's wait).
     slot->store(this, std::memory_order_release);
     std::atomic_signal_fence(std::memory_order_seq_cst);  // membarrier orders the rest
-    if (owner_.load(std::memory_order_relaxed) == slot) [[likely]] {
+    if (owner_.load(std::memory_order_acquire) == slot) [[likely]] {
       return true;
     }
     slot->store(nullptr, std::memory_order_release);
