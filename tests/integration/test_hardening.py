@@ -292,10 +292,13 @@ policies:
 
 
 class ReloadTest(SluiceTestCase):
+    # A bucket, not a fixed window: the test spans a second of reloads, and
+    # a window of an hour ends on the hour (a run across 10:00 UTC saw its
+    # fourth request admitted again).
     CONFIG = server_block() + """\
 policies:
   - name: p
-    limits: [{algorithm: fixed_window, rate: 3/h}]
+    limits: [{algorithm: token_bucket, rate: 3/h, burst: 3}]
 """
 
     def test_an_editor_emptying_the_file_for_a_moment_keeps_the_state(self):
