@@ -30,8 +30,9 @@
 // A shard only one thread has used yet (a store decided on one thread: a
 // single-threaded service, a benchmark, a replay) is that thread's alone:
 //   - Its sections announce themselves with a plain store to the thread's
-//     slot and read the shard's `owner` with a plain load, and its states are
-//     updated with plain loads and stores (StateCell::UpdateAlone). The
+//     slot (a release) and read the shard's `owner` with a plain load (an
+//     acquire; both are plain moves on x86), and its states are updated
+//     with plain loads and stores (StateCell::UpdateAlone). The
 //     sequentially consistent store and the compare-and-swap cost a decision
 //     over 100k keys 7-10% and one on a hot key 13-15% (bench/README.md):
 //     each is a full barrier, which also keeps the next key's cache miss
