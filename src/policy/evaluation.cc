@@ -403,10 +403,7 @@ PolicyAnswers EnforcedAnswers(const std::vector<Applied>& applied, const Verdict
 void Verdict::AppendHeaders(const std::vector<Applied>& applied, bool legacy, std::mt19937_64& rng,
                             FieldList& out) const {
   AppendRateLimitHeaders(EnforcedAnswers(applied, *this), legacy, out);
-  if (!allowed && !never) {
-    internal::Append(out.Open("Retry-After"), RetryAfterSeconds(retry_after, jitter, rng));
-    out.Close();
-  }
+  if (!allowed && !never) out.Add("Retry-After", RetryAfterSeconds(retry_after, jitter, rng));
 }
 
 }  // namespace sluice::policy

@@ -16,6 +16,7 @@
 #ifndef SLUICE_POLICY_FIELD_LIST_H_
 #define SLUICE_POLICY_FIELD_LIST_H_
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -68,6 +69,12 @@ class FieldList {
   void Add(std::string_view name, std::string_view value) {
     Open(name).append(value);
     Close();
+  }
+  // A field whose value is a number, written in decimal.
+  void Add(std::string_view name, int64_t value) {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+    Add(name, std::string_view(digits, static_cast<size_t>(end - digits)));
   }
   // Starts a field named `name`: the caller appends its value to the text
   // returned, then calls Close (nothing else in between).

@@ -178,12 +178,9 @@ void AppendRateLimitHeaders(absl::Span<const PolicyAnswer> answers, bool legacy,
                a.decision.remaining < worst->decision.remaining)
         worst = &a;
     }
-    Append(out.Open("X-RateLimit-Limit"), worst->decision.limit);
-    out.Close();
-    Append(out.Open("X-RateLimit-Remaining"), std::max<int64_t>(0, worst->decision.remaining));
-    out.Close();
-    Append(out.Open("X-RateLimit-Reset"), SecondsUntilAvailable(worst->decision));
-    out.Close();
+    out.Add("X-RateLimit-Limit", worst->decision.limit);
+    out.Add("X-RateLimit-Remaining", std::max<int64_t>(0, worst->decision.remaining));
+    out.Add("X-RateLimit-Reset", SecondsUntilAvailable(worst->decision));
   }
 }
 
