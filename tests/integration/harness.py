@@ -13,6 +13,8 @@ Everything here uses the Python standard library only and 127.0.0.1 only:
 - parse_metrics: a Prometheus text-format parser.
 - SluiceTestCase: a unittest.TestCase with helpers to start both and to
   issue requests with timeouts.
+- wait_for_window_room: waits out the last seconds of a calendar window, for
+  tests that count requests in a fixed_window or sliding_window.
 """
 
 import http.client
@@ -177,6 +179,25 @@ class Sluice:
         for t in self._readers:
             t.join(2)
         return self.proc.returncode
+
+
+def wait_for_window_room(period_s, need_s):
+    """Calendar windows (fixed_window, sliding_window) start at multiples of
+    their period since the Unix epoch: a minute's on the minute, an hour's
+    on the hour, UTC. When fewer than `need_s` seconds are left in the
+    current window of `period_s` seconds (on this machine's clock, which the
+    sluice processes here share), sleeps until the next window starts, so
+    that requests sent within `need_s` seconds cannot straddle a boundary.
+    `need_s` is a few seconds at most, and so is the wait. Returns the
+    seconds slept."""
+    if not 0 < need_s <= 10 or need_s >= period_s:
+        raise ValueError("need_s must be a few seconds within the period")
+    left = period_s - (time.time() % period_s)
+    if left >= need_s:
+        return 0.0
+    wait = left + 0.05
+    time.sleep(wait)
+    return wait
 
 
 def run_check(config_text, directory, name="config.yaml"):

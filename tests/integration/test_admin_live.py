@@ -14,7 +14,7 @@ CONFIG = server_block() + """\
 policies:
   - name: two
     limits:
-      - {algorithm: fixed_window, rate: 2/h}
+      - {algorithm: token_bucket, rate: 2/h, burst: 2}
   - name: one.b
     limits:
       - {algorithm: token_bucket, rate: 1/h, burst: 1}

@@ -19,7 +19,7 @@ policies:
     match: {path_prefix: /search}
     key: [client_ip]
     limits:
-      - {algorithm: fixed_window, rate: 1/h}
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
   - name: hosted
     match: {host: api.example.com}
     key: [global]

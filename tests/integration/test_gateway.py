@@ -94,7 +94,7 @@ class GatewayTest(SluiceTestCase):
   - name: busy
     match: {path_prefix: /}
     limits:
-      - {algorithm: fixed_window, rate: 1/h}
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
     on_deny: {status: 503}
 """)
         self.assertEqual(self.get("/x").status, 200)

@@ -684,12 +684,12 @@ rlqs:
           rate: 100/s
 policies:
   - name: api
-    limits: [{{algorithm: fixed_window, rate: 3/h}}]
+    limits: [{{algorithm: token_bucket, rate: 1/h, burst: 3}}]
   - name: leased
     limits: [{{algorithm: fixed_window, rate: 1000/h, lease: {{size: 10, ttl: 1h}}}}]
   - name: shadowed
     shadow: true
-    limits: [{{algorithm: fixed_window, rate: 1/h, scope: local}}]
+    limits: [{{algorithm: token_bucket, rate: 1/h, burst: 1, scope: local}}]
 """
 
 

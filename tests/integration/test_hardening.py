@@ -36,7 +36,7 @@ policies:
     match: {path_prefix: /login}
     key: [client_ip]
     limits:
-      - {algorithm: fixed_window, rate: 1/h}
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
 %s""" % (self.upstream.port, policies))
 
     def test_head_has_no_body_and_keep_alive_stays_in_step(self):
@@ -153,7 +153,7 @@ policies:
     match: {path_prefix: /t}
     key: [global]
     limits:
-      - {algorithm: fixed_window, rate: 1/h}
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
     shadow: true
 """)
         for _ in range(2):
@@ -235,7 +235,7 @@ class RequestFramingTest(SluiceTestCase):
     CONFIG = """\
 policies:
   - name: p
-    limits: [{algorithm: fixed_window, rate: 3/h}]
+    limits: [{algorithm: token_bucket, rate: 3/h, burst: 3}]
 """
 
     @staticmethod
