@@ -26,14 +26,13 @@ enum class Endpoint { kCheck, kSettle, kLease, kAuth, kUnauthorized, kNotFound, 
 Endpoint EndpointFor(const Context& ctx, const Request& req, Listener listener,
                      std::string_view& path) {
   const Config& config = ctx.set->config();
-  path = TargetPath(View(req.target()));
+  path = TargetPath(req.target());
   const bool lease_path = path == "/v1/acquire" || path == "/v1/renew" || path == "/v1/release";
   const bool decision_path = path == "/v1/check" || lease_path || path == "/v1/settle" ||
                              path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
   if (decision_path && ServesDecisions(listener, config)) {
     if (!config.server.decision.tokens.empty() &&
-        !policy::BearerTokenIn(config.server.decision.tokens,
-                               View(req[http::field::authorization]))) {
+        !policy::BearerTokenIn(config.server.decision.tokens, req[http::field::authorization])) {
       return Endpoint::kUnauthorized;
     }
     if (path == "/v1/check") return Endpoint::kCheck;
@@ -79,7 +78,7 @@ Routed DispatchNow(Context& ctx, Request& req, const std::string& peer_ip, Liste
     case Endpoint::kGateway:
       return Routed::kGateway;
     case Endpoint::kCheck:
-      if (std::optional<HttpAnswer> now = CheckNow(ctx, View(req.method_string()), req.body())) {
+      if (std::optional<HttpAnswer> now = CheckNow(ctx, req.method_string(), req.body())) {
         reply = *std::move(now);
         return Routed::kAnswered;
       }
@@ -115,13 +114,13 @@ Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, List
       co_await Gateway(ctx, req, peer_ip, reply);
       co_return;
     case Endpoint::kCheck:
-      answer = co_await CheckEndpoint(ctx, View(req.method_string()), req.body());
+      answer = co_await CheckEndpoint(ctx, req.method_string(), req.body());
       break;
     case Endpoint::kSettle:
-      answer = co_await SettleEndpoint(ctx, View(req.method_string()), req.body());
+      answer = co_await SettleEndpoint(ctx, req.method_string(), req.body());
       break;
     case Endpoint::kLease:
-      answer = co_await LeaseEndpoint(ctx, path, View(req.method_string()), req.body());
+      answer = co_await LeaseEndpoint(ctx, path, req.method_string(), req.body());
       break;
     case Endpoint::kAuth: {
       std::string path_storage, host;

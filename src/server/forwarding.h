@@ -13,14 +13,16 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/field.hpp>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "base/ascii.h"
 #include "base/cat.h"
-#include "server/beast_request.h"
+#include "server/http_request.h"
+#include "server/parsed_fields.h"
 
 namespace sluice::server {
 
@@ -84,99 +86,97 @@ void ForEachConnectionName(std::string_view value, F f) {
 // them with each field as it walks the fields.
 inline constexpr size_t kNamedInWalk = 8;
 
-// Drops the hop-by-hop fields of `message`, and those `also_drop(field)`
-// names, in one walk of its fields (a lookup per field name would walk the
-// field tree once for each of the eight names, present or not).
-template <typename Message, typename AlsoDrop>
-Framing DropHopByHop(Message& message, AlsoDrop also_drop) {
+// Marks the hop-by-hop fields of `message` (RFC 9110 section 7.6.1: those
+// of IsHopByHop and those its Connection fields name), and those
+// `also_drop(field)` names, as not kept, and says how the fields that stay
+// frame the body. A few names (the common case: none, or keep-alive) are
+// compared with each field; more are looked up in a set, so that thousands
+// of names beside thousands of fields cost their sum, not their product.
+template <typename AlsoDrop>
+Framing DropHopByHop(ParsedFields& message, AlsoDrop also_drop) {
   namespace http = boost::beast::http;
-  Framing framing;
-  // The names the Connection fields list, copied: those fields go too.
-  std::vector<std::string> named;
-  for (const auto& f : message) {
-    if (f.name() != http::field::connection) continue;
-    ForEachConnectionName(View(f.value()), [&](std::string_view n) { named.emplace_back(n); });
+  absl::InlinedVector<std::string_view, kNamedInWalk> named;
+  absl::flat_hash_set<std::string> many;
+  for (const ParsedFields::Field& f : message.fields) {
+    if (f.name != http::field::connection) continue;
+    ForEachConnectionName(message.Value(f), [&](std::string_view n) {
+      if (named.size() < kNamedInWalk) {
+        named.push_back(n);
+      } else {
+        many.insert(internal::AsciiLower(n));
+      }
+    });
   }
-  // A few names (the common case: none, or keep-alive) are compared with
-  // each field in the walk; more are erased by name after it, a lookup each,
-  // so that a client listing thousands of names beside thousands of fields
-  // costs the fields plus the names, not their product.
-  const bool compare_named = named.size() <= kNamedInWalk;
-  for (auto it = message.begin(); it != message.end();) {
-    const http::field name = it->name();
-    if (name == http::field::transfer_encoding) framing.codings.Add(it->value());
-    bool drop = IsHopByHop(name) || also_drop(*it);
-    for (size_t i = 0; compare_named && !drop && i < named.size(); ++i) {
-      drop = boost::beast::iequals(it->name_string(),
-                                   boost::beast::string_view(named[i].data(), named[i].size()));
+  if (!many.empty()) {
+    for (const std::string_view n : named) many.insert(internal::AsciiLower(n));
+    named.clear();
+  }
+  Framing framing;
+  for (ParsedFields::Field& f : message.fields) {
+    if (f.name == http::field::transfer_encoding) {
+      const std::string_view v = message.Value(f);
+      framing.codings.Add(boost::beast::string_view(v.data(), v.size()));
     }
+    const std::string_view name = message.Name(f);
+    bool drop = IsHopByHop(f.name) || also_drop(f);
+    for (size_t i = 0; !drop && i < named.size(); ++i) drop = SameName(name, named[i]);
+    if (!drop && !many.empty()) drop = many.contains(internal::AsciiLower(name));
+    if (drop) f.kept = false;
     // Only a Content-Length that stays frames the message (one the
     // Connection field names goes like any other field it names).
-    if (!drop && name == http::field::content_length) {
+    if (f.kept && f.name == http::field::content_length) {
       ++framing.content_lengths;
-      framing.length_text = View(it->value());
-    }
-    it = drop ? message.erase(it) : std::next(it);
-  }
-  if (!compare_named) {
-    for (const std::string& n : named) message.erase(boost::beast::string_view(n.data(), n.size()));
-    framing.content_lengths = 0;
-    framing.length_text = {};
-    for (const auto& f : message) {
-      if (f.name() != http::field::content_length) continue;
-      ++framing.content_lengths;
-      framing.length_text = View(f.value());
+      framing.length_text = message.Value(f);
     }
   }
   return framing;
 }
 
-template <typename Message>
-Framing DropHopByHop(Message& message) {
-  return DropHopByHop(message, [](const auto&) { return false; });
+inline Framing DropHopByHop(ParsedFields& message) {
+  return DropHopByHop(message, [](const ParsedFields::Field&) { return false; });
 }
 
 // `req` as it goes to the upstream: HTTP/1.1 on a kept-alive connection,
 // without the hop-by-hop fields, Expect (sluice holds the whole body, so
 // the upstream has nothing to wait for, and an interim 100 Continue must not
 // reach the client) or a client's own Sluice-Shadow-Denied, with
-// `shadow_marker` there (when not empty) and the peer appended to
-// X-Forwarded-For. Only sluice sets the marker: it is set after the
+// `shadow_marker` there (when not empty) and the peer appended to the
+// first X-Forwarded-For. Only sluice sets the marker: it is set after the
 // hop-by-hop fields are gone, so a client naming it in Connection cannot
 // strip it. `req` passed Malformed.
-inline void ToUpstream(BeastRequest& req, std::string_view peer_ip,
-                       std::string_view shadow_marker) {
+inline void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker) {
   namespace http = boost::beast::http;
-  const Framing framing = DropHopByHop(req, [](const auto& f) {
-    return f.name() == http::field::expect ||
-           boost::beast::iequals(
-               f.name_string(),
-               boost::beast::string_view(kShadowDeniedField.data(), kShadowDeniedField.size()));
+  const Framing framing = DropHopByHop(req, [&req](const ParsedFields::Field& f) {
+    return f.name == http::field::expect || SameName(req.Name(f), kShadowDeniedField);
   });
-  if (!shadow_marker.empty()) {
-    req.set(boost::beast::string_view(kShadowDeniedField.data(), kShadowDeniedField.size()),
-            boost::beast::string_view(shadow_marker.data(), shadow_marker.size()));
-  }
-  std::string xff(View(req["X-Forwarded-For"]));
-  req.set("X-Forwarded-For",
-          xff.empty() ? std::string(peer_ip) : internal::Cat(xff, ", ", peer_ip));
+  if (!shadow_marker.empty()) req.Set(kShadowDeniedField, shadow_marker);
+  const std::optional<std::string_view> xff = req.Find("X-Forwarded-For");
+  req.Set("X-Forwarded-For",
+          xff && !xff->empty() ? internal::Cat(*xff, ", ", peer_ip) : std::string(peer_ip));
   // No Connection field is left, and HTTP/1.1 keeps the connection alive
   // by default.
   req.version(11);
-  // The framing, as Beast's prepare_payload would make it, without its
-  // lookups where it changes nothing: a body the client framed with one
-  // canonical Content-Length keeps it (the parser read exactly that many
-  // bytes); a request with neither field has no body and needs none, unless
-  // its method expects one (POST, PUT and OPTIONS then say 0). The rest (a
-  // chunked body, a Content-Length of 0 or written otherwise) get Beast's
-  // rule, and the upstream a length in one canonical field.
+  // The framing: a body the client framed with one canonical Content-Length
+  // keeps it (the parser read exactly that many bytes); a request with
+  // neither field has no body and needs none, unless its method expects
+  // one (POST, PUT and OPTIONS then say 0). The rest (a chunked body, a
+  // Content-Length of 0 or written otherwise) get Beast's prepare_payload
+  // rule: one canonical Content-Length when there is a body or the method
+  // expects one, else none.
   const bool expects_length = req.method() == http::verb::post || req.method() == http::verb::put ||
                               req.method() == http::verb::options;
   const bool as_is =
       !framing.transfer_encoding() &&
       (framing.content_lengths > 0 ? !req.body().empty() && framing.SaysLength(req.body().size())
                                    : req.body().empty() && !expects_length);
-  if (!as_is) req.prepare_payload();
+  if (!as_is) {
+    req.Drop(http::field::content_length);
+    if (!req.body().empty() || expects_length) {
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof digits, req.body().size()).ptr;
+      req.Set("Content-Length", std::string_view(digits, static_cast<size_t>(end - digits)));
+    }
+  }
 }
 
 }  // namespace sluice::server

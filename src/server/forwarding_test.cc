@@ -43,6 +43,28 @@ http::message<kIsRequest, http::string_body> Parse(const std::string& raw, bool 
   return parser.release();
 }
 
+using BeastRequest = http::request<http::string_body>;
+
+// `raw` as the server reads it.
+HttpRequest ParseRequest(const std::string& raw) {
+  RequestParser parser;
+  parser.eager(true);
+  boost::system::error_code ec;
+  parser.put(boost::asio::buffer(raw), ec);
+  EXPECT_FALSE(ec) << ec.message() << " " << raw;
+  EXPECT_TRUE(parser.is_done()) << raw;
+  return parser.release();
+}
+
+// What an upstream reads of `req`: its head as the gateway writes it, and
+// its body, read back by Beast.
+BeastRequest Sent(const HttpRequest& req) {
+  std::string bytes;
+  const std::string_view body = req.AppendHead(bytes);
+  bytes += body;
+  return Parse<true>(bytes);
+}
+
 // The plain way, with Beast's own calls: every hop-by-hop name erased by
 // name, the framing always recomputed by prepare_payload. The one walk of
 // ToUpstream and ToClient must give what this gives.
@@ -68,7 +90,7 @@ void EraseHopByHopByName(Message& m) {
   }
 }
 
-void PlainToUpstream(Request& req, std::string_view peer_ip, std::string_view marker) {
+void PlainToUpstream(BeastRequest& req, std::string_view peer_ip, std::string_view marker) {
   EraseHopByHopByName(req);
   req.erase("Sluice-Shadow-Denied");
   if (!marker.empty()) req.set("Sluice-Shadow-Denied", std::string(marker));
@@ -122,25 +144,28 @@ TEST(ForwardingTest, ARequestGoesUpstreamAsBeastsOwnCallsWouldMakeIt) {
   all.push_back(many);
   for (const std::string& raw : all) {
     for (const std::string_view marker : {"", "\"trial\""}) {
-      Request ours = Parse<true>(raw);
+      HttpRequest ours = ParseRequest(raw);
       ASSERT_EQ(Malformed(ours), std::nullopt) << raw;
-      Request plain = ours;
+      BeastRequest plain = Parse<true>(raw);
       ToUpstream(ours, "10.0.0.9", marker);
       PlainToUpstream(plain, "10.0.0.9", marker);
-      EXPECT_EQ(FieldsOf(ours), FieldsOf(plain)) << raw << " marker " << marker;
-      EXPECT_EQ(ours.version(), 11u);
-      EXPECT_EQ(ours.body(), plain.body());
-      EXPECT_TRUE(ours.keep_alive()) << raw;
+      const BeastRequest sent = Sent(ours);
+      EXPECT_EQ(FieldsOf(sent), FieldsOf(plain)) << raw << " marker " << marker;
+      EXPECT_EQ(sent.version(), 11u);
+      EXPECT_EQ(sent.body(), plain.body());
+      EXPECT_TRUE(sent.keep_alive()) << raw;
     }
   }
 }
 
 TEST(ForwardingTest, AChunkedBodyGoesUpstreamWithItsLength) {
-  Request req = Parse<true>(
+  HttpRequest req = ParseRequest(
       "POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
   ToUpstream(req, "10.0.0.9", "");
-  EXPECT_EQ(View(req[http::field::content_length]), "5");
-  EXPECT_EQ(req.count(http::field::transfer_encoding), 0u);
+  const BeastRequest sent = Sent(req);
+  EXPECT_EQ(View(sent[http::field::content_length]), "5");
+  EXPECT_EQ(sent.count(http::field::transfer_encoding), 0u);
+  EXPECT_EQ(sent.body(), "hello");
 }
 
 // What a client reads of `raw`, an upstream's answer, relayed: read by
@@ -312,7 +337,7 @@ TEST(ForwardingTest, AnAnswersFieldIsFoundByNameAmongThoseKept) {
 // The facts of a request read in one walk of its fields are those Beast's
 // lookups by name give: the first field of each name, names compared
 // without case.
-TEST(BeastRequestTest, FactsReadInOneWalkAreThoseOfBeastsLookups) {
+TEST(HttpRequestTest, FactsReadInOneWalkAreThoseOfBeastsLookups) {
   for (const std::string raw : {
            "GET /v1/auth HTTP/1.1\r\nHost: A.example\r\n\r\n",
            "GET /v1/auth HTTP/1.1\r\nx-original-uri: /login?u=1\r\nHost: a\r\n"
@@ -325,6 +350,7 @@ TEST(BeastRequestTest, FactsReadInOneWalkAreThoseOfBeastsLookups) {
            "GET /v1/auth HTTP/1.0\r\nX-Original-URI: http://h.example/a/../b\r\n\r\n",
        }) {
     const BeastRequest req = Parse<true>(raw);
+    const HttpRequest ours = ParseRequest(raw);
     // The old reading, one lookup by name each.
     std::string_view method = View(req["X-Original-Method"]);
     if (method.empty()) method = "GET";
@@ -338,7 +364,7 @@ TEST(BeastRequestTest, FactsReadInOneWalkAreThoseOfBeastsLookups) {
                                                              : View(req[http::field::host])));
 
     std::string path_storage, host_storage;
-    const RequestFacts facts = AuthFactsOf(req, "10.0.0.1", path_storage, host_storage);
+    const RequestFacts facts = AuthFactsOf(ours, "10.0.0.1", path_storage, host_storage);
     EXPECT_EQ(facts.method, method) << raw;
     EXPECT_EQ(facts.path, NormalizePath(TargetPath(uri))) << raw;
     EXPECT_EQ(facts.host, host) << raw;
@@ -347,11 +373,15 @@ TEST(BeastRequestTest, FactsReadInOneWalkAreThoseOfBeastsLookups) {
       const std::optional<std::string_view> expected =
           it == req.end() ? std::nullopt : std::optional<std::string_view>(View(it->value()));
       EXPECT_EQ(facts.header(name), expected) << raw << " " << name;
+      std::vector<std::string_view> lines;
+      const auto [begin, end] =
+          req.equal_range(boost::beast::string_view(name.data(), name.size()));
+      for (auto line = begin; line != end; ++line) lines.push_back(View(line->value()));
+      EXPECT_EQ(facts.header_lines(name), lines) << raw << " " << name;
     }
 
     std::string own_path, own_host;
-    const RequestFacts own =
-        FactsOf(req, "10.0.0.1", "GET", View(req.target()), own_path, own_host);
+    const RequestFacts own = FactsOf(ours, "10.0.0.1", "GET", ours.target(), own_path, own_host);
     const std::optional<std::string_view> own_authority = TargetAuthority(View(req.target()));
     EXPECT_EQ(own.host, internal::AsciiLower(HostName(
                             own_authority ? *own_authority : View(req[http::field::host]))))
@@ -359,18 +389,83 @@ TEST(BeastRequestTest, FactsReadInOneWalkAreThoseOfBeastsLookups) {
   }
 }
 
-TEST(BeastRequestTest, MalformedCountsHostsAndCodingsInOneWalk) {
-  EXPECT_EQ(Malformed(Parse<true>("GET / HTTP/1.1\r\nHost: a\r\n\r\n")), std::nullopt);
-  EXPECT_NE(Malformed(Parse<true>("GET / HTTP/1.1\r\nX: y\r\n\r\n")), std::nullopt);
-  EXPECT_EQ(Malformed(Parse<true>("GET / HTTP/1.0\r\nX: y\r\n\r\n")), std::nullopt);
-  EXPECT_NE(Malformed(Parse<true>("GET / HTTP/1.1\r\nHost: a\r\nX: y\r\nhost: b\r\n\r\n")),
+TEST(HttpRequestTest, MalformedCountsHostsAndCodingsInOneWalk) {
+  EXPECT_EQ(Malformed(ParseRequest("GET / HTTP/1.1\r\nHost: a\r\n\r\n")), std::nullopt);
+  EXPECT_NE(Malformed(ParseRequest("GET / HTTP/1.1\r\nX: y\r\n\r\n")), std::nullopt);
+  EXPECT_EQ(Malformed(ParseRequest("GET / HTTP/1.0\r\nX: y\r\n\r\n")), std::nullopt);
+  EXPECT_NE(Malformed(ParseRequest("GET / HTTP/1.1\r\nHost: a\r\nX: y\r\nhost: b\r\n\r\n")),
             std::nullopt);
-  EXPECT_NE(Malformed(Parse<true>("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n"
-                                  "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")),
+  EXPECT_NE(Malformed(ParseRequest("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n"
+                                   "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")),
             std::nullopt);
-  EXPECT_EQ(Malformed(Parse<true>("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
-                                  "\r\n5\r\nhello\r\n0\r\n\r\n")),
+  EXPECT_EQ(Malformed(ParseRequest("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+                                   "\r\n5\r\nhello\r\n0\r\n\r\n")),
             std::nullopt);
+}
+
+// A request reads as Beast's message of it reads: its line, its body, its
+// fields in the order they came with their names as they came, and
+// whether its connection persists.
+TEST(HttpRequestTest, ARequestReadsAsBeastsMessageOfIt) {
+  for (const std::string raw : {
+           "GET /a?b=c HTTP/1.1\r\nHost: h\r\nx-KEY: k1\r\nX-Key: k2\r\n\r\n",
+           "PURGE http://h.example/x HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n",
+           "get /lower HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+           "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+           "3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nTrailer-Field: t\r\n\r\n",
+           "PUT /p HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nX-Empty:\r\n\r\nbody",
+           "GET / HTTP/1.0\r\n\r\n",
+           "GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade, CLOSE\r\n\r\n",
+       }) {
+    const BeastRequest beast = Parse<true>(raw);
+    const HttpRequest ours = ParseRequest(raw);
+    EXPECT_EQ(ours.method(), beast.method()) << raw;
+    EXPECT_EQ(ours.method_string(), View(beast.method_string())) << raw;
+    EXPECT_EQ(ours.target(), View(beast.target())) << raw;
+    EXPECT_EQ(ours.version(), beast.version()) << raw;
+    EXPECT_EQ(ours.body(), beast.body()) << raw;
+    EXPECT_EQ(ours.keep_alive(), beast.keep_alive()) << raw;
+    std::vector<std::pair<std::string, std::string>> want, got;
+    for (const auto& f : beast) {
+      want.emplace_back(View(f.name_string()), View(f.value()));
+    }
+    for (const HttpRequest::Field& f : ours.fields) {
+      got.emplace_back(ours.Name(f), ours.Value(f));
+      EXPECT_EQ(f.name, http::string_to_field(
+                            boost::beast::string_view(ours.Name(f).data(), ours.Name(f).size())));
+    }
+    EXPECT_EQ(got, want) << raw;
+  }
+}
+
+// A "close" in any Connection field ends the connection (RFC 9112 section
+// 9.3: field lines of one name are one list); Beast's message reads only
+// the first field.
+TEST(HttpRequestTest, ACloseInAnyConnectionFieldEndsTheConnection) {
+  EXPECT_FALSE(ParseRequest("GET / HTTP/1.1\r\nHost: h\r\nConnection: x-a\r\n"
+                            "Connection: close\r\n\r\n")
+                   .keep_alive());
+  EXPECT_TRUE(ParseRequest("GET / HTTP/1.0\r\nConnection: x-a\r\n"
+                           "Connection: keep-alive\r\n\r\n")
+                  .keep_alive());
+  EXPECT_FALSE(
+      ParseRequest("GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n").keep_alive());
+  EXPECT_FALSE(ParseRequest("GET / HTTP/1.0\r\n\r\n").keep_alive());
+  EXPECT_TRUE(ParseRequest("GET / HTTP/1.1\r\nHost: h\r\n\r\n").keep_alive());
+}
+
+// A field set for the upstream takes the place of the client's of that
+// name, after every field kept; a field dropped is not written.
+TEST(HttpRequestTest, AFieldSetReplacesTheClientsAndGoesLast) {
+  HttpRequest req =
+      ParseRequest("GET / HTTP/1.1\r\nhost: a\r\nX-One: 1\r\nHOST-ish: b\r\nX-Two: 2\r\n\r\n");
+  req.Set("Host", "c.example");
+  req.Drop(http::field::unknown);  // no name: drops nothing
+  req.Drop("x-one");
+  EXPECT_EQ(req[http::field::host], "");  // the client's is no longer kept
+  std::string head;
+  EXPECT_EQ(req.AppendHead(head), "");
+  EXPECT_EQ(head, "GET / HTTP/1.1\r\nHOST-ish: b\r\nX-Two: 2\r\nHost: c.example\r\n\r\n");
 }
 
 }  // namespace

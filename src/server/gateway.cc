@@ -84,8 +84,8 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   const PolicySet* set = ctx.set.get();
   const ServerConfig& sc = set->config().server;
   std::string path_storage, host;
-  const std::string method(View(req.method_string()));
-  RequestFacts facts = FactsOf(req, peer_ip, method, View(req.target()), path_storage, host);
+  const std::string method(req.method_string());
+  RequestFacts facts = FactsOf(req, peer_ip, method, req.target(), path_storage, host);
   const RouteConfig* route = set->RouteFor(facts);
   if (route == nullptr) {
     reply =
@@ -137,14 +137,14 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     if (!marker.empty()) marker += ", ";
     marker += Cat("\"", name, "\"");
   }
-  if (const std::optional<std::string_view> authority = TargetAuthority(View(req.target()))) {
+  if (const std::optional<std::string_view> authority = TargetAuthority(req.target())) {
     // Absolute form: the upstream gets the origin form and the target's
     // host as Host, so that it serves what the policies were decided on.
-    const std::string_view target = View(req.target());
+    const std::string_view target = req.target();
     const std::string host(*authority);
     const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
     req.target(origin.empty() || origin.front() != '/' ? Cat("/", origin) : origin);
-    req.set(http::field::host, host);
+    req.Set("Host", host);
   }
   // Forwarded: `reply` is set to the upstream's answer, or to the 502 or
   // 504 of a failed exchange. (Here, not in a coroutine of its own: a frame
@@ -175,7 +175,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       }
     }
     upstream->head.clear();
-    const std::string_view body = AppendRequestHead(req, upstream->head);
+    const std::string_view body = req.AppendHead(upstream->head);
     std::array<net::const_buffer, 2> request = Gathered(upstream->head, body);
     if (!WriteNow(stream, request, ec) && !ec) {
       co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));

@@ -12,12 +12,12 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "server/answer.h"
-#include "server/beast_request.h"
+#include "server/http_request.h"
 
 namespace sluice::server {
 
 namespace http = boost::beast::http;
-using Request = BeastRequest;
+using Request = HttpRequest;
 using Response = http::response<http::string_body>;
 
 }  // namespace sluice::server

@@ -560,7 +560,7 @@ class ServerImpl final : public Server {
         buffer.commit(got);
       }
       first = false;
-      http::request_parser<http::string_body> parser;
+      RequestParser parser;
       parser.header_limit(static_cast<uint32_t>(max_header_bytes));
       parser.body_limit(static_cast<uint64_t>(max_body_bytes));
       deadline.After(read_timeout);  // a slow client gets this long for a whole request
@@ -619,8 +619,7 @@ class ServerImpl final : public Server {
       try {
         Context ctx{*state_, w, w.Current(*state_)};
         if (listener == Listener::kAdmin) {
-          reply = co_await AdminEndpoint(ctx, View(req.method_string()), View(req.target()),
-                                         req.body());
+          reply = co_await AdminEndpoint(ctx, req.method_string(), req.target(), req.body());
         } else {
           switch (DispatchNow(ctx, req, peer_ip, listener, reply)) {
             case Routed::kAnswered:
@@ -643,8 +642,8 @@ class ServerImpl final : public Server {
       const ServerConfig& sc = w.Current(*state_)->config().server;
       if (sc.access_log) {
         spdlog::info("event=access listener={} peer={} method={} target=\"{}\" status={}",
-                     kListenerNames[static_cast<int>(listener)], peer_ip, View(req.method_string()),
-                     View(req.target()), status);
+                     kListenerNames[static_cast<int>(listener)], peer_ip, req.method_string(),
+                     req.target(), status);
       }
       deadline.After(sc.read_timeout);
       out.clear();

@@ -1,10 +1,10 @@
 // An upstream's answer as the gateway reads and relays it. Beast's parser
 // (basic_parser: the status line, the fields, the framing, chunked bodies,
 // the limits) reads it; the answer is kept as it came, its fields as text
-// and offsets in their order, instead of in Beast's field table, where each
-// field is a node allocated and placed in a tree, found again to drop the
-// hop-by-hop ones, and moved with the message on its way out. Internal to
-// the server; header-only and free of Asio.
+// and offsets in their order (ParsedFields), instead of in Beast's field
+// table, where each field is a node allocated and placed in a tree, found
+// again to drop the hop-by-hop ones, and moved with the message on its way
+// out. Internal to the server; header-only and free of Asio.
 //
 // Thread-safety: a value type; an AnswerParser is used by one coroutine.
 #ifndef SLUICE_SERVER_UPSTREAM_ANSWER_H_
@@ -21,27 +21,15 @@
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/field.hpp>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/container/inlined_vector.h"
-#include "base/ascii.h"
 #include "server/forwarding.h"
+#include "server/parsed_fields.h"
 
 namespace sluice::server {
 
-struct UpstreamAnswer {
-  struct Field {
-    boost::beast::http::field name = boost::beast::http::field::unknown;
-    uint32_t at = 0;  // where its name starts in `text`; its value follows
-    uint32_t name_size = 0;
-    uint32_t value_size = 0;
-    bool kept = true;  // false: not for the client (ForClient)
-  };
-
+struct UpstreamAnswer : ParsedFields {
   unsigned version = 11;  // the upstream's; the client's after ForClient
   int status = 0;
   std::string reason;
-  std::string text;  // every field's name and value, one after the other
-  absl::InlinedVector<Field, 12> fields;
   std::string body;
   // Set by ForClient: what the client is told of the connection, and the
   // Content-Length written in place of the upstream's, if any.
@@ -49,33 +37,12 @@ struct UpstreamAnswer {
   std::optional<size_t> length;
   // The length its Content-Length fields said (AnswerParser::release).
   std::optional<uint64_t> said_length;
-
-  std::string_view Name(const Field& f) const { return {text.data() + f.at, f.name_size}; }
-  std::string_view Value(const Field& f) const {
-    return {text.data() + f.at + f.name_size, f.value_size};
-  }
-
-  // The value of the first kept field named `name` (compared as field names
-  // are), or nullopt.
-  std::optional<std::string_view> Find(std::string_view name) const {
-    for (const Field& f : fields) {
-      if (!f.kept || f.name_size != name.size()) continue;
-      const std::string_view n = Name(f);
-      if (boost::beast::iequals(boost::beast::string_view(n.data(), n.size()),
-                                boost::beast::string_view(name.data(), name.size()))) {
-        return Value(f);
-      }
-    }
-    return std::nullopt;
-  }
 };
 
 // Reads one answer (an interim 1xx one is read like any other: a new
 // parser reads the next). skip(true) for the answer to a HEAD.
 class AnswerParser final : public boost::beast::http::basic_parser<false> {
  public:
-  // The text of the fields of a common answer, in one allocation.
-  static constexpr size_t kTextBytes = 512;
   // The most of a body reserved before it comes.
   static constexpr size_t kReserveBytes = 1024 * 1024;
 
@@ -97,17 +64,11 @@ class AnswerParser final : public boost::beast::http::basic_parser<false> {
     answer_.status = code;
     answer_.version = static_cast<unsigned>(version);
     answer_.reason.assign(reason.data(), reason.size());
-    answer_.text.reserve(kTextBytes);
+    answer_.text.reserve(ParsedFields::kTextBytes);
   }
   void on_field_impl(boost::beast::http::field name, string_view name_string, string_view value,
                      error_code&) override {
-    UpstreamAnswer::Field& f = answer_.fields.emplace_back();
-    f.name = name;
-    f.at = static_cast<uint32_t>(answer_.text.size());
-    f.name_size = static_cast<uint32_t>(name_string.size());
-    f.value_size = static_cast<uint32_t>(value.size());
-    answer_.text.append(name_string.data(), name_string.size());
-    answer_.text.append(value.data(), value.size());
+    answer_.Add(name, name_string, value);
   }
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
@@ -148,46 +109,7 @@ class AnswerParser final : public boost::beast::http::basic_parser<false> {
 [[nodiscard]] inline bool ForClient(UpstreamAnswer& answer, unsigned version, bool keep_alive,
                                     bool head) {
   namespace http = boost::beast::http;
-  // The names the Connection fields list. A few (the common case: none, or
-  // keep-alive) are compared with each field; more are looked up in a set,
-  // so that thousands of names beside thousands of fields cost their sum.
-  absl::InlinedVector<std::string_view, kNamedInWalk> named;
-  absl::flat_hash_set<std::string> many;
-  for (const UpstreamAnswer::Field& f : answer.fields) {
-    if (f.name != http::field::connection) continue;
-    ForEachConnectionName(answer.Value(f), [&](std::string_view n) {
-      if (named.size() < kNamedInWalk) {
-        named.push_back(n);
-      } else {
-        many.insert(internal::AsciiLower(n));
-      }
-    });
-  }
-  if (!many.empty()) {
-    for (const std::string_view n : named) many.insert(internal::AsciiLower(n));
-    named.clear();
-  }
-  Framing framing;
-  for (UpstreamAnswer::Field& f : answer.fields) {
-    if (f.name == http::field::transfer_encoding) {
-      const std::string_view v = answer.Value(f);
-      framing.codings.Add(boost::beast::string_view(v.data(), v.size()));
-    }
-    const std::string_view name = answer.Name(f);
-    bool drop = IsHopByHop(f.name);
-    for (size_t i = 0; !drop && i < named.size(); ++i) {
-      drop = named[i].size() == name.size() &&
-             boost::beast::iequals(boost::beast::string_view(name.data(), name.size()),
-                                   boost::beast::string_view(named[i].data(), named[i].size()));
-    }
-    if (!drop && !many.empty()) drop = many.contains(internal::AsciiLower(name));
-    f.kept = !drop;
-    // Only a Content-Length that stays frames the answer.
-    if (f.kept && f.name == http::field::content_length) {
-      ++framing.content_lengths;
-      framing.length_text = answer.Value(f);
-    }
-  }
+  const Framing framing = DropHopByHop(answer);
   if (framing.codings.Other()) return false;
   answer.version = version;
   answer.keep_alive = keep_alive;

@@ -29,34 +29,11 @@ void AppendStatusLine(unsigned version, int status, std::string_view reason, std
   out += "\r\n";
 }
 
-// One growth of `out` and three copies (four appends checked the room four
-// times, on a dozen fields a gatewayed request).
-void AppendField(std::string_view name, std::string_view value, std::string& out) {
-  const size_t at = out.size();
-  out.resize(at + name.size() + value.size() + 4);
-  char* p = out.data() + at;
-  std::memcpy(p, name.data(), name.size());
-  p += name.size();
-  *p++ = ':';
-  *p++ = ' ';
-  std::memcpy(p, value.data(), value.size());
-  p += value.size();
-  *p++ = '\r';
-  *p = '\n';
-}
-
 void AppendLength(size_t length, std::string& out) {
   char digits[24];
   const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
   out += "Content-Length: ";
   out.append(digits, static_cast<size_t>(end - digits));
-  out += "\r\n";
-}
-
-void AppendFields(const http::fields& fields, std::string& out) {
-  for (const auto& field : fields) {
-    AppendField(View(field.name_string()), View(field.value()), out);
-  }
   out += "\r\n";
 }
 
@@ -123,15 +100,6 @@ std::string_view AppendResponseHead(Relayed& relayed, bool keep_alive, bool head
 }
 
 }  // namespace
-
-std::string_view AppendRequestHead(const Request& req, std::string& out) {
-  out += View(req.method_string());
-  out += ' ';
-  out += View(req.target());
-  out += req.version() == 10 ? " HTTP/1.0\r\n" : " HTTP/1.1\r\n";
-  AppendFields(req.base(), out);
-  return req.body();
-}
 
 std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, bool head,
                             std::string& out) {

@@ -48,10 +48,6 @@ inline int StatusOf(const Reply& reply) {
 std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, bool head,
                             std::string& out);
 
-// Appends the head of `req` as it is (its method, target, version and
-// fields), for the gateway's upstream, and returns its body.
-std::string_view AppendRequestHead(const Request& req, std::string& out);
-
 }  // namespace sluice::server
 
 #endif  // SLUICE_SERVER_WIRE_H_

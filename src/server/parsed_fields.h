@@ -1,0 +1,124 @@
+// Header fields as Beast's parser (basic_parser) reads them: every field's
+// name and value in one text, in the order they came, each with its place
+// and Beast's name for it, instead of Beast's field table (basic_fields),
+// where each field is a node allocated and placed in a tree. The request a
+// client sends (HttpRequest, http_request.h) and the answer an upstream
+// sends (UpstreamAnswer, upstream_answer.h) keep their fields in one.
+// Internal to the server; header-only and free of Asio.
+//
+// Thread-safety: a value type.
+#ifndef SLUICE_SERVER_PARSED_FIELDS_H_
+#define SLUICE_SERVER_PARSED_FIELDS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/field.hpp>
+
+#include "absl/container/inlined_vector.h"
+
+namespace sluice::server {
+
+inline std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+// Whether two field names are the same name (compared without case).
+inline bool SameName(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         boost::beast::iequals(boost::beast::string_view(a.data(), a.size()),
+                               boost::beast::string_view(b.data(), b.size()));
+}
+
+// "Name: value\r\n" appended to `out`: one growth of `out` and three
+// copies (four appends checked the room four times, on a dozen fields a
+// gatewayed request).
+inline void AppendField(std::string_view name, std::string_view value, std::string& out) {
+  const size_t at = out.size();
+  out.resize(at + name.size() + value.size() + 4);
+  char* p = out.data() + at;
+  std::memcpy(p, name.data(), name.size());
+  p += name.size();
+  *p++ = ':';
+  *p++ = ' ';
+  std::memcpy(p, value.data(), value.size());
+  p += value.size();
+  *p++ = '\r';
+  *p = '\n';
+}
+
+struct ParsedFields {
+  struct Field {
+    boost::beast::http::field name = boost::beast::http::field::unknown;
+    uint32_t at = 0;  // where its name starts in `text`; its value follows
+    uint32_t name_size = 0;
+    uint32_t value_size = 0;
+    bool kept = true;  // false: not for the next hop (dropped on the way)
+  };
+
+  // The text of a common message's fields, in one allocation.
+  static constexpr size_t kTextBytes = 512;
+
+  std::string text;  // every field's name and value, one after the other
+  absl::InlinedVector<Field, 12> fields;
+
+  std::string_view Name(const Field& f) const { return {text.data() + f.at, f.name_size}; }
+  std::string_view Value(const Field& f) const {
+    return {text.data() + f.at + f.name_size, f.value_size};
+  }
+
+  // A field as the parser read it (its name as it came, and Beast's name).
+  void Add(boost::beast::http::field name, boost::beast::string_view name_string,
+           boost::beast::string_view value) {
+    Field& f = fields.emplace_back();
+    f.name = name;
+    f.at = static_cast<uint32_t>(text.size());
+    f.name_size = static_cast<uint32_t>(name_string.size());
+    f.value_size = static_cast<uint32_t>(value.size());
+    text.append(name_string.data(), name_string.size());
+    text.append(value.data(), value.size());
+  }
+
+  // The value of the first kept field named `name` (compared as field
+  // names are), or nullopt.
+  std::optional<std::string_view> Find(std::string_view name) const {
+    for (const Field& f : fields) {
+      if (f.kept && SameName(Name(f), name)) return Value(f);
+    }
+    return std::nullopt;
+  }
+  // The same for a name Beast knows (field::unknown is no name).
+  std::optional<std::string_view> Find(boost::beast::http::field name) const {
+    for (const Field& f : fields) {
+      if (f.kept && f.name == name && name != boost::beast::http::field::unknown) return Value(f);
+    }
+    return std::nullopt;
+  }
+
+  // Every field named `name` is no longer kept.
+  void Drop(std::string_view name) {
+    for (Field& f : fields) {
+      if (f.kept && SameName(Name(f), name)) f.kept = false;
+    }
+  }
+  void Drop(boost::beast::http::field name) {
+    if (name == boost::beast::http::field::unknown) return;
+    for (Field& f : fields) {
+      if (f.name == name) f.kept = false;
+    }
+  }
+
+  // Appends the kept fields, as they came, one "Name: value\r\n" each.
+  void AppendKept(std::string& out) const {
+    for (const Field& f : fields) {
+      if (f.kept) AppendField(Name(f), Value(f), out);
+    }
+  }
+};
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_PARSED_FIELDS_H_
