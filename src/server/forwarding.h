@@ -141,7 +141,7 @@ inline Framing DropHopByHop(ParsedFields& message) {
 // the upstream has nothing to wait for, and an interim 100 Continue must not
 // reach the client) or a client's own Sluice-Shadow-Denied, with
 // `shadow_marker` there (when not empty) and the peer appended to the
-// first X-Forwarded-For. Only sluice sets the marker: it is set after the
+// X-Forwarded-For list (every line of it, joined). Only sluice sets the marker: it is set after the
 // hop-by-hop fields are gone, so a client naming it in Connection cannot
 // strip it. `req` passed Malformed.
 inline void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker) {
@@ -150,9 +150,20 @@ inline void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_v
     return f.name == http::field::expect || SameName(req.Name(f), kShadowDeniedField);
   });
   if (!shadow_marker.empty()) req.Set(kShadowDeniedField, shadow_marker);
-  const std::optional<std::string_view> xff = req.Find("X-Forwarded-For");
-  req.Set("X-Forwarded-For",
-          xff && !xff->empty() ? internal::Cat(*xff, ", ", peer_ip) : std::string(peer_ip));
+  // Every X-Forwarded-For line the client's side sent, as one list (RFC
+  // 9110 section 5.3: lines of one name are one list), then the peer. Only
+  // the first line used to go: a hop a proxy had added on a line of its own
+  // (HAProxy does) was lost, and an upstream reading the list from the
+  // right took a client's own entry for its address.
+  std::string xff;
+  for (const ParsedFields::Field& f : req.fields) {
+    if (!f.kept || !SameName(req.Name(f), "X-Forwarded-For") || req.Value(f).empty()) continue;
+    if (!xff.empty()) xff += ", ";
+    xff += req.Value(f);
+  }
+  if (!xff.empty()) xff += ", ";
+  xff += peer_ip;
+  req.Set("X-Forwarded-For", xff);
   // No Connection field is left, and HTTP/1.1 keeps the connection alive
   // by default.
   req.version(11);

@@ -95,7 +95,12 @@ void PlainToUpstream(BeastRequest& req, std::string_view peer_ip, std::string_vi
   req.erase("Sluice-Shadow-Denied");
   if (!marker.empty()) req.set("Sluice-Shadow-Denied", std::string(marker));
   req.erase(http::field::expect);
-  const std::string xff(View(req["X-Forwarded-For"]));
+  std::string xff;
+  for (const auto& f : req) {
+    if (!boost::beast::iequals(f.name_string(), "X-Forwarded-For") || f.value().empty()) continue;
+    if (!xff.empty()) xff += ", ";
+    xff += std::string(View(f.value()));
+  }
   req.set("X-Forwarded-For",
           xff.empty() ? std::string(peer_ip) : xff + ", " + std::string(peer_ip));
   req.version(11);
@@ -156,6 +161,23 @@ TEST(ForwardingTest, ARequestGoesUpstreamAsBeastsOwnCallsWouldMakeIt) {
       EXPECT_TRUE(sent.keep_alive()) << raw;
     }
   }
+}
+
+// Every X-Forwarded-For line goes upstream, joined into one list in the
+// order they came, the peer last: a hop a proxy added on a line of its own
+// is not lost, so an upstream reading the list from the right does not
+// reach what the client wrote itself.
+TEST(ForwardingTest, EveryForwardedForLineGoesUpstreamInOneList) {
+  HttpRequest req = ParseRequest(
+      "GET /a HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 6.6.6.6\r\nX-Other: 1\r\n"
+      "x-forwarded-for: 1.2.3.4\r\nX-Forwarded-For:\r\n\r\n");
+  ToUpstream(req, "10.0.0.9", "");
+  const BeastRequest sent = Sent(req);
+  EXPECT_EQ(sent.count("X-Forwarded-For"), 1u);
+  EXPECT_EQ(View(sent["X-Forwarded-For"]), "6.6.6.6, 1.2.3.4, 10.0.0.9");
+  HttpRequest none = ParseRequest("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+  ToUpstream(none, "10.0.0.9", "");
+  EXPECT_EQ(View(Sent(none)["X-Forwarded-For"]), "10.0.0.9");
 }
 
 TEST(ForwardingTest, AChunkedBodyGoesUpstreamWithItsLength) {
