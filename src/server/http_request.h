@@ -28,7 +28,6 @@
 #include <vector>
 
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/verb.hpp>
@@ -123,18 +122,15 @@ class HttpRequest : public ParsedFields {
 // Reads one request into an HttpRequest, as Beast's request_parser with a
 // string_body reads one into a message (the limits, the framing and the
 // chunked coding are basic_parser's).
-class RequestParser final : public boost::beast::http::basic_parser<true> {
+class RequestParser final : public WholeMessageParser<true, RequestParser> {
  public:
-  // The most of a body reserved before it comes (Beast's string_body
-  // reserves what Content-Length says, up to the body limit).
-  static constexpr size_t kReserveBytes = 1024 * 1024;
-
   HttpRequest& get() { return request_; }
   HttpRequest release() { return std::move(request_); }
 
  private:
-  using string_view = boost::beast::string_view;
-  using error_code = boost::beast::error_code;
+  friend class WholeMessageParser<true, RequestParser>;
+  ParsedFields& Fields() { return request_; }
+  std::string& Body() { return request_.body_; }
 
   void on_request_impl(boost::beast::http::verb method, string_view method_string,
                        string_view target, int version, error_code&) override {
@@ -144,32 +140,6 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
     request_.version_ = static_cast<unsigned>(version);
     request_.text.reserve(ParsedFields::kTextBytes);
   }
-  void on_response_impl(int, string_view, int, error_code&) override {}
-  void on_field_impl(boost::beast::http::field name, string_view name_string, string_view value,
-                     error_code&) override {
-    request_.Add(name, name_string, value);
-  }
-  void on_header_impl(error_code&) override {}
-  void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
-                         error_code& ec) override {
-    // Beast 1.74 also calls this for a length past the body limit (an
-    // eager parser with bytes after the header), that limit's error
-    // already in `ec`.
-    if (!ec && content_length) {
-      request_.body_.reserve(
-          static_cast<size_t>(std::min<std::uint64_t>(*content_length, kReserveBytes)));
-    }
-  }
-  std::size_t on_body_impl(string_view body, error_code&) override {
-    request_.body_.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code&) override {
-    request_.body_.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_finish_impl(error_code&) override {}
 
   HttpRequest request_;
 };

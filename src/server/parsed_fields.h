@@ -10,6 +10,7 @@
 #ifndef SLUICE_SERVER_PARSED_FIELDS_H_
 #define SLUICE_SERVER_PARSED_FIELDS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <string_view>
 
 #include <boost/beast/core/string.hpp>
+#include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/field.hpp>
 
 #include "absl/container/inlined_vector.h"
@@ -117,6 +119,56 @@ struct ParsedFields {
       if (f.kept) AppendField(Name(f), Value(f), out);
     }
   }
+};
+
+// What a parser that keeps a whole message does with Beast's basic_parser
+// once the start line is read (RequestParser, AnswerParser): each field
+// into `Derived::Fields()` (a ParsedFields), the body, de-chunked, into
+// `Derived::Body()` (a std::string). `Derived` reads its start line
+// (on_request_impl or on_response_impl; the other does nothing).
+template <bool kIsRequest, typename Derived>
+class WholeMessageParser : public boost::beast::http::basic_parser<kIsRequest> {
+ public:
+  // The most of a body reserved before it comes (Beast's string_body
+  // reserves what Content-Length says, up to the body limit).
+  static constexpr size_t kReserveBytes = 1024 * 1024;
+
+ protected:
+  using string_view = boost::beast::string_view;
+  using error_code = boost::beast::error_code;
+
+  void on_request_impl(boost::beast::http::verb, string_view, string_view, int,
+                       error_code&) override {}
+  void on_response_impl(int, string_view, int, error_code&) override {}
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+
+  void on_field_impl(boost::beast::http::field name, string_view name_string, string_view value,
+                     error_code&) final {
+    self().Fields().Add(name, name_string, value);
+  }
+  void on_header_impl(error_code&) final {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
+                         error_code& ec) final {
+    // Room for the body the message says, up to a bound: Beast 1.74 also
+    // calls this for a length past its body limit (an eager parser with
+    // bytes after the header), that limit's error already in `ec`.
+    if (!ec && content_length) {
+      self().Body().reserve(
+          static_cast<size_t>(std::min<std::uint64_t>(*content_length, kReserveBytes)));
+    }
+  }
+  std::size_t on_body_impl(string_view body, error_code&) final {
+    self().Body().append(body.data(), body.size());
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) final {}
+  std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code&) final {
+    self().Body().append(body.data(), body.size());
+    return body.size();
+  }
+  void on_finish_impl(error_code&) final {}
 };
 
 }  // namespace sluice::server

@@ -18,7 +18,6 @@
 #include <string_view>
 
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/field.hpp>
 
 #include "server/forwarding.h"
@@ -41,11 +40,8 @@ struct UpstreamAnswer : ParsedFields {
 
 // Reads one answer (an interim 1xx one is read like any other: a new
 // parser reads the next). skip(true) for the answer to a HEAD.
-class AnswerParser final : public boost::beast::http::basic_parser<false> {
+class AnswerParser final : public WholeMessageParser<false, AnswerParser> {
  public:
-  // The most of a body reserved before it comes.
-  static constexpr size_t kReserveBytes = 1024 * 1024;
-
   UpstreamAnswer& get() { return answer_; }
   UpstreamAnswer release() {
     if (is_header_done()) {
@@ -55,42 +51,16 @@ class AnswerParser final : public boost::beast::http::basic_parser<false> {
   }
 
  private:
-  using string_view = boost::beast::string_view;
-  using error_code = boost::beast::error_code;
+  friend class WholeMessageParser<false, AnswerParser>;
+  ParsedFields& Fields() { return answer_; }
+  std::string& Body() { return answer_.body; }
 
-  void on_request_impl(boost::beast::http::verb, string_view, string_view, int,
-                       error_code&) override {}
   void on_response_impl(int code, string_view reason, int version, error_code&) override {
     answer_.status = code;
     answer_.version = static_cast<unsigned>(version);
     answer_.reason.assign(reason.data(), reason.size());
     answer_.text.reserve(ParsedFields::kTextBytes);
   }
-  void on_field_impl(boost::beast::http::field name, string_view name_string, string_view value,
-                     error_code&) override {
-    answer_.Add(name, name_string, value);
-  }
-  void on_header_impl(error_code&) override {}
-  void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
-                         error_code& ec) override {
-    // Room for the body the upstream says, up to a bound: Beast 1.74 also
-    // calls this for a length past its body limit (an eager parser with
-    // bytes after the header), that limit's error already in `ec`.
-    if (!ec && content_length) {
-      answer_.body.reserve(
-          static_cast<size_t>(std::min<std::uint64_t>(*content_length, kReserveBytes)));
-    }
-  }
-  std::size_t on_body_impl(string_view body, error_code&) override {
-    answer_.body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code&) override {
-    answer_.body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_finish_impl(error_code&) override {}
 
   UpstreamAnswer answer_;
 };
