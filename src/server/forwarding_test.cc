@@ -490,5 +490,18 @@ TEST(HttpRequestTest, AFieldSetReplacesTheClientsAndGoesLast) {
   EXPECT_EQ(head, "GET / HTTP/1.1\r\nHOST-ish: b\r\nX-Two: 2\r\nHost: c.example\r\n\r\n");
 }
 
+// An HTTP/1.1 request that expects 100-continue waits to be asked for its
+// body; an HTTP/1.0 one's expectation is ignored (RFC 9110 section 10.1.1).
+TEST(HttpRequestTest, ARequestExpectsContinueOnlyAsHttp11WithThatExpectation) {
+  EXPECT_TRUE(ExpectsContinue(ParseRequest(
+      "POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\nContent-Length: 0\r\n\r\n")));
+  EXPECT_FALSE(ExpectsContinue(
+      ParseRequest("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n")));
+  EXPECT_FALSE(ExpectsContinue(ParseRequest(
+      "POST / HTTP/1.1\r\nHost: h\r\nExpect: something-else\r\nContent-Length: 0\r\n\r\n")));
+  EXPECT_FALSE(ExpectsContinue(ParseRequest("POST / HTTP/1.1\r\nHost: h\r\n\r\n")));
+  EXPECT_EQ(kContinue, "HTTP/1.1 100 Continue\r\n\r\n");
+}
+
 }  // namespace
 }  // namespace sluice::server

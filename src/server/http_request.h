@@ -163,6 +163,25 @@ struct TransferCodings {
   bool Other() const { return fields > 0 && (count != 1 || !chunked_last); }
 };
 
+// What a server writes to ask a client for the body it announced with
+// "Expect: 100-continue".
+inline constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// Whether `req` (its header read) waits for a 100 Continue before it sends
+// its body: an HTTP/1.1 request with an Expect field of 100-continue (RFC
+// 9110 section 10.1.1; an HTTP/1.0 client's is ignored).
+inline bool ExpectsContinue(const HttpRequest& req) {
+  if (req.version() < 11) return false;
+  for (const HttpRequest::Field& f : req.fields) {
+    const std::string_view v = req.Value(f);
+    if (f.name == boost::beast::http::field::expect &&
+        boost::beast::iequals(boost::beast::string_view(v.data(), v.size()), "100-continue")) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // What makes a parsed request unfit to decide on (answered 400), if anything.
 inline std::optional<std::string> Malformed(const HttpRequest& req) {
   namespace http = boost::beast::http;

@@ -570,7 +570,21 @@ class ServerImpl final : public Server {
       // parser gets what the buffer holds, and the socket is read only
       // when it wants more.
       ec = {};
+      bool asked_for_body = false;
       while (!FeedParser(parser, buffer, ec)) {
+        // A client that sent "Expect: 100-continue" waits to be asked for
+        // the body it announced (RFC 9110 section 10.1.1; curl waits a
+        // second): asked once, when the header is read and the body is not.
+        if (!asked_for_body && parser.is_header_done()) {
+          asked_for_body = true;
+          if (ExpectsContinue(parser.get())) {
+            std::array<net::const_buffer, 2> ask = {net::buffer(kContinue), net::const_buffer()};
+            if (!WriteNow(stream, ask, ec) && !ec) {
+              co_await net::async_write(stream, ask, net::redirect_error(kUseAwaitable, ec));
+            }
+            if (ec) break;
+          }
+        }
         const size_t got =
             co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
                                             net::redirect_error(kUseAwaitable, ec));

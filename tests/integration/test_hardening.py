@@ -121,6 +121,40 @@ policies:
         hit = self.upstream.hits("/app")[0]
         self.assertEqual(hit["body"], "abc")
 
+    def test_a_client_that_expects_100_continue_is_asked_for_its_body(self):
+        # Regression: sluice never answered "Expect: 100-continue", so a
+        # client waited out its own timer (a second for curl) before it sent
+        # the body, on every such request.
+        self.start_gateway()
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"POST /app HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                      b"Expect: 100-Continue\r\nConnection: close\r\n\r\n")
+            s.settimeout(2)
+            asked = b""
+            while not asked.endswith(b"\r\n\r\n"):
+                chunk = s.recv(64)
+                self.assertTrue(chunk, asked)
+                asked += chunk
+            self.assertEqual(asked, b"HTTP/1.1 100 Continue\r\n\r\n")
+            s.sendall(b"hello")
+            r = parse_raw_response(read_until_close(s, 5))
+        self.assertEqual(r.status, 200, r)
+        hit = self.upstream.hits("/app")[0]
+        self.assertEqual(hit["body"], "hello")
+        self.assertNotIn("expect", {k.lower() for k in hit["headers"]})
+        # An HTTP/1.0 client's expectation is ignored (RFC 9110 section
+        # 10.1.1): nothing is written before the answer.
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"POST /app HTTP/1.0\r\nHost: x\r\nContent-Length: 5\r\n"
+                      b"Expect: 100-continue\r\n\r\n")
+            s.settimeout(0.5)
+            with self.assertRaises(socket.timeout):
+                s.recv(64)
+            s.settimeout(5)
+            s.sendall(b"hello")
+            r = parse_raw_response(read_until_close(s, 5))
+        self.assertEqual(r.status, 200, r)
+
     def test_a_target_that_is_neither_a_path_nor_a_url_is_refused(self):
         self.start_gateway()
         for target in (b"*", b"example.com:443", b"ftp://h/login"):
