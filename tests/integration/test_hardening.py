@@ -155,6 +155,20 @@ policies:
             r = parse_raw_response(read_until_close(s, 5))
         self.assertEqual(r.status, 200, r)
 
+    def test_every_x_forwarded_for_line_reaches_the_upstream(self):
+        # Regression: only the first X-Forwarded-For line went upstream, so a
+        # hop a proxy had added on a line of its own was lost, and an
+        # upstream reading the list from the right reached the client's own.
+        self.start_gateway()
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"GET /app HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\n"
+                      b"X-Other: 1\r\nx-forwarded-for: 198.51.100.7\r\n"
+                      b"Connection: close\r\n\r\n")
+            self.assertEqual(parse_raw_response(read_until_close(s, 5)).status, 200)
+        hit = self.upstream.hits("/app")[0]
+        xff = [v for k, v in hit["headers"].items() if k.lower() == "x-forwarded-for"]
+        self.assertEqual(xff, ["6.6.6.6, 198.51.100.7, 127.0.0.1"])
+
     def test_a_target_that_is_neither_a_path_nor_a_url_is_refused(self):
         self.start_gateway()
         for target in (b"*", b"example.com:443", b"ftp://h/login"):
