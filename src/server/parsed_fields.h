@@ -3,7 +3,8 @@
 // and Beast's name for it, instead of Beast's field table (basic_fields),
 // where each field is a node allocated and placed in a tree. The request a
 // client sends (HttpRequest, http_request.h) and the answer an upstream
-// sends (UpstreamAnswer, upstream_answer.h) keep their fields in one.
+// sends (UpstreamAnswer, upstream_answer.h) keep their fields in one, and
+// their parsers share the callbacks that fill it (WholeMessageParser).
 // Internal to the server; header-only and free of Asio.
 //
 // Thread-safety: a value type.
