@@ -182,11 +182,7 @@ inline void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_v
                                    : req.body().empty() && !expects_length);
   if (!as_is) {
     req.Drop(http::field::content_length);
-    if (!req.body().empty() || expects_length) {
-      char digits[24];
-      const auto end = std::to_chars(digits, digits + sizeof digits, req.body().size()).ptr;
-      req.Set("Content-Length", std::string_view(digits, static_cast<size_t>(end - digits)));
-    }
+    if (!req.body().empty() || expects_length) req.SetLength(req.body().size());
   }
 }
 

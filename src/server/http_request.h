@@ -91,8 +91,11 @@ class HttpRequest : public ParsedFields {
     Drop(name);
     AppendField(name, value, added_);
   }
-  // The fields set, "Name: value\r\n" each.
-  std::string_view added() const { return added_; }
+  // Sets the one Content-Length for the next hop, as Set does.
+  void SetLength(size_t length) {
+    Drop(boost::beast::http::field::content_length);
+    AppendLength(length, added_);
+  }
 
   // Appends the request's head as it is now (its method, target, version,
   // the fields kept, then those set, and the blank line), for the gateway's

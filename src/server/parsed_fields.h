@@ -12,6 +12,7 @@
 #define SLUICE_SERVER_PARSED_FIELDS_H_
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -51,6 +52,15 @@ inline void AppendField(std::string_view name, std::string_view value, std::stri
   p += value.size();
   *p++ = '\r';
   *p = '\n';
+}
+
+// "Content-Length: <length>\r\n" appended to `out`: the one canonical form.
+inline void AppendLength(size_t length, std::string& out) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
+  out += "Content-Length: ";
+  out.append(digits, static_cast<size_t>(end - digits));
+  out += "\r\n";
 }
 
 struct ParsedFields {

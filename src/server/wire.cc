@@ -1,6 +1,5 @@
 #include "server/wire.h"
 
-#include <charconv>
 #include <cstring>
 
 #include <boost/beast/core/string.hpp>
@@ -26,14 +25,6 @@ void AppendStatusLine(unsigned version, int status, std::string_view reason, std
   out.append(line, sizeof line);
   if (reason.empty()) reason = View(http::obsolete_reason(static_cast<http::status>(status)));
   out += reason;
-  out += "\r\n";
-}
-
-void AppendLength(size_t length, std::string& out) {
-  char digits[24];
-  const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
-  out += "Content-Length: ";
-  out.append(digits, static_cast<size_t>(end - digits));
   out += "\r\n";
 }
 
