@@ -65,6 +65,11 @@ std::string_view AuthPolicy(std::string_view path) {
 
 }  // namespace
 
+bool ForGateway(const Context& ctx, const Request& req, Listener listener) {
+  std::string_view path;
+  return EndpointFor(ctx, req, listener, path) == Endpoint::kGateway;
+}
+
 Routed DispatchNow(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,
                    Reply& reply) {
   std::string_view path;

@@ -26,6 +26,10 @@ enum class Routed {
   kLater,     // it waits on something (Redis, a body of checks): Dispatch answers it
 };
 
+// Whether the gateway answers `req` (its header read) on `listener`: not
+// the decision API where that is served, nor what it refuses there.
+bool ForGateway(const Context& ctx, const Request& req, Listener listener);
+
 // Answers into `reply` what needs no wait, without a coroutine frame of its
 // own (a frame nested below the session's is a malloc and a free): the
 // decision API's checks and auth requests of policies in this process, and

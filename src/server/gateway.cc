@@ -79,7 +79,8 @@ class SlotHold {
 
 }  // namespace
 
-Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply& reply) {
+Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply& reply,
+                   BodyToCome* body) {
   Worker& w = ctx.worker;
   const PolicySet* set = ctx.set.get();
   const ServerConfig& sc = set->config().server;
@@ -132,6 +133,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       hold.Resume();
     }
   }
+  if (body != nullptr && !co_await body->Read(reply)) co_return;
   std::string marker;  // Sluice-Shadow-Denied: the shadow policies that would have denied
   for (const std::string& name : ev.shadow_denied) {
     if (!marker.empty()) marker += ", ";
@@ -175,8 +177,8 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       }
     }
     upstream->head.clear();
-    const std::string_view body = req.AppendHead(upstream->head);
-    std::array<net::const_buffer, 2> request = Gathered(upstream->head, body);
+    const std::string_view content = req.AppendHead(upstream->head);
+    std::array<net::const_buffer, 2> request = Gathered(upstream->head, content);
     if (!WriteNow(stream, request, ec) && !ec) {
       co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));
     }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <functional>
@@ -437,15 +438,149 @@ class ServerImpl final : public Server {
 
   static constexpr Duration kLingerTime = Duration::Seconds(5);
 
+  // The problem document a request that cannot be read (or decided on) is
+  // answered with.
+  static HttpAnswer Refusal(int status, std::string_view detail) {
+    return HttpAnswer::Problem(
+        status, View(http::obsolete_reason(static_cast<http::status>(status))), detail);
+  }
+
+  // The status a request that could not be read as `ec` says is answered
+  // with (431, 413 or 400) and `detail`, or 0 when it is not answered (the
+  // client went, or its time ran out: `expired`).
+  static int ReadFailure(const boost::system::error_code& ec, bool expired,
+                         int64_t max_header_bytes, int64_t max_body_bytes, std::string& detail) {
+    if (ec == http::error::header_limit) {
+      detail = Cat("request header larger than ", max_header_bytes, " bytes");
+      return 431;
+    }
+    if (ec == http::error::body_limit) {
+      detail = Cat("request body larger than ", max_body_bytes, " bytes");
+      return 413;
+    }
+    if (ec != http::error::end_of_stream && !expired && ec != net::error::connection_reset &&
+        ec != net::error::eof &&
+        ec.category() == http::make_error_code(http::error::bad_target).category()) {
+      detail = Cat("malformed request: ", ec.message());
+      return 400;
+    }
+    return 0;
+  }
+
+  // Reads into `parser` from `stream`, what `buffer` holds first, until its
+  // request is whole or `ec` says why not. Once the header is read and the
+  // body is not all there: stops there when `decide_first(request)` says
+  // so (the gateway decides the request before it reads the body); else
+  // asks a client that sent "Expect: 100-continue" for the body it
+  // announced (RFC 9110 section 10.1.1; curl waits a second to be asked)
+  // and reads on.
+  template <typename DecideFirst>
+  static Task<void> ReadRequest(Socket& stream, beast::flat_buffer& buffer, RequestParser& parser,
+                                DecideFirst decide_first, boost::system::error_code& ec) {
+    bool header_seen = false;
+    while (!FeedParser(parser, buffer, ec)) {
+      if (!header_seen && parser.is_header_done()) {
+        header_seen = true;
+        if (decide_first(parser.get())) co_return;
+        if (ExpectsContinue(parser.get())) {
+          std::array<net::const_buffer, 2> ask = {net::buffer(kContinue), net::const_buffer()};
+          if (!WriteNow(stream, ask, ec) && !ec) {
+            co_await net::async_write(stream, ask, net::redirect_error(kUseAwaitable, ec));
+          }
+          if (ec) co_return;
+        }
+      }
+      const size_t got =
+          co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
+                                          net::redirect_error(kUseAwaitable, ec));
+      if (ec == net::error::eof) {
+        EndOfInput(parser, ec);
+        co_return;
+      }
+      if (ec) co_return;
+      buffer.commit(got);
+    }
+  }
+
+  // The body of a request the gateway decides on its header, read when it
+  // is admitted (BodyToCome).
+  class RestOfBody final : public BodyToCome {
+   public:
+    enum class State { kToCome, kRead, kRefused, kLost };
+
+    RestOfBody(Socket& stream, beast::flat_buffer& buffer, RequestParser& parser,
+               Deadline& deadline, Duration read_timeout, int64_t max_header_bytes,
+               int64_t max_body_bytes)
+        : stream_(stream),
+          buffer_(buffer),
+          parser_(parser),
+          deadline_(deadline),
+          read_timeout_(read_timeout),
+          max_header_bytes_(max_header_bytes),
+          max_body_bytes_(max_body_bytes) {}
+
+    Task<bool> Read(Reply& reply) override {
+      deadline_.After(read_timeout_);
+      boost::system::error_code ec;
+      co_await ReadRequest(
+          stream_, buffer_, parser_, [](const HttpRequest&) { return false; }, ec);
+      const bool expired = deadline_.expired();
+      deadline_.Never();
+      if (!ec) {
+        state_ = State::kRead;
+        co_return true;
+      }
+      std::string detail;
+      const int status = ReadFailure(ec, expired, max_header_bytes_, max_body_bytes_, detail);
+      state_ = status != 0 ? State::kRefused : State::kLost;
+      if (status != 0) reply = Refusal(status, detail);
+      co_return false;
+    }
+
+    // kToCome: not read (the request was answered on its header); kRefused:
+    // it could not be read, and the reply says why; kLost: nor that, and
+    // nothing is answered.
+    State state() const { return state_; }
+
+   private:
+    Socket& stream_;
+    beast::flat_buffer& buffer_;
+    RequestParser& parser_;
+    Deadline& deadline_;
+    const Duration read_timeout_;
+    const int64_t max_header_bytes_;
+    const int64_t max_body_bytes_;
+    State state_ = State::kToCome;
+  };
+
+  // Whether `req` (its header read, its body not all there) on `listener`
+  // is decided before its body is read: a request for the gateway (the
+  // decision API reads its request from the body; a TRACE's content is
+  // refused, and only the whole request shows it).
+  bool DecidesOnHeader(Worker& w, Listener listener, const HttpRequest& req) {
+    if (listener == Listener::kAdmin || req.method() == http::verb::trace) return false;
+    const Context ctx{*state_, w, w.Current(*state_)};
+    return ForGateway(ctx, req, listener);
+  }
+
   Task<void> Linger(Socket& stream, Deadline& deadline) {
     boost::system::error_code ec;
     stream.shutdown(Socket::shutdown_send, ec);
     deadline.After(kLingerTime);
-    std::array<char, 16 * 1024> sink;
     int64_t dropped = 0;
     while (!ec && dropped < kLingerBytes) {
-      dropped += static_cast<int64_t>(co_await stream.async_read_some(
-          net::buffer(sink), net::redirect_error(kUseAwaitable, ec)));
+      // Dropped by the kernel, not copied out: on a TCP socket MSG_TRUNC
+      // discards what it would have read (tcp(7)), so no buffer is needed.
+      const ssize_t n =
+          ::recv(stream.native_handle(), nullptr, static_cast<size_t>(kLingerBytes - dropped),
+                 MSG_TRUNC | MSG_DONTWAIT);
+      if (n > 0) {
+        dropped += n;
+      } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        break;  // the client is done, or the connection is
+      } else {
+        co_await stream.async_wait(Socket::wait_read, net::redirect_error(kUseAwaitable, ec));
+      }
     }
   }
 
@@ -453,8 +588,7 @@ class ServerImpl final : public Server {
   // with a problem document, and the connection closes.
   static Task<void> Refuse(Socket& stream, Deadline& deadline, int status, std::string_view detail,
                            std::string& out, boost::system::error_code& ec) {
-    Reply reply = HttpAnswer::Problem(
-        status, View(http::obsolete_reason(static_cast<http::status>(status))), detail);
+    Reply reply = Refusal(status, detail);
     out.clear();
     const std::string_view body = AppendHead(reply, 11, /*keep_alive=*/false, false, out);
     deadline.After(Duration::Seconds(5));
@@ -570,43 +704,17 @@ class ServerImpl final : public Server {
       // parser gets what the buffer holds, and the socket is read only
       // when it wants more.
       ec = {};
-      bool asked_for_body = false;
-      while (!FeedParser(parser, buffer, ec)) {
-        // A client that sent "Expect: 100-continue" waits to be asked for
-        // the body it announced (RFC 9110 section 10.1.1; curl waits a
-        // second): asked once, when the header is read and the body is not.
-        if (!asked_for_body && parser.is_header_done()) {
-          asked_for_body = true;
-          if (ExpectsContinue(parser.get())) {
-            std::array<net::const_buffer, 2> ask = {net::buffer(kContinue), net::const_buffer()};
-            if (!WriteNow(stream, ask, ec) && !ec) {
-              co_await net::async_write(stream, ask, net::redirect_error(kUseAwaitable, ec));
-            }
-            if (ec) break;
-          }
-        }
-        const size_t got =
-            co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
-                                            net::redirect_error(kUseAwaitable, ec));
-        if (ec == net::error::eof) {
-          EndOfInput(parser, ec);
-          break;
-        }
-        if (ec) break;
-        buffer.commit(got);
+      bool body_to_come = false;  // decided on its header: the gateway reads the rest
+      if (!FeedParser(parser, buffer, ec)) {
+        co_await ReadRequest(
+            stream, buffer, parser,
+            [&](const HttpRequest& r) { return body_to_come = DecidesOnHeader(w, listener, r); },
+            ec);
       }
       if (ec) {
-        int status = 0;
         std::string detail;
-        if (ec == http::error::header_limit) {
-          status = 431, detail = Cat("request header larger than ", max_header_bytes, " bytes");
-        } else if (ec == http::error::body_limit) {
-          status = 413, detail = Cat("request body larger than ", max_body_bytes, " bytes");
-        } else if (ec != http::error::end_of_stream && !deadline.expired() &&
-                   ec != net::error::connection_reset && ec != net::error::eof &&
-                   ec.category() == http::make_error_code(http::error::bad_target).category()) {
-          status = 400, detail = Cat("malformed request: ", ec.message());
-        }
+        const int status =
+            ReadFailure(ec, deadline.expired(), max_header_bytes, max_body_bytes, detail);
         if (status != 0) {
           co_await Refuse(stream, deadline, status, detail, out, ec);
           Responses(listener, status)->Add();
@@ -614,13 +722,16 @@ class ServerImpl final : public Server {
         }
         break;
       }
-      Request req = parser.release();
+      Request& req = parser.get();
       ++requests;
       if (std::optional<std::string> bad = Malformed(req)) {
         co_await Refuse(stream, deadline, 400, *bad, out, ec);
         Responses(listener, 400)->Add();
+        if (!ec && body_to_come) co_await Linger(stream, deadline);
         break;
       }
+      RestOfBody rest(stream, buffer, parser, deadline, read_timeout, max_header_bytes,
+                      max_body_bytes);
       std::optional<Held> in_flight(std::in_place, metrics.in_flight(), true);
       deadline.Never();
       // Read before the request goes to an endpoint: the gateway rewrites
@@ -634,6 +745,8 @@ class ServerImpl final : public Server {
         Context ctx{*state_, w, w.Current(*state_)};
         if (listener == Listener::kAdmin) {
           reply = co_await AdminEndpoint(ctx, req.method_string(), req.target(), req.body());
+        } else if (body_to_come) {
+          co_await Gateway(ctx, req, peer_ip, reply, &rest);
         } else {
           switch (DispatchNow(ctx, req, peer_ip, listener, reply)) {
             case Routed::kAnswered:
@@ -650,7 +763,11 @@ class ServerImpl final : public Server {
         reply = HandlerFailed(listener, e.what());
         keep_alive = false;
       }
-      if (state_->draining.load()) keep_alive = false;
+      // A body not read (the request was answered on its header, or could
+      // not be read) leaves the connection without a next request to read.
+      const bool unread = body_to_come && rest.state() != RestOfBody::State::kRead;
+      if (unread && rest.state() == RestOfBody::State::kLost) break;
+      if (state_->draining.load() || unread) keep_alive = false;
       const int status = StatusOf(reply);
       Responses(listener, status)->Add();
       const ServerConfig& sc = w.Current(*state_)->config().server;
@@ -667,6 +784,7 @@ class ServerImpl final : public Server {
         co_await net::async_write(stream, answer, net::redirect_error(kUseAwaitable, ec));
       }
       in_flight.reset();
+      if (!ec && unread) co_await Linger(stream, deadline);
       if (ec || !keep_alive) break;
     }
     if (moved_on) {

@@ -248,6 +248,62 @@ policies:
         self.assertEqual(r.status, 413, r)
         self.assertEqual(self.upstream.count(), 0)
 
+    def test_a_denied_request_is_answered_before_its_body_comes(self):
+        # Regression: the gateway read a request's whole body (up to
+        # max_body_bytes, within read_timeout) before it decided, so a flood
+        # of large POSTs to a limited route was read and held, body by body,
+        # only to be denied. Now a request whose body has not all come is
+        # decided on its header, and a denied one costs its header alone.
+        self.start_gateway(read_timeout="30s", max_body_bytes=4194304)
+        self.assertEqual(request(self.sluice.port, "POST", "/login").status, 200)
+        for expect in (b"", b"Expect: 100-continue\r\n"):
+            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+                start = time.monotonic()
+                s.sendall(b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n" +
+                          expect + b"\r\n" + b"x" * 1000)
+                data = read_until_close(s, 5)  # closed by sluice, not by this timeout
+                elapsed = time.monotonic() - start
+            # The denial, not a 100 Continue, and the connection closes after it.
+            self.assertTrue(data.startswith(b"HTTP/1.1 429"), data[:200])
+            r = parse_raw_response(data)
+            self.assertEqual(r.header("Connection"), "close")
+            self.assertLess(elapsed, 4.0)
+        # A request whose body the client sends while the answer is written
+        # still reads the answer (its body is drained, not reset).
+        body = b"x" * (2 * 1024 * 1024)
+        with socket.create_connection((HOST, self.sluice.port), timeout=10) as s:
+            s.sendall(b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                      % len(body))
+            s.sendall(body)
+            self.assertEqual(parse_raw_response(read_until_close(s, 10)).status, 429)
+        self.assertEqual(self.upstream.count(), 1)
+
+    def test_an_admitted_request_reads_its_body_after_the_decision(self):
+        # The other side of deciding on the header: an admitted request's
+        # body is read after its decision, and the connection goes on.
+        self.start_gateway(read_timeout="5s", max_body_bytes=1024)
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"POST /app HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhe")
+            time.sleep(0.3)
+            s.sendall(b"llo")
+            s.sendall(b"GET /app HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = read_until_close(s, 5)
+        self.assertTrue(data.startswith(b"HTTP/1.1 200"), data[:200])
+        self.assertEqual(data.count(b"HTTP/1.1 200"), 2, data)
+        hit = self.upstream.hits("/app")[0]
+        self.assertEqual(hit["body"], "hello")
+        # A body that turns out too large, or malformed, after the decision
+        # is refused as it would have been before it; nothing goes upstream.
+        for chunks, status in ((b"800\r\n" + b"x" * 2048 + b"\r\n0\r\n\r\n", 413),
+                               (b"zz\r\nabc\r\n0\r\n\r\n", 400)):
+            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+                s.sendall(b"POST /app HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+                time.sleep(0.2)
+                s.sendall(chunks)
+                r = parse_raw_response(read_until_close(s, 5))
+            self.assertEqual(r.status, status, r)
+        self.assertEqual(self.upstream.count(), 2)
+
 
 class DecisionBodyTest(SluiceTestCase):
     def test_a_deeply_nested_body_is_refused_before_it_is_parsed(self):
