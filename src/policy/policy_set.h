@@ -77,7 +77,9 @@ class Policy {
         counters_(counters),
         store_errors_(store_errors),
         shapes_(limiter_ != nullptr &&
-                std::any_of(limiter_->limits().begin(), limiter_->limits().end(), IsShape)) {}
+                std::any_of(limiter_->limits().begin(), limiter_->limits().end(), IsShape)),
+        holds_slots_(limiter_ != nullptr && std::any_of(limiter_->limits().begin(),
+                                                        limiter_->limits().end(), IsConcurrency)) {}
   // sluice_decisions_total{policy=label, outcome} for the outcomes up to
   // `last` (the others stay null).
   static Counters CountersFor(Metrics& metrics, const std::string& label, Outcome last);
@@ -96,6 +98,9 @@ class Policy {
   // Whether some limit shapes (delays) requests: such a policy decides last,
   // since its departure slot is not given back.
   bool shapes() const { return shapes_; }
+  // Whether some limit is a concurrency limit: an admitted request holds
+  // slots until it is done.
+  bool holds_slots() const { return holds_slots_; }
 
   // The key for a gateway request: the parts joined by '|' ('|' and '\' in a
   // part are escaped with '\'). nullopt when a part is missing and the
@@ -152,6 +157,7 @@ class Policy {
   Counter* store_errors_ = nullptr;
   std::shared_ptr<metrics::TopKeys> top_keys_;
   bool shapes_ = false;
+  bool holds_slots_ = false;
   std::shared_ptr<HoldAverage> holds_ = std::make_shared<HoldAverage>();
 };
 

@@ -553,14 +553,24 @@ class ServerImpl final : public Server {
     State state_ = State::kToCome;
   };
 
-  // Whether `req` (its header read, its body not all there) on `listener`
-  // is decided before its body is read: a request for the gateway (the
-  // decision API reads its request from the body; a TRACE's content is
-  // refused, and only the whole request shows it).
-  bool DecidesOnHeader(Worker& w, Listener listener, const HttpRequest& req) {
+  // Whether `req` (its header read, its body not all there) from `peer_ip`
+  // on `listener` is decided before its body is read: a request for the
+  // gateway (the decision API reads its request from the body; a TRACE's
+  // content is refused, and only the whole request shows it) that no
+  // policy with a concurrency limit matches (an admitted request would hold
+  // its slots while its body comes, and a slot's lease is sized to the
+  // upstream exchange: docs/concurrency.md).
+  bool DecidesOnHeader(Worker& w, Listener listener, const HttpRequest& req,
+                       const std::string& peer_ip) {
     if (listener == Listener::kAdmin || req.method() == http::verb::trace) return false;
     const Context ctx{*state_, w, w.Current(*state_)};
-    return ForGateway(ctx, req, listener);
+    if (!ForGateway(ctx, req, listener)) return false;
+    std::string path_storage, host;
+    const RequestFacts facts =
+        FactsOf(req, peer_ip, req.method_string(), req.target(), path_storage, host);
+    const policy::PolicyList matching = ctx.set->Matching(facts);
+    return std::none_of(matching.begin(), matching.end(),
+                        [](const policy::Policy* p) { return p->holds_slots(); });
   }
 
   Task<void> Linger(Socket& stream, Deadline& deadline) {
@@ -708,7 +718,9 @@ class ServerImpl final : public Server {
       if (!FeedParser(parser, buffer, ec)) {
         co_await ReadRequest(
             stream, buffer, parser,
-            [&](const HttpRequest& r) { return body_to_come = DecidesOnHeader(w, listener, r); },
+            [&](const HttpRequest& r) {
+              return body_to_come = DecidesOnHeader(w, listener, r, peer_ip);
+            },
             ec);
       }
       if (ec) {

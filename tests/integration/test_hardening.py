@@ -5,6 +5,7 @@ import json
 import os
 import resource
 import socket
+import threading
 import time
 import unittest
 
@@ -277,6 +278,36 @@ policies:
             s.sendall(body)
             self.assertEqual(parse_raw_response(read_until_close(s, 10)).status, 429)
         self.assertEqual(self.upstream.count(), 1)
+
+    def test_a_request_that_would_hold_a_concurrency_slot_is_read_whole_first(self):
+        # An admitted request holds its concurrency slots until its upstream
+        # exchange ends, and a slot's lease is sized to that exchange: a body
+        # that came after the decision would hold the slot while it came. So
+        # a request a concurrency limit meets is read whole, then decided.
+        self.start_gateway(read_timeout="10s", policies="""\
+  - name: one-at-a-time
+    match: {path_prefix: /slow}
+    key: [global]
+    limits:
+      - {algorithm: concurrency, limit: 1, lease_ttl: 60s}
+""")
+        holder = threading.Thread(
+            target=lambda: request(self.sluice.port, "GET", "/slow/held", timeout=10))
+        holder.start()
+        try:
+            deadline = time.time() + 5
+            while not self.upstream.hits("/slow/held") and time.time() < deadline:
+                time.sleep(0.02)
+            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+                s.sendall(b"POST /slow/next HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                          b"Expect: 100-continue\r\nConnection: close\r\n\r\n")
+                s.settimeout(2)
+                self.assertEqual(s.recv(64), b"HTTP/1.1 100 Continue\r\n\r\n")
+                s.sendall(b"hello")
+                r = parse_raw_response(read_until_close(s, 5))
+            self.assertEqual(r.status, 429, r)  # the slot was still held
+        finally:
+            holder.join(10)
 
     def test_an_admitted_request_reads_its_body_after_the_decision(self):
         # The other side of deciding on the header: an admitted request's
