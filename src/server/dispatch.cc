@@ -65,9 +65,17 @@ std::string_view AuthPolicy(std::string_view path) {
 
 }  // namespace
 
-bool ForGateway(const Context& ctx, const Request& req, Listener listener) {
+Answerer AnswererOf(const Context& ctx, const Request& req, Listener listener) {
   std::string_view path;
-  return EndpointFor(ctx, req, listener, path) == Endpoint::kGateway;
+  switch (EndpointFor(ctx, req, listener, path)) {
+    case Endpoint::kGateway:
+      return Answerer::kGateway;
+    case Endpoint::kUnauthorized:
+    case Endpoint::kNotFound:
+      return Answerer::kRefusal;
+    default:
+      return Answerer::kEndpoint;
+  }
 }
 
 Routed DispatchNow(Context& ctx, Request& req, const std::string& peer_ip, Listener listener,

@@ -26,9 +26,13 @@ enum class Routed {
   kLater,     // it waits on something (Redis, a body of checks): Dispatch answers it
 };
 
-// Whether the gateway answers `req` (its header read) on `listener`: not
-// the decision API where that is served, nor what it refuses there.
-bool ForGateway(const Context& ctx, const Request& req, Listener listener);
+// Who answers `req` on `listener`, as its header says.
+enum class Answerer {
+  kGateway,   // the gateway
+  kRefusal,   // a refusal that reads nothing more (401 for a missing token, 404)
+  kEndpoint,  // an endpoint of the decision API, which reads the body
+};
+Answerer AnswererOf(const Context& ctx, const Request& req, Listener listener);
 
 // Answers into `reply` what needs no wait, without a coroutine frame of its
 // own (a frame nested below the session's is a malloc and a free): the

@@ -554,23 +554,32 @@ class ServerImpl final : public Server {
   };
 
   // Whether `req` (its header read, its body not all there) from `peer_ip`
-  // on `listener` is decided before its body is read: a request for the
-  // gateway (the decision API reads its request from the body; a TRACE's
-  // content is refused, and only the whole request shows it) that no
-  // policy with a concurrency limit matches (an admitted request would hold
-  // its slots while its body comes, and a slot's lease is sized to the
-  // upstream exchange: docs/concurrency.md).
-  bool DecidesOnHeader(Worker& w, Listener listener, const HttpRequest& req,
-                       const std::string& peer_ip) {
-    if (listener == Listener::kAdmin || req.method() == http::verb::trace) return false;
-    const Context ctx{*state_, w, w.Current(*state_)};
-    if (!ForGateway(ctx, req, listener)) return false;
+  // on `listener` is answered before its body is read, and by whom: a
+  // refusal (a missing token, no such endpoint) at once; a request for the
+  // gateway once decided, unless a policy with a concurrency limit matches
+  // it (an admitted request would hold its slots while its body comes, and
+  // a slot's lease is sized to the upstream exchange: docs/concurrency.md).
+  // The decision API reads its request from the body; a TRACE's content is
+  // refused, and only the whole request shows it. `set` is given the
+  // policies in force it says so by, which then answer the request.
+  std::optional<Answerer> AnswersOnHeader(Worker& w, Listener listener, const HttpRequest& req,
+                                          const std::string& peer_ip,
+                                          std::shared_ptr<const PolicySet>& set) {
+    if (listener == Listener::kAdmin || req.method() == http::verb::trace) return std::nullopt;
+    set = w.Current(*state_);
+    const Context ctx{*state_, w, set};
+    const Answerer answerer = AnswererOf(ctx, req, listener);
+    if (answerer == Answerer::kRefusal) return answerer;
+    if (answerer != Answerer::kGateway) return std::nullopt;
     std::string path_storage, host;
     const RequestFacts facts =
         FactsOf(req, peer_ip, req.method_string(), req.target(), path_storage, host);
     const policy::PolicyList matching = ctx.set->Matching(facts);
-    return std::none_of(matching.begin(), matching.end(),
-                        [](const policy::Policy* p) { return p->holds_slots(); });
+    if (std::any_of(matching.begin(), matching.end(),
+                    [](const policy::Policy* p) { return p->holds_slots(); })) {
+      return std::nullopt;
+    }
+    return answerer;
   }
 
   Task<void> Linger(Socket& stream, Deadline& deadline) {
@@ -714,15 +723,19 @@ class ServerImpl final : public Server {
       // parser gets what the buffer holds, and the socket is read only
       // when it wants more.
       ec = {};
-      bool body_to_come = false;  // decided on its header: the gateway reads the rest
+      // Set when the request is answered before its body is all read.
+      std::optional<Answerer> on_header;
+      std::shared_ptr<const PolicySet> header_set;  // the policies it said so by
       if (!FeedParser(parser, buffer, ec)) {
         co_await ReadRequest(
             stream, buffer, parser,
             [&](const HttpRequest& r) {
-              return body_to_come = DecidesOnHeader(w, listener, r, peer_ip);
+              on_header = AnswersOnHeader(w, listener, r, peer_ip, header_set);
+              return on_header.has_value();
             },
             ec);
       }
+      const bool body_to_come = on_header.has_value();
       if (ec) {
         std::string detail;
         const int status =
@@ -754,10 +767,10 @@ class ServerImpl final : public Server {
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Reply reply;
       try {
-        Context ctx{*state_, w, w.Current(*state_)};
+        Context ctx{*state_, w, on_header ? std::move(header_set) : w.Current(*state_)};
         if (listener == Listener::kAdmin) {
           reply = co_await AdminEndpoint(ctx, req.method_string(), req.target(), req.body());
-        } else if (body_to_come) {
+        } else if (on_header == Answerer::kGateway) {
           co_await Gateway(ctx, req, peer_ip, reply, &rest);
         } else {
           switch (DispatchNow(ctx, req, peer_ip, listener, reply)) {

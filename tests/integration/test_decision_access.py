@@ -7,10 +7,14 @@ POST /v1/check naming a victim's address (cost 2 on a 2/min limit) locked the
 victim out of its own first login."""
 
 import http.client
+import json
 import os
+import socket
+import time
 import unittest
 
-from harness import HOST, SluiceTestCase, metric_value, request, server_block
+from harness import (HOST, SluiceTestCase, metric_value, parse_raw_response, read_until_close,
+                     request, server_block)
 
 TOKEN = "tok-0123456789abcdef"
 OTHER_TOKEN = "tok-fedcba9876543210"
@@ -132,6 +136,31 @@ class TokenTest(SluiceTestCase):
         # Nothing was spent.
         state = request(self.sluice.admin_port, "GET", "/v1/keys/login/" + VICTIM).json()
         self.assertEqual(state["limits"][0]["remaining"], 2)
+
+    def test_a_call_without_a_token_is_refused_before_its_body_comes(self):
+        # Regression: a call without a valid token was read whole (up to
+        # server.max_body_bytes, within read_timeout) before it was refused,
+        # so anyone could make sluice read and hold bodies it then refused.
+        self.start_with_tokens()
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            start = time.monotonic()
+            s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 900000\r\n"
+                      b"Expect: 100-continue\r\n\r\n{\"policy\":")
+            data = read_until_close(s, 5)
+            elapsed = time.monotonic() - start
+        self.assertTrue(data.startswith(b"HTTP/1.1 401"), data[:200])
+        self.assertEqual(parse_raw_response(data).header("Connection"), "close")
+        self.assertLess(elapsed, 4.0)
+        # With the token, the body is asked for, read and decided on.
+        body = json.dumps({"policy": "login", "key": "k"}).encode()
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                      b"Authorization: Bearer %s\r\nExpect: 100-continue\r\n"
+                      b"Connection: close\r\n\r\n" % (len(body), TOKEN.encode()))
+            s.settimeout(2)
+            self.assertEqual(s.recv(64), b"HTTP/1.1 100 Continue\r\n\r\n")
+            s.sendall(body)
+            self.assertEqual(parse_raw_response(read_until_close(s, 5)).status, 200)
 
     def test_either_token_is_accepted(self):
         self.start_with_tokens()
