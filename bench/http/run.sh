@@ -20,7 +20,8 @@
 #
 # Usage: bench/http/run.sh [DURATION_S=5] [ROUNDS=3] [WORKERS=2] [CONNECTIONS=64]
 # Variables: ONLY (a bash pattern: only the cases whose name it matches,
-#   e.g. ONLY='gateway-pass-keys1'), CPU_AFFINITY.
+#   e.g. ONLY='gateway-pass-keys1'), CPU_AFFINITY, SLUICE (the binary:
+#   build/release/sluice, built, unless another build's binary is named).
 # Loopback only; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,9 +33,11 @@ WORKERS=${3:-2}
 CONNS=${4:-64}
 CPU_AFFINITY=${CPU_AFFINITY:-true}
 
-cmake --preset release >/dev/null
-cmake --build build/release --target sluice >/dev/null
-SLUICE="$PWD/build/release/sluice"
+if [[ -z "${SLUICE:-}" ]]; then
+  cmake --preset release >/dev/null
+  cmake --build build/release --target sluice >/dev/null
+  SLUICE="$PWD/build/release/sluice"
+fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 WORK=$(mktemp -d)
 PIDS=()
