@@ -291,6 +291,7 @@ policies:
     limits:
       - {algorithm: concurrency, limit: 1, lease_ttl: 60s}
 """)
+        self.upstream.slow_seconds = 5  # the slot stays held while the rest runs
         holder = threading.Thread(
             target=lambda: request(self.sluice.port, "GET", "/slow/held", timeout=10))
         holder.start()
