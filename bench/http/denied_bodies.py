@@ -10,20 +10,26 @@ CONNS at a time, one request a connection, N requests in all, two ways:
   expect: the client sends its header with "Expect: 100-continue" and sends
           the body only if asked for it (curl does so for bodies over 1 MiB).
 
-Reported for each binary and case: requests a second, sluice's CPU time
-(user + system, /proc/PID/stat) per request, the body bytes the clients got
-to send, and how much sluice's peak RSS (VmHWM) rose over the run. With
-two binaries (A and B) each round runs both, alternately, on the same
-machine at the same time of day; the medians of ROUNDS rounds are shown.
+The peer: NGINX's `limit_req` doing the same (a zone of 1 request a minute
+keyed on a header every request carries, the first request spent), 2
+workers, as bench/http/run.sh runs it; NGINX=0 leaves it out.
 
-Usage: bench/http/denied_bodies.py A_BINARY [B_BINARY]
+Reported for each server and case: requests a second, the server's CPU
+time (user + system of every process, /proc/PID/stat) per request, the
+body bytes the clients got to send, and how much its peak RSS (VmHWM,
+summed over its processes) rose over the run. Each round runs every
+server, one after the other; the medians of ROUNDS rounds are shown.
+
+Usage: bench/http/denied_bodies.py SLUICE_BINARY [ANOTHER_SLUICE_BINARY]
 Variables: N (400 requests a case), CONNS (8), BODY (1048576 bytes),
-  ROUNDS (3).
+  ROUNDS (3), NGINX (the binary, or 0: none; default nginx on the PATH).
 Loopback only; every wait is bounded; it stops only the processes it
 started, by PID.
 """
 
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -46,34 +52,67 @@ def free_port():
         return s.getsockname()[1]
 
 
+def processes(pid):
+    """`pid` and its children (NGINX's workers)."""
+    pids = [pid]
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
+
 def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+    total = 0
+    for p in processes(pid):
+        with open("/proc/%d/stat" % p) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICKS
 
 
 def peak_rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        return int([l for l in f if l.startswith("VmHWM")][0].split()[1])
+    total = 0
+    for p in processes(pid):
+        with open("/proc/%d/status" % p) as f:
+            total += int([l for l in f if l.startswith("VmHWM")][0].split()[1])
+    return total
 
 
-def read_answer(s, timeout=30):
-    """The bytes of the final answer (after any 100 Continue), to the close."""
-    data = b""
+def read_answer(s, data=b"", expect_continue=None, timeout=30):
+    """The bytes of the final answer, read to its end (its Content-Length),
+    not to the close: NGINX keeps a connection whose body it did not read
+    open for its lingering_timeout. A 100 Continue before it is dropped, and
+    `expect_continue()` called (it sends the body)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0:
+            head = data[:end]
+            if head.startswith(b"HTTP/1.1 100"):
+                data = data[end + 4:]
+                if expect_continue:
+                    expect_continue()
+                continue
+            m = re.search(rb"\r\ncontent-length: *(\d+)", head, re.I)
+            whole = end + 4 + (int(m.group(1)) if m else 0)
+            if len(data) >= whole:
+                return data[:whole]
+        if time.monotonic() > deadline:
+            return data
         try:
             chunk = s.recv(65536)
         except (ConnectionResetError, socket.timeout):
-            break
+            return data
         if not chunk:
-            break
+            return data
         data += chunk
-    return data
 
 
 def one_request(port, case, body, sent):
-    head = b"POST /upload HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n" % BODY
+    head = (b"POST /upload HTTP/1.1\r\nHost: x\r\nX-Key: k\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n" % BODY)
     with socket.create_connection((HOST, port), timeout=30) as s:
         if case == "whole":
             s.sendall(head + b"\r\n")
@@ -84,14 +123,11 @@ def one_request(port, case, body, sent):
                 pass
             data = read_answer(s)
         else:
-            s.sendall(head + b"Expect: 100-continue\r\n\r\n")
-            first = s.recv(65536)
-            if first.startswith(b"HTTP/1.1 100"):
+            def send_body():
                 s.sendall(body)
                 sent[0] += BODY
-                data = read_answer(s)
-            else:
-                data = first + read_answer(s)
+            s.sendall(head + b"Expect: 100-continue\r\n\r\n")
+            data = read_answer(s, expect_continue=send_body)
     if not data.startswith(b"HTTP/1.1 429"):
         raise RuntimeError("expected a 429, got %r" % data[:100])
 
@@ -128,6 +164,49 @@ def run_case(port, pid, case):
             "sent_mib": sent[0] / (1024 * 1024)}
 
 
+def wait_listening(port, proc, log):
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("the server did not start; see " + log)
+            time.sleep(0.05)
+
+
+def spend(port):
+    """The one request the limit admits (to an upstream nobody listens on)."""
+    with socket.create_connection((HOST, port), timeout=10) as s:
+        s.sendall(b"GET /upload HTTP/1.1\r\nHost: x\r\nX-Key: k\r\nConnection: close\r\n\r\n")
+        read_answer(s, timeout=10)
+
+
+def start_nginx(binary, work):
+    port, upstream = free_port(), free_port()
+    root = os.path.join(work, "nginx")
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, "nginx.conf"), "w") as f:
+        f.write("""\
+worker_processes 2;
+daemon off; pid %s/nginx.pid; error_log %s/error.log error;
+events { worker_connections 4096; }
+http { access_log off;
+  limit_req_zone $http_x_key zone=z:1m rate=1r/m;
+  limit_req_status 429;
+  client_max_body_size %d;
+  server { listen %s:%d;
+    location / { limit_req zone=z nodelay; proxy_pass http://%s:%d; } } }
+""" % (root, root, BODY * 2, HOST, port, HOST, upstream))
+    proc = subprocess.Popen([binary, "-c", os.path.join(root, "nginx.conf"), "-p", root],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    wait_listening(port, proc, os.path.join(root, "error.log"))
+    spend(port)
+    return proc, port
+
+
 def start_sluice(binary, work):
     port, admin, upstream = free_port(), free_port(), free_port()
     config = os.path.join(work, "sluice.yaml")
@@ -152,20 +231,8 @@ policies:
     log = open(os.path.join(work, "sluice.log"), "w")
     proc = subprocess.Popen([binary, "serve", "--config", config], stdout=log,
                             stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection((HOST, port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("sluice did not start; see " + log.name)
-            time.sleep(0.05)
-    # Spend the bucket (the request goes to an upstream nobody listens on).
-    with socket.create_connection((HOST, port), timeout=10) as s:
-        s.sendall(b"GET /upload HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        read_answer(s, 10)
+    wait_listening(port, proc, log.name)
+    spend(port)
     return proc, port
 
 
@@ -173,11 +240,15 @@ def main():
     binaries = sys.argv[1:3]
     if not binaries:
         sys.exit(__doc__)
-    results = {}  # (binary, case) -> [result per round]
+    servers = [(b, start_sluice) for b in binaries]
+    nginx = os.environ.get("NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
+    if nginx != "0" and os.access(nginx, os.X_OK):
+        servers.append((nginx, start_nginx))
+    results = {}  # (server, case) -> [result per round]
     with tempfile.TemporaryDirectory(prefix="sluice-denied-bodies-") as work:
         for _ in range(ROUNDS):
-            for binary in binaries:
-                proc, port = start_sluice(binary, work)
+            for binary, start in servers:
+                proc, port = start(binary, work)
                 try:
                     rss0 = peak_rss_kib(proc.pid)
                     for case in ("whole", "expect"):
@@ -192,10 +263,10 @@ def main():
                         proc.kill()
                         proc.wait(10)
     print("N=%d CONNS=%d BODY=%d ROUNDS=%d, medians" % (N, CONNS, BODY, ROUNDS))
-    print("| binary | case | requests/s | sluice CPU us per request | body MiB sent |"
+    print("| server | case | requests/s | CPU us per request | body MiB sent |"
           " peak RSS rise over both cases, MiB |")
     print("|---|---|---:|---:|---:|---:|")
-    for binary in binaries:
+    for binary, _ in servers:
         for case in ("whole", "expect"):
             rs = results[(binary, case)]
             med = lambda k: statistics.median(r[k] for r in rs)
