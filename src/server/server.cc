@@ -431,6 +431,9 @@ class ServerImpl final : public Server {
   // response before the client reads it. So: stop sending, read and drop
   // what still comes, within a bound of bytes and time, then close.
   static constexpr int64_t kLingerBytes = 64 * 1024 * 1024;
+  // The most of a body answered on its header that is read after the
+  // answer to keep the connection (past it, the connection closes).
+  static constexpr uint64_t kDrainBytes = 64 * 1024;
   // The first read of a keep-alive request (Session), and the most a read
   // of the rest asks for.
   static constexpr size_t kFirstReadBytes = 16 * 1024;
@@ -764,6 +767,7 @@ class ServerImpl final : public Server {
       const unsigned version = req.version();
       const bool head = req.method() == http::verb::head;
       bool keep_alive = req.keep_alive();
+      const bool expects_continue = body_to_come && ExpectsContinue(req);
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Reply reply;
       try {
@@ -789,10 +793,16 @@ class ServerImpl final : public Server {
         keep_alive = false;
       }
       // A body not read (the request was answered on its header, or could
-      // not be read) leaves the connection without a next request to read.
+      // not be read) leaves the connection without a next request to read,
+      // unless it is a short rest of known length the client sends unasked:
+      // that is read after the answer, and dropped, as NGINX does, so that
+      // a client (or a proxy in front) keeps its connection.
       const bool unread = body_to_come && rest.state() != RestOfBody::State::kRead;
       if (unread && rest.state() == RestOfBody::State::kLost) break;
-      if (state_->draining.load() || unread) keep_alive = false;
+      const bool drain = unread && keep_alive && rest.state() == RestOfBody::State::kToCome &&
+                         !expects_continue && parser.content_length_remaining() &&
+                         *parser.content_length_remaining() <= kDrainBytes;
+      if (state_->draining.load() || (unread && !drain)) keep_alive = false;
       const int status = StatusOf(reply);
       Responses(listener, status)->Add();
       const ServerConfig& sc = w.Current(*state_)->config().server;
@@ -809,7 +819,12 @@ class ServerImpl final : public Server {
         co_await net::async_write(stream, answer, net::redirect_error(kUseAwaitable, ec));
       }
       in_flight.reset();
-      if (!ec && unread) co_await Linger(stream, deadline);
+      if (!ec && unread && !keep_alive) co_await Linger(stream, deadline);
+      if (!ec && drain && keep_alive) {
+        deadline.After(read_timeout);
+        co_await ReadRequest(
+            stream, buffer, parser, [](const HttpRequest&) { return false; }, ec);
+      }
       if (ec || !keep_alive) break;
     }
     if (moved_on) {

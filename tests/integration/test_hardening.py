@@ -279,6 +279,30 @@ policies:
             self.assertEqual(parse_raw_response(read_until_close(s, 10)).status, 429)
         self.assertEqual(self.upstream.count(), 1)
 
+    def test_a_denied_request_with_a_short_body_to_come_keeps_its_connection(self):
+        # A short rest of known length is read after the answer and dropped
+        # (as NGINX does), so that a client, or a proxy in front with its
+        # pooled connections, keeps the connection; a long one closes it
+        # (the test above).
+        self.start_gateway(read_timeout="30s")
+        self.assertEqual(request(self.sluice.port, "POST", "/login").status, 200)
+        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
+            s.sendall(b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello")
+            answer = b""
+            s.settimeout(4)
+            while b"\r\n\r\n" not in answer:  # the 429 comes before the rest of the body
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, answer)
+                answer += chunk
+            head = answer.split(b"\r\n\r\n")[0]
+            self.assertTrue(head.startswith(b"HTTP/1.1 429"), head)
+            self.assertNotIn(b"connection: close", head.lower())
+            s.sendall(b"world" + b"GET /app HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            rest = answer + read_until_close(s, 5)
+        self.assertEqual(rest.count(b"HTTP/1.1 429"), 1, rest)
+        self.assertEqual(rest.count(b"HTTP/1.1 200"), 1, rest)
+        self.assertEqual(self.upstream.count(), 2)  # the first /login and /app
+
     def test_a_request_that_would_hold_a_concurrency_slot_is_read_whole_first(self):
         # An admitted request holds its concurrency slots until its upstream
         # exchange ends, and a slot's lease is sized to that exchange: a body
