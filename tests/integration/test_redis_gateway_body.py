@@ -1,0 +1,55 @@
+"""A gateway request whose body comes after its header, on a policy whose
+limit is in Redis: decided on its header (the decision waits on Redis while
+the body waits in the socket), its body read only once it is admitted, and
+a denied one answered without its body."""
+
+import socket
+import time
+import unittest
+
+from harness import HOST, Upstream, parse_raw_response, read_until_close, server_block
+from redis_harness import RedisFleetTestCase, redis_store_block
+
+POLICIES = """\
+policies:
+  - name: uploads
+    match: {path_prefix: /upload}
+    key: [global]
+    limits:
+      - {algorithm: fixed_window, rate: 1/h}
+"""
+
+
+class RedisBodyToComeTest(RedisFleetTestCase):
+    def test_a_body_after_its_header_is_read_only_when_redis_admits_it(self):
+        redis = self.start_redis()
+        upstream = Upstream()
+        self.addCleanup(upstream.close)
+        config = (server_block(threads=2, read_timeout="30s")
+                  + redis_store_block(url=redis.url, timeout="1s")
+                  + POLICIES + "routes:\n  - name: app\n    match: {path_prefix: /}\n"
+                  "    upstream: http://127.0.0.1:%d\n" % upstream.port)
+        sluice = self.start_fleet(config, 1)[0]
+        # Admitted: asked for its body after Redis' decision, which goes upstream.
+        with socket.create_connection((HOST, sluice.port), timeout=5) as s:
+            s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                      b"Expect: 100-continue\r\nConnection: close\r\n\r\n")
+            s.settimeout(5)
+            self.assertEqual(s.recv(64), b"HTTP/1.1 100 Continue\r\n\r\n")
+            s.sendall(b"hello")
+            self.assertEqual(parse_raw_response(read_until_close(s, 5)).status, 200)
+        self.assertEqual(upstream.hits("/upload")[0]["body"], "hello")
+        # Denied by Redis: answered at once, its body never asked for.
+        with socket.create_connection((HOST, sluice.port), timeout=5) as s:
+            start = time.monotonic()
+            s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
+                      b"Expect: 100-continue\r\n\r\n")
+            data = read_until_close(s, 5)
+            elapsed = time.monotonic() - start
+        self.assertTrue(data.startswith(b"HTTP/1.1 429"), data[:200])
+        self.assertLess(elapsed, 4.0)
+        self.assertEqual(upstream.count("/upload"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
