@@ -443,6 +443,24 @@ def raw_exchange(port, data, timeout=HTTP_TIMEOUT, shutdown_write=False):
         return read_until_close(s, timeout)
 
 
+def ask_then_send(port, head, body, timeout=5):
+    """One request on a new connection from a client that expects
+    100-continue: sends `head` (its header block, with the blank line), reads
+    the interim answer it gets (to its blank line: b"" if the connection
+    closes first), then sends `body` and reads the final answer to the close.
+    Returns both: the interim's bytes and the final answer, parsed."""
+    with socket.create_connection((HOST, port), timeout=timeout) as s:
+        s.sendall(head)
+        asked = b""
+        while not asked.endswith(b"\r\n\r\n"):
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            asked += chunk
+        s.sendall(body)
+        return asked, parse_raw_response(read_until_close(s, timeout))
+
+
 def read_until_close(s, timeout):
     chunks = []
     deadline = time.monotonic() + timeout

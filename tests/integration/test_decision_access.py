@@ -13,8 +13,8 @@ import socket
 import time
 import unittest
 
-from harness import (HOST, SluiceTestCase, metric_value, parse_raw_response, read_until_close,
-                     request, server_block)
+from harness import (HOST, SluiceTestCase, ask_then_send, metric_value, parse_raw_response,
+                     read_until_close, request, server_block)
 
 TOKEN = "tok-0123456789abcdef"
 OTHER_TOKEN = "tok-fedcba9876543210"
@@ -153,14 +153,12 @@ class TokenTest(SluiceTestCase):
         self.assertLess(elapsed, 4.0)
         # With the token, the body is asked for, read and decided on.
         body = json.dumps({"policy": "login", "key": "k"}).encode()
-        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
-            s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
-                      b"Authorization: Bearer %s\r\nExpect: 100-continue\r\n"
-                      b"Connection: close\r\n\r\n" % (len(body), TOKEN.encode()))
-            s.settimeout(2)
-            self.assertEqual(s.recv(64), b"HTTP/1.1 100 Continue\r\n\r\n")
-            s.sendall(body)
-            self.assertEqual(parse_raw_response(read_until_close(s, 5)).status, 200)
+        asked, r = ask_then_send(
+            self.sluice.port, b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+            b"Authorization: Bearer %s\r\nExpect: 100-continue\r\n"
+            b"Connection: close\r\n\r\n" % (len(body), TOKEN.encode()), body)
+        self.assertEqual(asked, b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.assertEqual(r.status, 200)
 
     def test_either_token_is_accepted(self):
         self.start_with_tokens()

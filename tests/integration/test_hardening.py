@@ -9,8 +9,8 @@ import threading
 import time
 import unittest
 
-from harness import (HOST, SluiceTestCase, metric_value, parse_raw_response, read_until_close,
-                     request, server_block)
+from harness import (HOST, SluiceTestCase, ask_then_send, metric_value, parse_raw_response,
+                     read_until_close, request, server_block)
 
 
 def raw_head_then_get(port, path):
@@ -127,18 +127,10 @@ policies:
         # client waited out its own timer (a second for curl) before it sent
         # the body, on every such request.
         self.start_gateway()
-        with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
-            s.sendall(b"POST /app HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-                      b"Expect: 100-Continue\r\nConnection: close\r\n\r\n")
-            s.settimeout(2)
-            asked = b""
-            while not asked.endswith(b"\r\n\r\n"):
-                chunk = s.recv(64)
-                self.assertTrue(chunk, asked)
-                asked += chunk
-            self.assertEqual(asked, b"HTTP/1.1 100 Continue\r\n\r\n")
-            s.sendall(b"hello")
-            r = parse_raw_response(read_until_close(s, 5))
+        asked, r = ask_then_send(self.sluice.port,
+                                 b"POST /app HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                                 b"Expect: 100-Continue\r\nConnection: close\r\n\r\n", b"hello")
+        self.assertEqual(asked, b"HTTP/1.1 100 Continue\r\n\r\n")
         self.assertEqual(r.status, 200, r)
         hit = self.upstream.hits("/app")[0]
         self.assertEqual(hit["body"], "hello")
@@ -323,13 +315,10 @@ policies:
             deadline = time.time() + 5
             while not self.upstream.hits("/slow/held") and time.time() < deadline:
                 time.sleep(0.02)
-            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
-                s.sendall(b"POST /slow/next HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-                          b"Expect: 100-continue\r\nConnection: close\r\n\r\n")
-                s.settimeout(2)
-                self.assertEqual(s.recv(64), b"HTTP/1.1 100 Continue\r\n\r\n")
-                s.sendall(b"hello")
-                r = parse_raw_response(read_until_close(s, 5))
+            asked, r = ask_then_send(
+                self.sluice.port, b"POST /slow/next HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                b"Expect: 100-continue\r\nConnection: close\r\n\r\n", b"hello")
+            self.assertEqual(asked, b"HTTP/1.1 100 Continue\r\n\r\n")
             self.assertEqual(r.status, 429, r)  # the slot was still held
         finally:
             holder.join(10)

@@ -7,7 +7,7 @@ import socket
 import time
 import unittest
 
-from harness import HOST, Upstream, parse_raw_response, read_until_close, server_block
+from harness import HOST, Upstream, ask_then_send, read_until_close, server_block
 from redis_harness import RedisFleetTestCase, redis_store_block
 
 POLICIES = """\
@@ -31,13 +31,11 @@ class RedisBodyToComeTest(RedisFleetTestCase):
                   "    upstream: http://127.0.0.1:%d\n" % upstream.port)
         sluice = self.start_fleet(config, 1)[0]
         # Admitted: asked for its body after Redis' decision, which goes upstream.
-        with socket.create_connection((HOST, sluice.port), timeout=5) as s:
-            s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-                      b"Expect: 100-continue\r\nConnection: close\r\n\r\n")
-            s.settimeout(5)
-            self.assertEqual(s.recv(64), b"HTTP/1.1 100 Continue\r\n\r\n")
-            s.sendall(b"hello")
-            self.assertEqual(parse_raw_response(read_until_close(s, 5)).status, 200)
+        asked, r = ask_then_send(sluice.port,
+                                 b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                                 b"Expect: 100-continue\r\nConnection: close\r\n\r\n", b"hello")
+        self.assertEqual(asked, b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.assertEqual(r.status, 200)
         self.assertEqual(upstream.hits("/upload")[0]["body"], "hello")
         # Denied by Redis: answered at once, its body never asked for.
         with socket.create_connection((HOST, sluice.port), timeout=5) as s:
