@@ -443,6 +443,16 @@ def raw_exchange(port, data, timeout=HTTP_TIMEOUT, shutdown_write=False):
         return read_until_close(s, timeout)
 
 
+def timed_exchange(port, data, timeout=5):
+    """Sends `data` on a new connection and reads to the close (or
+    `timeout`): what came back, and the seconds it took."""
+    with socket.create_connection((HOST, port), timeout=timeout) as s:
+        start = time.monotonic()
+        s.sendall(data)
+        answer = read_until_close(s, timeout)
+        return answer, time.monotonic() - start
+
+
 def ask_then_send(port, head, body, timeout=5):
     """One request on a new connection from a client that expects
     100-continue: sends `head` (its header block, with the blank line), reads

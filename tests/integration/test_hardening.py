@@ -10,7 +10,7 @@ import time
 import unittest
 
 from harness import (HOST, SluiceTestCase, ask_then_send, metric_value, parse_raw_response,
-                     read_until_close, request, server_block)
+                     read_until_close, request, server_block, timed_exchange)
 
 
 def raw_head_then_get(port, path):
@@ -250,12 +250,10 @@ policies:
         self.start_gateway(read_timeout="30s", max_body_bytes=4194304)
         self.assertEqual(request(self.sluice.port, "POST", "/login").status, 200)
         for expect in (b"", b"Expect: 100-continue\r\n"):
-            with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
-                start = time.monotonic()
-                s.sendall(b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n" +
-                          expect + b"\r\n" + b"x" * 1000)
-                data = read_until_close(s, 5)  # closed by sluice, not by this timeout
-                elapsed = time.monotonic() - start
+            # Closed by sluice, not by the exchange's timeout.
+            data, elapsed = timed_exchange(
+                self.sluice.port, b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n" +
+                expect + b"\r\n" + b"x" * 1000)
             # The denial, not a 100 Continue, and the connection closes after it.
             self.assertTrue(data.startswith(b"HTTP/1.1 429"), data[:200])
             r = parse_raw_response(data)

@@ -3,11 +3,9 @@ limit is in Redis: decided on its header (the decision waits on Redis while
 the body waits in the socket), its body read only once it is admitted, and
 a denied one answered without its body."""
 
-import socket
-import time
 import unittest
 
-from harness import HOST, Upstream, ask_then_send, read_until_close, server_block
+from harness import Upstream, ask_then_send, server_block, timed_exchange
 from redis_harness import RedisFleetTestCase, redis_store_block
 
 POLICIES = """\
@@ -38,12 +36,9 @@ class RedisBodyToComeTest(RedisFleetTestCase):
         self.assertEqual(r.status, 200)
         self.assertEqual(upstream.hits("/upload")[0]["body"], "hello")
         # Denied by Redis: answered at once, its body never asked for.
-        with socket.create_connection((HOST, sluice.port), timeout=5) as s:
-            start = time.monotonic()
-            s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
-                      b"Expect: 100-continue\r\n\r\n")
-            data = read_until_close(s, 5)
-            elapsed = time.monotonic() - start
+        data, elapsed = timed_exchange(
+            sluice.port, b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
+            b"Expect: 100-continue\r\n\r\n")
         self.assertTrue(data.startswith(b"HTTP/1.1 429"), data[:200])
         self.assertLess(elapsed, 4.0)
         self.assertEqual(upstream.count("/upload"), 1)
