@@ -953,6 +953,148 @@ TEST_F(RedisFormsTest, AWindowReadsBothFormsWhicheverItWrites) {
                                                            {.window = -1, .prev = 4, .curr = 6});
 }
 
+// Where a fixed window's keys (integer form) have lately held no state of
+// their window, the function reads a key with a write that replaces what
+// it holds (SET ... GET, fixed_window.replaced). Eight new keys before each
+// request put its limit there. Whatever the write replaced, the request is
+// decided as the algorithm decides it, and what counts is kept: this
+// window's count (raised by an INCRBY, or put back where the request does
+// not fit), a debt (put back, expiring no earlier than it is fresh), a
+// malformed state and a key of another type (the part fails, the key as it
+// was). The window before's count is spent: the fresh state stands.
+TEST_F(RedisTest, AFixedWindowsReadThatReplacesAStateKeepsWhatCounts) {
+  const LimitConfig limit = Limit(Algorithm::kFixedWindow, "4/300ms");
+  const auto& config = std::get<FixedWindowConfig>(limit);
+  const std::string params = LimitParams(limit, true);
+  const std::string_view limits[] = {params};
+  const int64_t period_us = config.period().micros();
+  const std::string key = "{q}:fw";
+  auto redis_micros = [] {
+    Reply time = Command({"TIME"});
+    return std::stoll(std::string(Text(*time->element[0]))) * 1'000'000 +
+           std::stoll(std::string(Text(*time->element[1])));
+  };
+  auto calls_of = [](std::string_view command) -> int64_t {
+    const std::string stats(Text(*Command({"INFO", "commandstats"})));
+    const std::string mark = "cmdstat_" + std::string(command) + ":calls=";
+    const size_t at = stats.find(mark);
+    return at == std::string::npos ? 0 : std::stoll(stats.substr(at + mark.size()));
+  };
+  int new_keys = 0;
+  for (int attempt = 0;; ++attempt) {
+    ASSERT_LT(attempt, 3);
+    const int64_t window = redis_micros() / period_us;
+    bool one_window = true;
+    FixedWindowState state{};
+    // One call: eight new keys, then `key` at `cost`. Its result, and the
+    // SETs and INCRBYs the call ran for `key`.
+    struct Ran {
+      absl::StatusOr<ScriptResult> result;
+      int64_t sets, incrs;
+    };
+    auto request = [&](int64_t cost) {
+      std::vector<std::string> fresh;
+      for (int i = 0; i < 8; ++i) fresh.push_back("{q}:new:" + std::to_string(new_keys++));
+      std::vector<CallPart> parts;
+      for (const std::string& k : fresh) {
+        const std::string_view keys[] = {k};
+        parts.push_back(EncodePart({.op = ScriptOp::kDecide}, keys, limits));
+      }
+      const std::string_view keys[] = {key};
+      parts.push_back(EncodePart({.op = ScriptOp::kDecide, .cost = cost}, keys, limits));
+      const int64_t sets = calls_of("set"), incrs = calls_of("incrby");
+      auto results = ParseCallReply(*Raw(JoinParts(parts)), parts);
+      EXPECT_TRUE(results.ok()) << results.status();
+      Ran ran{.result = results.ok() ? std::move(results->back()) : results.status(),
+              .sets = calls_of("set") - sets - 8,
+              .incrs = calls_of("incrby") - incrs};
+      for (size_t i = 0; results.ok() && i + 1 < results->size(); ++i) {
+        EXPECT_TRUE((*results)[i].ok() && (*results)[i]->decisions[0].allowed) << i;
+      }
+      return ran;
+    };
+    // `key`'s request against the algorithm on `state`.
+    auto expect_as_algorithm = [&](const Ran& ran, int64_t cost) {
+      ASSERT_TRUE(ran.result.ok()) << ran.result.status();
+      const ScriptResult& r = *ran.result;
+      one_window = one_window && r.now.unix_micros() / period_us == window;
+      const Decision want = DecideInPlace(config, state, r.now, cost);
+      const Decision& got = r.decisions[0];
+      EXPECT_EQ(got.allowed, want.allowed);
+      EXPECT_EQ(got.remaining, want.remaining);
+      EXPECT_EQ(got.reset_after, want.reset_after);
+      EXPECT_EQ(got.retry_after, want.retry_after);
+    };
+    auto stored = [&] { return std::string(Text(*Command({"GET", key}))); };
+    auto expiry_ms = [&] { return Command({"PEXPIRETIME", key})->integer; };
+    const int64_t end_ms = (window + 1) * period_us / 1000;  // of this window
+
+    Command({"DEL", key});
+    Ran ran = request(1);  // an empty key
+    expect_as_algorithm(ran, 1);
+    EXPECT_EQ(ran.sets, 1);
+    {
+      SCOPED_TRACE("this window's count, raised");
+      ran = request(1);
+      expect_as_algorithm(ran, 1);
+      EXPECT_EQ(ran.sets, 1);
+      EXPECT_EQ(ran.incrs, 1);
+      EXPECT_EQ(stored(), IntegerState(config, state));
+    }
+    {
+      SCOPED_TRACE("this window's count, put back: the request does not fit");
+      const std::string before = stored();
+      ran = request(3);
+      expect_as_algorithm(ran, 3);
+      EXPECT_FALSE(ran.result.ok() && ran.result->decisions[0].allowed);
+      EXPECT_EQ(ran.sets, 2);
+      EXPECT_EQ(ran.incrs, 0);
+      EXPECT_EQ(stored(), before);
+      EXPECT_GE(expiry_ms(), end_ms);
+      EXPECT_LE(expiry_ms(), end_ms + period_us / 1000);
+    }
+    {
+      SCOPED_TRACE("the window before's count: spent");
+      state = {.window = window - 1, .count = 4};
+      Command({"SET", key, IntegerState(config, state), "PX", "600000"});
+      ran = request(1);
+      expect_as_algorithm(ran, 1);
+      EXPECT_EQ(ran.sets, 1);
+      EXPECT_EQ(ran.incrs, 0);
+      EXPECT_EQ(stored(), IntegerState(config, state));
+      EXPECT_GE(expiry_ms(), end_ms);
+      EXPECT_LE(expiry_ms(), end_ms + period_us / 1000);
+    }
+    {
+      SCOPED_TRACE("a debt of the window before, put back");
+      state = {.window = window - 1, .count = 12};  // weighs on the next two windows
+      Command({"SET", key, TextState(state), "PX", "600000"});
+      ran = request(1);
+      expect_as_algorithm(ran, 1);
+      EXPECT_FALSE(ran.result.ok() && ran.result->decisions[0].allowed);
+      EXPECT_EQ(stored(), TextState(state));
+      EXPECT_GE(expiry_ms(), (window + 2) * period_us / 1000);  // when it is fresh
+    }
+    {
+      SCOPED_TRACE("a malformed state, put back");
+      Command({"SET", key, "x7", "PX", "600000"});
+      ran = request(1);
+      EXPECT_THAT(ran.result.status().message(), HasSubstr("malformed state"));
+      EXPECT_EQ(stored(), "x7");
+    }
+    {
+      SCOPED_TRACE("a key of another type, not written over");
+      Command({"DEL", key});
+      Command({"RPUSH", key, "x"});
+      ran = request(1);
+      EXPECT_THAT(ran.result.status().message(), HasSubstr("WRONGTYPE"));
+      EXPECT_EQ(Command({"LLEN", key})->integer, 1);
+      Command({"DEL", key});
+    }
+    if (one_window) break;
+  }
+}
+
 // ---- expiry: Redis' clock (now "") as in production ----
 
 // When a fresh key's state is fresh again after one decide of `cost` at `now`.

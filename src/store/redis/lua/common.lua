@@ -207,6 +207,14 @@ end
 -- Either read gives the same decision: the fast path decides from the
 -- state read (`s`, false for an empty key: a nil reply).
 
+-- A fixed window's keys (fixed_window.replaced) are read with a write that
+-- replaces the window before's state as well as an empty key: found
+-- holding this window's state, such a read costs Redis a second command
+-- and a number read from text. So there a key found holding this window's
+-- state counts HELD_WEIGHT down, and the keys are taken to be empty while
+-- fewer than about 1 in HELD_WEIGHT + 1 hold one.
+local HELD_WEIGHT = 3
+
 -- The window fast paths store a count raised within its window with
 -- `SET ... KEEPTTL` (its integer form: INCRBY, which keeps it too): the key was written in that window at Redis' time
 -- with an expiry this state calls for (every write of a window state sets

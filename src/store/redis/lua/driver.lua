@@ -298,6 +298,13 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       local incr = writes and cost > 0 and params.integer and algo.incr_keys
       local rc = incr and algo.incr_run(params, ctx, cost)
       if not rc then incr = nil end
+      -- Where the algorithm can tell what a fresh key's write replaced
+      -- (fixed_window.replaced), a key is read with a write that replaces
+      -- a state of the window before as well as an empty key (no NX).
+      local replaced = rc and algo.replaced
+      -- What a key found holding a state counts (below): more than one
+      -- found empty where replacing costs more than reading (HELD_WEIGHT).
+      local held = replaced and HELD_WEIGHT or 1
       local e_state, e_expiry, e_remaining, e_reset
       local read_at = get_at  -- a request INCRBY could not decide, or nil
       get_at = nil
@@ -336,7 +343,14 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           with_write = e_state  -- (false: such a request might not fit)
         end
         local allowed, lim, r, t, y, w  -- limit, remaining, reset, retry, delay
-        if with_write then
+        local code  -- the short answer's, where `replaced` made it
+        if with_write and replaced then
+          s = call('SET', key, e_state, 'PXAT', e_expiry, 'GET')
+          if s then
+            code, r, t = replaced(rc, key, s)
+            if code == nil then s = false end  -- spent: as an empty key
+          end
+        elseif with_write then
           s = call('SET', key, e_state, 'PXAT', e_expiry, 'NX', 'GET')
         elseif fast then
           s = call('GET', key)
@@ -345,13 +359,19 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           -- How its keys were found (common.lua, "How the driver reads a key").
           local fresh = params.fresh
           if s then
-            if fresh > -8 then params.fresh = fresh - 1 end
+            fresh = fresh - held
+            if fresh < -8 then fresh = -8 end
+            params.fresh = fresh
           elseif fresh < 8 then
             params.fresh = fresh + 1
           end
         end
         local found_empty = with_write and not s
-        if found_empty then
+        if code then
+          reply[m + 1], reply[m + 2], reply[m + 3] = code, r, t
+          m = m + 3
+          after_empty = false
+        elseif found_empty then
           if after_empty then
             m = m + 1
             reply[m] = false
@@ -367,7 +387,6 @@ local function run_parts(keys, args, nargs, nkeys, reply)
           end
           -- The short answer: allowed, retry and delay in one integer (an
           -- allowed decision never has a retry, a denial never a delay).
-          local code
           if allowed == 1 then
             if y ~= 0 then error('sluice: an allowed decision with a retry_after') end
             code = 2 * w  -- even: a delay below 2^51 (ValidateForRedis)

@@ -99,7 +99,7 @@ function fixed_window.incr_run(w, ctx, cost)
   local now = ctx.now
   local window = floordiv(now, w.period)
   local rc = incr_run_of(w, cost * 256)
-  rc.limit, rc.cost = limit, cost
+  rc.limit, rc.cost, rc.now = limit, cost, now
   rc.tag, rc.tag_before = window_tag(window), window_tag(window - 1)
   local _
   rc.fresh_state, rc.expiry, _, rc.ends = fixed_window.empty(w, now, cost)
@@ -168,9 +168,12 @@ function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
       m, reset_before = m + 3, ends
     end
     j = j + 1
-    -- How its key was found (common.lua, "How the driver reads a key").
-    if r ~= 0 then
-      if fresh > -8 then fresh = fresh - 1 end
+    -- How its key was found (common.lua, "How the driver reads a key"):
+    -- the window before's state, replaced by the driver's read as an empty
+    -- key is (fixed_window.replaced), counts as none.
+    if r == tag then
+      fresh = fresh - HELD_WEIGHT
+      if fresh < -8 then fresh = -8 end
     else
       fresh = fresh + 1
       if fresh >= 0 then break end
@@ -178,6 +181,57 @@ function fixed_window.incr_keys(rc, keys, k, j, g, reply, m)
   end
   w.fresh = fresh
   return j, m
+end
+
+-- Where a run's keys lately held no state of their window (found empty, or
+-- holding the window before's: common.lua, "How the driver reads a key"),
+-- the driver reads a key with the write of a fresh key's state that
+-- replaces what it held (SET ... PXAT ... GET), one command for both. `s`
+-- is the state it replaced, of the request j of the run `rc` (incr_run);
+-- then, one of:
+--   - nil: `s` was spent (the window before's integer state, a count within
+--     the limit, over when this window began): the fresh state is right,
+--     and the request is answered as one to an empty key;
+--   - the short answer (code, remaining, reset_after) of a request to this
+--     window's integer state: its count is added back to the fresh state's
+--     (INCRBY), or, where the request does not fit, `s` is put back, as it
+--     was (its value; its expiry is the fresh state's: later than its own,
+--     and before the end of the window after);
+--   - false: any other state (text, a debt, a window the tag does not place
+--     before or at now, malformed) is put back with an expiry no earlier than
+--     its own, and the driver decides the request from it as read by GET.
+function fixed_window.replaced(rc, key, s)
+  local v = tonum(s)
+  if v ~= nil and v >= 0 and v % 1 == 0 then
+    local r = v % 256
+    if r == rc.tag_before then return nil end
+    if r == rc.tag then
+      local count, limit, cost, ends = (v - r) / 256, rc.limit, rc.cost, rc.ends
+      if count + cost <= limit then
+        call('INCRBY', key, tagged_text(rc.w, v - r))
+        return 0, limit - count - cost, ends
+      end
+      call('SET', key, s, 'KEEPTTL')
+      -- As fast's denial: the request fits at the next window.
+      return -ends - 2, limit - count, ends
+    end
+  end
+  -- Its own expiry was at most a period after the state is fresh; the end of
+  -- the window after the last its count weighs on is at least that.
+  local w = rc.w
+  local window, count
+  if v ~= nil then
+    window, count = tagged_window(v, floordiv(rc.now, w.period))
+  else
+    window, count = split2(s)
+  end
+  if window == nil or count == nil then
+    call('SET', key, s, 'KEEPTTL')  -- malformed: the decision says so
+  else
+    local fresh_at = (window + windows_spanned(max(count, 1), w.limit) + 1) * w.period
+    call('SET', key, s, 'PXAT', fmt(ceildiv(fresh_at, 1000)))
+  end
+  return false
 end
 
 -- The common case of decide and save, as gcra.fast: no debt, a cost within
