@@ -31,9 +31,25 @@ requires(!std::same_as<T, char> && !std::same_as<T, bool>) inline void AppendPie
   out.append(buf, static_cast<size_t>(end - buf));  // (not the iterator overload)
 }
 
+// The most characters a piece appends: with it, Cat allocates once.
+inline size_t PieceSize(std::string_view s) { return s.size(); }
+inline size_t PieceSize(const char* s) { return std::char_traits<char>::length(s); }
+inline size_t PieceSize(const std::string& s) { return s.size(); }
+inline size_t PieceSize(char) { return 1; }
+template <typename T>
+requires std::same_as<T, absl::string_view> &&(!std::same_as<T, std::string_view>)inline size_t
+    PieceSize(T s) {
+  return s.size();
+}
+template <std::integral T>
+requires(!std::same_as<T, char> && !std::same_as<T, bool>) inline size_t PieceSize(T) {
+  return 20;  // 2^64 has 20 digits; a signed value has 19 and its sign
+}
+
 template <typename... Args>
 std::string Cat(const Args&... args) {
   std::string out;
+  out.reserve((size_t{0} + ... + PieceSize(args)));
   (AppendPiece(out, args), ...);
   return out;
 }

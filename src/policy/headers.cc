@@ -1,6 +1,8 @@
 #include "policy/headers.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "base/cat.h"
 
@@ -108,13 +110,36 @@ int64_t RetryAfterSeconds(Duration exact, Duration jitter, std::mt19937_64& rng)
   return (exact + Duration::Micros(extra)).CeilSeconds();
 }
 
+namespace {
+
+// Whether one of the eight bytes of `w` needs an escape in a JSON string:
+// a control character (below 0x20), '"' or '\'. Bytes from 0x80 (UTF-8)
+// need none. below(x, n) is nonzero exactly when a byte of x is below n
+// (n <= 128): with no such byte nothing borrows, and a top bit that x - n
+// sets is one x had set already; the lowest such byte sets its top bit,
+// which x had clear.
+constexpr bool NeedsJsonEscape(uint64_t w) {
+  constexpr uint64_t kOnes = 0x0101010101010101, kTops = 0x8080808080808080;
+  const auto below = [](uint64_t x, uint64_t n) { return (x - kOnes * n) & ~x & kTops; };
+  return (below(w, 0x20) | below(w ^ (kOnes * '"'), 1) | below(w ^ (kOnes * '\\'), 1)) != 0;
+}
+
+}  // namespace
+
 void AppendJsonString(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
+  // Eight bytes at a time while none needs an escape (nearly every text is
+  // one run); from the first that may, byte by byte.
+  size_t i = 0;
+  for (uint64_t w; i + 8 <= s.size(); i += 8) {
+    std::memcpy(&w, s.data() + i, 8);
+    if (NeedsJsonEscape(w)) break;
+  }
   // Runs of characters that need no escape (UTF-8 among them: it passes
   // through unchanged) go in one append.
   size_t run = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
+  for (; i < s.size(); ++i) {
     const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
     if (c != '"' && c != '\\' && u >= 0x20) continue;
@@ -137,10 +162,17 @@ void AppendJsonString(std::string& out, std::string_view s) {
 // body, on the hot path.
 std::string ProblemBody(int status, const std::vector<std::string>& violated,
                         std::string_view detail) {
-  std::string out =
-      Cat("{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
-          "\"title\":\"quota-exceeded\",\"status\":",
-          status, ",\"detail\":");
+  static constexpr std::string_view kHead =
+      "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
+      "\"title\":\"quota-exceeded\",\"status\":";
+  // One allocation where nothing needs an escape: the head, the status, the
+  // texts with their quotes and commas, and the tail.
+  size_t size = kHead.size() + 64 + detail.size();
+  for (const std::string& name : violated) size += name.size() + 3;
+  std::string out;
+  out.reserve(size);
+  out += kHead;
+  Append(out, status, ",\"detail\":");
   AppendJsonString(out, detail);
   out += ",\"violated-policies\":[";
   for (size_t i = 0; i < violated.size(); ++i) {

@@ -1,6 +1,8 @@
 #include "policy/policy_set.h"
 
 #include <map>
+#include <random>
+#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -306,6 +308,40 @@ TEST(Headers, JsonStringsEscapeQuotesBackslashesAndControls) {
                              9)),
             R"(["\"a\\b\u000a\u0001\u001fc\"")");
   EXPECT_EQ(json("\\"), R"(["\\")");
+  // Eight bytes are looked at together until one may need an escape: every
+  // byte that needs one, at every place in texts of up to 40 bytes, escaped
+  // as one byte at a time escapes it.
+  const auto one_at_a_time = [](std::string_view s) {
+    std::string out = "[\"";
+    for (const char c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (u < 0x20) {
+        out += "\\u00";
+        out += "0123456789abcdef"[u >> 4];
+        out += "0123456789abcdef"[u & 15];
+      } else {
+        out += c;
+      }
+    }
+    return out + '"';
+  };
+  std::mt19937_64 rng(11);
+  const std::string fillers = "aZ ~\x7f\x80\xc3\xa9\xff";
+  const std::string escaped = std::string("\"\\\x01\x1f\n") + '\0';
+  for (size_t size = 0; size <= 40; ++size) {
+    for (size_t at = 0; at < size; ++at) {
+      std::string s(size, 'x');
+      for (char& c : s) c = fillers[rng() % fillers.size()];
+      s[at] = escaped[rng() % escaped.size()];
+      EXPECT_EQ(json(s), one_at_a_time(s)) << size << " " << at;
+    }
+    std::string plain(size, 'x');
+    for (char& c : plain) c = fillers[rng() % fillers.size()];
+    EXPECT_EQ(json(plain), one_at_a_time(plain)) << size;
+  }
 }
 
 TEST(Headers, RetryAfterIsNeverEarlyAndSpreadsOverTheJitter) {
