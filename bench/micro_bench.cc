@@ -21,6 +21,9 @@
 //                                                absl::flat_hash_map (peer floor)
 //   BM_MapFloor{100k,10M}/time_in_atomics        the same with the two atomic
 //                                                steps a shared store takes
+//   BM_TopKeysAdd/{hot,100k}/threads:N           a policy's count of denied keys
+//                                                (metrics::TopKeys), one key for
+//                                                all threads or 100k random keys
 //
 // Every store benchmark except the TimeIn ones reads
 // SystemClock::Default().Now() once per decision (what the server does per
@@ -48,6 +51,7 @@
 #include "sluice/algorithm.h"
 #include "sluice/clock.h"
 #include "sluice/limiter.h"
+#include "metrics/top_keys.h"
 #include "sluice/store/memory_store.h"
 
 namespace {
@@ -550,6 +554,26 @@ void BM_MapFloor(benchmark::State& st, KeySet set, TimeSource source, bool atomi
                  });
 }
 
+// What every denial adds for its policy's top denied keys (the server's
+// Policy::CountDenial): TopKeys::Add, under its one lock, one sketch shared
+// by every thread. `hot`: one key for all threads (an abusive client); else
+// random keys among 100k (a flood of them).
+void BM_TopKeysAdd(benchmark::State& st, bool hot) {
+  static sluice::metrics::TopKeys* top = nullptr;
+  if (st.thread_index() == 0) {
+    delete top;
+    top = new sluice::metrics::TopKeys();
+  }
+  const std::vector<std::string>& keys = Keys100k();
+  Rng rng{0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(st.thread_index() + 1)};
+  const Time now = sluice::SystemClock::Default().Now();
+  for (auto _ : st) {
+    top->Add(hot ? std::string_view(keys[0]) : std::string_view(keys[rng.Below(keys.size())]),
+             now);
+  }
+  st.SetItemsProcessed(st.iterations());
+}
+
 // The latency of one dependent random load over 512 MiB (a pointer chase
 // through a random cyclic permutation of cache lines, 4 KiB pages): the
 // floor under any lookup in a table too large for the caches, such as the
@@ -629,6 +653,8 @@ void RegisterAll() {
   Register("BM_ClockNow", BM_ClockNow);
   Register("BM_CoarseClockNow", BM_CoarseClockNow);
   Register("BM_MemoryChase", BM_MemoryChase);
+  Threads12(Register("BM_TopKeysAdd/hot", BM_TopKeysAdd, true));
+  Threads12(Register("BM_TopKeysAdd/100k", BM_TopKeysAdd, false));
   for (const AlgoSpec& spec : kAllAlgorithms) {
     Register(std::string("BM_Decide/") + spec.name, BM_Decide, spec);
   }

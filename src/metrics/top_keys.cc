@@ -1,6 +1,7 @@
 #include "metrics/top_keys.h"
 
 #include <algorithm>
+#include <sched.h>
 
 #include "absl/strings/string_view.h"
 
@@ -41,12 +42,23 @@ int64_t TopKeys::EpochOf(Time now) {
   return us >= 0 ? us / span : -((-us + span - 1) / span);
 }
 
+size_t TopKeys::ShardOfThisThread() {
+  // The CPU the thread runs on (glibc reads it from the thread's rseq area,
+  // no system call): threads that count at the same time run on different
+  // CPUs, so they count in different shards, however many threads there
+  // are and in whatever order they came. A thread moved meanwhile only
+  // shares a lock.
+  const int cpu = sched_getcpu();
+  return cpu < 0 ? 0 : static_cast<size_t>(cpu) % kShards;
+}
+
 void TopKeys::Add(std::string_view key, Time now, int64_t n) {
   if (n <= 0) return;
   const int64_t index = EpochOf(now);
-  std::lock_guard lock(mu_);
+  Shard& shard = shards_[ShardOfThisThread()];
+  std::lock_guard lock(shard.mu);
   const auto epochs = static_cast<int64_t>(kEpochs);
-  Epoch& e = epochs_[static_cast<size_t>((index % epochs + epochs) % epochs)];
+  Epoch& e = shard.epochs[static_cast<size_t>((index % epochs + epochs) % epochs)];
   if (e.index != index) {
     // An epoch of kEpochs ago (or never used, or a clock gone back): reuse.
     e.index = index;
@@ -89,11 +101,15 @@ void TopKeys::Add(std::string_view key, Time now, int64_t n) {
 
 std::vector<TopKeys::Entry> TopKeys::Top(size_t n, Time now) const {
   const int64_t newest = EpochOf(now);
-  std::lock_guard lock(mu_);
+  // Every shard held (in order; Add holds one) while their epochs are read.
+  std::array<std::unique_lock<std::mutex>, kShards> locks;
+  for (size_t i = 0; i < kShards; ++i) locks[i] = std::unique_lock(shards_[i].mu);
   std::vector<const Epoch*> live;
-  for (const Epoch& e : epochs_) {
-    if (e.index >= 0 && e.index <= newest && e.index > newest - static_cast<int64_t>(kEpochs)) {
-      live.push_back(&e);
+  for (const Shard& shard : shards_) {
+    for (const Epoch& e : shard.epochs) {
+      if (e.index >= 0 && e.index <= newest && e.index > newest - static_cast<int64_t>(kEpochs)) {
+        live.push_back(&e);
+      }
     }
   }
   absl::flat_hash_map<std::string, Entry> sum;

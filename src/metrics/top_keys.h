@@ -13,8 +13,13 @@
 // kEpochs epochs long. Memory: kEpochs * kCapacity keys, each as long as
 // the policy's keys may be (max_key_bytes).
 //
-// Thread-safety: all methods from any thread (one mutex; Add is called on
-// denials only).
+// Thread-safety: all methods from any thread. A thread counts into the
+// shard of the CPU it runs on (kShards of them), each with its own lock:
+// every denial counts here, and the denials of threads on several CPUs
+// neither queue on one lock nor pass one cache line between cores. Top sums the shards as it sums epochs (a key missing from a full
+// shard's epoch adds that epoch's least count to its count and its error,
+// as across epochs), so the bounds above hold; memory is kShards times
+// the figure above.
 //
 //   TopKeys top;
 //   top.Add("203.0.113.9", now);
@@ -23,6 +28,7 @@
 #define SLUICE_METRICS_TOP_KEYS_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -39,6 +45,7 @@ class TopKeys {
   static constexpr size_t kCapacity = 256;
   static constexpr size_t kEpochs = 5;
   static constexpr int64_t kEpochSeconds = 60;
+  static constexpr size_t kShards = 16;
 
   struct Entry {
     std::string key;
@@ -70,9 +77,14 @@ class TopKeys {
     void Raised(size_t entry);  // entries[entry].count grew: restore the heap
   };
   static int64_t EpochOf(Time now);
+  // The shard of the CPU the calling thread runs on.
+  static size_t ShardOfThisThread();
 
-  mutable std::mutex mu_;
-  std::array<Epoch, kEpochs> epochs_;
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    std::array<Epoch, kEpochs> epochs;
+  };
+  std::array<Shard, kShards> shards_;
 };
 
 }  // namespace sluice::metrics

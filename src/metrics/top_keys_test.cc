@@ -3,6 +3,8 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -74,6 +76,57 @@ TEST(TopKeysTest, BoundsHoldAcrossEpochs) {
     EXPECT_LE(e.count - e.error, truth[e.key]) << e.key;
   }
   EXPECT_EQ(got[0].key, "k0");
+}
+
+// Threads count into shards of their own; Top sums them. Six threads (more
+// than there are shards, so some share one), each flooding with keys of its
+// own around a key all of them count: that key is on top, counted in full
+// where its shards are not full, and every count brackets the true one.
+TEST(TopKeysTest, SumsWhatEveryThreadCounted) {
+  TopKeys top;
+  constexpr int kThreads = 6;
+  std::vector<std::map<std::string, int64_t>> truths(kThreads);
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&top, &truth = truths[t], t] {
+        std::mt19937_64 rng(t);
+        for (int i = 0; i < 20'000; ++i) {
+          std::string key =
+              i % 10 == 0 ? "shared" : "t" + std::to_string(t) + "-" + std::to_string(rng() % 5000);
+          ++truth[key];
+          top.Add(key, At(3000));
+        }
+      });
+    }
+  }
+  std::map<std::string, int64_t> truth;
+  for (const auto& each : truths) {
+    for (const auto& [key, n] : each) truth[key] += n;
+  }
+  const std::vector<TopKeys::Entry> got = top.Top(50, At(3001));
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got[0].key, "shared");
+  EXPECT_EQ(truth["shared"], kThreads * 2'000);
+  for (const auto& e : got) {
+    EXPECT_GE(e.count, truth[e.key]) << e.key;
+    EXPECT_LE(e.count - e.error, truth[e.key]) << e.key;
+  }
+  // Few keys, from every thread: nothing is full, every count exact.
+  TopKeys few;
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&few, t] {
+        for (int i = 0; i < 1000; ++i) few.Add(i % 2 == 0 ? "a" : "b" + std::to_string(t), At(10));
+      });
+    }
+  }
+  const std::vector<TopKeys::Entry> exact = few.Top(10, At(10));
+  ASSERT_EQ(exact.size(), 1u + kThreads);
+  EXPECT_EQ(exact[0].key, "a");
+  EXPECT_EQ(exact[0].count, kThreads * 500);
+  for (const auto& e : exact) EXPECT_EQ(e.error, 0) << e.key;
 }
 
 TEST(TopKeysTest, ForgetsWhatIsOlderThanTheWindow) {
