@@ -101,38 +101,40 @@ void TopKeys::Add(std::string_view key, Time now, int64_t n) {
 
 std::vector<TopKeys::Entry> TopKeys::Top(size_t n, Time now) const {
   const int64_t newest = EpochOf(now);
-  // Every shard held (in order; Add holds one) while their epochs are read.
-  std::array<std::unique_lock<std::mutex>, kShards> locks;
-  for (size_t i = 0; i < kShards; ++i) locks[i] = std::unique_lock(shards_[i].mu);
-  std::vector<const Epoch*> live;
+  // A key's sums over the live epochs of every shard; `counted_least`: the
+  // least counts of the full epochs that hold it. A key missing from a full
+  // epoch might have been counted there up to that epoch's least count, so
+  // each key gets, on top of its sums, the least counts of the full epochs
+  // that do not hold it: all of them (`all_least`) less its own.
+  struct Sum {
+    int64_t count = 0, error = 0, counted_least = 0;
+  };
+  absl::flat_hash_map<std::string, Sum> sums;
+  int64_t all_least = 0;
+  // One shard held at a time (Add holds one), each only while it is read.
   for (const Shard& shard : shards_) {
+    std::lock_guard lock(shard.mu);
     for (const Epoch& e : shard.epochs) {
-      if (e.index >= 0 && e.index <= newest && e.index > newest - static_cast<int64_t>(kEpochs)) {
-        live.push_back(&e);
+      if (e.index < 0 || e.index > newest || e.index <= newest - static_cast<int64_t>(kEpochs)) {
+        continue;
       }
-    }
-  }
-  absl::flat_hash_map<std::string, Entry> sum;
-  for (const Epoch* e : live) {
-    for (const Entry& entry : e->entries) {
-      Entry& s = sum[entry.key];
-      s.count += entry.count;
-      s.error += entry.error;
-    }
-  }
-  for (const Epoch* e : live) {
-    if (e->entries.size() < kCapacity) continue;  // not full: a missing key had no count
-    const int64_t least = e->entries[e->heap.front()].count;
-    for (auto& [key, s] : sum) {
-      if (!e->where.contains(Absl(key))) {
-        s.count += least;
-        s.error += least;
+      // Not full: a key missing from it had no count there.
+      const int64_t least = e.entries.size() < kCapacity ? 0 : e.entries[e.heap.front()].count;
+      all_least += least;
+      for (const Entry& entry : e.entries) {
+        Sum& sum = sums[entry.key];
+        sum.count += entry.count;
+        sum.error += entry.error;
+        sum.counted_least += least;
       }
     }
   }
   std::vector<Entry> out;
-  out.reserve(sum.size());
-  for (auto& [key, s] : sum) out.push_back({key, s.count, s.error});
+  out.reserve(sums.size());
+  for (auto& [key, sum] : sums) {
+    const int64_t missed = all_least - sum.counted_least;
+    out.push_back({key, sum.count + missed, sum.error + missed});
+  }
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
     return a.count != b.count ? a.count > b.count : a.key < b.key;
   });

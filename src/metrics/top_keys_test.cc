@@ -129,6 +129,22 @@ TEST(TopKeysTest, SumsWhatEveryThreadCounted) {
   for (const auto& e : exact) EXPECT_EQ(e.error, 0) << e.key;
 }
 
+// A key counted in an epoch and pushed out of it by a flood of others is
+// still summed with what it may have had there (that full epoch's least
+// count, as error): its count never falls below the true one.
+TEST(TopKeysTest, AKeyPushedOutOfAFullEpochKeepsItsBound) {
+  TopKeys top;
+  top.Add("x", At(60 * 50), 5);
+  for (int i = 0; i < 1000; ++i) top.Add("k" + std::to_string(i), At(60 * 50), 10);
+  top.Add("x", At(60 * 51), 100);
+  const std::vector<TopKeys::Entry> got = top.Top(1, At(60 * 51));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].key, "x");
+  EXPECT_GE(got[0].count, 105);
+  EXPECT_LE(got[0].count - got[0].error, 105);
+  EXPECT_GT(got[0].error, 0);
+}
+
 TEST(TopKeysTest, ForgetsWhatIsOlderThanTheWindow) {
   TopKeys top;
   top.Add("old", At(60 * 100), 50);
