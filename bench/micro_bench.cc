@@ -48,10 +48,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
+#include "metrics/top_keys.h"
 #include "sluice/algorithm.h"
 #include "sluice/clock.h"
 #include "sluice/limiter.h"
-#include "metrics/top_keys.h"
 #include "sluice/store/memory_store.h"
 
 namespace {
@@ -568,8 +568,7 @@ void BM_TopKeysAdd(benchmark::State& st, bool hot) {
   Rng rng{0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(st.thread_index() + 1)};
   const Time now = sluice::SystemClock::Default().Now();
   for (auto _ : st) {
-    top->Add(hot ? std::string_view(keys[0]) : std::string_view(keys[rng.Below(keys.size())]),
-             now);
+    top->Add(hot ? std::string_view(keys[0]) : std::string_view(keys[rng.Below(keys.size())]), now);
   }
   st.SetItemsProcessed(st.iterations());
 }

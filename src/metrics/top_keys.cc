@@ -1,7 +1,7 @@
 #include "metrics/top_keys.h"
 
-#include <algorithm>
 #include <sched.h>
+#include <algorithm>
 
 #include "absl/strings/string_view.h"
 
