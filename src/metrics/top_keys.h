@@ -16,9 +16,10 @@
 // Thread-safety: all methods from any thread. A thread counts into the
 // shard of the CPU it runs on (kShards of them), each with its own lock:
 // every denial counts here, and the denials of threads on several CPUs
-// neither queue on one lock nor pass one cache line between cores. Top sums the shards as it sums
-// epochs (a key missing from a full shard's epoch adds that epoch's least count to its count and
-// its error, as across epochs), so the bounds above hold; memory is kShards times the figure above.
+// neither queue on one lock nor pass one cache line between cores. Top
+// sums the shards as it sums epochs (a key missing from a full shard's
+// epoch gets that epoch's least count added to its count and its error),
+// so the bounds above hold; memory is kShards times the figure above.
 //
 //   TopKeys top;
 //   top.Add("203.0.113.9", now);
