@@ -525,9 +525,10 @@ MapFloor& GetMapFloor(KeySet set) {
   std::lock_guard lock(mu);
   std::unique_ptr<MapFloor>& floor = floors[set == KeySet::k10M ? 1 : 0];
   if (floor == nullptr) {
-    floor = std::make_unique<MapFloor>(MapFloor{std::get<sluice::TokenBucketConfig>(MakeLimitOrDie(
-                                                    OptionsFor(kKeyAlgorithms[1], kRandomKeysLimit))),
-                                                {}});
+    floor =
+        std::make_unique<MapFloor>(MapFloor{std::get<sluice::TokenBucketConfig>(MakeLimitOrDie(
+                                                OptionsFor(kKeyAlgorithms[1], kRandomKeysLimit))),
+                                            {}});
     const std::vector<std::string>& keys = set == KeySet::k10M ? Keys10M() : Keys100k();
     const Time now = sluice::SystemClock::Default().Now();
     for (const std::string& key : keys) {
