@@ -35,8 +35,8 @@ import threading
 import time
 import unittest
 
-from harness import (HOST, START_TIMEOUT, Sluice, metric_value, parse_metrics, request,
-                     require_binary)
+from harness import (HOST, START_TIMEOUT, Sluice, Upstream, metric_value, parse_metrics,
+                     request, require_binary, server_block)
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -700,6 +700,20 @@ class RedisFleetTestCase(unittest.TestCase):
 
     def start_fleet(self, config_text, count):
         return start_fleet(self.addCleanup, config_text, count, self.tmpdir)
+
+    def start_gateway(self, policies, **server):
+        """A Redis of its own, an upstream, and one sluice (server_block's
+        `server` settings) whose `policies` text is in that Redis and whose
+        one route sends every path to the upstream. Returns (sluice,
+        upstream, redis)."""
+        redis = self.start_redis()
+        upstream = Upstream()
+        self.addCleanup(upstream.close)
+        config = (server_block(threads=2, **server)
+                  + redis_store_block(url=redis.url, timeout="1s")
+                  + policies + "routes:\n  - name: app\n    match: {path_prefix: /}\n"
+                  "    upstream: http://127.0.0.1:%d\n" % upstream.port)
+        return self.start_fleet(config, 1)[0], upstream, redis
 
     @staticmethod
     def unique_key(name):

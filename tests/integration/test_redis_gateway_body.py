@@ -5,8 +5,8 @@ a denied one answered without its body."""
 
 import unittest
 
-from harness import Upstream, ask_then_send, server_block, timed_exchange
-from redis_harness import RedisFleetTestCase, redis_store_block
+from harness import ask_then_send, timed_exchange
+from redis_harness import RedisFleetTestCase
 
 POLICIES = """\
 policies:
@@ -20,14 +20,7 @@ policies:
 
 class RedisBodyToComeTest(RedisFleetTestCase):
     def test_a_body_after_its_header_is_read_only_when_redis_admits_it(self):
-        redis = self.start_redis()
-        upstream = Upstream()
-        self.addCleanup(upstream.close)
-        config = (server_block(threads=2, read_timeout="30s")
-                  + redis_store_block(url=redis.url, timeout="1s")
-                  + POLICIES + "routes:\n  - name: app\n    match: {path_prefix: /}\n"
-                  "    upstream: http://127.0.0.1:%d\n" % upstream.port)
-        sluice = self.start_fleet(config, 1)[0]
+        sluice, upstream, _ = self.start_gateway(POLICIES, read_timeout="30s")
         # Admitted: asked for its body after Redis' decision, which goes upstream.
         asked, r = ask_then_send(sluice.port,
                                  b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"

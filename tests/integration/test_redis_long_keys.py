@@ -5,8 +5,8 @@ for a store failure, and `on_store_error: allow` let every request through
 
 import unittest
 
-from harness import Upstream, request, server_block
-from redis_harness import RedisFleetTestCase, fleet_metric, redis_store_block
+from harness import request
+from redis_harness import RedisFleetTestCase, fleet_metric
 
 POLICIES = """\
 trusted_proxies: []
@@ -22,14 +22,7 @@ policies:
 
 class RedisLongKeyTest(RedisFleetTestCase):
     def test_a_long_client_key_is_limited_in_redis_not_waved_through(self):
-        redis = self.start_redis()
-        upstream = Upstream()
-        self.addCleanup(upstream.close)
-        config = (server_block(threads=2, decision="{listen: 127.0.0.1:0}")
-                  + redis_store_block(url=redis.url, timeout="1s")
-                  + POLICIES + "routes:\n  - name: app\n    match: {path_prefix: /}\n"
-                  "    upstream: http://127.0.0.1:%d\n" % upstream.port)
-        sluice = self.start_fleet(config, 1)[0]
+        sluice, upstream, redis = self.start_gateway(POLICIES, decision="{listen: 127.0.0.1:0}")
         bearer = {"Authorization": "Bearer " + "t" * 1100}
         codes = [request(sluice.port, "GET", "/api", headers=bearer).status for _ in range(5)]
         self.assertEqual(codes, [200, 200, 429, 429, 429])
