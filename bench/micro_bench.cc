@@ -13,6 +13,8 @@
 //   BM_LimiterHotKey/gcra/coarse_clock/threads:N the same on a CoarseClock
 //   BM_CoarseClockNow                            one CoarseClock read
 //   BM_StoreDistinctKeys/<alg>/threads:N         each thread its own 1,000 keys
+//   BM_StoreDistinctKeysDenied/<alg>/threads:N   the same at 100/s: nearly all denied
+//   BM_StoreDistinctShards/gcra/threads:N       the same, each thread's keys in its own shards
 //   BM_StoreOwnKey/gcra/threads:N                each thread one key, own shard
 //   BM_StoreNewKeys/gcra/threads:N               every decision a key never held
 //   BM_StoreRandom{100k,10M}/<alg>/threads:N     uniformly random among N keys
@@ -266,6 +268,13 @@ constexpr int64_t kRandomKeysLimit = 1'000;
 int64_t RandomKeysLimit(const AlgoSpec& spec) {
   return spec.algorithm == Algorithm::kSlidingWindow ? kStoreLimit : kRandomKeysLimit;
 }
+// The rate over each thread's own 1,000 keys (BM_StoreDistinctKeys): a
+// thread reading the clock at 15-20 million decisions a second meets each of
+// its keys 15,000-20,000 times a second, so at 100/s all but 0.5% of its
+// decisions were denials, which leave the state as it was and write
+// nothing: two threads then measured the shared path's read, not its
+// compare-and-swap. At 100,000/s every decision passes and writes its key.
+constexpr int64_t kDistinctKeysLimit = 100'000;
 
 struct Fixture {
   std::unique_ptr<sluice::MemoryStore> store;
@@ -324,6 +333,22 @@ const std::vector<std::string>& ThreadKeys(int thread) {
       MakeKeys("t0-user-", kPerThreadKeys), MakeKeys("t1-user-", kPerThreadKeys)};
   return keys.at(thread);
 }
+// Thread t's own 1,000 keys, all in shards of t's parity (the store's
+// current sharding, as OwnKey): no shard, so no line of a table, is written
+// by both threads.
+const std::vector<std::string>& ShardParityKeys(int thread) {
+  static const std::array<std::vector<std::string>, kMaxThreads> keys = [] {
+    std::array<std::vector<std::string>, kMaxThreads> k;
+    for (int i = 0; k[0].size() < kPerThreadKeys || k[1].size() < kPerThreadKeys; ++i) {
+      std::string candidate = "p-user-" + std::to_string(i);
+      const size_t parity =
+          (absl::Hash<absl::string_view>{}(absl::string_view(candidate)) >> 58) & 1;
+      if (k[parity].size() < kPerThreadKeys) k[parity].push_back(std::move(candidate));
+    }
+    return k;
+  }();
+  return keys.at(thread);
+}
 // Own-key benchmark: thread t decides on one key of its own. The two keys
 // are picked so that the store's current sharding (the top 6 bits of the
 // key's absl::Hash, memory_store.cc) puts them in different shards: this
@@ -347,7 +372,7 @@ const std::string& OwnKey(int thread) {
 // others wait on the mutex, outside the timed loop) and kept for the 1- and
 // 2-thread runs of the same benchmark. Only one 10M-key fixture is kept at a
 // time: it is about half a gigabyte.
-enum class KeySet { kHot, kDistinct, kOwn, k100k, k10M };
+enum class KeySet { kHot, kDistinct, kDistinctDenied, kDistinctShards, kOwn, k100k, k10M };
 
 Fixture& GetFixture(KeySet set, const AlgoSpec& spec) {
   static std::mutex mu;
@@ -369,9 +394,12 @@ Fixture& GetFixture(KeySet set, const AlgoSpec& spec) {
     if (n == name) return *f;
   }
   std::unique_ptr<Fixture> f =
-      MakeFixture(spec, 1'000'000, set == KeySet::k100k ? RandomKeysLimit(spec) : kStoreLimit);
+      MakeFixture(spec, 1'000'000,
+                  set == KeySet::k100k ? RandomKeysLimit(spec)
+                  : set == KeySet::kDistinct || set == KeySet::kDistinctShards ? kDistinctKeysLimit
+                                                                               : kStoreLimit);
   if (set == KeySet::k100k) Prefill(*f, Keys100k());
-  if (set == KeySet::kDistinct) {
+  if (set == KeySet::kDistinct || set == KeySet::kDistinctDenied) {
     for (int t = 0; t < kMaxThreads; ++t) Prefill(*f, ThreadKeys(t));
   }
   fixtures.emplace_back(name, std::move(f));
@@ -473,9 +501,26 @@ bool StoreDecide(sluice::LimitTable& table, const std::string& key, Time now) {
   return d->allowed;
 }
 
-void BM_StoreDistinctKeys(benchmark::State& st, AlgoSpec spec) {
-  sluice::LimitTable& table = *GetFixture(KeySet::kDistinct, spec).table;
+// `set`: kDistinct (every decision passes and writes its key) or
+// kDistinctDenied (100/s: all but about 0.5% denied, nothing written).
+void BM_StoreDistinctKeys(benchmark::State& st, AlgoSpec spec, KeySet set) {
+  sluice::LimitTable& table = *GetFixture(set, spec).table;
   RandomKeysLoop(st, ThreadKeys(st.thread_index()), TimeSource::kClock,
+                 [&](const std::string& key, Time now) { return StoreDecide(table, key, now); });
+}
+
+// Distinct keys whose shards differ by thread (ShardParityKeys), every
+// decision passing. Before timing, each thread decides every key of both
+// sets once, so that with 2 threads every shard is shared (the path
+// BM_StoreDistinctKeys takes): what is left of that benchmark's cost here
+// is the cache lines its two threads' keys share.
+void BM_StoreDistinctShards(benchmark::State& st, AlgoSpec spec) {
+  sluice::LimitTable& table = *GetFixture(KeySet::kDistinctShards, spec).table;
+  const Time start = sluice::SystemClock::Default().Now();
+  for (int t = 0; t < kMaxThreads; ++t) {
+    for (const std::string& key : ShardParityKeys(t)) StoreDecide(table, key, start);
+  }
+  RandomKeysLoop(st, ShardParityKeys(st.thread_index()), TimeSource::kClock,
                  [&](const std::string& key, Time now) { return StoreDecide(table, key, now); });
 }
 
@@ -680,10 +725,13 @@ void RegisterAll() {
   Threads12(Register("BM_LimiterHotKey/gcra", BM_LimiterHotKey, false));
   Threads12(Register("BM_LimiterHotKey/gcra/coarse_clock", BM_LimiterHotKey, true));
   for (const AlgoSpec& spec : kKeyAlgorithms) {
-    Threads12(
-        Register(std::string("BM_StoreDistinctKeys/") + spec.name, BM_StoreDistinctKeys, spec));
+    Threads12(Register(std::string("BM_StoreDistinctKeys/") + spec.name, BM_StoreDistinctKeys, spec,
+                       KeySet::kDistinct));
+    Threads12(Register(std::string("BM_StoreDistinctKeysDenied/") + spec.name, BM_StoreDistinctKeys,
+                       spec, KeySet::kDistinctDenied));
   }
   Threads12(Register("BM_StoreOwnKey/gcra", BM_StoreOwnKey, kKeyAlgorithms[0]));
+  Threads12(Register("BM_StoreDistinctShards/gcra", BM_StoreDistinctShards, kKeyAlgorithms[0]));
   Threads12(Register("BM_StoreNewKeys/gcra", BM_StoreNewKeys, kKeyAlgorithms[0]));
   for (KeySet set : {KeySet::k100k, KeySet::k10M}) {
     const std::string size = set == KeySet::k10M ? "10M" : "100k";
