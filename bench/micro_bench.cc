@@ -12,6 +12,7 @@
 //   BM_LimiterHotKey/gcra/threads:N              Limiter::Acquire, one limit, one key
 //   BM_LimiterHotKey/gcra/coarse_clock/threads:N the same on a CoarseClock
 //   BM_CoarseClockNow                            one CoarseClock read
+//   BM_StoreHotKeyPassing/<alg>/threads:N        one key that every decision passes
 //   BM_StoreDistinctKeys/<alg>/threads:N         each thread its own 1,000 keys
 //   BM_StoreDistinctKeysDenied/<alg>/threads:N   the same at 100/s: nearly all denied
 //   BM_StoreDistinctShards/gcra/threads:N       the same, each thread's keys in its own shards
@@ -275,6 +276,9 @@ int64_t RandomKeysLimit(const AlgoSpec& spec) {
 // nothing: two threads then measured the shared path's read, not its
 // compare-and-swap. At 100,000/s every decision passes and writes its key.
 constexpr int64_t kDistinctKeysLimit = 100'000;
+// One key at a rate no run reaches (BM_StoreHotKeyPassing): every decision
+// passes and writes it, from one thread or both.
+constexpr int64_t kHotPassingLimit = 100'000'000;
 
 struct Fixture {
   std::unique_ptr<sluice::MemoryStore> store;
@@ -372,7 +376,16 @@ const std::string& OwnKey(int thread) {
 // others wait on the mutex, outside the timed loop) and kept for the 1- and
 // 2-thread runs of the same benchmark. Only one 10M-key fixture is kept at a
 // time: it is about half a gigabyte.
-enum class KeySet { kHot, kDistinct, kDistinctDenied, kDistinctShards, kOwn, k100k, k10M };
+enum class KeySet {
+  kHot,
+  kHotPassing,
+  kDistinct,
+  kDistinctDenied,
+  kDistinctShards,
+  kOwn,
+  k100k,
+  k10M
+};
 
 Fixture& GetFixture(KeySet set, const AlgoSpec& spec) {
   static std::mutex mu;
@@ -395,7 +408,8 @@ Fixture& GetFixture(KeySet set, const AlgoSpec& spec) {
   }
   std::unique_ptr<Fixture> f =
       MakeFixture(spec, 1'000'000,
-                  set == KeySet::k100k ? RandomKeysLimit(spec)
+                  set == KeySet::k100k         ? RandomKeysLimit(spec)
+                  : set == KeySet::kHotPassing ? kHotPassingLimit
                   : set == KeySet::kDistinct || set == KeySet::kDistinctShards ? kDistinctKeysLimit
                                                                                : kStoreLimit);
   if (set == KeySet::k100k) Prefill(*f, Keys100k());
@@ -440,9 +454,11 @@ void OneKeyLoop(benchmark::State& st, sluice::LimitTable& table, const std::stri
   Finish(st, allowed);
 }
 
-void BM_StoreHotKey(benchmark::State& st, AlgoSpec spec) {
+// `set`: kHot (a key far over its limit: nearly every decision denied) or
+// kHotPassing (every decision passes and writes the key).
+void BM_StoreHotKey(benchmark::State& st, AlgoSpec spec, KeySet set) {
   static const std::string key = "user-42";
-  OneKeyLoop(st, *GetFixture(KeySet::kHot, spec).table, key);
+  OneKeyLoop(st, *GetFixture(set, spec).table, key);
 }
 
 void BM_StoreOwnKey(benchmark::State& st, AlgoSpec spec) {
@@ -720,7 +736,12 @@ void RegisterAll() {
     Register(std::string("BM_Decide/") + spec.name, BM_Decide, spec);
   }
   for (const AlgoSpec& spec : kAllAlgorithms) {
-    Threads12(Register(std::string("BM_StoreHotKey/") + spec.name, BM_StoreHotKey, spec));
+    Threads12(
+        Register(std::string("BM_StoreHotKey/") + spec.name, BM_StoreHotKey, spec, KeySet::kHot));
+  }
+  for (const AlgoSpec& spec : kKeyAlgorithms) {
+    Threads12(Register(std::string("BM_StoreHotKeyPassing/") + spec.name, BM_StoreHotKey, spec,
+                       KeySet::kHotPassing));
   }
   Threads12(Register("BM_LimiterHotKey/gcra", BM_LimiterHotKey, false));
   Threads12(Register("BM_LimiterHotKey/gcra/coarse_clock", BM_LimiterHotKey, true));

@@ -267,6 +267,9 @@ def main():
                            "sliding_log"]:
         scaling_row(f"2 threads, one hot key, {alg}: >= 0.9x 1-thread throughput",
                     f"BM_StoreHotKey/{alg}", 0.9)
+    for alg in key_algs:
+        scaling_row(f"(2 threads, one hot key whose every decision passes, {alg}: throughput "
+                    "ratio, informative)", f"BM_StoreHotKeyPassing/{alg}", 0.0)
     scaling_row("(Limiter::Acquire, 2 threads, one hot key: >= 0.9x, informative)",
                 "BM_LimiterHotKey/gcra", 0.9)
     for alg in key_algs:
