@@ -18,6 +18,7 @@
 #include "store/memory/packed_window.h"
 #include "store/memory/read_gate.h"
 #include "store/memory/remembered.h"
+#include "store/memory/shard_map.h"
 
 namespace sluice {
 
@@ -113,11 +114,11 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     Shard& shard = ShardFor(hash);
     {  // A key the shard holds is decided in its cell; the shard is only read.
       ShardGate::Reader reader(shard.gate);
-      if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+      if (Cell* cell = shard.map.Find(key, hash)) {
         if constexpr (!std::is_same_v<Peek, NoPeek>) {
-          if (std::optional<Decision> d = peek(it->second)) return *d;
+          if (std::optional<Decision> d = peek(*cell)) return *d;
         }
-        return UpdateCell(it->second, step, reader.holding());
+        return UpdateCell(*cell, step, reader.holding());
       }
     }
     // A new key: decide on a fresh state (or on what is remembered of it,
@@ -130,9 +131,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     ShardGate::Writer writer(shard.gate);
     std::unique_lock lock(writer);
     // Another thread may have created the key meanwhile: decide on its state.
-    if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-      return UpdateCell(it->second, step);
-    }
+    if (Cell* cell = shard.map.Find(key, hash)) return UpdateCell(*cell, step);
     // The slot is reserved before the key goes in, so the store never holds
     // more than max_keys keys, however many threads insert at once.
     KeyBudget::Admission admission = budget_->Reserve();
@@ -141,9 +140,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       const bool reserved = budget_->MakeRoom(now);  // bounded: a few slices
       lock.lock();
       // Another thread may have created the key meanwhile: decide on its state.
-      if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+      if (Cell* cell = shard.map.Find(key, hash)) {
         if (reserved) budget_->Removed(1);
-        return UpdateCell(it->second, step);
+        return UpdateCell(*cell, step);
       }
       if (!reserved) {
         if (!budget_->evicts()) {
@@ -165,7 +164,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       }
       admission = KeyBudget::Admission::kAdmitted;
     }
-    shard.map.emplace(CompactKey(key), MakeCell(std::move(state)));
+    shard.map.Insert(key, MakeCell(std::move(state)));
     if (admission == KeyBudget::Admission::kAdmittedSweepDue) {
       lock.unlock();
       budget_->PaySweep(now);
@@ -182,8 +181,8 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     auto check = [&](State& state) { return CheckInPlace(config_, state, now, cost); };
     {
       ShardGate::Reader reader(shard.gate);
-      if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
-        return UpdateCell(it->second, check, reader.holding());
+      if (Cell* cell = shard.map.Find(key, hash)) {
+        return UpdateCell(*cell, check, reader.holding());
       }
     }
     State state = NewState(hash, now);
@@ -197,9 +196,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     ShardGate::Reader reader(shard.gate);
-    if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+    if (Cell* cell = shard.map.Find(key, hash)) {
       UpdateCell(
-          it->second,
+          *cell,
           [&](State& state) {
             RefundInPlace(config_, state, taken_at, cost);
             return Decision{};
@@ -218,9 +217,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     Shard& shard = ShardFor(hash);
     {
       ShardGate::Reader reader(shard.gate);
-      if (auto it = shard.map.find(key, hash); it != shard.map.end()) {
+      if (Cell* cell = shard.map.Find(key, hash)) {
         return UpdateCell(
-            it->second,
+            *cell,
             [&](State& state) {
               RefundInPlace(config_, state, taken_at, cost);
               return DecideInPlace(config_, state, now, cost);
@@ -245,44 +244,46 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       ShardGate::Writer writer(shard.gate);
       std::lock_guard lock(writer);
       ++progress.visits;  // entering a shard costs a visit, so empty ones are bounded too
-      auto it = shard.map.begin();
-      if (cursor.has_resume) {
-        // Resume after the last key kept. Only the sweep erases keys, so it
-        // is still here; if the shard was rehashed meanwhile, the order
-        // changed and this walk may miss a few keys (the next walk sees them).
-        if (auto last = shard.map.find(std::string_view(cursor.resume)); last != shard.map.end()) {
-          it = std::next(last);
-        }
-      }
-      auto last_kept = shard.map.end();
-      while (it != shard.map.end() && progress.visits < max_visits &&
-             progress.dropped < max_drops) {
-        ++progress.visits;
-        const int64_t fresh_at = FreshAtOf(it->second).unix_micros();
-        if (fresh_at <=
-            (kRememberedWhole ? rule.lossless_at_or_before_us : rule.drop_at_or_before_us)) {
-          if (fresh_at > now_us) {
-            ++progress.forced;
-            if (remembered_ != nullptr) {
-              remembered_->Remember(Salted(KeyHash{}(it->first.view())),
-                                    Time::FromUnixMicros(fresh_at), rule.now);
-            }
+      shard.map.Visit([&](auto& map) {
+        auto it = map.begin();
+        if (cursor.has_resume) {
+          // Resume after the last key kept. Only the sweep erases keys, so
+          // it is still here; if the shard was rehashed meanwhile (or moved
+          // to packed slots), the order changed and this walk may miss a
+          // few keys (the next walk sees them).
+          if (auto last = map.find(std::string_view(cursor.resume)); last != map.end()) {
+            it = std::next(last);
           }
-          shard.map.erase(it++);  // erasing leaves other iterators valid
-          ++progress.dropped;
-        } else {
-          sample.Offer(fresh_at);
-          last_kept = it++;
         }
-      }
-      if (it == shard.map.end()) {
-        ++cursor.shard;
-        cursor.has_resume = false;
-        ++progress.shards_done;
-      } else if (last_kept != shard.map.end()) {
-        cursor.resume.assign(last_kept->first.view());
-        cursor.has_resume = true;
-      }  // else all visited were dropped: resume where this slice resumed
+        auto last_kept = map.end();
+        while (it != map.end() && progress.visits < max_visits && progress.dropped < max_drops) {
+          ++progress.visits;
+          const int64_t fresh_at = FreshAtOf(Keys::CellOf(*it)).unix_micros();
+          if (fresh_at <=
+              (kRememberedWhole ? rule.lossless_at_or_before_us : rule.drop_at_or_before_us)) {
+            if (fresh_at > now_us) {
+              ++progress.forced;
+              if (remembered_ != nullptr) {
+                remembered_->Remember(Salted(KeyHash{}(Keys::KeyOf(*it))),
+                                      Time::FromUnixMicros(fresh_at), rule.now);
+              }
+            }
+            map.erase(it++);  // erasing leaves other iterators valid
+            ++progress.dropped;
+          } else {
+            sample.Offer(fresh_at);
+            last_kept = it++;
+          }
+        }
+        if (it == map.end()) {
+          ++cursor.shard;
+          cursor.has_resume = false;
+          ++progress.shards_done;
+        } else if (last_kept != map.end()) {
+          cursor.resume.assign(Keys::KeyOf(*last_kept));
+          cursor.has_resume = true;
+        }  // else all visited were dropped: resume where this slice resumed
+      });
     }
     return progress;
   }
@@ -304,9 +305,10 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
  private:
   // The gate has a cache line of its own: a writer waiting on it must not
   // steal the line that holds the map's header from the one writing.
+  using Keys = ShardMap<Cell>;
   struct alignas(64) Shard {
     ShardGate gate;
-    alignas(64) absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq> map;
+    alignas(64) Keys map;
   };
 
   Shard& ShardFor(size_t hash) { return shards_[hash >> (64 - kShardBits)]; }

@@ -56,6 +56,25 @@ TEST(MemoryStore, KeysAreIndependent) {
   EXPECT_EQ(store.stats().keys, 2);
 }
 
+// Past a few thousand keys every shard moves its keys from lines of their
+// own to packed slots (shard_map.h): each key's state goes with it.
+TEST(MemoryStore, StatesSurviveTheShardsMoveToPackedSlots) {
+  for (const Algorithm algorithm :
+       {Algorithm::kGcra, Algorithm::kFixedWindow, Algorithm::kSlidingLog}) {
+    MemoryStore store;
+    auto table = Open(store, Limit(algorithm, "1/h"));
+    constexpr int kKeys = 20'000;  // 312 a shard on average; the move is at 96
+    for (int i = 0; i < kKeys; ++i) {
+      ASSERT_TRUE(table->Decide("k" + std::to_string(i), kStart, 1)->allowed) << i;
+    }
+    EXPECT_EQ(store.stats().keys, kKeys);
+    for (int i = 0; i < kKeys; ++i) {
+      ASSERT_FALSE(table->Decide("k" + std::to_string(i), kStart, 1)->allowed)
+          << AlgorithmName(algorithm) << " " << i;
+    }
+  }
+}
+
 TEST(MemoryStore, AcceptsTheMaximumKeyLengthAndRejectsLonger) {
   MemoryStore store;
   auto table = Open(store, Limit(Algorithm::kFixedWindow, "1/min"));

@@ -1,0 +1,121 @@
+// ShardMap: one shard's keys and their cells, in one of two layouts.
+// Internal to the memory store.
+//
+// Why two: a table slot of a key (16 bytes) and a one-word cell (8) is 24
+// bytes, so a cache line holds parts of two or three keys. When threads
+// write the states of different keys that share a line, each write takes
+// the line from the other core: two threads deciding on 1,000 keys each,
+// every decision passing, made no more decisions than one
+// (BM_StoreDistinctKeys, bench/README.md, "Keys of their own lines"). A
+// small shard therefore gives each key two lines of its own (LineEntry, 128
+// bytes, the pair of lines a core's prefetcher fetches together): its key,
+// which only inserts write, and its cell, which decisions write. With the
+// key and the cell in one line of the pair, two threads made 1.4-1.5x one;
+// apart, 1.65-1.8x. A shard that grows past kLineKeysMax keys moves them
+// all to packed slots, for good (a fifth of the memory a slot), where a line
+// written by two cores costs less: over many keys a line is seldom still in
+// the other core's cache.
+//
+// What `compact_` says changes only in a write section (ShardGate), so a
+// reader sees one layout for its whole section, and a cell a reader holds
+// stays where it is until the section ends.
+#ifndef SLUICE_STORE_MEMORY_SHARD_MAP_H_
+#define SLUICE_STORE_MEMORY_SHARD_MAP_H_
+
+#include <cstddef>
+#include <string_view>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "store/memory/compact_key.h"
+
+namespace sluice::internal {
+
+template <typename Cell>
+class ShardMap {
+ public:
+  // The most keys a shard keeps in lines of their own: 96 fit the 127
+  // slots of a 16 KiB table; with 64 shards, 6,144 keys and 1 MiB a table.
+  static constexpr size_t kLineKeysMax = 96;
+
+  // A key and its cell, each in a line of its own, in a pair of lines of
+  // their own. The cell is mutable: a set's elements are const, and the
+  // cell is all that changes.
+  struct alignas(128) LineEntry {
+    LineEntry(CompactKey k, Cell c) : key(std::move(k)), cell(std::move(c)) {}
+    CompactKey key;
+    alignas(64) mutable Cell cell;
+  };
+  using PackedEntry = std::pair<const CompactKey, Cell>;
+
+  // The cell of `key` (its `hash` is KeyHash's), or nullptr. Inside a read
+  // or write section of the shard.
+  Cell* Find(std::string_view key, size_t hash) {
+    if (compact_) {
+      auto it = packed_.find(key, hash);
+      return it == packed_.end() ? nullptr : &it->second;
+    }
+    auto it = lines_.find(key, hash);
+    return it == lines_.end() ? nullptr : &it->cell;
+  }
+
+  // Adds `key`, which the map does not hold. In a write section.
+  void Insert(std::string_view key, Cell cell) {
+    if (!compact_ && lines_.size() >= kLineKeysMax) Pack();
+    if (compact_) {
+      packed_.emplace(CompactKey(key), std::move(cell));
+    } else {
+      lines_.emplace(CompactKey(key), std::move(cell));
+    }
+  }
+
+  size_t size() const { return compact_ ? packed_.size() : lines_.size(); }
+
+  // Calls f(map) with the layout in use (absl::flat_hash_set<LineEntry> or
+  // absl::flat_hash_map<CompactKey, Cell>); f reads entries through KeyOf
+  // and CellOf, and may erase. In a write section.
+  template <typename F>
+  decltype(auto) Visit(F&& f) {
+    return compact_ ? f(packed_) : f(lines_);
+  }
+  static std::string_view KeyOf(const LineEntry& e) { return e.key.view(); }
+  static std::string_view KeyOf(const PackedEntry& e) { return e.first.view(); }
+  static Cell& CellOf(const LineEntry& e) { return e.cell; }
+  static Cell& CellOf(PackedEntry& e) { return e.second; }
+
+ private:
+  struct LineHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return KeyHash{}(key); }
+    size_t operator()(const LineEntry& e) const { return KeyHash{}(e.key); }
+  };
+  struct LineEq {
+    using is_transparent = void;
+    static std::string_view View(std::string_view key) { return key; }
+    static std::string_view View(const LineEntry& e) { return e.key.view(); }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return View(a) == View(b);
+    }
+  };
+
+  // Moves every key to packed slots, for good, and frees the lines.
+  void Pack() {
+    packed_.reserve(lines_.size() + 1);
+    for (const LineEntry& e : lines_) {
+      LineEntry& moved = const_cast<LineEntry&>(e);  // destroyed just below
+      packed_.emplace(std::move(moved.key), std::move(moved.cell));
+    }
+    absl::flat_hash_set<LineEntry, LineHash, LineEq>().swap(lines_);
+    compact_ = true;
+  }
+
+  bool compact_ = false;
+  absl::flat_hash_set<LineEntry, LineHash, LineEq> lines_;
+  absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq> packed_;
+};
+
+}  // namespace sluice::internal
+
+#endif  // SLUICE_STORE_MEMORY_SHARD_MAP_H_
