@@ -149,6 +149,8 @@ class KeyBudget {
   }
   // Gives back slots: keys erased, or a reservation not used.
   void Removed(int64_t n) { keys_.fetch_sub(n, std::memory_order_relaxed); }
+  // The keys held (and slots reserved) in every table, as of a moment ago.
+  int64_t keys() const { return keys_.load(std::memory_order_relaxed); }
 
   // After kAdmittedSweepDue: adds this insert's share of sweep work and does
   // it when enough is owed (at most one slice). Call outside any shard section.
@@ -191,7 +193,6 @@ class KeyBudget {
   // One slice of at most `visits` visits, as the phase says. Requires mu_.
   void SliceLocked(Time now, int64_t visits);
   bool TryReserveLocked() { return Reserve() != Admission::kFull; }
-  int64_t keys() const { return keys_.load(std::memory_order_relaxed); }
 
   const int64_t max_keys_;
   const int64_t low_keys_;  // 15/16 of max_keys_: the sweep starts above it

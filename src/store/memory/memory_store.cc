@@ -164,7 +164,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       }
       admission = KeyBudget::Admission::kAdmitted;
     }
-    shard.map.Insert(key, MakeCell(std::move(state)));
+    shard.map.Insert(key, MakeCell(std::move(state)), budget_->keys());
     if (admission == KeyBudget::Admission::kAdmittedSweepDue) {
       lock.unlock();
       budget_->PaySweep(now);

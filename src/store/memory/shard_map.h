@@ -14,7 +14,9 @@
 // apart, 1.65-1.8x. A shard that grows past kLineKeysMax keys moves them
 // all to packed slots, for good (a fifth of the memory a slot), where a line
 // written by two cores costs less: over many keys a line is seldom still in
-// the other core's cache.
+// the other core's cache. So does a shard that gains a key while its store
+// holds kLineStoreKeysMax keys or more: however many tables a store has,
+// its keys in lines of their own stay about that many (a few MiB).
 //
 // What `compact_` says changes only in a write section (ShardGate), so a
 // reader sees one layout for its whole section, and a cell a reader holds
@@ -38,6 +40,8 @@ class ShardMap {
   // The most keys a shard keeps in lines of their own: 96 fit the 127
   // slots of a 16 KiB table; with 64 shards, 6,144 keys and 1 MiB a table.
   static constexpr size_t kLineKeysMax = 96;
+  // The most keys a store holds before its shards pack as they gain keys.
+  static constexpr int64_t kLineStoreKeysMax = 32'768;
 
   // A key and its cell, each in a line of its own, in a pair of lines of
   // their own. The cell is mutable: a set's elements are const, and the
@@ -60,9 +64,10 @@ class ShardMap {
     return it == lines_.end() ? nullptr : &it->cell;
   }
 
-  // Adds `key`, which the map does not hold. In a write section.
-  void Insert(std::string_view key, Cell cell) {
-    if (!compact_ && lines_.size() >= kLineKeysMax) Pack();
+  // Adds `key`, which the map does not hold, to a store that holds
+  // `store_keys` keys. In a write section.
+  void Insert(std::string_view key, Cell cell, int64_t store_keys) {
+    if (!compact_ && (lines_.size() >= kLineKeysMax || store_keys >= kLineStoreKeysMax)) Pack();
     if (compact_) {
       packed_.emplace(CompactKey(key), std::move(cell));
     } else {
@@ -71,6 +76,8 @@ class ShardMap {
   }
 
   size_t size() const { return compact_ ? packed_.size() : lines_.size(); }
+  // Whether the keys are in packed slots (for good).
+  bool packed() const { return compact_; }
 
   // Calls f(map) with the layout in use (absl::flat_hash_set<LineEntry> or
   // absl::flat_hash_map<CompactKey, Cell>); f reads entries through KeyOf

@@ -25,7 +25,7 @@ uint64_t ValueAt(Map& map, const std::string& key) {
 TEST(ShardMap, ASmallShardKeepsEachKeyAndCellInLinesOfTheirOwn) {
   static_assert(sizeof(Map::LineEntry) == 128 && alignof(Map::LineEntry) == 128);
   Map map;
-  for (size_t i = 0; i < 10; ++i) map.Insert(Key(i), Cell(i));
+  for (size_t i = 0; i < 10; ++i) map.Insert(Key(i), Cell(i), 0);
   for (size_t i = 0; i < 10; ++i) {
     const std::string key = Key(i);
     const auto cell = reinterpret_cast<uintptr_t>(map.Find(key, KeyHash{}(key)));
@@ -37,13 +37,14 @@ TEST(ShardMap, KeysAndStatesSurviveTheMoveToPackedSlots) {
   Map map;
   const size_t n = Map::kLineKeysMax + 50;
   for (size_t i = 0; i < n; ++i) {
-    map.Insert(Key(i), Cell(i * 7));
+    map.Insert(Key(i), Cell(i * 7), 0);
     ASSERT_EQ(map.size(), i + 1);
     // Every key inserted so far, before and after the move.
     if (i == Map::kLineKeysMax - 1 || i == Map::kLineKeysMax || i == n - 1) {
       for (size_t j = 0; j <= i; ++j) ASSERT_EQ(ValueAt(map, Key(j)), j * 7) << i << " " << j;
     }
   }
+  EXPECT_TRUE(map.packed());
   EXPECT_EQ(ValueAt(map, "absent"), UINT64_MAX);
   // A cell found is the key's own: an update through it is seen again.
   const std::string key = Key(3);
@@ -54,10 +55,23 @@ TEST(ShardMap, KeysAndStatesSurviveTheMoveToPackedSlots) {
   EXPECT_EQ(ValueAt(map, key), 1'000'000u);
 }
 
+TEST(ShardMap, AShardOfAStoreWithManyKeysPacksAtItsNextInsert) {
+  Map map;
+  for (size_t i = 0; i < 10; ++i) map.Insert(Key(i), Cell(i), Map::kLineStoreKeysMax - 1);
+  EXPECT_FALSE(map.packed());
+  map.Insert(Key(10), Cell(10), Map::kLineStoreKeysMax);
+  EXPECT_TRUE(map.packed());
+  for (size_t i = 0; i <= 10; ++i) EXPECT_EQ(ValueAt(map, Key(i)), i);
+  // Packed for good, whatever the store holds later.
+  map.Insert(Key(11), Cell(11), 0);
+  EXPECT_TRUE(map.packed());
+  EXPECT_EQ(ValueAt(map, Key(11)), 11u);
+}
+
 TEST(ShardMap, VisitWalksAndErasesInEitherLayout) {
   for (const size_t n : {size_t{20}, Map::kLineKeysMax + 20}) {
     Map map;
-    for (size_t i = 0; i < n; ++i) map.Insert(Key(i), Cell(i));
+    for (size_t i = 0; i < n; ++i) map.Insert(Key(i), Cell(i), 0);
     size_t seen = 0;
     map.Visit([&](auto& m) {
       for (auto it = m.begin(); it != m.end();) {
