@@ -54,8 +54,9 @@ class ShardMap {
   using PackedEntry = std::pair<const CompactKey, Cell>;
 
   // The cell of `key` (its `hash` is KeyHash's), or nullptr. Inside a read
-  // or write section of the shard.
-  Cell* Find(std::string_view key, size_t hash) {
+  // or write section of the shard. Inlined whole: out of line it cost a
+  // decision over 100k keys 50 instructions more (callgrind).
+  [[gnu::always_inline]] Cell* Find(std::string_view key, size_t hash) {
     if (compact_) {
       auto it = packed_.find(key, hash);
       return it == packed_.end() ? nullptr : &it->second;
