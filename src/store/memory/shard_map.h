@@ -16,7 +16,8 @@
 // written by two cores costs less: over many keys a line is seldom still in
 // the other core's cache. So does a shard that gains a key while its store
 // holds kLineStoreKeysMax keys or more: however many tables a store has,
-// its keys in lines of their own stay about that many (a few MiB).
+// its keys in lines of their own stay about that many (a few MiB). Cells
+// larger than a line are always packed.
 //
 // What `compact_` says changes only in a write section (ShardGate), so a
 // reader sees one layout for its whole section, and a cell a reader holds
@@ -119,7 +120,9 @@ class ShardMap {
     compact_ = true;
   }
 
-  bool compact_ = false;
+  // A cell larger than a line (the sliding log's, 104 bytes, a list beside
+  // it) is packed from the start: a pair of lines would not hold it.
+  bool compact_ = sizeof(Cell) > 64;
   absl::flat_hash_set<LineEntry, LineHash, LineEq> lines_;
   absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq> packed_;
 };

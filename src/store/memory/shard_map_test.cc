@@ -68,6 +68,18 @@ TEST(ShardMap, AShardOfAStoreWithManyKeysPacksAtItsNextInsert) {
   EXPECT_EQ(ValueAt(map, Key(11)), 11u);
 }
 
+TEST(ShardMap, ACellLargerThanALineIsPackedFromTheStart) {
+  struct Big {
+    explicit Big(uint64_t v) : value(v) {}
+    uint64_t value;
+    char rest[72] = {};
+  };
+  ShardMap<Big> map;
+  EXPECT_TRUE(map.packed());
+  map.Insert("a", Big(1), 0);
+  EXPECT_EQ(map.Find("a", KeyHash{}(std::string_view("a")))->value, 1u);
+}
+
 TEST(ShardMap, VisitWalksAndErasesInEitherLayout) {
   for (const size_t n : {size_t{20}, Map::kLineKeysMax + 20}) {
     Map map;
