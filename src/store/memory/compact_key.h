@@ -56,11 +56,37 @@ class CompactKey {
     std::memcpy(&size, raw_ + 8, 7);
     return {ptr, size};
   }
+  // Whether this is `key`. An inline key is compared in place, with at
+  // most two loads from each side (its first and last eight bytes, or four,
+  // overlapping), not through memcmp.
+  bool Equals(std::string_view key) const {
+    const unsigned char tag = raw_[kTag];
+    if (tag == kHeapTag) return view() == key;
+    const size_t n = key.size();
+    if (tag != n) return false;
+    const char* k = key.data();
+    if (n >= 8)
+      return Load<uint64_t>(raw_) == Load<uint64_t>(k) &&
+             Load<uint64_t>(raw_ + n - 8) == Load<uint64_t>(k + n - 8);
+    if (n >= 4)
+      return Load<uint32_t>(raw_) == Load<uint32_t>(k) &&
+             Load<uint32_t>(raw_ + n - 4) == Load<uint32_t>(k + n - 4);
+    for (size_t i = 0; i < n; ++i) {
+      if (raw_[i] != static_cast<unsigned char>(k[i])) return false;
+    }
+    return true;
+  }
   // Bytes held outside the object.
   size_t heap_bytes() const { return raw_[kTag] == kHeapTag ? view().size() : 0; }
 
  private:
   static constexpr size_t kTag = 15;
+  template <typename T>
+  static T Load(const void* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
   static constexpr unsigned char kHeapTag = 0xFF;
 
   void Release() {
@@ -95,6 +121,9 @@ struct KeyEq {
   bool operator()(const A& a, const B& b) const {
     return View(a) == View(b);
   }
+  // A lookup's key against a stored one: compared in place (Equals).
+  bool operator()(const CompactKey& a, std::string_view b) const { return a.Equals(b); }
+  bool operator()(std::string_view a, const CompactKey& b) const { return b.Equals(a); }
 };
 
 }  // namespace sluice::internal

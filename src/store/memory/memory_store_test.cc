@@ -46,6 +46,30 @@ TEST(CompactKey, KeepsShortKeysInlineAndLongKeysWhole) {
   EXPECT_EQ(internal::CompactKey(with_zero).view(), with_zero);
 }
 
+TEST(CompactKey, EqualsComparesEveryByteOfEveryLength) {
+  const internal::KeyEq eq;
+  for (size_t n = 0; n <= 40; ++n) {
+    std::string text;
+    for (size_t i = 0; i < n; ++i) text.push_back(static_cast<char>('a' + i % 26));
+    const internal::CompactKey key(text);
+    EXPECT_TRUE(key.Equals(text)) << n;
+    EXPECT_TRUE(eq(key, std::string_view(text))) << n;
+    EXPECT_TRUE(eq(std::string_view(text), key)) << n;
+    EXPECT_FALSE(key.Equals(text + "x")) << n;
+    if (n > 0) EXPECT_FALSE(key.Equals(std::string_view(text).substr(0, n - 1))) << n;
+    // A difference at any one byte, including the ones two loads overlap on.
+    for (size_t i = 0; i < n; ++i) {
+      std::string other = text;
+      other[i] = static_cast<char>(other[i] ^ 0x20);
+      EXPECT_FALSE(key.Equals(other)) << n << " " << i;
+    }
+  }
+  EXPECT_TRUE(
+      internal::CompactKey(std::string_view("a\0b", 3)).Equals(std::string_view("a\0b", 3)));
+  EXPECT_FALSE(
+      internal::CompactKey(std::string_view("a\0b", 3)).Equals(std::string_view("a\0c", 3)));
+}
+
 TEST(MemoryStore, KeysAreIndependent) {
   MemoryStore store;
   auto table = Open(store, Limit(Algorithm::kGcra, "2/min"));

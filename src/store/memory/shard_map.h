@@ -101,12 +101,11 @@ class ShardMap {
   };
   struct LineEq {
     using is_transparent = void;
-    static std::string_view View(std::string_view key) { return key; }
-    static std::string_view View(const LineEntry& e) { return e.key.view(); }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return View(a) == View(b);
+    bool operator()(const LineEntry& a, const LineEntry& b) const {
+      return a.key.Equals(b.key.view());
     }
+    bool operator()(const LineEntry& a, std::string_view b) const { return a.key.Equals(b); }
+    bool operator()(std::string_view a, const LineEntry& b) const { return b.key.Equals(a); }
   };
 
   // Moves every key to packed slots, for good, and frees the lines.
