@@ -56,6 +56,7 @@
 #include "sluice/clock.h"
 #include "sluice/limiter.h"
 #include "sluice/store/memory_store.h"
+#include "store/memory/compact_key.h"
 
 namespace {
 
@@ -345,8 +346,7 @@ const std::vector<std::string>& ShardParityKeys(int thread) {
     std::array<std::vector<std::string>, kMaxThreads> k;
     for (int i = 0; k[0].size() < kPerThreadKeys || k[1].size() < kPerThreadKeys; ++i) {
       std::string candidate = "p-user-" + std::to_string(i);
-      const size_t parity =
-          (absl::Hash<absl::string_view>{}(absl::string_view(candidate)) >> 58) & 1;
+      const size_t parity = (sluice::internal::KeyHash{}(candidate) >> 58) & 1;
       if (k[parity].size() < kPerThreadKeys) k[parity].push_back(std::move(candidate));
     }
     return k;
@@ -355,13 +355,13 @@ const std::vector<std::string>& ShardParityKeys(int thread) {
 }
 // Own-key benchmark: thread t decides on one key of its own. The two keys
 // are picked so that the store's current sharding (the top 6 bits of the
-// key's absl::Hash, memory_store.cc) puts them in different shards: this
+// key's KeyHash, compact_key.h) puts them in different shards: this
 // measures two threads that share nothing but the table object.
 const std::string& OwnKey(int thread) {
   static const std::array<std::string, kMaxThreads> keys = [] {
     std::array<std::string, kMaxThreads> k = {"t0-own", ""};
     const auto shard = [](const std::string& key) {
-      return absl::Hash<absl::string_view>{}(absl::string_view(key)) >> 58;
+      return sluice::internal::KeyHash{}(key) >> 58;
     };
     for (int i = 1; k[1].empty(); ++i) {
       std::string candidate = "t1-own-" + std::to_string(i);

@@ -107,8 +107,28 @@ static_assert(sizeof(CompactKey) == 16);
 // building a key.
 struct KeyHash {
   using is_transparent = void;
+  // A key of 4 to 16 bytes is hashed inline from two loads that together
+  // cover every byte (its first and last eight bytes, or four) and its
+  // length, through absl's seeded mix; a longer or shorter one as absl
+  // hashes a string, out of line. Over 100k keys the inline hash took about
+  // 6% off a decision (bench/README.md, "A key compared and hashed in
+  // place").
   size_t operator()(std::string_view key) const {
-    return absl::Hash<absl::string_view>{}(absl::string_view(key.data(), key.size()));
+    const size_t n = key.size();
+    const char* k = key.data();
+    if (n >= 8 && n <= 16) {
+      uint64_t first, last;
+      std::memcpy(&first, k, 8);
+      std::memcpy(&last, k + n - 8, 8);
+      return absl::HashOf(first, last, n);
+    }
+    if (n >= 4 && n < 8) {
+      uint32_t first, last;
+      std::memcpy(&first, k, 4);
+      std::memcpy(&last, k + n - 4, 4);
+      return absl::HashOf(first, last, n);
+    }
+    return absl::Hash<absl::string_view>{}(absl::string_view(k, n));
   }
   size_t operator()(const CompactKey& key) const { return (*this)(key.view()); }
 };

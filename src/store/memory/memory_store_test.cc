@@ -70,6 +70,39 @@ TEST(CompactKey, EqualsComparesEveryByteOfEveryLength) {
       internal::CompactKey(std::string_view("a\0b", 3)).Equals(std::string_view("a\0c", 3)));
 }
 
+// The inline hash (4 to 16 bytes) and the out-of-line one spread keys over
+// the store's 64 shards (the top 6 bits) evenly, and a key's every byte
+// counts.
+TEST(KeyHash, SpreadsKeysOfEveryLengthOverTheShards) {
+  const internal::KeyHash hash;
+  for (size_t n = 3; n <= 24; ++n) {
+    std::vector<int> shards(64);
+    constexpr int kKeys = 64'000;
+    for (int i = 0; i < kKeys; ++i) {
+      // A counter in the key's first and last bytes (and its middle).
+      std::string key(n, 'k');
+      key[0] = static_cast<char>(i & 0xFF);
+      key[n - 1] = static_cast<char>((i >> 8) & 0xFF);
+      key[n / 2] = static_cast<char>('k' + ((i >> 16) & 0xFF));
+      ++shards[hash(key) >> 58];
+    }
+    for (int s = 0; s < 64; ++s) {
+      EXPECT_GT(shards[s], 800) << "length " << n << " shard " << s;
+      EXPECT_LT(shards[s], 1200) << "length " << n << " shard " << s;
+    }
+  }
+  // Equal keys hash equally, stored or looked up; a byte anywhere changes it.
+  for (size_t n = 0; n <= 20; ++n) {
+    const std::string key(n, 'x');
+    EXPECT_EQ(hash(key), hash(internal::CompactKey(key))) << n;
+    for (size_t i = 0; i < n; ++i) {
+      std::string other = key;
+      other[i] = 'y';
+      EXPECT_NE(hash(key), hash(other)) << n << " " << i;
+    }
+  }
+}
+
 TEST(MemoryStore, KeysAreIndependent) {
   MemoryStore store;
   auto table = Open(store, Limit(Algorithm::kGcra, "2/min"));
