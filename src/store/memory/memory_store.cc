@@ -112,14 +112,27 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     // The hash is computed once, for the shard and for the lookups.
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
+    std::optional<Decision> shared_small;
     {  // A key the shard holds is decided in its cell; the shard is only read.
       ShardGate::Reader reader(shard.gate);
       if (Cell* cell = shard.map.Find(key, hash)) {
         if constexpr (!std::is_same_v<Peek, NoPeek>) {
           if (std::optional<Decision> d = peek(*cell)) return *d;
         }
-        return UpdateCell(*cell, step, reader.holding());
+        const Decision d = UpdateCell(*cell, step, reader.holding());
+        if (reader.holding() == Holding::kAlone || !shard.map.WantsLines(StoreKeys())) [[likely]] {
+          return d;
+        }
+        shared_small = d;
       }
+    }
+    if (shared_small) {
+      // Threads share this small packed shard: its keys move to lines of
+      // their own, once (shard_map.h), in a write section after this read.
+      ShardGate::Writer writer(shard.gate);
+      std::lock_guard lock(writer);
+      if (shard.map.WantsLines(StoreKeys())) shard.map.Unpack();
+      return *shared_small;
     }
     // A new key: decide on a fresh state (or on what is remembered of it,
     // if it was evicted while not fresh), and keep it only if it changed (a
@@ -312,6 +325,10 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   };
 
   Shard& ShardFor(size_t hash) { return shards_[hash >> (64 - kShardBits)]; }
+  // The keys the store holds, when ShardMap asks.
+  auto StoreKeys() const {
+    return [this] { return budget_->keys(); };
+  }
 
   // Runs `step` on the cell's state: by compare-and-swap (or its cell's
   // lock), or with plain loads and stores in a section alone.

@@ -2,6 +2,7 @@
 
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -129,6 +130,30 @@ TEST(MemoryStore, StatesSurviveTheShardsMoveToPackedSlots) {
       ASSERT_FALSE(table->Decide("k" + std::to_string(i), kStart, 1)->allowed)
           << AlgorithmName(algorithm) << " " << i;
     }
+  }
+}
+
+// A small shard a second thread decides on moves its keys to lines of
+// their own (shard_map.h): each key's state goes with it.
+TEST(MemoryStore, StatesSurviveAShardsMoveToLinesWhenThreadsShareIt) {
+  for (const Algorithm algorithm : {Algorithm::kGcra, Algorithm::kFixedWindow}) {
+    MemoryStore store;
+    auto table = Open(store, Limit(algorithm, "1/h"));
+    constexpr int kKeys = 1'000;  // 16 a shard on average
+    for (int i = 0; i < kKeys; ++i) {
+      ASSERT_TRUE(table->Decide("k" + std::to_string(i), kStart, 1)->allowed) << i;
+    }
+    std::thread other([&] {
+      for (int i = 0; i < kKeys; ++i) {
+        EXPECT_FALSE(table->Decide("k" + std::to_string(i), kStart, 1)->allowed) << i;
+      }
+    });
+    other.join();
+    for (int i = 0; i < kKeys; ++i) {
+      ASSERT_FALSE(table->Decide("k" + std::to_string(i), kStart, 1)->allowed) << i;
+      ASSERT_TRUE(table->Decide("new" + std::to_string(i), kStart, 1)->allowed) << i;
+    }
+    EXPECT_EQ(store.stats().keys, 2 * kKeys);
   }
 }
 

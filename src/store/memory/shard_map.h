@@ -7,17 +7,25 @@
 // the line from the other core: two threads deciding on 1,000 keys each,
 // every decision passing, made no more decisions than one
 // (BM_StoreDistinctKeys, bench/README.md, "Keys of their own lines"). A
-// small shard therefore gives each key two lines of its own (LineEntry, 128
-// bytes, the pair of lines a core's prefetcher fetches together): its key,
-// which only inserts write, and its cell, which decisions write. With the
-// key and the cell in one line of the pair, two threads made 1.4-1.5x one;
-// apart, 1.65-1.8x. A shard that grows past kLineKeysMax keys moves them
-// all to packed slots, for good (a fifth of the memory a slot), where a line
-// written by two cores costs less: over many keys a line is seldom still in
-// the other core's cache. So does a shard that gains a key while its store
-// holds kLineStoreKeysMax keys or more: however many tables a store has,
-// its keys in lines of their own stay about that many (a few MiB). Cells
-// larger than a line are always packed.
+// small shard that threads share therefore gives each key two lines of its
+// own (LineEntry, 128 bytes, the pair of lines a core's prefetcher fetches
+// together): its key, which only inserts write, and its cell, which
+// decisions write. With the key and the cell in one line of the pair, two
+// threads made 1.4-1.5x one; apart, 1.65-1.8x.
+//
+// A shard starts packed, and one thread alone (a single-threaded service,
+// `sluice replay`) keeps it so: in lines, a decision reads two lines
+// where it read one, 4-8% more time at a few thousand keys. The first
+// decision another thread makes on a packed shard of fewer than
+// kLineKeysMax / 2 keys, in a store of fewer than kLineStoreKeysMax, moves
+// its keys to lines (WantsLines, then Unpack in a write section), once. A
+// shard in lines that reaches kLineKeysMax keys, or gains one while its
+// store holds kLineStoreKeysMax, moves them back to packed slots for good
+// (a fifth of the memory a slot), where a line written by two cores costs
+// less: over many keys a line is seldom still in the other core's cache;
+// and however many tables a store has, its keys in lines stay about
+// kLineStoreKeysMax (a few MiB). Cells larger than a line (the sliding
+// log's) are always packed.
 //
 // What `compact_` says changes only in a write section (ShardGate), so a
 // reader sees one layout for its whole section, and a cell a reader holds
@@ -40,6 +48,7 @@ class ShardMap {
  public:
   // The most keys a shard keeps in lines of their own: 96 fit the 127
   // slots of a 16 KiB table; with 64 shards, 6,144 keys and 1 MiB a table.
+  // A shard moves to lines with fewer than half as many.
   static constexpr size_t kLineKeysMax = 96;
   // The most keys a store holds before its shards pack as they gain keys.
   static constexpr int64_t kLineStoreKeysMax = 32'768;
@@ -59,12 +68,35 @@ class ShardMap {
   // and the keys' comparison (flatten): each out of line cost a decision
   // over 100k keys about 50 instructions more (callgrind).
   [[gnu::always_inline, gnu::flatten]] Cell* Find(std::string_view key, size_t hash) {
-    if (compact_) [[likely]] {  // laid out as the fall-through: many keys, memory-bound
+    if (compact_) [[likely]] {  // the fall-through: one thread, or many keys (memory-bound)
       auto it = packed_.find(key, hash);
       return it == packed_.end() ? nullptr : &it->second;
     }
     auto it = lines_.find(key, hash);
     return it == lines_.end() ? nullptr : &it->cell;
+  }
+
+  // Whether a decision that shares the shard with other threads should
+  // move its keys to lines of their own (Unpack); `store_keys()` gives the
+  // keys its store holds, read only when the rest says yes. In a read or
+  // write section.
+  template <typename StoreKeys>
+  bool WantsLines(StoreKeys store_keys) const {
+    return compact_ && !unpacked_ && sizeof(Cell) <= 64 && packed_.size() < kLineKeysMax / 2 &&
+           store_keys() < kLineStoreKeysMax;
+  }
+  // Moves every key to lines of their own, once in the map's life. In a
+  // write section.
+  void Unpack() {
+    if (!compact_ || unpacked_ || sizeof(Cell) > 64) return;
+    unpacked_ = true;
+    lines_.reserve(packed_.size() + 1);
+    for (auto it = packed_.begin(); it != packed_.end(); ++it) {
+      // The key is moved out of a map destroyed just below.
+      lines_.emplace(std::move(const_cast<CompactKey&>(it->first)), std::move(it->second));
+    }
+    absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq>().swap(packed_);
+    compact_ = false;
   }
 
   // Adds `key`, which the map does not hold, to a store that holds
@@ -79,7 +111,7 @@ class ShardMap {
   }
 
   size_t size() const { return compact_ ? packed_.size() : lines_.size(); }
-  // Whether the keys are in packed slots (for good).
+  // Whether the keys are in packed slots.
   bool packed() const { return compact_; }
 
   // Calls f(map) with the layout in use (absl::flat_hash_set<LineEntry> or
@@ -120,9 +152,8 @@ class ShardMap {
     compact_ = true;
   }
 
-  // A cell larger than a line (the sliding log's, 104 bytes, a list beside
-  // it) is packed from the start: a pair of lines would not hold it.
-  bool compact_ = sizeof(Cell) > 64;
+  bool compact_ = true;
+  bool unpacked_ = false;  // moved to lines once: never again
   // The packed map's header first, in the line compact_ is in: the path of
   // a decision over many keys reads one line of the shard's.
   absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq> packed_;

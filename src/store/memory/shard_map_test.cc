@@ -22,10 +22,37 @@ uint64_t ValueAt(Map& map, const std::string& key) {
   return cell == nullptr ? UINT64_MAX : cell->Get();
 }
 
+const auto kFewKeys = [] { return int64_t{0}; };
+
+TEST(ShardMap, StartsPackedAndMovesASmallShardToLinesOnce) {
+  Map map;
+  EXPECT_TRUE(map.packed());
+  for (size_t i = 0; i < 10; ++i) map.Insert(Key(i), Cell(i), 0);
+  EXPECT_TRUE(map.packed());
+  EXPECT_TRUE(map.WantsLines(kFewKeys));
+  EXPECT_FALSE(map.WantsLines([] { return Map::kLineStoreKeysMax; }));  // a store with many keys
+  map.Unpack();
+  EXPECT_FALSE(map.packed());
+  EXPECT_FALSE(map.WantsLines(kFewKeys));
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(ValueAt(map, Key(i)), i);
+  // Grown past kLineKeysMax it packs, and never moves to lines again.
+  for (size_t i = 10; i < Map::kLineKeysMax + 1; ++i) map.Insert(Key(i), Cell(i), 0);
+  EXPECT_TRUE(map.packed());
+  EXPECT_FALSE(map.WantsLines(kFewKeys));
+  for (size_t i = 0; i <= Map::kLineKeysMax; ++i) EXPECT_EQ(ValueAt(map, Key(i)), i);
+}
+
+TEST(ShardMap, APackedShardOfHalfTheLineKeysOrMoreStaysPacked) {
+  Map map;
+  for (size_t i = 0; i < Map::kLineKeysMax / 2; ++i) map.Insert(Key(i), Cell(i), 0);
+  EXPECT_FALSE(map.WantsLines(kFewKeys));
+}
+
 TEST(ShardMap, ASmallShardKeepsEachKeyAndCellInLinesOfTheirOwn) {
   static_assert(sizeof(Map::LineEntry) == 128 && alignof(Map::LineEntry) == 128);
   Map map;
   for (size_t i = 0; i < 10; ++i) map.Insert(Key(i), Cell(i), 0);
+  map.Unpack();
   for (size_t i = 0; i < 10; ++i) {
     const std::string key = Key(i);
     const auto cell = reinterpret_cast<uintptr_t>(map.Find(key, KeyHash{}(key)));
@@ -35,6 +62,7 @@ TEST(ShardMap, ASmallShardKeepsEachKeyAndCellInLinesOfTheirOwn) {
 
 TEST(ShardMap, KeysAndStatesSurviveTheMoveToPackedSlots) {
   Map map;
+  map.Unpack();
   const size_t n = Map::kLineKeysMax + 50;
   for (size_t i = 0; i < n; ++i) {
     map.Insert(Key(i), Cell(i * 7), 0);
@@ -57,6 +85,7 @@ TEST(ShardMap, KeysAndStatesSurviveTheMoveToPackedSlots) {
 
 TEST(ShardMap, AShardOfAStoreWithManyKeysPacksAtItsNextInsert) {
   Map map;
+  map.Unpack();
   for (size_t i = 0; i < 10; ++i) map.Insert(Key(i), Cell(i), Map::kLineStoreKeysMax - 1);
   EXPECT_FALSE(map.packed());
   map.Insert(Key(10), Cell(10), Map::kLineStoreKeysMax);
@@ -77,13 +106,18 @@ TEST(ShardMap, ACellLargerThanALineIsPackedFromTheStart) {
   ShardMap<Big> map;
   EXPECT_TRUE(map.packed());
   map.Insert("a", Big(1), 0);
+  EXPECT_FALSE(map.WantsLines(kFewKeys));
+  map.Unpack();
+  EXPECT_TRUE(map.packed());
   EXPECT_EQ(map.Find("a", KeyHash{}(std::string_view("a")))->value, 1u);
 }
 
 TEST(ShardMap, VisitWalksAndErasesInEitherLayout) {
   for (const size_t n : {size_t{20}, Map::kLineKeysMax + 20}) {
     Map map;
+    map.Unpack();
     for (size_t i = 0; i < n; ++i) map.Insert(Key(i), Cell(i), 0);
+    EXPECT_EQ(map.packed(), n > Map::kLineKeysMax);
     size_t seen = 0;
     map.Visit([&](auto& m) {
       for (auto it = m.begin(); it != m.end();) {
