@@ -46,12 +46,13 @@ namespace sluice::internal {
 template <typename Cell>
 class ShardMap {
  public:
-  // The most keys a shard keeps in lines of their own: 96 fit the 127
-  // slots of a 16 KiB table; with 64 shards, 6,144 keys and 1 MiB a table.
-  // A shard moves to lines with fewer than half as many.
+  // The most keys a shard keeps in lines of their own (6,144 a table); a
+  // shard moves to lines with fewer than half as many. Lines are kept at
+  // most 7/16 full (LinesFor): at 96 keys, 255 slots, 32 KiB.
   static constexpr size_t kLineKeysMax = 96;
-  // The most keys a store holds before its shards pack as they gain keys.
-  static constexpr int64_t kLineStoreKeysMax = 32'768;
+  // The most keys a store holds before its shards pack as they gain keys:
+  // at 128 bytes a slot and 7/32 to 7/16 of the slots used, 4.7-9.4 MiB.
+  static constexpr int64_t kLineStoreKeysMax = 16'384;
 
   // A key and its cell, each in a line of its own, in a pair of lines of
   // their own. The cell is mutable: a set's elements are const, and the
@@ -90,7 +91,7 @@ class ShardMap {
   void Unpack() {
     if (!compact_ || unpacked_ || sizeof(Cell) > 64) return;
     unpacked_ = true;
-    lines_.reserve(packed_.size() + 1);
+    LinesFor(packed_.size());
     for (auto it = packed_.begin(); it != packed_.end(); ++it) {
       // The key is moved out of a map destroyed just below.
       lines_.emplace(std::move(const_cast<CompactKey&>(it->first)), std::move(it->second));
@@ -106,6 +107,7 @@ class ShardMap {
     if (compact_) {
       packed_.emplace(CompactKey(key), std::move(cell));
     } else {
+      LinesFor(lines_.size() + 1);
       lines_.emplace(CompactKey(key), std::move(cell));
     }
   }
@@ -140,6 +142,14 @@ class ShardMap {
     bool operator()(const LineEntry& a, std::string_view b) const { return a.key.Equals(b); }
     bool operator()(std::string_view a, const LineEntry& b) const { return b.key.Equals(a); }
   };
+
+  // Room in lines for `keys` keys with every slot beside an empty one on
+  // average: a full table of lines (7/8, absl's most) cost two threads
+  // 10-15% of their decisions (bench/README.md, "Keys of their own
+  // lines"). A core's prefetcher fetches the lines after the ones a
+  // decision reads, and a slot in use there is likely the other thread's
+  // (the likely reason; not measured apart).
+  void LinesFor(size_t keys) { lines_.reserve(2 * keys + 1); }
 
   // Moves every key to packed slots, for good, and frees the lines.
   void Pack() {
