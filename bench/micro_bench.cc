@@ -15,6 +15,8 @@
 //   BM_StoreHotKeyPassing/<alg>/threads:N        one key that every decision passes
 //   BM_StoreDistinctKeys/<alg>/threads:N         each thread its own 1,000 keys
 //   BM_StoreDistinctKeysDenied/<alg>/threads:N   the same at 100/s: nearly all denied
+//   BM_StoreDistinctKeysShared/<alg>/threads:N   the same keys passing, every shard shared
+//                                                by threads before the 1-thread run too
 //   BM_StoreDistinctShards/gcra/threads:N       the same, each thread's keys in its own shards
 //   BM_StoreOwnKey/gcra/threads:N                each thread one key, own shard
 //   BM_StoreNewKeys/gcra/threads:N               every decision a key never held
@@ -44,6 +46,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -381,6 +384,7 @@ enum class KeySet {
   kHotPassing,
   kDistinct,
   kDistinctDenied,
+  kDistinctShared,
   kDistinctShards,
   kOwn,
   k100k,
@@ -406,15 +410,28 @@ Fixture& GetFixture(KeySet set, const AlgoSpec& spec) {
   for (auto& [n, f] : fixtures) {
     if (n == name) return *f;
   }
-  std::unique_ptr<Fixture> f =
-      MakeFixture(spec, 1'000'000,
-                  set == KeySet::k100k         ? RandomKeysLimit(spec)
-                  : set == KeySet::kHotPassing ? kHotPassingLimit
-                  : set == KeySet::kDistinct || set == KeySet::kDistinctShards ? kDistinctKeysLimit
-                                                                               : kStoreLimit);
+  std::unique_ptr<Fixture> f = MakeFixture(
+      spec, 1'000'000,
+      set == KeySet::k100k         ? RandomKeysLimit(spec)
+      : set == KeySet::kHotPassing ? kHotPassingLimit
+      : set == KeySet::kDistinct || set == KeySet::kDistinctShared || set == KeySet::kDistinctShards
+          ? kDistinctKeysLimit
+          : kStoreLimit);
   if (set == KeySet::k100k) Prefill(*f, Keys100k());
-  if (set == KeySet::kDistinct || set == KeySet::kDistinctDenied) {
+  if (set == KeySet::kDistinct || set == KeySet::kDistinctDenied ||
+      set == KeySet::kDistinctShared) {
     for (int t = 0; t < kMaxThreads; ++t) Prefill(*f, ThreadKeys(t));
+  }
+  if (set == KeySet::kDistinctShared) {
+    // Another thread decides every key once, so that every shard is shared
+    // (and small ones in lines) before the 1-thread run too.
+    std::thread other([&f] {
+      const Time now = sluice::SystemClock::Default().Now();
+      for (int t = 0; t < kMaxThreads; ++t) {
+        for (const std::string& key : ThreadKeys(t)) (void)f->table->Decide(key, now, 1);
+      }
+    });
+    other.join();
   }
   fixtures.emplace_back(name, std::move(f));
   return *fixtures.back().second;
@@ -517,8 +534,10 @@ bool StoreDecide(sluice::LimitTable& table, const std::string& key, Time now) {
   return d->allowed;
 }
 
-// `set`: kDistinct (every decision passes and writes its key) or
-// kDistinctDenied (100/s: all but about 0.5% denied, nothing written).
+// `set`: kDistinct (every decision passes and writes its key),
+// kDistinctDenied (100/s: all but about 0.5% denied, nothing written) or
+// kDistinctShared (as kDistinct, every shard shared by threads before any
+// run: one thread too takes the shared path, not the shard owner's).
 void BM_StoreDistinctKeys(benchmark::State& st, AlgoSpec spec, KeySet set) {
   sluice::LimitTable& table = *GetFixture(set, spec).table;
   RandomKeysLoop(st, ThreadKeys(st.thread_index()), TimeSource::kClock,
@@ -750,6 +769,8 @@ void RegisterAll() {
                        KeySet::kDistinct));
     Threads12(Register(std::string("BM_StoreDistinctKeysDenied/") + spec.name, BM_StoreDistinctKeys,
                        spec, KeySet::kDistinctDenied));
+    Threads12(Register(std::string("BM_StoreDistinctKeysShared/") + spec.name, BM_StoreDistinctKeys,
+                       spec, KeySet::kDistinctShared));
   }
   Threads12(Register("BM_StoreOwnKey/gcra", BM_StoreOwnKey, kKeyAlgorithms[0]));
   Threads12(Register("BM_StoreDistinctShards/gcra", BM_StoreDistinctShards, kKeyAlgorithms[0]));

@@ -261,6 +261,10 @@ def main():
     for alg in key_algs:
         scaling_row(f"(2 threads, distinct keys, nearly every decision denied, {alg}: "
                     ">= 1.8x, informative)", f"BM_StoreDistinctKeysDenied/{alg}", 1.8)
+    for alg in key_algs:
+        scaling_row(f"(2 threads, distinct keys, every decision passes, shards shared before the "
+                    f"1-thread run too, {alg}: >= 1.8x, informative)",
+                    f"BM_StoreDistinctKeysShared/{alg}", 1.8)
     scaling_row("(2 threads, one key per thread in different shards, gcra: nothing shared, "
                 "the machine's ceiling for the row above, informative)", "BM_StoreOwnKey/gcra", 1.8)
     for alg in key_algs + ["leaky_bucket_police", "leaky_bucket_shape", "sliding_window",
