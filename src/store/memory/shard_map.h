@@ -24,7 +24,7 @@
 // (a fifth of the memory a slot), where a line written by two cores costs
 // less: over many keys a line is seldom still in the other core's cache;
 // and however many tables a store has, its keys in lines stay about
-// kLineStoreKeysMax (a few MiB). Cells larger than a line (the sliding
+// kLineStoreKeysMax (5-10 MiB). Cells larger than a line (the sliding
 // log's) are always packed.
 //
 // What `compact_` says changes only in a write section (ShardGate), so a
@@ -34,6 +34,7 @@
 #define SLUICE_STORE_MEMORY_SHARD_MAP_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <utility>
 
