@@ -93,11 +93,7 @@ class ShardMap {
     if (!compact_ || unpacked_ || sizeof(Cell) > 64) return;
     unpacked_ = true;
     LinesFor(packed_.size());
-    for (auto it = packed_.begin(); it != packed_.end(); ++it) {
-      // The key is moved out of a map destroyed just below.
-      lines_.emplace(std::move(const_cast<CompactKey&>(it->first)), std::move(it->second));
-    }
-    absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq>().swap(packed_);
+    MoveAll(packed_, lines_);
     compact_ = false;
   }
 
@@ -130,19 +126,34 @@ class ShardMap {
   static Cell& CellOf(PackedEntry& e) { return e.second; }
 
  private:
+  // The stored key of an entry (moved from only by MoveAll), and a
+  // lookup's key as it is: KeyHash and KeyEq then serve the lines too.
+  static CompactKey& Key(const LineEntry& e) { return const_cast<CompactKey&>(e.key); }
+  static CompactKey& Key(const PackedEntry& e) { return const_cast<CompactKey&>(e.first); }
+  static std::string_view Key(std::string_view key) { return key; }
   struct LineHash {
     using is_transparent = void;
-    size_t operator()(std::string_view key) const { return KeyHash{}(key); }
-    size_t operator()(const LineEntry& e) const { return KeyHash{}(e.key); }
+    template <typename K>
+    size_t operator()(const K& k) const {
+      return KeyHash{}(Key(k));
+    }
   };
   struct LineEq {
     using is_transparent = void;
-    bool operator()(const LineEntry& a, const LineEntry& b) const {
-      return a.key.Equals(b.key.view());
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return KeyEq{}(Key(a), Key(b));
     }
-    bool operator()(const LineEntry& a, std::string_view b) const { return a.key.Equals(b); }
-    bool operator()(std::string_view a, const LineEntry& b) const { return b.key.Equals(a); }
   };
+  using PackedMap = absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq>;
+  using LineSet = absl::flat_hash_set<LineEntry, LineHash, LineEq>;
+
+  // Moves every key and cell of `from` into `to`, and frees `from`'s table.
+  template <typename From, typename To>
+  static void MoveAll(From& from, To& to) {
+    for (auto& e : from) to.emplace(std::move(Key(e)), std::move(CellOf(e)));
+    From().swap(from);  // destroys the moved-from entries
+  }
 
   // Room in lines for `keys` keys with every slot beside an empty one on
   // average: a full table of lines (7/8, absl's most) cost two threads
@@ -155,11 +166,7 @@ class ShardMap {
   // Moves every key to packed slots, for good, and frees the lines.
   void Pack() {
     packed_.reserve(lines_.size() + 1);
-    for (const LineEntry& e : lines_) {
-      LineEntry& moved = const_cast<LineEntry&>(e);  // destroyed just below
-      packed_.emplace(std::move(moved.key), std::move(moved.cell));
-    }
-    absl::flat_hash_set<LineEntry, LineHash, LineEq>().swap(lines_);
+    MoveAll(lines_, packed_);
     compact_ = true;
   }
 
@@ -167,8 +174,8 @@ class ShardMap {
   bool unpacked_ = false;  // moved to lines once: never again
   // The packed map's header first, in the line compact_ is in: the path of
   // a decision over many keys reads one line of the shard's.
-  absl::flat_hash_map<CompactKey, Cell, KeyHash, KeyEq> packed_;
-  absl::flat_hash_set<LineEntry, LineHash, LineEq> lines_;
+  PackedMap packed_;
+  LineSet lines_;
 };
 
 }  // namespace sluice::internal
