@@ -359,9 +359,10 @@ absl::Status Engine::Setup() {
   if (!gate.ok()) return gate.status();
   gate_ = *std::move(gate);
   if (setup_.limits.size() == 1) key_names_.clear();  // only the limiter needs them
-  per_key_period_.assign(
-      key_count_,
-      RollingMax(contract_.period > Duration::Zero() ? contract_.period : Duration::Seconds(1)));
+  const Duration period =
+      contract_.period > Duration::Zero() ? contract_.period : Duration::Seconds(1);
+  per_key_period_.reserve(key_count_);
+  for (size_t k = 0; k < key_count_; ++k) per_key_period_.emplace_back(period);
   in_flight_.assign(key_count_, 0);
 
   const size_t seconds = static_cast<size_t>((duration_us_ + 999'999) / 1'000'000);

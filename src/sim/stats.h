@@ -2,7 +2,8 @@
 // except when a window grows past its largest size so far.
 //
 // RollingMax: the most events in any half-open interval of a fixed length,
-//   exact, from times added in order (a ring of the times inside the window).
+//   exact, from times added in order (a ring of the times inside the window,
+//   each kept as its distance from the one before in a byte or more).
 // Histogram: durations in log-linear buckets (64 per power of two, so a
 //   percentile is within 1/64 of the true value, and exact below 64 us).
 //
@@ -16,8 +17,9 @@
 
 #include <array>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "sluice/time.h"
 
@@ -30,29 +32,72 @@ class RollingMax {
   // REQUIRES: t_us no earlier than the previous call's.
   void Add(int64_t t_us) {
     // The interval (t - window, t] holds the events still in the ring.
-    while (size_ > 0 && ring_[head_] <= t_us - window_us_) {
-      head_ = (head_ + 1) & (ring_.size() - 1);
-      --size_;
+    while (count_ > 0 && head_us_ <= t_us - window_us_) Pop();
+    if (used_ + kMaxBytes > capacity_) Grow();
+    const auto delta = static_cast<uint64_t>(t_us - last_us_);
+    last_us_ = t_us;
+    const size_t at = (head_ + used_) & (capacity_ - 1);
+    const size_t bytes = Put(at, delta);
+    used_ += bytes;
+    if (count_ == 0) {
+      head_us_ = t_us;
+      head_bytes_ = bytes;
     }
-    if (size_ == ring_.size()) Grow();
-    ring_[(head_ + size_) & (ring_.size() - 1)] = t_us;
-    ++size_;
-    if (static_cast<int64_t>(size_) > max_) max_ = static_cast<int64_t>(size_);
+    if (static_cast<int64_t>(++count_) > max_) max_ = static_cast<int64_t>(count_);
   }
   int64_t max() const { return max_; }
 
  private:
+  // A time is kept as its distance from the one before, in 7-bit groups
+  // (low first, the high bit set on all but the last byte): a byte or two
+  // an event where events are dense, which is where a window holds many.
+  static constexpr size_t kMaxBytes = 10;
+
+  size_t Put(size_t at, uint64_t delta) {
+    size_t n = 0;
+    while (delta >= 0x80) {
+      ring_[(at + n++) & (capacity_ - 1)] = static_cast<uint8_t>(delta | 0x80);
+      delta >>= 7;
+    }
+    ring_[(at + n++) & (capacity_ - 1)] = static_cast<uint8_t>(delta);
+    return n;
+  }
+  // The distance stored at `at`, and how many bytes it takes.
+  uint64_t Get(size_t at, size_t& bytes) const {
+    uint64_t delta = 0;
+    int shift = 0;
+    bytes = 0;
+    while (true) {
+      const uint8_t b = ring_[(at + bytes++) & (capacity_ - 1)];
+      delta |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return delta;
+      shift += 7;
+    }
+  }
+  void Pop() {
+    head_ = (head_ + head_bytes_) & (capacity_ - 1);
+    used_ -= head_bytes_;
+    if (--count_ > 0) head_us_ += static_cast<int64_t>(Get(head_, head_bytes_));
+  }
   void Grow() {
-    std::vector<int64_t> bigger(ring_.empty() ? 8 : ring_.size() * 2);
-    for (size_t i = 0; i < size_; ++i) bigger[i] = ring_[(head_ + i) & (ring_.size() - 1)];
-    ring_.swap(bigger);
+    const size_t bigger = capacity_ == 0 ? 64 : capacity_ * 2;
+    // Not value-initialized: a byte is read only after it was written.
+    std::unique_ptr<uint8_t[]> ring(new uint8_t[bigger]);
+    for (size_t i = 0; i < used_; ++i) ring[i] = ring_[(head_ + i) & (capacity_ - 1)];
+    ring_ = std::move(ring);
+    capacity_ = bigger;
     head_ = 0;
   }
 
   int64_t window_us_;
-  std::vector<int64_t> ring_;  // a power of two long
-  size_t head_ = 0;
-  size_t size_ = 0;
+  std::unique_ptr<uint8_t[]> ring_;  // capacity_ bytes, a power of two
+  size_t capacity_ = 0;
+  size_t head_ = 0;        // the oldest event's bytes
+  size_t used_ = 0;        // bytes from head_
+  size_t head_bytes_ = 0;  // the oldest event's byte count
+  size_t count_ = 0;       // events in the ring
+  int64_t head_us_ = 0;    // the oldest event's time
+  int64_t last_us_ = 0;    // the newest event's time
   int64_t max_ = 0;
 };
 
