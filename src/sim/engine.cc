@@ -1,15 +1,16 @@
 // The event loop. Three kinds of event move a request: an arrival from a
 // traffic source (its first try), a retry (a rejected request coming back),
 // and a release (a shaped request leaving the limiter after its delay). All
-// wait in one binary heap ordered by (time, sequence number); a traffic
-// source keeps exactly one pending arrival in it, generating the next when
-// that one runs, so memory stays proportional to the requests in flight, not
-// to the traffic.
+// wait in one queue taken in order of (time, sequence number), a calendar of
+// small buckets (event_queue.h); a traffic source keeps exactly one pending
+// arrival in it, generating the next when that one runs, so memory stays
+// proportional to the requests in flight, not to the traffic.
 //
 // Budget: the loop allocates nothing per request once its vectors have grown
-// to the run's high-water mark; the per-request cost is one heap push and pop
-// (the heap holds a few entries in steady traffic), one Decide, and a
-// handful of array updates. bench/sim_bench.cc measures it.
+// to the run's high-water mark; the per-request cost is one push and pop
+// (into a small heap of the events of the next 128 us, or an unordered
+// bucket further ahead), one Decide, and a handful of array updates.
+// bench/sim_bench.cc measures it.
 #include "sim/engine.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "base/cat.h"
+#include "sim/event_queue.h"
 #include "sim/random.h"
 #include "sim/stats.h"
 #include "sluice/clock.h"
@@ -250,14 +252,9 @@ class Engine {
     uint16_t group;
     Kind kind;
   };
-  static bool Later(const Event& a, const Event& b) {
-    return a.time_us != b.time_us ? a.time_us > b.time_us : a.seq > b.seq;
-  }
-
   void Push(Event e) {
     e.seq = next_seq_++;
-    heap_.push_back(e);
-    std::push_heap(heap_.begin(), heap_.end(), Later);
+    queue_.Push(e);
   }
 
   uint32_t KeyOf(uint32_t group, uint32_t client) const {
@@ -302,7 +299,7 @@ class Engine {
   std::unique_ptr<Gate> gate_;
   size_t states_ = 1;
   std::vector<Source> sources_;
-  std::vector<Event> heap_;
+  EventQueue<Event> queue_;
   uint64_t next_seq_ = 0;
   int64_t round_robin_ = 0;
   int64_t duration_us_ = 0;
@@ -381,7 +378,6 @@ absl::Status Engine::Setup() {
       sources_.push_back(s);
     }
   }
-  heap_.reserve(sources_.size() + 1024);
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     const int64_t t = NextArrival(sources_[i]);
     if (t >= 0) Push({.time_us = t, .client = i, .kind = Kind::kArrival});
@@ -396,10 +392,8 @@ absl::Status Engine::Setup() {
 
 absl::StatusOr<LimiterRun> Engine::Execute() {
   if (absl::Status s = Setup(); !s.ok()) return s;
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), Later);
-    Event e = heap_.back();
-    heap_.pop_back();
+  while (!queue_.empty()) {
+    const Event e = queue_.Pop();
     clock_.Set(Time::UnixEpoch() + scenario_.clock_start + Duration::Micros(e.time_us));
     switch (e.kind) {
       case Kind::kArrival: {

@@ -47,10 +47,18 @@ TEST(RollingMax, AgreesWithCountingEveryWindowOverGapsOfEverySize) {
     const int n = static_cast<int>(rng() % 5000);
     for (int i = 0; i < n; ++i) {
       switch (rng() % 8) {
-        case 0: t += 0; break;
-        case 1: t += static_cast<int64_t>(rng() % (int64_t{1} << 45)); break;
-        case 2: t += window; break;
-        default: t += static_cast<int64_t>(rng() % 3); break;
+        case 0:
+          t += 0;
+          break;
+        case 1:
+          t += static_cast<int64_t>(rng() % (int64_t{1} << 45));
+          break;
+        case 2:
+          t += window;
+          break;
+        default:
+          t += static_cast<int64_t>(rng() % 3);
+          break;
       }
       times.push_back(t);
     }
