@@ -107,8 +107,8 @@ class LimiterGate final : public Gate {
   }
 
   Answer Decide(size_t state, uint32_t key, Time now) override {
-    (void)now;  // the limiter reads the manual clock, which the loop set to `now`
-    absl::StatusOr<PolicyDecision> d = limiters_[state]->Acquire(keys_[key]);
+    // `now` is the manual clock's, which the loop set: what Acquire would read.
+    absl::StatusOr<PolicyDecision> d = limiters_[state]->AcquireAt(keys_[key], now, 1);
     if (!d.ok()) {
       if (status.ok()) status = d.status();
       return {Decision{.retry_after = Duration::Infinite()}, 0};
@@ -153,14 +153,38 @@ absl::StatusOr<std::unique_ptr<Gate>> MakeGate(const LimiterSetup& setup, size_t
 
 // ---- traffic sources ----
 
+// floor(total * i / parts) for i = 0, 1, 2, ...: a quotient and a
+// remainder carried from one to the next, no division each.
+class EvenSteps {
+ public:
+  EvenSteps() = default;
+  // REQUIRES: total >= 0, parts > 0.
+  EvenSteps(int64_t total, int64_t parts)
+      : step_q_(total / parts), step_r_(total % parts), parts_(parts) {}
+  int64_t current() const { return q_; }
+  void Advance() {
+    q_ += step_q_;
+    r_ += step_r_;
+    if (r_ >= parts_) {
+      r_ -= parts_;
+      ++q_;
+    }
+  }
+
+ private:
+  int64_t q_ = 0, r_ = 0;
+  int64_t step_q_ = 0, step_r_ = 0, parts_ = 1;
+};
+
 struct Source {
   const Arrival* arrival = nullptr;
   uint32_t group = 0;
   Rng rng{0};
   int64_t index = 0;    // arrivals generated so far
+  EvenSteps offset;     // burst, constant: the next arrival's time from `from`
   double clock_us = 0;  // poisson, diurnal: the process's own time
   int64_t until_us = 0;
-  int64_t round_robin = 0;
+  int64_t round_robin = 0;  // burst, constant: the next client, in turn
 };
 
 // The next arrival's time, or -1 when the source is done.
@@ -168,17 +192,16 @@ int64_t NextArrival(Source& s) {
   const Arrival& a = *s.arrival;
   switch (a.kind) {
     case ArrivalKind::kBurst: {
-      if (s.index >= a.count) return -1;
-      const auto offset =
-          static_cast<int64_t>(static_cast<__int128>(a.spread.micros()) * s.index / a.count);
+      if (s.index >= a.count) return -1;  // spread * index / count
+      const int64_t t = a.from.micros() + s.offset.current();
+      s.offset.Advance();
       ++s.index;
-      return a.from.micros() + offset;
+      return t;
     }
     case ArrivalKind::kConstant: {
-      const auto offset = static_cast<int64_t>(static_cast<__int128>(a.rate.period.micros()) *
-                                               s.index / a.rate.limit);
-      const int64_t t = a.from.micros() + offset;
+      const int64_t t = a.from.micros() + s.offset.current();  // period * index / limit
       if (t >= s.until_us) return -1;
+      s.offset.Advance();
       ++s.index;
       return t;
     }
@@ -373,6 +396,11 @@ absl::Status Engine::Setup() {
       s.group = g;
       s.rng = Rng(Rng::Stream(seed_, stream++));
       s.clock_us = static_cast<double>(a.from.micros());
+      if (a.kind == ArrivalKind::kBurst && a.count > 0) {
+        s.offset = EvenSteps(a.spread.micros(), a.count);
+      } else if (a.kind == ArrivalKind::kConstant) {
+        s.offset = EvenSteps(a.rate.period.micros(), a.rate.limit);
+      }
       const int64_t until = a.until > Duration::Zero() ? a.until.micros() : duration_us_;
       s.until_us = std::min(until, duration_us_);
       sources_.push_back(s);
@@ -392,8 +420,11 @@ absl::Status Engine::Setup() {
 
 absl::StatusOr<LimiterRun> Engine::Execute() {
   if (absl::Status s = Setup(); !s.ok()) return s;
-  while (!queue_.empty()) {
-    const Event e = queue_.Pop();
+  Event e{};
+  bool next_ready = false;  // `e` is the next event already: no push and pop
+  while (next_ready || !queue_.empty()) {
+    if (!next_ready) e = queue_.Pop();
+    next_ready = false;
     clock_.Set(Time::UnixEpoch() + scenario_.clock_start + Duration::Micros(e.time_us));
     switch (e.kind) {
       case Kind::kArrival: {
@@ -402,9 +433,13 @@ absl::StatusOr<LimiterRun> Engine::Execute() {
         const int64_t clients = scenario_.groups[source.group].clients;
         const bool spread_evenly = source.arrival->kind == ArrivalKind::kBurst ||
                                    source.arrival->kind == ArrivalKind::kConstant;
-        const auto client = static_cast<uint32_t>(
-            spread_evenly ? source.round_robin++ % clients
-                          : static_cast<int64_t>(source.rng.Below(static_cast<uint64_t>(clients))));
+        uint32_t client = 0;
+        if (spread_evenly) {
+          client = static_cast<uint32_t>(source.round_robin);
+          if (++source.round_robin == clients) source.round_robin = 0;
+        } else {
+          client = static_cast<uint32_t>(source.rng.Below(static_cast<uint64_t>(clients)));
+        }
         ++run_.requests;
         Attempt({.time_us = e.time_us,
                  .first_us = e.time_us,
@@ -414,7 +449,15 @@ absl::StatusOr<LimiterRun> Engine::Execute() {
                  .group = static_cast<uint16_t>(source.group),
                  .kind = Kind::kRetry});
         const int64_t next = NextArrival(source);
-        if (next >= 0) Push({.time_us = next, .client = e.client, .kind = Kind::kArrival});
+        if (next < 0) break;
+        const Event arrival{
+            .time_us = next, .seq = next_seq_++, .client = e.client, .kind = Kind::kArrival};
+        if (queue_.Before(arrival)) {
+          e = arrival;
+          next_ready = true;
+        } else {
+          queue_.Push(arrival);
+        }
         break;
       }
       case Kind::kRetry:

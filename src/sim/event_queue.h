@@ -66,6 +66,13 @@ class EventQueue {
     return e;
   }
 
+  // Whether `e`, pushed now, would be the next popped: then it can be run
+  // at once instead. False may also mean "not known without looking further".
+  bool Before(const Event& e) const {
+    if (!near_.empty()) return Later(near_.front(), e);
+    return size_ == 0 || BucketOf(e) <= current_;  // the rest are in later buckets
+  }
+
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
 

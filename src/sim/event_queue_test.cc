@@ -43,12 +43,24 @@ TEST(EventQueue, AgreesWithASortOverEveryDistanceAhead) {
       if (pending.empty() || rng() % 2 == 0) {
         int64_t ahead = 0;
         switch (rng() % 6) {
-          case 0: ahead = 0; break;
-          case 1: ahead = static_cast<int64_t>(rng() % 128); break;
-          case 2: ahead = static_cast<int64_t>(rng() % (128 * 4096)); break;
-          case 3: ahead = 128 * 4096 - 1 + static_cast<int64_t>(rng() % 3); break;
-          case 4: ahead = static_cast<int64_t>(rng() % 100'000'000); break;
-          default: ahead = static_cast<int64_t>(rng() % 1000); break;
+          case 0:
+            ahead = 0;
+            break;
+          case 1:
+            ahead = static_cast<int64_t>(rng() % 128);
+            break;
+          case 2:
+            ahead = static_cast<int64_t>(rng() % (128 * 4096));
+            break;
+          case 3:
+            ahead = 128 * 4096 - 1 + static_cast<int64_t>(rng() % 3);
+            break;
+          case 4:
+            ahead = static_cast<int64_t>(rng() % 100'000'000);
+            break;
+          default:
+            ahead = static_cast<int64_t>(rng() % 1000);
+            break;
         }
         const Event e{.time_us = now + ahead, .seq = seq++};
         q.Push(e);

@@ -15,10 +15,12 @@
 #ifndef SLUICE_SIM_STATS_H_
 #define SLUICE_SIM_STATS_H_
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "sluice/time.h"
@@ -54,6 +56,10 @@ class RollingMax {
   static constexpr size_t kMaxBytes = 10;
 
   size_t Put(size_t at, uint64_t delta) {
+    if (delta < 0x80) [[likely]] {
+      ring_[at] = static_cast<uint8_t>(delta);
+      return 1;
+    }
     size_t n = 0;
     while (delta >= 0x80) {
       ring_[(at + n++) & (capacity_ - 1)] = static_cast<uint8_t>(delta | 0x80);
@@ -64,6 +70,10 @@ class RollingMax {
   }
   // The distance stored at `at`, and how many bytes it takes.
   uint64_t Get(size_t at, size_t& bytes) const {
+    if (const uint8_t b = ring_[at]; b < 0x80) [[likely]] {
+      bytes = 1;
+      return b;
+    }
     uint64_t delta = 0;
     int shift = 0;
     bytes = 0;
@@ -83,7 +93,9 @@ class RollingMax {
     const size_t bigger = capacity_ == 0 ? 64 : capacity_ * 2;
     // Not value-initialized: a byte is read only after it was written.
     std::unique_ptr<uint8_t[]> ring(new uint8_t[bigger]);
-    for (size_t i = 0; i < used_; ++i) ring[i] = ring_[(head_ + i) & (capacity_ - 1)];
+    const size_t first = std::min(used_, capacity_ - head_);  // up to the ring's end
+    std::memcpy(ring.get(), ring_.get() + head_, first);
+    std::memcpy(ring.get() + first, ring_.get(), used_ - first);
     ring_ = std::move(ring);
     capacity_ = bigger;
     head_ = 0;
