@@ -11,7 +11,7 @@
 // Simulated traffic: 1,000 clients, each its own key, at 1M/s in all for
 // 1 s (constant arrivals), against one limit of 500/s per key (about half
 // of the requests pass after each key's first burst); no retries unless the
-// name says so. Every request is one event through the heap, one Decide on
+// name says so. Every request is one event through the event queue, one Decide on
 // the key's state and the measurements (rolling windows, per-second series,
 // histograms).
 #include <benchmark/benchmark.h>
@@ -89,7 +89,7 @@ SIM_BENCH(leaky_shape, "{algorithm: leaky_bucket, mode: shape, rate: 500/s, max_
 SIM_BENCH(fixed_window, "{algorithm: fixed_window, rate: 500/s}", "never");
 SIM_BENCH(sliding_window, "{algorithm: sliding_window, rate: 500/s}", "never");
 SIM_BENCH(sliding_log, "{algorithm: sliding_log, rate: 500/s}", "never");
-// Every rejected request retries 10 ms later, up to twice: the heap holds
+// Every rejected request retries 10 ms later, up to twice: the queue holds
 // the thousands of waiting retries.
 SIM_BENCH(gcra_retry_fixed, "{algorithm: gcra, rate: 500/s, burst: 50}",
           "{policy: fixed, delay: 10ms, max_attempts: 3}");
