@@ -7,18 +7,21 @@
 // event (a shaping leaky bucket holds every admitted request for up to its
 // delay: 50,000 of them at 500k admitted a second and 100 ms). Here:
 //
-//   near   the events of the current bucket (kWidth us of time), a small
-//          binary heap in exact order;
-//   wheel  the next kBuckets - 1 buckets, each an unordered vector, with a
-//          bitmap of the ones that hold any, so the next is found a 64-bit
-//          word at a time;
+//   run    the events of the current bucket (128 us of time), sorted when
+//          it becomes current (a counting sort by the microsecond, stable),
+//          and a small heap of those pushed to it since;
+//   wheel  the next kBuckets - 1 buckets, each a vector in the order its
+//          events came, with a bitmap of the ones that hold any, so the
+//          next is found a 64-bit word at a time;
 //   far    the rest, a binary heap, moved into the wheel as it comes within
 //          reach.
 //
-// Ties keep their order because the near heap orders by (time_us, seq), and
-// every event reaches it before one of its time is taken. Vectors keep their
-// capacity, a drained bucket's passing to the next bucket to fill: in steady
-// traffic a push and a pop allocate nothing.
+// Ties keep their order: a bucket's vector holds the events of one time in
+// the order they were pushed (those moved from far come first, and were
+// pushed first), the sort is stable, and the run goes before the heap of
+// later pushes at equal times. Vectors keep their capacity, a drained
+// bucket's passing to the next bucket to fill: in steady traffic a push and
+// a pop allocate nothing.
 //
 // Thread-safety: none.
 //
@@ -46,8 +49,8 @@ class EventQueue {
     ++size_;
     const int64_t b = BucketOf(e);
     if (b <= current_) {
-      near_.push_back(e);
-      std::push_heap(near_.begin(), near_.end(), Later);
+      late_.push_back(e);
+      std::push_heap(late_.begin(), late_.end(), Later);
     } else if (b < current_ + static_cast<int64_t>(kBuckets)) {
       ToWheel(b, e);
     } else {
@@ -58,18 +61,23 @@ class EventQueue {
 
   // REQUIRES: !empty().
   Event Pop() {
-    if (near_.empty()) Advance();
-    std::pop_heap(near_.begin(), near_.end(), Later);
-    Event e = near_.back();
-    near_.pop_back();
+    if (next_ == run_.size() && late_.empty()) Advance();
     --size_;
+    // Of equal times the run's comes first: it was pushed before.
+    if (late_.empty() || (next_ < run_.size() && run_[next_].time_us <= late_.front().time_us)) {
+      return run_[next_++];
+    }
+    std::pop_heap(late_.begin(), late_.end(), Later);
+    Event e = late_.back();
+    late_.pop_back();
     return e;
   }
 
   // Whether `e`, pushed now, would be the next popped: then it can be run
   // at once instead. False may also mean "not known without looking further".
   bool Before(const Event& e) const {
-    if (!near_.empty()) return Later(near_.front(), e);
+    if (next_ < run_.size()) return e.time_us < run_[next_].time_us && Ahead(e);
+    if (!late_.empty()) return Later(late_.front(), e);
     return size_ == 0 || BucketOf(e) <= current_;  // the rest are in later buckets
   }
 
@@ -78,6 +86,7 @@ class EventQueue {
 
  private:
   static constexpr int kWidthBits = 7;  // 128 us a bucket
+  static constexpr int64_t kWidth = int64_t{1} << kWidthBits;
   static constexpr size_t kBuckets = 4096;
   static constexpr size_t kMask = kBuckets - 1;
 
@@ -86,6 +95,7 @@ class EventQueue {
     return a.time_us != b.time_us ? a.time_us > b.time_us : a.seq > b.seq;
   }
   static int64_t BucketOf(const Event& e) { return e.time_us >> kWidthBits; }
+  bool Ahead(const Event& e) const { return late_.empty() || Later(late_.front(), e); }
 
   void ToWheel(int64_t b, const Event& e) {
     const auto slot = static_cast<size_t>(b) & kMask;
@@ -113,33 +123,40 @@ class EventQueue {
     return current_ + 1 + static_cast<int64_t>((slot - from) & kMask);
   }
 
-  // Makes the next bucket that holds events the current one.
-  // REQUIRES: near_ empty, size_ > 0.
+  // Makes the next bucket that holds events the current one, its events
+  // the run in order.
+  // REQUIRES: the run spent, late_ empty, size_ > 0.
   void Advance() {
     current_ = in_wheel_ > 0 ? NextInWheel() : BucketOf(far_.front());
+    // Into the wheel in (time, seq) order. A bucket comes within reach
+    // here before anything can be pushed to it directly, and what is pushed
+    // later has a higher seq: so a bucket's events of one time are in the
+    // order of seq.
     while (!far_.empty() && BucketOf(far_.front()) < current_ + static_cast<int64_t>(kBuckets)) {
       std::pop_heap(far_.begin(), far_.end(), Later);
       const Event e = far_.back();
       far_.pop_back();
-      if (BucketOf(e) == current_) {
-        near_.push_back(e);
-      } else {
-        ToWheel(BucketOf(e), e);
-      }
+      ToWheel(BucketOf(e), e);
     }
     const auto slot = static_cast<size_t>(current_) & kMask;
     std::vector<Event>& bucket = wheel_[slot];
-    if (!bucket.empty()) {
-      near_.insert(near_.end(), bucket.begin(), bucket.end());
-      in_wheel_ -= bucket.size();
-      bucket.clear();
-      spare_.emplace_back().swap(bucket);
-      occupied_[slot / 64] &= ~(uint64_t{1} << (slot % 64));
-    }
-    std::make_heap(near_.begin(), near_.end(), Later);
+    // A stable counting sort by the microsecond within the bucket: in order
+    // of time, and of seq among equal times.
+    std::array<uint32_t, kWidth + 1> at{};
+    for (const Event& e : bucket) ++at[static_cast<size_t>(e.time_us & (kWidth - 1)) + 1];
+    for (size_t i = 1; i <= kWidth; ++i) at[i] += at[i - 1];
+    run_.resize(bucket.size());
+    for (const Event& e : bucket) run_[at[static_cast<size_t>(e.time_us & (kWidth - 1))]++] = e;
+    next_ = 0;
+    in_wheel_ -= bucket.size();
+    bucket.clear();
+    spare_.emplace_back().swap(bucket);
+    occupied_[slot / 64] &= ~(uint64_t{1} << (slot % 64));
   }
 
-  std::vector<Event> near_;
+  std::vector<Event> run_;   // the current bucket's events, in order
+  size_t next_ = 0;          // the run's next
+  std::vector<Event> late_;  // pushed to the current bucket since it became current
   std::array<std::vector<Event>, kBuckets> wheel_;
   std::array<uint64_t, kBuckets / 64> occupied_{};
   // Drained buckets' vectors, for the next buckets to fill: the wheel keeps

@@ -29,9 +29,9 @@ TEST(EventQueue, TakesEventsByTimeThenByTheOrderTheyCameIn) {
 }
 
 // Against an ordered set of the same events: pushes at or after the time last
-// taken, near (the same bucket), in the wheel, far beyond it, and exactly
-// at its edges, interleaved with pops, over times that wrap the wheel many
-// times.
+// taken, near (the same bucket), in the wheel, far beyond it, exactly at its
+// edges, and many of one time, interleaved with pops, over times that wrap
+// the wheel many times.
 TEST(EventQueue, AgreesWithASortOverEveryDistanceAhead) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 50; ++round) {
@@ -42,7 +42,7 @@ TEST(EventQueue, AgreesWithASortOverEveryDistanceAhead) {
     for (int step = 0; step < 20'000; ++step) {
       if (pending.empty() || rng() % 2 == 0) {
         int64_t ahead = 0;
-        switch (rng() % 6) {
+        switch (rng() % 7) {
           case 0:
             ahead = 0;
             break;
@@ -57,6 +57,9 @@ TEST(EventQueue, AgreesWithASortOverEveryDistanceAhead) {
             break;
           case 4:
             ahead = static_cast<int64_t>(rng() % 100'000'000);
+            break;
+          case 5:  // many events of one time, near, in the wheel and far
+            ahead = static_cast<int64_t>(rng() % 4) * 400'000;
             break;
           default:
             ahead = static_cast<int64_t>(rng() % 1000);
