@@ -93,9 +93,11 @@ class RollingMax {
     const size_t bigger = capacity_ == 0 ? 64 : capacity_ * 2;
     // Not value-initialized: a byte is read only after it was written.
     std::unique_ptr<uint8_t[]> ring(new uint8_t[bigger]);
-    const size_t first = std::min(used_, capacity_ - head_);  // up to the ring's end
-    std::memcpy(ring.get(), ring_.get() + head_, first);
-    std::memcpy(ring.get() + first, ring_.get(), used_ - first);
+    if (used_ > 0) {
+      const size_t first = std::min(used_, capacity_ - head_);  // up to the ring's end
+      std::memcpy(ring.get(), ring_.get() + head_, first);
+      std::memcpy(ring.get() + first, ring_.get(), used_ - first);
+    }
     ring_ = std::move(ring);
     capacity_ = bigger;
     head_ = 0;
