@@ -77,7 +77,7 @@ class EventQueue {
   // at once instead. False may also mean "not known without looking further".
   bool Before(const Event& e) const {
     if (next_ < run_.size()) return e.time_us < run_[next_].time_us && Ahead(e);
-    if (!late_.empty()) return Later(late_.front(), e);
+    if (!late_.empty()) return Ahead(e);
     return size_ == 0 || BucketOf(e) <= current_;  // the rest are in later buckets
   }
 

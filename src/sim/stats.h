@@ -56,10 +56,6 @@ class RollingMax {
   static constexpr size_t kMaxBytes = 10;
 
   size_t Put(size_t at, uint64_t delta) {
-    if (delta < 0x80) [[likely]] {
-      ring_[at] = static_cast<uint8_t>(delta);
-      return 1;
-    }
     size_t n = 0;
     while (delta >= 0x80) {
       ring_[(at + n++) & (capacity_ - 1)] = static_cast<uint8_t>(delta | 0x80);
@@ -70,10 +66,6 @@ class RollingMax {
   }
   // The distance stored at `at`, and how many bytes it takes.
   uint64_t Get(size_t at, size_t& bytes) const {
-    if (const uint8_t b = ring_[at]; b < 0x80) [[likely]] {
-      bytes = 1;
-      return b;
-    }
     uint64_t delta = 0;
     int shift = 0;
     bytes = 0;
