@@ -191,8 +191,8 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       parser->skip(head);  // a response to HEAD has no body, whatever it says
       while (!ec && !FeedParser(*parser, buffer, ec)) {
         const size_t got =
-            co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
-                                            net::redirect_error(kUseAwaitable, ec));
+            co_await stream.ReadSome(buffer.prepare(beast::read_size(buffer, kReadBytes)),
+                                     net::redirect_error(kUseAwaitable, ec));
         if (ec == net::error::eof) {
           EndOfInput(*parser, ec);
           break;

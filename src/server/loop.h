@@ -36,19 +36,16 @@
 #include "absl/hash/hash.h"
 #include "absl/types/span.h"
 #include "policy/evaluation.h"
+#include "server/socket.h"
 #include "server/state.h"
 
 namespace sluice::server {
 
-namespace net = boost::asio;
-using tcp = net::ip::tcp;
 // Every object is bound to its thread's io_context by its concrete executor
-// type; the type-erased default (any_io_executor) cost ~5% of a request in
-// copies and virtual calls.
-using Executor = net::io_context::executor_type;
+// type (Executor, server/socket.h); the type-erased default (any_io_executor)
+// cost ~5% of a request in copies and virtual calls.
 template <typename T>
 using Task = net::awaitable<T, Executor>;
-using Socket = net::basic_stream_socket<tcp, Executor>;
 using Acceptor = net::basic_socket_acceptor<tcp, Executor>;
 using Timer = net::basic_waitable_timer<std::chrono::steady_clock,
                                         net::wait_traits<std::chrono::steady_clock>, Executor>;

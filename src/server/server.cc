@@ -322,7 +322,8 @@ class ServerImpl final : public Server {
     Timer backoff(w.ioc.get_executor());
     for (;;) {
       boost::system::error_code ec;
-      Socket socket = co_await acceptor.async_accept(net::redirect_error(kUseAwaitable, ec));
+      Socket socket(w.ioc.get_executor());
+      co_await acceptor.async_accept(socket, net::redirect_error(kUseAwaitable, ec));
       if (ec) {
         if (!acceptor.is_open()) co_return;
         const int e = ec.category() == boost::system::system_category() ? ec.value() : 0;
@@ -494,8 +495,8 @@ class ServerImpl final : public Server {
         }
       }
       const size_t got =
-          co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, kReadBytes)),
-                                          net::redirect_error(kUseAwaitable, ec));
+          co_await stream.ReadSome(buffer.prepare(beast::read_size(buffer, kReadBytes)),
+                                   net::redirect_error(kUseAwaitable, ec));
       if (ec == net::error::eof) {
         EndOfInput(parser, ec);
         co_return;
@@ -710,8 +711,8 @@ class ServerImpl final : public Server {
         // read only when the last read left bytes behind (one system call
         // a request fewer: bench/README.md, "HTTP").
         deadline.After(idle_timeout);
-        const size_t got = co_await stream.async_read_some(buffer.prepare(kFirstReadBytes),
-                                                           net::redirect_error(kUseAwaitable, ec));
+        const size_t got = co_await stream.ReadSome(buffer.prepare(kFirstReadBytes),
+                                                    net::redirect_error(kUseAwaitable, ec));
         if (ec) break;
         buffer.commit(got);
       }

@@ -1,0 +1,165 @@
+// The server's TCP socket, and a read that knows when the socket is drained.
+//
+// Why: Asio (Boost 1.74, Debian 12's) starts every read with a read system
+// call, and waits for epoll only when that one finds nothing. It stops
+// trying first only after a read of zero bytes. But a request-answer
+// exchange nearly always reads nothing on that first try: the client sends
+// its next request only after our answer, the upstream its answer only
+// after our request. Each such try is a system call that returns EAGAIN,
+// about 1.2 us on a virtual machine, as much as a useful one (bench/README.md,
+// "The gateway's reads").
+//
+// ReadSome reads as NGINX does: after a read that returns fewer bytes than
+// it asked for, the socket is drained, so the next read waits for epoll's
+// next readiness event without trying first. That is sound with Asio's
+// edge-triggered registration: any byte that arrives after the short read
+// raises a new event, which lets the next read try first again. What Asio
+// does after its own reads is unchanged.
+//
+// How: the read is a reactor operation of our own, started on the socket's
+// registration in Asio's epoll reactor. Its one difference from Asio's is
+// the status it reports after a short read ("done and exhausted", which the
+// reactor keeps as "do not try first"). This uses Asio's detail namespace,
+// so it is built for the Boost version it was written against (1.74) on the
+// epoll reactor only; with any other, ReadSome is Asio's async_read_some.
+//
+// Thread-safety: as Asio's socket; a socket belongs to its loop's thread.
+#ifndef SLUICE_SERVER_SOCKET_H_
+#define SLUICE_SERVER_SOCKET_H_
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstddef>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/basic_stream_socket.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/version.hpp>
+
+#if BOOST_VERSION == 107400 && defined(BOOST_ASIO_HAS_EPOLL) && \
+    !defined(BOOST_ASIO_HAS_IO_URING) && !defined(BOOST_ASIO_DISABLE_EPOLL)
+#define SLUICE_DRAIN_AWARE_READS 1
+#include <boost/asio/detail/handler_alloc_helpers.hpp>
+#include <boost/asio/detail/handler_cont_helpers.hpp>
+#include <boost/asio/detail/reactor.hpp>
+#include <boost/asio/detail/reactor_op.hpp>
+#else
+#define SLUICE_DRAIN_AWARE_READS 0
+#endif
+
+namespace sluice::server {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using Executor = net::io_context::executor_type;
+
+class Socket : public net::basic_stream_socket<tcp, Executor> {
+ public:
+  using basic_stream_socket::basic_stream_socket;
+
+  // Reads what the socket holds into `buffer`, up to its size, waiting for
+  // a byte first if there is none: async_read_some's contract (eof when the
+  // peer has closed), without the read that finds nothing (above).
+  // `buffer` must not be empty.
+  template <typename Token>
+  auto ReadSome(net::mutable_buffer buffer, Token&& token);
+
+ private:
+#if SLUICE_DRAIN_AWARE_READS
+  template <typename Handler>
+  class ReadOp;
+
+  // The loop's epoll reactor, where the socket is registered.
+  net::detail::reactor* reactor_ =
+      &net::use_service<net::detail::reactor>(get_executor().context());
+#endif
+};
+
+#if SLUICE_DRAIN_AWARE_READS
+
+template <typename Handler>
+class Socket::ReadOp final : public net::detail::reactor_op {
+ public:
+  ReadOp(int fd, net::mutable_buffer buffer, Handler&& handler)
+      : reactor_op(boost::system::error_code(), &ReadOp::Perform, &ReadOp::Complete),
+        fd_(fd),
+        buffer_(buffer),
+        handler_(std::move(handler)) {}
+
+ private:
+  // One non-blocking read: not_done on EAGAIN (the reactor queues the
+  // operation until epoll says the socket is readable), done_and_exhausted
+  // when it took less than it asked for (or nothing: eof).
+  static status Perform(reactor_op* base) {
+    auto* op = static_cast<ReadOp*>(base);
+    for (;;) {
+      const ssize_t n = ::recv(op->fd_, op->buffer_.data(), op->buffer_.size(), MSG_DONTWAIT);
+      if (n > 0) {
+        op->bytes_transferred_ = static_cast<size_t>(n);
+        return op->bytes_transferred_ < op->buffer_.size() ? done_and_exhausted : done;
+      }
+      if (n == 0) {
+        op->ec_ = net::error::eof;
+        return done_and_exhausted;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return not_done;
+      op->ec_ = boost::system::error_code(errno, boost::asio::error::get_system_category());
+      return done;
+    }
+  }
+
+  // Called by the loop with the operation done (owner set), or to destroy
+  // it unrun (owner null: the loop is shutting down). The memory goes back
+  // before the handler runs, for the read it may start.
+  static void Complete(void* owner, net::detail::scheduler_operation* base,
+                       const boost::system::error_code&, size_t) {
+    auto* op = static_cast<ReadOp*>(base);
+    Handler handler(std::move(op->handler_));
+    const boost::system::error_code ec = op->ec_;
+    const size_t bytes = op->bytes_transferred_;
+    op->~ReadOp();
+    boost_asio_handler_alloc_helpers::deallocate(op, sizeof(ReadOp), handler);
+    if (owner != nullptr) std::move(handler)(ec, bytes);
+  }
+
+  const int fd_;
+  const net::mutable_buffer buffer_;
+  Handler handler_;
+};
+
+template <typename Token>
+auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
+  return net::async_initiate<Token, void(boost::system::error_code, size_t)>(
+      [this, buffer](auto handler) {
+        using Handler = decltype(handler);
+        const bool continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
+        void* memory = boost_asio_handler_alloc_helpers::allocate(sizeof(ReadOp<Handler>), handler);
+        auto* op = new (memory) ReadOp<Handler>(native_handle(), buffer, std::move(handler));
+        // Asio's start_op: tries first only when the reactor has not been
+        // told the socket is drained, and queues the operation otherwise. A
+        // closed socket (no registration) completes with bad_descriptor.
+        reactor_->start_op(net::detail::reactor::read_op, native_handle(),
+                         impl_.get_implementation().reactor_data_, op, continuation,
+                         /*allow_speculative=*/true);
+      },
+      token);
+}
+
+#else
+
+template <typename Token>
+auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
+  return async_read_some(buffer, std::forward<Token>(token));
+}
+
+#endif  // SLUICE_DRAIN_AWARE_READS
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_SOCKET_H_
