@@ -6,8 +6,8 @@
 // exchange nearly always reads nothing on that first try: the client sends
 // its next request only after our answer, the upstream its answer only
 // after our request. Each such try is a system call that returns EAGAIN,
-// about 1.2 us on a virtual machine, as much as a useful one (bench/README.md,
-// "The gateway's reads").
+// as costly as a useful one (bench/README.md, "Reads that know the socket
+// is drained").
 //
 // ReadSome reads as NGINX does: after a read that returns fewer bytes than
 // it asked for, the socket is drained, so the next read waits for epoll's
