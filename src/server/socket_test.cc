@@ -59,22 +59,25 @@ void RunUntilDone(Connection& c, const Read& read) {
   }
 }
 
+// A ReadSome of at most `size` bytes, run until it has completed.
+Read ReadOnce(Connection& c, size_t size) {
+  Read read;
+  StartRead(c, size, read);
+  RunUntilDone(c, read);
+  return read;
+}
+
 // A read that took less than it asked for, done: the state in which the
 // next read waits for epoll instead of trying first.
 void ReadShort(Connection& c) {
   c.Send("abc");
-  Read read;
-  StartRead(c, 64, read);
-  RunUntilDone(c, read);
-  ASSERT_EQ(read.bytes, "abc");
+  ASSERT_EQ(ReadOnce(c, 64).bytes, "abc");
 }
 
 TEST(ReadSome, ReadsWhatTheSocketHolds) {
   Connection c;
   c.Send("hello");
-  Read read;
-  StartRead(c, 64, read);
-  RunUntilDone(c, read);
+  const Read read = ReadOnce(c, 64);
   ASSERT_TRUE(read.ec.has_value());
   EXPECT_FALSE(*read.ec);
   EXPECT_EQ(read.bytes, "hello");
@@ -83,13 +86,8 @@ TEST(ReadSome, ReadsWhatTheSocketHolds) {
 TEST(ReadSome, AReadThatFillsItsBufferLeavesTheRestForTheNext) {
   Connection c;
   c.Send("0123456789");
-  Read first, second;
-  StartRead(c, 4, first);
-  RunUntilDone(c, first);
-  EXPECT_EQ(first.bytes, "0123");
-  StartRead(c, 64, second);
-  RunUntilDone(c, second);
-  EXPECT_EQ(second.bytes, "456789");
+  EXPECT_EQ(ReadOnce(c, 4).bytes, "0123");
+  EXPECT_EQ(ReadOnce(c, 64).bytes, "456789");
 }
 
 TEST(ReadSome, AfterAShortReadWaitsForTheNextBytes) {
@@ -112,9 +110,7 @@ TEST(ReadSome, BytesThatArriveBeforeTheNextReadStartsAreNotLost) {
   Connection c;
   ReadShort(c);
   c.Send("early");
-  Read read;
-  StartRead(c, 64, read);
-  RunUntilDone(c, read);
+  const Read read = ReadOnce(c, 64);
   EXPECT_EQ(read.bytes, "early");
 }
 
@@ -127,9 +123,7 @@ TEST(ReadSome, BytesSeenByTheLoopWhileNoReadWaitsAreNotLost) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   c.ioc.restart();
   c.ioc.poll();
-  Read read;
-  StartRead(c, 64, read);
-  RunUntilDone(c, read);
+  const Read read = ReadOnce(c, 64);
   EXPECT_EQ(read.bytes, "early");
 }
 
@@ -137,9 +131,7 @@ TEST(ReadSome, SaysEofWhenThePeerCloses) {
   Connection c;
   ReadShort(c);
   c.client.shutdown(tcp::socket::shutdown_send);
-  Read read;
-  StartRead(c, 64, read);
-  RunUntilDone(c, read);
+  const Read read = ReadOnce(c, 64);
   ASSERT_TRUE(read.ec.has_value());
   EXPECT_EQ(*read.ec, net::error::eof);
   EXPECT_EQ(read.bytes, "");
@@ -161,9 +153,7 @@ TEST(ReadSome, AWaitingReadIsCancelled) {
 TEST(ReadSome, AReadOnAClosedSocketFails) {
   Connection c;
   c.server.close();
-  Read read;
-  StartRead(c, 64, read);
-  RunUntilDone(c, read);
+  const Read read = ReadOnce(c, 64);
   ASSERT_TRUE(read.ec.has_value());
   EXPECT_TRUE(*read.ec);
 }
@@ -239,9 +229,8 @@ TEST(ReadSome, AfterAReadThatFilledItsBufferTheNextTriesFirst) {
   if (!count.ok()) GTEST_SKIP() << "the recvfrom tracepoint cannot be counted here";
   Connection c;
   c.Send("0123456789");
-  Read first, second;
-  StartRead(c, 4, first);
-  RunUntilDone(c, first);
+  ASSERT_EQ(ReadOnce(c, 4).bytes, "0123");
+  Read second;
   const uint64_t before = count.Now();
   StartRead(c, 64, second);
   EXPECT_EQ(count.Now() - before, 1u);
