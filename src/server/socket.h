@@ -145,8 +145,8 @@ auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
         // told the socket is drained, and queues the operation otherwise. A
         // closed socket (no registration) completes with bad_descriptor.
         reactor_->start_op(net::detail::reactor::read_op, native_handle(),
-                         impl_.get_implementation().reactor_data_, op, continuation,
-                         /*allow_speculative=*/true);
+                           impl_.get_implementation().reactor_data_, op, continuation,
+                           /*allow_speculative=*/true);
       },
       token);
 }

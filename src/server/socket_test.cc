@@ -169,7 +169,7 @@ TEST(ReadSome, AWaitingReadIsDestroyedWithItsLoop) {
     ReadShort(c);
     c.server.ReadSome(net::buffer(buffer), [alive, &ran](auto, size_t) { ran = true; });
     c.ioc.restart();
-  c.ioc.run_for(std::chrono::milliseconds(20));
+    c.ioc.run_for(std::chrono::milliseconds(20));
     EXPECT_EQ(alive.use_count(), 2);
   }
   EXPECT_EQ(alive.use_count(), 1);
