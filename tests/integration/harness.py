@@ -254,6 +254,18 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
                              b"Connection: upgrade\r\n\r\n")
             self.close_connection = True
             return
+        if self.path.startswith("/pieces"):
+            # An answer in three writes 50 ms apart: the head, then a body
+            # larger than one of sluice's reads (64 KiB) in two parts.
+            body = b"x" * 200000 + b"end"
+            half = len(body) // 2
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body))
+            time.sleep(0.05)
+            self.wfile.write(body[:half])
+            time.sleep(0.05)
+            self.wfile.write(body[half:])
+            return
         if self.path.startswith("/te-coded"):
             # An answer transfer-coded with gzip before chunked (the body
             # is not really gzip: the proxy must not relay it either way).

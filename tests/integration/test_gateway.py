@@ -512,6 +512,19 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json()["path"], "/second", r)
 
+    def test_an_upstream_answer_in_pieces_is_relayed_whole(self):
+        # The upstream's head and the two parts of its body come 50 ms
+        # apart: each read that comes back short leaves the socket drained,
+        # and the next waits for epoll to say more has come (server/socket.h).
+        # Twice: the second on the pooled connection.
+        self.start(self.ROOMY, threads=1)
+        for _ in range(2):
+            r = self.get("/pieces")
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(len(r.body), 200003)
+            self.assertTrue(r.body.endswith(b"xend"))
+        self.assertEqual(len({h["peer"] for h in self.up.hits("/pieces")}), 1)
+
     def test_an_upstream_answer_coded_other_than_chunked_is_a_bad_gateway(self):
         # Relayed de-chunked without its Transfer-Encoding, it would reach
         # the client as a body of coded bytes with nothing saying so.
