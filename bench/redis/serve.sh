@@ -47,7 +47,11 @@
 #   unset: the default), RATE (the fleet's limit, 1000000/s; a
 #   sliding_window above about 5.9 million keeps text), REDIS_CPU (a CPU number: redis-server runs on that CPU
 #   alone and everything else, sluice, the peer, wrk, on the others, as a
-#   Redis with a core of its own; unset: nothing is pinned).
+#   Redis with a core of its own; unset: nothing is pinned), REDIS_CPU_SHARE
+#   (a percentage of one CPU: redis-server gets no more, through the
+#   kernel's CPU bandwidth control in 10 ms periods, so that it is busy to
+#   its ceiling, as under a fleet, where on this machine alone it would
+#   mostly wait; needs a writable cpu cgroup, v2 or v1; unset: no limit).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -82,9 +86,11 @@ OUT=${OUT:-build/release/bench/redis-serve-results/$STAMP}
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 REDIS_PID="" SLUICE_PID=""
+REDIS_CGROUP=""
 cleanup() {
   for pid in $SLUICE_PID $REDIS_PID; do kill "$pid" 2>/dev/null || true; done
   for pid in $SLUICE_PID $REDIS_PID; do wait "$pid" 2>/dev/null || true; done
+  [[ -z "$REDIS_CGROUP" ]] || rmdir "$REDIS_CGROUP" 2>/dev/null || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -98,11 +104,28 @@ REDIS_PORT=$(free_port)
   --dir "$WORK" --logfile "$WORK/redis.log" &
 REDIS_PID=$!
 wait_port "$REDIS_PORT"
+# REDIS_CPU_SHARE: a cgroup of its own for redis-server, at that share of
+# one CPU a 10 ms period.
+if [[ -n "${REDIS_CPU_SHARE:-}" ]]; then
+  quota=$((REDIS_CPU_SHARE * 100))
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    REDIS_CGROUP=/sys/fs/cgroup/sluice-bench-redis-$$
+    mkdir "$REDIS_CGROUP" && echo "$quota 10000" > "$REDIS_CGROUP/cpu.max"
+  elif [[ -d /sys/fs/cgroup/cpu ]]; then
+    REDIS_CGROUP=/sys/fs/cgroup/cpu/sluice-bench-redis-$$
+    mkdir "$REDIS_CGROUP" && echo 10000 > "$REDIS_CGROUP/cpu.cfs_period_us" &&
+      echo "$quota" > "$REDIS_CGROUP/cpu.cfs_quota_us"
+  else
+    echo "REDIS_CPU_SHARE: no cpu cgroup to limit redis-server with" >&2
+    exit 2
+  fi
+  echo "$REDIS_PID" > "$REDIS_CGROUP/cgroup.procs"
+fi
 RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS RATE=$RATE ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS'${LINGER:+ LINGER=$LINGER}${CALLS_IN_FLIGHT:+ CALLS_IN_FLIGHT=$CALLS_IN_FLIGHT}${WINDOW_STATE:+ WINDOW_STATE=$WINDOW_STATE} bench/redis/serve.sh"
+  echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS RATE=$RATE ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS'${LINGER:+ LINGER=$LINGER}${CALLS_IN_FLIGHT:+ CALLS_IN_FLIGHT=$CALLS_IN_FLIGHT}${WINDOW_STATE:+ WINDOW_STATE=$WINDOW_STATE}${REDIS_CPU_SHARE:+ REDIS_CPU_SHARE=$REDIS_CPU_SHARE} bench/redis/serve.sh"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel $(uname -r)"
   echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t2 -c64 -d${DURATION}s"
   echo "peer: rate-limiter-flexible ${PEER_VERSIONS% *}, ioredis ${PEER_VERSIONS#* }, node $(node --version), 64 in flight"
@@ -112,6 +135,7 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
   else
     echo "pinned: no"
   fi
+  [[ -z "${REDIS_CPU_SHARE:-}" ]] || echo "redis-server limited to ${REDIS_CPU_SHARE}% of one CPU"
 } > "$OUT/machine.txt"
 
 # redis-server's CPU time so far, user + system, in microseconds.
