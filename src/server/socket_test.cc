@@ -29,6 +29,12 @@ struct Connection {
     acceptor.accept(server);
   }
   void Send(const std::string& bytes) { net::write(client, net::buffer(bytes)); }
+  // Runs the loop for `d` (restarted: a loop that ran out of work stays
+  // stopped until then).
+  void RunFor(std::chrono::milliseconds d) {
+    ioc.restart();
+    ioc.run_for(d);
+  }
 
   net::io_context ioc{1};
   Socket server{ioc.get_executor()};
@@ -54,7 +60,7 @@ void StartRead(Connection& c, size_t size, Read& read) {
 void RunUntilDone(Connection& c, const Read& read) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!read.ec && std::chrono::steady_clock::now() < end) {
-    c.ioc.restart();  // a loop that ran out of work stays stopped until restarted
+    c.ioc.restart();  // as RunFor
     c.ioc.run_one_for(std::chrono::milliseconds(10));
   }
 }
@@ -95,8 +101,7 @@ TEST(ReadSome, AfterAShortReadWaitsForTheNextBytes) {
   ReadShort(c);
   Read read;
   StartRead(c, 64, read);
-  c.ioc.restart();
-  c.ioc.run_for(std::chrono::milliseconds(50));
+  c.RunFor(std::chrono::milliseconds(50));
   EXPECT_FALSE(read.ec.has_value()) << "completed with nothing sent";
   c.Send("next");
   RunUntilDone(c, read);
@@ -142,8 +147,7 @@ TEST(ReadSome, AWaitingReadIsCancelled) {
   ReadShort(c);
   Read read;
   StartRead(c, 64, read);
-  c.ioc.restart();
-  c.ioc.run_for(std::chrono::milliseconds(20));
+  c.RunFor(std::chrono::milliseconds(20));
   c.server.cancel();
   RunUntilDone(c, read);
   ASSERT_TRUE(read.ec.has_value());
@@ -168,8 +172,7 @@ TEST(ReadSome, AWaitingReadIsDestroyedWithItsLoop) {
     Connection c;
     ReadShort(c);
     c.server.ReadSome(net::buffer(buffer), [alive, &ran](auto, size_t) { ran = true; });
-    c.ioc.restart();
-    c.ioc.run_for(std::chrono::milliseconds(20));
+    c.RunFor(std::chrono::milliseconds(20));
     EXPECT_EQ(alive.use_count(), 2);
   }
   EXPECT_EQ(alive.use_count(), 1);
