@@ -5,6 +5,8 @@
 //   BM_CasLoop                         baseline, as in micro_bench.cc
 //   BM_Sim/<setup>                     one SimulateRun of ~1M requests per
 //                                      iteration; items = requests + retries
+//   BM_SimFile/api_tiers               one SimulateRun of examples/sim/
+//                                      api-tiers.yaml's first limiter
 //   BM_Replay/<format>                 one Replay of a 500k-line log per
 //                                      iteration; items = lines
 //
@@ -98,6 +100,32 @@ SIM_BENCH(limiter_two_limits,
           "{limits: [{algorithm: gcra, rate: 500/s, burst: 50}, {algorithm: fixed_window, rate: "
           "50000/min}]}",
           "never");
+
+// examples/sim/api-tiers.yaml, its first limiter: a day of 206 clients at
+// a few requests a second each, with retries and a downstream. Sparse: most
+// of the calendar's 128 us buckets hold one or two events when they come
+// up (sluice sim's own example, and its ASan test's).
+void BM_SimFile_api_tiers(benchmark::State& state) {
+  absl::StatusOr<sluice::sim::Scenario> scenario =
+      sluice::sim::LoadScenarioFile(SLUICE_SOURCE_DIR "/examples/sim/api-tiers.yaml");
+  if (!scenario.ok()) {
+    state.SkipWithError(std::string(scenario.status().message()).c_str());
+    return;
+  }
+  int64_t items = 0;
+  for (auto _ : state) {
+    absl::StatusOr<sluice::sim::LimiterRun> run =
+        sluice::sim::SimulateRun(*scenario, 0, scenario->seed);
+    if (!run.ok()) {
+      state.SkipWithError(std::string(run.status().message()).c_str());
+      return;
+    }
+    items += run->offered;
+    benchmark::DoNotOptimize(run->max_admitted_1s);
+  }
+  state.SetItemsProcessed(items);
+}
+BENCHMARK(BM_SimFile_api_tiers)->Name("BM_SimFile/api_tiers")->Unit(benchmark::kMillisecond);
 
 // A log of 500k lines from 1,000 addresses, one second apart per 1,000
 // lines, half of them to a limited path, written once per format.

@@ -8,7 +8,8 @@
 // delay: 50,000 of them at 500k admitted a second and 100 ms). Here:
 //
 //   run    the events of the current bucket (128 us of time), sorted when
-//          it becomes current (a counting sort by the microsecond, stable),
+//          it becomes current (stable, by the microsecond: an insertion sort
+//          of a few events, a counting sort of more),
 //          and a small heap of those pushed to it since;
 //   wheel  the next kBuckets - 1 buckets, each a vector in the order its
 //          events came, with a bitmap of the ones that hold any, so the
@@ -89,6 +90,9 @@ class EventQueue {
   static constexpr int64_t kWidth = int64_t{1} << kWidthBits;
   static constexpr size_t kBuckets = 4096;
   static constexpr size_t kMask = kBuckets - 1;
+  // The most events a bucket's insertion sort takes; more, and the counting
+  // sort's pass over the bucket's 128 microseconds costs less.
+  static constexpr size_t kInsertionMax = 16;
 
   // The later of two events: the top of a heap ordered by it is the earliest.
   static bool Later(const Event& a, const Event& b) {
@@ -140,13 +144,26 @@ class EventQueue {
     }
     const auto slot = static_cast<size_t>(current_) & kMask;
     std::vector<Event>& bucket = wheel_[slot];
-    // A stable counting sort by the microsecond within the bucket: in order
-    // of time, and of seq among equal times.
-    std::array<uint32_t, kWidth + 1> at{};
-    for (const Event& e : bucket) ++at[static_cast<size_t>(e.time_us & (kWidth - 1)) + 1];
-    for (size_t i = 1; i <= kWidth; ++i) at[i] += at[i - 1];
-    run_.resize(bucket.size());
-    for (const Event& e : bucket) run_[at[static_cast<size_t>(e.time_us & (kWidth - 1))]++] = e;
+    // A stable sort by the microsecond within the bucket: in order of time,
+    // and of seq among equal times.
+    if (bucket.size() <= kInsertionMax) {
+      // Few events (most buckets of a quiet stretch hold one or two): an
+      // insertion sort, which moves an event only past later times.
+      run_.clear();
+      for (const Event& e : bucket) {
+        run_.push_back(e);
+        size_t i = run_.size() - 1;
+        for (; i > 0 && run_[i - 1].time_us > e.time_us; --i) run_[i] = run_[i - 1];
+        run_[i] = e;
+      }
+    } else {
+      // A counting sort: linear in the events, and in the bucket's width.
+      std::array<uint32_t, kWidth + 1> at{};
+      for (const Event& e : bucket) ++at[static_cast<size_t>(e.time_us & (kWidth - 1)) + 1];
+      for (size_t i = 1; i <= kWidth; ++i) at[i] += at[i - 1];
+      run_.resize(bucket.size());
+      for (const Event& e : bucket) run_[at[static_cast<size_t>(e.time_us & (kWidth - 1))]++] = e;
+    }
     next_ = 0;
     in_wheel_ -= bucket.size();
     bucket.clear();

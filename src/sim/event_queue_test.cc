@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -26,6 +27,38 @@ TEST(EventQueue, TakesEventsByTimeThenByTheOrderTheyCameIn) {
   std::vector<uint64_t> order;
   while (!q.empty()) order.push_back(q.Pop().seq);
   EXPECT_EQ(order, (std::vector<uint64_t>{4, 0, 2, 3, 1}));
+}
+
+// A bucket is sorted one of two ways by how many events it holds (an
+// insertion sort of a few, a counting sort of more): every size on either
+// side of the switch, its times shuffled within the bucket, many of them
+// equal, comes out by time and then by the order the events came in.
+TEST(EventQueue, SortsABucketOfAnySizeStably) {
+  std::mt19937_64 rng(5);
+  for (size_t n = 1; n <= 40; ++n) {
+    for (int round = 0; round < 20; ++round) {
+      EventQueue<Event> q;
+      // One event taken first: the wheel then starts at time 0, and the
+      // bucket's events go to it in the order they come, not sorted.
+      q.Push({.time_us = 0, .seq = 0});
+      q.Pop();
+      std::vector<std::pair<int64_t, uint64_t>> want;
+      const int64_t base = 128 * static_cast<int64_t>(1 + rng() % 1000);  // a bucket's start
+      for (uint64_t seq = 1; seq <= n; ++seq) {
+        const Event e{.time_us = base + static_cast<int64_t>(rng() % (round % 2 ? 4 : 128)),
+                      .seq = seq};
+        q.Push(e);
+        want.emplace_back(e.time_us, e.seq);
+      }
+      std::sort(want.begin(), want.end());
+      std::vector<std::pair<int64_t, uint64_t>> got;
+      while (!q.empty()) {
+        const Event e = q.Pop();
+        got.emplace_back(e.time_us, e.seq);
+      }
+      ASSERT_EQ(got, want) << n << " events, round " << round;
+    }
+  }
 }
 
 // Against an ordered set of the same events: pushes at or after the time last
