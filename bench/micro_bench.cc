@@ -17,6 +17,7 @@
 //   BM_StoreDistinctKeysDenied/<alg>/threads:N   the same at 100/s: nearly all denied
 //   BM_StoreDistinctKeysShared/<alg>/threads:N   the same keys passing, every shard shared
 //                                                by threads before the 1-thread run too
+//   BM_StoreDistinctKeysAlone/<alg>              1 thread, the same keys, a store of its own
 //   BM_StoreDistinctShards/gcra/threads:N       the same, each thread's keys in its own shards
 //   BM_StoreOwnKey/gcra/threads:N                each thread one key, own shard
 //   BM_StoreNewKeys/gcra/threads:N               every decision a key never held
@@ -544,6 +545,21 @@ void BM_StoreDistinctKeys(benchmark::State& st, AlgoSpec spec, KeySet set) {
                  [&](const std::string& key, Time now) { return StoreDecide(table, key, now); });
 }
 
+// One thread on the 1,000 keys of BM_StoreDistinctKeys' first thread, in a
+// store of its own made for each run: every shard is that thread's alone,
+// the owner's path a one-threaded service takes, whatever ran before. The
+// single thread BM_StoreDistinctKeys/threads:2 is held to (BENCH.md's 1.8x)
+// under --benchmark_enable_random_interleaving, where the 1-thread run of
+// BM_StoreDistinctKeys may come after a 2-thread one and find its shards
+// shared.
+void BM_StoreDistinctKeysAlone(benchmark::State& st, AlgoSpec spec) {
+  const std::unique_ptr<Fixture> fixture = MakeFixture(spec, 1'000'000, kDistinctKeysLimit);
+  Prefill(*fixture, ThreadKeys(0));
+  sluice::LimitTable& table = *fixture->table;
+  RandomKeysLoop(st, ThreadKeys(0), TimeSource::kClock,
+                 [&](const std::string& key, Time now) { return StoreDecide(table, key, now); });
+}
+
 // Distinct keys whose shards differ by thread (ShardParityKeys), every
 // decision passing. Before timing, each thread decides every key of both
 // sets once, so that with 2 threads every shard is shared (the path
@@ -771,6 +787,9 @@ void RegisterAll() {
                        spec, KeySet::kDistinctDenied));
     Threads12(Register(std::string("BM_StoreDistinctKeysShared/") + spec.name, BM_StoreDistinctKeys,
                        spec, KeySet::kDistinctShared));
+    Register(std::string("BM_StoreDistinctKeysAlone/") + spec.name, BM_StoreDistinctKeysAlone,
+             spec)
+        ->UseRealTime();
   }
   Threads12(Register("BM_StoreOwnKey/gcra", BM_StoreOwnKey, kKeyAlgorithms[0]));
   Threads12(Register("BM_StoreDistinctShards/gcra", BM_StoreDistinctShards, kKeyAlgorithms[0]));
