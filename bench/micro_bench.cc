@@ -787,8 +787,7 @@ void RegisterAll() {
                        spec, KeySet::kDistinctDenied));
     Threads12(Register(std::string("BM_StoreDistinctKeysShared/") + spec.name, BM_StoreDistinctKeys,
                        spec, KeySet::kDistinctShared));
-    Register(std::string("BM_StoreDistinctKeysAlone/") + spec.name, BM_StoreDistinctKeysAlone,
-             spec)
+    Register(std::string("BM_StoreDistinctKeysAlone/") + spec.name, BM_StoreDistinctKeysAlone, spec)
         ->UseRealTime();
   }
   Threads12(Register("BM_StoreOwnKey/gcra", BM_StoreOwnKey, kKeyAlgorithms[0]));
