@@ -16,12 +16,24 @@
 // raises a new event, which lets the next read try first again. What Asio
 // does after its own reads is unchanged.
 //
+// One thing a short read does not drain: the peer's close (FIN). When it
+// came together with the last bytes, in the same readiness event, a read
+// returns the bytes and leaves the close, which raises no event of its own
+// any more. So, as NGINX does, the socket is also registered for EPOLLRDHUP
+// (the peer closed its side), and a short read in whose readiness event the
+// close was seen does not count as draining: the next read tries first and
+// finds the end of the stream at once. (Without it a client that sent its
+// request and shut its side down waited for the idle timeout, and an
+// upstream's answer ended by its close waited for the upstream timeout.)
+//
 // How: the read is a reactor operation of our own, started on the socket's
 // registration in Asio's epoll reactor. Its one difference from Asio's is
 // the status it reports after a short read ("done and exhausted", which the
 // reactor keeps as "do not try first"). This uses Asio's detail namespace,
-// so it is built for the Boost version it was written against (1.74) on the
-// epoll reactor only; with any other, ReadSome is Asio's async_read_some.
+// and three private members of its epoll reactor (its epoll descriptor, a
+// socket's registered events, and the events of its last readiness), so it
+// is built for the Boost version it was written against (1.74) on the epoll
+// reactor only; with any other, ReadSome is Asio's async_read_some.
 //
 // Thread-safety: as Asio's socket; a socket belongs to its loop's thread.
 #ifndef SLUICE_SERVER_SOCKET_H_
@@ -58,6 +70,25 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Executor = net::io_context::executor_type;
 
+#if SLUICE_DRAIN_AWARE_READS
+// What ReadSome needs of Asio's epoll reactor that Asio keeps private
+// (socket.cc reaches it).
+namespace asio_private {
+
+using Reactor = net::detail::epoll_reactor;
+using Registration = Reactor::descriptor_state;
+
+// Whether the last readiness event of `registration` saw the peer's close.
+bool PeerClosed(Registration* registration);
+
+// Adds EPOLLRDHUP to the events `fd` is registered for with `reactor`
+// (once: Asio keeps the registered events, and adds EPOLLOUT to them when a
+// write first waits). False if epoll refused.
+bool WatchPeerClose(Reactor& reactor, int fd, Registration* registration);
+
+}  // namespace asio_private
+#endif
+
 class Socket : public net::basic_stream_socket<tcp, Executor> {
  public:
   using basic_stream_socket::basic_stream_socket;
@@ -75,8 +106,8 @@ class Socket : public net::basic_stream_socket<tcp, Executor> {
   class ReadOp;
 
   // The loop's epoll reactor, where the socket is registered.
-  net::detail::reactor* reactor_ =
-      &net::use_service<net::detail::reactor>(get_executor().context());
+  asio_private::Reactor* reactor_ =
+      &net::use_service<asio_private::Reactor>(get_executor().context());
 #endif
 };
 
@@ -85,23 +116,29 @@ class Socket : public net::basic_stream_socket<tcp, Executor> {
 template <typename Handler>
 class Socket::ReadOp final : public net::detail::reactor_op {
  public:
-  ReadOp(int fd, net::mutable_buffer buffer, Handler&& handler)
+  ReadOp(int fd, asio_private::Registration* registration, bool watching,
+         net::mutable_buffer buffer, Handler&& handler)
       : reactor_op(boost::system::error_code(), &ReadOp::Perform, &ReadOp::Complete),
         fd_(fd),
+        registration_(registration),
+        watching_(watching),
         buffer_(buffer),
         handler_(std::move(handler)) {}
 
  private:
   // One non-blocking read: not_done on EAGAIN (the reactor queues the
   // operation until epoll says the socket is readable), done_and_exhausted
-  // when it took less than it asked for (or nothing: eof).
+  // when it took less than it asked for (or nothing: eof), unless the peer's
+  // close may wait behind the bytes it took (above): then done.
   static status Perform(reactor_op* base) {
     auto* op = static_cast<ReadOp*>(base);
     for (;;) {
       const ssize_t n = ::recv(op->fd_, op->buffer_.data(), op->buffer_.size(), MSG_DONTWAIT);
       if (n > 0) {
         op->bytes_transferred_ = static_cast<size_t>(n);
-        return op->bytes_transferred_ < op->buffer_.size() ? done_and_exhausted : done;
+        if (op->bytes_transferred_ == op->buffer_.size()) return done;
+        const bool drained = op->watching_ && !asio_private::PeerClosed(op->registration_);
+        return drained ? done_and_exhausted : done;
       }
       if (n == 0) {
         op->ec_ = net::error::eof;
@@ -129,6 +166,8 @@ class Socket::ReadOp final : public net::detail::reactor_op {
   }
 
   const int fd_;
+  asio_private::Registration* const registration_;
+  const bool watching_;  // the registration has EPOLLRDHUP: a short read may drain
   const net::mutable_buffer buffer_;
   Handler handler_;
 };
@@ -140,13 +179,19 @@ auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
         using Handler = decltype(handler);
         const bool continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
         void* memory = boost_asio_handler_alloc_helpers::allocate(sizeof(ReadOp<Handler>), handler);
-        auto* op = new (memory) ReadOp<Handler>(native_handle(), buffer, std::move(handler));
+        asio_private::Registration* registration = impl_.get_implementation().reactor_data_;
+        // Without EPOLLRDHUP (epoll refused it, a closed socket) no read
+        // drains: each tries first, as Asio's own.
+        const bool watching =
+            registration != nullptr &&
+            asio_private::WatchPeerClose(*reactor_, native_handle(), registration);
+        auto* op = new (memory)
+            ReadOp<Handler>(native_handle(), registration, watching, buffer, std::move(handler));
         // Asio's start_op: tries first only when the reactor has not been
         // told the socket is drained, and queues the operation otherwise. A
         // closed socket (no registration) completes with bad_descriptor.
-        reactor_->start_op(net::detail::reactor::read_op, native_handle(),
-                           impl_.get_implementation().reactor_data_, op, continuation,
-                           /*allow_speculative=*/true);
+        reactor_->start_op(net::detail::reactor::read_op, native_handle(), registration, op,
+                           continuation, /*allow_speculative=*/true);
       },
       token);
 }

@@ -108,6 +108,28 @@ TEST(ReadSome, AfterAShortReadWaitsForTheNextBytes) {
   EXPECT_EQ(read.bytes, "next");
 }
 
+// The peer's close that comes in the same readiness event as the last
+// bytes: the read returns the bytes and leaves the close, which raises no
+// event of its own any more. The next read must still end with eof (not
+// wait for an event that never comes). Before EPOLLRDHUP was watched, it
+// waited: a client that sent its request and shut its side down had no
+// answer until the idle timeout.
+TEST(ReadSome, APeerCloseThatComesWithTheLastBytesEndsTheNextRead) {
+  for (int round = 0; round < 20; ++round) {
+    Connection c;
+    ReadShort(c);  // drained: the next read waits for epoll
+    Read read;
+    StartRead(c, 64, read);  // queued, not tried
+    c.Send("last");
+    c.client.shutdown(tcp::socket::shutdown_send);  // both before the loop looks
+    RunUntilDone(c, read);
+    ASSERT_EQ(read.bytes, "last") << "round " << round;
+    const Read end = ReadOnce(c, 64);
+    ASSERT_TRUE(end.ec.has_value()) << "round " << round << ": the peer's close was not seen";
+    EXPECT_EQ(*end.ec, net::error::eof);
+  }
+}
+
 // The race the drained state must not lose: bytes that arrive after the
 // short read but before the next read starts raise an epoll event the
 // next read is woken by.
