@@ -18,7 +18,11 @@
 // allocator kept cannot hide the next one's growth.
 //
 // Usage: sluice_bench_memory [--keys=N[,N...]] [--algorithms=a[,b...]] [--on_full=remember,evict]
+//                            [--rate=N]
 //        sluice_bench_memory --flood [--keys=N,...] [--limits=L,...] [--on_full=remember,evict]
+// --rate: each key's limit, N a second (default 100; a window algorithm's
+// state is packed in one word only for limits that leave its word room:
+// docs/algorithms.md).
 // Defaults: --keys=100000,7500000,10000000 (7.5M: just after the store's
 //           per-shard tables doubled, the emptiest they get)
 //           --algorithms=gcra,token_bucket,fixed_window,sliding_window,sliding_log,
@@ -94,11 +98,11 @@ const char* OnFullName(sluice::OnFull on_full) {
 }
 
 int Measure(sluice::Algorithm algorithm, sluice::LeakyMode mode, const std::string& name, int64_t n,
-            sluice::OnFull on_full) {
+            sluice::OnFull on_full, int64_t per_second) {
   sluice::LimitOptions options;
   options.algorithm = algorithm;
   options.mode = mode;
-  options.rate = sluice::Rate{100, sluice::Duration::Seconds(1)};
+  options.rate = sluice::Rate{per_second, sluice::Duration::Seconds(1)};
   absl::StatusOr<sluice::LimitConfig> config = sluice::MakeLimit(options);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
@@ -275,6 +279,7 @@ int main(int argc, char** argv) {
       "sliding_log", "leaky_bucket_police", "leaky_bucket_shape"};
   std::vector<int> limit_counts = {1, 16};
   bool flood = false;
+  int64_t per_second = 100;
   std::vector<sluice::OnFull> on_fulls = {sluice::OnFull::kRemember};
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -282,6 +287,9 @@ int main(int argc, char** argv) {
       for (const std::string& s : Split(arg.substr(7))) counts.push_back(std::stoll(s));
     } else if (arg.rfind("--algorithms=", 0) == 0) {
       names = Split(arg.substr(13));
+    } else if (arg.rfind("--rate=", 0) == 0) {
+      per_second = std::stoll(std::string(arg.substr(7)));
+      if (per_second < 1) return 2;
     } else if (arg == "--flood") {
       flood = true;
     } else if (arg.rfind("--on_full=", 0) == 0) {
@@ -301,7 +309,8 @@ int main(int argc, char** argv) {
       for (const std::string& s : Split(arg.substr(9))) limit_counts.push_back(std::stoi(s));
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--keys=N,...] [--algorithms=a,...] [--on_full=remember,evict]\n"
+                   "usage: %s [--keys=N,...] [--algorithms=a,...] [--on_full=remember,evict] "
+                   "[--rate=N]\n"
                    "       %s --flood [--keys=N,...] [--limits=L,...] [--on_full=remember,evict]\n",
                    argv[0], argv[0]);
       return 2;
@@ -338,7 +347,7 @@ int main(int argc, char** argv) {
       }
       const sluice::LeakyMode mode = shape ? sluice::LeakyMode::kShape : sluice::LeakyMode::kPolice;
       for (sluice::OnFull on_full : on_fulls) {
-        if (!InChild([&] { return Measure(*algorithm, mode, name, n, on_full); })) {
+        if (!InChild([&] { return Measure(*algorithm, mode, name, n, on_full, per_second); })) {
           std::fprintf(stderr, "measurement %s/%lld failed\n", name.c_str(),
                        static_cast<long long>(n));
           ++failures;

@@ -205,7 +205,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
     // A time no packed state can be of: nothing taken then to give back.
-    if (!InRange(taken_at).ok()) return absl::OkStatus();
+    if (!InRange(taken_at, /*first=*/false).ok()) return absl::OkStatus();
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     ShardGate::Reader reader(shard.gate);
@@ -225,7 +225,9 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
                                  int64_t cost) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
     if (absl::Status s = InRange(now); !s.ok()) return s;
-    if (!InRange(taken_at).ok()) return Decide(key, now, cost);  // nothing to give back
+    if (!InRange(taken_at, /*first=*/false).ok()) {
+      return Decide(key, now, cost);  // nothing to give back
+    }
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     {
@@ -335,10 +337,11 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   template <typename Step>
   Decision UpdateCell(Cell& cell, Step step, Holding holding = Holding::kShared) {
     if constexpr (kPacked) {
+      const int64_t base = Base();
       auto packed = [&](uint64_t& word) {
-        State state = UnpackWindow<State>(word, packing_);
+        State state = UnpackWindow<State>(word, packing_, base);
         const Decision d = step(state);
-        word = PackWindow(state, packing_);
+        word = PackWindow(state, packing_, base);
         return d;
       };
       return holding == Holding::kAlone ? cell.UpdateAlone(packed) : cell.Update(packed);
@@ -350,33 +353,49 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
   Time FreshAtOf(const Cell& cell) const {
     if constexpr (kPacked) {
-      return FreshAt(config_, UnpackWindow<State>(cell.Get(), packing_));
+      return FreshAt(config_, UnpackWindow<State>(cell.Get(), packing_, Base()));
     } else {
       return FreshAt(config_, cell.Get());
     }
   }
   Cell MakeCell(State&& state) const {
     if constexpr (kPacked) {
-      return Cell(PackWindow(state, packing_));
+      return Cell(PackWindow(state, packing_, Base()));
     } else {
       return Cell(std::move(state));
     }
   }
-  // A packed table keeps the windows of times from the epoch to
-  // kPackedTimeEndUs (PackingOf); it refuses a time outside them rather than
-  // store a window its word cannot hold.
-  absl::Status InRange(Time t) const {
+  // A packed table keeps the windows of kPackedSpanUs of time from its
+  // first window (PackedBaseWindow, fixed by its first decision); it
+  // refuses a time outside them rather than store a window its word cannot
+  // hold. `first`: a decision's time, which fixes the first window if no
+  // decision has yet (a refund's time does not: nothing is held to give
+  // back).
+  absl::Status InRange(Time t, bool first = true) {
     if constexpr (kPacked) {
       const int64_t us = t.unix_micros();
-      if (us < 0 || us >= kPackedTimeEndUs) [[unlikely]] {
+      const int64_t period = config_.period().micros();
+      int64_t base = base_window_.load(std::memory_order_relaxed);
+      if (base == kNoBase) [[unlikely]] {
+        if (!first) return absl::OutOfRangeError("no decision yet");
+        // The first decision's: every thread keeps whichever went in first.
+        const int64_t mine = PackedBaseWindow(us, period);
+        base = base_window_.compare_exchange_strong(base, mine, std::memory_order_relaxed) ? mine
+                                                                                           : base;
+      }
+      const int64_t start_us = base * period;
+      if (us < start_us || us - start_us >= kPackedSpanUs) [[unlikely]] {
         return absl::OutOfRangeError(
             Cat("time ", us, "us is outside what the memory store keeps of a ",
                 std::is_same_v<Config, FixedWindowConfig> ? "fixed_window" : "sliding_window",
-                " (from the epoch to 2^55 us)"));
+                " (2^52 us from ", start_us, "us: 2^51 us either side of its first decision)"));
       }
     }
     return absl::OkStatus();
   }
+  // The first window of a packed table (InRange has fixed it: a key is
+  // held only after a decision).
+  int64_t Base() const { return base_window_.load(std::memory_order_relaxed); }
 
   // The key's hash in RememberedKeys: this table's keys apart from the
   // other tables' (mixed, so that the bits it takes its cells from differ
@@ -399,6 +418,10 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   }
 
   const WindowPacking packing_;  // kPacked: PackingOf
+  // kPacked: the table's first window (PackedBaseWindow), kNoBase until
+  // its first decision.
+  static constexpr int64_t kNoBase = INT64_MIN;
+  std::atomic<int64_t> base_window_{kNoBase};
   const LimitConfig limit_config_;
   const Config config_;
   const std::shared_ptr<KeyBudget> budget_;

@@ -643,13 +643,22 @@ void ExpectAPackedWindowDecidesAsItsAlgorithm(Algorithm algorithm,
   }
 }
 
-// A packed table of `config` (1 a minute) refuses a time whose window its
-// word cannot hold, saying so, and gives nothing back for one.
+// A packed table of `config` (1 a minute) keeps the times 2^51 us either
+// side of its first decision's (kStart: a time before the epoch too), and
+// refuses a time beyond them, saying so, and gives nothing back for one.
 void ExpectAPackedTableRefusesTimesOutOfItsWord(const LimitConfig& config, std::string_view name) {
   MemoryStore store;
   auto packed = Open(store, config);
+  // Before any decision a refund has nothing to give back, and fixes nothing.
+  EXPECT_TRUE(packed->Refund("k", Time::FromUnixMicros(int64_t{1} << 60), 1).ok());
   EXPECT_TRUE(packed->Decide("k", kStart, 1)->allowed);
-  for (const Time t : {Time::FromUnixMicros(-1), Time::FromUnixMicros(int64_t{1} << 55)}) {
+  const Duration half = Duration::Micros(int64_t{1} << 51);
+  const Duration minute = Duration::Seconds(60);
+  for (const Time t : {kStart - half + minute, Time::FromUnixMicros(-1), kStart + half - minute}) {
+    EXPECT_TRUE(packed->Decide("in-" + std::to_string(t.unix_micros()), t, 1)->allowed)
+        << t.unix_micros();
+  }
+  for (const Time t : {kStart - half - minute, kStart + half}) {
     const absl::StatusOr<Decision> d = packed->Decide("k", t, 1);
     ASSERT_FALSE(d.ok());
     EXPECT_EQ(d.status().code(), absl::StatusCode::kOutOfRange);
@@ -663,11 +672,17 @@ void ExpectAPackedTableRefusesTimesOutOfItsWord(const LimitConfig& config, std::
 
 TEST(MemoryStore, APackedFixedWindowDecidesAsItsAlgorithm) {
   ExpectAPackedWindowDecidesAsItsAlgorithm<FixedWindowConfig>(
-      Algorithm::kFixedWindow, {"5/s", "40/min", "3/250ms", "1000/h"});
+      Algorithm::kFixedWindow, {"5/s", "40/min", "3/250ms", "1000/h", "1047552/s"});
 }
 
 TEST(MemoryStore, AFixedWindowPacksOnlyWhatItsWordHolds) {
-  // 1e9 a second: its counts take the bits its windows need; kept unpacked.
+  // The count with its debt and the windows of 2^52 us: 30 + 33 bits at
+  // 1,047,552 a second; one more takes 31. 1e9 a second is kept unpacked.
+  const auto packing = [](std::string_view rate) {
+    return internal::PackingOf(std::get<FixedWindowConfig>(Limit(Algorithm::kFixedWindow, rate)));
+  };
+  EXPECT_EQ(packing("1047552/s").count_bits, 30);
+  EXPECT_EQ(packing("1047553/s").count_bits, 0);
   const LimitConfig huge = Limit(Algorithm::kFixedWindow, "1000000000/s");
   EXPECT_EQ(internal::PackingOf(std::get<FixedWindowConfig>(huge)).count_bits, 0);
   MemoryStore store;
@@ -679,27 +694,27 @@ TEST(MemoryStore, AFixedWindowPacksOnlyWhatItsWordHolds) {
 
 TEST(MemoryStore, APackedSlidingWindowDecidesAsItsAlgorithm) {
   ExpectAPackedWindowDecidesAsItsAlgorithm<SlidingWindowConfig>(
-      Algorithm::kSlidingWindow, {"5/s", "255/s", "40/min", "3/250ms", "1000/h"});
+      Algorithm::kSlidingWindow, {"5/s", "255/s", "1023/s", "40/min", "3/250ms", "1000/h"});
 }
 
 TEST(MemoryStore, ASlidingWindowPacksOnlyWhatItsWordHolds) {
-  // The previous count, the current one with its debt and the windows up to
-  // 2^55 us: 8 + 18 + 36 bits at 255 a second, 9 + 19 + 36 at 256.
+  // The previous count, the current one with its debt and the windows of
+  // 2^52 us: 10 + 20 + 33 bits at 1,023 a second, 11 + 21 + 33 at 1,024.
   const auto packing = [](std::string_view rate) {
     return internal::PackingOf(
         std::get<SlidingWindowConfig>(Limit(Algorithm::kSlidingWindow, rate)));
   };
-  EXPECT_EQ(packing("255/s").count_bits, 18);
-  EXPECT_EQ(packing("255/s").prev_bits, 8);
-  EXPECT_EQ(packing("256/s").count_bits, 0);
-  EXPECT_GT(packing("2047/min").count_bits, 0);
-  EXPECT_EQ(packing("2048/min").count_bits, 0);
-  EXPECT_GT(packing("16383/h").count_bits, 0);
-  EXPECT_EQ(packing("16384/h").count_bits, 0);
-  EXPECT_GT(packing("130944/d").count_bits, 0);
-  EXPECT_EQ(packing("130945/d").count_bits, 0);
+  EXPECT_EQ(packing("1023/s").count_bits, 20);
+  EXPECT_EQ(packing("1023/s").prev_bits, 10);
+  EXPECT_EQ(packing("1024/s").count_bits, 0);
+  EXPECT_GT(packing("8184/min").count_bits, 0);
+  EXPECT_EQ(packing("8185/min").count_bits, 0);
+  EXPECT_GT(packing("65472/h").count_bits, 0);
+  EXPECT_EQ(packing("65473/h").count_bits, 0);
+  EXPECT_GT(packing("262143/d").count_bits, 0);
+  EXPECT_EQ(packing("262144/d").count_bits, 0);
   MemoryStore store;
-  auto unpacked = Open(store, Limit(Algorithm::kSlidingWindow, "1000/s"));
+  auto unpacked = Open(store, Limit(Algorithm::kSlidingWindow, "2000/s"));
   EXPECT_TRUE(unpacked->Decide("k", Time::FromUnixMicros(-5), 1)->allowed);
   ExpectAPackedTableRefusesTimesOutOfItsWord(Limit(Algorithm::kSlidingWindow, "1/min"),
                                              "sliding_window");
