@@ -266,6 +266,15 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
             time.sleep(0.05)
             self.wfile.write(body[half:])
             return
+        if self.path.startswith("/close-ended"):
+            # An answer whose body ends with the connection (no length, not
+            # chunked), written in one go: its last bytes and the close
+            # (FIN) reach sluice together.
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                             b"Connection: close\r\n\r\n" + b"y" * 1000 + b"end")
+            self.wfile.flush()
+            self.close_connection = True
+            return
         if self.path.startswith("/te-coded"):
             # An answer transfer-coded with gzip before chunked (the body
             # is not really gzip: the proxy must not relay it either way).

@@ -525,6 +525,20 @@ class GatewayTest(SluiceTestCase):
             self.assertTrue(r.body.endswith(b"xend"))
         self.assertEqual(len({h["peer"] for h in self.up.hits("/pieces")}), 1)
 
+    def test_an_upstream_answer_ended_by_its_close_is_relayed_at_once(self):
+        # Its last bytes and the upstream's close come in one readiness
+        # event: a read that took the bytes must not leave the close
+        # unnoticed until server.upstream_timeout (server/socket.h,
+        # EPOLLRDHUP).
+        self.start(self.ROOMY, upstream_timeout="3s")
+        for _ in range(10):
+            t0 = time.monotonic()
+            r = request(self.sluice.port, "GET", "/close-ended", timeout=10)
+            elapsed = time.monotonic() - t0
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.body, b"y" * 1000 + b"end")
+            self.assertLess(elapsed, 1.0)
+
     def test_an_upstream_answer_coded_other_than_chunked_is_a_bad_gateway(self):
         # Relayed de-chunked without its Transfer-Encoding, it would reach
         # the client as a body of coded bytes with nothing saying so.
