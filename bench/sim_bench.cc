@@ -56,16 +56,16 @@ limiters:
          "\n";
 }
 
-void RunSim(benchmark::State& state, const std::string& yaml) {
-  absl::StatusOr<sluice::sim::Scenario> scenario =
-      sluice::sim::ParseScenario(yaml, "bench", "bench");
+// Runs the scenario's first limiter with `seed` once per iteration.
+void RunScenario(benchmark::State& state, const absl::StatusOr<sluice::sim::Scenario>& scenario,
+                 uint64_t seed) {
   if (!scenario.ok()) {
     state.SkipWithError(std::string(scenario.status().message()).c_str());
     return;
   }
   int64_t items = 0, admitted = 0;
   for (auto _ : state) {
-    absl::StatusOr<sluice::sim::LimiterRun> run = sluice::sim::SimulateRun(*scenario, 0, 1);
+    absl::StatusOr<sluice::sim::LimiterRun> run = sluice::sim::SimulateRun(*scenario, 0, seed);
     if (!run.ok()) {
       state.SkipWithError(std::string(run.status().message()).c_str());
       return;
@@ -77,6 +77,10 @@ void RunSim(benchmark::State& state, const std::string& yaml) {
   state.SetItemsProcessed(items);
   state.counters["allowed"] =
       items > 0 ? static_cast<double>(admitted) / static_cast<double>(items) : 0;
+}
+
+void RunSim(benchmark::State& state, const std::string& yaml) {
+  RunScenario(state, sluice::sim::ParseScenario(yaml, "bench", "bench"), 1);
 }
 
 #define SIM_BENCH(name, limiter, retry)                                                   \
@@ -106,24 +110,9 @@ SIM_BENCH(limiter_two_limits,
 // of the calendar's 128 us buckets hold one or two events when they come
 // up (sluice sim's own example, and its ASan test's).
 void BM_SimFile_api_tiers(benchmark::State& state) {
-  absl::StatusOr<sluice::sim::Scenario> scenario =
+  const absl::StatusOr<sluice::sim::Scenario> scenario =
       sluice::sim::LoadScenarioFile(SLUICE_SOURCE_DIR "/examples/sim/api-tiers.yaml");
-  if (!scenario.ok()) {
-    state.SkipWithError(std::string(scenario.status().message()).c_str());
-    return;
-  }
-  int64_t items = 0;
-  for (auto _ : state) {
-    absl::StatusOr<sluice::sim::LimiterRun> run =
-        sluice::sim::SimulateRun(*scenario, 0, scenario->seed);
-    if (!run.ok()) {
-      state.SkipWithError(std::string(run.status().message()).c_str());
-      return;
-    }
-    items += run->offered;
-    benchmark::DoNotOptimize(run->max_admitted_1s);
-  }
-  state.SetItemsProcessed(items);
+  RunScenario(state, scenario, scenario.ok() ? scenario->seed : 0);
 }
 BENCHMARK(BM_SimFile_api_tiers)->Name("BM_SimFile/api_tiers")->Unit(benchmark::kMillisecond);
 
