@@ -14,13 +14,13 @@
 #          the function ran per decision (commands_per_decision, from INFO
 #          commandstats). After each of these runs, on the same
 #          redis-server, rate-limiter-flexible's RateLimiterRedis (its fixed
-#          window) twice: in process (rlf_bench.js, 64 consume() calls in
+#          window) twice: in process (rlf_bench.js, CONNECTIONS consume() calls in
 #          flight over the same KEYS) and behind HTTP (rlf_serve.js: a Node
 #          server answering the same POST /v1/check from the same wrk
 #          script), each with its redis-server CPU per consume(); the table
 #          gives sluice's CPU per decision over each (the target: at most
 #          0.5). Every run starts on an empty keyspace.
-#   abuse: one key hammered by 64 connections, under a limit of 100/10s
+#   abuse: one key hammered by CONNECTIONS connections, under a limit of 100/10s
 #          (fixed_window and gcra). Reported: requests/s, how many were denied
 #          (429), the Redis calls they cost, per second and per 10-second
 #          retry period, and the denials sluice answered without a call
@@ -38,6 +38,8 @@
 # Usage: bench/redis/serve.sh                           # ~4 minutes
 #        DURATION=2 ROUNDS=1 bench/redis/serve.sh       # smoke run, ~1.5 minutes
 # Variables: DURATION (5, seconds per wrk run), ROUNDS (2), KEYS (100000),
+#   CONNECTIONS (64: wrk's connections, 2 threads, or 1 for 1 connection;
+#   the peer in process keeps as many consume() calls in flight),
 #   ALGORITHMS ("fixed_window gcra token_bucket sliding_window"),
 #   ABUSE_ALGORITHMS ("fixed_window gcra"), OUT (the results folder),
 #   SLUICE (the binary: build/release/sluice, built when missing; another
@@ -64,6 +66,8 @@ ALGORITHMS=${ALGORITHMS:-fixed_window gcra token_bucket sliding_window}
 ABUSE_ALGORITHMS=${ABUSE_ALGORITHMS:-fixed_window gcra}
 RATE=${RATE:-1000000/s}                # the fleet's limit: a rate nobody reaches
 ABUSE_RATE=100/10s ABUSE_PERIOD_S=10   # the abuse case's limit, and its period
+CONNECTIONS=${CONNECTIONS:-64}         # wrk's connections, and the peer's consume() calls in flight
+WRK_THREADS=$((CONNECTIONS < 2 ? 1 : 2))
 
 source scripts/deps.sh
 sluice_install_deps redis-server redis-tools wrk
@@ -127,8 +131,8 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS RATE=$RATE ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS'${LINGER:+ LINGER=$LINGER}${CALLS_IN_FLIGHT:+ CALLS_IN_FLIGHT=$CALLS_IN_FLIGHT}${WINDOW_STATE:+ WINDOW_STATE=$WINDOW_STATE}${REDIS_CPU_SHARE:+ REDIS_CPU_SHARE=$REDIS_CPU_SHARE} bench/redis/serve.sh"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel $(uname -r)"
-  echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t2 -c64 -d${DURATION}s"
-  echo "peer: rate-limiter-flexible ${PEER_VERSIONS% *}, ioredis ${PEER_VERSIONS#* }, node $(node --version), 64 in flight"
+  echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t$WRK_THREADS -c$CONNECTIONS -d${DURATION}s"
+  echo "peer: rate-limiter-flexible ${PEER_VERSIONS% *}, ioredis ${PEER_VERSIONS#* }, node $(node --version), $CONNECTIONS in flight"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   if [[ -n "${REDIS_CPU:-}" ]]; then
     echo "pinned: redis-server on CPU $REDIS_CPU, sluice, the peer and wrk on CPU ${LOAD[2]}"
@@ -223,7 +227,7 @@ RESULTS="$OUT/results.jsonl"
 measure() {
   local m0 m1 cpu0 cpu1 f0 f1 sys0 sys1 c0 c1
   m0=$(metrics "$SLUICE_ADMIN"); c0=$(command_calls); f0=$(fcall_us); cpu0=$(redis_cpu_us); sys0=$(redis_sys_us)
-  "${LOAD[@]}" timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
+  "${LOAD[@]}" timeout $((DURATION + 30)) wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/req.lua" \
     "http://127.0.0.1:$SLUICE_PORT/v1/check" > "$WORK/wrk.txt" 2>&1
   cpu1=$(redis_cpu_us); sys1=$(redis_sys_us); f1=$(fcall_us); c1=$(command_calls); m1=$(metrics "$SLUICE_ADMIN")
   # non_2xx: wrk's count; http_codes: sluice's own, which also counts the
@@ -268,7 +272,7 @@ print(json.dumps(r))
 PY
 }
 
-# measure_peer ALGORITHM ROUND: the peer with 64 consume() calls in flight
+# measure_peer ALGORITHM ROUND: the peer with CONNECTIONS consume() calls in flight
 # for DURATION over KEYS keys, on an empty keyspace; its line (rlf_bench.js's
 # JSON and redis-server's CPU) to results.jsonl, as the case "peer" of the
 # sluice run it follows.
@@ -277,7 +281,7 @@ measure_peer() {
   "${RCLI[@]}" FLUSHALL >/dev/null
   cpu0=$(redis_cpu_us); sys0=$(redis_sys_us)
   line=$("${LOAD[@]}" timeout $((DURATION + 30)) node bench/redis/rlf_bench.js --port "$REDIS_PORT" \
-           --inflight 64 --keys "$KEYS" --seconds "$DURATION" --mode pass)
+           --inflight "$CONNECTIONS" --keys "$KEYS" --seconds "$DURATION" --mode pass)
   cpu1=$(redis_cpu_us); sys1=$(redis_sys_us)
   python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(case="peer", algorithm=sys.argv[2], round=int(sys.argv[3])); n=max(d["decisions"], 1); d["redis_cpu_us_per_decision"]=round(int(sys.argv[4]) / n, 3); d["redis_system_us_per_decision"]=round(int(sys.argv[5]) / n, 3); print(json.dumps(d))' \
     "$line" "$1" "$2" $((cpu1 - cpu0)) $((sys1 - sys0)) >> "$RESULTS"
@@ -296,7 +300,7 @@ measure_peer_http() {
   wait_port "$port"
   "${RCLI[@]}" FLUSHALL >/dev/null
   cpu0=$(redis_cpu_us)
-  "${LOAD[@]}" timeout $((DURATION + 30)) wrk -t2 -c64 -d"${DURATION}s" --latency -s "$WORK/req.lua" \
+  "${LOAD[@]}" timeout $((DURATION + 30)) wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/req.lua" \
     "http://127.0.0.1:$port/v1/check" > "$WORK/wrk_peer.txt" 2>&1
   cpu1=$(redis_cpu_us)
   kill -TERM "$pid"

@@ -123,10 +123,10 @@ Task<HttpAnswer> KeyState(Context& ctx, std::string_view rest) {
   const Time now = ctx.state.clock->Now();
   using Decisions = absl::StatusOr<std::vector<Decision>>;
   Limiter& limiter = policy->limiter();
-  const Decisions state = co_await Await<Decisions>(ctx.worker.ioc, [&](InspectCallback done) {
+  const Decisions state = co_await Await<Decisions>(ctx.worker, [&](InspectCallback done) {
     limiter.InspectAsync(*key, now, 0, std::move(done));
   });
-  const Decisions next = co_await Await<Decisions>(ctx.worker.ioc, [&](InspectCallback done) {
+  const Decisions next = co_await Await<Decisions>(ctx.worker, [&](InspectCallback done) {
     limiter.InspectAsync(*key, now, 1, std::move(done));
   });
   if (!state.ok() || !next.ok()) {

@@ -120,7 +120,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
     if (slots) {
       const Time now = ctx.state.clock->Now();
-      const bool again = co_await Await<bool>(w.ioc, [&](std::function<void(bool)> done) {
+      const bool again = co_await Await<bool>(w, [&](std::function<void(bool)> done) {
         policy::Reacquire(applied, ev, now, std::move(done));
       });
       if (!again) {

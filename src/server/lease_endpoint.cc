@@ -161,7 +161,7 @@ Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
   const Time now = ctx.state.clock->Now();
   const PolicyDecision taken = lease.Taken();
   const absl::StatusOr<PolicyDecision> renewed =
-      co_await Await<absl::StatusOr<PolicyDecision>>(ctx.worker.ioc, [&](DecisionCallback done) {
+      co_await Await<absl::StatusOr<PolicyDecision>>(ctx.worker, [&](DecisionCallback done) {
         p.limiter().RenewAsync(lease.key, now, taken, lease.cost, std::move(done));
       });
   if (!renewed.ok()) {

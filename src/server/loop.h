@@ -38,6 +38,7 @@
 #include "policy/evaluation.h"
 #include "server/socket.h"
 #include "server/state.h"
+#include "sluice/store/store.h"
 
 namespace sluice::server {
 
@@ -52,21 +53,6 @@ using Timer = net::basic_waitable_timer<std::chrono::steady_clock,
 using Resolver = net::ip::basic_resolver<tcp, Executor>;
 
 inline constexpr net::use_awaitable_t<Executor> kUseAwaitable;
-
-// Awaits an answer that arrives by callback on another thread (a Redis
-// decision): `start(done)` begins the work; the coroutine resumes on
-// `ioc`, its own loop, with what `done` was given.
-template <typename T, typename Start>
-Task<T> Await(net::io_context& ioc, Start start) {
-  return net::async_initiate<const net::use_awaitable_t<Executor>, void(T)>(
-      [&ioc, start = std::move(start)](auto handler) mutable {
-        auto h = std::make_shared<decltype(handler)>(std::move(handler));
-        start([h, &ioc](T value) {
-          net::post(ioc, [h, value = std::move(value)]() mutable { (*h)(std::move(value)); });
-        });
-      },
-      kUseAwaitable);
-}
 
 // A message's head and body, written together (one gathered system call).
 inline std::array<net::const_buffer, 2> Gathered(const std::string& head, std::string_view body) {
@@ -200,6 +186,17 @@ class Deadline {
   std::list<Deadline*>::iterator self_;
 };
 
+// A loop's turn (sluice/store/store.h): what the loop posts now runs after
+// the work it already had ready.
+class Turn final : public LoopTurn {
+ public:
+  explicit Turn(net::io_context& ioc) : ioc_(ioc) {}
+  void AtTurnEnd(std::function<void()> fn) override { net::post(ioc_, std::move(fn)); }
+
+ private:
+  net::io_context& ioc_;
+};
+
 struct Worker {
   // The policies in force, for this loop. The reference stays valid until
   // the coroutine using it next suspends; code that suspends copies the
@@ -226,6 +223,8 @@ struct Worker {
   // the loop at shutdown unregister their deadlines as `ioc` destroys them.
   std::list<Deadline*> deadlines;
   net::io_context ioc{1};
+  // The decisions a remote store is asked for in one turn go out together.
+  Turn turn{ioc};
   std::unique_ptr<Acceptor> acceptor;
   std::unique_ptr<Acceptor> decision_acceptor;  // server.decision.listen, when set
   UpstreamPool pool;
@@ -233,6 +232,23 @@ struct Worker {
   // The loop's coarse clock (steady, milliseconds), moved by the sweep.
   int64_t now_ms = SteadyMs();
 };
+
+// Awaits an answer that arrives by callback on another thread (a Redis
+// decision): `start(done)` begins the work, in the loop's turn (a remote
+// store sends what is asked in one turn together); the coroutine resumes on
+// `w`, its own loop, with what `done` was given.
+template <typename T, typename Start>
+Task<T> Await(Worker& w, Start start) {
+  return net::async_initiate<const net::use_awaitable_t<Executor>, void(T)>(
+      [&w, start = std::move(start)](auto handler) mutable {
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        const InTurn in_turn(w.turn);
+        start([h, &ioc = w.ioc](T value) {
+          net::post(ioc, [h, value = std::move(value)]() mutable { (*h)(std::move(value)); });
+        });
+      },
+      kUseAwaitable);
+}
 
 inline Deadline::Deadline(Worker& w, Socket& socket) : worker_(w), socket_(socket) {
   self_ = w.deadlines.insert(w.deadlines.end(), this);
@@ -288,7 +304,7 @@ inline Task<policy::Verdict> DecideTimed(Context& ctx,
   const auto start = std::chrono::steady_clock::now();
   const Time now = ctx.state.clock->Now();
   policy::Verdict verdict = co_await Await<policy::Verdict>(
-      ctx.worker.ioc,
+      ctx.worker,
       [&](policy::VerdictCallback done) { policy::Evaluate(applied, now, std::move(done)); });
   ObserveDecision(ctx, start);
   co_return verdict;

@@ -51,7 +51,7 @@ Task<HttpAnswer> SimEndpoint(Context& ctx, std::string_view method, std::string_
   // last thing); only this loop starts and joins them.
   if (state.simulation.joinable()) state.simulation.join();
   using Result = absl::StatusOr<std::string>;
-  const Result result = co_await Await<Result>(ctx.worker.ioc, [&](auto done) {
+  const Result result = co_await Await<Result>(ctx.worker, [&](auto done) {
     state.simulation = std::thread([&state, ask = *std::move(ask), done = std::move(done)] {
       absl::StatusOr<sim::Result> r = sim::Simulate(ask.scenario, ask.seed);
       Result out = r.ok() ? Result(sim::FormatJson(*r)) : Result(r.status());

@@ -159,6 +159,40 @@ struct LeaseOptions {
 inline constexpr Duration kMinLeaseTolerance = Duration::Millis(10);
 absl::Status ValidateLease(const LimitConfig& config, const LeaseOptions& lease);
 
+// A turn of an event loop: what a thread's loop runs of the work it has
+// ready before it waits again. A caller on such a loop that asks a remote
+// store (DecideBatch) for several decisions in one turn may let the store
+// hold them until the turn ends, so that they go out together, in one call
+// to Redis, instead of the first alone and the rest after its answer
+// (docs/distributed.md, "Decisions asked in one turn"). The caller names its
+// loop's turn for the thread while it asks (InTurn). Never around a blocking
+// call: the store would hold what the caller then waits for.
+class LoopTurn {
+ public:
+  // Runs `fn` on the calling thread, once its loop has run what it had
+  // ready when AtTurnEnd was called.
+  virtual void AtTurnEnd(std::function<void()> fn) = 0;
+
+ protected:
+  ~LoopTurn() = default;
+};
+
+// Names `turn` the calling thread's loop turn for as long as it lives.
+class InTurn {
+ public:
+  explicit InTurn(LoopTurn& turn) : outer_(current_) { current_ = &turn; }
+  ~InTurn() { current_ = outer_; }
+  InTurn(const InTurn&) = delete;
+  InTurn& operator=(const InTurn&) = delete;
+
+  // The calling thread's turn; null outside every InTurn.
+  static LoopTurn* Current() { return current_; }
+
+ private:
+  static inline thread_local LoopTurn* current_ = nullptr;
+  LoopTurn* const outer_;
+};
+
 class Store {
  public:
   virtual ~Store() = default;

@@ -62,35 +62,19 @@ class Lanes {
   // (when given) is set when the caller is to call Flush(lane) once
   // linger() has passed; without it no request lingers.
   Batch Submit(uint32_t lane, std::unique_ptr<T> item, bool* flush_later = nullptr) {
-    Batch out;
     std::lock_guard lock(mu_);
     Lane& l = lanes_[lane];
-    if (max_batch_ > 1 && l.in_flight >= max_in_flight_) {
-      l.queue.push_back(std::move(item));
-      return out;
-    }
-    if (max_batch_ > 1 && flush_later != nullptr && l.expect > 1) {
-      if (Clock::now() < l.hot_until) {
-        l.queue.push_back(std::move(item));
-        const size_t call = CallSize(l);
-        if (l.queue.size() < std::min(l.expect, call)) {
-          if (!l.flush_due) *flush_later = l.flush_due = true;
-          return out;
-        }
-        ++l.in_flight;
-        while (!l.queue.empty() && out.size() < call) {
-          out.push_back(std::move(l.queue.front()));
-          l.queue.pop_front();
-        }
-        l.carried += out.size();
-        return out;
-      }
-      l.expect = 0;
-    }
-    ++l.in_flight;
-    ++l.carried;
-    out.push_back(std::move(item));
-    return out;
+    l.queue.push_back(std::move(item));
+    return Admit(l, flush_later);
+  }
+
+  // The same for several requests asked together, in order: as many as a
+  // call may carry go now, the rest wait for the lane's next call.
+  Batch Submit(uint32_t lane, Batch items, bool* flush_later = nullptr) {
+    std::lock_guard lock(mu_);
+    Lane& l = lanes_[lane];
+    for (std::unique_ptr<T>& item : items) l.queue.push_back(std::move(item));
+    return Admit(l, flush_later);
   }
 
   // A call of `lane` carrying `answered` requests was answered: returns the
@@ -154,6 +138,32 @@ class Lanes {
     Clock::time_point hot_until{};
     bool flush_due = false;
   };
+
+  // What of l's queue (just joined by new requests) goes now: nothing
+  // while max_in_flight_ calls are out or while the lane lingers,
+  // otherwise a call of up to CallSize.
+  Batch Admit(Lane& l, bool* flush_later) {
+    Batch out;
+    if (max_batch_ > 1 && l.in_flight >= max_in_flight_) return out;
+    const size_t call = CallSize(l);
+    if (max_batch_ > 1 && flush_later != nullptr && l.expect > 1) {
+      if (Clock::now() < l.hot_until) {
+        if (l.queue.size() < std::min(l.expect, call)) {
+          if (!l.flush_due) *flush_later = l.flush_due = true;
+          return out;
+        }
+      } else {
+        l.expect = 0;
+      }
+    }
+    ++l.in_flight;
+    while (!l.queue.empty() && out.size() < call) {
+      out.push_back(std::move(l.queue.front()));
+      l.queue.pop_front();
+    }
+    l.carried += out.size();
+    return out;
+  }
 
   // A call's share of the requests going round a lane: what its calls in
   // flight carry, what waits, and `returning` (the requests of the call

@@ -69,6 +69,32 @@ TEST(LanesTest, OneCallInFlightThenTheRestWaitForItsAnswer) {
   EXPECT_TRUE(expired.empty());
 }
 
+// Requests asked together (a loop's turn, RedisStore): as many as a call
+// carries go in one call when a call may go, in order; the rest wait for
+// the next answer. With every call in flight they all wait.
+TEST(LanesTest, RequestsAskedTogetherGoInOneCall) {
+  Lanes<Item> lanes(4);
+  const Clock::time_point t = Clock::now();
+  const Clock::time_point later = t + std::chrono::seconds(10);
+  auto asked = [&](int from, int to) {
+    Lanes<Item>::Batch batch;
+    for (int id = from; id <= to; ++id) batch.push_back(At(id, later));
+    return batch;
+  };
+  EXPECT_EQ(Ids(lanes.Submit(0, asked(1, 3))), (std::vector<int>{1, 2, 3}));
+  // A second call may go beside the first: a call's worth, the rest waits.
+  EXPECT_EQ(Ids(lanes.Submit(0, asked(4, 9))), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_TRUE(lanes.Submit(0, asked(10, 11)).empty());
+  Lanes<Item>::Batch expired;
+  EXPECT_EQ(Ids(lanes.Next(0, t, expired, 3)), (std::vector<int>{8, 9, 10, 11}));
+  EXPECT_TRUE(lanes.Next(0, t, expired, 4).empty());
+  EXPECT_TRUE(lanes.Next(0, t, expired, 4).empty());
+  // Nothing in flight: at most a call's worth, the rest with its answer.
+  EXPECT_EQ(Ids(lanes.Submit(0, asked(12, 17))), (std::vector<int>{12, 13, 14, 15}));
+  EXPECT_EQ(Ids(lanes.Next(0, t, expired, 4)), (std::vector<int>{16, 17}));
+  EXPECT_TRUE(expired.empty());
+}
+
 TEST(LanesTest, ARequestWhoseDeadlinePassedWhileItWaitedIsNeverSent) {
   Lanes<Item> lanes(64);
   const Clock::time_point t = Clock::now();

@@ -449,7 +449,9 @@ struct RedisStore::Impl {
       : options(std::move(o)),
         lanes(static_cast<size_t>(options.max_batch),
               std::chrono::microseconds(options.linger.micros()),
-              static_cast<size_t>(options.calls_in_flight)) {}
+              static_cast<size_t>(options.calls_in_flight)) {
+    held->store = this;
+  }
 
   // Sends `batch` (of `lane`) as one call; its answer is split among the
   // requests, and the lane's next call is sent.
@@ -458,8 +460,23 @@ struct RedisStore::Impl {
                 absl::StatusOr<redis::Reply> reply);
 
   // Queues `p` (a request, a slice's call or a slice given back) in its
-  // lane and sends the lane's next call if one may go now.
+  // lane and sends the lane's next call if one may go now. In a loop's turn
+  // (InTurn) `p` is held until the turn ends, and then queued with the
+  // others asked in it (SubmitHeld).
   void Submit(std::unique_ptr<Pending> p);
+  // The requests asked in loop turns (InTurn), held until their turn ends,
+  // in the order asked. Shared with the turns' ends, which may come after
+  // the store is gone (`store` null then).
+  struct HeldInTurns {
+    std::mutex mu;
+    Impl* store = nullptr;
+    absl::flat_hash_map<LoopTurn*, Batch> by_turn;
+  };
+  static void SubmitHeld(HeldInTurns& held, LoopTurn* turn);
+  // One lane per node; on a Cluster, per slot (one call's keys share a slot).
+  uint32_t LaneOf(const Pending& p) const { return options.cluster.empty() ? 0 : p.slot; }
+  // Sends what a submission let go now, and sets the linger's Flush.
+  void Admitted(uint32_t lane, Batch now_sent, bool flush_later);
   // Answers requests whose deadline passed before they were sent.
   static void Expire(Batch& expired);
 
@@ -504,6 +521,7 @@ struct RedisStore::Impl {
   std::unique_ptr<redis::Client> client;
   DenialCache denials;
   Lanes lanes;
+  std::shared_ptr<HeldInTurns> held = std::make_shared<HeldInTurns>();
   LeaseBook leases;
   std::atomic<uint64_t> denials_answered{0};  // calls not made (Health)
   std::atomic<uint64_t> decisions{0};         // requests sent to Redis (Health)
@@ -1063,6 +1081,18 @@ RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 // The client stops while the whole store is alive: a callback answered by
 // the stop may call the store again (it is answered Cancelled).
 RedisStore::~RedisStore() {
+  // Requests still held in a turn are answered, as those in flight and
+  // those waiting for them are (Cancelled, by the stopped client).
+  absl::flat_hash_map<LoopTurn*, Batch> held;
+  {
+    std::lock_guard lock(impl_->held->mu);
+    impl_->held->store = nullptr;
+    held.swap(impl_->held->by_turn);
+  }
+  for (auto& [turn, asked] : held) {
+    for (auto& p : asked)
+      std::exchange(p->done, nullptr)(absl::CancelledError("redis store stopped"));
+  }
   impl_->ReturnAll();
   impl_->client->Stop();
 }
@@ -1199,10 +1229,43 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
 }
 
 void RedisStore::Impl::Submit(std::unique_ptr<Pending> p) {
-  // One lane per node; on a Cluster, per slot (one call's keys share a slot).
-  const uint32_t lane = options.cluster.empty() ? 0 : p->slot;
+  if (LoopTurn* turn = InTurn::Current(); turn != nullptr && options.max_batch > 1) {
+    std::lock_guard lock(held->mu);
+    Batch& asked = held->by_turn[turn];
+    if (asked.empty()) turn->AtTurnEnd([held = held, turn] { SubmitHeld(*held, turn); });
+    asked.push_back(std::move(p));
+    return;
+  }
+  const uint32_t lane = LaneOf(*p);
   bool flush_later = false;
   Batch now_sent = lanes.Submit(lane, std::move(p), &flush_later);
+  Admitted(lane, std::move(now_sent), flush_later);
+}
+
+void RedisStore::Impl::SubmitHeld(HeldInTurns& held, LoopTurn* turn) {
+  // Under the lock: the store is not destroyed meanwhile.
+  std::lock_guard lock(held.mu);
+  auto it = held.by_turn.find(turn);
+  if (held.store == nullptr || it == held.by_turn.end()) return;
+  Batch asked = std::move(it->second);
+  held.by_turn.erase(it);
+  Impl& store = *held.store;
+  // One submission per lane, in the order asked.
+  for (size_t i = 0; i < asked.size(); ++i) {
+    if (asked[i] == nullptr) continue;
+    const uint32_t lane = store.LaneOf(*asked[i]);
+    Batch group;
+    for (size_t j = i; j < asked.size(); ++j) {
+      if (asked[j] != nullptr && store.LaneOf(*asked[j]) == lane)
+        group.push_back(std::move(asked[j]));
+    }
+    bool flush_later = false;
+    Batch now_sent = store.lanes.Submit(lane, std::move(group), &flush_later);
+    store.Admitted(lane, std::move(now_sent), flush_later);
+  }
+}
+
+void RedisStore::Impl::Admitted(uint32_t lane, Batch now_sent, bool flush_later) {
   if (!now_sent.empty()) Send(lane, std::move(now_sent));
   if (flush_later) {
     client->After(lanes.linger(), [this, lane] {

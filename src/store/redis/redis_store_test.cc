@@ -111,6 +111,15 @@ class RedisStoreTest : public ::testing::Test {
     return store.ok() ? *std::move(store) : nullptr;
   }
 
+  // Waits up to 10 s for `count` to reach `n`: whether it did.
+  static bool Reaches(const std::atomic<int>& count, int n) {
+    const auto until = SteadyClock::now() + std::chrono::seconds(10);
+    while (count.load() < n && SteadyClock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return count.load() >= n;
+  }
+
   // A fixed_window table of `rate`, named `name`.
   static absl::StatusOr<std::shared_ptr<LimitTable>> FixedWindowTable(RedisStore& redis,
                                                                       std::string_view rate,
@@ -943,6 +952,83 @@ TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
   }
 }
 
+// A loop whose turns the test ends (sluice/store/store.h).
+class ManualTurn final : public LoopTurn {
+ public:
+  void AtTurnEnd(std::function<void()> fn) override { ends_.push_back(std::move(fn)); }
+  size_t due() const { return ends_.size(); }
+  void End() {
+    for (std::function<void()>& fn : std::exchange(ends_, {})) fn();
+  }
+
+ private:
+  std::vector<std::function<void()>> ends_;
+};
+
+// Decisions asked in one turn of a loop (InTurn) are held until the turn
+// ends, then go in one call, decided in the order asked. Outside a turn a
+// decision goes at once. Held when the store goes, they are answered.
+TEST_F(RedisStoreTest, DecisionsAskedInOneTurnGoTogetherInOrder) {
+  Flush();
+  auto redis = Connect({.url = Url(), .timeout = Duration::Seconds(5), .cache_denials = false});
+  ASSERT_NE(redis, nullptr);
+  absl::StatusOr<std::shared_ptr<LimitTable>> table = FixedWindowTable(*redis, "5/1h", "turn");
+  ASSERT_TRUE(table.ok()) << table.status();
+  LimitTable* tables[] = {table->get()};
+  constexpr int kAsked = 12;
+  std::vector<absl::StatusOr<BatchResult>> results(kAsked + 1, absl::UnknownError("none"));
+  std::atomic<int> answered{0};
+  auto ask = [&](int i) {
+    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+                       [&, i](absl::StatusOr<BatchResult> r) {
+                         results[i] = std::move(r);
+                         answered.fetch_add(1);
+                       });
+  };
+  auto wait_for = [&](int n) { return Reaches(answered, n); };
+  ManualTurn turn;
+  const uint64_t calls_before = redis->Health().calls;
+  {
+    const InTurn in_turn(turn);
+    for (int i = 0; i < kAsked; ++i) ask(i);
+  }
+  EXPECT_EQ(InTurn::Current(), nullptr);
+  EXPECT_EQ(turn.due(), 1u);  // one end for the whole turn
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(answered.load(), 0);
+  EXPECT_EQ(redis->Health().calls, calls_before);
+  turn.End();
+  ASSERT_TRUE(wait_for(kAsked));
+  EXPECT_EQ(redis->Health().calls, calls_before + 1);
+  EXPECT_EQ(redis->Health().single_calls, 0u);
+  for (int i = 0; i < kAsked; ++i) {
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+    const Decision& d = results[i]->decisions.at(0);
+    EXPECT_EQ(d.allowed, i < 5) << i;
+    if (i < 5) EXPECT_EQ(d.remaining, 4 - i) << i;
+  }
+  // Outside a turn: at once, with nothing to end.
+  ask(kAsked);
+  ASSERT_TRUE(wait_for(kAsked + 1));
+  EXPECT_EQ(turn.due(), 0u);
+  EXPECT_EQ(redis->Health().calls, calls_before + 2);
+  // Held when the store goes: answered Cancelled; the turn's end, after
+  // the store, sends nothing.
+  std::atomic<int> cancelled{0};
+  {
+    const InTurn in_turn(turn);
+    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+                       [&](absl::StatusOr<BatchResult> r) {
+                         EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+                         cancelled.fetch_add(1);
+                       });
+  }
+  redis.reset();
+  EXPECT_EQ(cancelled.load(), 1);
+  turn.End();
+  EXPECT_EQ(cancelled.load(), 1);
+}
+
 // The linger (RedisStoreOptions::linger): after a call of several decisions
 // is answered, a decision that finds the lane free waits for as many, or
 // for the linger; at the store's end a waiting decision is answered too.
@@ -965,13 +1051,7 @@ TEST_F(RedisStoreTest, ADecisionThatLingersGoesWhenTheLingerEndsOrTheStoreStops)
                          answered.fetch_add(1);
                        });
   };
-  auto wait_for = [&](int n) {
-    const auto until = SteadyClock::now() + std::chrono::seconds(10);
-    while (answered.load() < n && SteadyClock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return answered.load() >= n;
-  };
+  auto wait_for = [&](int n) { return Reaches(answered, n); };
   // Two calls of one (Redis paused), then one of the two that waited.
   const uint64_t calls_before = redis->Health().calls;
   ASSERT_TRUE(server_->Pause().ok());
