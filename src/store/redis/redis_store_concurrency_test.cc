@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,15 +30,36 @@ struct Counts {
   std::atomic<int> errors{0};
 };
 
-// Each thread keeps `depth` calls in flight until it has made `calls`.
-void Hammer(Limiter& limiter, int threads, int calls, int depth, Counts& counts) {
+// A thread's own loop turns (sluice/store/store.h), ended by the thread.
+class ThreadTurn final : public LoopTurn {
+ public:
+  void AtTurnEnd(std::function<void()> fn) override { ends_.push_back(std::move(fn)); }
+  void End() {
+    for (std::function<void()>& fn : std::exchange(ends_, {})) fn();
+  }
+
+ private:
+  std::vector<std::function<void()>> ends_;
+};
+
+// Each thread keeps `depth` calls in flight until it has made `calls`. In
+// turns, each thread asks in turns of its own, ended when it has `depth`
+// calls out.
+void Hammer(Limiter& limiter, int threads, int calls, int depth, Counts& counts,
+            bool in_turns = false) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::atomic<int> in_flight{0};
+      ThreadTurn turn;
       for (int i = 0; i < calls; ++i) {
-        while (in_flight.load() >= depth) std::this_thread::yield();
+        while (in_flight.load() >= depth) {
+          turn.End();
+          std::this_thread::yield();
+        }
         in_flight.fetch_add(1);
+        std::optional<InTurn> asked_in_turn;
+        if (in_turns) asked_in_turn.emplace(turn);
         limiter.AcquireAsync(t % 2 == 0 ? "hot" : "hot2", SystemClock::Default().Now(), 1,
                              [&](absl::StatusOr<PolicyDecision> d) {
                                if (!d.ok()) {
@@ -49,6 +72,7 @@ void Hammer(Limiter& limiter, int threads, int calls, int depth, Counts& counts)
                                in_flight.fetch_sub(1);
                              });
       }
+      turn.End();
       const auto until = SteadyClock::now() + std::chrono::seconds(20);
       while (in_flight.load() > 0 && SteadyClock::now() < until) std::this_thread::yield();
     });
@@ -56,24 +80,29 @@ void Hammer(Limiter& limiter, int threads, int calls, int depth, Counts& counts)
   for (std::thread& t : pool) t.join();
 }
 
+// Also with each thread asking in turns of its own loop (InTurn).
 TEST(RedisStoreConcurrencyTest, ExactUnderConcurrentCallers) {
-  auto server = test::RedisServer::Start();
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto redis = RedisStore::Connect({.url = "redis://127.0.0.1:" + std::to_string((*server)->port()),
-                                    .timeout = Duration::Seconds(2)});
-  ASSERT_TRUE(redis.ok()) << redis.status();
-  MemoryStore memory;
-  auto limiter = Limiter::Create(
-      memory, {.name = "c",
-               .limits = {{.algorithm = Algorithm::kSlidingLog, .rate = *ParseRate("150/1h")}},
-               .stores = {redis->get()}});
-  ASSERT_TRUE(limiter.ok()) << limiter.status();
-  Counts counts;
-  Hammer(**limiter, 4, 300, 16, counts);
-  EXPECT_EQ(counts.answered.load(), 1200);
-  EXPECT_EQ(counts.errors.load(), 0);
-  EXPECT_EQ(counts.store_errors.load(), 0);
-  EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
+  for (bool in_turns : {false, true}) {
+    SCOPED_TRACE(in_turns ? "in turns" : "one at a time");
+    auto server = test::RedisServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto redis =
+        RedisStore::Connect({.url = "redis://127.0.0.1:" + std::to_string((*server)->port()),
+                             .timeout = Duration::Seconds(2)});
+    ASSERT_TRUE(redis.ok()) << redis.status();
+    MemoryStore memory;
+    auto limiter = Limiter::Create(
+        memory, {.name = "c",
+                 .limits = {{.algorithm = Algorithm::kSlidingLog, .rate = *ParseRate("150/1h")}},
+                 .stores = {redis->get()}});
+    ASSERT_TRUE(limiter.ok()) << limiter.status();
+    Counts counts;
+    Hammer(**limiter, 4, 300, 16, counts, in_turns);
+    EXPECT_EQ(counts.answered.load(), 1200);
+    EXPECT_EQ(counts.errors.load(), 0);
+    EXPECT_EQ(counts.store_errors.load(), 0);
+    EXPECT_EQ(counts.allowed.load(), 300);  // 150 on each of the two keys
+  }
 }
 
 // Two instances sharing one Redis while the fleet switches its window limits
