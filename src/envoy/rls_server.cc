@@ -41,6 +41,7 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "policy/evaluation.h"
 #include "policy/headers.h"
+#include "sluice/store/store.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::envoy {
@@ -458,6 +459,30 @@ class RlsServerImpl final : public RlsServer {
     Wait();
   }
 
+  // A queue's thread: takes its events and proceeds with their calls. The
+  // decisions asked while the queue has events ready are one turn of this
+  // loop (sluice/store/store.h, LoopTurn): a remote store sends them
+  // together, when the queue has nothing more ready.
+  static void Poll(grpc::CompletionQueue& cq) {
+    LoopTurnQueue turn;
+    void* tag = nullptr;
+    bool ok = false;
+    for (;;) {
+      if (turn.due() > 0) {
+        const auto next = cq.AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+        if (next != grpc::CompletionQueue::GOT_EVENT) {
+          turn.End();
+          if (next == grpc::CompletionQueue::SHUTDOWN) return;
+          continue;
+        }
+      } else if (!cq.Next(&tag, &ok)) {
+        return;
+      }
+      const InTurn in_turn(turn);
+      static_cast<AsyncCall*>(tag)->Proceed(ok);
+    }
+  }
+
   absl::Status Init(const Config& config) {
     absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot = Build(config, nullptr);
     if (!snapshot.ok()) return snapshot.status();
@@ -494,11 +519,7 @@ class RlsServerImpl final : public RlsServer {
     for (auto& queue : queues_) {
       for (int i = 0; i < kCallsRequestedPerQueue; ++i)
         new AsyncCall(*service_, async_, queue.get());
-      pollers_.emplace_back([cq = queue.get()] {
-        void* tag = nullptr;
-        bool ok = false;
-        while (cq->Next(&tag, &ok)) static_cast<AsyncCall*>(tag)->Proceed(ok);
-      });
+      pollers_.emplace_back([cq = queue.get()] { Poll(*cq); });
       // Its name in `top -H` and /proc/<pid>/task/*/comm (15 characters at most).
       pthread_setname_np(pollers_.back().native_handle(), "sluice-grpc");
     }

@@ -9,20 +9,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "redis/redis_server.h"
 
 extern char** environ;
 
@@ -56,9 +60,11 @@ descriptors:
   }
 
   void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
+    for (pid_t pid : {pid_, other_pid_}) {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
     }
     std::filesystem::remove_all(dir_);
   }
@@ -72,34 +78,44 @@ descriptors:
   }
 
   // Starts the binary and waits for its gRPC listener's log line.
-  void StartServer() {
-    const std::string log = dir_ + "/stderr.log";
+  void StartServer() { stub_ = Spawn(dir_ + "/sluice.yaml", dir_ + "/stderr.log", pid_); }
+
+  // Starts the binary on `config`, its log in `log`, into `pid`; a stub on
+  // its gRPC listener once the log names it (null, with a failure, if it
+  // does not within 10 s).
+  static std::unique_ptr<rls::RateLimitService::Stub> Spawn(const std::string& config,
+                                                            const std::string& log, pid_t& pid) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    const std::string config = dir_ + "/sluice.yaml";
     const char* argv[] = {SLUICE_BINARY, "serve", "--config", config.c_str(), nullptr};
-    ASSERT_EQ(
-        posix_spawn(&pid_, SLUICE_BINARY, &actions, nullptr, const_cast<char**>(argv), environ), 0);
+    const int spawned =
+        posix_spawn(&pid, SLUICE_BINARY, &actions, nullptr, const_cast<char**>(argv), environ);
     posix_spawn_file_actions_destroy(&actions);
+    if (spawned != 0) {
+      ADD_FAILURE() << "posix_spawn: " << std::strerror(spawned);
+      pid = -1;
+      return nullptr;
+    }
     const std::regex started(R"(event=start listener=grpc listen=127\.0\.0\.1:(\d+))");
     for (int i = 0; i < 500; ++i) {
       std::smatch m;
       const std::string text = ReadAll(log);
       if (std::regex_search(text, m, started)) {
-        stub_ = rls::RateLimitService::NewStub(
+        return rls::RateLimitService::NewStub(
             grpc::CreateChannel("127.0.0.1:" + m[1].str(), grpc::InsecureChannelCredentials()));
-        return;
       }
       int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "sluice serve exited: " << text;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        ADD_FAILURE() << "sluice serve exited: " << text;
+        return nullptr;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    FAIL() << "no gRPC listener within 10 s: " << ReadAll(log);
+    ADD_FAILURE() << "no gRPC listener within 10 s: " << ReadAll(log);
+    return nullptr;
   }
 
   grpc::Status Call(const std::string& key, const std::string& value, Response& response) {
@@ -139,6 +155,7 @@ descriptors:
 
   std::string dir_;
   pid_t pid_ = -1;
+  pid_t other_pid_ = -1;  // a second instance, when a test starts one
   std::unique_ptr<rls::RateLimitService::Stub> stub_;
 };
 
@@ -163,6 +180,59 @@ TEST_F(Serve, AnswersShouldRateLimitOnItsGrpcListener) {
   EXPECT_EQ(stub_->ShouldRateLimit(&context, empty, &bad).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(StopWith(SIGTERM), 0);  // drains and exits cleanly
+}
+
+// Two instances on one Redis (store.redis: the rules are global), each
+// called by four threads at once: together they admit exactly the limit,
+// however their decisions shared calls to Redis (those a queue's thread
+// asks while it has calls ready go in one).
+TEST_F(Serve, TwoInstancesOnOneRedisAdmitExactlyTheLimit) {
+  absl::StatusOr<std::unique_ptr<sluice::test::RedisServer>> redis =
+      sluice::test::RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  std::ofstream(dir_ + "/edge.yaml") << R"(domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 60}
+)";
+  WriteConfig("store: {redis: {url: \"redis://127.0.0.1:" + std::to_string((*redis)->port()) +
+              "\"}}\n");
+  StartServer();
+  ASSERT_NE(stub_, nullptr);
+  std::unique_ptr<rls::RateLimitService::Stub> other =
+      Spawn(dir_ + "/sluice.yaml", dir_ + "/other.log", other_pid_);
+  ASSERT_NE(other, nullptr);
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 40;
+  std::atomic<int> ok{0};
+  std::atomic<int> over{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, stub = t % 2 == 0 ? stub_.get() : other.get()] {
+      for (int i = 0; i < kCalls; ++i) {
+        rls::RateLimitRequest request;
+        request.set_domain("edge");
+        auto* e = request.add_descriptors()->add_entries();
+        e->set_key("user");
+        e->set_value("alice");
+        Response r;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        if (!stub->ShouldRateLimit(&context, request, &r).ok()) {
+          failed.fetch_add(1);
+        } else if (r.overall_code() == Response::OK) {
+          ok.fetch_add(1);
+        } else if (r.overall_code() == Response::OVER_LIMIT) {
+          over.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(ok.load(), 60);
+  EXPECT_EQ(over.load(), kThreads * kCalls - 60);
 }
 
 TEST_F(Serve, ReloadAppliesNewRulesAndKeepsTheStateOfUnchangedOnes) {

@@ -177,6 +177,30 @@ class LoopTurn {
   ~LoopTurn() = default;
 };
 
+// A LoopTurn for a loop that ends its turns itself: it keeps what
+// AtTurnEnd is given and runs it at End. One loop's: not thread-safe.
+//
+//   sluice::LoopTurnQueue turn;
+//   { const sluice::InTurn in_turn(turn); limiter.AcquireAsync(...); ... }
+//   turn.End();  // when the loop has nothing more ready
+class LoopTurnQueue final : public LoopTurn {
+ public:
+  void AtTurnEnd(std::function<void()> fn) override { ends_.push_back(std::move(fn)); }
+  // How many functions End would run.
+  size_t due() const { return ends_.size(); }
+  // Runs what AtTurnEnd was given, in order; what they give it meanwhile
+  // waits for the next End.
+  void End() {
+    running_.swap(ends_);
+    for (std::function<void()>& fn : running_) fn();
+    running_.clear();
+  }
+
+ private:
+  std::vector<std::function<void()>> ends_;
+  std::vector<std::function<void()>> running_;
+};
+
 // Names `turn` the calling thread's loop turn for as long as it lives.
 class InTurn {
  public:

@@ -30,18 +30,6 @@ struct Counts {
   std::atomic<int> errors{0};
 };
 
-// A thread's own loop turns (sluice/store/store.h), ended by the thread.
-class ThreadTurn final : public LoopTurn {
- public:
-  void AtTurnEnd(std::function<void()> fn) override { ends_.push_back(std::move(fn)); }
-  void End() {
-    for (std::function<void()>& fn : std::exchange(ends_, {})) fn();
-  }
-
- private:
-  std::vector<std::function<void()>> ends_;
-};
-
 // Each thread keeps `depth` calls in flight until it has made `calls`. In
 // turns, each thread asks in turns of its own, ended when it has `depth`
 // calls out.
@@ -51,7 +39,7 @@ void Hammer(Limiter& limiter, int threads, int calls, int depth, Counts& counts,
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::atomic<int> in_flight{0};
-      ThreadTurn turn;
+      LoopTurnQueue turn;
       for (int i = 0; i < calls; ++i) {
         while (in_flight.load() >= depth) {
           turn.End();

@@ -952,19 +952,6 @@ TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
   }
 }
 
-// A loop whose turns the test ends (sluice/store/store.h).
-class ManualTurn final : public LoopTurn {
- public:
-  void AtTurnEnd(std::function<void()> fn) override { ends_.push_back(std::move(fn)); }
-  size_t due() const { return ends_.size(); }
-  void End() {
-    for (std::function<void()>& fn : std::exchange(ends_, {})) fn();
-  }
-
- private:
-  std::vector<std::function<void()>> ends_;
-};
-
 // Decisions asked in one turn of a loop (InTurn) are held until the turn
 // ends, then go in one call, decided in the order asked. Outside a turn a
 // decision goes at once. Held when the store goes, they are answered.
@@ -986,7 +973,7 @@ TEST_F(RedisStoreTest, DecisionsAskedInOneTurnGoTogetherInOrder) {
                        });
   };
   auto wait_for = [&](int n) { return Reaches(answered, n); };
-  ManualTurn turn;
+  LoopTurnQueue turn;
   const uint64_t calls_before = redis->Health().calls;
   {
     const InTurn in_turn(turn);
