@@ -189,7 +189,7 @@ class LoopTurnQueue final : public LoopTurn {
   // How many functions End would run.
   size_t due() const { return ends_.size(); }
   // Runs what AtTurnEnd was given, in order; what they give it meanwhile
-  // waits for the next End.
+  // waits for the next End. Outside every InTurn, as a loop's turn ends.
   void End() {
     running_.swap(ends_);
     for (std::function<void()>& fn : running_) fn();
