@@ -173,15 +173,19 @@ TEST(MemoryStoreConcurrency, ConcurrentInsertsNeverPassMaxKeys) {
   auto fast =
       *store.OpenTable(*MakeLimit({.algorithm = Algorithm::kGcra, .rate = *ParseRate("100/s")}));
   // Each thread inserts at least 4,000 keys, and goes on until the counter
-  // below has looked 200 times, so that the two overlap however the threads
-  // are scheduled.
+  // below has looked 200 times and seen the store over half full once, so
+  // that the two overlap however the threads are scheduled (on a loaded
+  // machine the counter may take its 200 looks before the inserts start).
   constexpr int kMinSamples = 200;
   std::atomic<int> samples{0};
+  std::atomic<bool> seen_half_full{false};
   std::atomic<int> running{kThreads};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 4000 || (samples.load() < kMinSamples && i < 400'000); ++i) {
+      for (int i = 0;
+           i < 4000 || ((samples.load() < kMinSamples || !seen_half_full.load()) && i < 400'000);
+           ++i) {
         const Time now = kStart + Duration::Micros(100 * i);
         const std::string key = "t" + std::to_string(t) + "-" + std::to_string(i);
         const bool allowed = ((i & 1) ? fast : slow)->Decide(key, now, 1)->allowed;
@@ -200,6 +204,7 @@ TEST(MemoryStoreConcurrency, ConcurrentInsertsNeverPassMaxKeys) {
     ASSERT_LE(count.slots, kMaxKeys);
     ASSERT_GE(count.slots, count.held);
     most_held = std::max(most_held, count.held);
+    if (most_held > kMaxKeys / 2) seen_half_full.store(true);
     samples.fetch_add(1);
   }
   for (std::thread& t : threads) t.join();
