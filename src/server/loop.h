@@ -222,7 +222,12 @@ struct Worker {
   // Declared before `ioc`, so destroyed after it: coroutines still parked in
   // the loop at shutdown unregister their deadlines as `ioc` destroys them.
   std::list<Deadline*> deadlines;
-  net::io_context ioc{1};
+  // One thread runs the loop, and only it works on the loop's sockets,
+  // acceptors and timers (other threads post to it; a connection moved to
+  // another loop goes as its descriptor). So the reactor takes no lock per
+  // read or write (a mutex locked and unlocked on each); the scheduler, which
+  // other threads post to, keeps its own.
+  net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   // The decisions a remote store is asked for in one turn go out together.
   Turn turn{ioc};
   std::unique_ptr<Acceptor> acceptor;
