@@ -11,10 +11,15 @@
 // handshake_timeout, idle_timeout, max_connection_age): sluice accepts the
 // connections itself and hands them to gRPC, which has no cap of its own.
 //
-// Calls use gRPC's callback API. A decision by in-process limits answers
-// before the handler returns; one that waits for a remote store (Redis,
-// Limiter::AcquireAsync answering on the store's thread) finishes the call
-// from that thread, so no gRPC thread ever blocks.
+// Calls come to gRPC completion queues, one per thread (server.threads),
+// each polled by a thread of the server's own. A decision by in-process
+// limits is answered on that thread; one that waits for a remote store
+// (Redis, Limiter::AcquireAsync answering on the store's thread) finishes
+// the call from that thread, so no thread ever blocks. What a queue's thread
+// asks a remote store while its queue has calls ready is one turn
+// (sluice/store/store.h, LoopTurn): those decisions go to Redis together.
+// (The service's callback form, MakeService in rls_service.h, decides the
+// same way; the fuzz target calls it in process.)
 //
 // Thread-safety: Prepare, Swap, Shutdown from any thread; Wait from one.
 //

@@ -1,7 +1,8 @@
 // The rate limit service's handler without gRPC's server around it: the
 // generated service with its one method, ShouldRateLimit, on the rules of a
-// snapshot. RlsServer registers it with gRPC; the fuzz target
-// (fuzz/rls_request.cc) calls it with requests parsed from its input.
+// snapshot. RlsServer answers its calls on completion queues with the same
+// handling; the fuzz target (fuzz/rls_request.cc) calls this form with
+// requests parsed from its input.
 // Includes the gRPC and protobuf headers: only the files that need the
 // service itself include this.
 #ifndef SLUICE_ENVOY_RLS_SERVICE_H_
