@@ -211,7 +211,10 @@ class RedisServer:
         if self.cluster:
             args += ["--cluster-enabled", "yes",
                      "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % self.port),
-                     "--cluster-node-timeout", "1000"]
+                     "--cluster-node-timeout", "1000",
+                     # A replica's first sync starts at once (Redis 7 waits
+                     # 5 s for more replicas to share a diskless transfer).
+                     "--repl-diskless-sync-delay", "0"]
         return args + self.extra_args
 
     def start(self):
