@@ -57,8 +57,8 @@ std::optional<HttpAnswer> AuthNow(Context& ctx, const policy::RequestFacts& fact
   const bool in_process = std::all_of(applying.begin(), applying.end(),
                                       [](const policy::Policy* p) { return p->in_process(); });
   if (!in_process && later == nullptr) return std::nullopt;  // no keys made for nothing
-  std::vector<policy::Applied> local;
-  std::vector<policy::Applied>& applied = later != nullptr ? *later : local;
+  AppliedNow local(ctx.worker);
+  std::vector<policy::Applied>& applied = later != nullptr ? *later : local.list();
   ApplyPolicies(ctx, applying, facts, "", applied);
   policy::Verdict verdict;
   if (!DecideNow(ctx, applied, verdict)) return std::nullopt;

@@ -116,7 +116,8 @@ namespace check_endpoint {
 // having decided nothing, when it is in Redis.
 std::optional<HttpAnswer> SingleNow(Context& ctx,
                                     const std::variant<CheckItem, CheckError>& check) {
-  std::vector<policy::Applied> applied;
+  AppliedNow now(ctx.worker);
+  std::vector<policy::Applied>& applied = now.list();
   Checked one;
   if (!Prepare(ctx, check, applied, one)) return Single(std::move(one));
   policy::Verdict verdict;
