@@ -40,7 +40,7 @@ namespace {
 
 // Whether `raw` is already what NormalizePath makes of it (nearly every
 // path a client sends): a '/' then segments that are neither empty, "." nor
-// "..", with no '%', and perhaps a '/' after the last.
+// "..", with no '%', ';' or '\\', and perhaps a '/' after the last.
 bool IsNormalPath(std::string_view raw) {
   if (raw.empty() || raw.front() != '/') return false;
   size_t start = 1;
@@ -48,7 +48,8 @@ bool IsNormalPath(std::string_view raw) {
     const size_t slash = raw.find('/', start);
     const std::string_view seg =
         raw.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
-    if (seg.empty() || seg == "." || seg == ".." || seg.find('%') != std::string_view::npos) {
+    if (seg.empty() || seg == "." || seg == ".." ||
+        seg.find_first_of("%;\\") != std::string_view::npos) {
       return false;
     }
     if (slash == std::string_view::npos) break;
@@ -71,14 +72,19 @@ std::string NormalizePath(std::string_view raw) {
       i += 2;
       continue;
     }
-    decoded.push_back(raw[i]);
+    // A backslash separates segments, as IIS and ASP.NET read it.
+    decoded.push_back(raw[i] == '\\' ? '/' : raw[i]);
   }
   std::vector<std::string_view> segments;
   std::string_view rest = decoded;
   while (!rest.empty()) {
     const size_t slash = rest.find('/');
-    const std::string_view seg = rest.substr(0, slash);
+    std::string_view seg = rest.substr(0, slash);
     rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    // A segment's parameters (";jsessionid=...") are not part of it, as
+    // Tomcat and Jetty map a path: "/;x/login" and "/x/..;/login" are
+    // their "/login".
+    seg = seg.substr(0, seg.find(';'));
     if (seg.empty() || seg == ".") continue;
     if (seg == "..") {
       if (!segments.empty()) segments.pop_back();

@@ -19,9 +19,14 @@ std::optional<char> PercentByte(std::string_view s, size_t i);
 std::optional<std::string> PercentDecode(std::string_view s);
 
 // The path policies and routes match on, as an origin server would see it:
-// percent-encoded unreserved characters decoded, empty and "." segments
-// dropped, ".." applied. Otherwise "/%6Cogin", "//login" or "/x/../login"
-// would slip past a policy on /login that the upstream then serves.
+// percent-encoded unreserved characters decoded, a backslash read as a
+// slash (IIS), each segment's parameters (";...", Tomcat and Jetty)
+// dropped, empty and "." segments dropped, ".." applied. Otherwise
+// "/%6Cogin", "//login", "/x/../login", "/\\login", "/;x/login" or
+// "/x/..;/login" would slip past a policy on /login that the upstream then
+// serves, and "/login;1", "/login;2" ... would each be a key of their own.
+// Where an origin reads a path more narrowly, a policy counts more of its
+// requests than it must, never fewer.
 std::string NormalizePath(std::string_view raw);
 
 // The path part of a request target, origin form or absolute form

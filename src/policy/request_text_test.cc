@@ -11,7 +11,7 @@ namespace {
 // walk; the walk must agree. "/." before a path sends it down the walk and
 // changes nothing else, so both ways are compared on random paths.
 TEST(NormalizePath, APathAlreadyNormalIsWhatTheFullWalkMakesOfIt) {
-  const std::string alphabet = "//..%6cA-_~z9";
+  const std::string alphabet = "//..%6cA-_~z9;\\";
   std::mt19937 rng(17);
   int normal = 0;
   for (int n = 0; n < 20000; ++n) {
@@ -26,7 +26,8 @@ TEST(NormalizePath, APathAlreadyNormalIsWhatTheFullWalkMakesOfIt) {
   for (const std::string_view path : {"/", "/a", "/a/", "/a/b", "/a.b/..c/...", "/.a/b./"}) {
     EXPECT_EQ(NormalizePath(path), path);
   }
-  for (const std::string_view path : {"//", "/a//", "/a/.", "/a/..", "/%61", "/a/./b", "a"}) {
+  for (const std::string_view path :
+       {"//", "/a//", "/a/.", "/a/..", "/%61", "/a/./b", "a", "/a;b", "/a\\b"}) {
     EXPECT_NE(NormalizePath(path), path) << path;
   }
 }
@@ -42,6 +43,21 @@ TEST(NormalizePath, ResolvesWhatWouldEvadeAPathPolicy) {
   EXPECT_EQ(NormalizePath("/a/b/"), "/a/b/");
   EXPECT_EQ(NormalizePath(""), "/");
   EXPECT_EQ(NormalizePath("/"), "/");
+}
+
+TEST(NormalizePath, ReadsPathsAsServersThatAreLenientWithThemDo) {
+  // A segment's parameters, as Tomcat and Jetty drop them before mapping.
+  EXPECT_EQ(NormalizePath("/;x/login"), "/login");
+  EXPECT_EQ(NormalizePath("/x/..;/login"), "/login");
+  EXPECT_EQ(NormalizePath("/x/.;y/login"), "/x/login");
+  EXPECT_EQ(NormalizePath("/login;jsessionid=1"), "/login");
+  EXPECT_EQ(NormalizePath("/login;1/"), "/login/");
+  EXPECT_EQ(NormalizePath("/a;b;c/d"), "/a/d");
+  // A backslash, as IIS reads it.
+  EXPECT_EQ(NormalizePath("/\\login"), "/login");
+  EXPECT_EQ(NormalizePath("\\login"), "/login");
+  EXPECT_EQ(NormalizePath("/x\\..\\login"), "/login");
+  EXPECT_EQ(NormalizePath("/api\\v1"), "/api/v1");
 }
 
 TEST(NormalizePath, KeepsReservedEscapesEncoded) {

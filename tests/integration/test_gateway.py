@@ -603,6 +603,19 @@ class GatewayTest(SluiceTestCase):
         for path in ("//login", "/./login", "/x/../login"):
             self.assertEqual(self.post(path, body="").status, 429, path)
 
+    def test_path_parameters_and_backslashes_do_not_evade_a_path_policy(self):
+        # Regression (was a bug): Tomcat and Jetty drop a segment's
+        # parameters before mapping a path, and IIS reads a backslash as a
+        # slash, so /;x/login, /x/..;/login, /login;jsessionid=1 and /\login
+        # are /login to such an upstream; each was forwarded with 200 after
+        # /login was denied. Expected: each is denied, and the upstream sees
+        # none of them.
+        self.start(self.LOGIN)
+        self.assertEqual(self.post("/login", body="").status, 200)
+        for path in ("/;x/login", "/x/..;/login", "/login;jsessionid=1", "/\\login"):
+            self.assertEqual(self.post(path, body="").status, 429, path)
+        self.assertEqual(len(self.up.hits()), 1)
+
     # ---- upstream failures ----
 
     def test_upstream_down_is_502_and_counted(self):
