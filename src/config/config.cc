@@ -389,6 +389,9 @@ absl::Status Parser::ReadMatch(const Value& v, MatchConfig& out) const {
         }));
     if (!valid) return Fail(*x, Cat("\"", *host, "\" is not a host name"));
     out.host = internal::AsciiLower(*host);
+    // A fully qualified name ("example.com.") is the name: requests are
+    // matched without the dot too (policy::HostName).
+    if (!bracketed && out.host->size() > 1 && out.host->back() == '.') out.host->pop_back();
   }
   if (const Value* x = f->Find("headers")) {
     absl::StatusOr<std::vector<Value>> items = ReadList(*x, "header names");

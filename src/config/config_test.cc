@@ -365,6 +365,15 @@ TEST(ParseConfig, PolicyDefaults) {
   EXPECT_EQ(p.limits[0].options.burst, 0);  // MakeLimit's default: one period's worth
 }
 
+TEST(ParseConfig, AMatchHostIsKeptAsRequestsAreRead) {
+  // Lower case, and a fully qualified name without its dot, as
+  // policy::HostName reads a request's.
+  const Config config = Load(
+      "policies:\n  - name: p\n    match: {host: API.Example.com.}\n"
+      "    limits: [{algorithm: gcra, rate: 5/s}]\n");
+  EXPECT_EQ(config.policies[0].match->host, "api.example.com");
+}
+
 TEST(ParseConfig, EmptyMatchMapMatchesEverything) {
   const Config config =
       Load("policies:\n  - name: p\n    match: {}\n    limits: [{algorithm: gcra, rate: 5/s}]\n");

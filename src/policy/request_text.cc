@@ -143,7 +143,11 @@ std::string_view HostName(std::string_view authority) {
     const size_t close = authority.find(']');
     return close == std::string_view::npos ? authority : authority.substr(0, close + 1);
   }
-  return authority.substr(0, authority.find(':'));
+  std::string_view host = authority.substr(0, authority.find(':'));
+  // "example.com." is the same name, fully qualified; NGINX and Apache
+  // serve it as "example.com".
+  if (host.size() > 1 && host.back() == '.') host.remove_suffix(1);
+  return host;
 }
 
 std::optional<FlatCheck> ParseFlatCheck(std::string_view body) {

@@ -39,7 +39,10 @@ std::string_view TargetPath(std::string_view target);
 std::optional<std::string_view> TargetAuthority(std::string_view target);
 
 // The host of an authority or Host header value, without port or user
-// information, brackets kept for IPv6 ("[::1]:80" -> "[::1]"). Not lower-cased.
+// information or a name's one trailing dot ("Example.com.:80" ->
+// "Example.com": otherwise "Host: api.example.com." would slip past a policy
+// on api.example.com that the upstream then serves), brackets kept for IPv6
+// ("[::1]:80" -> "[::1]"). Not lower-cased.
 std::string_view HostName(std::string_view authority);
 
 // The common shape of a check, {"policy": "...", "key": "...", "cost": N},

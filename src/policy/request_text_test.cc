@@ -141,6 +141,10 @@ TEST(HostName, DropsPortAndUserInformation) {
   EXPECT_EQ(HostName("[::1]:80"), "[::1]");
   EXPECT_EQ(HostName("user:pw@example.com:80"), "example.com");
   EXPECT_EQ(HostName(""), "");
+  // A fully qualified name is the same name.
+  EXPECT_EQ(HostName("example.com."), "example.com");
+  EXPECT_EQ(HostName("example.com.:80"), "example.com");
+  EXPECT_EQ(HostName("."), ".");
 }
 
 TEST(JsonDepthWithin, CountsOnlyBracketsOutsideStrings) {

@@ -616,6 +616,22 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
+    def test_a_fully_qualified_host_does_not_evade_a_host_policy(self):
+        # Regression (was a bug): "Host: api.example.com." (the same name,
+        # fully qualified, which NGINX and Apache serve as api.example.com)
+        # was forwarded with 200 after api.example.com was denied. Expected:
+        # denied, with the port or without.
+        self.start("""\
+  - name: api
+    match: {host: api.example.com}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+        self.assertEqual(self.get("/x", headers={"Host": "api.example.com"}).status, 200)
+        for host in ("api.example.com.", "API.example.com.:80"):
+            self.assertEqual(self.get("/x", headers={"Host": host}).status, 429, host)
+        self.assertEqual(self.up.count("/x"), 1)
+
     # ---- upstream failures ----
 
     def test_upstream_down_is_502_and_counted(self):
