@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "base/cat.h"
+#include "policy/request_text.h"
 
 namespace sluice::policy {
 namespace {
@@ -232,7 +233,18 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
                                                                    Metrics& metrics) {
   auto set = std::make_shared<PolicySet>();
   set->config_ = config;
-  for (const PolicyConfig& pc : config.policies) {
+  // A match's paths are compared with requests' normalized paths, so they
+  // are read the same way ("/%6Cogin" is "/login"; "/a;b" would otherwise
+  // never match, since no normalized path holds a ';').
+  const auto normalize = [](MatchConfig& match) {
+    if (match.path) match.path = NormalizePath(*match.path);
+    if (match.path_prefix) match.path_prefix = NormalizePath(*match.path_prefix);
+  };
+  for (PolicyConfig& pc : set->config_.policies) {
+    if (pc.match) normalize(*pc.match);
+  }
+  for (RouteConfig& route : set->config_.routes) normalize(route.match);
+  for (const PolicyConfig& pc : set->config_.policies) {
     std::shared_ptr<Limiter> limiter;
     const Policy* before = previous != nullptr ? previous->Find(pc.name) : nullptr;
     if (before != nullptr && before->config_.limits == pc.limits &&

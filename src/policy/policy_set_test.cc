@@ -165,6 +165,39 @@ TEST(Matches, ChecksEveryGivenField) {
 
 absl::StatusOr<Config> Parse(const std::string& yaml) { return ParseConfig(yaml, "test.yaml"); }
 
+TEST(PolicySet, ReadsAMatchsPathsAsRequestsAreRead) {
+  // Requests are matched on their normalized paths, so the paths a config
+  // gives are normalized too: written unusually, they still match.
+  absl::StatusOr<Config> config = Parse(R"(
+routes:
+  - name: api
+    match: {path_prefix: "/api;v=2/"}
+    upstream: http://127.0.0.1:3000
+policies:
+  - name: login
+    match: {path: /%6Cogin}
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: files
+    match: {path_prefix: "//files/./x/../"}
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  ASSERT_TRUE(config.ok()) << config.status();
+  MemoryStore store;
+  ManualClock clock(kStart);
+  Metrics metrics;
+  auto set = *PolicySet::Create(*config, store, nullptr, clock, nullptr, metrics);
+  FakeRequest r;
+  r.path = "/login";
+  ASSERT_EQ(set->Matching(r.Facts()).size(), 1u);
+  EXPECT_EQ(set->Matching(r.Facts())[0]->name(), "login");
+  r.path = "/files/a";
+  ASSERT_EQ(set->Matching(r.Facts()).size(), 1u);
+  EXPECT_EQ(set->Matching(r.Facts())[0]->name(), "files");
+  r.path = "/api/users";
+  ASSERT_NE(set->RouteFor(r.Facts()), nullptr);
+  EXPECT_EQ(set->RouteFor(r.Facts())->name, "api");
+}
+
 TEST(PolicySet, BuildsKeysFromParts) {
   absl::StatusOr<Config> config = Parse(R"(
 policies:
