@@ -1,6 +1,7 @@
 #include "policy/policy_set.h"
 
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -165,10 +166,32 @@ TEST(Matches, ChecksEveryGivenField) {
 
 absl::StatusOr<Config> Parse(const std::string& yaml) { return ParseConfig(yaml, "test.yaml"); }
 
+// A policy set made from a config's text, with the store, clock and
+// metrics it uses (they outlive it).
+struct Built {
+  MemoryStore store;
+  ManualClock clock{kStart};
+  Metrics metrics;
+  std::shared_ptr<const PolicySet> set;
+};
+
+std::unique_ptr<Built> Build(const std::string& yaml) {
+  absl::StatusOr<Config> config = Parse(yaml);
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return nullptr;
+  auto built = std::make_unique<Built>();
+  absl::StatusOr<std::shared_ptr<const PolicySet>> set =
+      PolicySet::Create(*config, built->store, nullptr, built->clock, nullptr, built->metrics);
+  EXPECT_TRUE(set.ok()) << set.status();
+  if (!set.ok()) return nullptr;
+  built->set = *std::move(set);
+  return built;
+}
+
 TEST(PolicySet, ReadsAMatchsPathsAsRequestsAreRead) {
   // Requests are matched on their normalized paths, so the paths a config
   // gives are normalized too: written unusually, they still match.
-  absl::StatusOr<Config> config = Parse(R"(
+  const std::unique_ptr<Built> built = Build(R"(
 routes:
   - name: api
     match: {path_prefix: "/api;v=2/"}
@@ -181,11 +204,8 @@ policies:
     match: {path_prefix: "//files/./x/../"}
     limits: [{algorithm: gcra, rate: 1/s}]
 )");
-  ASSERT_TRUE(config.ok()) << config.status();
-  MemoryStore store;
-  ManualClock clock(kStart);
-  Metrics metrics;
-  auto set = *PolicySet::Create(*config, store, nullptr, clock, nullptr, metrics);
+  ASSERT_NE(built, nullptr);
+  const PolicySet* set = built->set.get();
   FakeRequest r;
   r.path = "/login";
   ASSERT_EQ(set->Matching(r.Facts()).size(), 1u);
@@ -199,7 +219,7 @@ policies:
 }
 
 TEST(PolicySet, BuildsKeysFromParts) {
-  absl::StatusOr<Config> config = Parse(R"(
+  const std::unique_ptr<Built> built = Build(R"(
 policies:
   - name: p
     key: [client_ip, "header:X-Api-Key", path, route]
@@ -216,11 +236,8 @@ policies:
     on_missing_key: client_ip
     limits: [{algorithm: gcra, rate: 1/s}]
 )");
-  ASSERT_TRUE(config.ok()) << config.status();
-  MemoryStore store;
-  ManualClock clock(kStart);
-  Metrics metrics;
-  auto set = *PolicySet::Create(*config, store, nullptr, clock, nullptr, metrics);
+  ASSERT_NE(built, nullptr);
+  const PolicySet* set = built->set.get();
   FakeRequest r;
   r.path = "/a|b";
   r.headers["x-api-key"] = "key\\1";
