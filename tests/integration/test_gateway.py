@@ -632,6 +632,25 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(self.get("/x", headers={"Host": host}).status, 429, host)
         self.assertEqual(self.up.count("/x"), 1)
 
+    def test_an_http_1_0_request_without_host_goes_upstream_with_the_upstreams_host(self):
+        # Regression (was a bug): an HTTP/1.0 request may come without Host,
+        # and went upstream as HTTP/1.1 without one, which an upstream must
+        # answer 400 (RFC 9112 section 3.2). Expected: the upstream's own
+        # host and port as Host (NGINX's default); a Host sent is kept.
+        self.start("""\
+  - name: app
+    match: {path_prefix: /}
+    limits:
+      - {algorithm: token_bucket, rate: 100/s}
+""")
+        authority = self.up.url.split("://", 1)[1].rstrip("/")
+        for head, host in ((b"GET /old HTTP/1.0\r\n\r\n", authority),
+                           (b"GET /old HTTP/1.0\r\nHost: given.example\r\n\r\n", "given.example")):
+            r = parse_raw_response(raw_exchange(self.sluice.port, head))
+            self.assertEqual(r.status, 200, (head, r))
+            self.assertEqual(r.json()["headers"].get("Host"), host, head)
+        self.assertEqual(self.up.count("/old"), 2)
+
     # ---- upstream failures ----
 
     def test_upstream_down_is_502_and_counted(self):
