@@ -147,10 +147,11 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
     req.target(origin.empty() || origin.front() != '/' ? Cat("/", origin) : origin);
     req.Set("Host", host);
-  } else if (!req.Find(http::field::host)) {
-    // An HTTP/1.0 request may come without Host; the HTTP/1.1 request it
-    // goes upstream as needs one (RFC 9112 section 3.2), and an upstream
-    // answers 400 without it. The upstream's own, as NGINX sends.
+  } else if (req.version() < 11 && !req.Find(http::field::host)) {
+    // An HTTP/1.0 request may come without Host (an HTTP/1.1 one without
+    // it was refused); the HTTP/1.1 request it goes upstream as needs one
+    // (RFC 9112 section 3.2), and an upstream answers 400 without it. The
+    // upstream's own, as NGINX sends.
     const HostPort& up = route->upstream;
     const bool literal6 = up.host.find(':') != std::string::npos;
     req.Set("Host", Cat(literal6 ? "[" : "", up.host, literal6 ? "]" : "",
