@@ -37,6 +37,11 @@ struct HostPort {
 // "127.0.0.1:8080", "[::1]:8080", "localhost:80". Port 0 asks the OS for one.
 absl::StatusOr<HostPort> ParseHostPort(std::string_view text);
 
+// The text ParseHostPort reads: "127.0.0.1:8080", "[::1]:8080"; without
+// ":port" where the port is `default_port` ("localhost" for port 80 and a
+// default of 80, as in a Host field).
+std::string HostPortText(const HostPort& address, uint16_t default_port = 0);
+
 // An IPv4 or IPv6 network, "10.0.0.0/8", "::1/128"; a bare address is /32 or /128.
 struct Cidr {
   std::array<uint8_t, 16> address{};  // IPv4 as IPv4-mapped IPv6 (::ffff:a.b.c.d)

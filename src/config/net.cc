@@ -63,6 +63,15 @@ std::optional<int64_t> ParseDecimal(std::string_view text, int64_t max) {
 
 }  // namespace
 
+std::string HostPortText(const HostPort& address, uint16_t default_port) {
+  const bool literal6 = address.host.find(':') != std::string::npos;
+  std::string text = literal6 ? Cat("[", address.host, "]") : address.host;
+  if (address.port != default_port || default_port == 0) {
+    text += Cat(":", address.port);
+  }
+  return text;
+}
+
 absl::StatusOr<HostPort> ParseHostPort(std::string_view text) {
   std::string_view host;
   std::string_view port_text;

@@ -63,6 +63,18 @@ TEST(ParseHostPort, RejectsMalformedHosts) {
   EXPECT_THAT(NetErrorOf("exa mple.com:80"), HasSubstr("is not a host name or IP address"));
 }
 
+TEST(HostPortText, WritesWhatParseHostPortReads) {
+  for (const std::string_view text : {"127.0.0.1:8080", "[::1]:8080", "localhost:80", "[::]:0"}) {
+    const absl::StatusOr<HostPort> parsed = ParseHostPort(text);
+    ASSERT_TRUE(parsed.ok()) << text;
+    EXPECT_EQ(HostPortText(*parsed), text);
+  }
+  // A Host field's form: the port left out where it is the default.
+  EXPECT_EQ(HostPortText({"app.internal", 80}, 80), "app.internal");
+  EXPECT_EQ(HostPortText({"::1", 80}, 80), "[::1]");
+  EXPECT_EQ(HostPortText({"::1", 3000}, 80), "[::1]:3000");
+}
+
 TEST(ParseIp, MapsIpv4IntoIpv6) {
   const std::array<uint8_t, 16> expected = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3};
   EXPECT_EQ(Ip("10.1.2.3"), expected);

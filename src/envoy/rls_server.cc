@@ -527,8 +527,8 @@ class RlsServerImpl final : public RlsServer {
     gate_->Start([server = server_.get()](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
     port_ = gate_->port();
     spdlog::info(
-        "event=start listener=grpc listen={}:{} domains={} quota_domains={} max_connections={}",
-        grpc.listen.host, port_, config.envoy ? config.envoy->domains.size() : 0,
+        "event=start listener=grpc listen={} domains={} quota_domains={} max_connections={}",
+        HostPortText({grpc.listen.host, port_}), config.envoy ? config.envoy->domains.size() : 0,
         config.rlqs ? config.rlqs->domains.size() : 0, grpc.max_connections);
     if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
                         static_cast<uint64_t>(grpc.max_connections) >= limit.rlim_cur) {

@@ -100,8 +100,7 @@ nlohmann::json ConfigJson(const PolicySet& set) {
   }
   nlohmann::json routes = nlohmann::json::array();
   for (const RouteConfig& r : set.config().routes) {
-    routes.push_back(
-        {{"name", r.name}, {"upstream", Cat("http://", r.upstream.host, ":", r.upstream.port)}});
+    routes.push_back({{"name", r.name}, {"upstream", Cat("http://", HostPortText(r.upstream))}});
   }
   return {{"source", set.config().source}, {"policies", policies}, {"routes", routes}};
 }

@@ -38,13 +38,13 @@ HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
       .Get("sluice_upstream_errors_total",
            {{"route", route.name}, {"kind", timeout ? "timeout" : std::string(kind)}})
       ->Add();
-  spdlog::warn("event=upstream_error route={} upstream={}:{} kind={} error=\"{}\"", route.name,
-               route.upstream.host, route.upstream.port, timeout ? "timeout" : kind, ec.message());
+  spdlog::warn("event=upstream_error route={} upstream={} kind={} error=\"{}\"", route.name,
+               HostPortText(route.upstream), timeout ? "timeout" : kind, ec.message());
   const int status = timeout ? 504 : 502;
   return HttpAnswer::Problem(
       status, timeout ? "upstream timeout" : "bad gateway",
-      Cat("route \"", route.name, "\": upstream ", route.upstream.host, ":", route.upstream.port,
-          " ", timeout ? "did not answer in time" : Cat("failed: ", ec.message())));
+      Cat("route \"", route.name, "\": upstream ", HostPortText(route.upstream), " ",
+          timeout ? "did not answer in time" : Cat("failed: ", ec.message())));
 }
 
 // Gives back what a verdict holds of concurrency limits when it goes.
@@ -152,10 +152,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     // it was refused); the HTTP/1.1 request it goes upstream as needs one
     // (RFC 9112 section 3.2), and an upstream answers 400 without it. The
     // upstream's own, as NGINX sends.
-    const HostPort& up = route->upstream;
-    const bool literal6 = up.host.find(':') != std::string::npos;
-    req.Set("Host", Cat(literal6 ? "[" : "", up.host, literal6 ? "]" : "",
-                        up.port == 80 ? "" : Cat(":", up.port)));
+    req.Set("Host", HostPortText(route->upstream, 80));
   }
   // Forwarded: `reply` is set to the upstream's answer, or to the 502 or
   // 504 of a failed exchange. (Here, not in a coroutine of its own: a frame

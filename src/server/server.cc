@@ -202,17 +202,17 @@ class ServerImpl final : public Server {
     const DecisionConfig& dc = state_->config.server.decision;
     std::string decision = "off";
     if (dc.listen) {
-      decision = Cat(dc.listen->host, ":", decision_port_);
+      decision = HostPortText({dc.listen->host, decision_port_});
     } else if (state_->config.routes.empty() || dc.on_gateway_listener) {
       decision = "listen";
     }
     spdlog::info(
-        "event=start listen={}:{} admin={}:{} threads={} policies={} routes={} "
+        "event=start listen={} admin={} threads={} policies={} routes={} "
         "decision={} decision_tokens={} open_files={} cpus={}",
-        state_->config.server.listen.host, port_, state_->config.server.admin.host, admin_port_,
-        workers_.size(), state_->config.policies.size(), state_->config.routes.size(), decision,
-        dc.tokens.size(), open_files_,
-        loop_cpus_.empty() ? std::string("any") : absl::StrJoin(loop_cpus_, ","));
+        HostPortText({state_->config.server.listen.host, port_}),
+        HostPortText({state_->config.server.admin.host, admin_port_}), workers_.size(),
+        state_->config.policies.size(), state_->config.routes.size(), decision, dc.tokens.size(),
+        open_files_, loop_cpus_.empty() ? std::string("any") : absl::StrJoin(loop_cpus_, ","));
     LogWarnings(state_->config);
     if (decision == "off") {
       spdlog::warn(
@@ -221,12 +221,13 @@ class ServerImpl final : public Server {
     }
     // Ready once the first loop runs: every listener is bound, and the
     // other loops are started just below.
-    net::post(workers_[0]->ioc,
-              [this, status = Cat("serving: ", state_->config.policies.size(), " policies, listen ",
-                                  state_->config.server.listen.host, ":", port_, ", admin ",
-                                  state_->config.server.admin.host, ":", admin_port_)] {
-                Tell(Lifecycle::kReady, status);
-              });
+    net::post(
+        workers_[0]->ioc,
+        [this, status = Cat("serving: ", state_->config.policies.size(), " policies, listen ",
+                            HostPortText({state_->config.server.listen.host, port_}), ", admin ",
+                            HostPortText({state_->config.server.admin.host, admin_port_}))] {
+          Tell(Lifecycle::kReady, status);
+        });
     // Each loop on its CPU (server.cpu_affinity), so that the connections
     // its socket is handed, made from that CPU, are answered there.
     auto run = [this](size_t i) {
