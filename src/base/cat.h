@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <concepts>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -57,6 +58,13 @@ std::string Cat(const Args&... args) {
 template <typename... Args>
 void Append(std::string& out, const Args&... args) {
   (AppendPiece(out, args), ...);
+}
+
+// "host:port", an IPv6 literal in brackets ("[::1]:8080"), as an address
+// is written to be read back.
+inline std::string HostAndPort(std::string_view host, uint16_t port) {
+  return host.find(':') != std::string_view::npos ? Cat("[", host, "]:", port)
+                                                  : Cat(host, ":", port);
 }
 
 }  // namespace sluice::internal

@@ -64,12 +64,10 @@ std::optional<int64_t> ParseDecimal(std::string_view text, int64_t max) {
 }  // namespace
 
 std::string HostPortText(const HostPort& address, uint16_t default_port) {
-  const bool literal6 = address.host.find(':') != std::string::npos;
-  std::string text = literal6 ? Cat("[", address.host, "]") : address.host;
-  if (address.port != default_port || default_port == 0) {
-    text += Cat(":", address.port);
+  if (default_port == 0 || address.port != default_port) {
+    return internal::HostAndPort(address.host, address.port);
   }
-  return text;
+  return address.host.find(':') != std::string::npos ? Cat("[", address.host, "]") : address.host;
 }
 
 absl::StatusOr<HostPort> ParseHostPort(std::string_view text) {

@@ -27,9 +27,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 void ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
 
-std::string Endpoint::ToString() const {
-  return host.find(':') != std::string::npos ? Cat("[", host, "]:", port) : Cat(host, ":", port);
-}
+std::string Endpoint::ToString() const { return internal::HostAndPort(host, port); }
 
 std::string Command(const std::vector<std::string_view>& args) {
   std::string out;
