@@ -6,10 +6,9 @@
 // gateway: target path, normalization, request facts (the host of an absolute-form target or of
 // Host, without port, lower case; header lookup), route, matching policies,
 // their keys (client_ip through X-Forwarded-For or Forwarded), decisions,
-// and the request sent upstream (ToUpstream: no hop-by-hop field left, the
-// body framed by its length). Each request is decided from a trusted
-// proxy (under both real_ip_header variants of the config) and from an
-// untrusted peer.
+// and the request sent upstream (TargetForUpstream and ToUpstream: one
+// Host, no hop-by-hop field left, the body framed by its length). Each request is decided from a
+// trusted proxy (under both real_ip_header variants of the config) and from an untrusted peer.
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
@@ -73,8 +72,8 @@ void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
   sluice::fuzz::DecideRequest(set, applying, facts, "");
 }
 
-// server.cc's Gateway, up to forwarding: an absolute-form target is sent
-// upstream in origin form with its host as Host.
+// gateway.cc's Gateway, up to forwarding: the target and Host the upstream
+// gets (TargetForUpstream), then what ToUpstream makes of the request.
 void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip) {
   std::string path_storage, host;
   const std::string method(req.method_string());
@@ -83,14 +82,7 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
   if (route == nullptr) return;  // 404
   sluice::fuzz::DecideRequest(set, set.Matching(facts), facts, route->name);
   Request upstream = req;
-  if (const std::optional<std::string_view> authority =
-          sluice::policy::TargetAuthority(req.target())) {
-    const std::string_view target = req.target();
-    const std::string authority_host(*authority);
-    const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
-    upstream.target(origin.empty() || origin.front() != '/' ? "/" + origin : origin);
-    upstream.Set("Host", authority_host);
-  }
+  sluice::server::TargetForUpstream(upstream, route->upstream);
   // Then Forward: what goes to the upstream (a throw here is a crash).
   sluice::server::ToUpstream(upstream, peer_ip, "");
   // What the upstream reads, read by Beast's own request parser.
@@ -106,12 +98,15 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
   if (ec || !sent.is_done() || used != bytes.size()) {
     __builtin_trap();  // the upstream could not read it, or would read more than one request
   }
+  int hosts = 0;
   for (const auto& f : sent.get()) {
     if (sluice::server::IsHopByHop(f.name()) || f.name() == http::field::expect ||
         beast::iequals(f.name_string(), "Sluice-Shadow-Denied")) {
       __builtin_trap();  // a field that must not reach the upstream
     }
+    if (f.name() == http::field::host) ++hosts;
   }
+  if (hosts != 1) __builtin_trap();  // an HTTP/1.1 request has one Host (RFC 9112 section 3.2)
   if (sent.get().body() != upstream.body()) {
     __builtin_trap();  // the upstream would read another body than the client sent
   }

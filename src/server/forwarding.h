@@ -23,6 +23,7 @@
 #include "base/cat.h"
 #include "server/http_request.h"
 #include "server/parsed_fields.h"
+#include "sluice/config.h"
 
 namespace sluice::server {
 
@@ -134,6 +135,24 @@ Framing DropHopByHop(ParsedFields& message, AlsoDrop also_drop) {
 
 inline Framing DropHopByHop(ParsedFields& message) {
   return DropHopByHop(message, [](const ParsedFields::Field&) { return false; });
+}
+
+// The target and Host `req` goes to `upstream` with. An absolute-form
+// target goes in origin form, with its host as Host, so that the upstream
+// serves what the policies were decided on. An HTTP/1.0 request may come
+// without Host (an HTTP/1.1 one without it was refused, Malformed); the
+// HTTP/1.1 request it goes as needs one (RFC 9112 section 3.2), and an
+// upstream answers 400 without it: the upstream's own, as NGINX sends.
+inline void TargetForUpstream(HttpRequest& req, const HostPort& upstream) {
+  if (const std::optional<std::string_view> authority = TargetAuthority(req.target())) {
+    const std::string_view target = req.target();
+    const std::string host(*authority);
+    const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
+    req.target(origin.empty() || origin.front() != '/' ? internal::Cat("/", origin) : origin);
+    req.Set("Host", host);
+  } else if (req.version() < 11 && !req.Find(boost::beast::http::field::host)) {
+    req.Set("Host", HostPortText(upstream, 80));
+  }
 }
 
 // `req` as it goes to the upstream: HTTP/1.1 on a kept-alive connection,

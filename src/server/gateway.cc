@@ -139,21 +139,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     if (!marker.empty()) marker += ", ";
     marker += Cat("\"", name, "\"");
   }
-  if (const std::optional<std::string_view> authority = TargetAuthority(req.target())) {
-    // Absolute form: the upstream gets the origin form and the target's
-    // host as Host, so that it serves what the policies were decided on.
-    const std::string_view target = req.target();
-    const std::string host(*authority);
-    const std::string origin(target.substr(authority->data() + authority->size() - target.data()));
-    req.target(origin.empty() || origin.front() != '/' ? Cat("/", origin) : origin);
-    req.Set("Host", host);
-  } else if (req.version() < 11 && !req.Find(http::field::host)) {
-    // An HTTP/1.0 request may come without Host (an HTTP/1.1 one without
-    // it was refused); the HTTP/1.1 request it goes upstream as needs one
-    // (RFC 9112 section 3.2), and an upstream answers 400 without it. The
-    // upstream's own, as NGINX sends.
-    req.Set("Host", HostPortText(route->upstream, 80));
-  }
+  TargetForUpstream(req, route->upstream);
   // Forwarded: `reply` is set to the upstream's answer, or to the 502 or
   // 504 of a failed exchange. (Here, not in a coroutine of its own: a frame
   // nested deeper is a malloc and a free per request.)
