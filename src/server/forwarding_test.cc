@@ -190,6 +190,22 @@ TEST(ForwardingTest, AChunkedBodyGoesUpstreamWithItsLength) {
   EXPECT_EQ(sent.body(), "hello");
 }
 
+// A chunked body's trailer fields go nowhere (RFC 9110 section 6.5.2: not
+// merged into the header section). Merged, a second X-Api-Key there reached
+// an upstream that reads a field's last value, after the first was limited.
+TEST(ForwardingTest, AChunkedBodysTrailerFieldsAreDropped) {
+  HttpRequest req = ParseRequest(
+      "POST /a HTTP/1.1\r\nHost: h\r\nX-Api-Key: limited\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n0\r\nX-Api-Key: other\r\nX-Trailer-Only: t\r\n\r\n");
+  EXPECT_EQ(req.Find("X-Trailer-Only"), std::nullopt);
+  ToUpstream(req, "10.0.0.9", "");
+  const BeastRequest sent = Sent(req);
+  EXPECT_EQ(sent.count("X-Api-Key"), 1u);
+  EXPECT_EQ(View(sent["X-Api-Key"]), "limited");
+  EXPECT_EQ(sent.count("X-Trailer-Only"), 0u);
+  EXPECT_EQ(sent.body(), "hello");
+}
+
 // What a client reads of `raw`, an upstream's answer, relayed: read by
 // AnswerParser, made ready by ForClient, written by AppendHead (the
 // session's own keep-alive `keep_alive` too), read back by Beast.
@@ -427,7 +443,8 @@ TEST(HttpRequestTest, MalformedCountsHostsAndCodingsInOneWalk) {
 
 // A request reads as Beast's message of it reads: its line, its body, its
 // fields in the order they came with their names as they came, and
-// whether its connection persists.
+// whether its connection persists; but for a chunked body's trailer
+// fields, which Beast adds to the header's and sluice drops.
 TEST(HttpRequestTest, ARequestReadsAsBeastsMessageOfIt) {
   for (const std::string raw : {
            "GET /a?b=c HTTP/1.1\r\nHost: h\r\nx-KEY: k1\r\nX-Key: k2\r\n\r\n",
@@ -449,6 +466,7 @@ TEST(HttpRequestTest, ARequestReadsAsBeastsMessageOfIt) {
     EXPECT_EQ(ours.keep_alive(), beast.keep_alive()) << raw;
     std::vector<std::pair<std::string, std::string>> want, got;
     for (const auto& f : beast) {
+      if (f.name_string() == "Trailer-Field") continue;
       want.emplace_back(View(f.name_string()), View(f.value()));
     }
     for (const HttpRequest::Field& f : ours.fields) {

@@ -157,6 +157,14 @@ class WholeMessageParser : public boost::beast::http::basic_parser<kIsRequest> {
 
   void on_field_impl(boost::beast::http::field name, string_view name_string, string_view value,
                      error_code&) final {
+    // A chunked body's trailer fields are dropped (Beast would add them to
+    // the header's): the message goes on with one Content-Length and no
+    // trailer, and RFC 9110 section 6.5.2 forbids merging a trailer field
+    // into the header section unless its definition allows it. Merged, a
+    // client's trailer could carry a second key header (X-Api-Key) that an
+    // upstream reading the last value took, after the first had been
+    // limited. (Beast still refuses one of the framing fields there.)
+    if (this->is_header_done()) return;
     self().Fields().Add(name, name_string, value);
   }
   void on_header_impl(error_code&) final {}

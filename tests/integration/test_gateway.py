@@ -651,6 +651,29 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(r.json()["headers"].get("Host"), host, head)
         self.assertEqual(self.up.count("/old"), 2)
 
+    def test_a_chunked_bodys_trailer_fields_do_not_reach_the_upstream(self):
+        # Regression (was a bug): a chunked body's trailer fields were added to
+        # the forwarded header, so a second X-Api-Key sent there reached an
+        # upstream that reads a field's last value (PHP does), while the first
+        # was the one limited: a fresh key each time, the real one behind it.
+        # Expected: trailer fields dropped (RFC 9110 section 6.5.2).
+        self.start("""\
+  - name: api
+    match: {path_prefix: /}
+    key: ["header:X-Api-Key"]
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+        raw = (b"POST /api HTTP/1.1\r\nHost: x\r\nX-Api-Key: fresh-1\r\n"
+               b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+               b"3\r\nabc\r\n0\r\nX-Api-Key: real\r\nX-Trailer-Only: t\r\n\r\n")
+        r = parse_raw_response(raw_exchange(self.sluice.port, raw))
+        self.assertEqual(r.status, 200, r)
+        hit = self.up.hits("/api")[0]
+        self.assertEqual(hit["headers"].get("X-Api-Key"), "fresh-1")
+        self.assertNotIn("X-Trailer-Only", hit["headers"])
+        self.assertEqual(hit["body"], "abc")
+
     # ---- upstream failures ----
 
     def test_upstream_down_is_502_and_counted(self):
