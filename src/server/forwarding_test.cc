@@ -233,6 +233,20 @@ Response Relayed(const std::string& raw, unsigned version, bool keep_alive, bool
   return back.release();
 }
 
+// A chunked answer's trailer fields do not reach the client either: the
+// answer goes with one Content-Length and its header as the upstream sent it.
+TEST(ForwardingTest, AChunkedAnswersTrailerFieldsAreDropped) {
+  const Response sent = Relayed(
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n"
+      "5\r\nhello\r\n0\r\nX-A: 2\r\nSet-Cookie: s=t\r\n\r\n",
+      11, true, false);
+  EXPECT_EQ(sent.count("X-A"), 1u);
+  EXPECT_EQ(View(sent["X-A"]), "1");
+  EXPECT_EQ(sent.count(http::field::set_cookie), 0u);
+  EXPECT_EQ(View(sent[http::field::content_length]), "5");
+  EXPECT_EQ(sent.body(), "hello");
+}
+
 TEST(ForwardingTest, AnUpstreamAnswerGoesToTheClientAsBeastsOwnCallsWouldMakeIt) {
   struct Case {
     std::string raw;
