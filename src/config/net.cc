@@ -64,10 +64,9 @@ std::optional<int64_t> ParseDecimal(std::string_view text, int64_t max) {
 }  // namespace
 
 std::string HostPortText(const HostPort& address, uint16_t default_port) {
-  if (default_port == 0 || address.port != default_port) {
-    return internal::HostAndPort(address.host, address.port);
-  }
-  return address.host.find(':') != std::string::npos ? Cat("[", address.host, "]") : address.host;
+  std::string text = internal::HostAndPort(address.host, address.port);
+  if (default_port != 0 && address.port == default_port) text.resize(text.rfind(':'));
+  return text;
 }
 
 absl::StatusOr<HostPort> ParseHostPort(std::string_view text) {

@@ -199,6 +199,9 @@ class ServerImpl final : public Server {
     source_.Subscribe([this](const Config& next) { return Apply(next); });
     source_.OnLifecycle([this](Lifecycle what, std::string_view status) { Tell(what, status); });
     source_.Start(state_->metrics);
+    // The addresses bound (a port 0 in the config is the one the OS gave).
+    const std::string listen_at = HostPortText({state_->config.server.listen.host, port_});
+    const std::string admin_at = HostPortText({state_->config.server.admin.host, admin_port_});
     const DecisionConfig& dc = state_->config.server.decision;
     std::string decision = "off";
     if (dc.listen) {
@@ -209,10 +212,9 @@ class ServerImpl final : public Server {
     spdlog::info(
         "event=start listen={} admin={} threads={} policies={} routes={} "
         "decision={} decision_tokens={} open_files={} cpus={}",
-        HostPortText({state_->config.server.listen.host, port_}),
-        HostPortText({state_->config.server.admin.host, admin_port_}), workers_.size(),
-        state_->config.policies.size(), state_->config.routes.size(), decision, dc.tokens.size(),
-        open_files_, loop_cpus_.empty() ? std::string("any") : absl::StrJoin(loop_cpus_, ","));
+        listen_at, admin_at, workers_.size(), state_->config.policies.size(),
+        state_->config.routes.size(), decision, dc.tokens.size(), open_files_,
+        loop_cpus_.empty() ? std::string("any") : absl::StrJoin(loop_cpus_, ","));
     LogWarnings(state_->config);
     if (decision == "off") {
       spdlog::warn(
@@ -224,10 +226,7 @@ class ServerImpl final : public Server {
     net::post(
         workers_[0]->ioc,
         [this, status = Cat("serving: ", state_->config.policies.size(), " policies, listen ",
-                            HostPortText({state_->config.server.listen.host, port_}), ", admin ",
-                            HostPortText({state_->config.server.admin.host, admin_port_}))] {
-          Tell(Lifecycle::kReady, status);
-        });
+                            listen_at, ", admin ", admin_at)] { Tell(Lifecycle::kReady, status); });
     // Each loop on its CPU (server.cpu_affinity), so that the connections
     // its socket is handed, made from that CPU, are answered there.
     auto run = [this](size_t i) {
