@@ -178,6 +178,10 @@ class Limiter {
                       int64_t actual);
   // Whether some limit is a concurrency limit (what Release gives back).
   bool holds() const { return holds_; }
+  // Whether some concurrency limit holds its slots in the remote store.
+  bool holds_remotely() const { return !remote_held_.empty(); }
+  // Whether some concurrency limit holds its slots in this process.
+  bool holds_here() const { return holds_here_; }
 
   // True when every limit is in this process: the *Async forms then answer
   // before they return.
@@ -212,6 +216,7 @@ class Limiter {
   std::vector<LimitTable*> remote_tables_;  // the same, as DecideBatch wants them
   std::vector<LimitTable*> remote_held_;    // the remote concurrency limits' tables
   bool holds_ = false;
+  bool holds_here_ = false;
   std::optional<size_t> local_shape_;
   OnStoreError on_store_error_ = OnStoreError::kAllow;
   LongKeys long_keys_ = LongKeys::kHash;

@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(Store& store, LimiterOp
       fallback = *std::move(local);
     }
     limiter->holds_ = limiter->holds_ || IsConcurrency(*config);
+    limiter->holds_here_ = limiter->holds_here_ || (IsConcurrency(*config) && !where.remote());
     limiter->configs_.push_back(*std::move(config));
     limiter->tables_.push_back(*std::move(table));
     limiter->fallback_.push_back(std::move(fallback));

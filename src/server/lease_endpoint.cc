@@ -25,11 +25,14 @@ HttpAnswer Problem(int status, std::string_view title, std::string detail) {
   return HttpAnswer::Problem(status, std::string(title), std::move(detail));
 }
 
-// The policy's shortest lease: how long its slots stay held unrenewed.
-Duration LeaseTtlOf(const policy::Policy& p) {
-  Duration ttl = Duration::Infinite();
+// The policy's shortest lease: how long its slots stay held unrenewed;
+// `longest`: until when any of them may be.
+Duration LeaseTtlOf(const policy::Policy& p, bool longest = false) {
+  Duration ttl = longest ? Duration::Zero() : Duration::Infinite();
   for (const LimitConfig& limit : p.limiter().limits()) {
-    if (const auto* c = std::get_if<ConcurrencyConfig>(&limit)) ttl = std::min(ttl, c->lease_ttl());
+    if (const auto* c = std::get_if<ConcurrencyConfig>(&limit)) {
+      ttl = longest ? std::max(ttl, c->lease_ttl()) : std::min(ttl, c->lease_ttl());
+    }
   }
   return ttl;
 }
@@ -60,18 +63,36 @@ LeaseToken TokenOf(LeaseToken::Kind kind, const policy::Applied& applied, const 
           .store_error = d.store_error};
 }
 
+// Whether the slots of a lease of `p` are held in this process: a
+// concurrency limit in it, or a remote one's on_store_error fallback. Such
+// a lease is signed with the process' own secret, so that no other
+// instance gives back slots it does not hold.
+bool HeldHere(const policy::Policy& p, bool store_error) {
+  return p.limiter().holds_here() || store_error;
+}
+
 // `,"lease":{"id":...,"expires_in_ms":...}` for `d`, taken by `applied`.
 std::string LeaseJson(const ServerState& state, const policy::Applied& applied,
                       const PolicyDecision& d) {
   const LeaseToken token = TokenOf(LeaseToken::Kind::kLease, applied, d);
+  const std::string& secret =
+      HeldHere(*applied.policy, d.store_error) ? state.own_lease_secret : state.lease_secret;
   std::string out = ",\"lease\":{\"id\":";
-  policy::AppendJsonString(out, EncodeLeaseToken(token, state.lease_secret));
+  policy::AppendJsonString(out, EncodeLeaseToken(token, secret));
   out += Cat(",\"expires_in_ms\":", LeaseTtlOf(*applied.policy).CeilMillis(), "}");
   return out;
 }
 
+// A lease read and verified: the token, its signature (the text after
+// the '.') and whether the fleet's shared secret signed it.
+struct ReadToken {
+  LeaseToken token;
+  std::string mac;
+  bool shared = false;
+};
+
 // {"lease": "<token>"}: the token, read and verified.
-std::variant<LeaseToken, HttpAnswer> ReadLease(const ServerState& state, std::string_view body) {
+std::variant<ReadToken, HttpAnswer> ReadLease(const ServerState& state, std::string_view body) {
   if (body.size() > kMaxLeaseTokenLength + 64) {
     return Problem(400, "bad request", "the body is longer than a lease");
   }
@@ -89,30 +110,85 @@ std::variant<LeaseToken, HttpAnswer> ReadLease(const ServerState& state, std::st
   if (state.lease_secret.empty()) {
     return Problem(503, "unavailable", "this server has no lease secret");
   }
-  absl::StatusOr<LeaseToken> token =
-      DecodeLeaseToken(lease->get<std::string>(), state.lease_secret);
+  const std::string text = lease->get<std::string>();
+  ReadToken out;
+  absl::StatusOr<LeaseToken> token = DecodeLeaseToken(text, state.own_lease_secret);
+  if (!token.ok() && state.lease_secret != state.own_lease_secret) {
+    token = DecodeLeaseToken(text, state.lease_secret);
+    out.shared = true;
+  }
   if (!token.ok()) return Problem(400, "bad request", std::string(token.status().message()));
   if (token->kind != LeaseToken::Kind::kLease) {
     return Problem(400, "bad request", "not a lease (a reservation settles at /v1/settle)");
   }
-  return *std::move(token);
+  out.token = *std::move(token);
+  out.mac = text.substr(text.find('.') + 1);
+  return out;
 }
 
-// A renew's or release's lease, read and verified, and its policy.
+// A renew's or release's lease, read and verified, its policy, and whether
+// its longest lease_ttl has passed since it was taken (by the server's
+// clock at `now`): its slots are then free, and nothing is given back.
 struct LeaseCall {
   LeaseToken lease;
+  std::string mac;
   const policy::Policy* policy = nullptr;
+  Time ends;
+  bool ended = false;
 };
 
-std::variant<LeaseCall, HttpAnswer> ReadLeaseCall(const Context& ctx, std::string_view body) {
-  std::variant<LeaseToken, HttpAnswer> read = ReadLease(ctx.state, body);
+std::variant<LeaseCall, HttpAnswer> ReadLeaseCall(const Context& ctx, std::string_view body,
+                                                  Time now) {
+  std::variant<ReadToken, HttpAnswer> read = ReadLease(ctx.state, body);
   if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) return std::move(*a);
-  LeaseCall out{.lease = std::get<LeaseToken>(std::move(read))};
+  ReadToken& token = std::get<ReadToken>(read);
+  LeaseCall out{.lease = std::move(token.token), .mac = std::move(token.mac)};
   std::variant<const policy::Policy*, HttpAnswer> leasing =
       LeasingPolicy(*ctx.set, out.lease.policy);
   if (HttpAnswer* a = std::get_if<HttpAnswer>(&leasing)) return std::move(*a);
   out.policy = std::get<const policy::Policy*>(leasing);
+  if (token.shared && HeldHere(*out.policy, out.lease.store_error)) {
+    return Problem(400, "bad request",
+                   "a lease whose slots another instance holds: renew or release it there");
+  }
+  out.ends = out.lease.taken_at + LeaseTtlOf(*out.policy, /*longest=*/true);
+  out.ended = now >= out.ends;
   return out;
+}
+
+// Spends the lease of `call` (a release or a renew), at most once: where
+// its slots are in Redis, for the whole fleet; else in this process, which
+// alone holds them. Slots are counted, not named, so a lease given back
+// twice would give back another request's slot. Nothing when this is its
+// first spending, else the answer.
+Task<std::optional<HttpAnswer>> SpendLease(Context& ctx, const LeaseCall& call, Time now) {
+  bool first = false;
+  if (call.policy->limiter().holds_remotely() && ctx.state.redis != nullptr) {
+    // Remembered a lease_ttl past its end, for the instances' clocks.
+    const Duration ttl = call.ends - now + LeaseTtlOf(*call.policy, /*longest=*/true);
+    const absl::StatusOr<bool> spent = co_await Await<absl::StatusOr<bool>>(
+        ctx.worker, [&](auto done) { ctx.state.redis->SpendOnce(call.mac, ttl, std::move(done)); });
+    if (!spent.ok()) {
+      co_return Problem(
+          503, "unavailable",
+          Cat("the store did not answer: nothing was given back (", spent.status().message(), ")"));
+    }
+    first = *spent;
+  } else {
+    switch (ctx.state.spent_leases.Take(call.mac, call.ends, now)) {
+      case SpentLeases::Spend::kFirst:
+        first = true;
+        break;
+      case SpentLeases::Spend::kAgain:
+        break;
+      case SpentLeases::Spend::kFull:
+        co_return Problem(503, "unavailable",
+                          "too many leases given back lately: nothing was given back, the "
+                          "slots end with their lease");
+    }
+  }
+  if (first) co_return std::nullopt;
+  co_return Problem(409, "lease closed", "this lease was released or renewed already");
 }
 
 Task<HttpAnswer> Acquire(Context& ctx, std::string_view body) {
@@ -154,15 +230,26 @@ Task<HttpAnswer> Acquire(Context& ctx, std::string_view body) {
 }
 
 Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
-  std::variant<LeaseCall, HttpAnswer> read = ReadLeaseCall(ctx, body);
-  if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) co_return std::move(*a);
-  const LeaseToken& lease = std::get<LeaseCall>(read).lease;
-  const policy::Policy& p = *std::get<LeaseCall>(read).policy;
   const Time now = ctx.state.clock->Now();
+  std::variant<LeaseCall, HttpAnswer> read = ReadLeaseCall(ctx, body, now);
+  if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) co_return std::move(*a);
+  const LeaseCall& call = std::get<LeaseCall>(read);
+  const LeaseToken& lease = call.lease;
+  const policy::Policy& p = *call.policy;
+  if (!call.ended) {
+    if (std::optional<HttpAnswer> closed = co_await SpendLease(ctx, call, now)) {
+      co_return std::move(*closed);
+    }
+  }
+  // An ended lease holds nothing: its slots are taken again if they are free.
   const PolicyDecision taken = lease.Taken();
   const absl::StatusOr<PolicyDecision> renewed =
       co_await Await<absl::StatusOr<PolicyDecision>>(ctx.worker, [&](DecisionCallback done) {
-        p.limiter().RenewAsync(lease.key, now, taken, lease.cost, std::move(done));
+        if (call.ended) {
+          p.limiter().AcquireSlotsAsync(lease.key, now, lease.cost, std::move(done));
+        } else {
+          p.limiter().RenewAsync(lease.key, now, taken, lease.cost, std::move(done));
+        }
       });
   if (!renewed.ok()) {
     const bool store =
@@ -182,14 +269,21 @@ Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
 }
 
 Task<HttpAnswer> Release(Context& ctx, std::string_view body) {
-  std::variant<LeaseCall, HttpAnswer> read = ReadLeaseCall(ctx, body);
+  const Time now = ctx.state.clock->Now();
+  std::variant<LeaseCall, HttpAnswer> read = ReadLeaseCall(ctx, body, now);
   if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) co_return std::move(*a);
-  const LeaseToken& lease = std::get<LeaseCall>(read).lease;
-  const policy::Policy& p = *std::get<LeaseCall>(read).policy;
+  const LeaseCall& call = std::get<LeaseCall>(read);
+  const LeaseToken& lease = call.lease;
+  const policy::Policy& p = *call.policy;
+  // An ended lease holds nothing: there is nothing to give back.
+  if (call.ended) co_return HttpAnswer::Json(200, "{\"released\":true}");
+  if (std::optional<HttpAnswer> closed = co_await SpendLease(ctx, call, now)) {
+    co_return std::move(*closed);
+  }
   if (absl::Status s = p.limiter().Release(lease.key, lease.Taken(), lease.cost); !s.ok()) {
     co_return Problem(400, "bad request", std::string(s.message()));
   }
-  p.ObserveHold(ctx.state.clock->Now() - lease.taken_at);
+  p.ObserveHold(now - lease.taken_at);
   co_return HttpAnswer::Json(200, "{\"released\":true}");
 }
 

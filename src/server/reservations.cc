@@ -1,5 +1,7 @@
 #include "server/reservations.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace sluice::server {
@@ -21,6 +23,26 @@ bool Reservations::Take(std::string_view id, Time now) {
   const bool live = it->second > now;
   open_.erase(it);
   return live;
+}
+
+SpentLeases::Spend SpentLeases::Take(std::string_view mac, Time ends, Time now) {
+  uint64_t words[2] = {0, 0};
+  std::memcpy(words, mac.data(), std::min(mac.size(), sizeof(words)));
+  const absl::uint128 id = absl::MakeUint128(words[0], words[1]);
+  std::lock_guard lock(mu_);
+  if (const auto it = spent_.find(id); it != spent_.end()) {
+    if (it->second > now) return Spend::kAgain;
+    spent_.erase(it);  // ended: the server gives nothing back for it any more
+  }
+  // A full table is swept at most every 100 ms: a table full of leases
+  // that have not ended is not walked for every release.
+  if (spent_.size() >= max_ && now - swept_ >= Duration::Millis(100)) {
+    swept_ = now;
+    absl::erase_if(spent_, [now](const auto& entry) { return entry.second <= now; });
+  }
+  if (spent_.size() >= max_) return Spend::kFull;
+  spent_.emplace(id, ends);
+  return Spend::kFirst;
 }
 
 }  // namespace sluice::server

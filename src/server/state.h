@@ -48,6 +48,12 @@ struct ServerState {
   const std::string lease_secret = config.server.decision.lease_secret.empty()
                                        ? RandomLeaseSecret()
                                        : config.server.decision.lease_secret;
+  // Signs the leases whose slots this process holds (a concurrency limit in
+  // it, or a remote one's on_store_error fallback): always this process'
+  // own, so that no other instance can give them back.
+  const std::string own_lease_secret =
+      config.server.decision.lease_secret.empty() ? lease_secret : RandomLeaseSecret();
+  SpentLeases spent_leases;
   // Signs reservation ids: always this process' own (reservations.h).
   const std::string reservation_secret = RandomLeaseSecret();
   Reservations reservations;

@@ -194,6 +194,54 @@ policies:
         self.assertEqual(acquire(a).status, 200)
         self.assertEqual(acquire(b).status, 429)
 
+    def test_a_lease_is_given_back_once_across_the_fleet(self):
+        # Slots are counted, not named: a release sent again, to any
+        # instance, must not give back the slot another request holds.
+        redis = self.start_redis()
+        os.environ["SLUICE_TEST_LEASE_SECRET"] = "a-secret-the-fleet-shares"
+        self.addCleanup(os.environ.pop, "SLUICE_TEST_LEASE_SECRET", None)
+        config = (server_block(decision="{lease_secret_env: SLUICE_TEST_LEASE_SECRET}") +
+                  redis_store_block(url=redis.url, timeout="1s") + """\
+policies:
+  - name: jobs
+    limits:
+      - {algorithm: concurrency, limit: 2, lease_ttl: 30s}
+  - name: here
+    limits:
+      - {algorithm: concurrency, limit: 2, lease_ttl: 30s, scope: local}
+""")
+        a, b = self.start_fleet(config, 2)
+
+        def call(s, path, body):
+            return post_json(s.port, path, body)
+
+        def acquire(s, policy="jobs"):
+            return call(s, "/v1/acquire", {"policy": policy, "key": "k"})
+
+        first, second = acquire(a), acquire(a)
+        self.assertEqual((first.status, second.status), (200, 200))
+        lease = {"lease": first.json()["lease"]["id"]}
+        self.assertEqual(call(b, "/v1/release", lease).status, 200)
+        for s in (a, b):
+            for path in ("/v1/release", "/v1/renew"):
+                r = call(s, path, lease)
+                self.assertEqual(r.status, 409, r)
+                self.assertEqual(r.json()["title"], "lease closed")
+        self.assertEqual(acquire(b).status, 200)
+        self.assertEqual(acquire(a).status, 429)  # the second lease still holds its slot
+        # A renewed lease's old id is spent too.
+        old = {"lease": second.json()["lease"]["id"]}
+        self.assertEqual(call(a, "/v1/renew", old).status, 200)
+        self.assertEqual(call(b, "/v1/release", old).status, 409)
+        self.assertEqual(acquire(b).status, 429)
+        # Slots held in one instance's memory are given back there alone.
+        here = acquire(a, "here")
+        self.assertEqual(here.status, 200)
+        r = call(b, "/v1/release", {"lease": here.json()["lease"]["id"]})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("not a lease or reservation this server gave", r.json()["detail"])
+        self.assertEqual(call(a, "/v1/release", {"lease": here.json()["lease"]["id"]}).status, 200)
+
 
 class LeaseApiTest(SluiceTestCase):
     """POST /v1/acquire, /v1/renew, /v1/release on the decision API."""
@@ -240,6 +288,29 @@ policies:
         self.assertEqual(self.acquire().status, 200)
         self.assertEqual(self.acquire().status, 429)
         self.assertEqual(self.post_json("/v1/release", {"lease": renewed}).status, 200)
+        self.assertEqual(self.acquire().status, 200)
+
+    def test_a_lease_is_given_back_once(self):
+        # Slots are counted, not named: a release sent twice must not give
+        # back the slot another request holds.
+        a, b = self.acquire(), self.acquire()
+        lease = {"lease": a.json()["lease"]["id"]}
+        self.assertEqual(self.post_json("/v1/release", lease).status, 200)
+        for path in ("/v1/release", "/v1/renew", "/v1/release"):
+            r = self.post_json(path, lease)
+            self.assert_problem(r, 409)
+            self.assertEqual(r.json()["title"], "lease closed")
+        self.assertEqual(self.acquire().status, 200)
+        self.assertEqual(self.acquire().status, 429)
+        # A renewed lease's old id is spent: neither renewed nor released again.
+        old = {"lease": b.json()["lease"]["id"]}
+        renewed = self.post_json("/v1/renew", old)
+        self.assertEqual(renewed.status, 200, renewed)
+        for path in ("/v1/renew", "/v1/release"):
+            self.assert_problem(self.post_json(path, old), 409)
+        self.assertEqual(self.acquire().status, 429)
+        new = {"lease": renewed.json()["lease"]["id"]}
+        self.assertEqual(self.post_json("/v1/release", new).status, 200)
         self.assertEqual(self.acquire().status, 200)
 
     def test_a_lease_that_ran_out_and_lost_its_slot_is_not_renewed(self):
