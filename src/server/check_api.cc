@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "base/cat.h"
-#include "nlohmann/json.hpp"
 #include "policy/headers.h"
 #include "policy/request_text.h"
+#include "server/json_body.h"
 
 namespace sluice::server {
 namespace {
@@ -60,7 +60,9 @@ std::variant<CheckBody, CheckError> ReadCheckBody(std::string_view body) {
     return Bad(Cat("the body nests arrays and objects deeper than ", policy::kMaxJsonDepth,
                    " levels; a check is an object, a batch an array of them"));
   }
-  const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  std::optional<std::string> twice;
+  const nlohmann::json json = ParseJsonBody(body, twice);
+  if (twice) return Bad(Cat("the body names \"", *twice, "\" twice in one object"));
   if (json.is_discarded()) return Bad("the body is not valid JSON");
   if (!json.is_array()) {
     out.checks.push_back(ReadCheck(json));

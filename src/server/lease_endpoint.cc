@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "base/cat.h"
-#include "nlohmann/json.hpp"
 #include "policy/headers.h"
 #include "server/check_api.h"
 #include "server/endpoints.h"
+#include "server/json_body.h"
 #include "server/lease_token.h"
 
 namespace sluice::server {
@@ -96,7 +96,9 @@ std::variant<ReadToken, HttpAnswer> ReadLease(const ServerState& state, std::str
   if (body.size() > kMaxLeaseTokenLength + 64) {
     return Problem(400, "bad request", "the body is longer than a lease");
   }
-  const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  std::optional<std::string> twice;
+  const nlohmann::json json = ParseJsonBody(body, twice);
+  if (twice) return Problem(400, "bad request", Cat("the body names \"", *twice, "\" twice"));
   if (json.is_discarded() || !json.is_object()) {
     return Problem(400, "bad request", "the body must be a JSON object: {\"lease\": \"...\"}");
   }
@@ -291,7 +293,9 @@ Task<HttpAnswer> Settle(Context& ctx, std::string_view body) {
   if (body.size() > kMaxLeaseTokenLength + 128) {
     co_return Problem(400, "bad request", "the body is longer than a reservation");
   }
-  const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  std::optional<std::string> twice;
+  const nlohmann::json json = ParseJsonBody(body, twice);
+  if (twice) co_return Problem(400, "bad request", Cat("the body names \"", *twice, "\" twice"));
   if (json.is_discarded() || !json.is_object()) {
     co_return Problem(400, "bad request",
                       "the body must be a JSON object: {\"reservation\": \"...\", \"cost\": N}");

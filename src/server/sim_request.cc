@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "base/cat.h"
-#include "nlohmann/json.hpp"
 #include "policy/request_text.h"
+#include "server/json_body.h"
 #include "sim/builtin.h"
 #include "sim/scenario_file.h"
 
@@ -21,7 +21,9 @@ absl::StatusOr<SimRequest> ParseSimRequest(std::string_view body) {
     return absl::InvalidArgumentError(
         Cat("the body nests arrays and objects deeper than ", policy::kMaxJsonDepth, " levels"));
   }
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  std::optional<std::string> twice;
+  const nlohmann::json j = ParseJsonBody(body, twice);
+  if (twice) return absl::InvalidArgumentError(Cat("the body names \"", *twice, "\" twice"));
   if (!j.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
   for (const auto& [name, value] : j.items()) {
     if (name != "scenario" && name != "yaml" && name != "seed" && name != "limiters") {

@@ -54,6 +54,7 @@ TEST(SimRequestTest, RefusesWhatIsNotOneScenario) {
         Body(nlohmann::json::object()), Body({{"scenario", 1}}), Body({{"scenario", "nope"}}),
         Body({{"scenario", "login-storm"}, {"seed", -1}}),
         Body({{"scenario", "login-storm"}, {"extra", 1}}),
+        std::string(R"({"scenario": "login-storm", "scenario": "sliding-window-smooths"})"),
         std::string(R"({"scenario": "login-storm", "limiters": [[[[[[[[[["x"]]]]]]]]]]})")}) {
     // Anything but OutOfRange is a 400 (bad scenario), not a 422.
     const absl::Status status = ParseSimRequest(body).status();

@@ -389,6 +389,17 @@ class DecisionApiTest(SluiceTestCase):
         problem = self.assert_rejected({"policy": "tb", "key": "k", "weight": 1}, 400)
         self.assertIn("weight", problem["detail"])
 
+    def test_a_field_named_twice_is_400(self):
+        # RFC 8259 leaves which of the two counts to each reader: the caller
+        # that wrote it and sluice could read different keys.
+        for body in ('{"policy": "tb", "key": "twice-a", "key": "twice-b"}',
+                     '{"policy": "tb", "k\\u0065y": "twice-a", "key": "twice-b"}',
+                     '[{"policy": "tb", "key": "twice-a", "cost": 1, "cost": 0}]'):
+            problem = self.assert_rejected(body, 400, raw=True)
+            self.assertIn("twice", problem["detail"])
+        for key in ("twice-a", "twice-b"):  # nothing was taken
+            self.assertEqual(self.check("tb", key).json()["remaining"], 2)
+
     def test_body_not_an_object_is_400(self):
         self.assert_rejected("42", 400, raw=True)
 
