@@ -17,11 +17,10 @@ namespace sluice::server {
 // object in it names a member twice, whose name is then in `duplicate`:
 // RFC 8259 leaves which of the two counts to each reader, so the caller
 // that wrote it and sluice could read different ones.
-inline nlohmann::json ParseJsonBody(std::string_view body,
-                                    std::optional<std::string>& duplicate) {
+inline nlohmann::json ParseJsonBody(std::string_view body, std::optional<std::string>& duplicate) {
   std::vector<absl::flat_hash_set<std::string>> names;  // one per open object
   nlohmann::json::parser_callback_t see = [&](int /*depth*/, nlohmann::json::parse_event_t event,
-                                             nlohmann::json& parsed) {
+                                              nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
     if (event == Event::object_start) {
       names.emplace_back();

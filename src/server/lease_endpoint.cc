@@ -166,8 +166,10 @@ std::variant<LeaseCall, HttpAnswer> ReadLeaseCall(const Context& ctx, std::strin
 Task<std::optional<HttpAnswer>> SpendLease(Context& ctx, const LeaseCall& call, Time now) {
   bool first = false;
   if (call.policy->limiter().holds_remotely() && ctx.state.redis != nullptr) {
-    // Remembered a lease_ttl past its end, for the instances' clocks.
-    const Duration ttl = call.ends - now + LeaseTtlOf(*call.policy, /*longest=*/true);
+    // Remembered until the lease's end, and 10 s more (or a lease_ttl, if
+    // shorter) for the instances' clocks, which may not quite agree on it.
+    const Duration ttl =
+        call.ends - now + std::min(Duration::Seconds(10), LeaseTtlOf(*call.policy, true));
     const absl::StatusOr<bool> spent = co_await Await<absl::StatusOr<bool>>(
         ctx.worker, [&](auto done) { ctx.state.redis->SpendOnce(call.mac, ttl, std::move(done)); });
     if (!spent.ok()) {

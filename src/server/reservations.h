@@ -39,10 +39,10 @@ class Reservations {
 // most once, so that a release sent twice cannot give back a slot another
 // request holds (slots are counted, not named). A lease is remembered
 // until its lease_ttl ends: after that the server gives nothing back for
-// it. Bounded: with kMaxSpentLeases remembered and none of them ended, a
-// lease is not spent (its slots end with their lease). A signature is
+// it. Bounded: with kMaxSpentLeases remembered (about 100 MB) and none of
+// them ended, a lease is not spent (its slots end with their lease). A signature is
 // known by its first 16 characters (96 bits). Thread-safe.
-inline constexpr size_t kMaxSpentLeases = size_t{1} << 20;
+inline constexpr size_t kMaxSpentLeases = size_t{1} << 21;
 
 class SpentLeases {
  public:
