@@ -164,18 +164,21 @@ class RedisConcurrencyTest(RedisFleetTestCase):
         self.assertIsNotNone(freed, "the killed process' slots never came back")
         self.assertGreater(freed, 2.0)
 
-    def test_leases_renew_and_release_through_any_process_with_a_shared_secret(self):
+    def start_fleet_sharing_a_secret(self, policies):
+        """Two processes on one Redis with one lease secret, and `policies`."""
         redis = self.start_redis()
         os.environ["SLUICE_TEST_LEASE_SECRET"] = "a-secret-the-fleet-shares"
         self.addCleanup(os.environ.pop, "SLUICE_TEST_LEASE_SECRET", None)
         config = (server_block(decision="{lease_secret_env: SLUICE_TEST_LEASE_SECRET}") +
-                  redis_store_block(url=redis.url, timeout="1s") + """\
-policies:
+                  redis_store_block(url=redis.url, timeout="1s") + "policies:\n" + policies)
+        return self.start_fleet(config, 2)
+
+    def test_leases_renew_and_release_through_any_process_with_a_shared_secret(self):
+        a, b = self.start_fleet_sharing_a_secret("""\
   - name: jobs
     limits:
       - {algorithm: concurrency, limit: 2, lease_ttl: 1s}
 """)
-        a, b = self.start_fleet(config, 2)
 
         def acquire(s):
             return post_json(s.port, "/v1/acquire", {"policy": "jobs", "key": "k"})
@@ -197,12 +200,7 @@ policies:
     def test_a_lease_is_given_back_once_across_the_fleet(self):
         # Slots are counted, not named: a release sent again, to any
         # instance, must not give back the slot another request holds.
-        redis = self.start_redis()
-        os.environ["SLUICE_TEST_LEASE_SECRET"] = "a-secret-the-fleet-shares"
-        self.addCleanup(os.environ.pop, "SLUICE_TEST_LEASE_SECRET", None)
-        config = (server_block(decision="{lease_secret_env: SLUICE_TEST_LEASE_SECRET}") +
-                  redis_store_block(url=redis.url, timeout="1s") + """\
-policies:
+        a, b = self.start_fleet_sharing_a_secret("""\
   - name: jobs
     limits:
       - {algorithm: concurrency, limit: 2, lease_ttl: 30s}
@@ -210,7 +208,6 @@ policies:
     limits:
       - {algorithm: concurrency, limit: 2, lease_ttl: 30s, scope: local}
 """)
-        a, b = self.start_fleet(config, 2)
 
         def call(s, path, body):
             return post_json(s.port, path, body)
