@@ -33,7 +33,10 @@
 #   WINDOW_STATE (store.redis.window_state: text, the window algorithms'
 #   states as text; integer, raised by INCRBY; unset: the default, integer),
 #   RATE (sluice's limit, e.g. 100000/s; unset: the mode's, 1000000/s in
-#   pass mode; a sliding window above about 5.9 million keeps text).
+#   pass mode; a sliding window above about 5.9 million keeps text),
+#   LEASE (sluice's limit in B leased, docs/distributed.md "Leased limits":
+#   -1 slices of size auto, N slices of N; fixed_window, gcra, token_bucket:
+#   most decisions are then made in the process, without a call).
 # Loopback only; every step is under `timeout`; it stops what it started, by PID.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -121,10 +124,10 @@ measured() {
   echo "$line"
 }
 
-run_sluice() {  # $1 depth $2 keys $3 algorithm
+run_sluice() {  # $1 depth $2 keys $3 algorithm [$4 lease]
   timeout $((DURATION + 30)) "$BIN" --url "redis://127.0.0.1:$PORT" --depth "$1" --keys "$2" \
     --seconds "$DURATION" --algorithm "$3" --mode "$MODE" ${WINDOW_STATE:+--window-state "$WINDOW_STATE"} \
-    ${RATE:+--rate "$RATE"}
+    ${RATE:+--rate "$RATE"} ${4:+--lease "$4"}
 }
 
 # redis-benchmark runs a request count, not a time: N from the last rate
@@ -176,7 +179,7 @@ for keys in $KEYS; do
     for algorithm in $ALGORITHMS; do
       name="B-inflight$inflight-keys$keys-$algorithm"
       for round in $(seq "$ROUNDS"); do
-        measured "$name" run_sluice "$inflight" "$keys" "$algorithm" >/dev/null
+        measured "$name" run_sluice "$inflight" "$keys" "$algorithm" "${LEASE:-}" >/dev/null
         measured "$name" run_rlf "$inflight" "$keys" >/dev/null
       done
       echo "done $name" >&2
