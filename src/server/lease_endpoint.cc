@@ -160,12 +160,16 @@ std::variant<LeaseCall, HttpAnswer> ReadLeaseCall(const Context& ctx, std::strin
 
 // Spends the lease of `call` (a release or a renew), at most once: where
 // its slots are in Redis, for the whole fleet; else in this process, which
-// alone holds them. Slots are counted, not named, so a lease given back
+// alone holds them (and alone can read its lease, signed with its own
+// secret). Slots are counted, not named, so a lease given back
 // twice would give back another request's slot. Nothing when this is its
 // first spending, else the answer.
 Task<std::optional<HttpAnswer>> SpendLease(Context& ctx, const LeaseCall& call, Time now) {
   bool first = false;
-  if (call.policy->limiter().holds_remotely() && ctx.state.redis != nullptr) {
+  // A lease taken while the store failed holds nothing there (its slots
+  // are this process' fallback's, or none): this process' record does.
+  if (call.policy->limiter().holds_remotely() && !call.lease.store_error &&
+      ctx.state.redis != nullptr) {
     // Remembered until the lease's end, and 10 s more (or a lease_ttl, if
     // shorter) for the instances' clocks, which may not quite agree on it.
     const Duration ttl =

@@ -240,6 +240,31 @@ class RedisConcurrencyTest(RedisFleetTestCase):
         self.assertEqual(call(a, "/v1/release", {"lease": here.json()["lease"]["id"]}).status, 200)
 
 
+    def test_a_lease_taken_while_redis_is_down_is_given_back_here_once(self):
+        redis = self.start_redis()
+        config = (server_block() + redis_store_block(url=redis.url, timeout="100ms") + """\
+policies:
+  - name: jobs
+    limits:
+      - {algorithm: concurrency, limit: 1, lease_ttl: 30s}
+    on_store_error: local
+""")
+        s, = self.start_fleet(config, 1)
+        redis.kill()
+
+        def acquire():
+            return post_json(s.port, "/v1/acquire", {"policy": "jobs", "key": "k"})
+
+        held = acquire()  # decided by the local fallback
+        self.assertEqual(held.status, 200, held)
+        self.assertEqual(acquire().status, 429)
+        lease = {"lease": held.json()["lease"]["id"]}
+        self.assertEqual(post_json(s.port, "/v1/release", lease).status, 200)
+        self.assertEqual(post_json(s.port, "/v1/release", lease).status, 409)
+        self.assertEqual(acquire().status, 200)
+        self.assertEqual(acquire().status, 429)
+
+
 class LeaseApiTest(SluiceTestCase):
     """POST /v1/acquire, /v1/renew, /v1/release on the decision API."""
 
