@@ -48,6 +48,9 @@ struct RequestFacts {
   // Every line of a header, in order. Optional: when unset, `header`'s one
   // line stands for all of them.
   std::function<std::vector<std::string_view>(std::string_view)> header_lines;
+  // A header's value when it came in exactly one line; nullopt when absent
+  // or sent more than once. Optional: when unset, `header` stands for it.
+  std::function<std::optional<std::string_view>(std::string_view)> header_once;
 };
 
 bool Matches(const MatchConfig& match, const RequestFacts& request);

@@ -246,6 +246,16 @@ policies:
   FakeRequest bare;
   EXPECT_EQ(set->Find("strict")->KeyFor(bare.Facts(), "", {}, kXff), std::nullopt);
   EXPECT_EQ(*set->Find("lenient")->KeyFor(bare.Facts(), "", {}, kXff), "ip:203.0.113.9");
+  // A key header sent twice is no key (a fresh value first, the client's
+  // own after it, for an upstream that reads the last line): as missing.
+  RequestFacts twice = r.Facts();
+  twice.header_once = [&](std::string_view name) -> std::optional<std::string_view> {
+    if (name == "x-api-key") return std::nullopt;  // sent twice
+    return r.Facts().header(name);
+  };
+  EXPECT_EQ(set->Find("strict")->KeyFor(twice, "", {}, kXff), std::nullopt);
+  EXPECT_EQ(*set->Find("lenient")->KeyFor(twice, "", {}, kXff), "ip:203.0.113.9");
+  EXPECT_EQ(set->Find("p")->KeyFor(twice, "app", {}, kXff), std::nullopt);  // deny
 }
 
 TEST(PolicySet, AReloadKeepsTheStateOfUnchangedPolicies) {

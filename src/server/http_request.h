@@ -257,6 +257,15 @@ inline RequestFacts FactsOf(const HttpRequest& req, std::string_view peer_ip,
     }
     return lines;
   };
+  facts.header_once = [&req](std::string_view name) -> std::optional<std::string_view> {
+    std::optional<std::string_view> value;
+    for (const HttpRequest::Field& f : req.fields) {
+      if (!f.kept || !SameName(req.Name(f), name)) continue;
+      if (value) return std::nullopt;
+      value = req.Value(f);
+    }
+    return value;
+  };
   return facts;
 }
 

@@ -674,6 +674,30 @@ class GatewayTest(SluiceTestCase):
         self.assertNotIn("X-Trailer-Only", hit["headers"])
         self.assertEqual(hit["body"], "abc")
 
+    def test_a_key_header_sent_twice_is_no_key(self):
+        # Regression (was a bypass): the key took the first X-Api-Key line,
+        # an upstream that reads a header's last line (PHP does) the second:
+        # a fresh value first each time, the client's own after it, and the
+        # client's own key was never limited. Expected: keyed as a request
+        # without the header (on_missing_key), here per client address.
+        self.start("""\
+  - name: api
+    match: {path_prefix: /}
+    key: ["header:X-Api-Key"]
+    on_missing_key: client_ip
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+        statuses = []
+        for i in range(3):
+            raw = (b"GET /api HTTP/1.1\r\nHost: x\r\nX-Api-Key: fresh-%d\r\n"
+                   b"X-Api-Key: real\r\nConnection: close\r\n\r\n" % i)
+            statuses.append(parse_raw_response(raw_exchange(self.sluice.port, raw)).status)
+        self.assertEqual(statuses, [200, 429, 429])
+        # Sent once, a header keys as before: its own bucket.
+        self.assertEqual(self.get("/api", headers={"X-Api-Key": "real"}).status, 200)
+        self.assertEqual(self.get("/api", headers={"X-Api-Key": "real"}).status, 429)
+
     # ---- upstream failures ----
 
     def test_upstream_down_is_502_and_counted(self):
