@@ -5,13 +5,26 @@
 #include <utility>
 
 namespace sluice::server {
+namespace {
+
+// Whether `table` (values: when an entry ends) has room under `max`. A full
+// table drops its ended entries, at most every 100 ms (`swept`): a table
+// full of live entries is not walked for every insert.
+template <typename Table>
+bool HasRoom(Table& table, size_t max, Time now, Time& swept) {
+  if (table.size() < max) return true;
+  if (now - swept >= Duration::Millis(100)) {
+    swept = now;
+    absl::erase_if(table, [now](const auto& entry) { return entry.second <= now; });
+  }
+  return table.size() < max;
+}
+
+}  // namespace
 
 bool Reservations::Add(std::string id, Time expires, Time now) {
   std::lock_guard lock(mu_);
-  if (open_.size() >= kMaxReservations) {
-    absl::erase_if(open_, [now](const auto& entry) { return entry.second <= now; });
-    if (open_.size() >= kMaxReservations) return false;
-  }
+  if (!HasRoom(open_, max_, now, swept_)) return false;
   open_.insert_or_assign(std::move(id), expires);
   return true;
 }
@@ -34,13 +47,7 @@ SpentLeases::Spend SpentLeases::Take(std::string_view mac, Time ends, Time now) 
     if (it->second > now) return Spend::kAgain;
     spent_.erase(it);  // ended: the server gives nothing back for it any more
   }
-  // A full table is swept at most every 100 ms: a table full of leases
-  // that have not ended is not walked for every release.
-  if (spent_.size() >= max_ && now - swept_ >= Duration::Millis(100)) {
-    swept_ = now;
-    absl::erase_if(spent_, [now](const auto& entry) { return entry.second <= now; });
-  }
-  if (spent_.size() >= max_) return Spend::kFull;
+  if (!HasRoom(spent_, max_, now, swept_)) return Spend::kFull;
   spent_.emplace(id, ends);
   return Spend::kFirst;
 }

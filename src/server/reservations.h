@@ -24,14 +24,18 @@ inline constexpr Duration kReservationTtl = Duration::Hours(1);
 
 class Reservations {
  public:
-  // Records `id`, to be settled before `expires`; false when full.
+  explicit Reservations(size_t max = kMaxReservations) : max_(max) {}
+  // Records `id`, to be settled before `expires`; false when full (a full
+  // record drops its expired reservations at most every 100 ms).
   bool Add(std::string id, Time expires, Time now);
   // Whether `id` was outstanding and not expired at `now`; it is not any more.
   bool Take(std::string_view id, Time now);
 
  private:
+  const size_t max_;
   std::mutex mu_;
   absl::flat_hash_map<std::string, Time> open_;
+  Time swept_;  // the last sweep of a full record
 };
 
 // The leases released or renewed through this process whose slots are

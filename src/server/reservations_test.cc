@@ -38,5 +38,19 @@ TEST(SpentLeases, AFullTableSpendsNothingUntilLeasesEnd) {
   EXPECT_EQ(spent.Take("4-signature-of-a-lease", later, swept), SpentLeases::Spend::kFull);
 }
 
+TEST(Reservations, SettledOnceBeforeTheyExpireAndAFullRecordIsSweptAtMostEvery100Ms) {
+  Reservations open(/*max=*/2);
+  const Time soon = kNow + Duration::Millis(10);
+  const Time later = kNow + Duration::Hours(1);
+  EXPECT_TRUE(open.Add("a", soon, kNow));
+  EXPECT_TRUE(open.Add("b", later, kNow));
+  EXPECT_FALSE(open.Add("c", later, kNow));                         // full
+  EXPECT_FALSE(open.Add("c", later, kNow + Duration::Millis(50)));  // "a" expired, not swept yet
+  EXPECT_TRUE(open.Add("c", later, kNow + Duration::Millis(100)));
+  EXPECT_FALSE(open.Take("a", kNow + Duration::Millis(100)));  // expired and dropped
+  EXPECT_TRUE(open.Take("b", kNow + Duration::Millis(100)));
+  EXPECT_FALSE(open.Take("b", kNow + Duration::Millis(100)));  // once
+}
+
 }  // namespace
 }  // namespace sluice::server
