@@ -8,6 +8,18 @@ from harness import (DeadPort, SluiceTestCase, metric_value, parse_raw_response,
                      ratelimit_members, request, server_block)
 
 
+def api_key_per_address(burst):
+    """A policy keyed on X-Api-Key, a request without one per address."""
+    return """\
+  - name: api
+    match: {path_prefix: /}
+    key: ["header:X-Api-Key"]
+    on_missing_key: client_ip
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: %d}
+""" % burst
+
+
 class GatewayTest(SluiceTestCase):
     def setUp(self):
         super().setUp()
@@ -399,14 +411,7 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(self.up.count("/k"), 1)
 
     def test_missing_api_key_with_on_missing_key_client_ip_is_limited_per_address(self):
-        self.start("""\
-  - name: api
-    match: {path_prefix: /}
-    key: ["header:X-Api-Key"]
-    on_missing_key: client_ip
-    limits:
-      - {algorithm: token_bucket, rate: 1/h, burst: 2}
-""", trusted="[127.0.0.1/32]")
+        self.start(api_key_per_address(burst=2), trusted="[127.0.0.1/32]")
         a = {"X-Forwarded-For": "203.0.113.1"}
         b = {"X-Forwarded-For": "203.0.113.2"}
         self.assertEqual([self.get("/k", headers=a).status for _ in range(3)], [200, 200, 429])
@@ -680,14 +685,7 @@ class GatewayTest(SluiceTestCase):
         # a fresh value first each time, the client's own after it, and the
         # client's own key was never limited. Expected: keyed as a request
         # without the header (on_missing_key), here per client address.
-        self.start("""\
-  - name: api
-    match: {path_prefix: /}
-    key: ["header:X-Api-Key"]
-    on_missing_key: client_ip
-    limits:
-      - {algorithm: token_bucket, rate: 1/h, burst: 1}
-""")
+        self.start(api_key_per_address(burst=1))
         statuses = []
         for i in range(3):
             raw = (b"GET /api HTTP/1.1\r\nHost: x\r\nX-Api-Key: fresh-%d\r\n"
