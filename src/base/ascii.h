@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 
 namespace sluice::internal {
 
@@ -15,6 +16,12 @@ inline std::string AsciiLower(std::string_view s) {
   std::string out(s);
   absl::AsciiStrToLower(&out);
   return out;
+}
+
+// Whether `a` and `b` are equal with A-Z and a-z read alike.
+inline bool AsciiEqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return absl::EqualsIgnoreCase(absl::string_view(a.data(), a.size()),
+                                absl::string_view(b.data(), b.size()));
 }
 
 }  // namespace sluice::internal

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "base/ascii.h"
 #include "base/cat.h"
 #include "policy/request_text.h"
 
@@ -98,13 +99,36 @@ void AppendEscaped(std::string& out, std::string_view part) {
 
 }  // namespace
 
+// Whether `request` reaches an upstream as a `method` request (`method`
+// upper case). Its method is compared without case: Django, Flask,
+// Laravel and Symfony upper-case the method they are sent, so `post /login`
+// is their POST. And a POST may name another method in an override field
+// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, any line of
+// them), which Laravel, Symfony, Rack and Express's method-override act
+// on: it is a request of that method as well. A policy so counts more
+// requests than an upstream may act on, never fewer.
+bool MethodMatches(std::string_view method, const RequestFacts& request) {
+  if (internal::AsciiEqualsIgnoreCase(request.method, method)) return true;
+  if (!internal::AsciiEqualsIgnoreCase(request.method, "POST")) return false;
+  for (std::string_view name : {"x-http-method-override", "x-http-method", "x-method-override"}) {
+    if (request.header_lines) {
+      for (std::string_view line : request.header_lines(name)) {
+        if (internal::AsciiEqualsIgnoreCase(line, method)) return true;
+      }
+    } else if (const std::optional<std::string_view> value = request.header(name)) {
+      if (internal::AsciiEqualsIgnoreCase(*value, method)) return true;
+    }
+  }
+  return false;
+}
+
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
   if (match.path && request.path != *match.path) return false;
   if (match.path_prefix &&
       request.path.substr(0, match.path_prefix->size()) != *match.path_prefix) {
     return false;
   }
-  if (match.method && request.method != *match.method) return false;
+  if (match.method && !MethodMatches(*match.method, request)) return false;
   if (match.host && request.host != *match.host) return false;
   for (const std::string& name : match.headers) {
     if (!request.header(name)) return false;

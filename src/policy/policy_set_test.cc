@@ -164,6 +164,40 @@ TEST(Matches, ChecksEveryGivenField) {
   EXPECT_FALSE(Matches({.headers = {"x-other"}}, r.Facts()));
 }
 
+TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
+  // Django, Flask, Laravel and Symfony upper-case the method: `post` is
+  // their POST, and a policy on POST must count it.
+  FakeRequest r;
+  r.path = "/login";
+  for (const char* method : {"post", "Post", "POST"}) {
+    r.method = method;
+    EXPECT_TRUE(Matches({.path = "/login", .method = "POST"}, r.Facts())) << method;
+  }
+  EXPECT_FALSE(Matches({.method = "PUT"}, r.Facts()));
+  // A POST that names another method in an override field is a request of
+  // that method too (Laravel, Symfony, Rack, Express's method-override),
+  // whichever line names it; another method's override is not read.
+  for (const char* name : {"x-http-method-override", "x-http-method", "x-method-override"}) {
+    FakeRequest o;
+    o.method = "POST";
+    o.headers[name] = "delete";
+    EXPECT_TRUE(Matches({.method = "DELETE"}, o.Facts())) << name;
+    EXPECT_TRUE(Matches({.method = "POST"}, o.Facts())) << name;
+    EXPECT_FALSE(Matches({.method = "PUT"}, o.Facts())) << name;
+    o.method = "GET";
+    EXPECT_FALSE(Matches({.method = "DELETE"}, o.Facts())) << name;
+  }
+  FakeRequest lines;
+  lines.method = "POST";
+  RequestFacts facts = lines.Facts();
+  facts.header_lines = [](std::string_view name) {
+    return name == "x-http-method-override" ? std::vector<std::string_view>{"PATCH", "DELETE"}
+                                            : std::vector<std::string_view>{};
+  };
+  EXPECT_TRUE(Matches({.method = "DELETE"}, facts));
+  EXPECT_TRUE(Matches({.method = "PATCH"}, facts));
+}
+
 absl::StatusOr<Config> Parse(const std::string& yaml) { return ParseConfig(yaml, "test.yaml"); }
 
 // A policy set made from a config's text, with the store, clock and

@@ -696,6 +696,33 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(self.get("/api", headers={"X-Api-Key": "real"}).status, 200)
         self.assertEqual(self.get("/api", headers={"X-Api-Key": "real"}).status, 429)
 
+    def test_a_method_policy_counts_the_method_as_an_upstream_may_read_it(self):
+        # Regression (was a bypass): `post /login` did not match a policy on
+        # POST /login, and Django, Flask, Laravel and Symfony upper-case the
+        # method they are sent. Nor did a POST whose X-HTTP-Method-Override
+        # names DELETE, which Laravel, Symfony, Rack and Express act on.
+        self.start("""\
+  - name: login
+    match: {path: /login, method: POST}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+  - name: delete
+    match: {path_prefix: /items, method: DELETE}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+
+        def status(raw):
+            return parse_raw_response(raw_exchange(self.sluice.port, raw)).status
+
+        login = b"%s /login HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        self.assertEqual([status(login % m) for m in (b"POST", b"post", b"Post")], [200, 429, 429])
+        delete = (b"POST /items/1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                  b"X-HTTP-Method-Override: %s\r\nConnection: close\r\n\r\n")
+        self.assertEqual([status(delete % m) for m in (b"DELETE", b"delete")], [200, 429])
+        self.assertEqual(status(b"DELETE /items/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+                         429)
+
     # ---- upstream failures ----
 
     def test_upstream_down_is_502_and_counted(self):
