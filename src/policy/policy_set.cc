@@ -90,10 +90,10 @@ std::string FormatIp(const std::array<uint8_t, 16>& ip) {
   return text;
 }
 
-void AppendEscaped(std::string& out, std::string_view part) {
+void AppendEscaped(std::string& out, std::string_view part, bool lower = false) {
   for (char c : part) {
     if (c == '|' || c == '\\') out.push_back('\\');
-    out.push_back(c);
+    out.push_back(lower ? absl::ascii_tolower(static_cast<unsigned char>(c)) : c);
   }
 }
 
@@ -122,10 +122,15 @@ bool MethodMatches(std::string_view method, const RequestFacts& request) {
   return false;
 }
 
+// Paths are compared without case: Express and ASP.NET Core route
+// `/LOGIN` to their `/login` by default, and IIS serves it; a policy on
+// `/login` must count it. (Where an upstream tells them apart, a policy
+// counts more of its requests than it must, never fewer.)
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
-  if (match.path && request.path != *match.path) return false;
+  if (match.path && !internal::AsciiEqualsIgnoreCase(request.path, *match.path)) return false;
   if (match.path_prefix &&
-      request.path.substr(0, match.path_prefix->size()) != *match.path_prefix) {
+      !internal::AsciiEqualsIgnoreCase(request.path.substr(0, match.path_prefix->size()),
+                                       *match.path_prefix)) {
     return false;
   }
   if (match.method && !MethodMatches(*match.method, request)) return false;
@@ -204,7 +209,8 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         break;
       }
       case KeyPart::Kind::kPath:
-        AppendEscaped(key, request.path);
+        // Without case, as paths are matched: `/LOGIN` is no bucket of its own.
+        AppendEscaped(key, request.path, /*lower=*/true);
         break;
       case KeyPart::Kind::kRoute:
         AppendEscaped(key, route);

@@ -164,6 +164,18 @@ TEST(Matches, ChecksEveryGivenField) {
   EXPECT_FALSE(Matches({.headers = {"x-other"}}, r.Facts()));
 }
 
+TEST(Matches, APathWithoutCase) {
+  // Express and ASP.NET Core route /LOGIN to their /login, IIS serves it.
+  FakeRequest r;
+  for (const char* path : {"/LOGIN", "/Login", "/login"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/login"}, r.Facts())) << path;
+    EXPECT_TRUE(Matches({.path_prefix = "/Log"}, r.Facts())) << path;
+    EXPECT_FALSE(Matches({.path = "/log"}, r.Facts())) << path;
+    EXPECT_FALSE(Matches({.path_prefix = "/login/"}, r.Facts())) << path;
+  }
+}
+
 TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
   // Django, Flask, Laravel and Symfony upper-case the method: `post` is
   // their POST, and a policy on POST must count it.
@@ -277,6 +289,9 @@ policies:
   r.headers["x-api-key"] = "key\\1";
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   EXPECT_EQ(*set->Find("everyone")->KeyFor(r.Facts(), "app", {}, kXff), "*");
+  r.path = "/A|B";  // the path part without case, as paths are matched
+  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
+  r.path = "/a|b";
   FakeRequest bare;
   EXPECT_EQ(set->Find("strict")->KeyFor(bare.Facts(), "", {}, kXff), std::nullopt);
   EXPECT_EQ(*set->Find("lenient")->KeyFor(bare.Facts(), "", {}, kXff), "ip:203.0.113.9");

@@ -621,6 +621,16 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
+    def test_another_case_does_not_evade_a_path_policy(self):
+        # Regression (was a bug): Express and ASP.NET Core route /LOGIN to
+        # their /login by default, and IIS serves it; each spelling was
+        # forwarded with 200 after /login was denied. Expected: each denied.
+        self.start(self.LOGIN)
+        self.assertEqual(self.post("/login", body="").status, 200)
+        for path in ("/LOGIN", "/Login", "/%4Cogin"):
+            self.assertEqual(self.post(path, body="").status, 429, path)
+        self.assertEqual(len(self.up.hits()), 1)
+
     def test_a_fully_qualified_host_does_not_evade_a_host_policy(self):
         # Regression (was a bug): "Host: api.example.com." (the same name,
         # fully qualified, which NGINX and Apache serve as api.example.com)
