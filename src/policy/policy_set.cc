@@ -105,10 +105,13 @@ void AppendEscaped(std::string& out, std::string_view part, bool lower = false) 
 // is their POST. And a POST may name another method in an override field
 // (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, any line of
 // them), which Laravel, Symfony, Rack and Express's method-override act
-// on: it is a request of that method as well. A policy so counts more
-// requests than an upstream may act on, never fewer.
+// on: it is a request of that method as well. A HEAD runs the GET's
+// handler in Express, Flask, Django, Rails and Spring (only the body is
+// dropped), so it is a GET too. A policy so counts more requests than an
+// upstream may act on, never fewer.
 bool MethodMatches(std::string_view method, const RequestFacts& request) {
   if (internal::AsciiEqualsIgnoreCase(request.method, method)) return true;
+  if (method == "GET" && internal::AsciiEqualsIgnoreCase(request.method, "HEAD")) return true;
   if (!internal::AsciiEqualsIgnoreCase(request.method, "POST")) return false;
   for (std::string_view name : {"x-http-method-override", "x-http-method", "x-method-override"}) {
     if (request.header_lines) {

@@ -186,6 +186,13 @@ TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
     EXPECT_TRUE(Matches({.path = "/login", .method = "POST"}, r.Facts())) << method;
   }
   EXPECT_FALSE(Matches({.method = "PUT"}, r.Facts()));
+  // A HEAD runs the GET's handler in most frameworks: a GET policy counts it.
+  r.method = "head";
+  EXPECT_TRUE(Matches({.method = "GET"}, r.Facts()));
+  EXPECT_TRUE(Matches({.method = "HEAD"}, r.Facts()));
+  EXPECT_FALSE(Matches({.method = "POST"}, r.Facts()));
+  r.method = "GET";
+  EXPECT_FALSE(Matches({.method = "HEAD"}, r.Facts()));
   // A POST that names another method in an override field is a request of
   // that method too (Laravel, Symfony, Rack, Express's method-override),
   // whichever line names it; another method's override is not read.

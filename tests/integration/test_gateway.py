@@ -710,7 +710,8 @@ class GatewayTest(SluiceTestCase):
         # Regression (was a bypass): `post /login` did not match a policy on
         # POST /login, and Django, Flask, Laravel and Symfony upper-case the
         # method they are sent. Nor did a POST whose X-HTTP-Method-Override
-        # names DELETE, which Laravel, Symfony, Rack and Express act on.
+        # names DELETE, which Laravel, Symfony, Rack and Express act on; nor a
+        # HEAD, which runs the GET's handler in most frameworks.
         self.start("""\
   - name: login
     match: {path: /login, method: POST}
@@ -718,6 +719,10 @@ class GatewayTest(SluiceTestCase):
       - {algorithm: token_bucket, rate: 1/h, burst: 1}
   - name: delete
     match: {path_prefix: /items, method: DELETE}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+  - name: search
+    match: {path: /search, method: GET}
     limits:
       - {algorithm: token_bucket, rate: 1/h, burst: 1}
 """)
@@ -732,6 +737,9 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual([status(delete % m) for m in (b"DELETE", b"delete")], [200, 429])
         self.assertEqual(status(b"DELETE /items/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
                          429)
+        # A HEAD runs the GET's handler in most frameworks: the GET policy counts it.
+        search = b"%s /search HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        self.assertEqual([status(search % m) for m in (b"GET", b"HEAD")], [200, 429])
 
     # ---- upstream failures ----
 
