@@ -97,8 +97,6 @@ void AppendEscaped(std::string& out, std::string_view part, bool lower = false) 
   }
 }
 
-}  // namespace
-
 // Whether `request` reaches an upstream as a `method` request (`method`
 // upper case). Its method is compared without case: Django, Flask,
 // Laravel and Symfony upper-case the method they are sent, so `post /login`
@@ -125,12 +123,37 @@ bool MethodMatches(std::string_view method, const RequestFacts& request) {
   return false;
 }
 
-// Paths are compared without case: Express and ASP.NET Core route
-// `/LOGIN` to their `/login` by default, and IIS serves it; a policy on
-// `/login` must count it. (Where an upstream tells them apart, a policy
-// counts more of its requests than it must, never fewer.)
+// `path` without a trailing '/' (but "/").
+std::string_view WithoutTrailingSlash(std::string_view path) {
+  if (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  return path;
+}
+
+// Whether the request's `path` is the policy's `exact` path as an upstream
+// may route it: without case (Express and ASP.NET Core route `/LOGIN` to
+// their `/login` by default, and IIS serves it), with or without a
+// trailing '/' (Express and Rails route `/login/` to `/login`), and with a
+// format suffix (Rails routes `/login.json` to `/login`, and Spring MVC
+// before 5.3 `/login.do`).
+bool PathMatches(std::string_view path, std::string_view exact) {
+  path = WithoutTrailingSlash(path);
+  exact = WithoutTrailingSlash(exact);
+  if (path.size() < exact.size() ||
+      !internal::AsciiEqualsIgnoreCase(path.substr(0, exact.size()), exact)) {
+    return false;
+  }
+  const std::string_view rest = path.substr(exact.size());
+  return rest.empty() ||
+         (rest.front() == '.' && exact.back() != '/' && rest.find('/') == std::string_view::npos);
+}
+
+}  // namespace
+
+// Paths are compared without case (PathMatches): where an upstream tells
+// the spellings apart, a policy counts more of its requests than it must,
+// never fewer.
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
-  if (match.path && !internal::AsciiEqualsIgnoreCase(request.path, *match.path)) return false;
+  if (match.path && !PathMatches(request.path, *match.path)) return false;
   if (match.path_prefix &&
       !internal::AsciiEqualsIgnoreCase(request.path.substr(0, match.path_prefix->size()),
                                        *match.path_prefix)) {
@@ -212,8 +235,9 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         break;
       }
       case KeyPart::Kind::kPath:
-        // Without case, as paths are matched: `/LOGIN` is no bucket of its own.
-        AppendEscaped(key, request.path, /*lower=*/true);
+        // Without case or a trailing '/', as paths are matched: `/LOGIN`
+        // and `/login/` are no buckets of their own.
+        AppendEscaped(key, WithoutTrailingSlash(request.path), /*lower=*/true);
         break;
       case KeyPart::Kind::kRoute:
         AppendEscaped(key, route);

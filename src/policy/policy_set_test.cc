@@ -176,6 +176,25 @@ TEST(Matches, APathWithoutCase) {
   }
 }
 
+TEST(Matches, AnExactPathAsFrameworksRouteIt) {
+  // Express and Rails route /login/ to /login; Rails /login.json, and
+  // Spring MVC before 5.3 /login.do.
+  FakeRequest r;
+  for (const char* path : {"/login/", "/login.json", "/Login.do", "/login.", "/login"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/login"}, r.Facts())) << path;
+    EXPECT_TRUE(Matches({.path = "/login/"}, r.Facts())) << path;
+  }
+  for (const char* path : {"/login/x", "/login.json/x", "/loginx", "/logi", "/", "/.login"}) {
+    r.path = path;
+    EXPECT_FALSE(Matches({.path = "/login"}, r.Facts())) << path;
+  }
+  r.path = "/";
+  EXPECT_TRUE(Matches({.path = "/"}, r.Facts()));
+  r.path = "/.json";
+  EXPECT_FALSE(Matches({.path = "/"}, r.Facts()));
+}
+
 TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
   // Django, Flask, Laravel and Symfony upper-case the method: `post` is
   // their POST, and a policy on POST must count it.
@@ -296,7 +315,7 @@ policies:
   r.headers["x-api-key"] = "key\\1";
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   EXPECT_EQ(*set->Find("everyone")->KeyFor(r.Facts(), "app", {}, kXff), "*");
-  r.path = "/A|B";  // the path part without case, as paths are matched
+  r.path = "/A|B/";  // the path part without case or a trailing '/', as paths are matched
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/a|b";
   FakeRequest bare;

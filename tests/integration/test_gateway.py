@@ -621,13 +621,15 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
-    def test_another_case_does_not_evade_a_path_policy(self):
+    def test_another_spelling_does_not_evade_a_path_policy(self):
         # Regression (was a bug): Express and ASP.NET Core route /LOGIN to
-        # their /login by default, and IIS serves it; each spelling was
-        # forwarded with 200 after /login was denied. Expected: each denied.
+        # their /login by default, and IIS serves it; Express and Rails
+        # route /login/ there, Rails /login.json, Spring MVC before 5.3
+        # /login.do. Each was forwarded with 200 after /login was denied.
+        # Expected: each denied.
         self.start(self.LOGIN)
         self.assertEqual(self.post("/login", body="").status, 200)
-        for path in ("/LOGIN", "/Login", "/%4Cogin"):
+        for path in ("/LOGIN", "/Login", "/%4Cogin", "/login/", "/login.json", "/Login.do"):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
