@@ -147,6 +147,15 @@ bool PathMatches(std::string_view path, std::string_view exact) {
          (rest.front() == '.' && exact.back() != '/' && rest.find('/') == std::string_view::npos);
 }
 
+// Whether the request's `path` starts with the policy's `prefix`, without
+// case; a prefix that ends with '/' also takes the path without it (an
+// Express router mounted at `/admin/` serves `/admin`).
+bool PrefixMatches(std::string_view path, std::string_view prefix) {
+  return internal::AsciiEqualsIgnoreCase(path.substr(0, prefix.size()), prefix) ||
+         (prefix.size() > 1 && prefix.back() == '/' &&
+          internal::AsciiEqualsIgnoreCase(path, WithoutTrailingSlash(prefix)));
+}
+
 }  // namespace
 
 // Paths are compared without case (PathMatches): where an upstream tells
@@ -154,11 +163,7 @@ bool PathMatches(std::string_view path, std::string_view exact) {
 // never fewer.
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
   if (match.path && !PathMatches(request.path, *match.path)) return false;
-  if (match.path_prefix &&
-      !internal::AsciiEqualsIgnoreCase(request.path.substr(0, match.path_prefix->size()),
-                                       *match.path_prefix)) {
-    return false;
-  }
+  if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix)) return false;
   if (match.method && !MethodMatches(*match.method, request)) return false;
   if (match.host && request.host != *match.host) return false;
   for (const std::string& name : match.headers) {

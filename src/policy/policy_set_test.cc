@@ -172,8 +172,13 @@ TEST(Matches, APathWithoutCase) {
     EXPECT_TRUE(Matches({.path = "/login"}, r.Facts())) << path;
     EXPECT_TRUE(Matches({.path_prefix = "/Log"}, r.Facts())) << path;
     EXPECT_FALSE(Matches({.path = "/log"}, r.Facts())) << path;
-    EXPECT_FALSE(Matches({.path_prefix = "/login/"}, r.Facts())) << path;
+    EXPECT_TRUE(Matches({.path_prefix = "/login/"}, r.Facts())) << path;  // the prefix's own path
+    EXPECT_FALSE(Matches({.path_prefix = "/login/x"}, r.Facts())) << path;
   }
+  r.path = "/loginx";
+  EXPECT_FALSE(Matches({.path_prefix = "/login/"}, r.Facts()));
+  r.path = "/";
+  EXPECT_TRUE(Matches({.path_prefix = "/"}, r.Facts()));
 }
 
 TEST(Matches, AnExactPathAsFrameworksRouteIt) {

@@ -633,6 +633,21 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
+    def test_a_prefix_takes_its_own_path_in_any_case(self):
+        # Regression (was a bug): a router mounted at /admin/ serves /admin
+        # (Express), and /ADMIN/x is its /admin/x: both walked past a
+        # path_prefix: /admin/ policy. Expected: both denied.
+        self.start("""\
+  - name: admin
+    match: {path_prefix: /admin/}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+        self.assertEqual(self.get("/admin/x").status, 200)
+        for path in ("/admin", "/ADMIN/x", "/Admin/"):
+            self.assertEqual(self.get(path).status, 429, path)
+        self.assertEqual(self.get("/administrator").status, 200)
+
     def test_a_fully_qualified_host_does_not_evade_a_host_policy(self):
         # Regression (was a bug): "Host: api.example.com." (the same name,
         # fully qualified, which NGINX and Apache serve as api.example.com)
