@@ -102,8 +102,9 @@ void AppendEscaped(std::string& out, std::string_view part, bool lower = false) 
 // Laravel and Symfony upper-case the method they are sent, so `post /login`
 // is their POST. And a POST may name another method in an override field
 // (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, any line of
-// them), which Laravel, Symfony, Rack and Express's method-override act
-// on: it is a request of that method as well. A HEAD runs the GET's
+// them) or in a `_method` query parameter, which Laravel, Symfony, Rack
+// and Express's method-override act on: it is a request of that method as
+// well. A HEAD runs the GET's
 // handler in Express, Flask, Django, Rails and Spring (only the body is
 // dropped), so it is a GET too. A policy so counts more requests than an
 // upstream may act on, never fewer.
@@ -119,6 +120,16 @@ bool MethodMatches(std::string_view method, const RequestFacts& request) {
     } else if (const std::optional<std::string_view> value = request.header(name)) {
       if (internal::AsciiEqualsIgnoreCase(*value, method)) return true;
     }
+  }
+  for (std::string_view rest = request.query; !rest.empty();) {
+    const size_t amp = rest.find('&');
+    const std::string_view param = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    const size_t eq = param.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::optional<std::string> name = PercentDecode(param.substr(0, eq));
+    const std::optional<std::string> value = PercentDecode(param.substr(eq + 1));
+    if (name == "_method" && value && internal::AsciiEqualsIgnoreCase(*value, method)) return true;
   }
   return false;
 }

@@ -40,8 +40,9 @@ using metrics::Metrics;
 // The parts of a request that matching and keys read.
 struct RequestFacts {
   std::string_view method;
-  std::string_view path;  // without the query
-  std::string_view host;  // Host header, without port, lower case
+  std::string_view path;   // without the query
+  std::string_view query;  // without its '?'; empty when none
+  std::string_view host;   // Host header, without port, lower case
   std::string_view peer_ip;
   // Header value by lower-case name (its first line); nullopt when absent.
   std::function<std::optional<std::string_view>(std::string_view)> header;

@@ -230,6 +230,18 @@ TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
     o.method = "GET";
     EXPECT_FALSE(Matches({.method = "DELETE"}, o.Facts())) << name;
   }
+  // So does a _method query parameter (Laravel, Symfony), escaped or not.
+  FakeRequest query;
+  query.method = "POST";
+  RequestFacts with_query = query.Facts();
+  for (std::string_view q : {"_method=DELETE", "a=1&_method=delete", "%5Fmethod=%44ELETE&b"}) {
+    with_query.query = q;
+    EXPECT_TRUE(Matches({.method = "DELETE"}, with_query)) << q;
+  }
+  for (std::string_view q : {"", "_method", "x_method=DELETE", "_method=DELETEX", "_method=%ZZ"}) {
+    with_query.query = q;
+    EXPECT_FALSE(Matches({.method = "DELETE"}, with_query)) << q;
+  }
   FakeRequest lines;
   lines.method = "POST";
   RequestFacts facts = lines.Facts();

@@ -135,6 +135,13 @@ std::string_view TargetPath(std::string_view target) {
   return target.substr(0, std::min(target.find('?'), target.find('#')));
 }
 
+std::string_view TargetQuery(std::string_view target) {
+  const size_t question = target.find('?');
+  if (question == std::string_view::npos) return {};
+  const std::string_view query = target.substr(question + 1);
+  return query.substr(0, query.find('#'));
+}
+
 std::string_view HostName(std::string_view authority) {
   if (const size_t at = authority.rfind('@'); at != std::string_view::npos) {
     authority = authority.substr(at + 1);  // user information is no part of the host

@@ -34,6 +34,10 @@ std::string NormalizePath(std::string_view raw);
 // section 4.2.3).
 std::string_view TargetPath(std::string_view target);
 
+// The query of a request target, without its '?' ("/path?a=1#f" -> "a=1");
+// empty when there is none.
+std::string_view TargetQuery(std::string_view target);
+
 // The authority of an absolute-form target ("HTTP://Host:80/x" ->
 // "Host:80"); nullopt for any other form.
 std::optional<std::string_view> TargetAuthority(std::string_view target);

@@ -167,5 +167,13 @@ TEST(BearerTokenIn, AcceptsOnlyAConfiguredToken) {
   EXPECT_FALSE(BearerTokenIn({}, "Bearer first-token-0123456789"));
 }
 
+TEST(TargetQuery, TheQueryWithoutItsMarkOrFragment) {
+  EXPECT_EQ(TargetQuery("/p?a=1&b=2"), "a=1&b=2");
+  EXPECT_EQ(TargetQuery("/p?a=1#f"), "a=1");
+  EXPECT_EQ(TargetQuery("http://h/p?_method=PUT"), "_method=PUT");
+  EXPECT_EQ(TargetQuery("/p"), "");
+  EXPECT_EQ(TargetQuery("/p?"), "");
+}
+
 }  // namespace
 }  // namespace sluice::policy

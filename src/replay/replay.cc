@@ -254,6 +254,7 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in,
     host = internal::AsciiLower(h);
     facts.method = record.method;
     facts.path = path;
+    facts.query = policy::TargetQuery(record.target);
     facts.host = host;
     facts.peer_ip = record.ip;
     const RouteConfig* route = (*set)->RouteFor(facts);

@@ -45,6 +45,7 @@ using policy::NormalizePath;
 using policy::RequestFacts;
 using policy::TargetAuthority;
 using policy::TargetPath;
+using policy::TargetQuery;
 
 class HttpRequest : public ParsedFields {
  public:
@@ -243,6 +244,7 @@ inline RequestFacts FactsOf(const HttpRequest& req, std::string_view peer_ip,
   facts.method = method;
   path_storage = NormalizePath(TargetPath(target));
   facts.path = path_storage;
+  facts.query = TargetQuery(target);
   // An absolute-form target names the host itself, and the Host header is
   // then ignored (RFC 9112 section 3.2.2), as the upstream will.
   const std::optional<std::string_view> authority = TargetAuthority(target);

@@ -754,6 +754,9 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual([status(delete % m) for m in (b"DELETE", b"delete")], [200, 429])
         self.assertEqual(status(b"DELETE /items/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
                          429)
+        # So does a _method query parameter (Laravel, Symfony).
+        self.assertEqual(status(b"POST /items/3?_method=DELETE HTTP/1.1\r\nHost: x\r\n"
+                                b"Content-Length: 0\r\nConnection: close\r\n\r\n"), 429)
         # A HEAD runs the GET's handler in most frameworks: the GET policy counts it.
         search = b"%s /search HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         self.assertEqual([status(search % m) for m in (b"GET", b"HEAD")], [200, 429])
