@@ -124,7 +124,7 @@ std::variant<ReadToken, HttpAnswer> ReadLease(const ServerState& state, std::str
     return Problem(400, "bad request", "not a lease (a reservation settles at /v1/settle)");
   }
   out.token = *std::move(token);
-  out.mac = text.substr(text.find('.') + 1);
+  out.mac = TokenSignature(text);
   return out;
 }
 
@@ -173,7 +173,7 @@ Task<std::optional<HttpAnswer>> SpendLease(Context& ctx, const LeaseCall& call, 
     // Remembered until the lease's end, and 10 s more (or a lease_ttl, if
     // shorter) for the instances' clocks, which may not quite agree on it.
     const Duration ttl =
-        call.ends - now + std::min(Duration::Seconds(10), LeaseTtlOf(*call.policy, true));
+        call.ends - now + std::min(Duration::Seconds(10), call.ends - call.lease.taken_at);
     const absl::StatusOr<bool> spent = co_await Await<absl::StatusOr<bool>>(
         ctx.worker, [&](auto done) { ctx.state.redis->SpendOnce(call.mac, ttl, std::move(done)); });
     if (!spent.ok()) {
@@ -334,8 +334,7 @@ Task<HttpAnswer> Settle(Context& ctx, std::string_view body) {
     co_return Problem(404, "unknown policy", Cat("no policy named \"", token->policy, "\""));
   }
   // At most once, and before it expires: what was reserved stays the cost.
-  if (!ctx.state.reservations.Take(std::string_view(text).substr(text.find('.') + 1),
-                                   ctx.state.clock->Now())) {
+  if (!ctx.state.reservations.Take(TokenSignature(text), ctx.state.clock->Now())) {
     co_return Problem(409, "reservation closed",
                       "this reservation was settled already, or it expired (its estimate stays "
                       "its cost)");
@@ -368,7 +367,7 @@ std::string ReservationJson(Context& ctx, const policy::Applied& applied,
   const LeaseToken token = lease_endpoint::TokenOf(LeaseToken::Kind::kReservation, applied, taken,
                                                    now + kReservationTtl);
   const std::string id = EncodeLeaseToken(token, ctx.state.reservation_secret);
-  if (!ctx.state.reservations.Add(id.substr(id.find('.') + 1), token.expires, now)) return {};
+  if (!ctx.state.reservations.Add(std::string(TokenSignature(id)), token.expires, now)) return {};
   std::string out = ",\"reservation\":{\"id\":";
   policy::AppendJsonString(out, id);
   out += internal::Cat(",\"expires_in_ms\":", kReservationTtl.CeilMillis(), "}");

@@ -41,6 +41,11 @@ struct LeaseToken {
 inline constexpr size_t kMaxLeaseTokenLength = 4096;
 
 std::string EncodeLeaseToken(const LeaseToken& token, std::string_view secret);
+// A token's signature (the text after its '.'): what tells tokens apart in
+// the records of what was settled or given back.
+inline std::string_view TokenSignature(std::string_view token) {
+  return token.substr(token.find('.') + 1);
+}
 // InvalidArgument for anything but a token this secret signed.
 absl::StatusOr<LeaseToken> DecodeLeaseToken(std::string_view text, std::string_view secret);
 
