@@ -161,6 +161,18 @@ struct DenyConfig {
 };
 
 enum class MissingKey { kDeny, kClientIp };
+
+// client_ip_prefix: how many leading bits of a client's address the
+// `client_ip` key part counts it by. An IPv6 client is usually given a whole
+// /64 (a home line, a phone, a cloud VM) and may send each request from
+// another address in it; counted by its /64 it is one client, as an IPv4
+// client behind one address is. At a full length (32, 128) a client is its
+// address.
+struct ClientIpPrefix {
+  int ipv4 = 32;  // 1 to 32
+  int ipv6 = 64;  // 1 to 128
+  friend bool operator==(const ClientIpPrefix&, const ClientIpPrefix&) = default;
+};
 // The name this header used for what the limiter calls OnStoreError.
 using StoreErrorMode [[deprecated("use sluice::OnStoreError")]] = OnStoreError;
 
@@ -178,6 +190,8 @@ struct PolicyConfig {
   std::optional<MatchConfig> match;  // absent: the gateway never applies it
   std::vector<KeyPart> key;          // default: [client_ip]
   MissingKey on_missing_key = MissingKey::kDeny;
+  // The top-level client_ip_prefix, unless the policy sets its own.
+  ClientIpPrefix client_ip_prefix;
   std::vector<LimitSpec> limits;
   bool shadow = false;
   DenyConfig on_deny;
@@ -257,6 +271,8 @@ struct Config {
   // hops. "forwarded" is read as RFC 7239 (for=); any other header as a
   // comma-separated list (X-Real-IP is a list of one).
   std::string real_ip_header = "x-forwarded-for";
+  // Every policy's, unless it sets its own (PolicyConfig::client_ip_prefix).
+  ClientIpPrefix client_ip_prefix;
   std::vector<RouteConfig> routes;
   std::vector<PolicyConfig> policies;
   std::optional<GrpcConfig> grpc;  // absent: no gRPC listener

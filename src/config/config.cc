@@ -72,6 +72,7 @@ class Parser : public internal::YamlReader {
   absl::Status ReadDecision(const Value& v, DecisionConfig& out) const;
   absl::Status ReadStore(const Value& v, StoreConfig& out) const;
   absl::Status ReadTrustedProxies(const Value& v, std::vector<Cidr>& out) const;
+  absl::Status ReadClientIpPrefix(const Value& v, ClientIpPrefix& out) const;
   absl::Status ReadMatch(const Value& v, MatchConfig& out) const;
   absl::StatusOr<HostPort> ReadUpstream(const Value& v) const;
   absl::Status ReadRoute(const Value& v, std::map<std::string, int>& names, RouteConfig& out) const;
@@ -90,6 +91,7 @@ class Parser : public internal::YamlReader {
 
   ConfigLoadOptions options_;
   bool shared_store_ = false;  // store.redis is configured: limits default to global
+  ClientIpPrefix client_ip_prefix_;  // the top-level one: every policy's default
 };
 
 absl::StatusOr<HostPort> Parser::ReadHostPort(const Value& v) const {
@@ -349,6 +351,20 @@ absl::Status Parser::ReadTrustedProxies(const Value& v, std::vector<Cidr>& out) 
     SLUICE_ASSIGN_OR_RETURN(
         const Cidr cidr, ReadParsed(item, "an address or network such as 10.0.0.0/8", ParseCidr));
     out.push_back(cidr);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ReadClientIpPrefix(const Value& v, ClientIpPrefix& out) const {
+  absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"ipv4", "ipv6"});
+  if (!f.ok()) return f.status();
+  if (const Value* x = f->Find("ipv4")) {
+    SLUICE_ASSIGN_OR_RETURN(const int64_t bits, ReadInt(*x, 1, 32));
+    out.ipv4 = static_cast<int>(bits);
+  }
+  if (const Value* x = f->Find("ipv6")) {
+    SLUICE_ASSIGN_OR_RETURN(const int64_t bits, ReadInt(*x, 1, 128));
+    out.ipv6 = static_cast<int>(bits);
   }
   return absl::OkStatus();
 }
@@ -664,8 +680,9 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
                 Cat("expected a policy (a map with name and limits), got ", DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys,
-                                     {"name", "match", "key", "on_missing_key", "limits", "shadow",
-                                      "on_deny", "on_store_error", "long_keys", "cost"});
+                                     {"name", "match", "key", "on_missing_key", "client_ip_prefix",
+                                      "limits", "shadow", "on_deny", "on_store_error", "long_keys",
+                                      "cost"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -680,6 +697,10 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
     SLUICE_ASSIGN_OR_RETURN(out.on_missing_key,
                             ReadChoice<MissingKey>(*x, {{"deny", MissingKey::kDeny},
                                                         {"client_ip", MissingKey::kClientIp}}));
+  }
+  out.client_ip_prefix = client_ip_prefix_;
+  if (const Value* x = f->Find("client_ip_prefix")) {
+    SLUICE_RETURN_IF_ERROR(ReadClientIpPrefix(*x, out.client_ip_prefix));
   }
 
   const Value* limits = f->Find("limits");
@@ -799,8 +820,8 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
   }
   absl::StatusOr<Fields> f =
       ReadMap(root, kMapOfKeys,
-              {"server", "store", "trusted_proxies", "real_ip_header", "routes", "policies", "grpc",
-               "envoy", "envoy_files", "rlqs"});
+              {"server", "store", "trusted_proxies", "real_ip_header", "client_ip_prefix", "routes",
+               "policies", "grpc", "envoy", "envoy_files", "rlqs"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
   if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
@@ -816,6 +837,10 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
       return Fail(*x, "needs trusted_proxies: the header is believed only from those peers");
     }
     config.real_ip_header = internal::AsciiLower(*name);
+  }
+  if (const Value* x = f->Find("client_ip_prefix")) {
+    SLUICE_RETURN_IF_ERROR(ReadClientIpPrefix(*x, config.client_ip_prefix));
+    client_ip_prefix_ = config.client_ip_prefix;
   }
   if (const Value* x = f->Find("routes")) {
     absl::StatusOr<std::vector<Value>> items = ReadList(*x, "routes");

@@ -412,10 +412,11 @@ TEST(ConfigErrors, YamlSyntaxErrorGivesLineAndColumn) {
 TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
   EXPECT_EQ(ErrorOf("policies:\n  - name: p\n    limts: []\n"),
             "t.yaml:3: policies[0].limts: unknown key (expected one of: name, match, key, "
-            "on_missing_key, limits, shadow, on_deny, on_store_error, long_keys, cost)");
+            "on_missing_key, client_ip_prefix, limits, shadow, on_deny, on_store_error, long_keys, "
+            "cost)");
   EXPECT_EQ(ErrorOf("servr:\n  threads: 2\n"),
             "t.yaml:1: servr: unknown key (expected one of: server, store, trusted_proxies, "
-            "real_ip_header, routes, policies, grpc, envoy, envoy_files, rlqs)");
+            "real_ip_header, client_ip_prefix, routes, policies, grpc, envoy, envoy_files, rlqs)");
   EXPECT_EQ(ErrorOf("server:\n  thread: 2\n"),
             "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
             "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "
@@ -679,6 +680,37 @@ TEST(ConfigErrors, TrustedProxiesAreNetworks) {
   EXPECT_EQ(ErrorOf("trusted_proxies: [localhost]\n"),
             "t.yaml:1: trusted_proxies[0]: network \"localhost\": \"localhost\" is not an IPv4 or "
             "IPv6 address");
+}
+
+TEST(Config, ClientIpPrefixIsTheTopLevelOnesUnlessAPolicySetsItsOwn) {
+  const Config config = Load(R"(
+client_ip_prefix: {ipv6: 56}
+policies:
+  - name: inherits
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: own
+    client_ip_prefix: {ipv4: 24}
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  EXPECT_EQ(config.client_ip_prefix, (ClientIpPrefix{.ipv4 = 32, .ipv6 = 56}));
+  EXPECT_EQ(config.policies[0].client_ip_prefix, (ClientIpPrefix{.ipv4 = 32, .ipv6 = 56}));
+  // What a policy's map leaves out is the top-level's.
+  EXPECT_EQ(config.policies[1].client_ip_prefix, (ClientIpPrefix{.ipv4 = 24, .ipv6 = 56}));
+  EXPECT_EQ(Load("policies: [{name: p, limits: [{algorithm: gcra, rate: 1/s}]}]")
+                .policies.at(0)
+                .client_ip_prefix,
+            (ClientIpPrefix{.ipv4 = 32, .ipv6 = 64}));
+}
+
+TEST(ConfigErrors, ClientIpPrefixLengths) {
+  EXPECT_EQ(ErrorOf("client_ip_prefix: {ipv6: 0}\n"),
+            "t.yaml:1: client_ip_prefix.ipv6: must be from 1 to 128, got 0");
+  EXPECT_EQ(ErrorOf("policies: [{name: p, client_ip_prefix: {ipv7: 3}, limits: []}]\n"),
+            "t.yaml:1: policies[0].client_ip_prefix.ipv7: unknown key (expected one of: ipv4, ipv6)");
+  EXPECT_EQ(ErrorOf("client_ip_prefix: {ipv4: 33}\n"),
+            "t.yaml:1: client_ip_prefix.ipv4: must be from 1 to 32, got 33");
+  EXPECT_EQ(ErrorOf("client_ip_prefix: 64\n"),
+            "t.yaml:1: client_ip_prefix: expected a map of keys, got \"64\"");
 }
 
 // ---- routes ----

@@ -221,6 +221,27 @@ std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trust
   return client;
 }
 
+// The client as the `client_ip` key part counts it (ClientIpPrefix): the
+// network of the prefix's length its address is in, written
+// "2001:db8:1:2::/64", or at a full length the address itself. An IPv4
+// client written IPv4-mapped (`::ffff:192.0.2.1`) is counted as IPv4, never
+// as an IPv6 /64 that every such client would share. What does not parse as
+// an address (a link-local peer with its zone) is counted as written.
+std::string CountedClient(std::string ip, const ClientIpPrefix& prefix) {
+  if (prefix.ipv4 == 32 && ip.find(':') == std::string::npos) return ip;
+  std::optional<std::array<uint8_t, 16>> address = ParseIp(ip);
+  if (!address) return ip;
+  static constexpr std::array<uint8_t, 12> kMapped = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  const bool v4 = std::equal(kMapped.begin(), kMapped.end(), address->begin());
+  const int bits = v4 ? prefix.ipv4 : prefix.ipv6;
+  if (bits == (v4 ? 32 : 128)) return FormatIp(*address);
+  const int kept = v4 ? 96 + bits : bits;  // of the 128-bit form
+  for (int i = 0; i < 16; ++i) {
+    (*address)[i] &= static_cast<uint8_t>(0xff00 >> std::clamp(kept - 8 * i, 0, 8));
+  }
+  return internal::Cat(FormatIp(*address), "/", bits);
+}
+
 std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::string_view route,
                                           const std::vector<Cidr>& trusted_proxies,
                                           std::string_view real_ip_header) const {
@@ -231,7 +252,8 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
     first = false;
     switch (part.kind) {
       case KeyPart::Kind::kClientIp:
-        AppendEscaped(key, ClientIp(request, trusted_proxies, real_ip_header));
+        AppendEscaped(key, CountedClient(ClientIp(request, trusted_proxies, real_ip_header),
+                                         config_.client_ip_prefix));
         break;
       case KeyPart::Kind::kHeader: {
         // A key header sent twice is no key: a client could send a fresh
@@ -244,7 +266,8 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
           // Fall back to the client's address, marked so it never shares a
           // bucket with a header value that happens to look like an IP.
           key += "ip:";
-          AppendEscaped(key, ClientIp(request, trusted_proxies, real_ip_header));
+          AppendEscaped(key, CountedClient(ClientIp(request, trusted_proxies, real_ip_header),
+                                           config_.client_ip_prefix));
         } else {
           AppendEscaped(key, *value);
         }

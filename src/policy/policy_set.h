@@ -63,6 +63,11 @@ bool Matches(const MatchConfig& match, const RequestFacts& request);
 std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trusted_proxies,
                      std::string_view real_ip_header);
 
+// The client as the `client_ip` key part counts it: the network of
+// `prefix`'s length that `ip` is in ("2001:db8:1:2::/64", "198.51.100.0/24"),
+// or the address itself at a full length (ClientIpPrefix).
+std::string CountedClient(std::string ip, const ClientIpPrefix& prefix);
+
 class Policy {
  public:
   // kAllowed: admitted at once; kDelayed: admitted after a shaping delay.

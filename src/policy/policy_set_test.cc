@@ -350,6 +350,54 @@ policies:
   EXPECT_EQ(set->Find("p")->KeyFor(twice, "app", {}, kXff), std::nullopt);  // deny
 }
 
+TEST(CountedClient, AnIpv6ClientIsItsSlash64ByDefault) {
+  const ClientIpPrefix defaults;
+  EXPECT_EQ(CountedClient("2001:db8:1:2:aaaa:bbbb:cccc:dddd", defaults), "2001:db8:1:2::/64");
+  EXPECT_EQ(CountedClient("2001:db8:1:2::1", defaults), "2001:db8:1:2::/64");
+  EXPECT_EQ(CountedClient("2001:db8:1:3::1", defaults), "2001:db8:1:3::/64");
+  EXPECT_EQ(CountedClient("203.0.113.9", defaults), "203.0.113.9");
+  // IPv4-mapped is IPv4, never the one IPv6 /64 (::/64) every such client shares.
+  EXPECT_EQ(CountedClient("::ffff:203.0.113.9", defaults), "203.0.113.9");
+  EXPECT_EQ(CountedClient("fe80::1%eth0", defaults), "fe80::1%eth0");  // a zone: as written
+}
+
+TEST(CountedClient, AnyPrefixLength) {
+  EXPECT_EQ(CountedClient("2001:DB8::1", {.ipv4 = 32, .ipv6 = 128}), "2001:db8::1");
+  EXPECT_EQ(CountedClient("2001:db8:abcd:ef12::1", {.ipv4 = 32, .ipv6 = 56}),
+            "2001:db8:abcd:ef00::/56");
+  EXPECT_EQ(CountedClient("2001:db8:abcd:ef12::1", {.ipv4 = 32, .ipv6 = 1}), "::/1");
+  EXPECT_EQ(CountedClient("203.0.113.9", {.ipv4 = 24, .ipv6 = 64}), "203.0.113.0/24");
+  EXPECT_EQ(CountedClient("203.0.113.9", {.ipv4 = 21, .ipv6 = 64}), "203.0.112.0/21");
+  EXPECT_EQ(CountedClient("::ffff:203.0.113.9", {.ipv4 = 24, .ipv6 = 64}), "203.0.113.0/24");
+}
+
+TEST(PolicySet, KeysAnIpv6ClientByItsNetwork) {
+  const std::unique_ptr<Built> built = Build(R"(
+client_ip_prefix: {ipv6: 48}
+policies:
+  - name: wide
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: narrow
+    client_ip_prefix: {ipv4: 24, ipv6: 128}
+    key: ["header:X-Api-Key"]
+    on_missing_key: client_ip
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  ASSERT_NE(built, nullptr);
+  const PolicySet* set = built->set.get();
+  FakeRequest r;
+  r.peer = "2001:db8:1:2::9";
+  EXPECT_EQ(*set->Find("wide")->KeyFor(r.Facts(), "", {}, kXff), "2001:db8:1::/48");
+  EXPECT_EQ(*set->Find("narrow")->KeyFor(r.Facts(), "", {}, kXff), "ip:2001:db8:1:2::9");
+  // Behind a trusted proxy the forwarded address is the one counted.
+  r.peer = "127.0.0.1";
+  r.headers["x-forwarded-for"] = "198.51.100.77";
+  EXPECT_EQ(*set->Find("wide")->KeyFor(r.Facts(), "", Trust({"127.0.0.1"}), kXff),
+            "198.51.100.77");
+  EXPECT_EQ(*set->Find("narrow")->KeyFor(r.Facts(), "", Trust({"127.0.0.1"}), kXff),
+            "ip:198.51.100.0/24");
+}
+
 TEST(PolicySet, AReloadKeepsTheStateOfUnchangedPolicies) {
   const std::string before = R"(
 policies:

@@ -74,6 +74,8 @@ nlohmann::json ConfigJson(const PolicySet& set) {
         {"limits", limits},
         {"shadow", p.config().shadow},
         {"on_missing_key", p.config().on_missing_key == MissingKey::kDeny ? "deny" : "client_ip"},
+        {"client_ip_prefix",
+         {{"ipv4", p.config().client_ip_prefix.ipv4}, {"ipv6", p.config().client_ip_prefix.ipv6}}},
         {"long_keys", p.config().long_keys == LongKeys::kHash ? "hash" : "refuse"},
         {"on_deny", {{"status", p.config().on_deny.status}}}};
     if (p.config().cost != CostConfig{}) {

@@ -369,7 +369,44 @@ class GatewayTest(SluiceTestCase):
         self.start(self.CLIENT_IP_POLICY, trusted="[127.0.0.1/32]\nreal_ip_header: Forwarded")
         h = {"Forwarded": 'for="[2001:db8::7]:4711";proto=https'}
         self.assertEqual(self.get("/t", headers=h).status, 200)
-        key = self.get("/v1/keys/ip/2001:db8::7", admin=True).json()
+        # An IPv6 client is counted by its /64 (client_ip_prefix).
+        key = self.get("/v1/keys/ip/2001:db8::/64", admin=True).json()
+        self.assertEqual(key["limits"][0]["remaining"], 0)
+
+    def test_an_ipv6_client_is_counted_by_its_network(self):
+        # An IPv6 client holds a whole /64 and may send each request from
+        # another address in it: by its address alone, each would be a
+        # fresh bucket. A second policy counts whole IPv6 addresses and IPv4
+        # clients by their /24, as its operator says.
+        self.start("""\
+  - name: ip
+    match: {path_prefix: /t}
+    key: [client_ip]
+    limits: [{algorithm: token_bucket, rate: 1/h, burst: 1}]
+  - name: own
+    match: {path_prefix: /w}
+    key: [client_ip]
+    client_ip_prefix: {ipv4: 24, ipv6: 128}
+    limits: [{algorithm: token_bucket, rate: 1/h, burst: 1}]
+""", trusted="[127.0.0.1/32]")
+        def via(address, path="/t"):
+            return self.get(path, headers={"X-Forwarded-For": address}).status
+        self.assertEqual(via("2001:db8:1:2::1"), 200)
+        self.assertEqual(via("2001:db8:1:2::2"), 429)
+        self.assertEqual(via("2001:db8:1:2:ffff:ffff:ffff:ffff"), 429)
+        self.assertEqual(via("2001:db8:1:3::1"), 200)  # another /64
+        # IPv4 clients are counted by their address, IPv4-mapped or not.
+        self.assertEqual(via("198.51.100.1"), 200)
+        self.assertEqual(via("::ffff:198.51.100.1"), 429)
+        self.assertEqual(via("198.51.100.2"), 200)
+        key = self.get("/v1/keys/ip/2001:db8:1:2::/64", admin=True).json()
+        self.assertEqual(key["limits"][0]["remaining"], 0)
+
+        self.assertEqual(via("2001:db8:1:2::1", "/w"), 200)
+        self.assertEqual(via("2001:db8:1:2::2", "/w"), 200)
+        self.assertEqual(via("198.51.100.1", "/w"), 200)
+        self.assertEqual(via("198.51.100.2", "/w"), 429)
+        key = self.get("/v1/keys/own/198.51.100.0%2F24", admin=True).json()
         self.assertEqual(key["limits"][0]["remaining"], 0)
 
     def test_untrusted_peer_x_forwarded_for_is_ignored(self):
