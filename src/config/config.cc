@@ -90,7 +90,7 @@ class Parser : public internal::YamlReader {
                               std::map<std::string, int>& names, std::string& out) const;
 
   ConfigLoadOptions options_;
-  bool shared_store_ = false;  // store.redis is configured: limits default to global
+  bool shared_store_ = false;        // store.redis is configured: limits default to global
   ClientIpPrefix client_ip_prefix_;  // the top-level one: every policy's default
 };
 
@@ -679,10 +679,10 @@ absl::Status Parser::ReadPolicy(const Value& v, std::map<std::string, int>& name
     return Fail(v,
                 Cat("expected a policy (a map with name and limits), got ", DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys,
-                                     {"name", "match", "key", "on_missing_key", "client_ip_prefix",
-                                      "limits", "shadow", "on_deny", "on_store_error", "long_keys",
-                                      "cost"});
+  absl::StatusOr<Fields> f =
+      ReadMap(v, kMapOfKeys,
+              {"name", "match", "key", "on_missing_key", "client_ip_prefix", "limits", "shadow",
+               "on_deny", "on_store_error", "long_keys", "cost"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");

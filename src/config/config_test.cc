@@ -705,8 +705,9 @@ policies:
 TEST(ConfigErrors, ClientIpPrefixLengths) {
   EXPECT_EQ(ErrorOf("client_ip_prefix: {ipv6: 0}\n"),
             "t.yaml:1: client_ip_prefix.ipv6: must be from 1 to 128, got 0");
-  EXPECT_EQ(ErrorOf("policies: [{name: p, client_ip_prefix: {ipv7: 3}, limits: []}]\n"),
-            "t.yaml:1: policies[0].client_ip_prefix.ipv7: unknown key (expected one of: ipv4, ipv6)");
+  EXPECT_EQ(
+      ErrorOf("policies: [{name: p, client_ip_prefix: {ipv7: 3}, limits: []}]\n"),
+      "t.yaml:1: policies[0].client_ip_prefix.ipv7: unknown key (expected one of: ipv4, ipv6)");
   EXPECT_EQ(ErrorOf("client_ip_prefix: {ipv4: 33}\n"),
             "t.yaml:1: client_ip_prefix.ipv4: must be from 1 to 32, got 33");
   EXPECT_EQ(ErrorOf("client_ip_prefix: 64\n"),

@@ -392,8 +392,7 @@ policies:
   // Behind a trusted proxy the forwarded address is the one counted.
   r.peer = "127.0.0.1";
   r.headers["x-forwarded-for"] = "198.51.100.77";
-  EXPECT_EQ(*set->Find("wide")->KeyFor(r.Facts(), "", Trust({"127.0.0.1"}), kXff),
-            "198.51.100.77");
+  EXPECT_EQ(*set->Find("wide")->KeyFor(r.Facts(), "", Trust({"127.0.0.1"}), kXff), "198.51.100.77");
   EXPECT_EQ(*set->Find("narrow")->KeyFor(r.Facts(), "", Trust({"127.0.0.1"}), kXff),
             "ip:198.51.100.0/24");
 }
