@@ -7,8 +7,9 @@
 // Host, without port, lower case; header lookup), route, matching policies,
 // their keys (client_ip through X-Forwarded-For or Forwarded), decisions,
 // and the request sent upstream (TargetForUpstream and ToUpstream: one
-// Host, no hop-by-hop field left, the body framed by its length). Each request is decided from a
-// trusted proxy (under both real_ip_header variants of the config) and from an untrusted peer.
+// Host, no hop-by-hop field or name with '_' left, the body framed by its length). Each request is
+// decided from a trusted proxy (under both real_ip_header variants of the config) and from an
+// untrusted peer.
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
@@ -101,7 +102,8 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
   int hosts = 0;
   for (const auto& f : sent.get()) {
     if (sluice::server::IsHopByHop(f.name()) || f.name() == http::field::expect ||
-        beast::iequals(f.name_string(), "Sluice-Shadow-Denied")) {
+        beast::iequals(f.name_string(), "Sluice-Shadow-Denied") ||
+        f.name_string().find('_') != beast::string_view::npos) {
       __builtin_trap();  // a field that must not reach the upstream
     }
     if (f.name() == http::field::host) ++hosts;

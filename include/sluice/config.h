@@ -99,6 +99,15 @@ struct ServerConfig {
   // client sends from that CPU, when there is a thread for each CPU sluice
   // may run on.
   bool cpu_affinity = false;
+  // Whether the gateway forwards request fields whose names hold '_'
+  // (NGINX's directive of the same name; off there too). CGI, WSGI, Rack
+  // and PHP servers read `X_Api_Key` as `X-Api-Key`, so a client could
+  // send a field by a name no policy or proxy reads and have the upstream
+  // take it for one they do. Forwarded or not, `X_Forwarded_For` and
+  // `Sluice_Shadow_Denied` never go (they can only be a client's forgery),
+  // and a key header counts as sent twice when it comes under both
+  // spellings.
+  bool underscores_in_headers = false;
   DecisionConfig decision;
   friend bool operator==(const ServerConfig&, const ServerConfig&) = default;
 };

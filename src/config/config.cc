@@ -99,11 +99,11 @@ absl::StatusOr<HostPort> Parser::ReadHostPort(const Value& v) const {
 }
 
 absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
-  absl::StatusOr<Fields> f =
-      ReadMap(v, kMapOfKeys,
-              {"listen", "admin", "threads", "max_connections", "max_header_bytes",
-               "max_body_bytes", "read_timeout", "idle_timeout", "upstream_timeout",
-               "drain_timeout", "access_log", "legacy_headers", "cpu_affinity", "decision"});
+  absl::StatusOr<Fields> f = ReadMap(
+      v, kMapOfKeys,
+      {"listen", "admin", "threads", "max_connections", "max_header_bytes", "max_body_bytes",
+       "read_timeout", "idle_timeout", "upstream_timeout", "drain_timeout", "access_log",
+       "legacy_headers", "cpu_affinity", "underscores_in_headers", "decision"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("listen")) {
     SLUICE_ASSIGN_OR_RETURN(out.listen, ReadHostPort(*x));
@@ -141,6 +141,9 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
   }
   if (const Value* x = f->Find("legacy_headers")) {
     SLUICE_ASSIGN_OR_RETURN(out.legacy_headers, ReadBool(*x));
+  }
+  if (const Value* x = f->Find("underscores_in_headers")) {
+    SLUICE_ASSIGN_OR_RETURN(out.underscores_in_headers, ReadBool(*x));
   }
   if (const Value* x = f->Find("cpu_affinity")) {
     SLUICE_ASSIGN_OR_RETURN(out.cpu_affinity, ReadBool(*x));

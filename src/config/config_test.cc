@@ -66,6 +66,7 @@ server:
   access_log: true
   legacy_headers: true
   cpu_affinity: true
+  underscores_in_headers: true
 store:
   memory: {max_keys: 5000}
 trusted_proxies: [127.0.0.1/32, "::1", 10.0.0.0/8]
@@ -112,6 +113,7 @@ policies:
                                .access_log = true,
                                .legacy_headers = true,
                                .cpu_affinity = true,
+                               .underscores_in_headers = true,
                            }));
   EXPECT_EQ(config.store, StoreConfig{.max_keys = 5000});
   EXPECT_THAT(config.trusted_proxies,
@@ -420,7 +422,8 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
   EXPECT_EQ(ErrorOf("server:\n  thread: 2\n"),
             "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
             "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "
-            "upstream_timeout, drain_timeout, access_log, legacy_headers, cpu_affinity, decision)");
+            "upstream_timeout, drain_timeout, access_log, legacy_headers, cpu_affinity, "
+            "underscores_in_headers, decision)");
   EXPECT_EQ(
       ErrorOf(
           "policies:\n  - name: p\n    limits:\n      - {algorithm: gcra, rate: 1/s, brust: 2}\n"),

@@ -120,8 +120,13 @@ Framing DropHopByHop(ParsedFields& message, AlsoDrop also_drop) {
     }
     const std::string_view name = message.Name(f);
     bool drop = IsHopByHop(f.name) || also_drop(f);
-    for (size_t i = 0; !drop && i < named.size(); ++i) drop = SameName(name, named[i]);
-    if (!drop && !many.empty()) drop = many.contains(internal::AsciiLower(name));
+    // Host is end to end whatever a Connection field names: without it an
+    // upstream would serve its default host, not the one decided on.
+    const bool end_to_end = f.name == http::field::host;
+    for (size_t i = 0; !drop && !end_to_end && i < named.size(); ++i) {
+      drop = SameName(name, named[i]);
+    }
+    if (!drop && !end_to_end && !many.empty()) drop = many.contains(internal::AsciiLower(name));
     if (drop) f.kept = false;
     // Only a Content-Length that stays frames the message (one the
     // Connection field names goes like any other field it names).
@@ -158,15 +163,23 @@ inline void TargetForUpstream(HttpRequest& req, const HostPort& upstream) {
 // `req` as it goes to the upstream: HTTP/1.1 on a kept-alive connection,
 // without the hop-by-hop fields, Expect (sluice holds the whole body, so
 // the upstream has nothing to wait for, and an interim 100 Continue must not
-// reach the client) or a client's own Sluice-Shadow-Denied, with
+// reach the client), a client's own Sluice-Shadow-Denied, or fields whose
+// names hold '_' unless `underscores` (ServerConfig::underscores_in_headers;
+// `X_Forwarded_For` and `Sluice_Shadow_Denied` go even then), with
 // `shadow_marker` there (when not empty) and the peer appended to the
 // X-Forwarded-For list (every line of it, joined). Only sluice sets the marker: it is set after the
 // hop-by-hop fields are gone, so a client naming it in Connection cannot
 // strip it. `req` passed Malformed.
-inline void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker) {
+inline void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
+                       bool underscores = false) {
   namespace http = boost::beast::http;
-  const Framing framing = DropHopByHop(req, [&req](const ParsedFields::Field& f) {
-    return f.name == http::field::expect || SameName(req.Name(f), kShadowDeniedField);
+  const Framing framing = DropHopByHop(req, [&req, underscores](const ParsedFields::Field& f) {
+    if (f.name == http::field::expect) return true;
+    if (f.name != http::field::unknown) return false;
+    const std::string_view name = req.Name(f);
+    if (name.find('_') == std::string_view::npos) return SameName(name, kShadowDeniedField);
+    return !underscores || SameNameToCgi(name, kShadowDeniedField) ||
+           SameNameToCgi(name, "X-Forwarded-For");
   });
   if (!shadow_marker.empty()) req.Set(kShadowDeniedField, shadow_marker);
   // Every X-Forwarded-For line the client's side sent, as one list (RFC

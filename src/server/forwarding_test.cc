@@ -80,8 +80,10 @@ void EraseHopByHopByName(Message& m) {
       if (!token.empty()) named.push_back(token);
     }
   }
-  for (const std::string& name : named)
+  for (const std::string& name : named) {
+    if (boost::beast::iequals(name, "host")) continue;  // end to end whatever Connection says
     m.erase(boost::beast::string_view(name.data(), name.size()));
+  }
   for (http::field f :
        {http::field::connection, http::field::keep_alive, http::field::proxy_authenticate,
         http::field::proxy_authorization, http::field::te, http::field::trailer,
@@ -93,6 +95,13 @@ void EraseHopByHopByName(Message& m) {
 void PlainToUpstream(BeastRequest& req, std::string_view peer_ip, std::string_view marker) {
   EraseHopByHopByName(req);
   req.erase("Sluice-Shadow-Denied");
+  std::vector<std::string> underscored;  // NGINX's underscores_in_headers off
+  for (const auto& f : req) {
+    if (f.name_string().find('_') != boost::beast::string_view::npos) {
+      underscored.emplace_back(f.name_string());
+    }
+  }
+  for (const std::string& name : underscored) req.erase(name);
   if (!marker.empty()) req.set("Sluice-Shadow-Denied", std::string(marker));
   req.erase(http::field::expect);
   std::string xff;
@@ -108,6 +117,40 @@ void PlainToUpstream(BeastRequest& req, std::string_view peer_ip, std::string_vi
   req.prepare_payload();
 }
 
+TEST(ForwardingTest, FieldsWithUnderscoresGoOnlyWhenTheOperatorSaysSo) {
+  const std::string raw =
+      "GET /a HTTP/1.1\r\nHost: h\r\nX_Api_Key: real\r\nX-Api-Key: fresh\r\n"
+      "X_Forwarded_For: 1.2.3.4\r\nsluice_shadow_Denied: x\r\n\r\n";
+  HttpRequest kept = ParseRequest(raw);
+  ToUpstream(kept, "10.0.0.9", "", /*underscores=*/true);
+  // Even then, the underscore forms of what sluice itself sets go.
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(FieldsOf(Sent(kept)), (Fields{{"host", "h"},
+                                          {"x-api-key", "fresh"},
+                                          {"x-forwarded-for", "10.0.0.9"},
+                                          {"x_api_key", "real"}}));
+  HttpRequest dropped = ParseRequest(raw);
+  ToUpstream(dropped, "10.0.0.9", "");
+  EXPECT_EQ(FieldsOf(Sent(dropped)),
+            (Fields{{"host", "h"}, {"x-api-key", "fresh"}, {"x-forwarded-for", "10.0.0.9"}}));
+}
+
+TEST(ForwardingTest, AKeyHeaderUnderBothSpellingsIsSentTwice) {
+  EXPECT_TRUE(SameNameToCgi("X_Api_Key", "x-api-key"));
+  EXPECT_TRUE(SameNameToCgi("x-api-key", "X-API-KEY"));
+  EXPECT_FALSE(SameNameToCgi("X_Api_Key", "x-api-kez"));
+  EXPECT_FALSE(SameNameToCgi("X[Api", "x{api"));  // '[' | 0x20 is '{': not letters
+  std::string path, host;
+  const HttpRequest both =
+      ParseRequest("GET /a HTTP/1.1\r\nHost: h\r\nX-Api-Key: fresh\r\nX_API_KEY: real\r\n\r\n");
+  EXPECT_EQ(FactsOf(both, "1.2.3.4", "GET", "/a", path, host).header_once("x-api-key"),
+            std::nullopt);
+  const HttpRequest underscored =
+      ParseRequest("GET /a HTTP/1.1\r\nHost: h\r\nX_Api_Key: real\r\n\r\n");
+  EXPECT_EQ(FactsOf(underscored, "1.2.3.4", "GET", "/a", path, host).header_once("x-api-key"),
+            "real");
+}
+
 TEST(ForwardingTest, ARequestGoesUpstreamAsBeastsOwnCallsWouldMakeIt) {
   const std::string requests[] = {
       "GET /a HTTP/1.1\r\nHost: h\r\nX-Key: k\r\n\r\n",
@@ -117,6 +160,11 @@ TEST(ForwardingTest, ARequestGoesUpstreamAsBeastsOwnCallsWouldMakeIt) {
       "GET /a HTTP/1.1\r\nHost: h\r\nSluice-Shadow-Denied: forged\r\n"
       "sluice-shadow-denied: again\r\nExpect: 100-continue\r\n\r\n",
       "GET /a HTTP/1.1\r\nHost: h\r\nConnection: Sluice-Shadow-Denied\r\n\r\n",
+      // Host stays: an upstream without it serves its default host.
+      "GET /a HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, HOST\r\n\r\n",
+      // Names with '_' go: a CGI-style upstream reads them as the '-' names.
+      "GET /a HTTP/1.1\r\nHost: h\r\nX_Api_Key: real\r\nX-Api-Key: fresh\r\n"
+      "X_Forwarded_For: 1.2.3.4\r\nsluice_shadow_denied: x\r\n_: 1\r\n\r\n",
       "GET /a HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-For: 5.6.7.8\r\n\r\n",
       "GET /a HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\n\r\n",
       "GET /a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",

@@ -259,10 +259,13 @@ inline RequestFacts FactsOf(const HttpRequest& req, std::string_view peer_ip,
     }
     return lines;
   };
+  // A key header is read as an upstream may read it: `X_Api_Key` is
+  // `X-Api-Key` to a CGI-style reader (SameNameToCgi), so the two together
+  // are the header sent twice.
   facts.header_once = [&req](std::string_view name) -> std::optional<std::string_view> {
     std::optional<std::string_view> value;
     for (const HttpRequest::Field& f : req.fields) {
-      if (!f.kept || !SameName(req.Name(f), name)) continue;
+      if (!f.kept || !SameNameToCgi(req.Name(f), name)) continue;
       if (value) return std::nullopt;
       value = req.Value(f);
     }

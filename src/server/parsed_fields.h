@@ -37,6 +37,21 @@ inline bool SameName(std::string_view a, std::string_view b) {
                                boost::beast::string_view(b.data(), b.size()));
 }
 
+// Whether two field names are one as a CGI-style gateway reads them:
+// without case, and with '_' the same as '-'. PHP, WSGI and Rack servers
+// hand a field to the application as HTTP_X_API_KEY, so in some of them
+// (Puma before 6.4.3, Gunicorn before 22, PHP's built-in server)
+// `X_Api_Key` arrives as `X-Api-Key` would, or overwrites it.
+inline bool SameNameToCgi(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char x = a[i] == '_' ? '-' : a[i];
+    const char y = b[i] == '_' ? '-' : b[i];
+    if (x != y && ((x | 0x20) != (y | 0x20) || (x | 0x20) < 'a' || (x | 0x20) > 'z')) return false;
+  }
+  return true;
+}
+
 // "Name: value\r\n" appended to `out`: one growth of `out` and three
 // copies (four appends checked the room four times, on a dozen fields a
 // gatewayed request).

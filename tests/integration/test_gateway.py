@@ -614,6 +614,12 @@ class GatewayTest(SluiceTestCase):
         headers = self.up.hits("/hop")[0]["headers"]
         self.assertEqual(headers.get("X-End-To-End"), "2")
         self.assertNotIn("X-Hop", headers)
+        # Regression (was a bug): a Connection field naming Host took it
+        # away too, and the upstream got a request without Host (one that
+        # serves its default host for it serves another than was decided on).
+        r = self.get("/hop2", headers={"Connection": "keep-alive, Host", "Host": "app.example"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.up.hits("/hop2")[0]["headers"].get("Host"), "app.example")
 
     LOGIN = """\
   - name: login
@@ -759,6 +765,32 @@ class GatewayTest(SluiceTestCase):
         # Sent once, a header keys as before: its own bucket.
         self.assertEqual(self.get("/api", headers={"X-Api-Key": "real"}).status, 200)
         self.assertEqual(self.get("/api", headers={"X-Api-Key": "real"}).status, 429)
+
+    def test_a_key_header_under_an_underscore_name_is_no_bypass(self):
+        # Regression (was a bypass): CGI, WSGI, Rack and PHP servers read
+        # X_Api_Key as X-Api-Key, and some (Puma before 6.4.3, Gunicorn
+        # before 22) let it overwrite it: a fresh X-Api-Key each time for the
+        # key, the client's own under X_Api_Key for the upstream. Expected:
+        # the two spellings together are the header sent twice, and a field
+        # with '_' in its name does not go upstream (NGINX's default).
+        self.start(api_key_per_address(burst=1))
+        statuses = []
+        for i in range(3):
+            raw = (b"GET /api HTTP/1.1\r\nHost: x\r\nX-Api-Key: fresh-%d\r\n"
+                   b"X_Api_Key: real\r\nConnection: close\r\n\r\n" % i)
+            statuses.append(parse_raw_response(raw_exchange(self.sluice.port, raw)).status)
+        self.assertEqual(statuses, [200, 429, 429])
+        forged = {"X-Api-Key": "k2", "X_Forwarded_For": "198.51.100.66", "X_Other": "1"}
+        r = self.get("/api", headers=forged)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(sorted(k for k in r.json()["headers"] if "_" in k), [])
+        self.assertEqual(r.json()["headers"].get("X-Forwarded-For"), "127.0.0.1")
+        # Forwarded when the operator says so, but never the underscore form
+        # of a field sluice sets.
+        self.start(api_key_per_address(burst=1), underscores_in_headers="true")
+        r = self.get("/api", headers=forged)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(sorted(k for k in r.json()["headers"] if "_" in k), ["X_Other"])
 
     def test_a_method_policy_counts_the_method_as_an_upstream_may_read_it(self):
         # Regression (was a bypass): `post /login` did not match a policy on
