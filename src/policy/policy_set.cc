@@ -18,13 +18,6 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-bool Trusted(std::string_view ip, const std::vector<Cidr>& trusted) {
-  const std::optional<std::array<uint8_t, 16>> parsed = ParseIp(ip);
-  if (!parsed) return false;
-  return std::any_of(trusted.begin(), trusted.end(),
-                     [&](const Cidr& c) { return c.Contains(*parsed); });
-}
-
 // An address as a hop names it: "192.0.2.60", "192.0.2.60:4711",
 // "[2001:db8::1]:4711", "2001:db8::1", optionally in double quotes.
 std::optional<std::array<uint8_t, 16>> HopAddress(std::string_view v) {
@@ -183,9 +176,17 @@ bool Matches(const MatchConfig& match, const RequestFacts& request) {
   return true;
 }
 
+bool FromTrustedProxy(std::string_view peer_ip, const std::vector<Cidr>& trusted_proxies) {
+  if (trusted_proxies.empty()) return false;
+  const std::optional<std::array<uint8_t, 16>> parsed = ParseIp(peer_ip);
+  if (!parsed) return false;
+  return std::any_of(trusted_proxies.begin(), trusted_proxies.end(),
+                     [&](const Cidr& c) { return c.Contains(*parsed); });
+}
+
 std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trusted_proxies,
                      std::string_view real_ip_header) {
-  if (trusted_proxies.empty() || !Trusted(request.peer_ip, trusted_proxies)) {
+  if (!FromTrustedProxy(request.peer_ip, trusted_proxies)) {
     return std::string(request.peer_ip);  // headers from an untrusted peer are ignored
   }
   // Every line of the one header believed, in order: together they are one
@@ -224,14 +225,20 @@ std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trust
 // The client as the `client_ip` key part counts it (ClientIpPrefix): the
 // network of the prefix's length its address is in, written
 // "2001:db8:1:2::/64", or at a full length the address itself. An IPv4
-// client written IPv4-mapped (`::ffff:192.0.2.1`) is counted as IPv4, never
-// as an IPv6 /64 that every such client would share. What does not parse as
-// an address (a link-local peer with its zone) is counted as written.
+// client written IPv4-mapped (`::ffff:192.0.2.1`), or translated by NAT64
+// under the well-known prefix (`64:ff9b::192.0.2.1`, RFC 6052), is counted
+// as IPv4, never as an IPv6 /64 that every such client would share. What
+// does not parse as an address (a link-local peer with its zone) is counted
+// as written.
 std::string CountedClient(std::string ip, const ClientIpPrefix& prefix) {
   if (prefix.ipv4 == 32 && ip.find(':') == std::string::npos) return ip;
   std::optional<std::array<uint8_t, 16>> address = ParseIp(ip);
   if (!address) return ip;
   static constexpr std::array<uint8_t, 12> kMapped = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  static constexpr std::array<uint8_t, 12> kNat64 = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+  if (std::equal(kNat64.begin(), kNat64.end(), address->begin())) {
+    std::copy(kMapped.begin(), kMapped.end(), address->begin());  // its IPv4 address
+  }
   const bool v4 = std::equal(kMapped.begin(), kMapped.end(), address->begin());
   const int bits = v4 ? prefix.ipv4 : prefix.ipv6;
   if (bits == (v4 ? 32 : 128)) return FormatIp(*address);

@@ -56,6 +56,9 @@ struct RequestFacts {
 
 bool Matches(const MatchConfig& match, const RequestFacts& request);
 
+// Whether `peer_ip` is in one of `trusted_proxies`.
+bool FromTrustedProxy(std::string_view peer_ip, const std::vector<Cidr>& trusted_proxies);
+
 // The client's address: the peer, or, when the peer is a trusted proxy, the
 // right-most address in `real_ip_header` (lower case; "forwarded" is read as
 // RFC 7239's for=) that is not itself a trusted proxy. Only that one header

@@ -358,6 +358,9 @@ TEST(CountedClient, AnIpv6ClientIsItsSlash64ByDefault) {
   EXPECT_EQ(CountedClient("203.0.113.9", defaults), "203.0.113.9");
   // IPv4-mapped is IPv4, never the one IPv6 /64 (::/64) every such client shares.
   EXPECT_EQ(CountedClient("::ffff:203.0.113.9", defaults), "203.0.113.9");
+  // NAT64's well-known prefix carries an IPv4 client: counted as that client.
+  EXPECT_EQ(CountedClient("64:ff9b::203.0.113.9", defaults), "203.0.113.9");
+  EXPECT_EQ(CountedClient("64:ff9b::cb00:7109", {.ipv4 = 24, .ipv6 = 64}), "203.0.113.0/24");
   EXPECT_EQ(CountedClient("fe80::1%eth0", defaults), "fe80::1%eth0");  // a zone: as written
 }
 

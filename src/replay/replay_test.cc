@@ -157,6 +157,27 @@ TEST(Replay, FindsTheKeysAboveTheLimitAndSuggestsAFittingOne) {
   EXPECT_EQ(j["policies"][0]["suggestions"][0]["suggested"], "6/1m");
 }
 
+TEST(Replay, CountsAnIpv6ClientByItsNetworkAsTheServerDoes) {
+  std::string log;
+  for (const char* ip : {"2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::3",
+                         "2001:db8:1:3::1", "::ffff:198.51.100.7", "198.51.100.7"}) {
+    log += Line(ip, kStart, "POST", "/login");
+  }
+  const ReplayReport r = ReplayText(ConfigOf(R"(
+policies:
+  - name: login
+    match: {path_prefix: /login, method: POST}
+    limits: [{algorithm: fixed_window, rate: 1/min}]
+)"),
+                                    log);
+  const PolicyReport& login = PolicyNamed(r, "login");
+  EXPECT_EQ(login.keys, 3);  // the two /64s, and one IPv4 client
+  EXPECT_EQ(login.limited, 3);
+  ASSERT_FALSE(login.top.empty());
+  EXPECT_EQ(login.top[0].key, "2001:db8:1:2::/64");
+  EXPECT_EQ(login.top[0].limited, 2);
+}
+
 TEST(Replay, AppliesADecisionApiPolicyToEveryLineWhenAsked) {
   std::string log;
   for (int64_t t = 0; t < 10; ++t) {

@@ -19,6 +19,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "base/ascii.h"
 #include "base/cat.h"
 #include "server/http_request.h"
@@ -167,11 +168,15 @@ inline void TargetForUpstream(HttpRequest& req, const HostPort& upstream) {
 // names hold '_' unless `underscores` (ServerConfig::underscores_in_headers;
 // `X_Forwarded_For` and `Sluice_Shadow_Denied` go even then), with
 // `shadow_marker` there (when not empty) and the peer appended to the
-// X-Forwarded-For list (every line of it, joined). Only sluice sets the marker: it is set after the
-// hop-by-hop fields are gone, so a client naming it in Connection cannot
-// strip it. `req` passed Malformed.
-inline void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
-                       bool underscores = false) {
+// X-Forwarded-For list (every line of it, joined) when `from_proxy()` says
+// the peer is a trusted proxy (asked only of a request that has the field);
+// from any other peer the list is the peer alone, so an upstream reading
+// its left end cannot be handed an address the client made up. Only sluice
+// sets the marker: it is set after the hop-by-hop fields are gone, so a
+// client naming it in Connection cannot strip it. `req` passed Malformed.
+inline void ToUpstream(
+    HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
+    bool underscores = false, absl::FunctionRef<bool()> from_proxy = [] { return true; }) {
   namespace http = boost::beast::http;
   const Framing framing = DropHopByHop(req, [&req, underscores](const ParsedFields::Field& f) {
     if (f.name == http::field::expect) return true;
@@ -188,8 +193,11 @@ inline void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_v
   // (HAProxy does) was lost, and an upstream reading the list from the
   // right took a client's own entry for its address.
   std::string xff;
+  std::optional<bool> believed;
   for (const ParsedFields::Field& f : req.fields) {
     if (!f.kept || !SameName(req.Name(f), "X-Forwarded-For") || req.Value(f).empty()) continue;
+    if (!believed) believed = from_proxy();
+    if (!*believed) break;
     if (!xff.empty()) xff += ", ";
     xff += req.Value(f);
   }

@@ -135,6 +135,24 @@ TEST(ForwardingTest, FieldsWithUnderscoresGoOnlyWhenTheOperatorSaysSo) {
             (Fields{{"host", "h"}, {"x-api-key", "fresh"}, {"x-forwarded-for", "10.0.0.9"}}));
 }
 
+TEST(ForwardingTest, AClientsOwnForwardedForGoesOnlyFromATrustedProxy) {
+  const std::string raw =
+      "GET /a HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 198.51.100.1\r\n"
+      "x-forwarded-for: 198.51.100.2\r\n\r\n";
+  int asked = 0;
+  HttpRequest proxied = ParseRequest(raw);
+  ToUpstream(proxied, "10.0.0.9", "", false, [&] { return ++asked > 0; });
+  EXPECT_EQ(Sent(proxied)["X-Forwarded-For"], "198.51.100.1, 198.51.100.2, 10.0.0.9");
+  HttpRequest direct = ParseRequest(raw);
+  ToUpstream(direct, "10.0.0.9", "", false, [&] { return ++asked < 0; });
+  EXPECT_EQ(Sent(direct)["X-Forwarded-For"], "10.0.0.9");
+  EXPECT_EQ(asked, 2);  // once a request
+  HttpRequest none = ParseRequest("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+  ToUpstream(none, "10.0.0.9", "", false, [&] { return ++asked > 0; });
+  EXPECT_EQ(Sent(none)["X-Forwarded-For"], "10.0.0.9");
+  EXPECT_EQ(asked, 2);  // not asked without the field
+}
+
 TEST(ForwardingTest, AKeyHeaderUnderBothSpellingsIsSentTwice) {
   EXPECT_TRUE(SameNameToCgi("X_Api_Key", "x-api-key"));
   EXPECT_TRUE(SameNameToCgi("x-api-key", "X-API-KEY"));

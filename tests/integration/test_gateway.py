@@ -58,9 +58,10 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(ratelimit_members(r.header("RateLimit"))["app"]["r"], 1)
         self.assertEqual(ratelimit_members(r.header("RateLimit-Policy"))["app"]["q"], 2)
         self.assertIsNone(r.header("Retry-After"))
-        # An existing X-Forwarded-For is appended to.
+        # A list the client sent is not handed on from a peer sluice does
+        # not trust (a trusted proxy's is appended to: test_hardening).
         r = self.get("/hello", headers={"X-Forwarded-For": "198.51.100.1"})
-        self.assertEqual(r.json()["headers"].get("X-Forwarded-For"), "198.51.100.1, 127.0.0.1")
+        self.assertEqual(r.json()["headers"].get("X-Forwarded-For"), "127.0.0.1")
         self.assertEqual(self.up.count("/hello"), 2)
 
     def test_post_body_is_forwarded(self):
@@ -411,7 +412,11 @@ class GatewayTest(SluiceTestCase):
 
     def test_untrusted_peer_x_forwarded_for_is_ignored(self):
         self.start(self.CLIENT_IP_POLICY, trusted="[]")
-        self.assertEqual(self.get("/t", headers={"X-Forwarded-For": "203.0.113.1"}).status, 200)
+        r = self.get("/t", headers={"X-Forwarded-For": "203.0.113.1"})
+        self.assertEqual(r.status, 200)
+        # Nor is it handed on: an upstream reading the list's left end would
+        # take the client's made-up address (regression: it went on).
+        self.assertEqual(r.json()["headers"].get("X-Forwarded-For"), "127.0.0.1")
         # A different spoofed address shares the peer's bucket.
         self.assertEqual(self.get("/t", headers={"X-Forwarded-For": "203.0.113.2"}).status, 429)
         self.assertEqual(self.get("/t").status, 429)

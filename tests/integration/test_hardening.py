@@ -25,9 +25,9 @@ def raw_head_then_get(port, path):
 
 
 class HttpEdgeTest(SluiceTestCase):
-    def start_gateway(self, policies="", **server):
+    def start_gateway(self, policies="", top="", **server):
         self.upstream = self.start_upstream()
-        return self.start_sluice(server_block(**server) + """\
+        return self.start_sluice(server_block(**server) + top + """\
 routes:
   - name: app
     match: {path_prefix: /}
@@ -152,7 +152,7 @@ policies:
         # Regression: only the first X-Forwarded-For line went upstream, so a
         # hop a proxy had added on a line of its own was lost, and an
         # upstream reading the list from the right reached the client's own.
-        self.start_gateway()
+        self.start_gateway(top="trusted_proxies: [127.0.0.1/32]\n")
         with socket.create_connection((HOST, self.sluice.port), timeout=5) as s:
             s.sendall(b"GET /app HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\n"
                       b"X-Other: 1\r\nx-forwarded-for: 198.51.100.7\r\n"
