@@ -36,23 +36,25 @@ std::optional<std::array<uint8_t, 16>> HopAddress(std::string_view v) {
   return ParseIp(v);
 }
 
-// The `for=` of one Forwarded element (`for=192.0.2.60;proto=https`);
-// empty when it has none, which no address parses as.
-std::string_view ForwardedFor(std::string_view element) {
+// The value of parameter `name` ("for", "host": lower case) of one
+// Forwarded element (`for=192.0.2.60;proto=https`); empty when it has
+// none, which no address or host parses as.
+std::string_view ForwardedParam(std::string_view element, std::string_view name) {
   size_t pos = 0;
   while (pos < element.size()) {
     size_t end = element.find(';', pos);
     if (end == std::string_view::npos) end = element.size();
     const std::string_view pair = Trim(element.substr(pos, end - pos));
-    if (pair.size() > 4 && (pair[0] == 'f' || pair[0] == 'F') &&
-        (pair[1] == 'o' || pair[1] == 'O') && (pair[2] == 'r' || pair[2] == 'R') &&
-        pair[3] == '=') {
-      return pair.substr(4);
+    if (pair.size() > name.size() + 1 && pair[name.size()] == '=' &&
+        internal::AsciiEqualsIgnoreCase(pair.substr(0, name.size()), name)) {
+      return pair.substr(name.size() + 1);
     }
     pos = end + 1;
   }
   return {};
 }
+
+std::string_view ForwardedFor(std::string_view element) { return ForwardedParam(element, "for"); }
 
 // Splits a field value into its comma-separated elements, left to right;
 // a comma inside a quoted string does not split.
@@ -127,6 +129,32 @@ bool MethodMatches(std::string_view method, const RequestFacts& request) {
   return false;
 }
 
+// Whether a host the request names besides Host is `host` (lower case): an
+// element of X-Forwarded-Host or a Forwarded `host=`, on any line. Rack
+// (so Rails' host constraints) serves a request for its X-Forwarded-Host,
+// and Express, Django, Symfony and Spring do when told to trust the proxy
+// in front: a policy on a host counts such a request too, more requests
+// than an upstream may serve for it, never fewer.
+bool ForwardedHostMatches(std::string_view host, const RequestFacts& request) {
+  bool found = false;
+  for (std::string_view name : {"x-forwarded-host", "forwarded"}) {
+    const std::optional<std::string_view> first = request.header(name);
+    if (!first) continue;
+    const auto each = [&](std::string_view element) {
+      std::string_view v = Trim(name == "forwarded" ? ForwardedParam(element, "host") : element);
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      if (internal::AsciiEqualsIgnoreCase(HostName(v), host)) found = true;
+    };
+    if (request.header_lines) {
+      for (std::string_view line : request.header_lines(name)) ForEachElement(line, each);
+    } else {
+      ForEachElement(*first, each);
+    }
+    if (found) return true;
+  }
+  return false;
+}
+
 // `path` without a trailing '/' (but "/").
 std::string_view WithoutTrailingSlash(std::string_view path) {
   if (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
@@ -160,20 +188,30 @@ bool PrefixMatches(std::string_view path, std::string_view prefix) {
           internal::AsciiEqualsIgnoreCase(path, WithoutTrailingSlash(prefix)));
 }
 
-}  // namespace
-
-// Paths are compared without case (PathMatches): where an upstream tells
-// the spellings apart, a policy counts more of its requests than it must,
-// never fewer.
-bool Matches(const MatchConfig& match, const RequestFacts& request) {
+// Matches, with `forwarded_hosts` whether a host named in X-Forwarded-Host
+// or Forwarded matches too (a policy's match; a route goes by Host alone).
+bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool forwarded_hosts) {
   if (match.path && !PathMatches(request.path, *match.path)) return false;
   if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix)) return false;
   if (match.method && !MethodMatches(*match.method, request)) return false;
-  if (match.host && request.host != *match.host) return false;
+  if (match.host && request.host != *match.host &&
+      !(forwarded_hosts && ForwardedHostMatches(*match.host, request))) {
+    return false;
+  }
   for (const std::string& name : match.headers) {
     if (!request.header(name)) return false;
   }
   return true;
+}
+
+}  // namespace
+
+// Paths are compared without case (PathMatches): where an upstream tells
+// the spellings apart, a policy counts more of its requests than it must,
+// never fewer. So are hosts a request names besides Host
+// (ForwardedHostMatches).
+bool Matches(const MatchConfig& match, const RequestFacts& request) {
+  return MatchesAs(match, request, /*forwarded_hosts=*/true);
 }
 
 bool FromTrustedProxy(std::string_view peer_ip, const std::vector<Cidr>& trusted_proxies) {
@@ -407,7 +445,7 @@ PolicyList PolicySet::Matching(const RequestFacts& request) const {
 
 const RouteConfig* PolicySet::RouteFor(const RequestFacts& request) const {
   for (const RouteConfig& route : config_.routes) {
-    if (Matches(route.match, request)) return &route;
+    if (MatchesAs(route.match, request, /*forwarded_hosts=*/false)) return &route;
   }
   return nullptr;
 }

@@ -200,6 +200,32 @@ TEST(Matches, AnExactPathAsFrameworksRouteIt) {
   EXPECT_FALSE(Matches({.path = "/"}, r.Facts()));
 }
 
+TEST(Matches, AHostAnUpstreamMayServeTheRequestFor) {
+  // Rack (so Rails' host constraints) serves a request for its
+  // X-Forwarded-Host, and Express, Django, Symfony and Spring do when they
+  // trust the proxy in front: a policy on that host counts the request.
+  const MatchConfig api{.host = "api.example.com"};
+  FakeRequest r;
+  r.host = "www.example.com";
+  EXPECT_FALSE(Matches(api, r.Facts()));
+  for (const char* value : {"api.example.com", "API.Example.com:8443",
+                            "a.example, api.example.com.", "\"api.example.com\""}) {
+    FakeRequest x = r;
+    x.headers["x-forwarded-host"] = value;
+    EXPECT_TRUE(Matches(api, x.Facts())) << value;
+  }
+  for (const char* value : {"for=1.2.3.4;host=api.example.com", "host=\"api.example.com:443\"",
+                            "proto=https, Host=api.example.com;proto=http"}) {
+    FakeRequest f = r;
+    f.headers["forwarded"] = value;
+    EXPECT_TRUE(Matches(api, f.Facts())) << value;
+  }
+  FakeRequest other = r;
+  other.headers["x-forwarded-host"] = "api.example.com.evil";
+  other.headers["forwarded"] = "for=api.example.com";
+  EXPECT_FALSE(Matches(api, other.Facts()));
+}
+
 TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
   // Django, Flask, Laravel and Symfony upper-case the method: `post` is
   // their POST, and a policy on POST must count it.
@@ -275,6 +301,29 @@ std::unique_ptr<Built> Build(const std::string& yaml) {
   if (!set.ok()) return nullptr;
   built->set = *std::move(set);
   return built;
+}
+
+TEST(PolicySet, ARouteGoesByHostAlone) {
+  // A policy on a host counts a request that names it in X-Forwarded-Host;
+  // the route, which picks the upstream, goes by Host.
+  const std::unique_ptr<Built> built = Build(R"(
+routes:
+  - name: api
+    match: {host: api.example.com}
+    upstream: http://127.0.0.1:1
+  - name: www
+    upstream: http://127.0.0.1:2
+policies:
+  - name: api
+    match: {host: api.example.com}
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  ASSERT_NE(built, nullptr);
+  FakeRequest r;
+  r.host = "www.example.com";
+  r.headers["x-forwarded-host"] = "api.example.com";
+  EXPECT_EQ(built->set->RouteFor(r.Facts())->name, "www");
+  ASSERT_EQ(built->set->Matching(r.Facts()).size(), 1u);
 }
 
 TEST(PolicySet, ReadsAMatchsPathsAsRequestsAreRead) {

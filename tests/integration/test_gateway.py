@@ -711,6 +711,14 @@ class GatewayTest(SluiceTestCase):
         for host in ("api.example.com.", "API.example.com.:80"):
             self.assertEqual(self.get("/x", headers={"Host": host}).status, 429, host)
         self.assertEqual(self.up.count("/x"), 1)
+        # Regression (was a bypass): another Host with the limited one in
+        # X-Forwarded-Host or Forwarded, which Rack (Rails' host
+        # constraints) serves the request for, went through.
+        for forwarded in ({"X-Forwarded-Host": "api.example.com"},
+                          {"Forwarded": "for=1.2.3.4;host=api.example.com"}):
+            headers = dict(forwarded, Host="www.example.com")
+            self.assertEqual(self.get("/x", headers=headers).status, 429, forwarded)
+        self.assertEqual(self.get("/x", headers={"Host": "www.example.com"}).status, 200)
 
     def test_an_http_1_0_request_without_host_goes_upstream_with_the_upstreams_host(self):
         # Regression (was a bug): an HTTP/1.0 request may come without Host,
