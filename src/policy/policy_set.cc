@@ -188,14 +188,39 @@ bool PrefixMatches(std::string_view path, std::string_view prefix) {
           internal::AsciiEqualsIgnoreCase(path, WithoutTrailingSlash(prefix)));
 }
 
-// Matches, with `forwarded_hosts` whether a host named in X-Forwarded-Host
-// or Forwarded matches too (a policy's match; a route goes by Host alone).
-bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool forwarded_hosts) {
-  if (match.path && !PathMatches(request.path, *match.path)) return false;
-  if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix)) return false;
+// The path a PHP front controller routes the request to: Laravel and
+// Symfony (their Request's path info) route `/index.php/login` as
+// `/login`, and `/index.php` as `/`. Any other path as it is.
+std::string_view FrontControllerPath(std::string_view path) {
+  if (path.size() < 5 || path.front() != '/') return path;
+  const size_t end = path.find('/', 1);
+  const std::string_view segment = path.substr(1, end == std::string_view::npos ? end : end - 1);
+  if (segment.size() <= 4 ||
+      !internal::AsciiEqualsIgnoreCase(segment.substr(segment.size() - 4), ".php")) {
+    return path;
+  }
+  return end == std::string_view::npos ? std::string_view("/") : path.substr(end);
+}
+
+// Matches, with `as_upstreams_read` whether a request also matches as an
+// upstream may read it besides its Host and path: a host named in
+// X-Forwarded-Host or Forwarded, the path behind a PHP front controller
+// (a policy's match; a route goes by Host and path alone).
+bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool as_upstreams_read) {
+  const std::string_view routed =
+      as_upstreams_read ? FrontControllerPath(request.path) : request.path;
+  const bool front = routed.size() != request.path.size();
+  if (match.path && !PathMatches(request.path, *match.path) &&
+      !(front && PathMatches(routed, *match.path))) {
+    return false;
+  }
+  if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix) &&
+      !(front && PrefixMatches(routed, *match.path_prefix))) {
+    return false;
+  }
   if (match.method && !MethodMatches(*match.method, request)) return false;
   if (match.host && request.host != *match.host &&
-      !(forwarded_hosts && ForwardedHostMatches(*match.host, request))) {
+      !(as_upstreams_read && ForwardedHostMatches(*match.host, request))) {
     return false;
   }
   for (const std::string& name : match.headers) {
@@ -209,9 +234,10 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool forwa
 // Paths are compared without case (PathMatches): where an upstream tells
 // the spellings apart, a policy counts more of its requests than it must,
 // never fewer. So are hosts a request names besides Host
-// (ForwardedHostMatches).
+// (ForwardedHostMatches) and the path behind a PHP front controller
+// (FrontControllerPath).
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
-  return MatchesAs(match, request, /*forwarded_hosts=*/true);
+  return MatchesAs(match, request, /*as_upstreams_read=*/true);
 }
 
 bool FromTrustedProxy(std::string_view peer_ip, const std::vector<Cidr>& trusted_proxies) {
@@ -319,9 +345,11 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         break;
       }
       case KeyPart::Kind::kPath:
-        // Without case or a trailing '/', as paths are matched: `/LOGIN`
-        // and `/login/` are no buckets of their own.
-        AppendEscaped(key, WithoutTrailingSlash(request.path), /*lower=*/true);
+        // Without case, a trailing '/' or a PHP front controller, as paths
+        // are matched: `/LOGIN`, `/login/` and `/index.php/login` are no
+        // buckets of their own.
+        AppendEscaped(key, WithoutTrailingSlash(FrontControllerPath(request.path)),
+                      /*lower=*/true);
         break;
       case KeyPart::Kind::kRoute:
         AppendEscaped(key, route);
@@ -445,7 +473,7 @@ PolicyList PolicySet::Matching(const RequestFacts& request) const {
 
 const RouteConfig* PolicySet::RouteFor(const RequestFacts& request) const {
   for (const RouteConfig& route : config_.routes) {
-    if (MatchesAs(route.match, request, /*forwarded_hosts=*/false)) return &route;
+    if (MatchesAs(route.match, request, /*as_upstreams_read=*/false)) return &route;
   }
   return nullptr;
 }

@@ -200,6 +200,24 @@ TEST(Matches, AnExactPathAsFrameworksRouteIt) {
   EXPECT_FALSE(Matches({.path = "/"}, r.Facts()));
 }
 
+TEST(Matches, ThePathBehindAPhpFrontController) {
+  // Laravel and Symfony route /index.php/login as /login, /index.php as /.
+  FakeRequest r;
+  for (const char* path : {"/index.php/login", "/app_dev.PHP/login/", "/index.php/login.json"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/login"}, r.Facts())) << path;
+    EXPECT_TRUE(Matches({.path_prefix = "/login"}, r.Facts())) << path;
+  }
+  r.path = "/index.php";
+  EXPECT_TRUE(Matches({.path = "/"}, r.Facts()));
+  EXPECT_TRUE(Matches({.path = "/index.php"}, r.Facts()));
+  for (const char* path :
+       {"/index.php/x/login", "/index.phpx/login", "/.php/login", "/a/index.php/login"}) {
+    r.path = path;
+    EXPECT_FALSE(Matches({.path = "/login"}, r.Facts())) << path;
+  }
+}
+
 TEST(Matches, AHostAnUpstreamMayServeTheRequestFor) {
   // Rack (so Rails' host constraints) serves a request for its
   // X-Forwarded-Host, and Express, Django, Symfony and Spring do when they
@@ -323,6 +341,9 @@ policies:
   r.host = "www.example.com";
   r.headers["x-forwarded-host"] = "api.example.com";
   EXPECT_EQ(built->set->RouteFor(r.Facts())->name, "www");
+  r.host = "api.example.com";
+  r.path = "/index.php/x";
+  EXPECT_EQ(built->set->RouteFor(r.Facts())->name, "api");
   ASSERT_EQ(built->set->Matching(r.Facts()).size(), 1u);
 }
 
@@ -382,6 +403,8 @@ policies:
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   EXPECT_EQ(*set->Find("everyone")->KeyFor(r.Facts(), "app", {}, kXff), "*");
   r.path = "/A|B/";  // the path part without case or a trailing '/', as paths are matched
+  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
+  r.path = "/index.php/a|b";  // nor a PHP front controller
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/a|b";
   FakeRequest bare;
