@@ -202,21 +202,46 @@ std::string_view FrontControllerPath(std::string_view path) {
   return end == std::string_view::npos ? std::string_view("/") : path.substr(end);
 }
 
+// An Authorization (or Proxy-Authorization) value as the one credential
+// it names: its scheme is case-insensitive (RFC 9110 section 11.1), and
+// servers split the scheme from the credentials at any run of spaces or
+// tabs (Django REST framework, Rack): `Bearer t`, `bearer t` and
+// `BEARER \t t` are one bucket, written "bearer t". Otherwise a client
+// could send one token under as many spellings as it likes, each a bucket
+// of its own.
+std::string CredentialsKey(std::string_view value) {
+  const auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  size_t i = 0;
+  while (i < value.size() && !blank(value[i])) ++i;
+  std::string out = internal::AsciiLower(value.substr(0, i));
+  while (i < value.size() && blank(value[i])) ++i;
+  if (i < value.size()) {
+    out.push_back(' ');
+    out.append(Trim(value.substr(i)));
+  }
+  return out;
+}
+
 // Matches, with `as_upstreams_read` whether a request also matches as an
 // upstream may read it besides its Host and path: a host named in
 // X-Forwarded-Host or Forwarded, the path behind a PHP front controller
 // (a policy's match; a route goes by Host and path alone).
 bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool as_upstreams_read) {
-  const std::string_view routed =
-      as_upstreams_read ? FrontControllerPath(request.path) : request.path;
-  const bool front = routed.size() != request.path.size();
-  if (match.path && !PathMatches(request.path, *match.path) &&
-      !(front && PathMatches(routed, *match.path))) {
-    return false;
+  // The path behind a front controller, when there is one: asked only of a
+  // policy the path as sent does not match.
+  const auto routed = [&]() -> std::optional<std::string_view> {
+    if (!as_upstreams_read) return std::nullopt;
+    const std::string_view path = FrontControllerPath(request.path);
+    if (path.size() == request.path.size()) return std::nullopt;
+    return path;
+  };
+  if (match.path && !PathMatches(request.path, *match.path)) {
+    const std::optional<std::string_view> path = routed();
+    if (!path || !PathMatches(*path, *match.path)) return false;
   }
-  if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix) &&
-      !(front && PrefixMatches(routed, *match.path_prefix))) {
-    return false;
+  if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix)) {
+    const std::optional<std::string_view> path = routed();
+    if (!path || !PrefixMatches(*path, *match.path_prefix)) return false;
   }
   if (match.method && !MethodMatches(*match.method, request)) return false;
   if (match.host && request.host != *match.host &&
@@ -339,6 +364,8 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
           key += "ip:";
           AppendEscaped(key, CountedClient(ClientIp(request, trusted_proxies, real_ip_header),
                                            config_.client_ip_prefix));
+        } else if (part.header == "authorization" || part.header == "proxy-authorization") {
+          AppendEscaped(key, CredentialsKey(*value));
         } else {
           AppendEscaped(key, *value);
         }

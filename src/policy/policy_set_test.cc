@@ -446,6 +446,29 @@ TEST(CountedClient, AnyPrefixLength) {
   EXPECT_EQ(CountedClient("::ffff:203.0.113.9", {.ipv4 = 24, .ipv6 = 64}), "203.0.113.0/24");
 }
 
+TEST(PolicySet, KeysACredentialAsServersReadIt) {
+  const std::unique_ptr<Built> built = Build(R"(
+policies:
+  - name: token
+    key: ["header:Authorization"]
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: api
+    key: ["header:X-Api-Key"]
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  ASSERT_NE(built, nullptr);
+  FakeRequest r;
+  for (const char* value : {"Bearer abc.DEF", "bearer abc.DEF", "BEARER \t  abc.DEF"}) {
+    r.headers["authorization"] = value;
+    EXPECT_EQ(*built->set->Find("token")->KeyFor(r.Facts(), "", {}, kXff), "bearer abc.DEF")
+        << value;
+  }
+  r.headers["authorization"] = "Bearer abc.def";  // the credentials keep their case
+  EXPECT_EQ(*built->set->Find("token")->KeyFor(r.Facts(), "", {}, kXff), "bearer abc.def");
+  r.headers["x-api-key"] = "Key  K";  // any other header as sent
+  EXPECT_EQ(*built->set->Find("api")->KeyFor(r.Facts(), "", {}, kXff), "Key  K");
+}
+
 TEST(PolicySet, KeysAnIpv6ClientByItsNetwork) {
   const std::unique_ptr<Built> built = Build(R"(
 client_ip_prefix: {ipv6: 48}

@@ -19,7 +19,6 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
-#include "absl/functional/function_ref.h"
 #include "base/ascii.h"
 #include "base/cat.h"
 #include "server/http_request.h"
@@ -174,9 +173,11 @@ inline void TargetForUpstream(HttpRequest& req, const HostPort& upstream) {
 // its left end cannot be handed an address the client made up. Only sluice
 // sets the marker: it is set after the hop-by-hop fields are gone, so a
 // client naming it in Connection cannot strip it. `req` passed Malformed.
-inline void ToUpstream(
-    HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
-    bool underscores = false, absl::FunctionRef<bool()> from_proxy = [] { return true; }) {
+inline bool FromAnyPeer() { return true; }
+
+template <typename FromProxy = bool (*)()>
+void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
+                bool underscores = false, FromProxy from_proxy = &FromAnyPeer) {
   namespace http = boost::beast::http;
   const Framing framing = DropHopByHop(req, [&req, underscores](const ParsedFields::Field& f) {
     if (f.name == http::field::expect) return true;

@@ -780,6 +780,17 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(self.get("/api", headers={"X-Api-Key": "real"}).status, 200)
         self.assertEqual(self.get("/api", headers={"X-Api-Key": "real"}).status, 429)
 
+    def test_a_credential_is_one_key_however_it_is_spelled(self):
+        # Regression (was a bypass): a policy keyed on Authorization counted
+        # "Bearer t", "bearer t" and "Bearer  t" apart, and servers read one
+        # credential in each (the scheme has no case; Django REST framework
+        # and Rack split at any run of blanks).
+        self.start(api_key_per_address(burst=1).replace("X-Api-Key", "Authorization"))
+        statuses = [self.get("/api", headers={"Authorization": value}).status
+                    for value in ("Bearer t0k3n", "bearer t0k3n", "BEARER \t t0k3n")]
+        self.assertEqual(statuses, [200, 429, 429])
+        self.assertEqual(self.get("/api", headers={"Authorization": "Bearer other"}).status, 200)
+
     def test_a_key_header_under_an_underscore_name_is_no_bypass(self):
         # Regression (was a bypass): CGI, WSGI, Rack and PHP servers read
         # X_Api_Key as X-Api-Key, and some (Puma before 6.4.3, Gunicorn
