@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "absl/container/inlined_vector.h"
 #include "base/ascii.h"
 #include "base/cat.h"
 #include "policy/request_text.h"
@@ -222,26 +223,51 @@ std::string CredentialsKey(std::string_view value) {
   return out;
 }
 
+// The path with every escape decoded, `%2F` included, when that differs
+// from `path` (normalized: escapes of unreserved characters are decoded
+// already): what WSGI servers hand Django and Flask as PATH_INFO, and what
+// Symfony's router matches, so `/login%2F` is their `/login/`.
+std::optional<std::string> DecodedPath(std::string_view path) {
+  if (path.find('%') == std::string_view::npos) return std::nullopt;
+  return PercentDecode(path);
+}
+
+// The paths an upstream may route the request by besides the path as
+// sent: the path decoded whole (DecodedPath), and the path behind a PHP
+// front controller (FrontControllerPath), of either.
+absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path) {
+  absl::InlinedVector<std::string, 2> out;
+  const std::optional<std::string> decoded = DecodedPath(path);
+  for (const std::string_view p :
+       {path, decoded ? std::string_view(*decoded) : std::string_view()}) {
+    if (p.empty()) continue;
+    if (p.data() != path.data()) out.emplace_back(p);
+    const std::string_view routed = FrontControllerPath(p);
+    if (routed.size() != p.size()) out.emplace_back(routed);
+  }
+  return out;
+}
+
 // Matches, with `as_upstreams_read` whether a request also matches as an
 // upstream may read it besides its Host and path: a host named in
-// X-Forwarded-Host or Forwarded, the path behind a PHP front controller
-// (a policy's match; a route goes by Host and path alone).
+// X-Forwarded-Host or Forwarded, a path an upstream may route it by
+// (UpstreamPaths). A policy's match reads it so; a route goes by Host and
+// path alone.
 bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool as_upstreams_read) {
-  // The path behind a front controller, when there is one: asked only of a
-  // policy the path as sent does not match.
-  const auto routed = [&]() -> std::optional<std::string_view> {
-    if (!as_upstreams_read) return std::nullopt;
-    const std::string_view path = FrontControllerPath(request.path);
-    if (path.size() == request.path.size()) return std::nullopt;
-    return path;
+  // Worked out only for a policy the path as sent does not match.
+  std::optional<absl::InlinedVector<std::string, 2>> others;
+  const auto any_other = [&](auto&& matches) {
+    if (!as_upstreams_read) return false;
+    if (!others) others = UpstreamPaths(request.path);
+    return std::any_of(others->begin(), others->end(), matches);
   };
-  if (match.path && !PathMatches(request.path, *match.path)) {
-    const std::optional<std::string_view> path = routed();
-    if (!path || !PathMatches(*path, *match.path)) return false;
+  if (match.path && !PathMatches(request.path, *match.path) &&
+      !any_other([&](const std::string& p) { return PathMatches(p, *match.path); })) {
+    return false;
   }
-  if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix)) {
-    const std::optional<std::string_view> path = routed();
-    if (!path || !PrefixMatches(*path, *match.path_prefix)) return false;
+  if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix) &&
+      !any_other([&](const std::string& p) { return PrefixMatches(p, *match.path_prefix); })) {
+    return false;
   }
   if (match.method && !MethodMatches(*match.method, request)) return false;
   if (match.host && request.host != *match.host &&
@@ -371,13 +397,16 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         }
         break;
       }
-      case KeyPart::Kind::kPath:
-        // Without case, a trailing '/' or a PHP front controller, as paths
-        // are matched: `/LOGIN`, `/login/` and `/index.php/login` are no
-        // buckets of their own.
-        AppendEscaped(key, WithoutTrailingSlash(FrontControllerPath(request.path)),
+      case KeyPart::Kind::kPath: {
+        // Without case, a trailing '/' or a PHP front controller, decoded
+        // whole, as paths are matched: `/LOGIN`, `/login/`, `/login%2F` and
+        // `/index.php/login` are no buckets of their own.
+        const std::optional<std::string> decoded = DecodedPath(request.path);
+        AppendEscaped(key,
+                      WithoutTrailingSlash(FrontControllerPath(decoded ? *decoded : request.path)),
                       /*lower=*/true);
         break;
+      }
       case KeyPart::Kind::kRoute:
         AppendEscaped(key, route);
         break;

@@ -218,6 +218,24 @@ TEST(Matches, ThePathBehindAPhpFrontController) {
   }
 }
 
+TEST(Matches, ThePathDecodedWhole) {
+  // WSGI servers hand Django and Flask the path with every escape decoded
+  // (PATH_INFO), and Symfony's router matches it so: `/login%2F` is their
+  // `/login/`.
+  FakeRequest r;
+  for (const char* path :
+       {"/login%2F", "/login%2f", "/index.php%2Flogin", "/a%2F..%2F..%2Flogin"}) {
+    r.path = path;
+    EXPECT_EQ(Matches({.path = "/login"}, r.Facts()),
+              std::string_view(path) != "/a%2F..%2F..%2Flogin")
+        << path;  // no dot segments are resolved after decoding
+  }
+  r.path = "/admin%2Fusers";
+  EXPECT_TRUE(Matches({.path_prefix = "/admin/"}, r.Facts()));
+  r.path = "/login%3F";  // "/login?": another path to them too
+  EXPECT_FALSE(Matches({.path = "/login"}, r.Facts()));
+}
+
 TEST(Matches, AHostAnUpstreamMayServeTheRequestFor) {
   // Rack (so Rails' host constraints) serves a request for its
   // X-Forwarded-Host, and Express, Django, Symfony and Spring do when they
@@ -404,7 +422,7 @@ policies:
   EXPECT_EQ(*set->Find("everyone")->KeyFor(r.Facts(), "app", {}, kXff), "*");
   r.path = "/A|B/";  // the path part without case or a trailing '/', as paths are matched
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
-  r.path = "/index.php/a|b";  // nor a PHP front controller
+  r.path = "/index.php%2Fa|b%2F";  // nor a PHP front controller, nor escapes
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/a|b";
   FakeRequest bare;

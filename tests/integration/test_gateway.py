@@ -673,12 +673,13 @@ class GatewayTest(SluiceTestCase):
         # Regression (was a bug): Express and ASP.NET Core route /LOGIN to
         # their /login by default, and IIS serves it; Express and Rails
         # route /login/ there, Rails /login.json, Spring MVC before 5.3
-        # /login.do, Laravel and Symfony /index.php/login. Each was forwarded
+        # /login.do, Laravel and Symfony /index.php/login, Django and Flask
+        # /login%2F (WSGI's PATH_INFO is decoded whole). Each was forwarded
         # with 200 after /login was denied. Expected: each denied.
         self.start(self.LOGIN)
         self.assertEqual(self.post("/login", body="").status, 200)
         for path in ("/LOGIN", "/Login", "/%4Cogin", "/login/", "/login.json", "/Login.do",
-                     "/index.php/login"):
+                     "/index.php/login", "/login%2F"):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
