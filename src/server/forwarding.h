@@ -170,19 +170,51 @@ inline void TargetForUpstream(HttpRequest& req, const HostPort& upstream) {
 // X-Forwarded-For list (every line of it, joined) when `from_proxy()` says
 // the peer is a trusted proxy (asked only of a request that has the field);
 // from any other peer the list is the peer alone, so an upstream reading
-// its left end cannot be handed an address the client made up. Only sluice
+// its left end cannot be handed an address the client made up; nor do the
+// other fields that name a client's address (IsClientAddressField) go
+// from such a peer. Only sluice
 // sets the marker: it is set after the hop-by-hop fields are gone, so a
 // client naming it in Connection cannot strip it. `req` passed Malformed.
 inline bool FromAnyPeer() { return true; }
+
+// The fields besides X-Forwarded-For that upstreams and their middleware
+// read a client's address from, when they trust the proxy in front:
+// Forwarded (RFC 7239: Spring, Rack), X-Real-IP and True-Client-IP (chi's
+// RealIP, NGINX's realip module), Client-IP (Rails), X-Client-IP (the
+// request-ip package reads it first), CF-Connecting-IP,
+// Fastly-Client-IP and X-Cluster-Client-IP (CDN and load balancer ones).
+inline bool IsClientAddressField(std::string_view name) {
+  switch (name.size()) {
+    case 9:
+      return SameName(name, "Forwarded") || SameName(name, "X-Real-IP") ||
+             SameName(name, "Client-IP");
+    case 11:
+      return SameName(name, "X-Client-IP");
+    case 14:
+      return SameName(name, "True-Client-IP");
+    case 16:
+      return SameName(name, "CF-Connecting-IP") || SameName(name, "Fastly-Client-IP");
+    case 19:
+      return SameName(name, "X-Cluster-Client-IP");
+    default:
+      return false;
+  }
+}
 
 template <typename FromProxy = bool (*)()>
 void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
                 bool underscores = false, FromProxy from_proxy = &FromAnyPeer) {
   namespace http = boost::beast::http;
-  const Framing framing = DropHopByHop(req, [&req, underscores](const ParsedFields::Field& f) {
+  std::optional<bool> believed;  // from_proxy(), asked at most once
+  const auto believe = [&] {
+    if (!believed) believed = from_proxy();
+    return *believed;
+  };
+  const Framing framing = DropHopByHop(req, [&](const ParsedFields::Field& f) {
     if (f.name == http::field::expect) return true;
-    if (f.name != http::field::unknown) return false;
     const std::string_view name = req.Name(f);
+    if (IsClientAddressField(name)) return !believe();
+    if (f.name != http::field::unknown) return false;
     if (name.find('_') == std::string_view::npos) return SameName(name, kShadowDeniedField);
     return !underscores || SameNameToCgi(name, kShadowDeniedField) ||
            SameNameToCgi(name, "X-Forwarded-For");
@@ -194,11 +226,9 @@ void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view sha
   // (HAProxy does) was lost, and an upstream reading the list from the
   // right took a client's own entry for its address.
   std::string xff;
-  std::optional<bool> believed;
   for (const ParsedFields::Field& f : req.fields) {
     if (!f.kept || !SameName(req.Name(f), "X-Forwarded-For") || req.Value(f).empty()) continue;
-    if (!believed) believed = from_proxy();
-    if (!*believed) break;
+    if (!believe()) break;
     if (!xff.empty()) xff += ", ";
     xff += req.Value(f);
   }
