@@ -171,27 +171,31 @@ inline void TargetForUpstream(HttpRequest& req, const HostPort& upstream) {
 // the peer is a trusted proxy (asked only of a request that has the field);
 // from any other peer the list is the peer alone, so an upstream reading
 // its left end cannot be handed an address the client made up; nor do the
-// other fields that name a client's address (IsClientAddressField) go
-// from such a peer. Only sluice
+// other fields an upstream takes only from a proxy (IsProxyField) go from
+// such a peer. Only sluice
 // sets the marker: it is set after the hop-by-hop fields are gone, so a
 // client naming it in Connection cannot strip it. `req` passed Malformed.
 inline bool FromAnyPeer() { return true; }
 
 // The fields besides X-Forwarded-For that upstreams and their middleware
-// read a client's address from, when they trust the proxy in front:
-// Forwarded (RFC 7239: Spring, Rack), X-Real-IP and True-Client-IP (chi's
-// RealIP, NGINX's realip module), Client-IP (Rails), X-Client-IP (the
-// request-ip package reads it first), CF-Connecting-IP,
-// Fastly-Client-IP and X-Cluster-Client-IP (CDN and load balancer ones).
-inline bool IsClientAddressField(std::string_view name) {
+// take from a proxy in front: a client's address in Forwarded (RFC 7239:
+// Spring, Rack), X-Real-IP and True-Client-IP (chi's RealIP, NGINX's
+// realip module), Client-IP (Rails), X-Client-IP (the request-ip package
+// reads it first), CF-Connecting-IP, Fastly-Client-IP and
+// X-Cluster-Client-IP (CDN and load balancer ones); and the path in
+// X-Original-URL and X-Rewrite-URL (set by IIS; Symfony before 2.8.44,
+// 3.4.14 and 4.1.3 and Zend Framework routed by them, whoever sent them).
+inline bool IsProxyField(std::string_view name) {
   switch (name.size()) {
     case 9:
       return SameName(name, "Forwarded") || SameName(name, "X-Real-IP") ||
              SameName(name, "Client-IP");
     case 11:
       return SameName(name, "X-Client-IP");
+    case 13:
+      return SameName(name, "X-Rewrite-URL");
     case 14:
-      return SameName(name, "True-Client-IP");
+      return SameName(name, "True-Client-IP") || SameName(name, "X-Original-URL");
     case 16:
       return SameName(name, "CF-Connecting-IP") || SameName(name, "Fastly-Client-IP");
     case 19:
@@ -213,7 +217,7 @@ void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view sha
   const Framing framing = DropHopByHop(req, [&](const ParsedFields::Field& f) {
     if (f.name == http::field::expect) return true;
     const std::string_view name = req.Name(f);
-    if (IsClientAddressField(name)) return !believe();
+    if (IsProxyField(name)) return !believe();
     if (f.name != http::field::unknown) return false;
     if (name.find('_') == std::string_view::npos) return SameName(name, kShadowDeniedField);
     return !underscores || SameNameToCgi(name, kShadowDeniedField) ||
