@@ -285,8 +285,8 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool as_up
 // Paths are compared without case (PathMatches): where an upstream tells
 // the spellings apart, a policy counts more of its requests than it must,
 // never fewer. So are hosts a request names besides Host
-// (ForwardedHostMatches) and the path behind a PHP front controller
-// (FrontControllerPath).
+// (ForwardedHostMatches) and the paths an upstream may route it by: decoded
+// whole, or behind a PHP front controller (UpstreamPaths).
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
   return MatchesAs(match, request, /*as_upstreams_read=*/true);
 }
