@@ -248,18 +248,22 @@ absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path) {
   return out;
 }
 
-// Matches, with `as_upstreams_read` whether a request also matches as an
+// A request's UpstreamPaths, worked out at most once however many policies
+// ask (a long path decoded once, not once a policy).
+using OtherPaths = std::optional<absl::InlinedVector<std::string, 2>>;
+
+// Matches, with `others` (null: none) where a request also matches as an
 // upstream may read it besides its Host and path: a host named in
 // X-Forwarded-Host or Forwarded, a path an upstream may route it by
 // (UpstreamPaths). A policy's match reads it so; a route goes by Host and
 // path alone.
-bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool as_upstreams_read) {
+bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherPaths* others) {
   // Worked out only for a policy the path as sent does not match.
-  std::optional<absl::InlinedVector<std::string, 2>> others;
+  const bool as_upstreams_read = others != nullptr;
   const auto any_other = [&](auto&& matches) {
     if (!as_upstreams_read) return false;
-    if (!others) others = UpstreamPaths(request.path);
-    return std::any_of(others->begin(), others->end(), matches);
+    if (!*others) *others = UpstreamPaths(request.path);
+    return std::any_of((*others)->begin(), (*others)->end(), matches);
   };
   if (match.path && !PathMatches(request.path, *match.path) &&
       !any_other([&](const std::string& p) { return PathMatches(p, *match.path); })) {
@@ -288,7 +292,8 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, bool as_up
 // (ForwardedHostMatches) and the paths an upstream may route it by: decoded
 // whole, or behind a PHP front controller (UpstreamPaths).
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
-  return MatchesAs(match, request, /*as_upstreams_read=*/true);
+  OtherPaths others;
+  return MatchesAs(match, request, &others);
 }
 
 bool FromTrustedProxy(std::string_view peer_ip, const std::vector<Cidr>& trusted_proxies) {
@@ -521,15 +526,16 @@ const Policy* PolicySet::Find(std::string_view name) const {
 
 PolicyList PolicySet::Matching(const RequestFacts& request) const {
   PolicyList out;
+  OtherPaths others;
   for (const Policy& p : policies_) {
-    if (p.config_.match && Matches(*p.config_.match, request)) out.push_back(&p);
+    if (p.config_.match && MatchesAs(*p.config_.match, request, &others)) out.push_back(&p);
   }
   return out;
 }
 
 const RouteConfig* PolicySet::RouteFor(const RequestFacts& request) const {
   for (const RouteConfig& route : config_.routes) {
-    if (MatchesAs(route.match, request, /*as_upstreams_read=*/false)) return &route;
+    if (MatchesAs(route.match, request, /*others=*/nullptr)) return &route;
   }
   return nullptr;
 }
