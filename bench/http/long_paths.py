@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""What a long path full of escapes costs the gateway's policy matching.
+"""What a long path full of escapes, or a long X-Forwarded-Host, costs the
+gateway's policy matching.
 
 Policies match a request's path as sent and, where that does not match, the
 paths an upstream may route it by (decoded whole, behind a PHP front
-controller). This times a request whose path is LENGTH bytes of `a%2F`
-repeated (an escape that stays after normalization), under POLICIES `path`
-policies none of which matches it, so each of them looks at every reading.
-The one route goes to a closed port: every answer is a 502, after matching.
+controller); a policy's host, the hosts named in X-Forwarded-Host too.
+With CASE=path (the default) this times a request whose path is LENGTH
+bytes of `a%2F` repeated (an escape that stays after normalization), under
+POLICIES `path` policies none of which matches it; with CASE=host, a
+request whose X-Forwarded-Host is LENGTH bytes of `x.example, ` repeated,
+under POLICIES `host` policies none of which matches it. Each policy looks
+at every reading. The one route goes to a closed port: every answer is a
+502, after matching.
 
 One connection sends N requests one after the other; the time a request is
 printed for each binary, binaries alternated ROUNDS times.
 
 Usage: bench/http/long_paths.py SLUICE_BINARY [ANOTHER_SLUICE_BINARY ...]
-Variables: N (300), LENGTH (14000 bytes), POLICIES (50), ROUNDS (2).
+Variables: CASE (path or host), N (300), LENGTH (14000 bytes), POLICIES
+(50), ROUNDS (2).
 Loopback only; every wait is bounded; it stops only the processes it
 started, by PID.
 """
@@ -31,10 +37,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def config(port, admin, policies, length):
+def config(port, admin, policies, length, case):
+    match = "{host: api%d.example}" if case == "host" else "{path: /login%d}"
     rules = "".join(
-        "  - name: p%d\n    match: {path: /login%d}\n"
-        "    limits: [{algorithm: gcra, rate: 1000000/s}]\n" % (i, i)
+        ("  - name: p%d\n    match: " + match + "\n"
+         "    limits: [{algorithm: gcra, rate: 1000000/s}]\n") % (i, i)
         for i in range(policies))
     return ("server: {listen: 127.0.0.1:%d, admin: 127.0.0.1:%d, threads: 1,\n"
             "         max_header_bytes: %d}\n"
@@ -72,17 +79,22 @@ def read_answer(s):
     return head.split(b"\r\n")[0]
 
 
-def run(binary, n, length, policies, workdir):
+def run(binary, n, length, policies, case, workdir):
     port, admin = free_port(), free_port()
     path = os.path.join(workdir, "long_paths.yaml")
     with open(path, "w") as f:
-        f.write(config(port, admin, policies, length))
+        f.write(config(port, admin, policies, length, case))
     proc = subprocess.Popen([binary, "serve", "--config", path],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port, proc)
-        target = "/" + "a%2F" * (length // 4)
-        request = ("GET %s HTTP/1.1\r\nHost: a\r\n\r\n" % target).encode()
+        if case == "host":
+            hosts = ", ".join(["x.example"] * (length // 11))
+            request = ("GET /x HTTP/1.1\r\nHost: a\r\nX-Forwarded-Host: %s\r\n\r\n"
+                       % hosts).encode()
+        else:
+            target = "/" + "a%2F" * (length // 4)
+            request = ("GET %s HTTP/1.1\r\nHost: a\r\n\r\n" % target).encode()
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             start = time.monotonic()
             for _ in range(n):
@@ -107,14 +119,17 @@ def main():
     length = int(os.environ.get("LENGTH", "14000"))
     policies = int(os.environ.get("POLICIES", "50"))
     rounds = int(os.environ.get("ROUNDS", "2"))
+    case = os.environ.get("CASE", "path")
+    if case not in ("path", "host"):
+        raise SystemExit("CASE is path or host")
     results = {b: [] for b in binaries}
     with tempfile.TemporaryDirectory(prefix="sluice-long-paths-") as workdir:
         for _ in range(rounds):
             for b in binaries:
-                status, us = run(b, n, length, policies, workdir)
+                status, us = run(b, n, length, policies, case, workdir)
                 results[b].append(us)
                 print("%s: %s, %.0f us a request" % (b, status.decode(), us), flush=True)
-    print("path of %d bytes, %d policies, %d requests a run" % (length, policies, n))
+    print("%s of %d bytes, %d policies, %d requests a run" % (case, length, policies, n))
     for b, times in results.items():
         print("%-60s %s us a request" % (b, ", ".join("%.0f" % t for t in times)))
 

@@ -130,30 +130,40 @@ bool MethodMatches(std::string_view method, const RequestFacts& request) {
   return false;
 }
 
-// Whether a host the request names besides Host is `host` (lower case): an
-// element of X-Forwarded-Host or a Forwarded `host=`, on any line. Rack
-// (so Rails' host constraints) serves a request for its X-Forwarded-Host,
-// and Express, Django, Symfony and Spring do when told to trust the proxy
-// in front: a policy on a host counts such a request too, more requests
-// than an upstream may serve for it, never fewer.
-bool ForwardedHostMatches(std::string_view host, const RequestFacts& request) {
-  bool found = false;
+// How many hosts ForwardedHosts keeps from each end of the list.
+inline constexpr size_t kForwardedHostsKept = 8;
+
+// The hosts a request names besides Host: the elements of X-Forwarded-Host
+// and the `host=` of Forwarded, on any line, without port or trailing dot.
+// Rack (so Rails' host constraints) serves a request for its
+// X-Forwarded-Host, and Express, Django, Symfony and Spring do when told
+// to trust the proxy in front: a policy on one of these hosts counts the
+// request too, more requests than an upstream may serve for it, never
+// fewer. Upstreams read the first element (Express), the last (Rack) or one
+// near the right end (Symfony, past its trusted proxies): the first and
+// the last kForwardedHostsKept are kept, so that a field of thousands of
+// elements costs each policy no more than a short one.
+absl::InlinedVector<std::string_view, 2> ForwardedHosts(const RequestFacts& request) {
+  std::vector<std::string_view> all;
   for (std::string_view name : {"x-forwarded-host", "forwarded"}) {
     const std::optional<std::string_view> first = request.header(name);
     if (!first) continue;
     const auto each = [&](std::string_view element) {
       std::string_view v = Trim(name == "forwarded" ? ForwardedParam(element, "host") : element);
       if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-      if (internal::AsciiEqualsIgnoreCase(HostName(v), host)) found = true;
+      if (!v.empty()) all.push_back(HostName(v));
     };
     if (request.header_lines) {
       for (std::string_view line : request.header_lines(name)) ForEachElement(line, each);
     } else {
       ForEachElement(*first, each);
     }
-    if (found) return true;
   }
-  return false;
+  absl::InlinedVector<std::string_view, 2> kept;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i < kForwardedHostsKept || i + kForwardedHostsKept >= all.size()) kept.push_back(all[i]);
+  }
+  return kept;
 }
 
 // `path` without a trailing '/' (but "/").
@@ -248,22 +258,32 @@ absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path) {
   return out;
 }
 
-// A request's UpstreamPaths, worked out at most once however many policies
-// ask (a long path decoded once, not once a policy).
-using OtherPaths = std::optional<absl::InlinedVector<std::string, 2>>;
+// A request's UpstreamPaths and ForwardedHosts, each worked out at most
+// once however many policies ask (a long path decoded once, not once a
+// policy), and only when a policy's path or host as sent does not match.
+struct OtherReadings {
+  std::optional<absl::InlinedVector<std::string, 2>> paths;
+  std::optional<absl::InlinedVector<std::string_view, 2>> hosts;
+};
 
 // Matches, with `others` (null: none) where a request also matches as an
 // upstream may read it besides its Host and path: a host named in
-// X-Forwarded-Host or Forwarded, a path an upstream may route it by
-// (UpstreamPaths). A policy's match reads it so; a route goes by Host and
-// path alone.
-bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherPaths* others) {
-  // Worked out only for a policy the path as sent does not match.
+// X-Forwarded-Host or Forwarded (ForwardedHosts), a path an upstream may
+// route it by (UpstreamPaths). A policy's match reads it so; a route goes
+// by Host and path alone.
+bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadings* others) {
   const bool as_upstreams_read = others != nullptr;
   const auto any_other = [&](auto&& matches) {
     if (!as_upstreams_read) return false;
-    if (!*others) *others = UpstreamPaths(request.path);
-    return std::any_of((*others)->begin(), (*others)->end(), matches);
+    if (!others->paths) others->paths = UpstreamPaths(request.path);
+    return std::any_of(others->paths->begin(), others->paths->end(), matches);
+  };
+  const auto forwarded_host = [&](std::string_view host) {
+    if (!as_upstreams_read) return false;
+    if (!others->hosts) others->hosts = ForwardedHosts(request);
+    return std::any_of(others->hosts->begin(), others->hosts->end(), [&](std::string_view h) {
+      return internal::AsciiEqualsIgnoreCase(h, host);
+    });
   };
   if (match.path && !PathMatches(request.path, *match.path) &&
       !any_other([&](const std::string& p) { return PathMatches(p, *match.path); })) {
@@ -274,8 +294,7 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherPaths
     return false;
   }
   if (match.method && !MethodMatches(*match.method, request)) return false;
-  if (match.host && request.host != *match.host &&
-      !(as_upstreams_read && ForwardedHostMatches(*match.host, request))) {
+  if (match.host && request.host != *match.host && !forwarded_host(*match.host)) {
     return false;
   }
   for (const std::string& name : match.headers) {
@@ -289,10 +308,10 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherPaths
 // Paths are compared without case (PathMatches): where an upstream tells
 // the spellings apart, a policy counts more of its requests than it must,
 // never fewer. So are hosts a request names besides Host
-// (ForwardedHostMatches) and the paths an upstream may route it by: decoded
+// (ForwardedHosts) and the paths an upstream may route it by: decoded
 // whole, or behind a PHP front controller (UpstreamPaths).
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
-  OtherPaths others;
+  OtherReadings others;
   return MatchesAs(match, request, &others);
 }
 
@@ -526,7 +545,7 @@ const Policy* PolicySet::Find(std::string_view name) const {
 
 PolicyList PolicySet::Matching(const RequestFacts& request) const {
   PolicyList out;
-  OtherPaths others;
+  OtherReadings others;
   for (const Policy& p : policies_) {
     if (p.config_.match && MatchesAs(*p.config_.match, request, &others)) out.push_back(&p);
   }

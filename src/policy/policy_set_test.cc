@@ -256,6 +256,17 @@ TEST(Matches, AHostAnUpstreamMayServeTheRequestFor) {
     f.headers["forwarded"] = value;
     EXPECT_TRUE(Matches(api, f.Facts())) << value;
   }
+  // Of a long list, the first and the last 8 are read (an upstream reads
+  // one near an end): a field of thousands costs each policy no more.
+  std::string list;
+  for (int i = 0; i < 1000; ++i) list += (i == 500 ? "api.example.com, " : "x.example, ");
+  FakeRequest middle = r;
+  middle.headers["x-forwarded-host"] = list + "x.example";
+  EXPECT_FALSE(Matches(api, middle.Facts()));
+  middle.headers["x-forwarded-host"] = list + "api.example.com";
+  EXPECT_TRUE(Matches(api, middle.Facts()));
+  middle.headers["x-forwarded-host"] = "api.example.com, " + list + "x.example";
+  EXPECT_TRUE(Matches(api, middle.Facts()));
   FakeRequest other = r;
   other.headers["x-forwarded-host"] = "api.example.com.evil";
   other.headers["forwarded"] = "for=api.example.com";
