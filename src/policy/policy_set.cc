@@ -144,14 +144,22 @@ inline constexpr size_t kForwardedHostsKept = 8;
 // the last kForwardedHostsKept are kept, so that a field of thousands of
 // elements costs each policy no more than a short one.
 absl::InlinedVector<std::string_view, 2> ForwardedHosts(const RequestFacts& request) {
-  std::vector<std::string_view> all;
+  absl::InlinedVector<std::string_view, 2> kept;          // the first kForwardedHostsKept
+  std::array<std::string_view, kForwardedHostsKept> end;  // the last ones after them, a ring
+  size_t seen = 0;
   for (std::string_view name : {"x-forwarded-host", "forwarded"}) {
     const std::optional<std::string_view> first = request.header(name);
     if (!first) continue;
     const auto each = [&](std::string_view element) {
       std::string_view v = Trim(name == "forwarded" ? ForwardedParam(element, "host") : element);
       if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-      if (!v.empty()) all.push_back(HostName(v));
+      if (v.empty()) return;
+      if (seen < kForwardedHostsKept) {
+        kept.push_back(HostName(v));
+      } else {
+        end[(seen - kForwardedHostsKept) % kForwardedHostsKept] = HostName(v);
+      }
+      ++seen;
     };
     if (request.header_lines) {
       for (std::string_view line : request.header_lines(name)) ForEachElement(line, each);
@@ -159,10 +167,8 @@ absl::InlinedVector<std::string_view, 2> ForwardedHosts(const RequestFacts& requ
       ForEachElement(*first, each);
     }
   }
-  absl::InlinedVector<std::string_view, 2> kept;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (i < kForwardedHostsKept || i + kForwardedHostsKept >= all.size()) kept.push_back(all[i]);
-  }
+  const size_t after = seen > kForwardedHostsKept ? seen - kForwardedHostsKept : 0;
+  kept.insert(kept.end(), end.begin(), end.begin() + std::min(after, kForwardedHostsKept));
   return kept;
 }
 

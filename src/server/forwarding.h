@@ -160,23 +160,6 @@ inline void TargetForUpstream(HttpRequest& req, const HostPort& upstream) {
   }
 }
 
-// `req` as it goes to the upstream: HTTP/1.1 on a kept-alive connection,
-// without the hop-by-hop fields, Expect (sluice holds the whole body, so
-// the upstream has nothing to wait for, and an interim 100 Continue must not
-// reach the client), a client's own Sluice-Shadow-Denied, or fields whose
-// names hold '_' unless `underscores` (ServerConfig::underscores_in_headers;
-// `X_Forwarded_For` and `Sluice_Shadow_Denied` go even then), with
-// `shadow_marker` there (when not empty) and the peer appended to the
-// X-Forwarded-For list (every line of it, joined) when `from_proxy()` says
-// the peer is a trusted proxy (asked only of a request that has the field);
-// from any other peer the list is the peer alone, so an upstream reading
-// its left end cannot be handed an address the client made up; nor do the
-// other fields an upstream takes only from a proxy (IsProxyField) go from
-// such a peer. Only sluice
-// sets the marker: it is set after the hop-by-hop fields are gone, so a
-// client naming it in Connection cannot strip it. `req` passed Malformed.
-inline bool FromAnyPeer() { return true; }
-
 // The fields besides X-Forwarded-For that upstreams and their middleware
 // take from a proxy in front: a client's address in Forwarded (RFC 7239:
 // Spring, Rack), X-Real-IP and True-Client-IP (chi's RealIP, NGINX's
@@ -205,6 +188,24 @@ inline bool IsProxyField(std::string_view name) {
   }
 }
 
+// ToUpstream's `from_proxy` when the caller trusts every peer.
+inline bool FromAnyPeer() { return true; }
+
+// `req` as it goes to the upstream: HTTP/1.1 on a kept-alive connection,
+// without the hop-by-hop fields, Expect (sluice holds the whole body, so
+// the upstream has nothing to wait for, and an interim 100 Continue must not
+// reach the client), a client's own Sluice-Shadow-Denied, or fields whose
+// names hold '_' unless `underscores` (ServerConfig::underscores_in_headers;
+// `X_Forwarded_For` and `Sluice_Shadow_Denied` go even then), with
+// `shadow_marker` there (when not empty) and the peer appended to the
+// X-Forwarded-For list (every line of it, joined) when `from_proxy()` says
+// the peer is a trusted proxy (asked at most once, and only of a request
+// that has that field or an IsProxyField); from any other peer the list is
+// the peer alone, so an upstream reading its left end cannot be handed an
+// address the client made up, and the IsProxyField fields do not go. Only
+// sluice sets the marker: it is set after the hop-by-hop fields are gone,
+// so a client naming it in Connection cannot strip it. `req` passed
+// Malformed.
 template <typename FromProxy = bool (*)()>
 void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
                 bool underscores = false, FromProxy from_proxy = &FromAnyPeer) {

@@ -40,8 +40,8 @@ inline bool SameName(std::string_view a, std::string_view b) {
 // Whether two field names are one as a CGI-style gateway reads them:
 // without case, and with '_' the same as '-'. PHP, WSGI and Rack servers
 // hand a field to the application as HTTP_X_API_KEY, so in some of them
-// (Puma before 6.4.3, Gunicorn before 22, PHP's built-in server)
-// `X_Api_Key` arrives as `X-Api-Key` would, or overwrites it.
+// (Puma before 6.4.3, Gunicorn before 22) `X_Api_Key` arrives as
+// `X-Api-Key` would, or overwrites it.
 inline bool SameNameToCgi(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
