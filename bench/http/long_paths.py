@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What a long path full of escapes, or a long X-Forwarded-Host, costs the
-gateway's policy matching.
+"""What a long path full of escapes, a long X-Forwarded-Host, or a long
+query costs the gateway's policy matching.
 
 Policies match a request's path as sent and, where that does not match, the
 paths an upstream may route it by (decoded whole, behind a PHP front
@@ -9,15 +9,19 @@ With CASE=path (the default) this times a request whose path is LENGTH
 bytes of `a%2F` repeated (an escape that stays after normalization), under
 POLICIES `path` policies none of which matches it; with CASE=host, a
 request whose X-Forwarded-Host is LENGTH bytes of `x.example, ` repeated,
-under POLICIES `host` policies none of which matches it. Each policy looks
-at every reading. The one route goes to a closed port: every answer is a
+under POLICIES `host` policies none of which matches it; with CASE=query, a
+POST whose query is LENGTH bytes of `a.b=%2Fx&` repeated (parameters to
+decode, with names PHP reads otherwise), under POLICIES policies, half
+`path` policies (the paths the query names are read once a request), half
+`method: DELETE` (a POST's method override is read in the query, once a
+policy), none of which matches it. Each policy looks at every reading. The one route goes to a closed port: every answer is a
 502, after matching.
 
 One connection sends N requests one after the other; the time a request is
 printed for each binary, binaries alternated ROUNDS times.
 
 Usage: bench/http/long_paths.py SLUICE_BINARY [ANOTHER_SLUICE_BINARY ...]
-Variables: CASE (path or host), N (300), LENGTH (14000 bytes), POLICIES
+Variables: CASE (path, host or query), N (300), LENGTH (14000 bytes), POLICIES
 (50), ROUNDS (2).
 Loopback only; every wait is bounded; it stops only the processes it
 started, by PID.
@@ -38,10 +42,13 @@ def free_port():
 
 
 def config(port, admin, policies, length, case):
-    match = "{host: api%d.example}" if case == "host" else "{path: /login%d}"
+    def match(i):
+        if case == "host" or (case == "query" and i % 2):
+            return "{host: api%d.example%s}" % (i, ", method: DELETE" if case == "query" else "")
+        return "{path: /login%d}" % i
     rules = "".join(
-        ("  - name: p%d\n    match: " + match + "\n"
-         "    limits: [{algorithm: gcra, rate: 1000000/s}]\n") % (i, i)
+        "  - name: p%d\n    match: %s\n"
+        "    limits: [{algorithm: gcra, rate: 1000000/s}]\n" % (i, match(i))
         for i in range(policies))
     return ("server: {listen: 127.0.0.1:%d, admin: 127.0.0.1:%d, threads: 1,\n"
             "         max_header_bytes: %d}\n"
@@ -92,6 +99,10 @@ def run(binary, n, length, policies, case, workdir):
             hosts = ", ".join(["x.example"] * (length // 11))
             request = ("GET /x HTTP/1.1\r\nHost: a\r\nX-Forwarded-Host: %s\r\n\r\n"
                        % hosts).encode()
+        elif case == "query":
+            query = "a.b=%2Fx&" * (length // 9)
+            request = ("POST /x?%s HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
+                       % query).encode()
         else:
             target = "/" + "a%2F" * (length // 4)
             request = ("GET %s HTTP/1.1\r\nHost: a\r\n\r\n" % target).encode()
@@ -120,8 +131,8 @@ def main():
     policies = int(os.environ.get("POLICIES", "50"))
     rounds = int(os.environ.get("ROUNDS", "2"))
     case = os.environ.get("CASE", "path")
-    if case not in ("path", "host"):
-        raise SystemExit("CASE is path or host")
+    if case not in ("path", "host", "query"):
+        raise SystemExit("CASE is path, host or query")
     results = {b: [] for b in binaries}
     with tempfile.TemporaryDirectory(prefix="sluice-long-paths-") as workdir:
         for _ in range(rounds):

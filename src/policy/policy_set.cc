@@ -93,6 +93,110 @@ void AppendEscaped(std::string& out, std::string_view part, bool lower = false) 
   }
 }
 
+// A query parameter's name as PHP puts it in $_GET: leading spaces
+// dropped, each ' ' and '.' made '_', and a '[' without a ']' after it
+// made '_' too (`.method` and `rest.route` are PHP's `_method` and
+// `rest_route`). nullopt for an array (`a[b]`), which is no text. `buffer`
+// holds the name when it is not `name` itself.
+std::optional<std::string_view> PhpParamName(std::string_view name, std::string& buffer) {
+  if (!name.empty() && name.front() != ' ' &&
+      name.find_first_of(" .[") == std::string_view::npos) {
+    return name;
+  }
+  buffer.assign(name.substr(std::min(name.size(), name.find_first_not_of(' '))));
+  const size_t bracket = buffer.find('[');
+  if (bracket != std::string::npos) {
+    if (buffer.find(']', bracket) != std::string::npos) return std::nullopt;
+    buffer[bracket] = '_';
+  }
+  std::replace(buffer.begin(), buffer.end(), ' ', '_');
+  std::replace(buffer.begin(), buffer.end(), '.', '_');
+  return buffer;
+}
+
+// `text` of a query decoded ('+' a space), in `buffer` when it is not
+// `text` itself; nullopt for a bad escape.
+std::optional<std::string_view> QueryText(std::string_view text, std::string& buffer) {
+  if (text.find_first_of("%+") == std::string_view::npos) return text;
+  buffer.assign(text);
+  std::replace(buffer.begin(), buffer.end(), '+', ' ');
+  std::optional<std::string> decoded = PercentDecode(buffer);
+  if (!decoded) return std::nullopt;
+  buffer = *std::move(decoded);
+  return buffer;
+}
+
+// Calls `each(name, value)` for every parameter of `query` with a value,
+// separated by '&' or ';' (Rack 2), both decoded ('+' a space) and the
+// name as PHP reads it (PhpParamName); a name other servers read as it is
+// only ever names less. Parameters with a bad escape are skipped.
+template <typename Each>
+void ForEachQueryParam(std::string_view query, Each&& each) {
+  std::string name_buffer, mangled_buffer, value_buffer;
+  for (std::string_view rest = query; !rest.empty();) {
+    const size_t end = rest.find_first_of("&;");
+    const std::string_view param = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    const size_t eq = param.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::optional<std::string_view> name = QueryText(param.substr(0, eq), name_buffer);
+    if (!name) continue;
+    const std::optional<std::string_view> php = PhpParamName(*name, mangled_buffer);
+    const std::optional<std::string_view> value = QueryText(param.substr(eq + 1), value_buffer);
+    if (php && value) each(*php, *value);
+  }
+}
+
+// How many of a list's elements a policy reads from each end (EndsKept).
+inline constexpr size_t kEndsKept = 8;
+
+// The first and the last kEndsKept values of those added, in no
+// particular order: what a policy reads of a list a client may make
+// thousands of elements long, so that such a list costs each policy no
+// more than a short one.
+template <typename T>
+class EndsKept {
+ public:
+  void Add(T value) {
+    if (seen_ < kEndsKept) {
+      kept_.push_back(std::move(value));
+    } else {
+      end_[(seen_ - kEndsKept) % kEndsKept] = std::move(value);
+    }
+    ++seen_;
+  }
+  absl::InlinedVector<T, 2> Take() && {
+    const size_t after = seen_ > kEndsKept ? seen_ - kEndsKept : 0;
+    for (size_t i = 0; i < std::min(after, kEndsKept); ++i) kept_.push_back(std::move(end_[i]));
+    return std::move(kept_);
+  }
+
+ private:
+  absl::InlinedVector<T, 2> kept_;  // the first kEndsKept
+  std::array<T, kEndsKept> end_;    // the last ones after them, a ring
+  size_t seen_ = 0;
+};
+
+// The methods a request's `_method` query parameters name (EndsKept).
+absl::InlinedVector<std::string, 2> QueryMethods(std::string_view query) {
+  EndsKept<std::string> methods;
+  ForEachQueryParam(query, [&](std::string_view name, std::string_view value) {
+    if (name == "_method") methods.Add(std::string(value));
+  });
+  return std::move(methods).Take();
+}
+
+// What a policy reads of a request besides its method, Host and path as
+// sent, worked out at most once however many policies ask (a long path
+// decoded once, not once a policy), and only when a policy asks: the
+// paths an upstream may route it by (UpstreamPaths), the hosts it names
+// (ForwardedHosts), the methods its query names (QueryMethods).
+struct OtherReadings {
+  std::optional<absl::InlinedVector<std::string, 2>> paths;
+  std::optional<absl::InlinedVector<std::string_view, 2>> hosts;
+  std::optional<absl::InlinedVector<std::string, 2>> methods;
+};
+
 // Whether `request` reaches an upstream as a `method` request (`method`
 // upper case). Its method is compared without case: Django, Flask,
 // Laravel and Symfony upper-case the method they are sent, so `post /login`
@@ -104,7 +208,9 @@ void AppendEscaped(std::string& out, std::string_view part, bool lower = false) 
 // handler in Express, Flask, Django, Rails and Spring (only the body is
 // dropped), so it is a GET too. A policy so counts more requests than an
 // upstream may act on, never fewer.
-bool MethodMatches(std::string_view method, const RequestFacts& request) {
+// `others`: where the query's methods are kept once read (null: read
+// here).
+bool MethodMatches(std::string_view method, const RequestFacts& request, OtherReadings* others) {
   if (internal::AsciiEqualsIgnoreCase(request.method, method)) return true;
   if (method == "GET" && internal::AsciiEqualsIgnoreCase(request.method, "HEAD")) return true;
   if (!internal::AsciiEqualsIgnoreCase(request.method, "POST")) return false;
@@ -117,21 +223,14 @@ bool MethodMatches(std::string_view method, const RequestFacts& request) {
       if (internal::AsciiEqualsIgnoreCase(*value, method)) return true;
     }
   }
-  for (std::string_view rest = request.query; !rest.empty();) {
-    const size_t amp = rest.find('&');
-    const std::string_view param = rest.substr(0, amp);
-    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
-    const size_t eq = param.find('=');
-    if (eq == std::string_view::npos) continue;
-    const std::optional<std::string> name = PercentDecode(param.substr(0, eq));
-    const std::optional<std::string> value = PercentDecode(param.substr(eq + 1));
-    if (name == "_method" && value && internal::AsciiEqualsIgnoreCase(*value, method)) return true;
-  }
-  return false;
+  if (request.query.empty()) return false;
+  std::optional<absl::InlinedVector<std::string, 2>> read;
+  std::optional<absl::InlinedVector<std::string, 2>>& methods = others ? others->methods : read;
+  if (!methods) methods = QueryMethods(request.query);
+  return std::any_of(methods->begin(), methods->end(), [&](const std::string& named) {
+    return internal::AsciiEqualsIgnoreCase(named, method);
+  });
 }
-
-// How many hosts ForwardedHosts keeps from each end of the list.
-inline constexpr size_t kForwardedHostsKept = 8;
 
 // The hosts a request names besides Host: the elements of X-Forwarded-Host
 // and the `host=` of Forwarded, on any line, without port or trailing dot.
@@ -141,25 +240,16 @@ inline constexpr size_t kForwardedHostsKept = 8;
 // request too, more requests than an upstream may serve for it, never
 // fewer. Upstreams read the first element (Express), the last (Rack) or one
 // near the right end (Symfony, past its trusted proxies): the first and
-// the last kForwardedHostsKept are kept, so that a field of thousands of
-// elements costs each policy no more than a short one.
+// the last few are kept (EndsKept).
 absl::InlinedVector<std::string_view, 2> ForwardedHosts(const RequestFacts& request) {
-  absl::InlinedVector<std::string_view, 2> kept;          // the first kForwardedHostsKept
-  std::array<std::string_view, kForwardedHostsKept> end;  // the last ones after them, a ring
-  size_t seen = 0;
+  EndsKept<std::string_view> hosts;
   for (std::string_view name : {"x-forwarded-host", "forwarded"}) {
     const std::optional<std::string_view> first = request.header(name);
     if (!first) continue;
     const auto each = [&](std::string_view element) {
       std::string_view v = Trim(name == "forwarded" ? ForwardedParam(element, "host") : element);
       if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-      if (v.empty()) return;
-      if (seen < kForwardedHostsKept) {
-        kept.push_back(HostName(v));
-      } else {
-        end[(seen - kForwardedHostsKept) % kForwardedHostsKept] = HostName(v);
-      }
-      ++seen;
+      if (!v.empty()) hosts.Add(HostName(v));
     };
     if (request.header_lines) {
       for (std::string_view line : request.header_lines(name)) ForEachElement(line, each);
@@ -167,9 +257,7 @@ absl::InlinedVector<std::string_view, 2> ForwardedHosts(const RequestFacts& requ
       ForEachElement(*first, each);
     }
   }
-  const size_t after = seen > kForwardedHostsKept ? seen - kForwardedHostsKept : 0;
-  kept.insert(kept.end(), end.begin(), end.begin() + std::min(after, kForwardedHostsKept));
-  return kept;
+  return std::move(hosts).Take();
 }
 
 // `path` without a trailing '/' (but "/").
@@ -248,29 +336,83 @@ std::optional<std::string> DecodedPath(std::string_view path) {
   return PercentDecode(path);
 }
 
-// The paths an upstream may route the request by besides the path as
-// sent: the path decoded whole (DecodedPath), and the path behind a PHP
-// front controller (FrontControllerPath), of either.
-absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path) {
+// The folder an application serving `path` may be installed in: the path
+// without a trailing '/' and a last segment ending in `.php` ("" for `/`
+// and `/index.php`, "/blog" for `/blog/` and `/blog/index.php`).
+std::string_view FolderOf(std::string_view path) {
+  path = WithoutTrailingSlash(path);
+  const size_t slash = path.rfind('/');
+  if (slash != std::string_view::npos) {
+    const std::string_view last = path.substr(slash + 1);
+    if (last.size() > 4 && internal::AsciiEqualsIgnoreCase(last.substr(last.size() - 4), ".php")) {
+      path = path.substr(0, slash);
+    }
+  }
+  return path == "/" ? std::string_view() : path;
+}
+
+// The paths PHP applications route a request by that its query names,
+// for an application installed at the root or in the path's folder
+// (FolderOf):
+// - CodeIgniter 3 routes `/?/login` and `/index.php?/login` as `/login`
+//   (a query that starts with '/', up to a '?');
+// - Drupal 7 routes any request with a `q` as `/<q>`: `/?q=user/login`
+//   is `/user/login`;
+// - WordPress serves the REST route `rest_route` names on any path:
+//   `/?rest_route=/wp/v2/users` is `/wp-json/wp/v2/users`.
+// PHP keeps the last of a repeated parameter, so only the last is read.
+// Where the application is another, a policy so counts more of the
+// requests a client shaped so than it must, never fewer.
+absl::InlinedVector<std::string, 2> QueryRoutedPaths(std::string_view path,
+                                                     std::string_view query) {
   absl::InlinedVector<std::string, 2> out;
-  const std::optional<std::string> decoded = DecodedPath(path);
-  for (const std::string_view p :
-       {path, decoded ? std::string_view(*decoded) : std::string_view()}) {
-    if (p.empty()) continue;
-    if (p.data() != path.data()) out.emplace_back(p);
-    const std::string_view routed = FrontControllerPath(p);
-    if (routed.size() != p.size()) out.emplace_back(routed);
+  if (query.empty()) return out;
+  const std::string_view folder = FolderOf(path);
+  if (query.front() == '/') out.push_back(internal::Cat(folder, query.substr(0, query.find('?'))));
+  std::optional<std::string> q, rest_route;
+  ForEachQueryParam(query, [&](std::string_view name, std::string_view value) {
+    if (name == "q") q = std::string(value);
+    if (name == "rest_route") rest_route = std::string(value);
+  });
+  // At the root, and in the folder when it is another.
+  const auto both = [&](std::string_view page) {
+    out.push_back(std::string(page));
+    if (!folder.empty()) out.push_back(internal::Cat(folder, page));
+  };
+  if (q) {
+    std::string_view page = *q;
+    while (!page.empty() && page.front() == '/') page.remove_prefix(1);
+    both(internal::Cat("/", page));
+  }
+  if (rest_route) {
+    both(internal::Cat("/wp-json", rest_route->empty() || rest_route->front() != '/' ? "/" : "",
+                       *rest_route));
   }
   return out;
 }
 
-// A request's UpstreamPaths and ForwardedHosts, each worked out at most
-// once however many policies ask (a long path decoded once, not once a
-// policy), and only when a policy's path or host as sent does not match.
-struct OtherReadings {
-  std::optional<absl::InlinedVector<std::string, 2>> paths;
-  std::optional<absl::InlinedVector<std::string_view, 2>> hosts;
-};
+// The paths an upstream may route the request by besides the path as
+// sent: the paths its query names (QueryRoutedPaths); and of these and
+// the path, each decoded whole (DecodedPath) and behind a PHP front
+// controller (FrontControllerPath).
+absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::string_view query) {
+  absl::InlinedVector<std::string, 2> out;
+  const auto add = [&](std::string_view sent, bool as_sent) {
+    const std::optional<std::string> decoded = DecodedPath(sent);
+    for (const std::string_view p :
+         {sent, decoded ? std::string_view(*decoded) : std::string_view()}) {
+      if (p.empty()) continue;
+      if (!as_sent || p.data() != sent.data()) out.emplace_back(p);
+      const std::string_view routed = FrontControllerPath(p);
+      if (routed.size() != p.size()) out.emplace_back(routed);
+    }
+  };
+  add(path, /*as_sent=*/true);
+  for (const std::string& routed : QueryRoutedPaths(path, query)) {
+    add(NormalizePath(routed), /*as_sent=*/false);
+  }
+  return out;
+}
 
 // Matches, with `others` (null: none) where a request also matches as an
 // upstream may read it besides its Host and path: a host named in
@@ -281,7 +423,7 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadi
   const bool as_upstreams_read = others != nullptr;
   const auto any_other = [&](auto&& matches) {
     if (!as_upstreams_read) return false;
-    if (!others->paths) others->paths = UpstreamPaths(request.path);
+    if (!others->paths) others->paths = UpstreamPaths(request.path, request.query);
     return std::any_of(others->paths->begin(), others->paths->end(), matches);
   };
   const auto forwarded_host = [&](std::string_view host) {
@@ -299,7 +441,7 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadi
       !any_other([&](const std::string& p) { return PrefixMatches(p, *match.path_prefix); })) {
     return false;
   }
-  if (match.method && !MethodMatches(*match.method, request)) return false;
+  if (match.method && !MethodMatches(*match.method, request, others)) return false;
   if (match.host && request.host != *match.host && !forwarded_host(*match.host)) {
     return false;
   }
@@ -315,7 +457,8 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadi
 // the spellings apart, a policy counts more of its requests than it must,
 // never fewer. So are hosts a request names besides Host
 // (ForwardedHosts) and the paths an upstream may route it by: decoded
-// whole, or behind a PHP front controller (UpstreamPaths).
+// whole, behind a PHP front controller, or named in the query
+// (UpstreamPaths).
 bool Matches(const MatchConfig& match, const RequestFacts& request) {
   OtherReadings others;
   return MatchesAs(match, request, &others);

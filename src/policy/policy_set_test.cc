@@ -236,6 +236,43 @@ TEST(Matches, ThePathDecodedWhole) {
   EXPECT_FALSE(Matches({.path = "/login"}, r.Facts()));
 }
 
+TEST(Matches, ThePathAPhpApplicationReadsInTheQuery) {
+  FakeRequest r;
+  RequestFacts facts = r.Facts();
+  const auto matches = [&](std::string_view path, std::string_view query, const MatchConfig& m) {
+    facts.path = path;
+    facts.query = query;
+    return Matches(m, facts);
+  };
+  const MatchConfig login{.path = "/login"};
+  // CodeIgniter 3 routes a folder's page whose query starts with '/' by the
+  // query, up to a '?'.
+  EXPECT_TRUE(matches("/", "/login", login));
+  EXPECT_TRUE(matches("/index.php", "/login?x=1", login));
+  EXPECT_TRUE(matches("/index.php/", "/x/../LOGIN/", login));  // normalized
+  EXPECT_TRUE(matches("/shop/", "/login", {.path = "/shop/login"}));
+  EXPECT_TRUE(matches("/shop/index.php", "/login", {.path_prefix = "/shop/log"}));
+  EXPECT_FALSE(matches("/", "x/login", login));
+  EXPECT_FALSE(matches("/", "/login&x=1", login));
+  // Drupal 7 routes any request with a `q` by it (PHP keeps the last).
+  const MatchConfig user_login{.path = "/user/login"};
+  EXPECT_TRUE(matches("/", "q=user/login", user_login));
+  EXPECT_TRUE(matches("/node/1", "q=%2Fuser%2Flogin", user_login));
+  EXPECT_TRUE(matches("/", "q=user&q=user/login", user_login));
+  EXPECT_FALSE(matches("/", "q=user/login&q=user", user_login));
+  EXPECT_TRUE(matches("/drupal/", "q=user/login", {.path = "/drupal/user/login"}));
+  EXPECT_FALSE(matches("/", "qq=user/login", user_login));
+  // WordPress serves the REST route of `rest_route` on any path; PHP reads
+  // `rest.route` as `rest_route`.
+  const MatchConfig users{.path_prefix = "/wp-json/wp/v2/users"};
+  EXPECT_TRUE(matches("/", "rest_route=/wp/v2/users", users));
+  EXPECT_TRUE(matches("/2024/hello/", "rest.route=%2Fwp%2Fv2%2Fusers%2F1", users));
+  EXPECT_TRUE(matches("/blog/", "rest_route=/wp/v2/users", {.path = "/blog/wp-json/wp/v2/users"}));
+  EXPECT_FALSE(matches("/", "rest_route[]=/wp/v2/users", users));
+  // None of them is a route's: routes go by the path as sent.
+  EXPECT_FALSE(matches("/", "", login));
+}
+
 TEST(Matches, AHostAnUpstreamMayServeTheRequestFor) {
   // Rack (so Rails' host constraints) serves a request for its
   // X-Forwarded-Host, and Express, Django, Symfony and Spring do when they
@@ -307,14 +344,27 @@ TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
   FakeRequest query;
   query.method = "POST";
   RequestFacts with_query = query.Facts();
-  for (std::string_view q : {"_method=DELETE", "a=1&_method=delete", "%5Fmethod=%44ELETE&b"}) {
+  // PHP reads `.method` and ` _method` as `_method`; Rack 2 splits at ';'.
+  for (std::string_view q : {"_method=DELETE", "a=1&_method=delete", "%5Fmethod=%44ELETE&b",
+                             ".method=DELETE", "+_method=DELETE", "a=1;_method=DELETE"}) {
     with_query.query = q;
     EXPECT_TRUE(Matches({.method = "DELETE"}, with_query)) << q;
   }
-  for (std::string_view q : {"", "_method", "x_method=DELETE", "_method=DELETEX", "_method=%ZZ"}) {
+  for (std::string_view q : {"", "_method", "x_method=DELETE", "_method=DELETEX", "_method=%ZZ",
+                             "_method[]=DELETE", "_method[a]=DELETE", "_method[=DELETE",
+                             "_method=DEL+ETE"}) {
     with_query.query = q;
     EXPECT_FALSE(Matches({.method = "DELETE"}, with_query)) << q;
   }
+  // Of a thousand, the first and the last few are read, once a request.
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += "_method=PUT&";
+  const std::string last = many + "_method=DELETE";
+  with_query.query = last;
+  EXPECT_TRUE(Matches({.method = "DELETE"}, with_query));
+  const std::string middle = many + "_method=DELETE&" + many;
+  with_query.query = middle;
+  EXPECT_FALSE(Matches({.method = "DELETE"}, with_query));
   FakeRequest lines;
   lines.method = "POST";
   RequestFacts facts = lines.Facts();

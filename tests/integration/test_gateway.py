@@ -691,6 +691,28 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
+    def test_a_path_named_in_the_query_does_not_evade_a_path_policy(self):
+        # Regression (was a bypass): CodeIgniter 3 routes /?/login and
+        # /index.php?/login as /login, Drupal 7 routes any request with
+        # q=login there, and WordPress serves /wp-json/<route> for
+        # ?rest_route=<route> (or rest.route, which PHP reads so) on any
+        # path. Each was forwarded with 200 after the path was denied.
+        # Expected: each denied.
+        self.start(self.LOGIN + """\
+  - name: rest
+    match: {path_prefix: /wp-json/wp/v2/users}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+        self.assertEqual(self.post("/login", body="").status, 200)
+        for target in ("/?/login", "/index.php?/login", "/?q=login", "/about?a=1&q=%2Flogin"):
+            self.assertEqual(self.post(target, body="").status, 429, target)
+        self.assertEqual(self.get("/wp-json/wp/v2/users").status, 200)
+        for target in ("/?rest_route=/wp/v2/users", "/2024/hello/?rest.route=%2Fwp%2Fv2%2Fusers%2F1"):
+            self.assertEqual(self.get(target).status, 429, target)
+        self.assertEqual(self.post("/?/about", body="").status, 200)
+        self.assertEqual(len(self.up.hits()), 3)
+
     def test_a_prefix_takes_its_own_path_in_any_case(self):
         # Regression (was a bug): a router mounted at /admin/ serves /admin
         # (Express), and /ADMIN/x is its /admin/x: both walked past a
