@@ -99,8 +99,7 @@ void AppendEscaped(std::string& out, std::string_view part, bool lower = false) 
 // `rest_route`). nullopt for an array (`a[b]`), which is no text. `buffer`
 // holds the name when it is not `name` itself.
 std::optional<std::string_view> PhpParamName(std::string_view name, std::string& buffer) {
-  if (!name.empty() && name.front() != ' ' &&
-      name.find_first_of(" .[") == std::string_view::npos) {
+  if (!name.empty() && name.front() != ' ' && name.find_first_of(" .[") == std::string_view::npos) {
     return name;
   }
   buffer.assign(name.substr(std::min(name.size(), name.find_first_not_of(' '))));

@@ -350,9 +350,9 @@ TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
     with_query.query = q;
     EXPECT_TRUE(Matches({.method = "DELETE"}, with_query)) << q;
   }
-  for (std::string_view q : {"", "_method", "x_method=DELETE", "_method=DELETEX", "_method=%ZZ",
-                             "_method[]=DELETE", "_method[a]=DELETE", "_method[=DELETE",
-                             "_method=DEL+ETE"}) {
+  for (std::string_view q :
+       {"", "_method", "x_method=DELETE", "_method=DELETEX", "_method=%ZZ", "_method[]=DELETE",
+        "_method[a]=DELETE", "_method[=DELETE", "_method=DEL+ETE"}) {
     with_query.query = q;
     EXPECT_FALSE(Matches({.method = "DELETE"}, with_query)) << q;
   }
