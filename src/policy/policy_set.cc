@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/escaping.h"
 #include "base/ascii.h"
 #include "base/cat.h"
 #include "policy/request_text.h"
@@ -306,6 +307,39 @@ std::string_view FrontControllerPath(std::string_view path) {
   return end == std::string_view::npos ? std::string_view("/") : path.substr(end);
 }
 
+// Basic credentials as the bytes they stand for, encoded again in the one
+// standard spelling. Servers decode many spellings to the same bytes:
+// Python's, PHP's, Ruby's and Node's decoders skip characters outside the
+// alphabet (`dXNl.cjpwYXNz`) and ignore the unused low bits of the last
+// one; Node's stops at the first '=', Python's at one that ends a group.
+// So are these: characters outside the alphabet are skipped ('-' and '_'
+// too, which Node alone reads as '+' and '/'), and the first '=' ends the
+// text. Otherwise a client could send one user's credentials under as many
+// spellings as it likes, each a bucket of its own (what a spelling read
+// otherwise leaves is a few buckets, not endless ones).
+std::string BasicCredentialsKey(std::string_view text) {
+  std::string bytes;
+  uint32_t bits = 0;
+  int count = 0;  // bits not yet taken into a byte
+  for (const char c : text) {
+    if (c == '=') break;
+    int v = -1;
+    if (c >= 'A' && c <= 'Z') v = c - 'A';
+    if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+    if (c >= '0' && c <= '9') v = c - '0' + 52;
+    if (c == '+') v = 62;
+    if (c == '/') v = 63;
+    if (v < 0) continue;
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    count += 6;
+    if (count >= 8) {
+      count -= 8;
+      bytes.push_back(static_cast<char>((bits >> count) & 0xFF));
+    }
+  }
+  return absl::Base64Escape(bytes);
+}
+
 // An Authorization (or Proxy-Authorization) value as the one credential
 // it names: its scheme is case-insensitive (RFC 9110 section 11.1), and
 // servers split the scheme from the credentials at any run of spaces or
@@ -321,7 +355,8 @@ std::string CredentialsKey(std::string_view value) {
   while (i < value.size() && blank(value[i])) ++i;
   if (i < value.size()) {
     out.push_back(' ');
-    out.append(Trim(value.substr(i)));
+    const std::string_view credentials = Trim(value.substr(i));
+    out.append(out == "basic " ? BasicCredentialsKey(credentials) : std::string(credentials));
   }
   return out;
 }

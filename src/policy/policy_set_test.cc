@@ -544,6 +544,21 @@ policies:
   }
   r.headers["authorization"] = "Bearer abc.def";  // the credentials keep their case
   EXPECT_EQ(*built->set->Find("token")->KeyFor(r.Facts(), "", {}, kXff), "bearer abc.def");
+  // Basic credentials as the bytes servers decode them to: "user:pass"
+  // and "user:pas".
+  for (const char* value : {"Basic dXNlcjpwYXNz", "basic dXNl.cjpw YXNz", "Basic dXNlcjpwYXNz=x",
+                            "Basic dXNlcjpwYXNz==", "Basic -dXNlcjpwYXNz_"}) {
+    r.headers["authorization"] = value;
+    EXPECT_EQ(*built->set->Find("token")->KeyFor(r.Facts(), "", {}, kXff), "basic dXNlcjpwYXNz")
+        << value;
+  }
+  for (const char* value : {"Basic dXNlcjpwYXM=", "Basic dXNlcjpwYXN", "BASIC dXNlcjpwYXP="}) {
+    r.headers["authorization"] = value;
+    EXPECT_EQ(*built->set->Find("token")->KeyFor(r.Facts(), "", {}, kXff), "basic dXNlcjpwYXM=")
+        << value;
+  }
+  r.headers["authorization"] = "Basic dXNlcjpwYXNt";  // another password: another bucket
+  EXPECT_EQ(*built->set->Find("token")->KeyFor(r.Facts(), "", {}, kXff), "basic dXNlcjpwYXNt");
   r.headers["x-api-key"] = "Key  K";  // any other header as sent
   EXPECT_EQ(*built->set->Find("api")->KeyFor(r.Facts(), "", {}, kXff), "Key  K");
 }

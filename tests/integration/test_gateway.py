@@ -819,12 +819,19 @@ class GatewayTest(SluiceTestCase):
         # Regression (was a bypass): a policy keyed on Authorization counted
         # "Bearer t", "bearer t" and "Bearer  t" apart, and servers read one
         # credential in each (the scheme has no case; Django REST framework
-        # and Rack split at any run of blanks).
+        # and Rack split at any run of blanks). Expected: one bucket.
         self.start(api_key_per_address(burst=1).replace("X-Api-Key", "Authorization"))
         statuses = [self.get("/api", headers={"Authorization": value}).status
                     for value in ("Bearer t0k3n", "bearer t0k3n", "BEARER \t t0k3n")]
         self.assertEqual(statuses, [200, 429, 429])
         self.assertEqual(self.get("/api", headers={"Authorization": "Bearer other"}).status, 200)
+        # Nor Basic credentials spelled otherwise: Python's, PHP's, Ruby's
+        # and Node's decoders skip what is not base64 and what follows the
+        # padding, so each of these is "user:pass" to them.
+        statuses = [self.get("/api", headers={"Authorization": value}).status
+                    for value in ("Basic dXNlcjpwYXNz", "Basic dXNl.cjpwYXNz",
+                                  "Basic dXNlcjpwYXNz=1", "basic d-XNlcjpwYXNz==")]
+        self.assertEqual(statuses, [200, 429, 429, 429])
 
     def test_a_key_header_under_an_underscore_name_is_no_bypass(self):
         # Regression (was a bypass): CGI, WSGI, Rack and PHP servers read
