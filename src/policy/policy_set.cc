@@ -293,6 +293,39 @@ bool PrefixMatches(std::string_view path, std::string_view prefix) {
           internal::AsciiEqualsIgnoreCase(path, WithoutTrailingSlash(prefix)));
 }
 
+// `path` without a last segment that is a folder's index page
+// (`/login/index.php` -> `/login/`): Apache and NGINX with PHP, Tomcat and
+// IIS serve the folder with it (index.php, index.jsp, default.aspx,
+// default.asp).
+std::string_view WithoutDirectoryIndex(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return path;
+  const std::string_view last = path.substr(slash + 1);
+  for (std::string_view index : {"index.php", "index.jsp", "default.aspx", "default.asp"}) {
+    if (internal::AsciiEqualsIgnoreCase(last, index)) return path.substr(0, slash + 1);
+  }
+  return path;
+}
+
+// Whether `path` and a policy's `exact` path name one folder, one of them
+// by its index page: `/login/index.php` is `/login/`, and `/login/` is a
+// policy's `/login/index.php`.
+bool IndexMatches(std::string_view path, std::string_view exact) {
+  const std::string_view folder = WithoutDirectoryIndex(path);
+  const std::string_view exact_folder = WithoutDirectoryIndex(exact);
+  return (folder.size() != path.size() || exact_folder.size() != exact.size()) &&
+         PathMatches(folder, exact_folder);
+}
+
+// Whether `path` is the folder of a policy's `prefix` that ends with an
+// index page (`/login/` for `/login/index.php`). A path with the index page
+// in it already starts with its folder.
+bool IndexPrefixMatches(std::string_view path, std::string_view prefix) {
+  const std::string_view folder = WithoutDirectoryIndex(prefix);
+  return folder.size() != prefix.size() &&
+         internal::AsciiEqualsIgnoreCase(WithoutTrailingSlash(path), WithoutTrailingSlash(folder));
+}
+
 // The path a PHP front controller routes the request to: Laravel and
 // Symfony (their Request's path info) route `/index.php/login` as
 // `/login`, and `/index.php` as `/`. Any other path as it is.
@@ -467,12 +500,15 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadi
       return internal::AsciiEqualsIgnoreCase(h, host);
     });
   };
-  if (match.path && !PathMatches(request.path, *match.path) &&
-      !any_other([&](const std::string& p) { return PathMatches(p, *match.path); })) {
-    return false;
-  }
-  if (match.path_prefix && !PrefixMatches(request.path, *match.path_prefix) &&
-      !any_other([&](const std::string& p) { return PrefixMatches(p, *match.path_prefix); })) {
+  const auto path_matches = [&](std::string_view p) {
+    return PathMatches(p, *match.path) || (as_upstreams_read && IndexMatches(p, *match.path));
+  };
+  if (match.path && !path_matches(request.path) && !any_other(path_matches)) return false;
+  const auto prefix_matches = [&](std::string_view p) {
+    return PrefixMatches(p, *match.path_prefix) ||
+           (as_upstreams_read && IndexPrefixMatches(p, *match.path_prefix));
+  };
+  if (match.path_prefix && !prefix_matches(request.path) && !any_other(prefix_matches)) {
     return false;
   }
   if (match.method && !MethodMatches(*match.method, request, others)) return false;
@@ -605,12 +641,14 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         break;
       }
       case KeyPart::Kind::kPath: {
-        // Without case, a trailing '/' or a PHP front controller, decoded
-        // whole, as paths are matched: `/LOGIN`, `/login/`, `/login%2F` and
-        // `/index.php/login` are no buckets of their own.
+        // Without case, a trailing '/', a folder's index page or a PHP
+        // front controller, decoded whole, as paths are matched: `/LOGIN`,
+        // `/login/`, `/login/index.php`, `/login%2F` and `/index.php/login`
+        // are no buckets of their own.
         const std::optional<std::string> decoded = DecodedPath(request.path);
         AppendEscaped(key,
-                      WithoutTrailingSlash(FrontControllerPath(decoded ? *decoded : request.path)),
+                      WithoutTrailingSlash(WithoutDirectoryIndex(
+                          FrontControllerPath(decoded ? *decoded : request.path))),
                       /*lower=*/true);
         break;
       }

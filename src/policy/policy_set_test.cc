@@ -426,6 +426,31 @@ policies:
   ASSERT_EQ(built->set->Matching(r.Facts()).size(), 1u);
 }
 
+TEST(Matches, AFolderByItsIndexPage) {
+  // Apache and NGINX with PHP, Tomcat and IIS serve /login/ with its index
+  // page: /login/index.php is /login/, both ways.
+  FakeRequest r;
+  for (const char* path : {"/login/index.php", "/login/INDEX.PHP", "/login/default.aspx"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/login/"}, r.Facts())) << path;
+    EXPECT_TRUE(Matches({.path = "/login"}, r.Facts())) << path;
+  }
+  for (const char* path : {"/login/", "/login", "/login/index.php"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/login/index.php"}, r.Facts())) << path;
+    EXPECT_TRUE(Matches({.path_prefix = "/login/index.php"}, r.Facts())) << path;
+  }
+  r.path = "/";
+  EXPECT_TRUE(Matches({.path = "/index.php"}, r.Facts()));
+  for (const char* path : {"/login/other.php", "/login/x/index.php", "/loginindex.php"}) {
+    r.path = path;
+    EXPECT_FALSE(Matches({.path = "/login/index.php"}, r.Facts())) << path;
+    EXPECT_FALSE(Matches({.path = "/login/"}, r.Facts())) << path;
+  }
+  r.path = "/login/other.php";
+  EXPECT_FALSE(Matches({.path_prefix = "/login/index.php"}, r.Facts()));
+}
+
 TEST(PolicySet, ReadsAMatchsPathsAsRequestsAreRead) {
   // Requests are matched on their normalized paths, so the paths a config
   // gives are normalized too: written unusually, they still match.
@@ -484,6 +509,8 @@ policies:
   r.path = "/A|B/";  // the path part without case or a trailing '/', as paths are matched
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/index.php%2Fa|b%2F";  // nor a PHP front controller, nor escapes
+  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
+  r.path = "/a|b/Index.php";  // nor a folder's index page
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/a|b";
   FakeRequest bare;
