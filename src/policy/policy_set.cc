@@ -94,6 +94,17 @@ void AppendEscaped(std::string& out, std::string_view part, bool lower = false) 
   }
 }
 
+// Every line of the header `name`; `as_upstreams_read`: under any name a
+// CGI-style server reads as `name` (RequestFacts::cgi_lines) too, as a
+// policy reads it (a route goes by the name as sent).
+std::vector<std::string_view> LinesAsRead(const RequestFacts& request, std::string_view name,
+                                          bool as_upstreams_read = true) {
+  if (as_upstreams_read && request.cgi_lines) return request.cgi_lines(name);
+  if (request.header_lines) return request.header_lines(name);
+  if (const std::optional<std::string_view> value = request.header(name)) return {*value};
+  return {};
+}
+
 // A query parameter's name as PHP puts it in $_GET: leading spaces
 // dropped, each ' ' and '.' made '_', and a '[' without a ']' after it
 // made '_' too (`.method` and `rest.route` are PHP's `_method` and
@@ -208,19 +219,16 @@ struct OtherReadings {
 // handler in Express, Flask, Django, Rails and Spring (only the body is
 // dropped), so it is a GET too. A policy so counts more requests than an
 // upstream may act on, never fewer.
-// `others`: where the query's methods are kept once read (null: read
-// here).
+// `others`: where the query's methods are kept once read; null for a
+// route, which reads them here and the override fields by their names as
+// sent (LinesAsRead).
 bool MethodMatches(std::string_view method, const RequestFacts& request, OtherReadings* others) {
   if (internal::AsciiEqualsIgnoreCase(request.method, method)) return true;
   if (method == "GET" && internal::AsciiEqualsIgnoreCase(request.method, "HEAD")) return true;
   if (!internal::AsciiEqualsIgnoreCase(request.method, "POST")) return false;
   for (std::string_view name : {"x-http-method-override", "x-http-method", "x-method-override"}) {
-    if (request.header_lines) {
-      for (std::string_view line : request.header_lines(name)) {
-        if (internal::AsciiEqualsIgnoreCase(line, method)) return true;
-      }
-    } else if (const std::optional<std::string_view> value = request.header(name)) {
-      if (internal::AsciiEqualsIgnoreCase(*value, method)) return true;
+    for (std::string_view line : LinesAsRead(request, name, others != nullptr)) {
+      if (internal::AsciiEqualsIgnoreCase(line, method)) return true;
     }
   }
   if (request.query.empty()) return false;
@@ -244,18 +252,12 @@ bool MethodMatches(std::string_view method, const RequestFacts& request, OtherRe
 absl::InlinedVector<std::string_view, 2> ForwardedHosts(const RequestFacts& request) {
   EndsKept<std::string_view> hosts;
   for (std::string_view name : {"x-forwarded-host", "forwarded"}) {
-    const std::optional<std::string_view> first = request.header(name);
-    if (!first) continue;
     const auto each = [&](std::string_view element) {
       std::string_view v = Trim(name == "forwarded" ? ForwardedParam(element, "host") : element);
       if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
       if (!v.empty()) hosts.Add(HostName(v));
     };
-    if (request.header_lines) {
-      for (std::string_view line : request.header_lines(name)) ForEachElement(line, each);
-    } else {
-      ForEachElement(*first, each);
-    }
+    for (std::string_view line : LinesAsRead(request, name)) ForEachElement(line, each);
   }
   return std::move(hosts).Take();
 }
@@ -516,7 +518,10 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadi
     return false;
   }
   for (const std::string& name : match.headers) {
-    if (!request.header(name)) return false;
+    // For a policy, under any name an upstream reads as it (`X_Api_Key`).
+    if (!request.header(name) && (!as_upstreams_read || LinesAsRead(request, name).empty())) {
+      return false;
+    }
   }
   return true;
 }

@@ -52,6 +52,12 @@ struct RequestFacts {
   // A header's value when it came in exactly one line; nullopt when absent
   // or sent more than once. Optional: when unset, `header` stands for it.
   std::function<std::optional<std::string_view>(std::string_view)> header_once;
+  // Every line of a header under any name a CGI-style server reads as its
+  // (`X_Api_Key` is `X-Api-Key` to them: HTTP_X_API_KEY), in order; what a
+  // policy's match reads. Optional: when unset, `header_lines` (or
+  // `header`) stands for it. Never the client's address, whose one header
+  // is read exactly (a proxy checks no other spelling).
+  std::function<std::vector<std::string_view>(std::string_view)> cgi_lines;
 };
 
 bool Matches(const MatchConfig& match, const RequestFacts& request);

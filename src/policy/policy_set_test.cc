@@ -426,6 +426,38 @@ policies:
   ASSERT_EQ(built->set->Matching(r.Facts()).size(), 1u);
 }
 
+TEST(PolicySet, APolicyReadsAFieldUnderTheNamesAnUpstreamReadsAsIt) {
+  // CGI, WSGI, Rack and PHP servers read X_Api_Key as X-Api-Key: a policy
+  // on requests that carry X-Api-Key counts it, and a POST's
+  // X_HTTP_Method_Override; a route goes by the names as sent.
+  const std::unique_ptr<Built> built = Build(R"(
+routes:
+  - name: keyed
+    match: {headers: [X-Api-Key]}
+    upstream: http://127.0.0.1:1
+  - name: rest
+    upstream: http://127.0.0.1:2
+policies:
+  - name: keyed
+    match: {headers: [X-Api-Key]}
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: delete
+    match: {method: DELETE}
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  ASSERT_NE(built, nullptr);
+  FakeRequest r;
+  r.method = "POST";
+  RequestFacts facts = r.Facts();
+  facts.cgi_lines = [](std::string_view name) {
+    return name == "x-api-key" || name == "x-http-method-override"
+               ? std::vector<std::string_view>{name == "x-api-key" ? "k" : "DELETE"}
+               : std::vector<std::string_view>{};
+  };
+  EXPECT_EQ(built->set->Matching(facts).size(), 2u);
+  EXPECT_EQ(built->set->RouteFor(facts)->name, "rest");
+}
+
 TEST(Matches, AFolderByItsIndexPage) {
   // Apache and NGINX with PHP, Tomcat and IIS serve /login/ with its index
   // page: /login/index.php is /login/, both ways.

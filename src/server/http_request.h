@@ -259,6 +259,13 @@ inline RequestFacts FactsOf(const HttpRequest& req, std::string_view peer_ip,
     }
     return lines;
   };
+  facts.cgi_lines = [&req](std::string_view name) {
+    std::vector<std::string_view> lines;
+    for (const HttpRequest::Field& f : req.fields) {
+      if (f.kept && SameNameToCgi(req.Name(f), name)) lines.push_back(req.Value(f));
+    }
+    return lines;
+  };
   // A key header is read as an upstream may read it: `X_Api_Key` is
   // `X-Api-Key` to a CGI-style reader (SameNameToCgi), so the two together
   // are the header sent twice.

@@ -855,6 +855,29 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(r.status, 200)
         self.assertEqual(sorted(k for k in r.json()["headers"] if "_" in k), ["X_Other"])
 
+    def test_forwarded_underscore_names_meet_the_policies_they_name(self):
+        # Regression (was a bypass): with underscores_in_headers: true, a
+        # field named X_Api_Key reaches the upstream, which (CGI, WSGI, Rack,
+        # PHP) reads it as X-Api-Key, but a policy matching requests that
+        # carry X-Api-Key did not see it; nor a method policy a POST with
+        # X_HTTP_Method_Override: DELETE. Expected: both counted.
+        self.start("""\
+  - name: keyed
+    match: {headers: [X-Api-Key]}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+  - name: delete
+    match: {path_prefix: /items, method: DELETE}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""", underscores_in_headers="true")
+        self.assertEqual(self.get("/api", headers={"X-Api-Key": "k"}).status, 200)
+        self.assertEqual(self.get("/api", headers={"X_Api_Key": "k"}).status, 429)
+        self.assertEqual(self.get("/api").status, 200)
+        self.assertEqual(request(self.sluice.port, "DELETE", "/items/1").status, 200)
+        override = {"X_HTTP_Method_Override": "DELETE"}
+        self.assertEqual(self.post("/items/1", body="", headers=override).status, 429)
+
     def test_a_method_policy_counts_the_method_as_an_upstream_may_read_it(self):
         # Regression (was a bypass): `post /login` did not match a policy on
         # POST /login, and Django, Flask, Laravel and Symfony upper-case the
