@@ -20,6 +20,16 @@ def api_key_per_address(burst):
 """ % burst
 
 
+def one_an_hour(name, match):
+    """A policy named `name` on `match` that admits one request an hour."""
+    return """\
+  - name: %s
+    match: %s
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""" % (name, match)
+
+
 class GatewayTest(SluiceTestCase):
     def setUp(self):
         super().setUp()
@@ -861,16 +871,9 @@ class GatewayTest(SluiceTestCase):
         # PHP) reads it as X-Api-Key, but a policy matching requests that
         # carry X-Api-Key did not see it; nor a method policy a POST with
         # X_HTTP_Method_Override: DELETE. Expected: both counted.
-        self.start("""\
-  - name: keyed
-    match: {headers: [X-Api-Key]}
-    limits:
-      - {algorithm: token_bucket, rate: 1/h, burst: 1}
-  - name: delete
-    match: {path_prefix: /items, method: DELETE}
-    limits:
-      - {algorithm: token_bucket, rate: 1/h, burst: 1}
-""", underscores_in_headers="true")
+        self.start(one_an_hour("keyed", "{headers: [X-Api-Key]}") +
+                   one_an_hour("delete", "{path_prefix: /items, method: DELETE}"),
+                   underscores_in_headers="true")
         self.assertEqual(self.get("/api", headers={"X-Api-Key": "k"}).status, 200)
         self.assertEqual(self.get("/api", headers={"X_Api_Key": "k"}).status, 429)
         self.assertEqual(self.get("/api").status, 200)
@@ -884,20 +887,9 @@ class GatewayTest(SluiceTestCase):
         # method they are sent. Nor did a POST whose X-HTTP-Method-Override
         # names DELETE, which Laravel, Symfony, Rack and Express act on; nor a
         # HEAD, which runs the GET's handler in most frameworks.
-        self.start("""\
-  - name: login
-    match: {path: /login, method: POST}
-    limits:
-      - {algorithm: token_bucket, rate: 1/h, burst: 1}
-  - name: delete
-    match: {path_prefix: /items, method: DELETE}
-    limits:
-      - {algorithm: token_bucket, rate: 1/h, burst: 1}
-  - name: search
-    match: {path: /search, method: GET}
-    limits:
-      - {algorithm: token_bucket, rate: 1/h, burst: 1}
-""")
+        self.start(one_an_hour("login", "{path: /login, method: POST}") +
+                   one_an_hour("delete", "{path_prefix: /items, method: DELETE}") +
+                   one_an_hour("search", "{path: /search, method: GET}"))
 
         def status(raw):
             return parse_raw_response(raw_exchange(self.sluice.port, raw)).status
