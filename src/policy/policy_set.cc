@@ -344,9 +344,10 @@ std::string_view FrontControllerPath(std::string_view path) {
 
 // Basic credentials as the bytes they stand for, encoded again in the one
 // standard spelling. Servers decode many spellings to the same bytes:
-// Python's, PHP's, Ruby's and Node's decoders skip characters outside the
-// alphabet (`dXNl.cjpwYXNz`) and ignore the unused low bits of the last
-// one; Node's stops at the first '=', Python's at one that ends a group.
+// lenient decoders (Python's, Node's, PHP's, Ruby's) skip characters
+// outside the alphabet (`dXNl.cjpwYXNz`) and ignore the unused low bits of
+// the last one; Node's stops at the first '=', Python's at one that
+// completes a group.
 // So are these: characters outside the alphabet are skipped ('-' and '_'
 // too, which Node alone reads as '+' and '/'), and the first '=' ends the
 // text. Otherwise a client could send one user's credentials under as many
