@@ -328,17 +328,20 @@ bool IndexPrefixMatches(std::string_view path, std::string_view prefix) {
          internal::AsciiEqualsIgnoreCase(WithoutTrailingSlash(path), WithoutTrailingSlash(folder));
 }
 
+// Whether a path segment names a PHP script: a name, then `.php` in any
+// case.
+bool IsPhpScript(std::string_view segment) {
+  return segment.size() > 4 &&
+         internal::AsciiEqualsIgnoreCase(segment.substr(segment.size() - 4), ".php");
+}
+
 // The path a PHP front controller routes the request to: Laravel and
 // Symfony (their Request's path info) route `/index.php/login` as
 // `/login`, and `/index.php` as `/`. Any other path as it is.
 std::string_view FrontControllerPath(std::string_view path) {
   if (path.size() < 5 || path.front() != '/') return path;
   const size_t end = path.find('/', 1);
-  const std::string_view segment = path.substr(1, end == std::string_view::npos ? end : end - 1);
-  if (segment.size() <= 4 ||
-      !internal::AsciiEqualsIgnoreCase(segment.substr(segment.size() - 4), ".php")) {
-    return path;
-  }
+  if (!IsPhpScript(path.substr(1, end == std::string_view::npos ? end : end - 1))) return path;
   return end == std::string_view::npos ? std::string_view("/") : path.substr(end);
 }
 
@@ -413,10 +416,7 @@ std::string_view FolderOf(std::string_view path) {
   path = WithoutTrailingSlash(path);
   const size_t slash = path.rfind('/');
   if (slash != std::string_view::npos) {
-    const std::string_view last = path.substr(slash + 1);
-    if (last.size() > 4 && internal::AsciiEqualsIgnoreCase(last.substr(last.size() - 4), ".php")) {
-      path = path.substr(0, slash);
-    }
+    if (IsPhpScript(path.substr(slash + 1))) path = path.substr(0, slash);
   }
   return path == "/" ? std::string_view() : path;
 }
