@@ -104,6 +104,11 @@ struct PolicyDecision : Decision {
   // store). Refund(key, decision, cost) passes both back.
   Time taken_at;
   Time store_time;
+  // The name its concurrency limits' slots are held under (a random
+  // number a decision that holds them draws; 0: none): Release and
+  // RenewAsync give back and renew those slots alone, so a decision
+  // released twice gives back nothing the second time.
+  uint64_t slot = 0;
   // The remote store failed and `on_store_error` made this decision.
   bool store_error = false;
   // Set when the remote call timed out: it may still run in the store, and
@@ -141,24 +146,27 @@ class Limiter {
   // caller combining several limiters keeps all-or-nothing). What remote
   // limits took is given back asynchronously, without waiting.
   absl::Status Refund(std::string_view key, const PolicyDecision& taken, int64_t cost);
-  // The same for in-process limits taken at `taken_at`. A limiter with
-  // remote limits answers FailedPrecondition: whether and when (by its own
-  // clock) the store took is known only from the decision.
+  // The same for in-process limits taken at `taken_at` (a concurrency
+  // limit's slots counted, not named: the decision's form gives back its
+  // own). A limiter with remote limits answers FailedPrecondition: whether
+  // and when (by its own clock) the store took is known only from the
+  // decision.
   absl::Status Refund(std::string_view key, Time taken_at, int64_t cost);
 
   // Gives back what `taken` holds of the concurrency limits (their slots),
   // once the request is done; the other limits keep what it took. What a
   // remote store holds is released asynchronously, without waiting. A slot
   // taken while the remote store failed (on_store_error) is not released
-  // there: it ends with its lease_ttl. Release each decision at most once:
-  // slots are counted, not named.
+  // there: it ends with its lease_ttl. Slots are named (taken.slot): a
+  // decision released again gives back nothing.
   absl::Status Release(std::string_view key, const PolicyDecision& taken, int64_t cost);
   // Extends what `taken` holds of the concurrency limits: each gives back
   // its slots and takes them again at `now` in one step, so a held slot is
   // never lost to another request; the other limits are not asked. Allowed:
   // the decision to release or renew next (its lease ends reset_after from
-  // now). Denied: the slots had already run out their lease and others took
-  // them; nothing is held any more. `done` as for AcquireAsync.
+  // now; its slots keep their name). Denied: the slots were no longer held
+  // (released, or their lease had run out); nothing is held any more.
+  // `done` as for AcquireAsync.
   void RenewAsync(std::string_view key, Time now, const PolicyDecision& taken, int64_t cost,
                   DecisionCallback done);
   // Takes `cost` slots of the concurrency limits alone at `now`, all or

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "base/cat.h"
+#include "sluice/algorithm/concurrency.h"
 #include "sluice/algorithm/window.h"
 
 namespace sluice {
@@ -30,10 +31,10 @@ void SlidingLogState::DropOlderThan(int64_t cutoff_us) {
   }
 }
 
-void SlidingLogState::Push(int64_t time_us, int64_t cost, int64_t max_entries) {
-  if (size_ > 0) {
+void SlidingLogState::Push(int64_t time_us, int64_t cost, int64_t max_entries, uint64_t name) {
+  if (size_ > 0 && name == 0) {
     Entry& back = ring_[(head_ + size_ - 1) & (capacity_ - 1)];
-    if (back.time_us == time_us) {  // same instant: one entry
+    if (back.time_us == time_us && back.name == 0) {  // same instant: one entry
       back.cost += cost;
       total_ += cost;
       return;
@@ -51,7 +52,7 @@ void SlidingLogState::Push(int64_t time_us, int64_t cost, int64_t max_entries) {
     capacity_ = grown;
     head_ = 0;
   }
-  ring_[(head_ + size_) & (capacity_ - 1)] = {time_us, cost};
+  ring_[(head_ + size_) & (capacity_ - 1)] = {time_us, cost, name};
   ++size_;
   total_ += cost;
 }
@@ -75,7 +76,36 @@ void SlidingLogState::RemoveCost(int64_t time_us, int64_t cost) {
   }
 }
 
-Decision Decide(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost) {
+bool SlidingLogState::RemoveNamed(int64_t time_us, uint64_t name) {
+  int64_t lo = 0, hi = size_;  // the first entry at or after time_us (times never decrease)
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (at(mid).time_us < time_us) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  while (lo < size_ && at(lo).name != name) ++lo;
+  if (lo == size_) return false;
+  total_ -= at(lo).cost;
+  for (int64_t j = lo; j + 1 < size_; ++j) {  // erase: O(entries)
+    ring_[(head_ + j) & (capacity_ - 1)] = ring_[(head_ + j + 1) & (capacity_ - 1)];
+  }
+  --size_;
+  if (size_ == 0) {
+    ring_.reset();
+    capacity_ = head_ = 0;
+  }
+  return true;
+}
+
+namespace {
+
+// The sliding log's decision; a concurrency limit's entry named `name`
+// (0: unnamed).
+Decision DecideLog(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost,
+                   uint64_t name) {
   const int64_t period = config.period().micros();
   const int64_t limit = config.limit();
   // Decide as of the latest time seen, so a clock that went back grants nothing.
@@ -88,7 +118,7 @@ Decision Decide(const SlidingLogConfig& config, SlidingLogState& state, Time now
     d.retry_after = Duration::Infinite();
   } else if (state.total_cost() + cost <= limit) {
     d.allowed = true;
-    if (cost > 0) state.Push(at, cost, limit);
+    if (cost > 0) state.Push(at, cost, limit, name);
   } else {
     // The request fits once enough of the oldest entries have left the window.
     int64_t freed = 0;
@@ -106,6 +136,35 @@ Decision Decide(const SlidingLogConfig& config, SlidingLogState& state, Time now
     d.reset_after = Duration::Micros(newest + period - now.unix_micros());
   }
   return d;
+}
+
+}  // namespace
+
+Decision Decide(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost) {
+  return DecideLog(config, state, now, cost, /*name=*/0);
+}
+
+Decision Hold(const ConcurrencyConfig& config, SlidingLogState& state, Time now, int64_t cost,
+              uint64_t slot) {
+  return DecideLog(config, state, now, cost, slot);
+}
+
+bool Release(const ConcurrencyConfig& config, SlidingLogState& state, Time taken_at,
+             uint64_t slot) {
+  // A lease that has ended holds nothing any more, though its entry may not
+  // have been dropped yet.
+  if (taken_at.unix_micros() <= state.last_time_us() - config.period().micros()) return false;
+  return state.RemoveNamed(taken_at.unix_micros(), slot);
+}
+
+Decision Renew(const ConcurrencyConfig& config, SlidingLogState& state, Time taken_at, Time now,
+               int64_t cost, uint64_t slot) {
+  if (!Release(config, state, taken_at, slot)) {
+    Decision lost = Check(config, state, now, cost);
+    lost.allowed = false;
+    return lost;
+  }
+  return Hold(config, state, now, cost, slot);
 }
 
 Decision Check(const SlidingLogConfig& config, SlidingLogState& state, Time now, int64_t cost) {

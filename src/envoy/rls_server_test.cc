@@ -438,14 +438,14 @@ class ThreadedStore final : public Store {
   }
   bool remote() const override { return true; }
   void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
-                   int64_t cost, Time taken_at, BatchCallback done,
+                   int64_t cost, Time taken_at, uint64_t slot, BatchCallback done,
                    BatchCallback /*late*/) override {
     std::vector<LimitTable*> t(tables.begin(), tables.end());
     {
       std::lock_guard lock(mu_);
-      jobs_.push_back([this, t, key = std::string(key), op, now, cost, taken_at, done] {
+      jobs_.push_back([this, t, key = std::string(key), op, now, cost, taken_at, slot, done] {
         answered_on_ = std::this_thread::get_id();
-        Store::DecideBatch(t, key, op, now, cost, taken_at, done);
+        Store::DecideBatch(t, key, op, now, cost, taken_at, slot, done);
       });
     }
     cv_.notify_all();

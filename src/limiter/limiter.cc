@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <future>
 #include <mutex>
+#include <random>
 
 #include "base/cat.h"
 
@@ -147,6 +148,25 @@ void MergeAllowed(PolicyDecision& into, const Decision& d, size_t index, bool fi
   into.delay = delay;
 }
 
+// A name for the slots one decision holds (PolicyDecision::slot): random,
+// never 0. Names only tell a key's entries apart (a lease token carries its
+// name signed), so they need not be secret: a per-thread generator seeded
+// from the system's entropy.
+uint64_t NewSlot() {
+  thread_local uint64_t state = [] {
+    std::random_device device;
+    return (uint64_t{device()} << 32) ^ device();
+  }();
+  for (;;) {  // splitmix64
+    state += 0x9e3779b97f4a7c15;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+    z ^= z >> 31;
+    if (z != 0) return z;
+  }
+}
+
 // What a limit answers for a key never seen: the answer `on_store_error:
 // allow` reports for a remote limit it could not ask.
 Decision FreshDecision(const LimitConfig& config, Time now, int64_t cost) {
@@ -180,13 +200,15 @@ absl::StatusOr<PolicyDecision> Limiter::AcquireAt(std::string_view key, Time now
   }
   PolicyDecision result;
   result.taken_at = result.store_time = now;
+  const uint64_t slot = holds_ ? NewSlot() : 0;
   for (size_t n = 0; n < order_.size(); ++n) {
     const size_t i = order_[n];
-    absl::StatusOr<Decision> d = tables_[i]->Decide(key, now, cost);
+    absl::StatusOr<Decision> d =
+        slot != 0 ? tables_[i]->Hold(key, now, cost, slot) : tables_[i]->Decide(key, now, cost);
     if (!d.ok() || !d->allowed) {
       // Give back what the earlier limits took: all-or-nothing.
       for (size_t m = 0; m < n; ++m) {
-        (void)tables_[order_[m]]->Refund(key, now, cost);
+        (void)tables_[order_[m]]->Refund(key, now, cost, slot);
       }
       if (!d.ok()) return d.status();
       static_cast<Decision&>(result) = *d;
@@ -204,6 +226,7 @@ absl::StatusOr<PolicyDecision> Limiter::AcquireAt(std::string_view key, Time now
     }
     MergeAllowed(result, *d, i, n == 0);
   }
+  result.slot = slot;
   return result;
 }
 
@@ -248,6 +271,7 @@ struct LateCall {
   std::string key;
   Time now;
   int64_t cost = 0;
+  uint64_t slot = 0;
   bool admitted = false;  // set before anyone else sees this
 
   std::mutex mu;
@@ -273,7 +297,7 @@ struct LateCall {
     if (fallback.empty() || fallback_given_back) return;
     fallback_given_back = true;
     lock.unlock();
-    for (const auto& t : fallback) (void)t->Refund(key, now, cost);
+    for (const auto& t : fallback) (void)t->Refund(key, now, cost, slot);
   }
 
   void OnRefund() {
@@ -284,7 +308,7 @@ struct LateCall {
     const bool give_remote = answered && took;
     lock.unlock();
     if (give_fallback) {
-      for (const auto& t : fallback) (void)t->Refund(key, now, cost);
+      for (const auto& t : fallback) (void)t->Refund(key, now, cost, slot);
     }
     if (give_remote) GiveBackRemote();
   }
@@ -292,7 +316,7 @@ struct LateCall {
   void GiveBackRemote() {
     std::vector<LimitTable*> tables;
     for (const auto& t : remote) tables.push_back(t.get());
-    store->DecideBatch(tables, key, BatchOp::kRefund, now, cost, store_time,
+    store->DecideBatch(tables, key, BatchOp::kRefund, now, cost, store_time, slot,
                        [](absl::StatusOr<BatchResult>) {});
   }
 };
@@ -303,7 +327,8 @@ struct Limiter::Pending {
   std::string key;
   Time now;
   int64_t cost = 0;
-  bool take = true;  // AcquireAsync; false: CheckAsync
+  uint64_t slot = 0;  // AcquireAsync of a limiter that holds slots
+  bool take = true;   // AcquireAsync; false: CheckAsync
   std::vector<std::optional<Decision>> by_limit;
   std::vector<size_t> taken;  // local limits that took `cost`
   DecisionCallback done;
@@ -320,13 +345,15 @@ void Limiter::AcquireAsync(std::string_view key, Time now, int64_t cost, Decisio
   p->key = std::string(key);
   p->now = now;
   p->cost = cost;
+  p->slot = holds_ ? NewSlot() : 0;
   p->by_limit.resize(configs_.size());
   p->done = std::move(done);
   // Local limits first: a request they deny never costs a round trip.
   for (size_t i : local_first_) {
-    absl::StatusOr<Decision> d = tables_[i]->Decide(key, now, cost);
+    absl::StatusOr<Decision> d = p->slot != 0 ? tables_[i]->Hold(key, now, cost, p->slot)
+                                              : tables_[i]->Decide(key, now, cost);
     if (!d.ok() || !d->allowed) {
-      for (size_t t : p->taken) (void)tables_[t]->Refund(key, now, cost);
+      for (size_t t : p->taken) (void)tables_[t]->Refund(key, now, cost, p->slot);
       if (!d.ok()) return p->done(d.status());
       p->by_limit[i] = *d;
       for (size_t j : local_first_) {
@@ -342,7 +369,7 @@ void Limiter::AcquireAsync(std::string_view key, Time now, int64_t cost, Decisio
     p->taken.push_back(i);
   }
   remote_->DecideBatch(
-      remote_tables_, p->key, BatchOp::kDecide, now, cost, Time(),
+      remote_tables_, p->key, BatchOp::kDecide, now, cost, Time(), p->slot,
       [this, p](absl::StatusOr<BatchResult> r) { Continue(p, std::move(r)); },
       [p](absl::StatusOr<BatchResult> r) {
         if (p->late) p->late->OnReply(r);
@@ -377,7 +404,7 @@ void Limiter::CheckAsync(std::string_view key, Time now, int64_t cost, DecisionC
     if (!d.ok()) return p->done(d.status());
     p->by_limit[i] = *d;
   }
-  remote_->DecideBatch(remote_tables_, p->key, BatchOp::kCheck, now, cost, Time(),
+  remote_->DecideBatch(remote_tables_, p->key, BatchOp::kCheck, now, cost, Time(), 0,
                        [this, p](absl::StatusOr<BatchResult> r) { Continue(p, std::move(r)); });
 }
 
@@ -405,6 +432,7 @@ void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> r
       p->late->key = key;
       p->late->now = p->now;
       p->late->cost = p->cost;
+      p->late->slot = p->slot;
     }
     switch (on_store_error_) {
       // A cost above what a limit can ever admit is denied as never passing
@@ -434,10 +462,11 @@ void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> r
       case OnStoreError::kLocal: {
         std::vector<LimitTable*> tables;
         for (size_t i : remote_limits_) tables.push_back(fallback_[i].get());
-        absl::StatusOr<BatchResult> local = DecideInProcess(
-            tables, key, p->take ? BatchOp::kDecide : BatchOp::kCheck, p->now, p->cost, Time());
+        absl::StatusOr<BatchResult> local =
+            DecideInProcess(tables, key, p->take ? BatchOp::kDecide : BatchOp::kCheck, p->now,
+                            p->cost, Time(), p->slot);
         if (!local.ok()) {
-          for (size_t t : p->taken) (void)tables_[t]->Refund(key, p->now, p->cost);
+          for (size_t t : p->taken) (void)tables_[t]->Refund(key, p->now, p->cost, p->slot);
           return p->done(local.status());
         }
         bool all = true;
@@ -465,19 +494,20 @@ void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> r
   }
   if (!allowed && p->take) {
     // All-or-nothing: give back what this request took so far.
-    for (size_t t : p->taken) (void)tables_[t]->Refund(key, p->now, p->cost);
+    for (size_t t : p->taken) (void)tables_[t]->Refund(key, p->now, p->cost, p->slot);
     if (remote_took) {
       remote_->DecideBatch(remote_tables_, key, BatchOp::kRefund, p->now, p->cost, store_time,
-                           [](absl::StatusOr<BatchResult>) {});
+                           p->slot, [](absl::StatusOr<BatchResult>) {});
     }
     if (fallback_took) {
-      for (size_t i : remote_limits_) (void)fallback_[i]->Refund(key, p->now, p->cost);
+      for (size_t i : remote_limits_) (void)fallback_[i]->Refund(key, p->now, p->cost, p->slot);
     }
   }
   PolicyDecision result = Merge(p->by_limit);
   result.taken_at = p->now;
   result.store_time = store_time;
   result.store_error = store_error;
+  result.slot = p->slot;
   if (p->late) {
     p->late->admitted = allowed;
     if (allowed && fallback_took) {
@@ -493,14 +523,14 @@ void Limiter::Continue(std::shared_ptr<Pending> p, absl::StatusOr<BatchResult> r
 
 absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, int64_t cost) {
   SLUICE_FIT_KEY(key, absl::Status)
-  if (remote_ == nullptr) return Refund(key, taken.taken_at, cost);
   absl::Status result;
   for (size_t i : order_) {
     if (IsShape(configs_[i]) || is_remote_[i]) {
       continue;
     }
-    result.Update(tables_[i]->Refund(key, taken.taken_at, cost));
+    result.Update(tables_[i]->Refund(key, taken.taken_at, cost, taken.slot));
   }
+  if (remote_ == nullptr) return result;
   if (taken.store_error) {
     // A timed-out call: the fallback's count and what Redis may have taken
     // are given back together, whichever comes first.
@@ -510,13 +540,14 @@ absl::Status Limiter::Refund(std::string_view key, const PolicyDecision& taken, 
     }
     if (on_store_error_ == OnStoreError::kLocal) {
       for (size_t i : remote_limits_) {
-        if (!IsShape(configs_[i])) result.Update(fallback_[i]->Refund(key, taken.taken_at, cost));
+        if (!IsShape(configs_[i]))
+          result.Update(fallback_[i]->Refund(key, taken.taken_at, cost, taken.slot));
       }
     }
     return result;
   }
   remote_->DecideBatch(remote_tables_, key, BatchOp::kRefund, taken.taken_at, cost,
-                       taken.store_time, [](absl::StatusOr<BatchResult>) {});
+                       taken.store_time, taken.slot, [](absl::StatusOr<BatchResult>) {});
   return result;
 }
 
@@ -526,7 +557,7 @@ absl::Status Limiter::Release(std::string_view key, const PolicyDecision& taken,
   absl::Status result;
   for (size_t i : order_) {
     if (IsConcurrency(configs_[i]) && !is_remote_[i])
-      result.Update(tables_[i]->Refund(key, taken.taken_at, cost));
+      result.Update(tables_[i]->Refund(key, taken.taken_at, cost, taken.slot));
   }
   if (remote_held_.empty()) return result;
   if (taken.store_error) {
@@ -535,13 +566,13 @@ absl::Status Limiter::Release(std::string_view key, const PolicyDecision& taken,
     if (taken.late == nullptr && on_store_error_ == OnStoreError::kLocal) {
       for (size_t i : remote_limits_) {
         if (IsConcurrency(configs_[i]))
-          result.Update(fallback_[i]->Refund(key, taken.taken_at, cost));
+          result.Update(fallback_[i]->Refund(key, taken.taken_at, cost, taken.slot));
       }
     }
     return result;
   }
   remote_->DecideBatch(remote_held_, key, BatchOp::kRefund, taken.taken_at, cost, taken.store_time,
-                       [](absl::StatusOr<BatchResult>) {});
+                       taken.slot, [](absl::StatusOr<BatchResult>) {});
   return result;
 }
 
@@ -574,7 +605,7 @@ absl::Status Limiter::Settle(std::string_view key, const PolicyDecision& taken, 
       remote.push_back(tables_[i].get());
       continue;
     }
-    result.Update(more < 0 ? tables_[i]->Refund(key, taken.taken_at, -more)
+    result.Update(more < 0 ? tables_[i]->Refund(key, taken.taken_at, -more, 0)
                            : tables_[i]->Charge(key, now, more));
   }
   // The remote limits in one call, without waiting (as Refund); a request
@@ -582,9 +613,9 @@ absl::Status Limiter::Settle(std::string_view key, const PolicyDecision& taken, 
   if (!remote.empty() && !taken.store_error) {
     if (more < 0) {
       remote_->DecideBatch(remote, key, BatchOp::kRefund, taken.taken_at, -more, taken.store_time,
-                           [](absl::StatusOr<BatchResult>) {});
+                           0, [](absl::StatusOr<BatchResult>) {});
     } else {
-      remote_->DecideBatch(remote, key, BatchOp::kCharge, now, more, Time(),
+      remote_->DecideBatch(remote, key, BatchOp::kCharge, now, more, Time(), 0,
                            [](absl::StatusOr<BatchResult>) {});
     }
   }
@@ -611,25 +642,27 @@ void Limiter::HoldAsync(std::string_view key, Time now, const PolicyDecision* ta
   std::vector<std::optional<Decision>> by_limit(configs_.size());
   std::vector<size_t> held;
   bool denied = false;
+  // A renew keeps its slots' name; slots taken afresh get one.
+  const uint64_t slot = taken != nullptr ? taken->slot : NewSlot();
   for (size_t i : order_) {
     if (!IsConcurrency(configs_[i]) || is_remote_[i]) continue;
     absl::StatusOr<Decision> d = denied ? tables_[i]->Check(key, now, cost)
                                  : taken != nullptr
-                                     ? tables_[i]->Renew(key, taken->taken_at, now, cost)
-                                     : tables_[i]->Decide(key, now, cost);
+                                     ? tables_[i]->Renew(key, taken->taken_at, now, cost, slot)
+                                     : tables_[i]->Hold(key, now, cost, slot);
     if (!d.ok()) {
-      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost);
+      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost, slot);
       return done(d.status());
     }
     if (!denied && d->allowed) held.push_back(i);
     if (!d->allowed) denied = true;
     by_limit[i] = *d;
   }
-  auto finish = [this, now, by_limit = std::move(by_limit), held = std::move(held),
+  auto finish = [this, now, slot, by_limit = std::move(by_limit), held = std::move(held),
                  key = std::string(key), cost,
                  done = std::move(done)](absl::StatusOr<BatchResult> remote) mutable {
     if (!remote.ok()) {
-      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost);
+      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost, slot);
       return done(remote.status());
     }
     size_t next = 0;
@@ -640,8 +673,9 @@ void Limiter::HoldAsync(std::string_view key, Time now, const PolicyDecision* ta
     PolicyDecision d = Merge(by_limit);
     d.taken_at = now;
     d.store_time = remote->store_time;
+    d.slot = slot;
     if (!d.allowed) {
-      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost);
+      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost, slot);
     }
     done(std::move(d));
   };
@@ -649,17 +683,18 @@ void Limiter::HoldAsync(std::string_view key, Time now, const PolicyDecision* ta
     if (denied && taken != nullptr && !remote_held_.empty() && !taken->store_error) {
       // The lease is lost as a whole: what the store holds of it goes too.
       remote_->DecideBatch(remote_held_, key, BatchOp::kRefund, taken->taken_at, cost,
-                           taken->store_time, [](absl::StatusOr<BatchResult>) {});
+                           taken->store_time, slot, [](absl::StatusOr<BatchResult>) {});
     }
     return finish(BatchResult{.store_time = now, .decisions = {}});
   }
   // Redis renews at its own clock: the slots it holds were taken at the
   // store time of `taken`.
   if (taken != nullptr) {
-    remote_->DecideBatch(remote_held_, key, BatchOp::kRenew, now, cost, taken->store_time,
+    remote_->DecideBatch(remote_held_, key, BatchOp::kRenew, now, cost, taken->store_time, slot,
                          std::move(finish));
   } else {
-    remote_->DecideBatch(remote_held_, key, BatchOp::kDecide, now, cost, Time(), std::move(finish));
+    remote_->DecideBatch(remote_held_, key, BatchOp::kDecide, now, cost, Time(), slot,
+                         std::move(finish));
   }
 }
 
@@ -675,7 +710,7 @@ absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) 
   absl::Status result;
   for (size_t i : order_) {
     if (IsShape(configs_[i])) continue;  // a departure slot is not given back
-    result.Update(tables_[i]->Refund(key, taken_at, cost));
+    result.Update(tables_[i]->Refund(key, taken_at, cost, 0));
   }
   return result;
 }
@@ -693,7 +728,7 @@ void Limiter::InspectAsync(std::string_view key, Time now, int64_t cost, Inspect
   }
   if (remote_ == nullptr) return done(std::move(out));
   remote_->DecideBatch(
-      remote_tables_, key, BatchOp::kCheck, now, cost, Time(),
+      remote_tables_, key, BatchOp::kCheck, now, cost, Time(), 0,
       [this, out = std::move(out), done = std::move(done)](absl::StatusOr<BatchResult> r) mutable {
         if (!r.ok()) return done(r.status());
         for (size_t n = 0; n < remote_limits_.size() && n < r->decisions.size(); ++n) {

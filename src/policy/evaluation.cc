@@ -309,6 +309,7 @@ void RetakeNext(const std::shared_ptr<Retake>& r) {
         if (d.ok() && d->allowed) {
           answer.decision.taken_at = d->taken_at;
           answer.decision.store_time = d->store_time;
+          answer.decision.slot = d->slot;
           answer.decision.store_error = false;
           answer.decision.late = nullptr;
           r->held.push_back(i);

@@ -15,13 +15,13 @@ namespace sluice {
 
 absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
                                             std::string_view key, BatchOp op, Time now,
-                                            int64_t cost, Time taken_at) {
+                                            int64_t cost, Time taken_at, uint64_t slot) {
   BatchResult result;
   result.store_time = now;
   if (op == BatchOp::kRefund) {
     for (LimitTable* table : tables) {
       if (IsShape(table->config())) continue;
-      if (absl::Status s = table->Refund(key, taken_at, cost); !s.ok()) return s;
+      if (absl::Status s = table->Refund(key, taken_at, cost, slot); !s.ok()) return s;
     }
     return result;
   }
@@ -37,11 +37,11 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
   if (op == BatchOp::kRenew) {
     for (LimitTable* table : tables) {
       absl::StatusOr<Decision> d =
-          denied ? table->Check(key, now, cost) : table->Renew(key, taken_at, now, cost);
+          denied ? table->Check(key, now, cost) : table->Renew(key, taken_at, now, cost, slot);
       if (d.ok() && !d->allowed && !denied) denied = true;
       if (d.ok() && d->allowed && !denied) ++taken;
       if (!d.ok() || denied) {
-        for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost);
+        for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost, slot);
         taken = 0;
         if (!d.ok()) return d.status();
       }
@@ -50,15 +50,16 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
     return result;
   }
   for (LimitTable* table : tables) {
-    absl::StatusOr<Decision> d = denied || op == BatchOp::kCheck ? table->Check(key, now, cost)
-                                                                 : table->Decide(key, now, cost);
+    absl::StatusOr<Decision> d = denied || op == BatchOp::kCheck
+                                     ? table->Check(key, now, cost)
+                                     : table->Hold(key, now, cost, slot);
     if (!d.ok()) {
-      for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost);
+      for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost, slot);
       return d.status();
     }
     if (!d->allowed && !denied) {
       denied = true;
-      for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost);
+      for (size_t i = 0; i < taken; ++i) (void)tables[i]->Refund(key, now, cost, slot);
     } else if (!denied && op == BatchOp::kDecide) {
       ++taken;
     }
@@ -68,9 +69,9 @@ absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
 }
 
 void Store::DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
-                        Time now, int64_t cost, Time taken_at, BatchCallback done,
+                        Time now, int64_t cost, Time taken_at, uint64_t slot, BatchCallback done,
                         BatchCallback /*late*/) {
-  done(DecideInProcess(tables, key, op, now, cost, taken_at));
+  done(DecideInProcess(tables, key, op, now, cost, taken_at, slot));
 }
 
 }  // namespace sluice

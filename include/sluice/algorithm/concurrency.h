@@ -15,13 +15,18 @@
 // sooner), so a denial is never certain until then (a shared store must not
 // answer it from a cache). reset_after is when the newest lease ends.
 //
-// Releasing a lease twice gives back a later lease of the same key (slots
-// are counted, not named): release each at most once (the gateway does).
+// Slots are named: a request holds its slots in an entry of its own,
+// carrying a name its holder chose (Hold; the Limiter draws a random one
+// per decision), and gives them back or renews them by that name (Release,
+// Renew). A second release finds nothing and gives back nothing, never
+// another request's slot. (Decide and Refund, the sliding log's, count
+// slots instead: a refund takes from whichever entry is at or after its
+// time.)
 //
 //   auto config = sluice::ConcurrencyConfig::Create({.limit = 10});
 //   sluice::SlidingLogState state;
-//   sluice::Decision d = sluice::Decide(*config, state, now, 1);  // holds a slot
-//   sluice::Refund(*config, state, now, 1);                       // gives it back
+//   sluice::Decision d = sluice::Hold(*config, state, now, 1, slot);  // holds a slot
+//   sluice::Release(*config, state, now, slot);                      // gives it back
 #ifndef SLUICE_ALGORITHM_CONCURRENCY_H_
 #define SLUICE_ALGORITHM_CONCURRENCY_H_
 
@@ -67,6 +72,20 @@ struct ConcurrencyConfig : SlidingLogConfig {
   static absl::StatusOr<ConcurrencyConfig> Create(const ConcurrencyOptions& options);
   Duration lease_ttl() const { return period(); }
 };
+
+// Decide, the slots taken (when allowed and cost > 0) in an entry named
+// `slot` (not 0), which joins no other.
+Decision Hold(const ConcurrencyConfig& config, SlidingLogState& state, Time now, int64_t cost,
+              uint64_t slot);
+// Gives back the slots named `slot`, held since `taken_at` or later, if they
+// are still held: whether they were (false: given back already, or their
+// lease ended).
+bool Release(const ConcurrencyConfig& config, SlidingLogState& state, Time taken_at, uint64_t slot);
+// Release and Hold at `now` in one step: the slots named `slot` keep their
+// name and their lease starts again. Slots no longer held are not taken
+// afresh: denied, with Check's answer otherwise.
+Decision Renew(const ConcurrencyConfig& config, SlidingLogState& state, Time taken_at, Time now,
+               int64_t cost, uint64_t slot);
 
 }  // namespace sluice
 

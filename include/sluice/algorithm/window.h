@@ -106,12 +106,15 @@ struct SlidingLogConfig : WindowConfig {
 };
 
 // A ring of (time, cost) entries in time order, growing on demand up to
-// `limit` entries. Movable, not copyable (it owns its buffer).
+// `limit` entries. Movable, not copyable (it owns its buffer). A
+// concurrency limit's entries also carry the name of the slots they hold
+// (concurrency.h): such an entry joins no other.
 class SlidingLogState {
  public:
   struct Entry {
     int64_t time_us;
     int64_t cost;
+    uint64_t name = 0;  // 0: a sliding log's entry, which requests of its instant join
   };
 
   SlidingLogState() = default;
@@ -127,9 +130,14 @@ class SlidingLogState {
 
   // Mutators used by Decide and Refund.
   void DropOlderThan(int64_t cutoff_us);  // drops entries with time <= cutoff
-  void Push(int64_t time_us, int64_t cost, int64_t max_entries);
+  // An entry of `cost` at `time_us` (at or after the newest's), named
+  // `name` (0: joining the newest entry when that is of the same instant
+  // and unnamed).
+  void Push(int64_t time_us, int64_t cost, int64_t max_entries, uint64_t name = 0);
   // Takes `cost` back from the entry a request made at `time_us` joined.
   void RemoveCost(int64_t time_us, int64_t cost);
+  // Erases the entry named `name` at or after `time_us`: whether there was one.
+  bool RemoveNamed(int64_t time_us, uint64_t name);
   void SeeTime(int64_t now_us) {
     if (now_us > last_us_) last_us_ = now_us;
   }

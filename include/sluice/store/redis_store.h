@@ -124,7 +124,7 @@ class RedisStore final : public Store {
   void SpendOnce(std::string_view id, Duration ttl, std::function<void(absl::StatusOr<bool>)> done);
   bool remote() const override { return true; }
   void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
-                   int64_t cost, Time taken_at, BatchCallback done,
+                   int64_t cost, Time taken_at, uint64_t slot, BatchCallback done,
                    BatchCallback late = nullptr) override;
 
   RedisStoreHealth Health() const;

@@ -81,9 +81,20 @@ class LimitTable {
   // Check(key, now, 0) reads a key's state ("why was I limited").
   virtual absl::StatusOr<Decision> Check(std::string_view key, Time now, int64_t cost) = 0;
 
+  // Decide, where a concurrency limit's slots are held in an entry named
+  // `slot` (not 0), given back and renewed by that name alone
+  // (concurrency.h); other limits decide as Decide.
+  virtual absl::StatusOr<Decision> Hold(std::string_view key, Time now, int64_t cost,
+                                        uint64_t slot) {
+    (void)slot;
+    return Decide(key, now, cost);
+  }
+
   // Gives back `cost` that Decide took at `taken_at` (a later limit of the
-  // same request denied it: all-or-nothing).
-  virtual absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) = 0;
+  // same request denied it: all-or-nothing). `slot`: the name Hold gave a
+  // concurrency limit's slots (which alone then go back, if still held); 0
+  // for what Decide took.
+  virtual absl::Status Refund(std::string_view key, Time taken_at, int64_t cost, uint64_t slot) = 0;
 
   // Takes `cost` at `now` whether or not it fits (a settled cost above its
   // estimate): what is over the limit is debt (kCharges, kMaxDebtLimits).
@@ -95,15 +106,12 @@ class LimitTable {
         "gcra, fixed_window, sliding_window on the memory store)");
   }
 
-  // Refund(key, taken_at, cost) and then Decide(key, now, cost) as one step,
-  // nobody else deciding between them: a concurrency limit's lease extended
-  // (its slot is kept, never lost to another request). The default runs the
-  // two one after the other; stores override it to make it one step.
+  // Refund(key, taken_at, cost, slot) and then Hold(key, now, cost, slot)
+  // as one step, nobody else deciding between them: a concurrency limit's
+  // lease extended (its slot is kept, never lost to another request). Slots
+  // named `slot` that are no longer held are not taken afresh: denied.
   virtual absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now,
-                                         int64_t cost) {
-    if (absl::Status s = Refund(key, taken_at, cost); !s.ok()) return s;
-    return Decide(key, now, cost);
-  }
+                                         int64_t cost, uint64_t slot) = 0;
 
   virtual const LimitConfig& config() const = 0;
 };
@@ -114,6 +122,8 @@ enum class BatchOp {
   kCheck,   // answer as kDecide would, taking nothing
   kRefund,  // give back `cost` taken at `taken_at` (leaky_bucket shape excepted)
   kRenew,   // kRefund, then kDecide at `now`, as one step (LimitTable::Renew)
+  // (kDecide, kRefund and kRenew with a slot: a concurrency limit's slots
+  // named by it, as LimitTable::Hold, Refund and Renew.)
   kCharge,  // take `cost` at `now` whether or not it fits (LimitTable::Charge)
 };
 
@@ -133,7 +143,7 @@ using BatchCallback = std::function<void(absl::StatusOr<BatchResult>)>;
 // one denies; the tables after a denial are checked, taking nothing).
 absl::StatusOr<BatchResult> DecideInProcess(std::span<LimitTable* const> tables,
                                             std::string_view key, BatchOp op, Time now,
-                                            int64_t cost, Time taken_at);
+                                            int64_t cost, Time taken_at, uint64_t slot = 0);
 
 // A leased limit (docs/distributed.md, "Leased limits"): the instance takes
 // a slice of the limit from the shared store in one call, reserved there
@@ -269,9 +279,11 @@ class Store {
   // reply comes after all, `late` (if set) is called with it, at most once,
   // on the store's thread; a call whose connection is lost first is never
   // known. The default, for in-process stores, answers inline from
-  // Decide/Check/Refund (never late).
+  // Decide/Check/Refund (never late). `slot`: what kDecide holds a
+  // concurrency limit's slots under, and kRefund and kRenew give back
+  // (LimitTable::Hold); 0 for none.
   virtual void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
-                           Time now, int64_t cost, Time taken_at, BatchCallback done,
+                           Time now, int64_t cost, Time taken_at, uint64_t slot, BatchCallback done,
                            BatchCallback late = nullptr);
 };
 

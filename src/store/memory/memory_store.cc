@@ -39,6 +39,8 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
   // (log_cell.h); every other state is a StateCell (read_gate.h), a packed
   // window's of its word.
   static constexpr bool kLog = std::is_same_v<Config, SlidingLogConfig>;
+  // A concurrency limit: its slots are named (Hold).
+  static constexpr bool kNamed = std::is_same_v<Config, ConcurrencyConfig>;
   using Cell =
       std::conditional_t<kLog, LogCell, StateCell<std::conditional_t<kPacked, uint64_t, State>>>;
   // Whether StateUntil gives back the very state (the bucket algorithms):
@@ -79,6 +81,19 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       });
     } else {
       return Write(key, now, step, keep);
+    }
+  }
+
+  absl::StatusOr<Decision> Hold(std::string_view key, Time now, int64_t cost,
+                                uint64_t slot) override {
+    if constexpr (!kNamed) {
+      return Decide(key, now, cost);
+    } else {
+      if (slot == 0) return Decide(key, now, cost);
+      if (absl::Status s = InRange(now); !s.ok()) return s;
+      return Write(
+          key, now, [&](State& state) { return sluice::Hold(config_, state, now, cost, slot); },
+          [cost](const Decision& d) { return d.allowed && cost > 0; });
     }
   }
 
@@ -202,7 +217,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     return check(state);
   }
 
-  absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) override {
+  absl::Status Refund(std::string_view key, Time taken_at, int64_t cost, uint64_t slot) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
     // A time no packed state can be of: nothing taken then to give back.
     if (!InRange(taken_at, /*first=*/false).ok()) return absl::OkStatus();
@@ -213,6 +228,12 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
       UpdateCell(
           *cell,
           [&](State& state) {
+            if constexpr (kNamed) {
+              if (slot != 0) {
+                Release(config_, state, taken_at, slot);
+                return Decision{};
+              }
+            }
             RefundInPlace(config_, state, taken_at, cost);
             return Decision{};
           },
@@ -221,13 +242,20 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now,
-                                 int64_t cost) override {
+  absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now, int64_t cost,
+                                 uint64_t slot) override {
     if (absl::Status s = ValidateKey(key); !s.ok()) return s;
     if (absl::Status s = InRange(now); !s.ok()) return s;
-    if (!InRange(taken_at, /*first=*/false).ok()) {
-      return Decide(key, now, cost);  // nothing to give back
-    }
+    // Named slots not held (none of this name, or a time no state can be
+    // of) are lost: denied, as a check answers otherwise. Counted ones are
+    // taken afresh.
+    const auto lost = [&]() -> absl::StatusOr<Decision> {
+      if (slot == 0) return Decide(key, now, cost);
+      absl::StatusOr<Decision> d = Check(key, now, cost);
+      if (d.ok()) d->allowed = false;
+      return d;
+    };
+    if (!InRange(taken_at, /*first=*/false).ok()) return lost();
     const size_t hash = KeyHash{}(key);
     Shard& shard = ShardFor(hash);
     {
@@ -236,13 +264,16 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
         return UpdateCell(
             *cell,
             [&](State& state) {
+              if constexpr (kNamed) {
+                if (slot != 0) return sluice::Renew(config_, state, taken_at, now, cost, slot);
+              }
               RefundInPlace(config_, state, taken_at, cost);
               return DecideInPlace(config_, state, now, cost);
             },
             reader.holding());
       }
     }
-    return Decide(key, now, cost);  // nothing left to give back: a new key
+    return lost();  // the key holds nothing
   }
 
   const LimitConfig& config() const override { return limit_config_; }

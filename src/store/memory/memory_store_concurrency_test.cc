@@ -100,13 +100,13 @@ TEST(MemoryStoreConcurrency, EvictionUnderConcurrentAccess) {
         ASSERT_TRUE(log->Decide(key, now, 1).ok());
         if (i % 5 == 0) {
           ASSERT_TRUE(table->Check(key, now, 1).ok());
-          ASSERT_TRUE(log->Refund(key, now, 1).ok());
+          ASSERT_TRUE(log->Refund(key, now, 1, 0).ok());
         }
         if (i % 5 == 1) {  // every other path through a key's cell
           ASSERT_TRUE(table->Charge(key, now, 2).ok());
-          ASSERT_TRUE(table->Renew(key, now, now + Duration::Micros(1), 1).ok());
+          ASSERT_TRUE(table->Renew(key, now, now + Duration::Micros(1), 1, 0).ok());
           ASSERT_TRUE(log->Check(key, now, 1).ok());
-          ASSERT_TRUE(log->Renew(key, now, now + Duration::Micros(1), 1).ok());
+          ASSERT_TRUE(log->Renew(key, now, now + Duration::Micros(1), 1, 0).ok());
         }
       }
     });

@@ -205,7 +205,7 @@ TEST(MemoryStore, RefundGivesBack) {
                       Algorithm::kSlidingLog, Algorithm::kSlidingWindow}) {
     auto table = Open(store, Limit(a, "1/min"));
     EXPECT_TRUE(table->Decide("k", kStart, 1)->allowed);
-    ASSERT_TRUE(table->Refund("k", kStart, 1).ok());
+    ASSERT_TRUE(table->Refund("k", kStart, 1, 0).ok());
     EXPECT_TRUE(table->Decide("k", kStart, 1)->allowed) << AlgorithmName(a);
     EXPECT_FALSE(table->Decide("k", kStart, 1)->allowed) << AlgorithmName(a);
   }
@@ -476,7 +476,7 @@ TEST(MemoryStore, SlidingLogAnswersAsTheAlgorithmDoesWithDenialsOffItsLock) {
     if (step >= 95 && !taken.empty()) {  // give one back
       const auto [at, cost] = taken[rng() % taken.size()];
       Refund(log, reference, Time::FromUnixMicros(at), cost);
-      ASSERT_TRUE(table->Refund("k", Time::FromUnixMicros(at), cost).ok());
+      ASSERT_TRUE(table->Refund("k", Time::FromUnixMicros(at), cost, 0).ok());
       continue;
     }
     const int64_t cost = step < 60 ? 1 : static_cast<int64_t>(rng() % 4);
@@ -529,7 +529,7 @@ void ExpectTableDecidesAs(const LimitConfig& config, const Reference& reference,
     if (step >= 92 && !taken.empty()) {  // give one back
       const auto [at, given] = taken[rng() % taken.size()];
       RefundInPlace(reference, state, Time::FromUnixMicros(at), given);
-      ASSERT_TRUE(table->Refund("k", Time::FromUnixMicros(at), given).ok()) << where();
+      ASSERT_TRUE(table->Refund("k", Time::FromUnixMicros(at), given, 0).ok()) << where();
       continue;
     }
     if (step >= 88) {  // a settled cost over the estimate: debt
@@ -654,7 +654,7 @@ void ExpectAPackedTableRefusesTimesOutOfItsWord(const LimitConfig& config, std::
   MemoryStore store;
   auto packed = Open(store, config);
   // Before any decision a refund has nothing to give back, and fixes nothing.
-  EXPECT_TRUE(packed->Refund("k", Time::FromUnixMicros(int64_t{1} << 60), 1).ok());
+  EXPECT_TRUE(packed->Refund("k", Time::FromUnixMicros(int64_t{1} << 60), 1, 0).ok());
   EXPECT_TRUE(packed->Decide("k", kStart, 1)->allowed);
   const Duration half = Duration::Micros(int64_t{1} << 51);
   const Duration minute = Duration::Seconds(60);
@@ -669,7 +669,7 @@ void ExpectAPackedTableRefusesTimesOutOfItsWord(const LimitConfig& config, std::
     EXPECT_THAT(d.status().message(), HasSubstr(name));
     EXPECT_EQ(packed->Check("k", t, 1).status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_EQ(packed->Charge("k", t, 1).code(), absl::StatusCode::kOutOfRange);
-    EXPECT_TRUE(packed->Refund("k", t, 1).ok());
+    EXPECT_TRUE(packed->Refund("k", t, 1, 0).ok());
   }
   EXPECT_FALSE(packed->Decide("k", kStart, 1)->allowed);
 }

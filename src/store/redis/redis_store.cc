@@ -129,21 +129,25 @@ class RedisTable final : public LimitTable {
         suffix_(KeySuffix(config_)) {}
 
   absl::StatusOr<Decision> Decide(std::string_view key, Time now, int64_t cost) override {
-    return One(key, BatchOp::kDecide, now, cost, Time());
+    return One(key, BatchOp::kDecide, now, cost, Time(), 0);
+  }
+  absl::StatusOr<Decision> Hold(std::string_view key, Time now, int64_t cost,
+                                uint64_t slot) override {
+    return One(key, BatchOp::kDecide, now, cost, Time(), slot);
   }
   absl::StatusOr<Decision> Check(std::string_view key, Time now, int64_t cost) override {
-    return One(key, BatchOp::kCheck, now, cost, Time());
+    return One(key, BatchOp::kCheck, now, cost, Time(), 0);
   }
-  absl::Status Refund(std::string_view key, Time taken_at, int64_t cost) override {
-    return One(key, BatchOp::kRefund, taken_at, cost, taken_at).status();
+  absl::Status Refund(std::string_view key, Time taken_at, int64_t cost, uint64_t slot) override {
+    return One(key, BatchOp::kRefund, taken_at, cost, taken_at, slot).status();
   }
-  absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now,
-                                 int64_t cost) override {
-    return One(key, BatchOp::kRenew, now, cost, taken_at);
+  absl::StatusOr<Decision> Renew(std::string_view key, Time taken_at, Time now, int64_t cost,
+                                 uint64_t slot) override {
+    return One(key, BatchOp::kRenew, now, cost, taken_at, slot);
   }
   absl::Status Charge(std::string_view key, Time now, int64_t cost) override {
     if (!Charges(config_)) return LimitTable::Charge(key, now, cost);
-    return One(key, BatchOp::kCharge, now, cost, Time()).status();
+    return One(key, BatchOp::kCharge, now, cost, Time(), 0).status();
   }
   const LimitConfig& config() const override { return config_; }
 
@@ -158,7 +162,7 @@ class RedisTable final : public LimitTable {
 
  private:
   absl::StatusOr<Decision> One(std::string_view key, BatchOp op, Time now, int64_t cost,
-                               Time taken_at);
+                               Time taken_at, uint64_t slot);
 
   RedisStore& store_;
   const redis::Client& client_;
@@ -1170,8 +1174,8 @@ std::string RedisStore::RedisKey(const LimitTable& table, std::string_view key) 
 }
 
 void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op,
-                             Time now, int64_t cost, Time taken_at, BatchCallback done,
-                             BatchCallback late) {
+                             Time now, int64_t cost, Time taken_at, uint64_t slot,
+                             BatchCallback done, BatchCallback late) {
   if (absl::Status s = ValidateKey(key); !s.ok()) return done(s);
   if (tables.empty()) return done(BatchResult{.store_time = now, .decisions = {}});
   if (tables.size() == 1) {
@@ -1198,7 +1202,8 @@ void RedisStore::DecideBatch(std::span<LimitTable* const> tables, std::string_vi
                                : op == BatchOp::kCharge ? redis::ScriptOp::kCharge
                                                         : redis::ScriptOp::kRefund,
                          .cost = cost,
-                         .taken_at = taken_at};
+                         .taken_at = taken_at,
+                         .slot = slot};
   if (impl_->options.use_caller_time) args.now = now;
   auto p = std::make_unique<Pending>();
   // Most policies have one or two limits: no allocation for these.
@@ -1339,7 +1344,7 @@ RedisStoreHealth RedisStore::Health() const {
 namespace {
 
 absl::StatusOr<Decision> RedisTable::One(std::string_view key, BatchOp op, Time now, int64_t cost,
-                                         Time taken_at) {
+                                         Time taken_at, uint64_t slot) {
   if (client_.OnIoThread()) {
     return absl::FailedPreconditionError(
         "redis: a blocking call on the store's own I/O thread would wait for itself");
@@ -1348,7 +1353,7 @@ absl::StatusOr<Decision> RedisTable::One(std::string_view key, BatchOp op, Time 
   std::future<absl::StatusOr<BatchResult>> future = promise.get_future();
   LimitTable* self = this;
   store_.DecideBatch(
-      std::span<LimitTable* const>(&self, 1), key, op, now, cost, taken_at,
+      std::span<LimitTable* const>(&self, 1), key, op, now, cost, taken_at, slot,
       [&promise](absl::StatusOr<BatchResult> r) { promise.set_value(std::move(r)); });
   absl::StatusOr<BatchResult> r = future.get();
   if (!r.ok()) return r.status();

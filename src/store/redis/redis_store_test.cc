@@ -307,7 +307,7 @@ TEST_F(RedisStoreTest, ATableRefundThatAppliedReportsOk) {
   const Time now = SystemClock::Default().Now();
   ASSERT_TRUE((*table)->Decide("k", now, 2)->allowed);
   EXPECT_FALSE((*table)->Decide("k", now, 1)->allowed);
-  const absl::Status refunded = (*table)->Refund("k", now, 1);
+  const absl::Status refunded = (*table)->Refund("k", now, 1, 0);
   EXPECT_TRUE(refunded.ok()) << refunded;
   EXPECT_TRUE((*table)->Decide("k", now, 1)->allowed);  // exactly one was given back
   EXPECT_FALSE((*table)->Decide("k", now, 1)->allowed);
@@ -328,7 +328,7 @@ TEST_F(RedisStoreTest, ACallbackThatCallsAgainWhileTheStoreStopsDoesNotHang) {
   std::vector<absl::StatusCode> codes(3);
   RedisStore* store = redis.get();
   std::function<void(int)> call = [&](int depth) {
-    store->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+    store->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(), 0,
                        [&, depth](absl::StatusOr<BatchResult> r) {
                          codes[depth] = r.status().code();
                          ++answers;
@@ -908,7 +908,7 @@ TEST_F(RedisStoreTest, RequestsInFlightTogetherShareCallsInOrder) {
     for (int i = 0; i < kRequests; ++i) {
       // Every tenth request is on a key holding a list: its part fails.
       redis->DecideBatch(tables, i % 10 == 9 ? "bad" : "hot", BatchOp::kDecide, clock_.Now(), 1,
-                         Time(), [&, i](absl::StatusOr<BatchResult> r) {
+                         Time(), 0, [&, i](absl::StatusOr<BatchResult> r) {
                            results[i] = std::move(r);
                            answered.fetch_add(1);
                          });
@@ -966,7 +966,7 @@ TEST_F(RedisStoreTest, DecisionsAskedInOneTurnGoTogetherInOrder) {
   std::vector<absl::StatusOr<BatchResult>> results(kAsked + 1, absl::UnknownError("none"));
   std::atomic<int> answered{0};
   auto ask = [&](int i) {
-    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(), 0,
                        [&, i](absl::StatusOr<BatchResult> r) {
                          results[i] = std::move(r);
                          answered.fetch_add(1);
@@ -1004,7 +1004,7 @@ TEST_F(RedisStoreTest, DecisionsAskedInOneTurnGoTogetherInOrder) {
   std::atomic<int> cancelled{0};
   {
     const InTurn in_turn(turn);
-    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(), 0,
                        [&](absl::StatusOr<BatchResult> r) {
                          EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
                          cancelled.fetch_add(1);
@@ -1032,7 +1032,7 @@ TEST_F(RedisStoreTest, ADecisionThatLingersGoesWhenTheLingerEndsOrTheStoreStops)
   LimitTable* tables[] = {table->get()};
   std::atomic<int> answered{0};
   auto decide = [&](std::function<void(absl::StatusOr<BatchResult>)> then) {
-    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(), 0,
                        [&, then](absl::StatusOr<BatchResult> r) {
                          then(std::move(r));
                          answered.fetch_add(1);
@@ -1086,7 +1086,7 @@ TEST_F(RedisStoreTest, TheNextCallIsSentBeforeTheAnsweredCallsCallbacksRun) {
   std::atomic<int64_t> seen_in_callback{-1};
   ASSERT_TRUE(server_->Pause().ok());
   for (int i = 0; i < 3; ++i) {
-    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(),
+    redis->DecideBatch(tables, "k", BatchOp::kDecide, clock_.Now(), 1, Time(), 0,
                        [&, i](absl::StatusOr<BatchResult> r) {
                          EXPECT_TRUE(r.ok()) << r.status();
                          if (i == 0) {
@@ -1134,7 +1134,7 @@ TEST_F(RedisStoreTest, CallsBeyondWhatTheSocketTakesAllArriveInOrder) {
   const std::string key(400, 'k');
   ASSERT_TRUE(server_->Pause().ok());
   for (int i = 0; i < kCalls; ++i) {
-    redis->DecideBatch(tables, key, BatchOp::kDecide, clock_.Now(), 1, Time(),
+    redis->DecideBatch(tables, key, BatchOp::kDecide, clock_.Now(), 1, Time(), 0,
                        [&, i](absl::StatusOr<BatchResult> r) {
                          if (r.ok()) remaining[i] = r->decisions.at(0).remaining;
                          answered.fetch_add(1);

@@ -98,8 +98,10 @@ std::string LimitParams(const LimitConfig& config, bool integer_windows) {
                      c.capacity(), " ", c.bound_ticks());
         } else if constexpr (std::is_same_v<Config, FixedWindowConfig>) {
           return integer_windows ? Cat(WindowParams("fw", c), " i") : WindowParams("fw", c);
-        } else if constexpr (std::is_base_of_v<SlidingLogConfig, Config>) {
-          // concurrency: the sliding log whose period is the lease TTL.
+        } else if constexpr (std::is_same_v<Config, ConcurrencyConfig>) {
+          // The sliding log whose period is the lease TTL, its entries named.
+          return WindowParams("cc", c);
+        } else if constexpr (std::is_same_v<Config, SlidingLogConfig>) {
           return WindowParams("sl", c);
         } else {
           static_assert(std::is_same_v<Config, SlidingWindowConfig>);
@@ -114,7 +116,7 @@ int64_t ParamsLimit(std::string_view params) {
   // log's, the third of a bucket's (burst) or a shaper's (capacity).
   const size_t code_end = params.find(' ');
   const std::string_view code = params.substr(0, code_end);
-  const int word = code == "fw" || code == "sw" || code == "sl" ? 1 : 3;
+  const int word = code == "fw" || code == "sw" || code == "sl" || code == "cc" ? 1 : 3;
   size_t at = code_end;
   for (int i = 1; i < word && at != std::string_view::npos; ++i) at = params.find(' ', at + 1);
   if (at == std::string_view::npos) return 0;
@@ -157,7 +159,10 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
   size_t arg_bytes = 5 * 30;
   for (size_t i = 0; i < n; ++i) arg_bytes += limits[i].size() + 10;
   a.reserve(arg_bytes);
-  if (n == 1 && !args.now.has_value() &&
+  const bool named =
+      args.slot != 0 &&
+      (args.op == ScriptOp::kDecide || args.op == ScriptOp::kRefund || args.op == ScriptOp::kRenew);
+  if (n == 1 && !args.now.has_value() && !named &&
       (args.op == ScriptOp::kDecide || args.op == ScriptOp::kCheck)) {
     // The short form, for most requests: one limit, Redis' time.
     part.arg_count = 3;
@@ -180,7 +185,10 @@ CallPart EncodePart(const ScriptArgs& args, std::span<const std::string_view> ke
     AppendBulk(a, "");
   }
   AppendNumber(a, std::clamp<int64_t>(args.cost, 0, kMaxScriptCost));
-  if (args.op == ScriptOp::kRefund || args.op == ScriptOp::kRenew) {
+  if (named) {
+    const int64_t at = args.op == ScriptOp::kDecide ? 0 : args.taken_at.unix_micros();
+    AppendBulk(a, Cat(at, ":", args.slot));
+  } else if (args.op == ScriptOp::kRefund || args.op == ScriptOp::kRenew) {
     AppendNumber(a, args.taken_at.unix_micros());
   } else if (args.op == ScriptOp::kLease) {
     AppendNumber(a, std::max<int64_t>(0, args.lead.micros()));

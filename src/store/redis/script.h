@@ -13,6 +13,7 @@
 //   FCALL <FunctionName()> numkeys key... part...
 //   part: op now_us cost taken_at_us n limit_1 ... limit_n
 //     or, one limit at Redis' time (most requests): d|c cost limit_1
+//   (taken_at_us "taken_at_us:slot" where a concurrency limit's slots are named)
 //
 // limit_i is LimitParams(config), one string computed once per limit. Keys
 // are the caller's: distinct per limit, sharing one {hash tag} (one Cluster
@@ -111,6 +112,9 @@ struct ScriptArgs {
   // kRefund and kRenew: the time the cost was taken (ScriptResult::now of
   // that call).
   Time taken_at;
+  // kDecide, kRefund and kRenew: the name a concurrency limit's slots are
+  // held under, given back and renewed by (LimitTable::Hold); 0: none.
+  uint64_t slot = 0;
   // kLease only: decide as if at least this much of the bucket were used
   // (its fill time), so that the `cost` slots taken lie at least this far
   // ahead of now (docs/distributed.md, "Leased limits").

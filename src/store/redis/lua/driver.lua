@@ -20,6 +20,11 @@
 -- leaky_bucket shape one, whose departure slot is kept.
 -- op "N": R of `cost` taken at taken_at_us, then D, in one step (a
 -- concurrency limit's lease renewed: its slot is never lost to another).
+-- D, R and N may name a concurrency limit's slots: taken_at_us is then
+-- "taken_at_us:slot" (D: "0:slot"), slot a number in decimal digits. D
+-- holds the slots under that name, R gives back the slots of that name
+-- alone (none if none are held), and N renews them under it, or, none
+-- being held, is denied and takes nothing.
 -- op "G": `cost` charged to every limit whether or not it fits (a settled
 -- cost above its estimate): what is over the limit is debt. Answered like R.
 -- op "L": a leased slice of one gcra or token_bucket limit: D of `cost`
@@ -48,6 +53,7 @@ local ALGORITHMS = {
   tb = load_token_bucket(), gc = load_gcra(), lp = load_leaky_police(), ls = load_leaky_shape(),
   fw = load_fixed_window(), sl = load_sliding_log(), sw = load_sliding_window(),
 }
+ALGORITHMS.cc = ALGORITHMS.sl.concurrency
 
 -- Texts of a call parsed once and kept between calls (a library's locals
 -- live as long as the library): parse(s) runs only for a text not kept.
@@ -128,14 +134,19 @@ local the_reply, reply_n = {}, 0
 -- answer to `reply` after its first reply_n elements, and counts them in
 -- reply_n (a failure midway leaves elements the caller drops).
 local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
+  local lost = false
   if op == 'N' then
     -- A renewed lease: what was taken at taken_at goes back, then D, with
-    -- no other call between (a concurrency limit keeps its slot).
+    -- no other call between (a concurrency limit keeps its slot). Named
+    -- slots no longer held are lost: the part is denied, taking nothing.
     for i = 0, n - 1 do
       local l = limit_of(args[a + i])
-      if l.algo.refund then l.algo.refund(l.params, keys[k + i], ctx, taken_at, cost) end
+      if l.algo.refund then
+        local found = l.algo.refund(l.params, keys[k + i], ctx, taken_at, cost)
+        if ctx.slot and l.params.named and not found then lost = true end
+      end
     end
-    op = 'D'
+    op = lost and 'C' or 'D'
   end
   if op == 'G' then
     -- Settled costs: `cost` charged whether or not it fits (debt); limits
@@ -178,6 +189,7 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
     local l = limit_of(args[a])
     reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4], reply[m + 5], reply[m + 6] =
         decide_one(l.algo, l.params, keys[k], ctx, cost, op == 'D')
+    if lost then reply[m + 1] = 0 end
     reply_n = m + 6
     return
   end
@@ -189,6 +201,7 @@ local function run_part(op, ctx, cost, taken_at, keys, k, args, a, n, reply)
     limits[i], plans[i] = l, plan
     if d.allowed == 0 then all_allowed = false end
     local at = m + 6 * i
+    if lost then d.allowed = 0 end
     reply[at + 1], reply[at + 2], reply[at + 3] = d.allowed, d.limit, d.remaining
     reply[at + 4], reply[at + 5], reply[at + 6] = d.reset, d.retry, d.delay
   end
@@ -284,6 +297,7 @@ local function run_parts(keys, args, nargs, nkeys, reply)
       reply_before, next_key, next_arg, next_run = reply_n, k, a, at_run + 1
       if at_run + 1 == g then next_key, next_arg, next_run = k + g, after, 0 end
       local ctx = time_ctx()
+      ctx.slot = nil
       local cost = cost_of(args[ops + 1])
       local l = limit_of(args[ops + 2])
       local algo, params, writes = l.algo, l.params, op == 'd'
@@ -417,8 +431,17 @@ local function run_parts(keys, args, nargs, nkeys, reply)
         ctx = {timed = false, now = int_arg(now_s, 'now_us')}
       end
       local cost = cost_of(args[a + 2])
+      -- taken_at_us, or "taken_at_us:slot" (D: "0:slot"), a concurrency
+      -- limit's slots named by the slot's digits.
+      local taken_s, slot = args[a + 3], nil
+      local colon = find(taken_s, ':', 1, true)
+      if colon then
+        taken_s, slot = sub(taken_s, 1, colon - 1), sub(taken_s, colon + 1)
+        if not find(slot, '^%d+$') then error('sluice: a slot is digits, got "' .. slot .. '"') end
+      end
+      ctx.slot = slot
       local taken_at = 0
-      if op == 'R' or op == 'L' or op == 'N' then taken_at = int_arg(args[a + 3], 'taken_at_us') end
+      if op == 'R' or op == 'L' or op == 'N' then taken_at = int_arg(taken_s, 'taken_at_us') end
       run_part(op, ctx, cost, taken_at, keys, k, args, first, n, reply)
       at_key, at_arg = next_key, next_arg
     else

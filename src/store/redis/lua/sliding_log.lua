@@ -4,7 +4,10 @@
 -- seen, and the cost of the entries); then one entry per admitted instant,
 -- oldest first: "time_us" for cost 1, "time_us cost" otherwise. Requests at
 -- the same instant share one entry, so times strictly increase and an
--- entry's text is unique. At most `limit` entries (each holds cost >= 1 and
+-- entry's text is unique. A concurrency limit (sliding_log.concurrency,
+-- below) names an admitted request's entry by its slot, "time_us cost
+-- slot", which joins no other (times then only never decrease); such an
+-- entry is given back by its name alone. At most `limit` entries (each holds cost >= 1 and
 -- the total stays within the limit), like the C++ ring; no key is an empty
 -- log. Decide reads the header, the entries that leave the window (usually
 -- none or one) and, when denied, as many of the oldest as must leave for the
@@ -12,13 +15,17 @@
 
 local sliding_log = {params = window_params}
 
+-- An entry's time, cost and slot (nil: unnamed).
 local function sl_entry(s)
   local space = find(s, ' ', 1, true)
-  if not space then return tonum(s), 1 end
-  return tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1))
+  if not space then return tonum(s), 1, nil end
+  local second = find(s, ' ', space + 1, true)
+  if not second then return tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1)), nil end
+  return tonum(sub(s, 1, space - 1)), tonum(sub(s, space + 1, second - 1)), sub(s, second + 1)
 end
 
-local function sl_format(time_us, cost)
+local function sl_format(time_us, cost, slot)
+  if slot then return fmt(time_us) .. ' ' .. fmt(cost) .. ' ' .. slot end
   if cost == 1 then return fmt(time_us) end
   return fmt(time_us) .. ' ' .. fmt(cost)
 end
@@ -109,7 +116,7 @@ function sliding_log.decide(w, key, ctx, cost)
   d.remaining = limit - total
   if take then
     return d, {at = at, total = total, cost = cost, entries = n, dropped = dropped,
-               newest = newest}
+               newest = newest, slot = w.named and ctx.slot or nil}
   end
   return d, nil
 end
@@ -125,13 +132,16 @@ function sliding_log.save(w, key, plan, ctx)
   else
     call('RPUSH', key, header)
   end
-  if plan.newest == plan.at then
-    -- Same instant as the newest entry: one entry.
-    local _, cost = sl_entry(call('LINDEX', key, '-1'))
-    call('LSET', key, '-1', sl_format(plan.at, cost + plan.cost))
-  else
-    call('RPUSH', key, sl_format(plan.at, plan.cost))
+  local joined = false
+  if plan.newest == plan.at and not plan.slot then
+    -- Same instant as the newest entry, neither named: one entry.
+    local _, cost, slot = sl_entry(call('LINDEX', key, '-1'))
+    if not slot then
+      call('LSET', key, '-1', sl_format(plan.at, cost + plan.cost))
+      joined = true
+    end
   end
+  if not joined then call('RPUSH', key, sl_format(plan.at, plan.cost, plan.slot)) end
   sl_expire(key, plan.at + w.period, ctx)
 end
 
@@ -168,19 +178,50 @@ local function sl_remove_cost(key, n, taken_at, cost, total)
   return removed, total
 end
 
+-- Erases the entry named `slot` at or after `taken_at`: its cost, or nil
+-- when there is none.
+local function sl_remove_named(key, n, taken_at, slot)
+  local first = n + 1  -- searched from the newest, a chunk at a time
+  while first > 1 do
+    local lo = max(1, first - 16)
+    local chunk = call('LRANGE', key, lo, first - 1)
+    for j = #chunk, 1, -1 do
+      local t, c, s = sl_entry(chunk[j])
+      if t < taken_at then return nil end
+      if s == slot then
+        call('LREM', key, '-1', chunk[j])
+        return c
+      end
+    end
+    first = lo
+  end
+  return nil
+end
+
+-- Gives back `cost` taken at `taken_at`; a concurrency limit's slots named
+-- ctx.slot by their name alone. Returns whether they were found (named
+-- slots) or anything could be taken back (counted).
 function sliding_log.refund(w, key, ctx, taken_at, cost)
   local last, total, n = sl_header(key)
-  if n == 0 then return end
+  if n == 0 then return false end
+  local slot = w.named and ctx.slot or nil
+  local found = false
   -- A request that has left the window holds no place in the log any more:
   -- the entry at or after `taken_at` would be another request's.
-  if cost > 0 and taken_at > last - w.period then
-    local removed
-    removed, total = sl_remove_cost(key, n, taken_at, cost, total)
+  if taken_at > last - w.period and (slot or cost > 0) then
+    local removed = 0
+    if slot then
+      local c = sl_remove_named(key, n, taken_at, slot)
+      if c then removed, total, found = 1, total - c, true end
+    else
+      removed, total = sl_remove_cost(key, n, taken_at, cost, total)
+      found = true
+    end
     if removed == n then
       call('DEL', key)
-      return
+      return found
     end
-    call('LSET', key, '0', fmt(last) .. ':' .. fmt(total))
+    if found then call('LSET', key, '0', fmt(last) .. ':' .. fmt(total)) end
   end
   local newest = sl_entry(call('LINDEX', key, '-1'))
   if newest + w.period <= ctx.now then
@@ -188,4 +229,17 @@ function sliding_log.refund(w, key, ctx, taken_at, cost)
   else
     sl_expire(key, newest + w.period, ctx)
   end
+  return found
 end
+
+-- A concurrency limit: the log whose period is the lease TTL, each
+-- request's entry named by the slot its holder chose (ctx.slot, set by the
+-- part), given back (refund) and renewed by that name.
+sliding_log.concurrency = {
+  params = function(argv, i)
+    local w = window_params(argv, i)
+    w.named = true
+    return w
+  end,
+  decide = sliding_log.decide, save = sliding_log.save, refund = sliding_log.refund,
+}
