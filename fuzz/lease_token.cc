@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!again.ok() || again->kind != token->kind || again->expires != token->expires ||
       again->policy != token->policy || again->key != token->key || again->cost != token->cost ||
       again->taken_at != token->taken_at || again->store_time != token->store_time ||
-      again->store_error != token->store_error) {
+      again->store_error != token->store_error || again->slot != token->slot) {
     std::abort();
   }
   return 0;

@@ -217,6 +217,39 @@ TEST_F(LimiterTest, ADenialByALaterLimitFreesTheSlot) {
   EXPECT_EQ((*state)[0].remaining, 1);
 }
 
+TEST_F(LimiterTest, ASlotGivenBackTwiceGivesBackNothingTheSecondTime) {
+  auto limiter = Make({Concurrency(2)});
+  // Two at one instant: each holds slots of its own name.
+  const absl::StatusOr<PolicyDecision> first = limiter->Acquire("k");
+  const absl::StatusOr<PolicyDecision> second = limiter->Acquire("k");
+  ASSERT_TRUE(first->allowed && second->allowed);
+  EXPECT_NE(first->slot, 0u);
+  EXPECT_NE(first->slot, second->slot);
+  ASSERT_TRUE(limiter->Release("k", *first, 1).ok());
+  ASSERT_TRUE(limiter->Release("k", *first, 1).ok());  // gives back nothing
+  ASSERT_TRUE(limiter->Refund("k", *first, 1).ok());   // nor does this
+  const absl::StatusOr<PolicyDecision> third = limiter->Acquire("k");
+  EXPECT_TRUE(third->allowed);
+  EXPECT_FALSE(limiter->Acquire("k")->allowed);  // `second` still holds its slot
+  // A renew of released slots is lost; of held ones, it keeps their name.
+  const auto renew = [&](const PolicyDecision& taken) {
+    absl::StatusOr<PolicyDecision> out;
+    limiter->RenewAsync("k", clock_.Now(), taken, 1,
+                        [&](absl::StatusOr<PolicyDecision> d) { out = std::move(d); });
+    return out;
+  };
+  clock_.Advance(Duration::Seconds(1));
+  EXPECT_FALSE(renew(*first)->allowed);
+  const absl::StatusOr<PolicyDecision> renewed = renew(*second);
+  ASSERT_TRUE(renewed->allowed);
+  EXPECT_EQ(renewed->slot, second->slot);
+  EXPECT_FALSE(limiter->Acquire("k")->allowed);
+  ASSERT_TRUE(limiter->Release("k", *renewed, 1).ok());
+  ASSERT_TRUE(limiter->Release("k", *second, 1).ok());  // the same slots: nothing more
+  EXPECT_TRUE(limiter->Acquire("k")->allowed);
+  EXPECT_FALSE(limiter->Acquire("k")->allowed);
+}
+
 // On a CoarseClock, every algorithm still never admits more than its limit
 // allows over true time: the coarse time is behind, never ahead, so it can
 // only see less refill and later windows. Each limit is hammered for 300 ms

@@ -60,7 +60,8 @@ LeaseToken TokenOf(LeaseToken::Kind kind, const policy::Applied& applied, const 
           .cost = applied.cost,
           .taken_at = d.taken_at,
           .store_time = d.store_time,
-          .store_error = d.store_error};
+          .store_error = d.store_error,
+          .slot = kind == LeaseToken::Kind::kLease ? d.slot : 0};
 }
 
 // Whether the slots of a lease of `p` are held in this process: a
@@ -83,11 +84,9 @@ std::string LeaseJson(const ServerState& state, const policy::Applied& applied,
   return out;
 }
 
-// A lease read and verified: the token, its signature (the text after
-// the '.') and whether the fleet's shared secret signed it.
+// A lease read and verified, and whether the fleet's shared secret signed it.
 struct ReadToken {
   LeaseToken token;
-  std::string mac;
   bool shared = false;
 };
 
@@ -124,7 +123,6 @@ std::variant<ReadToken, HttpAnswer> ReadLease(const ServerState& state, std::str
     return Problem(400, "bad request", "not a lease (a reservation settles at /v1/settle)");
   }
   out.token = *std::move(token);
-  out.mac = TokenSignature(text);
   return out;
 }
 
@@ -133,9 +131,7 @@ std::variant<ReadToken, HttpAnswer> ReadLease(const ServerState& state, std::str
 // clock at `now`): its slots are then free, and nothing is given back.
 struct LeaseCall {
   LeaseToken lease;
-  std::string mac;
   const policy::Policy* policy = nullptr;
-  Time ends;
   bool ended = false;
 };
 
@@ -144,7 +140,7 @@ std::variant<LeaseCall, HttpAnswer> ReadLeaseCall(const Context& ctx, std::strin
   std::variant<ReadToken, HttpAnswer> read = ReadLease(ctx.state, body);
   if (HttpAnswer* a = std::get_if<HttpAnswer>(&read)) return std::move(*a);
   ReadToken& token = std::get<ReadToken>(read);
-  LeaseCall out{.lease = std::move(token.token), .mac = std::move(token.mac)};
+  LeaseCall out{.lease = std::move(token.token)};
   std::variant<const policy::Policy*, HttpAnswer> leasing =
       LeasingPolicy(*ctx.set, out.lease.policy);
   if (HttpAnswer* a = std::get_if<HttpAnswer>(&leasing)) return std::move(*a);
@@ -153,50 +149,8 @@ std::variant<LeaseCall, HttpAnswer> ReadLeaseCall(const Context& ctx, std::strin
     return Problem(400, "bad request",
                    "a lease whose slots another instance holds: renew or release it there");
   }
-  out.ends = out.lease.taken_at + LeaseTtlOf(*out.policy, /*longest=*/true);
-  out.ended = now >= out.ends;
+  out.ended = now >= out.lease.taken_at + LeaseTtlOf(*out.policy, /*longest=*/true);
   return out;
-}
-
-// Spends the lease of `call` (a release or a renew), at most once: where
-// its slots are in Redis, for the whole fleet; else in this process, which
-// alone holds them (and alone can read its lease, signed with its own
-// secret). Slots are counted, not named, so a lease given back
-// twice would give back another request's slot. Nothing when this is its
-// first spending, else the answer.
-Task<std::optional<HttpAnswer>> SpendLease(Context& ctx, const LeaseCall& call, Time now) {
-  bool first = false;
-  // A lease taken while the store failed holds nothing there (its slots
-  // are this process' fallback's, or none): this process' record does.
-  if (call.policy->limiter().holds_remotely() && !call.lease.store_error &&
-      ctx.state.redis != nullptr) {
-    // Remembered until the lease's end, and 10 s more (or a lease_ttl, if
-    // shorter) for the instances' clocks, which may not quite agree on it.
-    const Duration ttl =
-        call.ends - now + std::min(Duration::Seconds(10), call.ends - call.lease.taken_at);
-    const absl::StatusOr<bool> spent = co_await Await<absl::StatusOr<bool>>(
-        ctx.worker, [&](auto done) { ctx.state.redis->SpendOnce(call.mac, ttl, std::move(done)); });
-    if (!spent.ok()) {
-      co_return Problem(
-          503, "unavailable",
-          Cat("the store did not answer: nothing was given back (", spent.status().message(), ")"));
-    }
-    first = *spent;
-  } else {
-    switch (ctx.state.spent_leases.Take(call.mac, call.ends, now)) {
-      case SpentLeases::Spend::kFirst:
-        first = true;
-        break;
-      case SpentLeases::Spend::kAgain:
-        break;
-      case SpentLeases::Spend::kFull:
-        co_return Problem(503, "unavailable",
-                          "too many leases given back lately: nothing was given back, the "
-                          "slots end with their lease");
-    }
-  }
-  if (first) co_return std::nullopt;
-  co_return Problem(409, "lease closed", "this lease was released or renewed already");
 }
 
 Task<HttpAnswer> Acquire(Context& ctx, std::string_view body) {
@@ -244,12 +198,9 @@ Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
   const LeaseCall& call = std::get<LeaseCall>(read);
   const LeaseToken& lease = call.lease;
   const policy::Policy& p = *call.policy;
-  if (!call.ended) {
-    if (std::optional<HttpAnswer> closed = co_await SpendLease(ctx, call, now)) {
-      co_return std::move(*closed);
-    }
-  }
-  // An ended lease holds nothing: its slots are taken again if they are free.
+  // An ended lease holds nothing: its slots are taken again if they are
+  // free. Otherwise the slots of its name are renewed if they are still
+  // held (not released, nor run out by the store's clock).
   const PolicyDecision taken = lease.Taken();
   const absl::StatusOr<PolicyDecision> renewed =
       co_await Await<absl::StatusOr<PolicyDecision>>(ctx.worker, [&](DecisionCallback done) {
@@ -267,7 +218,9 @@ Task<HttpAnswer> Renew(Context& ctx, std::string_view body) {
   }
   if (!renewed->allowed) {
     co_return Problem(409, "lease lost",
-                      "the lease had run out and its slot was taken: acquire again");
+                      call.ended ? "the lease had run out and its slot was taken: acquire again"
+                                 : "the lease holds no slot any more (it was released, or it ran "
+                                   "out): acquire again");
   }
   const policy::Applied applied{.policy = &p, .key = lease.key, .cost = lease.cost};
   std::string json = "{\"renewed\":true";
@@ -283,11 +236,10 @@ Task<HttpAnswer> Release(Context& ctx, std::string_view body) {
   const LeaseCall& call = std::get<LeaseCall>(read);
   const LeaseToken& lease = call.lease;
   const policy::Policy& p = *call.policy;
-  // An ended lease holds nothing: there is nothing to give back.
+  // An ended lease holds nothing: there is nothing to give back. Otherwise
+  // the slots of its name go back if they are still held: released again,
+  // a lease gives back nothing, never another request's slot.
   if (call.ended) co_return HttpAnswer::Json(200, "{\"released\":true}");
-  if (std::optional<HttpAnswer> closed = co_await SpendLease(ctx, call, now)) {
-    co_return std::move(*closed);
-  }
   if (absl::Status s = p.limiter().Release(lease.key, lease.Taken(), lease.cost); !s.ok()) {
     co_return Problem(400, "bad request", std::string(s.message()));
   }

@@ -28,7 +28,8 @@ absl::Status NotALease(std::string_view why) {
 }
 
 // The next space-terminated integer of `rest`.
-bool TakeInt(std::string_view& rest, int64_t& out) {
+template <typename Int>
+bool TakeInt(std::string_view& rest, Int& out) {
   const size_t space = rest.find(' ');
   if (space == std::string_view::npos) return false;
   const auto [end, ec] = std::from_chars(rest.data(), rest.data() + space, out);
@@ -45,6 +46,7 @@ PolicyDecision LeaseToken::Taken() const {
   d.taken_at = taken_at;
   d.store_time = store_time;
   d.store_error = store_error;
+  d.slot = slot;
   return d;
 }
 
@@ -52,8 +54,8 @@ std::string EncodeLeaseToken(const LeaseToken& token, std::string_view secret) {
   const std::string payload =
       Cat(std::string(1, static_cast<char>(token.kind)), " ", token.cost, " ",
           token.taken_at.unix_micros(), " ", token.store_time.unix_micros(), " ",
-          token.store_error ? 1 : 0, " ", token.expires.unix_micros(), " ", token.policy.size(),
-          " ", token.policy, token.key);
+          token.store_error ? 1 : 0, " ", token.expires.unix_micros(), " ", token.slot, " ",
+          token.policy.size(), " ", token.policy, token.key);
   return Cat(absl::WebSafeBase64Escape(absl::string_view(payload.data(), payload.size())), ".",
              absl::WebSafeBase64Escape(Mac(payload, secret)));
 }
@@ -84,10 +86,11 @@ absl::StatusOr<LeaseToken> DecodeLeaseToken(std::string_view text, std::string_v
   out.kind = static_cast<LeaseToken::Kind>(rest[0]);
   rest.remove_prefix(2);
   int64_t cost = 0, taken = 0, store = 0, error = 0, expires = 0, policy_length = 0;
+  uint64_t slot = 0;
   if (!TakeInt(rest, cost) || !TakeInt(rest, taken) || !TakeInt(rest, store) ||
-      !TakeInt(rest, error) || !TakeInt(rest, expires) || !TakeInt(rest, policy_length) ||
-      cost < 0 || policy_length < 0 || static_cast<size_t>(policy_length) > rest.size() ||
-      (error != 0 && error != 1)) {
+      !TakeInt(rest, error) || !TakeInt(rest, expires) || !TakeInt(rest, slot) ||
+      !TakeInt(rest, policy_length) || cost < 0 || policy_length < 0 ||
+      static_cast<size_t>(policy_length) > rest.size() || (error != 0 && error != 1)) {
     return NotALease("malformed");
   }
   out.expires = Time::FromUnixMicros(expires);
@@ -95,6 +98,7 @@ absl::StatusOr<LeaseToken> DecodeLeaseToken(std::string_view text, std::string_v
   out.taken_at = Time::FromUnixMicros(taken);
   out.store_time = Time::FromUnixMicros(store);
   out.store_error = error == 1;
+  out.slot = slot;
   out.policy = std::string(rest.substr(0, static_cast<size_t>(policy_length)));
   out.key = std::string(rest.substr(static_cast<size_t>(policy_length)));
   return out;

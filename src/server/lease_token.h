@@ -7,7 +7,7 @@
 //
 // The token is "<payload>.<mac>", both base64url without padding; the
 // payload is "kind cost taken_at_us store_time_us store_error expires_us
-// policy_length " followed by the policy's name and the key. Pure
+// slot policy_length " followed by the policy's name and the key. Pure
 // functions, fuzzed.
 #ifndef SLUICE_SERVER_LEASE_TOKEN_H_
 #define SLUICE_SERVER_LEASE_TOKEN_H_
@@ -22,7 +22,9 @@
 namespace sluice::server {
 
 struct LeaseToken {
-  enum class Kind : char { kLease = 'l', kReservation = 'r' };
+  // (The payload gained the slot: the 'l' and 'r' of versions before it
+  // are not read.)
+  enum class Kind : char { kLease = 's', kReservation = 't' };
   Kind kind = Kind::kLease;
   Time expires;  // a reservation's end (its estimate stays, unsettled, after it)
   std::string policy;
@@ -31,6 +33,7 @@ struct LeaseToken {
   Time taken_at;    // by the server's clock
   Time store_time;  // by the store's (Redis' TIME, or taken_at)
   bool store_error = false;
+  uint64_t slot = 0;  // a lease's: the name its slots are held under (PolicyDecision::slot)
 
   // What Limiter::Release and RenewAsync need of the decision that took.
   PolicyDecision Taken() const;

@@ -38,18 +38,4 @@ bool Reservations::Take(std::string_view id, Time now) {
   return live;
 }
 
-SpentLeases::Spend SpentLeases::Take(std::string_view mac, Time ends, Time now) {
-  uint64_t words[2] = {0, 0};
-  std::memcpy(words, mac.data(), std::min(mac.size(), sizeof(words)));
-  const absl::uint128 id = absl::MakeUint128(words[0], words[1]);
-  std::lock_guard lock(mu_);
-  if (const auto it = spent_.find(id); it != spent_.end()) {
-    if (it->second > now) return Spend::kAgain;
-    spent_.erase(it);  // ended: the server gives nothing back for it any more
-  }
-  if (!HasRoom(spent_, max_, now, swept_)) return Spend::kFull;
-  spent_.emplace(id, ends);
-  return Spend::kFirst;
-}
-
 }  // namespace sluice::server

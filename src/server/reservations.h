@@ -14,7 +14,6 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/numeric/int128.h"
 #include "sluice/time.h"
 
 namespace sluice::server {
@@ -36,30 +35,6 @@ class Reservations {
   std::mutex mu_;
   absl::flat_hash_map<std::string, Time> open_;
   Time swept_;  // the last sweep of a full record
-};
-
-// The leases released or renewed through this process whose slots are
-// held here (docs/concurrency.md, "Each lease once"): a lease is spent at
-// most once, so that a release sent twice cannot give back a slot another
-// request holds (slots are counted, not named). A lease is remembered
-// until its lease_ttl ends: after that the server gives nothing back for
-// it. Bounded: with kMaxSpentLeases remembered (about 100 MB) and none of
-// them ended, a lease is not spent (its slots end with their lease). A signature is
-// known by its first 16 characters (96 bits). Thread-safe.
-inline constexpr size_t kMaxSpentLeases = size_t{1} << 21;
-
-class SpentLeases {
- public:
-  explicit SpentLeases(size_t max = kMaxSpentLeases) : max_(max) {}
-  enum class Spend { kFirst, kAgain, kFull };
-  // Spends the lease whose signature is `mac`, remembered until `ends`.
-  Spend Take(std::string_view mac, Time ends, Time now);
-
- private:
-  const size_t max_;
-  std::mutex mu_;
-  absl::flat_hash_map<absl::uint128, Time> spent_;  // the signature's first 16 bytes
-  Time swept_;                                      // the last sweep of a full table
 };
 
 }  // namespace sluice::server

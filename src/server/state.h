@@ -53,7 +53,6 @@ struct ServerState {
   // own, so that no other instance can give them back.
   const std::string own_lease_secret =
       config.server.decision.lease_secret.empty() ? lease_secret : RandomLeaseSecret();
-  SpentLeases spent_leases;
   // Signs reservation ids: always this process' own (reservations.h).
   const std::string reservation_secret = RandomLeaseSecret();
   Reservations reservations;

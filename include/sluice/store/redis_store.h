@@ -116,12 +116,6 @@ class RedisStore final : public Store {
   absl::StatusOr<std::shared_ptr<LimitTable>> OpenLeasedTable(const LimitConfig& config,
                                                               std::string_view name,
                                                               const LeaseOptions& lease) override;
-  // Records `id` as spent for `ttl`, for the whole fleet: `done(true)` the
-  // first time, false while it is recorded (the key `<key_prefix>spent:<id>`,
-  // set only if it does not exist). A lease released or renewed through the
-  // decision API is spent once (docs/concurrency.md, "Each lease once").
-  // `done` is called once, on the store's thread.
-  void SpendOnce(std::string_view id, Duration ttl, std::function<void(absl::StatusOr<bool>)> done);
   bool remote() const override { return true; }
   void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
                    int64_t cost, Time taken_at, uint64_t slot, BatchCallback done,

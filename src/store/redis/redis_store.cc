@@ -1154,20 +1154,6 @@ void RedisStore::ClaimQuota(std::string_view bucket, std::string_view instance, 
       });
 }
 
-void RedisStore::SpendOnce(std::string_view id, Duration ttl,
-                           std::function<void(absl::StatusOr<bool>)> done) {
-  const std::string key = Cat(impl_->options.key_prefix, "spent:", id);
-  const std::string ms = std::to_string(std::max<int64_t>(1, ttl.CeilMillis()));
-  impl_->client->Send(redis::HashSlot(key), redis::Command({"SET", key, "1", "NX", "PX", ms}),
-                      [done = std::move(done)](absl::StatusOr<redis::Reply> reply) {
-                        if (!reply.ok()) return done(reply.status());
-                        const redisReply& r = **reply;
-                        if (r.type == REDIS_REPLY_NIL) return done(false);
-                        if (r.type == REDIS_REPLY_STATUS) return done(true);
-                        done(absl::InternalError("redis: SET NX answered in the wrong shape"));
-                      });
-}
-
 std::string RedisStore::RedisKey(const LimitTable& table, std::string_view key) const {
   const auto& t = static_cast<const RedisTable&>(table);
   return KeyOf(impl_->options.key_prefix, t.name(), key, t.suffix());

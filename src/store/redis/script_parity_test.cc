@@ -84,7 +84,11 @@ std::vector<std::string> Encode(const SlidingLogConfig&, const SlidingLogState& 
                                   std::to_string(s.total_cost())};
   for (int64_t i = 0; i < s.size(); ++i) {
     const auto& e = s.at(i);
-    out.push_back(e.cost == 1 ? std::to_string(e.time_us) : Join({e.time_us, e.cost}));
+    if (e.name != 0) {
+      out.push_back(Join({e.time_us, e.cost}) + " " + std::to_string(e.name));
+    } else {
+      out.push_back(e.cost == 1 ? std::to_string(e.time_us) : Join({e.time_us, e.cost}));
+    }
   }
   return out;
 }
@@ -99,9 +103,15 @@ class Twin {
 
   explicit Twin(const Config& config) : config_(config) {}
 
-  Decision Decide(Time now, int64_t cost) {
+  // `slot`: a concurrency limit's slots named (Hold); 0: counted.
+  Decision Decide(Time now, int64_t cost, uint64_t slot = 0) {
     State next = state_ ? A::Copy(*state_) : State{};
-    const Decision d = A::Step(config_, next, now, cost);
+    Decision d;
+    if constexpr (kNamed) {
+      d = slot != 0 ? Hold(config_, next, now, cost, slot) : A::Step(config_, next, now, cost);
+    } else {
+      d = A::Step(config_, next, now, cost);
+    }
     if (d.allowed && cost > 0) {
       state_.emplace(std::move(next));
       DropIfFresh(now);
@@ -112,10 +122,21 @@ class Twin {
     State copy = state_ ? A::Copy(*state_) : State{};
     return A::Step(config_, copy, now, cost);
   }
-  void Refund(Time now, Time taken_at, int64_t cost) {
-    if (!state_ || std::is_same_v<Config, LeakyShapeConfig>) return;
-    A::GiveBack(config_, *state_, taken_at, cost);
+  // Whether named slots were found (counted: true).
+  bool Refund(Time now, Time taken_at, int64_t cost, uint64_t slot = 0) {
+    if (!state_ || std::is_same_v<Config, LeakyShapeConfig>) return false;
+    bool found = true;
+    if constexpr (kNamed) {
+      if (slot != 0) {
+        found = Release(config_, *state_, taken_at, slot);
+      } else {
+        A::GiveBack(config_, *state_, taken_at, cost);
+      }
+    } else {
+      A::GiveBack(config_, *state_, taken_at, cost);
+    }
     DropIfFresh(now);
+    return found;
   }
   // A settled charge: taken whether or not it fits (debt), by the
   // algorithms that carry debt; nothing by the others.
@@ -127,9 +148,14 @@ class Twin {
     DropIfFresh(now);
   }
   // The store's renew: the refund, then the decide, as one step.
-  Decision Renew(Time now, Time taken_at, int64_t cost) {
-    Refund(now, taken_at, cost);
-    return Decide(now, cost);
+  // Named slots not held are lost: denied, nothing taken.
+  Decision Renew(Time now, Time taken_at, int64_t cost, uint64_t slot = 0) {
+    if (!Refund(now, taken_at, cost, slot) && slot != 0) {
+      Decision lost = Check(now, cost);
+      lost.allowed = false;
+      return lost;
+    }
+    return Decide(now, cost, slot);
   }
   std::vector<std::string> Encoded() const {
     if (!state_) return {};
@@ -141,6 +167,7 @@ class Twin {
     if (A::FreshTime(config_, *state_) <= now) state_.reset();
   }
 
+  static constexpr bool kNamed = std::is_same_v<Config, ConcurrencyConfig>;
   Config config_;
   std::optional<State> state_;
 };
@@ -151,7 +178,8 @@ struct Op {
   ScriptOp kind = ScriptOp::kDecide;
   Time now;
   int64_t cost = 1;
-  Time taken_at;  // kRefund, kRenew
+  Time taken_at;      // kRefund, kRenew
+  uint64_t slot = 0;  // a concurrency limit's named slots (kDecide, kRefund, kRenew)
 };
 
 std::string OpString(const Op& op) {
@@ -164,6 +192,7 @@ std::string OpString(const Op& op) {
                   std::to_string(op.now.unix_micros()) + "us";
   if (op.kind == ScriptOp::kRefund || op.kind == ScriptOp::kRenew)
     s += " taken at " + std::to_string(op.taken_at.unix_micros());
+  if (op.slot != 0) s += " slot " + std::to_string(op.slot);
   return s;
 }
 
@@ -222,6 +251,23 @@ std::vector<Op> EdgeOps(const LimitConfig& config) {
       {ScriptOp::kCharge, kYear2070 + Duration::Micros(5 * period), int64_t{1} << 52, {}});
   decide(kYear2070 + Duration::Micros(6 * period), 1);
   ops.push_back({ScriptOp::kCheck, kYear2070 + Duration::Micros(7 * period), 1, {}});
+  if (std::holds_alternative<ConcurrencyConfig>(config)) {
+    // Named slots: two at one instant stay apart (and a counted take after
+    // them), a release given twice finds nothing the second time, a renew
+    // of released slots is lost, a renew of held ones keeps their name.
+    const Time t = kYear2070 + Duration::Micros(9 * period);
+    const auto us = [&](int64_t n) { return t + Duration::Micros(n); };
+    ops.push_back({ScriptOp::kDecide, t, 1, {}, 11});
+    ops.push_back({ScriptOp::kDecide, t, 1, {}, 12});
+    ops.push_back({ScriptOp::kDecide, t, 1, {}, 0});
+    ops.push_back({ScriptOp::kRefund, us(1), 1, t, 11});
+    ops.push_back({ScriptOp::kRefund, us(2), 1, t, 11});
+    ops.push_back({ScriptOp::kRenew, us(3), 1, t, 11});
+    ops.push_back({ScriptOp::kRenew, us(4), 1, t, 12});
+    ops.push_back({ScriptOp::kRefund, us(5), 1, t, 12});
+    ops.push_back({ScriptOp::kDecide, us(6), 2, {}, ~uint64_t{0}});
+    ops.push_back({ScriptOp::kRefund, us(7), 2, us(6), ~uint64_t{0}});
+  }
   return ops;
 }
 
@@ -237,6 +283,13 @@ std::vector<Op> RandomOps(uint64_t seed, const LimitConfig& config, int steps) {
   options.steps_back = true;
   std::deque<Op> takes;
   std::vector<Op> ops;
+  // A concurrency limit's takes are mostly named: random slots, the most
+  // a name can be among them.
+  const bool named = std::holds_alternative<ConcurrencyConfig>(config);
+  auto slot = [&] {
+    if (!named || rng.Chance(0.2)) return uint64_t{0};
+    return rng.Chance(0.1) ? ~uint64_t{0} : static_cast<uint64_t>(rng.Uniform(1, INT64_MAX));
+  };
   int64_t now = kTraceOrigin.unix_micros() + rng.Uniform(0, options.rate.period.micros() - 1);
   for (int i = 0; i < steps; ++i) {
     const int64_t r = rng.Uniform(0, 999);
@@ -257,7 +310,7 @@ std::vector<Op> RandomOps(uint64_t seed, const LimitConfig& config, int steps) {
     } else if (kind < 22 && !takes.empty()) {
       const Op& take = takes[rng.Uniform(0, static_cast<int64_t>(takes.size()) - 1)];
       const int64_t cost = rng.Chance(0.8) ? take.cost : rng.Uniform(0, 3);
-      ops.push_back({ScriptOp::kRefund, at, cost, take.now});
+      ops.push_back({ScriptOp::kRefund, at, cost, take.now, take.slot});
     } else if (kind < 25) {
       const Time taken_at = at - Duration::Micros(rng.Uniform(0, 2 * options.rate.period.micros()));
       ops.push_back({ScriptOp::kRefund, at, rng.Uniform(0, 3), taken_at});
@@ -267,10 +320,10 @@ std::vector<Op> RandomOps(uint64_t seed, const LimitConfig& config, int steps) {
     } else if (kind < 29 && !takes.empty()) {
       // A renew of a recent take, which is then taken again now.
       Op& take = takes[rng.Uniform(0, static_cast<int64_t>(takes.size()) - 1)];
-      ops.push_back({ScriptOp::kRenew, at, take.cost, take.now});
+      ops.push_back({ScriptOp::kRenew, at, take.cost, take.now, take.slot});
       take.now = at;
     } else {
-      const Op op{ScriptOp::kDecide, at, conformance::NextCost(rng, options.capacity), {}};
+      const Op op{ScriptOp::kDecide, at, conformance::NextCost(rng, options.capacity), {}, slot()};
       ops.push_back(op);
       if (op.cost > 0) {
         takes.push_back(op);
@@ -379,7 +432,8 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
     for (size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       const CallPart part = EncodePart(
-          {.op = op.kind, .now = op.now, .cost = op.cost, .taken_at = op.taken_at}, keys, limits);
+          {.op = op.kind, .now = op.now, .cost = op.cost, .taken_at = op.taken_at, .slot = op.slot},
+          keys, limits);
       const std::string command = JoinParts({&part, 1});
       // One round trip: the function, then the key it left.
       redisAppendFormattedCommand(context_, command.data(), command.size());
@@ -401,7 +455,7 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
       ASSERT_TRUE(result.ok()) << "op " << i << " (" << OpString(op) << "): " << result.status();
       ASSERT_EQ(result->now, op.now);
       if (op.kind == ScriptOp::kDecide) {
-        const Decision want = twin.Decide(op.now, op.cost);
+        const Decision want = twin.Decide(op.now, op.cost, op.slot);
         ASSERT_TRUE(SameDecision(result->decisions[0], want)) << "op " << i << ": " << OpString(op);
       } else if (op.kind == ScriptOp::kCheck) {
         const Decision want = twin.Check(op.now, op.cost);
@@ -409,10 +463,10 @@ class ScriptParityTest : public RedisTest, public ::testing::WithParamInterface<
       } else if (op.kind == ScriptOp::kCharge) {
         twin.Charge(op.now, op.cost);
       } else if (op.kind == ScriptOp::kRenew) {
-        const Decision want = twin.Renew(op.now, op.taken_at, op.cost);
+        const Decision want = twin.Renew(op.now, op.taken_at, op.cost, op.slot);
         ASSERT_TRUE(SameDecision(result->decisions[0], want)) << "op " << i << ": " << OpString(op);
       } else {
-        twin.Refund(op.now, op.taken_at, op.cost);
+        twin.Refund(op.now, op.taken_at, op.cost, op.slot);
       }
       std::vector<std::string> held;
       if (stored->type == REDIS_REPLY_STRING) {

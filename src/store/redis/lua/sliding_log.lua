@@ -41,7 +41,7 @@ local function sl_header(key)
 end
 
 -- Iterates entries first..last (list indices), oldest first, reading them in
--- growing chunks: returns index, time_us, cost, or nil after the last.
+-- growing chunks: returns index, time_us, cost, slot, or nil after the last.
 local function sl_entries(key, first, last)
   local i, buf, buf_first, chunk = first - 1, {}, first, 4
   return function()
@@ -52,8 +52,8 @@ local function sl_entries(key, first, last)
       buf_first = i
       chunk = min(chunk * 2, 256)
     end
-    local t, c = sl_entry(buf[i - buf_first + 1])
-    return i, t, c
+    local t, c, s = sl_entry(buf[i - buf_first + 1])
+    return i, t, c, s
   end
 end
 
@@ -161,41 +161,44 @@ local function sl_remove_cost(key, n, taken_at, cost, total)
   end
   local next_entry = sl_entries(key, first, n)
   local removed = 0
-  local i, t, c = next_entry()
+  local i, t, c, s = next_entry()
   while cost > 0 and i do
     local take = min(cost, c)
     total = total - take
     cost = cost - take
     if c > take then
-      call('LSET', key, i, sl_format(t, c - take))
+      call('LSET', key, i, sl_format(t, c - take, s))
       break
     end
     call('LSET', key, i, 'x')  -- erased below, in one pass
     removed = removed + 1
-    i, t, c = next_entry()
+    i, t, c, s = next_entry()
   end
   if removed > 0 then call('LREM', key, removed, 'x') end
   return removed, total
 end
 
--- Erases the entry named `slot` at or after `taken_at`: its cost, or nil
--- when there is none.
+-- Erases the oldest entry named `slot` at or after `taken_at` (as the C++
+-- does; names are random, so there is one): its cost, or nil when there is
+-- none.
 local function sl_remove_named(key, n, taken_at, slot)
+  local found, cost = nil, nil
   local first = n + 1  -- searched from the newest, a chunk at a time
   while first > 1 do
     local lo = max(1, first - 16)
     local chunk = call('LRANGE', key, lo, first - 1)
-    for j = #chunk, 1, -1 do
+    local j = #chunk
+    while j >= 1 do
       local t, c, s = sl_entry(chunk[j])
-      if t < taken_at then return nil end
-      if s == slot then
-        call('LREM', key, '-1', chunk[j])
-        return c
-      end
+      if t < taken_at then break end
+      if s == slot then found, cost = chunk[j], c end
+      j = j - 1
     end
+    if j >= 1 then break end
     first = lo
   end
-  return nil
+  if found then call('LREM', key, '1', found) end  -- the oldest of its text
+  return cost
 end
 
 -- Gives back `cost` taken at `taken_at`; a concurrency limit's slots named
