@@ -27,14 +27,15 @@ void SlidingLogState::DropOlderThan(int64_t cutoff_us) {
   if (size_ == 0) {
     // An idle key gives its buffer back: memory follows activity.
     ring_.reset();
+    names_.reset();
     capacity_ = head_ = 0;
   }
 }
 
 void SlidingLogState::Push(int64_t time_us, int64_t cost, int64_t max_entries, uint64_t name) {
-  if (size_ > 0 && name == 0) {
+  if (size_ > 0 && name == 0 && name_at(size_ - 1) == 0) {
     Entry& back = ring_[(head_ + size_ - 1) & (capacity_ - 1)];
-    if (back.time_us == time_us && back.name == 0) {  // same instant: one entry
+    if (back.time_us == time_us) {  // same instant: one entry
       back.cost += cost;
       total_ += cost;
       return;
@@ -48,13 +49,31 @@ void SlidingLogState::Push(int64_t time_us, int64_t cost, int64_t max_entries, u
     while (grown / 2 >= max_entries && grown > 4) grown /= 2;
     auto ring = std::make_unique<Entry[]>(grown);
     for (int64_t i = 0; i < size_; ++i) ring[i] = at(i);
+    if (names_ != nullptr) {
+      auto names = std::make_unique<uint64_t[]>(grown);  // zeroed
+      for (int64_t i = 0; i < size_; ++i) names[i] = name_at(i);
+      names_ = std::move(names);
+    }
     ring_ = std::move(ring);
     capacity_ = grown;
     head_ = 0;
   }
-  ring_[(head_ + size_) & (capacity_ - 1)] = {time_us, cost, name};
+  if (name != 0 && names_ == nullptr) names_ = std::make_unique<uint64_t[]>(capacity_);
+  const int64_t slot = (head_ + size_) & (capacity_ - 1);
+  ring_[slot] = {time_us, cost};
+  if (names_ != nullptr) names_[slot] = name;
   ++size_;
   total_ += cost;
+}
+
+void SlidingLogState::EraseAt(int64_t i) {
+  for (int64_t j = i; j + 1 < size_; ++j) {
+    ring_[(head_ + j) & (capacity_ - 1)] = ring_[(head_ + j + 1) & (capacity_ - 1)];
+    if (names_ != nullptr) {
+      names_[(head_ + j) & (capacity_ - 1)] = names_[(head_ + j + 1) & (capacity_ - 1)];
+    }
+  }
+  --size_;
 }
 
 void SlidingLogState::RemoveCost(int64_t time_us, int64_t cost) {
@@ -69,10 +88,7 @@ void SlidingLogState::RemoveCost(int64_t time_us, int64_t cost) {
     total_ -= take;
     cost -= take;
     if (entry.cost > 0) return;
-    for (int64_t j = i; j + 1 < size_; ++j) {  // erase: rare, O(entries)
-      ring_[(head_ + j) & (capacity_ - 1)] = ring_[(head_ + j + 1) & (capacity_ - 1)];
-    }
-    --size_;
+    EraseAt(i);  // rare
   }
 }
 
@@ -86,17 +102,11 @@ bool SlidingLogState::RemoveNamed(int64_t time_us, uint64_t name) {
       hi = mid;
     }
   }
-  while (lo < size_ && at(lo).name != name) ++lo;
+  while (lo < size_ && name_at(lo) != name) ++lo;
   if (lo == size_) return false;
   total_ -= at(lo).cost;
-  for (int64_t j = lo; j + 1 < size_; ++j) {  // erase: O(entries)
-    ring_[(head_ + j) & (capacity_ - 1)] = ring_[(head_ + j + 1) & (capacity_ - 1)];
-  }
-  --size_;
-  if (size_ == 0) {
-    ring_.reset();
-    capacity_ = head_ = 0;
-  }
+  EraseAt(lo);
+  if (size_ == 0) DropOlderThan(INT64_MIN);  // gives the buffers back
   return true;
 }
 

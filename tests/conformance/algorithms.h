@@ -148,7 +148,7 @@ struct Algo<SlidingLogConfig> {
   static State Copy(const State& state) {
     State copy;
     for (int64_t i = 0; i < state.size(); ++i) {
-      copy.Push(state.at(i).time_us, state.at(i).cost, INT64_MAX, state.at(i).name);
+      copy.Push(state.at(i).time_us, state.at(i).cost, INT64_MAX, state.name_at(i));
     }
     copy.SeeTime(state.last_time_us());
     return copy;
@@ -162,7 +162,7 @@ struct Algo<SlidingLogConfig> {
     if (a.size() != b.size() || a.last_time_us() != b.last_time_us()) return false;
     for (int64_t i = 0; i < a.size(); ++i) {
       if (a.at(i).time_us != b.at(i).time_us || a.at(i).cost != b.at(i).cost ||
-          a.at(i).name != b.at(i).name) {
+          a.name_at(i) != b.name_at(i)) {
         return false;
       }
     }

@@ -108,13 +108,13 @@ struct SlidingLogConfig : WindowConfig {
 // A ring of (time, cost) entries in time order, growing on demand up to
 // `limit` entries. Movable, not copyable (it owns its buffer). A
 // concurrency limit's entries also carry the name of the slots they hold
-// (concurrency.h): such an entry joins no other.
+// (concurrency.h), in a ring beside the entries made at the first name (a
+// sliding log has none); a named entry joins no other.
 class SlidingLogState {
  public:
   struct Entry {
     int64_t time_us;
     int64_t cost;
-    uint64_t name = 0;  // 0: a sliding log's entry, which requests of its instant join
   };
 
   SlidingLogState() = default;
@@ -124,9 +124,15 @@ class SlidingLogState {
   int64_t size() const { return size_; }
   int64_t total_cost() const { return total_; }
   const Entry& at(int64_t i) const { return ring_[(head_ + i) & (capacity_ - 1)]; }
+  // Entry i's name; 0: unnamed (requests of its instant join it).
+  uint64_t name_at(int64_t i) const {
+    return names_ != nullptr ? names_[(head_ + i) & (capacity_ - 1)] : 0;
+  }
   int64_t last_time_us() const { return last_us_; }
   // Bytes held outside the object.
-  int64_t heap_bytes() const { return capacity_ * static_cast<int64_t>(sizeof(Entry)); }
+  int64_t heap_bytes() const {
+    return capacity_ * static_cast<int64_t>(sizeof(Entry) + (names_ != nullptr ? 8 : 0));
+  }
 
   // Mutators used by Decide and Refund.
   void DropOlderThan(int64_t cutoff_us);  // drops entries with time <= cutoff
@@ -155,8 +161,11 @@ class SlidingLogState {
   Summary summary() const;
 
  private:
+  void EraseAt(int64_t i);  // O(entries)
+
   std::unique_ptr<Entry[]> ring_;
-  int64_t capacity_ = 0;  // a power of two (or 0)
+  std::unique_ptr<uint64_t[]> names_;  // null until an entry is named
+  int64_t capacity_ = 0;               // a power of two (or 0)
   int64_t head_ = 0;
   int64_t size_ = 0;
   int64_t total_ = 0;

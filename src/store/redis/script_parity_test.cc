@@ -84,8 +84,8 @@ std::vector<std::string> Encode(const SlidingLogConfig&, const SlidingLogState& 
                                   std::to_string(s.total_cost())};
   for (int64_t i = 0; i < s.size(); ++i) {
     const auto& e = s.at(i);
-    if (e.name != 0) {
-      out.push_back(Join({e.time_us, e.cost}) + " " + std::to_string(e.name));
+    if (s.name_at(i) != 0) {
+      out.push_back(Join({e.time_us, e.cost}) + " " + std::to_string(s.name_at(i)));
     } else {
       out.push_back(e.cost == 1 ? std::to_string(e.time_us) : Join({e.time_us, e.cost}));
     }
