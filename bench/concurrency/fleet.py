@@ -187,23 +187,28 @@ def start_one(config_text, directory, name, cleanups):
             time.sleep(0.05)
 
 
-def bench_main(doc, seconds, clients, body):
-    """--seconds and --clients, then body(args, directory, cleanups); what
-    body started is stopped at the end, whatever happens."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=seconds)
-    parser.add_argument("--clients", type=int, default=clients)
-    args = parser.parse_args()
+def stopping(body):
+    """body(directory, cleanups) in a directory of its own; what body
+    started (its cleanups) is stopped at the end, whatever happens."""
     cleanups = []
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
-            body(args, tmp, cleanups)
+            body(tmp, cleanups)
     finally:
         for c in reversed(cleanups):
             try:
                 c()
             except Exception:  # noqa: BLE001 - best effort at the end
                 pass
+
+
+def bench_main(doc, seconds, clients, body):
+    """--seconds and --clients, then body(args, directory, cleanups) (stopping)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=seconds)
+    parser.add_argument("--clients", type=int, default=clients)
+    args = parser.parse_args()
+    stopping(lambda tmp, cleanups: body(args, tmp, cleanups))
 
 
 def fleet(args, tmp, cleanups):

@@ -20,7 +20,6 @@ import http.client
 import json
 import os
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,8 +28,11 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 os.environ.setdefault("SLUICE_SOURCE_DIR", ROOT)
 
 import harness  # noqa: E402
-from harness import HOST, server_block  # noqa: E402
+from harness import HOST, rss_kib, server_block  # noqa: E402
 from redis_harness import RedisServer, redis_store_block, start_fleet  # noqa: E402
+
+sys.path.insert(0, HERE)
+from fleet import stopping  # noqa: E402
 
 POLICIES = """\
 policies:
@@ -41,14 +43,6 @@ policies:
     limits:
       - {algorithm: concurrency, limit: 4, lease_ttl: 1h, scope: local}
 """
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def churn(port, policy, cycles):
@@ -96,11 +90,11 @@ def run(binary, cycles, tmp, cleanups):
           " the first lease released again: %s; other statuses %s" % (
               cycles, seconds, cycles / seconds, keys0, int(redis.call("DBSIZE")), mem0, used(),
               again, other or "none"))
-    rss0 = rss_kb(pid)
+    rss0 = rss_kib(pid)
     seconds, again, other = churn(s.port, "here", cycles)
     print("here:  %d cycles in %.1f s (%.0f/s); resident memory %d -> %d KB;"
           " the first lease released again: %s; other statuses %s" % (
-              cycles, seconds, cycles / seconds, rss0, rss_kb(pid), again, other or "none"))
+              cycles, seconds, cycles / seconds, rss0, rss_kib(pid), again, other or "none"))
     sys.stdout.flush()
 
 
@@ -110,16 +104,7 @@ def main():
     parser.add_argument("binaries", nargs="+")
     args = parser.parse_args()
     for binary in args.binaries:
-        cleanups = []
-        try:
-            with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
-                run(os.path.abspath(binary), args.cycles, tmp, cleanups)
-        finally:
-            for c in reversed(cleanups):
-                try:
-                    c()
-                except Exception:  # noqa: BLE001 - best effort at the end
-                    pass
+        stopping(lambda tmp, cleanups: run(os.path.abspath(binary), args.cycles, tmp, cleanups))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 os.environ.setdefault("SLUICE_BINARY", os.path.join(ROOT, "build", "release", "sluice"))
-from harness import HOST, Sluice, request, server_block  # noqa: E402
+from harness import HOST, Sluice, request, rss_kib, server_block  # noqa: E402
 
 CASES = {
     # name: (max_keys, flood, victim rate, flood rate)
@@ -58,14 +58,6 @@ policies:
     limits:
       - {algorithm: gcra, rate: %s, burst: 1}
 """ % (max_keys, on_full, victim_rate, flood_rate)
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class Client:

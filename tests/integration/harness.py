@@ -181,6 +181,15 @@ class Sluice:
         return self.proc.returncode
 
 
+def rss_kib(pid):
+    """The resident memory of process `pid`, in KiB (0 if /proc does not say)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def wait_for_window_room(period_s, need_s):
     """Calendar windows (fixed_window, sliding_window) start at multiples of
     their period since the Unix epoch: a minute's on the minute, an hour's
