@@ -3,7 +3,10 @@ flight through the gateway, in one process on the memory store and across
 3 processes on one Redis; the slots of a process killed while it holds them
 come back when their lease ends."""
 
+import base64
 import concurrent.futures
+import hashlib
+import hmac
 import os
 import signal
 import time
@@ -245,6 +248,15 @@ class RedisConcurrencyTest(RedisFleetTestCase):
             self.assertEqual(call(b, "/v1/release", {"lease": taken.json()["lease"]["id"]}).status,
                              200)
         self.assertLessEqual(int(self.shared_redis.call("DBSIZE")), keys + 1)
+        # A lease id of the versions whose slots were counted (no name in
+        # it), signed with the fleet's secret, is not read.
+        payload = ("l 1 %d %d 0 0 4 jobsk" % ((time.time_ns() // 1000,) * 2)).encode()
+        mac = hmac.new(b"a-secret-the-fleet-shares", payload, hashlib.sha256).digest()
+        old_id = ".".join(base64.urlsafe_b64encode(x).rstrip(b"=").decode() for x in (payload, mac))
+        for path in ("/v1/release", "/v1/renew"):
+            r = call(a, path, {"lease": old_id})
+            self.assertEqual(r.status, 400, r)
+            self.assertIn("malformed", r.json()["detail"])
         # Slots held in one instance's memory are given back there alone.
         here = acquire(a, "here")
         self.assertEqual(here.status, 200)
