@@ -103,6 +103,9 @@ std::string KeySuffix(const LimitConfig& config) {
         if constexpr (std::is_same_v<C, LeakyShapeConfig>) {
           suffix += Cat(":shape:", FormatDuration(c.max_delay()), ":", c.queue());
         }
+        // Named slots ("time cost slot" entries), whose cost builds before
+        // them cannot read (their refunds fail on one): a key of their own.
+        if constexpr (std::is_same_v<C, ConcurrencyConfig>) suffix += ":named";
       },
       config);
   return suffix;
