@@ -243,7 +243,8 @@ Task<HttpAnswer> Release(Context& ctx, std::string_view body) {
   if (absl::Status s = p.limiter().Release(lease.key, lease.Taken(), lease.cost); !s.ok()) {
     co_return Problem(400, "bad request", std::string(s.message()));
   }
-  p.ObserveHold(now - lease.taken_at);
+  // A hold is a sample of the policy's average once (reservations.h).
+  if (ctx.state.released_slots.FirstTime(lease.slot)) p.ObserveHold(now - lease.taken_at);
   co_return HttpAnswer::Json(200, "{\"released\":true}");
 }
 

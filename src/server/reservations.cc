@@ -38,4 +38,13 @@ bool Reservations::Take(std::string_view id, Time now) {
   return live;
 }
 
+bool ReleasedSlots::FirstTime(uint64_t slot) {
+  std::lock_guard lock(mu_);
+  if (!seen_.insert(slot).second) return false;
+  if (order_[next_] != 0) seen_.erase(order_[next_]);
+  order_[next_] = slot;
+  next_ = (next_ + 1) % order_.size();
+  return true;
+}
+
 }  // namespace sluice::server

@@ -9,11 +9,14 @@
 #define SLUICE_SERVER_RESERVATIONS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "sluice/time.h"
 
 namespace sluice::server {
@@ -35,6 +38,26 @@ class Reservations {
   std::mutex mu_;
   absl::flat_hash_map<std::string, Time> open_;
   Time swept_;  // the last sweep of a full record
+};
+
+// The slot names of the leases released lately (PolicyDecision::slot), so
+// that a lease's hold feeds its policy's average once: a release sent again
+// gives back nothing, and its hold is not a new sample (else a caller
+// repeating one release could move the average, which caps Retry-After,
+// for every key of the policy). The last kSeenSlots names; the oldest is
+// forgotten first. Thread-safe.
+inline constexpr size_t kSeenSlots = 4096;
+
+class ReleasedSlots {
+ public:
+  // Whether `slot` is not among the names seen lately; it is now.
+  bool FirstTime(uint64_t slot);
+
+ private:
+  std::mutex mu_;
+  absl::flat_hash_set<uint64_t> seen_;
+  std::vector<uint64_t> order_ = std::vector<uint64_t>(kSeenSlots);  // a ring, 0: empty
+  size_t next_ = 0;
 };
 
 }  // namespace sluice::server

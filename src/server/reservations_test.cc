@@ -21,5 +21,17 @@ TEST(Reservations, SettledOnceBeforeTheyExpireAndAFullRecordIsSweptAtMostEvery10
   EXPECT_FALSE(open.Take("b", kNow + Duration::Millis(100)));  // once
 }
 
+TEST(ReleasedSlots, EachNameOnceAmongTheLastOnesSeen) {
+  ReleasedSlots released;
+  EXPECT_TRUE(released.FirstTime(7));
+  EXPECT_FALSE(released.FirstTime(7));
+  EXPECT_TRUE(released.FirstTime(8));
+  // kSeenSlots names later, 7 is forgotten (the oldest first); 8 is not yet.
+  for (uint64_t n = 100; n < 100 + kSeenSlots - 1; ++n) EXPECT_TRUE(released.FirstTime(n));
+  EXPECT_FALSE(released.FirstTime(8));
+  EXPECT_TRUE(released.FirstTime(7));
+  EXPECT_FALSE(released.FirstTime(100 + kSeenSlots - 2));
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -56,6 +56,7 @@ struct ServerState {
   // Signs reservation ids: always this process' own (reservations.h).
   const std::string reservation_secret = RandomLeaseSecret();
   Reservations reservations;
+  ReleasedSlots released_slots;
   MemoryStore store;
   std::unique_ptr<RedisStore> redis;  // store.redis: the shared store of global limits
   metrics::Metrics metrics;

@@ -372,6 +372,21 @@ policies:
             r = self.post_json("/v1/release", {"lease": taken.json()["lease"]["id"]})
             self.assertEqual(r.status, 200, r)
 
+    def test_a_release_sent_again_is_not_a_new_hold(self):
+        # The policy's average hold caps a denial's wait: a release given
+        # again gives back nothing and is no new sample of it.
+        a = self.acquire()
+        lease = {"lease": a.json()["lease"]["id"]}
+        self.assertEqual(self.post_json("/v1/release", lease).status, 200)  # held a moment
+        self.assertEqual((self.acquire().status, self.acquire().status), (200, 200))
+        time.sleep(0.5)
+        for _ in range(30):
+            self.assertEqual(self.post_json("/v1/release", lease).status, 200)
+        denied = self.acquire()
+        self.assertEqual(denied.status, 429, denied)
+        # The first hold's moment, not the half second the repeats would say.
+        self.assertLess(denied.json()["retry_after_ms"], 200, denied)
+
     def test_a_lease_that_ran_out_and_lost_its_slot_is_not_renewed(self):
         a = self.acquire()
         time.sleep(1.1)
