@@ -165,9 +165,16 @@ inline void TargetForUpstream(HttpRequest& req, const HostPort& upstream) {
 // Spring, Rack), X-Real-IP and True-Client-IP (chi's RealIP, NGINX's
 // realip module), Client-IP (Rails), X-Client-IP (the request-ip package
 // reads it first), CF-Connecting-IP, Fastly-Client-IP and
-// X-Cluster-Client-IP (CDN and load balancer ones); and the path in
+// X-Cluster-Client-IP (CDN and load balancer ones); the path in
 // X-Original-URL and X-Rewrite-URL (set by IIS; Symfony before 2.8.44,
-// 3.4.14 and 4.1.3 and Zend Framework routed by them, whoever sent them).
+// 3.4.14 and 4.1.3 and Zend Framework routed by them, whoever sent them);
+// and the request's host, scheme, port and path prefix as the client saw
+// them: X-Forwarded-Host, -Port and -Prefix (Rails and Rack build absolute
+// URLs, such as a password reset link, from the host; Spring's
+// ForwardedHeaderFilter and Werkzeug's ProxyFix read all three),
+// X-Forwarded-Proto, -Scheme and -Ssl, Front-End-Https and X-Url-Scheme
+// (whether the client's connection was secure: Rack, Plack, PHP
+// frameworks).
 inline bool IsProxyField(std::string_view name) {
   switch (name.size()) {
     case 9:
@@ -175,12 +182,21 @@ inline bool IsProxyField(std::string_view name) {
              SameName(name, "Client-IP");
     case 11:
       return SameName(name, "X-Client-IP");
+    case 12:
+      return SameName(name, "X-Url-Scheme");
     case 13:
       return SameName(name, "X-Rewrite-URL");
     case 14:
       return SameName(name, "True-Client-IP") || SameName(name, "X-Original-URL");
+    case 15:
+      return SameName(name, "X-Forwarded-Ssl") || SameName(name, "Front-End-Https");
     case 16:
-      return SameName(name, "CF-Connecting-IP") || SameName(name, "Fastly-Client-IP");
+      return SameName(name, "CF-Connecting-IP") || SameName(name, "Fastly-Client-IP") ||
+             SameName(name, "X-Forwarded-Host") || SameName(name, "X-Forwarded-Port");
+    case 17:
+      return SameName(name, "X-Forwarded-Proto");
+    case 18:
+      return SameName(name, "X-Forwarded-Prefix") || SameName(name, "X-Forwarded-Scheme");
     case 19:
       return SameName(name, "X-Cluster-Client-IP");
     default:

@@ -152,7 +152,10 @@ TEST(ForwardingTest, AClientsOwnForwardedForGoesOnlyFromATrustedProxy) {
       "GET /a HTTP/1.1\r\nHost: h\r\nX-Real-IP: 198.51.100.1\r\nforwarded: for=198.51.100.1\r\n"
       "True-Client-IP: 1.1.1.1\r\nClient-IP: 1.1.1.2\r\nX-Client-IP: 1.1.1.3\r\n"
       "CF-Connecting-IP: 1.1.1.4\r\nFastly-Client-IP: 1.1.1.5\r\nX-Cluster-Client-IP: 1.1.1.6\r\n"
-      "X-Original-URL: /login\r\nX-Rewrite-URL: /login\r\nX-Other: 7\r\n\r\n";
+      "X-Original-URL: /login\r\nX-Rewrite-URL: /login\r\nX-Forwarded-Host: evil.example\r\n"
+      "X-Forwarded-Port: 443\r\nX-Forwarded-Prefix: /app\r\nX-Forwarded-Proto: https\r\n"
+      "X-Forwarded-Scheme: https\r\nX-Forwarded-Ssl: on\r\nFront-End-Https: on\r\n"
+      "X-Url-Scheme: https\r\nX-Other: 7\r\n\r\n";
   HttpRequest untrusted = ParseRequest(named);
   ToUpstream(untrusted, "10.0.0.9", "", false, [] { return false; });
   using Fields = std::vector<std::pair<std::string, std::string>>;
@@ -160,7 +163,7 @@ TEST(ForwardingTest, AClientsOwnForwardedForGoesOnlyFromATrustedProxy) {
             (Fields{{"host", "h"}, {"x-forwarded-for", "10.0.0.9"}, {"x-other", "7"}}));
   HttpRequest trusted = ParseRequest(named);
   ToUpstream(trusted, "10.0.0.9", "", false, [] { return true; });
-  EXPECT_EQ(FieldsOf(Sent(trusted)).size(), 13u);  // the ten, Host, X-Other, X-Forwarded-For
+  EXPECT_EQ(FieldsOf(Sent(trusted)).size(), 21u);  // the 18, Host, X-Other, X-Forwarded-For
   HttpRequest none = ParseRequest("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
   ToUpstream(none, "10.0.0.9", "", false, [&] { return ++asked > 0; });
   EXPECT_EQ(Sent(none)["X-Forwarded-For"], "10.0.0.9");

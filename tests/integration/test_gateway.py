@@ -356,9 +356,11 @@ class GatewayTest(SluiceTestCase):
         a = {"X-Forwarded-For": "203.0.113.1"}
         b = {"X-Forwarded-For": "203.0.113.2"}
         # From a trusted proxy the fields naming the client go on.
-        r = self.get("/t", headers=dict(a, **{"X-Real-IP": "203.0.113.1"}))
+        r = self.get("/t", headers=dict(a, **{"X-Real-IP": "203.0.113.1",
+                                              "X-Forwarded-Proto": "https"}))
         self.assertEqual(r.status, 200)
         self.assertEqual(r.json()["headers"].get("X-Real-IP"), "203.0.113.1")
+        self.assertEqual(r.json()["headers"].get("X-Forwarded-Proto"), "https")
         self.assertEqual(r.json()["headers"].get("X-Forwarded-For"), "203.0.113.1, 127.0.0.1")
         self.assertEqual(self.get("/t", headers=a).status, 429)
         self.assertEqual(self.get("/t", headers=b).status, 200)
@@ -426,8 +428,12 @@ class GatewayTest(SluiceTestCase):
 
     def test_untrusted_peer_x_forwarded_for_is_ignored(self):
         self.start(self.CLIENT_IP_POLICY, trusted="[]")
-        r = self.get("/t", headers={"X-Forwarded-For": "203.0.113.1", "X-Real-IP": "203.0.113.1",
-                                    "Forwarded": "for=203.0.113.1"})
+        said = {"X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "https",
+                "X-Forwarded-Port": "443", "X-Forwarded-Prefix": "/app",
+                "X-Forwarded-Ssl": "on"}
+        r = self.get("/t", headers=dict(said, **{
+            "X-Forwarded-For": "203.0.113.1", "X-Real-IP": "203.0.113.1",
+            "Forwarded": "for=203.0.113.1"}))
         self.assertEqual(r.status, 200)
         # Nor is it handed on: an upstream reading the list's left end, or
         # X-Real-IP or Forwarded, would take the client's made-up address
@@ -435,6 +441,11 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(r.json()["headers"].get("X-Forwarded-For"), "127.0.0.1")
         self.assertNotIn("X-Real-IP", r.json()["headers"])
         self.assertNotIn("Forwarded", r.json()["headers"])
+        # Nor the host, scheme, port and prefix a proxy in front would say:
+        # an upstream building a password reset link from X-Forwarded-Host
+        # would send it to the client's host (regression: they went on).
+        for name in said:
+            self.assertNotIn(name, r.json()["headers"])
         # A different spoofed address shares the peer's bucket.
         self.assertEqual(self.get("/t", headers={"X-Forwarded-For": "203.0.113.2"}).status, 429)
         self.assertEqual(self.get("/t").status, 429)
