@@ -250,7 +250,7 @@ class MemoryTable final : public LimitTable, public ReclaimableTable {
     // of) are lost: denied, as a check answers otherwise. Counted ones are
     // taken afresh.
     const auto lost = [&]() -> absl::StatusOr<Decision> {
-      if (slot == 0) return Decide(key, now, cost);
+      if (!kNamed || slot == 0) return Decide(key, now, cost);
       absl::StatusOr<Decision> d = Check(key, now, cost);
       if (d.ok()) d->allowed = false;
       return d;

@@ -7,11 +7,12 @@
 -- entry's text is unique. A concurrency limit (sliding_log.concurrency,
 -- below) names an admitted request's entry by its slot, "time_us cost
 -- slot", which joins no other (times then only never decrease); such an
--- entry is given back by its name alone. At most `limit` entries (each holds cost >= 1 and
--- the total stays within the limit), like the C++ ring; no key is an empty
--- log. Decide reads the header, the entries that leave the window (usually
--- none or one) and, when denied, as many of the oldest as must leave for the
--- request to fit: never the whole log in the common case.
+-- entry is given back by its name alone. At most `limit` entries (each
+-- holds cost >= 1 and the total stays within the limit), like the C++
+-- ring; no key is an empty log. Decide reads the header, the entries that
+-- leave the window (usually none or one) and, when denied, as many of the
+-- oldest as must leave for the request to fit: never the whole log in the
+-- common case.
 
 local sliding_log = {params = window_params}
 
