@@ -7,7 +7,7 @@ import sys
 import time
 import unittest
 
-from harness import server_block
+from harness import post_json, server_block
 from redis_harness import (HttpClient, RedisFleetTestCase, fleet_metric, readyz,
                            redis_store_block, wait_until)
 
@@ -29,6 +29,10 @@ policies:
   - name: steady
     limits:
       - {algorithm: token_bucket, rate: 1000/1h, burst: 1000}
+    on_store_error: deny
+  - name: slots
+    limits:
+      - {algorithm: concurrency, limit: 2, lease_ttl: 1h}
     on_store_error: deny
 """
 
@@ -130,6 +134,35 @@ class ClusterTopologyTest(RedisFleetTestCase):
         self.assertLess(took, TIMEOUT + MARGIN)
         # The paused time stayed under cluster-node-timeout (1 s): no failover.
         self.cluster.wait_healthy(10)
+
+    def test_named_slots_are_held_fleet_wide_and_given_back_once(self):
+        """A concurrency limit on the cluster: its slots are held for both
+        processes, and a lease released twice gives back its own slot and
+        nothing more."""
+        key = self.unique_key("slots")
+        ports = [s.port for s in self.fleet]
+
+        def acquire(i):
+            return post_json(ports[i], "/v1/acquire", {"policy": "slots", "key": key})
+
+        first, second = acquire(0), acquire(1)
+        self.assertEqual((first.status, second.status), (200, 200), (first, second))
+        self.assertEqual(acquire(0).status, 429)
+        self.assertTrue(self.redis_key(key).endswith(":named"))
+        lease = {"lease": first.json()["lease"]["id"]}  # this process's own secret
+        for _ in range(2):
+            r = post_json(ports[0], "/v1/release", lease)
+            self.assertEqual((r.status, r.json()), (200, {"released": True}), r)
+
+        def free():  # a release is sent without waiting: read what Redis holds
+            r = post_json(ports[1], "/v1/check", {"policy": "slots", "key": key, "cost": 0})
+            return r.json()["remaining"]
+
+        wait_until(lambda: free() >= 1, 5, what="the released slot")
+        time.sleep(0.2)  # a second release, wrongly taking the other slot, would land by now
+        self.assertEqual(free(), 1)  # the second lease still holds its slot
+        self.assertEqual(acquire(1).status, 200)
+        self.assertEqual(acquire(0).status, 429)
 
     def test_live_slot_migration_ask_then_moved_keeps_the_count(self):
         """The slot of a key sluice uses is migrated between masters while
