@@ -591,17 +591,28 @@ std::string ClientIp(const RequestFacts& request, const std::vector<Cidr>& trust
 // "2001:db8:1:2::/64", or at a full length the address itself. An IPv4
 // client written IPv4-mapped (`::ffff:192.0.2.1`), or translated by NAT64
 // under the well-known prefix (`64:ff9b::192.0.2.1`, RFC 6052), is counted
-// as IPv4, never as an IPv6 /64 that every such client would share. What
-// does not parse as an address (a link-local peer with its zone) is counted
-// as written.
+// as IPv4, never as an IPv6 /64 that every such client would share. So is
+// a tunnel's client, by the IPv4 address its IPv6 one holds: 6to4's
+// (`2002:c000:22d::/48` is 192.0.2.45's, RFC 3056: by its /64 one client
+// would be 65,536) and Teredo's (`2001:0:...`, the last 32 bits inverted,
+// RFC 4380: by its /64 every client of one Teredo server would be one).
+// What does not parse as an address (a link-local peer with its zone) is
+// counted as written.
 std::string CountedClient(std::string ip, const ClientIpPrefix& prefix) {
   if (prefix.ipv4 == 32 && ip.find(':') == std::string::npos) return ip;
   std::optional<std::array<uint8_t, 16>> address = ParseIp(ip);
   if (!address) return ip;
   static constexpr std::array<uint8_t, 12> kMapped = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   static constexpr std::array<uint8_t, 12> kNat64 = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
-  if (std::equal(kNat64.begin(), kNat64.end(), address->begin())) {
-    std::copy(kMapped.begin(), kMapped.end(), address->begin());  // its IPv4 address
+  std::array<uint8_t, 16>& a = *address;
+  if (std::equal(kNat64.begin(), kNat64.end(), a.begin())) {
+    std::copy(kMapped.begin(), kMapped.end(), a.begin());  // its IPv4 address
+  } else if (a[0] == 0x20 && a[1] == 0x02) {               // 6to4: 2002:V4ADDR::/48
+    std::copy(a.begin() + 2, a.begin() + 6, a.begin() + 12);
+    std::copy(kMapped.begin(), kMapped.end(), a.begin());
+  } else if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0 && a[3] == 0) {  // Teredo: 2001::/32
+    for (int i = 12; i < 16; ++i) a[i] = static_cast<uint8_t>(~a[i]);
+    std::copy(kMapped.begin(), kMapped.end(), a.begin());
   }
   const bool v4 = std::equal(kMapped.begin(), kMapped.end(), address->begin());
   const int bits = v4 ? prefix.ipv4 : prefix.ipv6;

@@ -571,6 +571,14 @@ TEST(CountedClient, AnIpv6ClientIsItsSlash64ByDefault) {
   // NAT64's well-known prefix carries an IPv4 client: counted as that client.
   EXPECT_EQ(CountedClient("64:ff9b::203.0.113.9", defaults), "203.0.113.9");
   EXPECT_EQ(CountedClient("64:ff9b::cb00:7109", {.ipv4 = 24, .ipv6 = 64}), "203.0.113.0/24");
+  // So do the tunnels: 6to4 (its /48 is its IPv4 address's) and Teredo
+  // (RFC 4380's example: 192.0.2.45 behind the server 65.54.227.120).
+  EXPECT_EQ(CountedClient("2002:cb00:7109:1::1", defaults), "203.0.113.9");
+  EXPECT_EQ(CountedClient("2002:cb00:7109:ffff:1:2:3:4", defaults), "203.0.113.9");
+  EXPECT_EQ(CountedClient("2002:cb00:7109::1", {.ipv4 = 24, .ipv6 = 128}), "203.0.113.0/24");
+  EXPECT_EQ(CountedClient("2001:0:4136:e378:8000:63bf:3fff:fdd2", defaults), "192.0.2.45");
+  EXPECT_EQ(CountedClient("2001:0:4136:e378:8000:63bf:3fff:fdd3", defaults), "192.0.2.44");
+  EXPECT_EQ(CountedClient("2001:1::1", defaults), "2001:1::/64");      // not Teredo
   EXPECT_EQ(CountedClient("fe80::1%eth0", defaults), "fe80::1%eth0");  // a zone: as written
 }
 

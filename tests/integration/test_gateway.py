@@ -416,6 +416,10 @@ class GatewayTest(SluiceTestCase):
         self.assertEqual(via("198.51.100.1"), 200)
         self.assertEqual(via("::ffff:198.51.100.1"), 429)
         self.assertEqual(via("198.51.100.2"), 200)
+        # A 6to4 client is its IPv4 address, not 65,536 /64s.
+        self.assertEqual(via("2002:c633:6401:7::1"), 429)  # 198.51.100.1's
+        self.assertEqual(via("2002:cb00:7109:1::1"), 200)
+        self.assertEqual(via("2002:cb00:7109:2::1"), 429)
         key = self.get("/v1/keys/ip/2001:db8:1:2::/64", admin=True).json()
         self.assertEqual(key["limits"][0]["remaining"], 0)
 
