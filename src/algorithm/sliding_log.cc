@@ -24,12 +24,15 @@ void SlidingLogState::DropOlderThan(int64_t cutoff_us) {
     head_ = (head_ + 1) & (capacity_ - 1);
     --size_;
   }
-  if (size_ == 0) {
-    // An idle key gives its buffer back: memory follows activity.
-    ring_.reset();
-    names_.reset();
-    capacity_ = head_ = 0;
-  }
+  FreeIfEmpty();
+}
+
+void SlidingLogState::FreeIfEmpty() {
+  if (size_ != 0) return;
+  // An idle key gives its buffers back: memory follows activity.
+  ring_.reset();
+  names_.reset();
+  capacity_ = head_ = 0;
 }
 
 void SlidingLogState::Push(int64_t time_us, int64_t cost, int64_t max_entries, uint64_t name) {
@@ -106,7 +109,7 @@ bool SlidingLogState::RemoveNamed(int64_t time_us, uint64_t name) {
   if (lo == size_) return false;
   total_ -= at(lo).cost;
   EraseAt(lo);
-  if (size_ == 0) DropOlderThan(INT64_MIN);  // gives the buffers back
+  FreeIfEmpty();
   return true;
 }
 

@@ -707,12 +707,11 @@ absl::Status Limiter::Refund(std::string_view key, Time taken_at, int64_t cost) 
             "\": limits in a remote store are refunded with the decision "
             "that took them: Refund(key, decision, cost)"));
   }
-  absl::Status result;
-  for (size_t i : order_) {
-    if (IsShape(configs_[i])) continue;  // a departure slot is not given back
-    result.Update(tables_[i]->Refund(key, taken_at, cost, 0));
-  }
-  return result;
+  // The decision form, of a decision that names no slots (they go back
+  // counted); a departure slot is not given back.
+  PolicyDecision taken;
+  taken.taken_at = taken.store_time = taken_at;
+  return Refund(key, taken, cost);
 }
 
 void Limiter::InspectAsync(std::string_view key, Time now, int64_t cost, InspectCallback done) {

@@ -162,6 +162,7 @@ class SlidingLogState {
 
  private:
   void EraseAt(int64_t i);  // O(entries)
+  void FreeIfEmpty();       // an idle key gives its buffers back
 
   std::unique_ptr<Entry[]> ring_;
   std::unique_ptr<uint64_t[]> names_;  // null until an entry is named
