@@ -60,12 +60,9 @@ Checked Answer(Context& ctx, const CheckItem& item, const std::vector<policy::Ap
     policy::Release(applied, verdict, ctx.state.clock->Now(), false);
   Checked out{verdict.allowed ? 200 : 429, CheckJson(item.policy, verdict), std::nullopt, {}};
   if (item.settle && verdict.answers[0].took && !verdict.answers[0].refunded) {
-    if (std::string reservation = ReservationJson(ctx, applied[0], verdict.answers[0].decision);
-        !reservation.empty()) {
-      out.json.pop_back();  // the object's '}'
-      out.json += reservation;
-      out.json.push_back('}');
-    }
+    out.json.pop_back();  // the object's '}'
+    out.json += ReservationJson(ctx, applied[0], verdict.answers[0].decision);
+    out.json.push_back('}');
   }
   if (headers)
     verdict.AppendHeaders(applied, ctx.set->config().server.legacy_headers, ctx.worker.rng,

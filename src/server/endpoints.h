@@ -37,8 +37,7 @@ Task<HttpAnswer> LeaseEndpoint(Context& ctx, std::string_view path, std::string_
 Task<HttpAnswer> SettleEndpoint(Context& ctx, std::string_view method, std::string_view body);
 
 // `,"reservation":{...}` for a check with "settle" that `applied` admitted
-// and took (lease_endpoint.cc); empty when none is given (the policy's
-// record of open reservations is full). REQUIRES: SettleableCheck.
+// and took (lease_endpoint.cc). REQUIRES: SettleableCheck.
 std::string ReservationJson(Context& ctx, const policy::Applied& applied,
                             const PolicyDecision& taken);
 // Why `policy` cannot settle a reservation (a limit that cannot carry debt),

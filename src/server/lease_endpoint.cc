@@ -320,7 +320,7 @@ std::string ReservationJson(Context& ctx, const policy::Applied& applied,
   const LeaseToken token = lease_endpoint::TokenOf(LeaseToken::Kind::kReservation, applied, taken,
                                                    now + kReservationTtl);
   const std::string id = EncodeLeaseToken(token, ctx.state.reservation_secret);
-  if (!ctx.state.reservations.Add(std::string(TokenSignature(id)), token.expires, now)) return {};
+  ctx.state.reservations.Add(TokenSignature(id), token.expires, now);
   std::string out = ",\"reservation\":{\"id\":";
   policy::AppendJsonString(out, id);
   out += internal::Cat(",\"expires_in_ms\":", kReservationTtl.CeilMillis(), "}");

@@ -2,36 +2,42 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 
 namespace sluice::server {
-namespace {
+Reservations::Key Reservations::KeyOf(std::string_view signature) {
+  Key key{};
+  std::memcpy(key.data(), signature.data(), std::min(signature.size(), key.size()));
+  return key;
+}
 
-// Whether `table` (values: when an entry ends) has room under `max`. A full
-// table drops its ended entries, at most every 100 ms (`swept`): a table
-// full of live entries is not walked for every insert.
-template <typename Table>
-bool HasRoom(Table& table, size_t max, Time now, Time& swept) {
-  if (table.size() < max) return true;
-  if (now - swept >= Duration::Millis(100)) {
-    swept = now;
-    absl::erase_if(table, [now](const auto& entry) { return entry.second <= now; });
+void Reservations::ForgetOldest() {
+  const Given& oldest = given_.front();
+  // Unless settled already (or given again since, with the same signature).
+  if (auto it = open_.find(oldest.key); it != open_.end() && it->second == oldest.expires) {
+    open_.erase(it);
   }
-  return table.size() < max;
+  given_.pop_front();
 }
 
-}  // namespace
-
-bool Reservations::Add(std::string id, Time expires, Time now) {
-  std::lock_guard lock(mu_);
-  if (!HasRoom(open_, max_, now, swept_)) return false;
-  open_.insert_or_assign(std::move(id), expires);
-  return true;
+void Reservations::DropExpired(Time now) {
+  // All expire an hour after they are given, so the oldest first; a clock
+  // stepped back leaves some for later, and Take still reads each expiry.
+  while (!given_.empty() && given_.front().expires <= now) ForgetOldest();
 }
 
-bool Reservations::Take(std::string_view id, Time now) {
+void Reservations::Add(std::string_view signature, Time expires, Time now) {
+  const Key key = KeyOf(signature);
   std::lock_guard lock(mu_);
-  auto it = open_.find(absl::string_view(id.data(), id.size()));  // (Abseil's own string_view)
+  DropExpired(now);
+  if (given_.size() >= max_) ForgetOldest();
+  given_.push_back({key, expires});
+  open_.insert_or_assign(key, expires);
+}
+
+bool Reservations::Take(std::string_view signature, Time now) {
+  std::lock_guard lock(mu_);
+  DropExpired(now);
+  auto it = open_.find(KeyOf(signature));
   if (it == open_.end()) return false;
   const bool live = it->second > now;
   open_.erase(it);

@@ -2,16 +2,19 @@
 // settled yet (docs/settled-costs.md): a reservation id is settled at most
 // once, and only before it expires. Reservation ids are signed with this
 // process' own random secret, so no other process can settle them and
-// this one's record is the whole truth. Bounded: when it holds
-// kMaxReservations, no new reservation is given (the check answers
-// without one, and its estimate is its cost). Thread-safe.
+// this one's record is the whole truth. Bounded: it keeps the last
+// kMaxReservations given, and forgets the oldest first (its estimate stays
+// its cost). So reservations never settled, a caller's or a flood's, cost
+// the prompt ones nothing until they come at 2^18 in the time a settle
+// takes. Thread-safe.
 #ifndef SLUICE_SERVER_RESERVATIONS_H_
 #define SLUICE_SERVER_RESERVATIONS_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <mutex>
-#include <string>
 #include <string_view>
 #include <vector>
 
@@ -27,17 +30,30 @@ inline constexpr Duration kReservationTtl = Duration::Hours(1);
 class Reservations {
  public:
   explicit Reservations(size_t max = kMaxReservations) : max_(max) {}
-  // Records `id`, to be settled before `expires`; false when full (a full
-  // record drops its expired reservations at most every 100 ms).
-  bool Add(std::string id, Time expires, Time now);
-  // Whether `id` was outstanding and not expired at `now`; it is not any more.
-  bool Take(std::string_view id, Time now);
+  // Records the reservation signed `signature` (TokenSignature), to be
+  // settled before `expires`; the oldest is forgotten when `max` are kept.
+  void Add(std::string_view signature, Time expires, Time now);
+  // Whether the reservation signed `signature` was kept and not expired at
+  // `now`; it is not any more.
+  bool Take(std::string_view signature, Time now);
 
  private:
+  // A signature's first 16 characters, 96 bits of its HMAC: enough to tell
+  // 2^18 apart, and nobody without the secret can choose them.
+  using Key = std::array<char, 16>;
+  struct Given {
+    Key key;
+    Time expires;
+  };
+  static Key KeyOf(std::string_view signature);
+  // Forgets the oldest given; the ones that expired by `now`.
+  void ForgetOldest();
+  void DropExpired(Time now);
+
   const size_t max_;
   std::mutex mu_;
-  absl::flat_hash_map<std::string, Time> open_;
-  Time swept_;  // the last sweep of a full record
+  std::deque<Given> given_;  // in the order given, settled ones too
+  absl::flat_hash_map<Key, Time> open_;
 };
 
 // The slot names of the leases released lately (PolicyDecision::slot), so

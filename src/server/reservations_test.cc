@@ -7,18 +7,44 @@ namespace {
 
 const Time kNow = Time::FromUnixMicros(1'800'000'000'000'000);
 
-TEST(Reservations, SettledOnceBeforeTheyExpireAndAFullRecordIsSweptAtMostEvery100Ms) {
-  Reservations open(/*max=*/2);
+TEST(Reservations, SettledOnceBeforeTheyExpire) {
+  Reservations open(/*max=*/4);
   const Time soon = kNow + Duration::Millis(10);
   const Time later = kNow + Duration::Hours(1);
-  EXPECT_TRUE(open.Add("a", soon, kNow));
-  EXPECT_TRUE(open.Add("b", later, kNow));
-  EXPECT_FALSE(open.Add("c", later, kNow));                         // full
-  EXPECT_FALSE(open.Add("c", later, kNow + Duration::Millis(50)));  // "a" expired, not swept yet
-  EXPECT_TRUE(open.Add("c", later, kNow + Duration::Millis(100)));
-  EXPECT_FALSE(open.Take("a", kNow + Duration::Millis(100)));  // expired and dropped
-  EXPECT_TRUE(open.Take("b", kNow + Duration::Millis(100)));
-  EXPECT_FALSE(open.Take("b", kNow + Duration::Millis(100)));  // once
+  open.Add("a", soon, kNow);
+  open.Add("b", later, kNow);
+  EXPECT_FALSE(open.Take("a", kNow + Duration::Millis(10)));  // expired
+  EXPECT_TRUE(open.Take("b", kNow + Duration::Millis(10)));
+  EXPECT_FALSE(open.Take("b", kNow + Duration::Millis(10)));  // once
+  EXPECT_FALSE(open.Take("never given", kNow));
+}
+
+TEST(Reservations, AFullRecordForgetsTheOldestFirst) {
+  // Reservations never settled (a caller's that settles some of its checks,
+  // or a flood's) cannot keep a prompt caller from its reservation.
+  Reservations open(/*max=*/3);
+  const Time later = kNow + Duration::Hours(1);
+  open.Add("never settled 1", later, kNow);
+  open.Add("never settled 2", later, kNow);
+  open.Add("never settled 3", later, kNow);
+  open.Add("prompt", later, kNow);
+  EXPECT_TRUE(open.Take("prompt", kNow + Duration::Seconds(1)));
+  EXPECT_FALSE(open.Take("never settled 1", kNow));  // forgotten: its estimate stays its cost
+  EXPECT_TRUE(open.Take("never settled 2", kNow));
+  // The settled ones count among the last given: two more forget the third.
+  open.Add("d", later, kNow);
+  open.Add("e", later, kNow);
+  EXPECT_FALSE(open.Take("never settled 3", kNow));
+  EXPECT_TRUE(open.Take("d", kNow));
+  EXPECT_TRUE(open.Take("e", kNow));
+}
+
+TEST(Reservations, TellsSignaturesApartByTheirFirst16Characters) {
+  Reservations open;
+  const Time later = kNow + Duration::Hours(1);
+  open.Add("0123456789abcdefXXXX", later, kNow);
+  EXPECT_FALSE(open.Take("0123456789abcdeX", kNow));
+  EXPECT_TRUE(open.Take("0123456789abcdefYYYY", kNow));
 }
 
 TEST(ReleasedSlots, EachNameOnceAmongTheLastOnesSeen) {
