@@ -6,9 +6,10 @@ concurrency limit (Redis) and a local one (its memory), one keep-alive
 connection doing --cycles acquire-release pairs on each policy, one key.
 
 Prints, per binary and policy: the cycles a second, Redis' keys and used
-memory before and after (the fleet policy), and the process's resident
-memory before and after (the local policy); then the status of one more
-release of the first lease (given back already).
+memory before and after and redis-server's CPU time (user and system, from
+/proc) per cycle (the fleet policy), and the process's resident memory
+before and after (the local policy); then the status of one more release of
+the first lease (given back already).
 
 Usage: bench/concurrency/lease_churn.py [--cycles 20000] BINARY...
 Starts redis-server from Debian and each binary on loopback; stops them by
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 os.environ.setdefault("SLUICE_SOURCE_DIR", ROOT)
 
 import harness  # noqa: E402
-from harness import HOST, rss_kib, server_block  # noqa: E402
+from harness import HOST, cpu_seconds, rss_kib, server_block  # noqa: E402
 from redis_harness import RedisServer, redis_store_block, start_fleet  # noqa: E402
 
 sys.path.insert(0, HERE)
@@ -85,11 +86,13 @@ def run(binary, cycles, tmp, cleanups):
     print("## %s" % binary)
     used = lambda: int(redis.call("INFO", "memory").split("used_memory:")[1].split()[0])  # noqa: E731
     keys0, mem0 = int(redis.call("DBSIZE")), used()
+    cpu0 = cpu_seconds(redis.proc.pid)
     seconds, again, other = churn(s.port, "fleet", cycles)
-    print("fleet: %d cycles in %.1f s (%.0f/s); Redis keys %d -> %d, used_memory %d -> %d bytes;"
-          " the first lease released again: %s; other statuses %s" % (
+    redis_us = (cpu_seconds(redis.proc.pid) - cpu0) * 1e6 / cycles
+    print("fleet: %d cycles in %.1f s (%.0f/s); Redis keys %d -> %d, used_memory %d -> %d bytes,"
+          " CPU %.1f us a cycle; the first lease released again: %s; other statuses %s" % (
               cycles, seconds, cycles / seconds, keys0, int(redis.call("DBSIZE")), mem0, used(),
-              again, other or "none"))
+              redis_us, again, other or "none"))
     rss0 = rss_kib(pid)
     seconds, again, other = churn(s.port, "here", cycles)
     print("here:  %d cycles in %.1f s (%.0f/s); resident memory %d -> %d KB;"

@@ -62,7 +62,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 
 import harness  # noqa: E402
 import redis_harness  # noqa: E402
-from harness import metric_value, parse_metrics, request, server_block  # noqa: E402
+from harness import cpu_seconds, metric_value, parse_metrics, request, server_block  # noqa: E402
 from redis_harness import (HttpClient, RedisCluster, RedisConnection, RedisError,  # noqa: E402
                            RedisServer, readyz, redis_store_block)
 
@@ -162,14 +162,6 @@ def proc_status_kb(pid, field):
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     return None
-
-
-def proc_cpu_seconds(pid):
-    """utime + stime of the whole process (all threads), in seconds."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # After the ")" of comm: state is fields[0], utime is field 14 -> index 11.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values, p):
@@ -788,7 +780,7 @@ def scenario_flood(args, cleanups, directory, report, shared):
     cmd = [wrk, "-t%d" % threads, "-c%d" % args.flood_conns, "-d%ds" % args.flood_seconds,
            "-s", lua, "http://%s:%d" % (harness.HOST, s.port)]
     base = decided(metrics(s))
-    cpu0, t0 = proc_cpu_seconds(pid), time.monotonic()
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     cleanups.add(stop_process, p)
@@ -809,7 +801,7 @@ def scenario_flood(args, cleanups, directory, report, shared):
         if count != last:
             last, last_change = count, now
         if count - base >= args.flood_keys or now - last_change > 2.0:
-            done_at, cpu_done = last_change, proc_cpu_seconds(pid)
+            done_at, cpu_done = last_change, cpu_seconds(pid)
             p.send_signal(signal.SIGINT)
             break
     try:
@@ -819,7 +811,7 @@ def scenario_flood(args, cleanups, directory, report, shared):
         out, err = p.communicate()
     cleanups.items.remove((stop_process, (p,)))
     if done_at is None:
-        done_at, cpu_done = time.monotonic(), proc_cpu_seconds(pid)
+        done_at, cpu_done = time.monotonic(), cpu_seconds(pid)
     w = parse_wrk(out.decode(errors="replace"))
     if w["requests"] is None:
         raise RuntimeError("wrk failed (%d):\n%s%s" % (p.returncode, out.decode(),
@@ -916,9 +908,9 @@ def scenario_fds(args, cleanups, directory, report, shared):
     if try_check(s.port, 2) != 200:
         raise RuntimeError("sluice does not answer a check before the test")
     open_fds = len(os.listdir("/proc/%d/fd" % pid))
-    cpu0, t0 = proc_cpu_seconds(pid), time.monotonic()
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
     time.sleep(1.0)
-    idle_cpu = (proc_cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+    idle_cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
 
     log("6: opening %d connections to sluice (RLIMIT_NOFILE %d, %d fds open)" % (
         args.hold_conns, args.nofile, open_fds))
@@ -930,7 +922,7 @@ def scenario_fds(args, cleanups, directory, report, shared):
         socks.clear()
 
     cleanups.add(close_all)
-    cpu0, t0 = proc_cpu_seconds(pid), time.monotonic()
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
     time.sleep(0.5)
     sluice_fds = len(os.listdir("/proc/%d/fd" % pid))
     during = try_check(s.port, 1.0)
@@ -939,7 +931,7 @@ def scenario_fds(args, cleanups, directory, report, shared):
     except OSError:
         admin = None
     time.sleep(max(0.0, t0 + args.hold_seconds - time.monotonic()))
-    held_cpu = (proc_cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+    held_cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
     closed = time.monotonic()
     close_all()
     answered_at = None

@@ -190,6 +190,14 @@ def rss_kib(pid):
     return 0
 
 
+def cpu_seconds(pid):
+    """The CPU time of process `pid`, all its threads, user and system, in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # After the ")" of comm: state is fields[0], utime field 14 (index 11), stime 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_for_window_room(period_s, need_s):
     """Calendar windows (fixed_window, sliding_window) start at multiples of
     their period since the Unix epoch: a minute's on the minute, an hour's

@@ -2,15 +2,15 @@
 HTTP front end: each test is named after the failure it keeps fixed."""
 
 import json
-import os
 import resource
 import socket
 import threading
 import time
 import unittest
 
-from harness import (HOST, SluiceTestCase, ask_then_send, metric_value, parse_raw_response,
-                     read_until_close, request, server_block, timed_exchange)
+from harness import (HOST, SluiceTestCase, ask_then_send, cpu_seconds, metric_value,
+                     parse_raw_response, read_until_close, request, server_block,
+                     timed_exchange)
 
 
 def raw_head_then_get(port, path):
@@ -462,12 +462,6 @@ policies:
         self.assertEqual(self.check("p", "k").status, 429)
         # A reload that is refused leaves the policies in force.
         self.assertEqual(self.check("p", "other").status, 200)
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def open_connections(port, count):
