@@ -3,6 +3,7 @@
 // whose concurrency slots stay held; its answer carries a lease (a signed
 // token, lease_token.h) that renews or releases them.
 #include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <variant>
@@ -90,20 +91,35 @@ struct ReadToken {
   bool shared = false;
 };
 
-// {"lease": "<token>"}: the token, read and verified.
-std::variant<ReadToken, HttpAnswer> ReadLease(const ServerState& state, std::string_view body) {
-  if (body.size() > kMaxLeaseTokenLength + 64) {
-    return Problem(400, "bad request", "the body is longer than a lease");
+// The body of a call that carries `what` (a lease, a reservation): a JSON
+// object of at most `max_size` bytes with no fields but `fields` (`shape`
+// shows it), or the problem to answer.
+std::variant<nlohmann::json, HttpAnswer> ReadObject(
+    std::string_view body, size_t max_size, std::string_view what, std::string_view shape,
+    std::initializer_list<std::string_view> fields) {
+  if (body.size() > max_size) {
+    return Problem(400, "bad request", Cat("the body is longer than ", what));
   }
   std::optional<std::string> twice;
-  const nlohmann::json json = ParseJsonBody(body, twice);
+  nlohmann::json json = ParseJsonBody(body, twice);
   if (twice) return Problem(400, "bad request", Cat("the body names \"", *twice, "\" twice"));
   if (json.is_discarded() || !json.is_object()) {
-    return Problem(400, "bad request", "the body must be a JSON object: {\"lease\": \"...\"}");
+    return Problem(400, "bad request", Cat("the body must be a JSON object: ", shape));
   }
   for (const auto& [k, v] : json.items()) {
-    if (k != "lease") return Problem(400, "bad request", Cat("unknown field \"", k, "\""));
+    if (std::find(fields.begin(), fields.end(), k) == fields.end()) {
+      return Problem(400, "bad request", Cat("unknown field \"", k, "\" (expected ", shape, ")"));
+    }
   }
+  return json;
+}
+
+// {"lease": "<token>"}: the token, read and verified.
+std::variant<ReadToken, HttpAnswer> ReadLease(const ServerState& state, std::string_view body) {
+  auto read =
+      ReadObject(body, kMaxLeaseTokenLength + 64, "a lease", "{\"lease\": \"...\"}", {"lease"});
+  if (auto* problem = std::get_if<HttpAnswer>(&read)) return *std::move(problem);
+  const nlohmann::json& json = std::get<nlohmann::json>(read);
   const auto lease = json.find("lease");
   if (lease == json.end() || !lease->is_string()) {
     return Problem(400, "bad request", "\"lease\" (the id /v1/acquire gave) is required");
@@ -249,22 +265,10 @@ Task<HttpAnswer> Release(Context& ctx, std::string_view body) {
 }
 
 Task<HttpAnswer> Settle(Context& ctx, std::string_view body) {
-  if (body.size() > kMaxLeaseTokenLength + 128) {
-    co_return Problem(400, "bad request", "the body is longer than a reservation");
-  }
-  std::optional<std::string> twice;
-  const nlohmann::json json = ParseJsonBody(body, twice);
-  if (twice) co_return Problem(400, "bad request", Cat("the body names \"", *twice, "\" twice"));
-  if (json.is_discarded() || !json.is_object()) {
-    co_return Problem(400, "bad request",
-                      "the body must be a JSON object: {\"reservation\": \"...\", \"cost\": N}");
-  }
-  for (const auto& [k, v] : json.items()) {
-    if (k != "reservation" && k != "cost") {
-      co_return Problem(400, "bad request",
-                        Cat("unknown field \"", k, "\" (expected reservation, cost)"));
-    }
-  }
+  auto read = ReadObject(body, kMaxLeaseTokenLength + 128, "a reservation",
+                         "{\"reservation\": \"...\", \"cost\": N}", {"reservation", "cost"});
+  if (auto* problem = std::get_if<HttpAnswer>(&read)) co_return *std::move(problem);
+  const nlohmann::json& json = std::get<nlohmann::json>(read);
   const auto id = json.find("reservation");
   const auto cost = json.find("cost");
   if (id == json.end() || !id->is_string()) {
