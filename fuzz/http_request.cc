@@ -28,6 +28,7 @@
 #include "policy/request_text.h"
 #include "server/forwarding.h"
 #include "server/http_request.h"
+#include "server/json_body.h"
 #include "server_fixture.h"
 
 namespace {
@@ -78,9 +79,15 @@ void Auth(const PolicySet& set, const Request& req, std::string_view peer_ip,
 void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip) {
   std::string path_storage, host;
   const std::string method(req.method_string());
-  const RequestFacts facts = FactsOf(req, peer_ip, method, req.target(), path_storage, host);
+  RequestFacts facts = FactsOf(req, peer_ip, method, req.target(), path_storage, host);
   const sluice::RouteConfig* route = set.RouteFor(facts);
   if (route == nullptr) return;  // 404
+  // A POST whose body may name another method a policy limits: its body read.
+  absl::InlinedVector<std::string, 2> body_methods;
+  if (set.MayCountByBodyMethod(facts)) {
+    body_methods = sluice::server::BodyMethods(req.Find(http::field::content_type), req.body());
+    facts.body_methods = body_methods;
+  }
   sluice::fuzz::DecideRequest(set, set.Matching(facts), facts, route->name);
   Request upstream = req;
   sluice::server::TargetForUpstream(upstream, route->upstream);

@@ -80,6 +80,10 @@ policies:
     key: [route, client_ip]
     limits: [{algorithm: gcra, rate: 20/s, burst: 40}]
     shadow: true
+  - name: account
+    match: {path_prefix: /account, method: DELETE}
+    key: [client_ip]
+    limits: [{algorithm: gcra, rate: 1/min}]
   - name: search
     key: [client_ip]
     limits: [{algorithm: leaky_bucket, mode: police, rate: 5/s, burst: 5}]

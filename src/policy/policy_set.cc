@@ -188,15 +188,6 @@ class EndsKept {
   size_t seen_ = 0;
 };
 
-// The methods a request's `_method` query parameters name (EndsKept).
-absl::InlinedVector<std::string, 2> QueryMethods(std::string_view query) {
-  EndsKept<std::string> methods;
-  ForEachQueryParam(query, [&](std::string_view name, std::string_view value) {
-    if (name == "_method") methods.Add(std::string(value));
-  });
-  return std::move(methods).Take();
-}
-
 // What a policy reads of a request besides its method, Host and path as
 // sent, worked out at most once however many policies ask (a long path
 // decoded once, not once a policy), and only when a policy asks: the
@@ -213,9 +204,10 @@ struct OtherReadings {
 // Laravel and Symfony upper-case the method they are sent, so `post /login`
 // is their POST. And a POST may name another method in an override field
 // (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, any line of
-// them) or in a `_method` query parameter, which Laravel, Symfony, Rack
-// and Express's method-override act on: it is a request of that method as
-// well. A HEAD runs the GET's
+// them), in a `_method` query parameter, which Laravel, Symfony, Rack
+// and Express's method-override act on, or in a `_method` field of its
+// body (RequestFacts::body_methods: Rack, Laravel, Symfony): it is a
+// request of that method as well. A HEAD runs the GET's
 // handler in Express, Flask, Django, Rails and Spring (only the body is
 // dropped), so it is a GET too. A policy so counts more requests than an
 // upstream may act on, never fewer.
@@ -230,6 +222,9 @@ bool MethodMatches(std::string_view method, const RequestFacts& request, OtherRe
     for (std::string_view line : LinesAsRead(request, name, others != nullptr)) {
       if (internal::AsciiEqualsIgnoreCase(line, method)) return true;
     }
+  }
+  for (const std::string& named : request.body_methods) {
+    if (internal::AsciiEqualsIgnoreCase(named, method)) return true;
   }
   if (request.query.empty()) return false;
   std::optional<absl::InlinedVector<std::string, 2>> read;
@@ -529,6 +524,100 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadi
 
 }  // namespace
 
+absl::InlinedVector<std::string, 2> QueryMethods(std::string_view query) {
+  EndsKept<std::string> methods;
+  ForEachQueryParam(query, [&](std::string_view name, std::string_view value) {
+    if (name == "_method") methods.Add(std::string(value));
+  });
+  return std::move(methods).Take();
+}
+
+namespace {
+
+// The parameter `name` (lower case) of a field value's `;`-separated
+// parameters, unquoted (`boundary="a b"`, `name='x'`); nullopt when absent.
+std::optional<std::string_view> FieldParam(std::string_view value, std::string_view name) {
+  for (size_t semicolon = value.find(';'); semicolon != std::string_view::npos;) {
+    const size_t next = value.find(';', semicolon + 1);
+    const std::string_view param = value.substr(semicolon + 1, next - semicolon - 1);
+    semicolon = next;
+    const size_t eq = param.find('=');
+    if (eq == std::string_view::npos ||
+        !internal::AsciiEqualsIgnoreCase(Trim(param.substr(0, eq)), name)) {
+      continue;
+    }
+    std::string_view v = Trim(param.substr(eq + 1));
+    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) {
+      v = v.substr(1, v.size() - 2);
+    }
+    return v;
+  }
+  return std::nullopt;
+}
+
+// The methods a multipart body's `_method` parts name. Read loosely, so as
+// to find a part wherever a server might: a part begins after any
+// "--boundary", its head ends at the first empty line (CRLF or LF), its
+// value ends before the line break ahead of the next "--boundary".
+void MultipartMethods(std::string_view boundary, std::string_view body,
+                      EndsKept<std::string>& methods) {
+  const std::string delimiter = internal::Cat("--", boundary);
+  std::string name_buffer;
+  for (size_t at = body.find(delimiter); at != std::string_view::npos;) {
+    const size_t start = at + delimiter.size();
+    at = body.find(delimiter, start);
+    std::string_view part = body.substr(start, at == std::string_view::npos ? at : at - start);
+    const size_t line = part.find('\n');
+    if (line == std::string_view::npos) continue;
+    part.remove_prefix(line + 1);  // the rest of the delimiter's line
+    size_t head_end = part.find("\r\n\r\n");
+    size_t value_start = head_end + 4;
+    if (const size_t lf = part.find("\n\n"); lf < head_end) {
+      head_end = lf;
+      value_start = lf + 2;
+    }
+    if (head_end == std::string_view::npos) continue;
+    bool named = false;
+    for (std::string_view head = part.substr(0, head_end); !head.empty();) {
+      const size_t eol = head.find('\n');
+      const std::string_view field = head.substr(0, eol);
+      head = eol == std::string_view::npos ? std::string_view() : head.substr(eol + 1);
+      const size_t colon = field.find(':');
+      if (colon == std::string_view::npos ||
+          !internal::AsciiEqualsIgnoreCase(Trim(field.substr(0, colon)), "content-disposition")) {
+        continue;
+      }
+      const std::optional<std::string_view> name =
+          FieldParam(Trim(field.substr(colon + 1)), "name");
+      const std::optional<std::string_view> php =
+          name ? PhpParamName(*name, name_buffer) : std::nullopt;
+      named = named || (php && *php == "_method");
+    }
+    if (!named) continue;
+    std::string_view value = part.substr(value_start);
+    if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
+    if (!value.empty() && value.back() == '\r') value.remove_suffix(1);
+    methods.Add(std::string(value));
+  }
+}
+
+}  // namespace
+
+absl::InlinedVector<std::string, 2> FormMethods(std::optional<std::string_view> content_type,
+                                                std::string_view body) {
+  if (!content_type) return QueryMethods(body);
+  const std::string_view media = Trim(content_type->substr(0, content_type->find(';')));
+  if (internal::AsciiEqualsIgnoreCase(media, "application/x-www-form-urlencoded")) {
+    return QueryMethods(body);
+  }
+  EndsKept<std::string> methods;
+  if (media.size() > 10 && internal::AsciiEqualsIgnoreCase(media.substr(0, 10), "multipart/")) {
+    const std::optional<std::string_view> boundary = FieldParam(*content_type, "boundary");
+    if (boundary && !boundary->empty()) MultipartMethods(*boundary, body, methods);
+  }
+  return std::move(methods).Take();
+}
+
 // Paths are compared without case (PathMatches): where an upstream tells
 // the spellings apart, a policy counts more of its requests than it must,
 // never fewer. So are hosts a request names besides Host
@@ -772,6 +861,10 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
     set->policies_.back().top_keys_ = before != nullptr && before->top_keys_ != nullptr
                                           ? before->top_keys_
                                           : std::make_shared<metrics::TopKeys>();
+    if (pc.match && pc.match->method && *pc.match->method != "POST") {
+      set->other_methods_.push_back(*pc.match);
+      set->other_methods_.back().method.reset();
+    }
   }
   return std::shared_ptr<const PolicySet>(std::move(set));
 }
@@ -788,6 +881,15 @@ PolicyList PolicySet::Matching(const RequestFacts& request) const {
     if (p.config_.match && MatchesAs(*p.config_.match, request, &others)) out.push_back(&p);
   }
   return out;
+}
+
+bool PolicySet::MayCountByBodyMethod(const RequestFacts& request) const {
+  if (other_methods_.empty() || !internal::AsciiEqualsIgnoreCase(request.method, "POST")) {
+    return false;
+  }
+  OtherReadings others;
+  return std::any_of(other_methods_.begin(), other_methods_.end(),
+                     [&](const MatchConfig& match) { return MatchesAs(match, request, &others); });
 }
 
 const RouteConfig* PolicySet::RouteFor(const RequestFacts& request) const {

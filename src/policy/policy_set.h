@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -58,6 +59,9 @@ struct RequestFacts {
   // `header`) stands for it. Never the client's address, whose one header
   // is read exactly (a proxy checks no other spelling).
   std::function<std::vector<std::string_view>(std::string_view)> cgi_lines;
+  // The methods a POST's body names in a `_method` field, once the gateway
+  // has read it (PolicySet::MayCountByBodyMethod); empty otherwise.
+  std::span<const std::string> body_methods;
 };
 
 bool Matches(const MatchConfig& match, const RequestFacts& request);
@@ -179,6 +183,20 @@ class Policy {
   std::shared_ptr<HoldAverage> holds_ = std::make_shared<HoldAverage>();
 };
 
+// The methods the `_method` parameters of a query, or of a form body of
+// the same syntax, name (the first and the last few).
+absl::InlinedVector<std::string, 2> QueryMethods(std::string_view query);
+
+// The methods the `_method` fields of a POST's form body name, read as
+// Rack (Rails) and PHP (Laravel, Symfony) read a form: with no Content-Type
+// (Rack parses it as a form) or application/x-www-form-urlencoded, its
+// parameters (QueryMethods); multipart (RFC 7578), each part whose
+// Content-Disposition `name` is `_method` as PHP reads a name; else none.
+// `content_type` is the field's value, nullopt when absent. The first and
+// the last few.
+absl::InlinedVector<std::string, 2> FormMethods(std::optional<std::string_view> content_type,
+                                                std::string_view body);
+
 // The policies that apply to a request (few: kept inline).
 using PolicyList = absl::InlinedVector<const Policy*, 4>;
 
@@ -199,10 +217,17 @@ class PolicySet {
   PolicyList Matching(const RequestFacts& request) const;
   // The first route whose match applies; null when none.
   const RouteConfig* RouteFor(const RequestFacts& request) const;
+  // Whether `request` is a POST that a policy of another method would count
+  // if its body named that method (`_method`, MethodMatches): a policy's
+  // match but for its method applies. The gateway then reads the body
+  // before it decides (its RequestFacts::body_methods); else it need not.
+  bool MayCountByBodyMethod(const RequestFacts& request) const;
 
  private:
   Config config_;
   std::vector<Policy> policies_;
+  // The matches of the policies of a method other than POST, without it.
+  std::vector<MatchConfig> other_methods_;
   absl::flat_hash_map<std::string, size_t> by_name_;
 };
 

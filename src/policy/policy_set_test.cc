@@ -376,6 +376,50 @@ TEST(Matches, AMethodAsAnUpstreamMayReadIt) {
   EXPECT_TRUE(Matches({.method = "PATCH"}, facts));
 }
 
+TEST(FormMethods, AFormsMethodFieldsAsRackAndPhpReadThem) {
+  using Methods = absl::InlinedVector<std::string, 2>;
+  // No Content-Type (Rack reads the body as a form), or a form's.
+  EXPECT_EQ(FormMethods(std::nullopt, "a=1&_method=PUT"), Methods{"PUT"});
+  EXPECT_EQ(FormMethods("Application/X-WWW-Form-Urlencoded; charset=utf-8", "%5Fmethod=patch"),
+            Methods{"patch"});
+  EXPECT_EQ(FormMethods("application/x-www-form-urlencoded", ".method=DELETE"),
+            Methods{"DELETE"});  // PHP's name for it
+  EXPECT_EQ(FormMethods("text/plain", "_method=PUT"), Methods{});
+  // Multipart: each part named `_method`, its line breaks CRLF or LF, its
+  // name quoted or not, the boundary quoted or not.
+  const std::string crlf =
+      "--xyz\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\nann\r\n"
+      "--xyz\r\ncontent-disposition: form-data; NAME=\"_method\"\r\n\r\nPUT\r\n--xyz--\r\n";
+  EXPECT_EQ(FormMethods("multipart/form-data; boundary=xyz", crlf), Methods{"PUT"});
+  EXPECT_EQ(FormMethods("multipart/form-data; boundary=\"xyz\"", crlf), Methods{"PUT"});
+  EXPECT_EQ(FormMethods("Multipart/Mixed;boundary=xyz", crlf), Methods{"PUT"});
+  const std::string lf =
+      "preamble\n--b\nContent-Disposition: form-data; name=_method\n\nDELETE\n--b\n"
+      "Content-Disposition: form-data; filename=\"_method\"; name='.method'\n\nPATCH\n--b--";
+  EXPECT_EQ(FormMethods("multipart/form-data; boundary=b", lf), (Methods{"DELETE", "PATCH"}));
+  // A part's filename is not its name; no boundary, no parts.
+  const std::string file =
+      "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"_method\"\r\n\r\nPUT\r\n--b--";
+  EXPECT_EQ(FormMethods("multipart/form-data; boundary=b", file), Methods{});
+  EXPECT_EQ(FormMethods("multipart/form-data", crlf), Methods{});
+  EXPECT_EQ(FormMethods("multipart/form-data; boundary=xyz", "--xyz\r\nno head end"), Methods{});
+}
+
+TEST(Matches, AMethodABodyNames) {
+  // What the gateway read of a POST's body counts as the header and the
+  // query do: a request of that method as well, only for a POST.
+  FakeRequest r;
+  r.method = "POST";
+  RequestFacts facts = r.Facts();
+  const std::vector<std::string> named = {"put"};
+  facts.body_methods = named;
+  EXPECT_TRUE(Matches({.method = "PUT"}, facts));
+  EXPECT_TRUE(Matches({.method = "POST"}, facts));
+  EXPECT_FALSE(Matches({.method = "DELETE"}, facts));
+  facts.method = "PATCH";
+  EXPECT_FALSE(Matches({.method = "PUT"}, facts));
+}
+
 absl::StatusOr<Config> Parse(const std::string& yaml) { return ParseConfig(yaml, "test.yaml"); }
 
 // A policy set made from a config's text, with the store, clock and
@@ -424,6 +468,36 @@ policies:
   r.path = "/index.php/x";
   EXPECT_EQ(built->set->RouteFor(r.Facts())->name, "api");
   ASSERT_EQ(built->set->Matching(r.Facts()).size(), 1u);
+}
+
+TEST(PolicySet, APostsBodyIsReadWhenAPolicyOfAnotherMethodWouldCountIt) {
+  const std::unique_ptr<Built> built = Build(R"(
+policies:
+  - name: password
+    match: {path: /password, method: PUT}
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: login
+    match: {path: /login, method: POST}
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  ASSERT_NE(built, nullptr);
+  FakeRequest r;
+  r.method = "POST";
+  r.path = "/password";
+  EXPECT_TRUE(built->set->MayCountByBodyMethod(r.Facts()));
+  r.path = "/PASSWORD.json";  // as the policy reads paths
+  EXPECT_TRUE(built->set->MayCountByBodyMethod(r.Facts()));
+  r.path = "/login";  // only a POST policy there: the body need not be read
+  EXPECT_FALSE(built->set->MayCountByBodyMethod(r.Facts()));
+  r.method = "PUT";
+  r.path = "/password";
+  EXPECT_FALSE(built->set->MayCountByBodyMethod(r.Facts()));
+  r.method = "POST";
+  RequestFacts facts = r.Facts();
+  const std::vector<std::string> named = {"PUT"};
+  facts.body_methods = named;
+  ASSERT_EQ(built->set->Matching(facts).size(), 1u);
+  EXPECT_EQ(built->set->Matching(facts)[0]->name(), "password");
 }
 
 TEST(PolicySet, APolicyReadsAFieldUnderTheNamesAnUpstreamReadsAsIt) {

@@ -14,6 +14,7 @@
 
 #include "base/cat.h"
 #include "server/forwarding.h"
+#include "server/json_body.h"
 #include "server/upstream_answer.h"
 #include "spdlog/spdlog.h"
 
@@ -92,6 +93,15 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     reply =
         HttpAnswer::Problem(404, "not found", Cat("no route matches ", method, " ", facts.path));
     co_return;
+  }
+  // A POST whose body may name a method a policy limits (`_method`, which
+  // Rack, Laravel and Symfony act on) is read before it is decided.
+  absl::InlinedVector<std::string, 2> body_methods;
+  if (set->MayCountByBodyMethod(facts)) {
+    if (body != nullptr && !co_await body->Read(reply)) co_return;
+    body = nullptr;
+    body_methods = BodyMethods(req.Find(http::field::content_type), req.body());
+    facts.body_methods = body_methods;
   }
   std::vector<policy::Applied> applied;
   ApplyPolicies(ctx, set->Matching(facts), facts, route->name, applied);
