@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/escaping.h"
@@ -562,10 +563,18 @@ std::optional<std::string_view> FieldParam(std::string_view value, std::string_v
 void MultipartMethods(std::string_view boundary, std::string_view body,
                       EndsKept<std::string>& methods) {
   const std::string delimiter = internal::Cat("--", boundary);
+  // glibc's memmem takes linear time whatever the two texts (a boundary may
+  // be as long as the header; a naive search multiplies the lengths).
+  const auto find = [&](size_t from) {
+    const void* hit =
+        memmem(body.data() + from, body.size() - from, delimiter.data(), delimiter.size());
+    return hit == nullptr ? std::string_view::npos
+                          : static_cast<size_t>(static_cast<const char*>(hit) - body.data());
+  };
   std::string name_buffer;
-  for (size_t at = body.find(delimiter); at != std::string_view::npos;) {
+  for (size_t at = find(0); at != std::string_view::npos;) {
     const size_t start = at + delimiter.size();
-    at = body.find(delimiter, start);
+    at = find(start);
     std::string_view part = body.substr(start, at == std::string_view::npos ? at : at - start);
     const size_t line = part.find('\n');
     if (line == std::string_view::npos) continue;
