@@ -81,6 +81,9 @@ struct EnvoyDescriptor {
   std::optional<EnvoyRateLimit> rate_limit;
   bool shadow_mode = false;      // decide and count, always answer OK
   bool detailed_metric = false;  // accepted; see docs/envoy.md
+  // With a wildcard value: every value it matches shares one state (the
+  // state key holds the pattern, not the value).
+  bool share_threshold = false;
   std::vector<EnvoyDescriptor> descriptors;
   int line = 0;  // where it starts in `source` of its domain
   friend bool operator==(const EnvoyDescriptor&, const EnvoyDescriptor&) = default;

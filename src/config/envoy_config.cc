@@ -108,11 +108,9 @@ absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out
   }
   absl::StatusOr<Fields> f = ReadMap(
       v, "a descriptor",
-      {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "metadata"},
+      {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "metadata",
+       "share_threshold"},
       {{"value_to_metric", "descriptor values in metric names (sluice's metrics are per rule)"},
-       {"share_threshold",
-        "one shared limit for all values matching a wildcard (in sluice each "
-        "value has its own state)"},
        {"quota_mode",
         "soft limits that admit requests over the limit and report them in "
         "dynamic metadata (sluice denies over the limit and sends no dynamic "
@@ -140,6 +138,13 @@ absl::Status Reader::Descriptor(const YamlAt& v, int depth, EnvoyDescriptor& out
   }
   if (const YamlAt* x = f->Find("detailed_metric")) {
     SLUICE_ASSIGN_OR_RETURN(out.detailed_metric, ReadBool(*x));
+  }
+  if (const YamlAt* x = f->Find("share_threshold")) {
+    SLUICE_ASSIGN_OR_RETURN(out.share_threshold, ReadBool(*x));
+    // As in envoyproxy/ratelimit: sharing is of the values a wildcard matches.
+    if (out.share_threshold && (!out.value || out.value->find('*') == std::string::npos)) {
+      return Fail(*x, "share_threshold needs a wildcard value (one with `*`, such as `files*`)");
+    }
   }
   if (const YamlAt* x = f->Find("descriptors")) {
     SLUICE_RETURN_IF_ERROR(Descriptors(*x, depth + 1, out.descriptors));

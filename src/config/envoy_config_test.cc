@@ -147,7 +147,7 @@ TEST(EnvoyConfig, ScopeDefaultsToGlobalWithASharedStore) {
 TEST(EnvoyConfigErrors, NameFileLineAndKey) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limits: {}\n"),
             "rl.yaml:4: descriptors[0].rate_limits: unknown key (expected one of: key, value, "
-            "rate_limit, descriptors, shadow_mode, detailed_metric, metadata)");
+            "rate_limit, descriptors, shadow_mode, detailed_metric, metadata, share_threshold)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n"),
             "rl.yaml:5: descriptors[0].rate_limit.requests_per_unit: required with unit (0 denies "
             "every request; write it when that is meant)");
@@ -166,11 +166,26 @@ TEST(EnvoyConfigErrors, NameFileLineAndKey) {
             "rl.yaml:3: descriptors[0].key: required");
 }
 
-TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
+TEST(EnvoyConfigErrors, ShareThresholdNeedsAWildcardValue) {
+  // As envoyproxy/ratelimit: sharing is of the values a wildcard matches.
   EXPECT_EQ(
-      ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: a*\n    share_threshold: true\n"),
-      "rl.yaml:5: descriptors[0].share_threshold: not supported by sluice: one shared limit "
-      "for all values matching a wildcard (in sluice each value has its own state)");
+      ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: a\n    share_threshold: true\n"),
+      "rl.yaml:5: descriptors[0].share_threshold: share_threshold needs a wildcard value (one "
+      "with `*`, such as `files*`)");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n"),
+            "rl.yaml:4: descriptors[0].share_threshold: share_threshold needs a wildcard value "
+            "(one with `*`, such as `files*`)");
+  EXPECT_EQ(
+      ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: a*\n"
+              "    share_threshold: yes please\n"),
+      "rl.yaml:5: descriptors[0].share_threshold: expected true or false, got \"yes please\"");
+  absl::StatusOr<EnvoyDomain> shared = ParseEnvoyDomain(
+      "domain: d\ndescriptors:\n  - key: k\n    value: a*\n    share_threshold: true\n", "rl.yaml");
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_TRUE(shared->descriptors[0].share_threshold);
+}
+
+TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value_to_metric: true\n"),
             "rl.yaml:4: descriptors[0].value_to_metric: not supported by sluice: descriptor values "
             "in metric names (sluice's metrics are per rule)");

@@ -206,6 +206,41 @@ TEST_F(RlsTest, WildcardValuesGiveEachValueItsOwnState) {
   EXPECT_EQ(Ok("api", team("bob")).statuses(0).current_limit().name(), "per_user");
 }
 
+TEST_F(RlsTest, ShareThresholdGivesTheValuesOfAWildcardOneState) {
+  // envoyproxy/ratelimit's share_threshold: every value the wildcard
+  // matches counts against one limit (its cache key holds the pattern).
+  absl::StatusOr<Config> config = ParseConfig(R"(
+grpc: {listen: 127.0.0.1:0}
+envoy:
+  - domain: files
+    descriptors:
+      - key: path
+        value: "files/*"
+        share_threshold: true
+        descriptors:
+          - key: user
+            rate_limit: {unit: minute, requests_per_unit: 2}
+      - key: path
+        value: "docs/*"
+        rate_limit: {unit: minute, requests_per_unit: 1}
+)",
+                                              "rls.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  StartWith(*config);
+  const auto file = [](const std::string& path, const std::string& user) {
+    return std::vector<Entries>{{{"path", path}, {"user", user}}};
+  };
+  EXPECT_EQ(Ok("files", file("files/a.pdf", "ann")).overall_code(), Response::OK);
+  EXPECT_EQ(Ok("files", file("files/b.csv", "ann")).overall_code(), Response::OK);
+  EXPECT_EQ(Ok("files", file("files/c.txt", "ann")).overall_code(), Response::OVER_LIMIT);
+  // The entry after the shared one keeps its value: another user, another state.
+  EXPECT_EQ(Ok("files", file("files/a.pdf", "bob")).overall_code(), Response::OK);
+  // Without share_threshold each value has its own.
+  EXPECT_EQ(Ok("files", {{{"path", "docs/a"}}}).overall_code(), Response::OK);
+  EXPECT_EQ(Ok("files", {{{"path", "docs/b"}}}).overall_code(), Response::OK);
+  EXPECT_EQ(Ok("files", {{{"path", "docs/a"}}}).overall_code(), Response::OVER_LIMIT);
+}
+
 TEST_F(RlsTest, ALongValueIsLimitedLikeAnyOther) {
   // Regression: a descriptor whose key passed 1024 bytes was INVALID_ARGUMENT,
   // which Envoy's default failure mode admits: a long header value escaped

@@ -99,17 +99,19 @@ bool DomainRules::WildcardMatch(std::string_view pattern, std::string_view value
   return p == pattern.size();
 }
 
-const Rule* DomainRules::Match(std::span<const Entry> entries) const {
+const Rule* DomainRules::Match(std::span<Entry> entries) const {
   const Level* level = &root_;
   for (size_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
+    Entry& e = entries[i];
     auto key = level->keys.find(Absl(e.key));
     if (key == level->keys.end()) return nullptr;
     const Level::Key& k = key->second;
     const Node* next = nullptr;
     if (auto v = k.by_value.find(Absl(e.value)); v != k.by_value.end()) next = v->second.get();
     for (size_t w = 0; next == nullptr && w < k.wildcards.size(); ++w) {
-      if (WildcardMatch(k.wildcards[w].first, e.value)) next = k.wildcards[w].second.get();
+      if (!WildcardMatch(k.wildcards[w].first, e.value)) continue;
+      next = k.wildcards[w].second.get();
+      if (next->share_threshold) e.value = k.wildcards[w].first;
     }
     if (next == nullptr) next = k.any.get();
     if (next == nullptr) return nullptr;
@@ -217,6 +219,7 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig
           !s.ok()) {
         return s;
       }
+      node->share_threshold = d.share_threshold;
       DomainRules::Level::Key& key = level.keys[d.key];
       if (!d.value) {
         key.any = std::move(node);

@@ -15,7 +15,8 @@
 //
 // Each rate_limit becomes one Policy (named for the RateLimit fields, with
 // one Limiter, none when it admits nothing); the state key is the domain and the
-// request's whole entry list, so distinct values get distinct state. Like
+// request's whole entry list, so distinct values get distinct state (but
+// the values a `share_threshold` wildcard matched, which share one). Like
 // PolicySet, a RuleSet is immutable once built; a rebuild for a reload
 // keeps the Limiter (and so the state) of every rule whose place in the
 // tree and whose limit did not change.
@@ -83,7 +84,10 @@ struct RuleOptions {
 class DomainRules {
  public:
   // The rule for a request descriptor's entries; null when none applies.
-  const Rule* Match(std::span<const Entry> entries) const;
+  // An entry that took a wildcard node with `share_threshold` has its value
+  // replaced by the node's pattern, so that every value the pattern matches
+  // has one state key (StateKey), as envoyproxy/ratelimit keys its cache.
+  const Rule* Match(std::span<Entry> entries) const;
   // Whether `value` matches `pattern`, where each `*` stands for any run of
   // characters (none included) and every other character for itself.
   static bool WildcardMatch(std::string_view pattern, std::string_view value);
@@ -103,6 +107,7 @@ class DomainRules {
   };
   struct Node {
     const Rule* rule = nullptr;
+    bool share_threshold = false;  // a wildcard node whose values share one state
     Level children;
   };
   std::string domain_;

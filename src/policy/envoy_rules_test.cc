@@ -151,13 +151,41 @@ TEST_F(RulesTest, StateKeysAreDistinctForDistinctEntryLists) {
   EXPECT_EQ(StateKeyLength("d|x", c), StateKey("d|x", c).size());
 }
 
+TEST_F(RulesTest, AShareThresholdWildcardPutsItsPatternInTheKey) {
+  std::shared_ptr<const RuleSet> set = Build(R"(
+domain: d
+descriptors:
+  - key: k
+    value: "f*"
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: "g*"
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: "fixed"
+    rate_limit: {unit: second, requests_per_unit: 1}
+)");
+  const DomainRules* d = set->Find("d");
+  ASSERT_NE(d, nullptr);
+  const auto key = [&](std::string_view value) {
+    std::vector<Entry> entries = {{"k", value}};
+    EXPECT_NE(d->Match(entries), nullptr) << value;
+    return StateKey("d", entries);
+  };
+  EXPECT_EQ(key("foo"), key("far"));
+  EXPECT_EQ(key("foo"), StateKey("d", std::vector<Entry>{{"k", "f*"}}));
+  EXPECT_NE(key("gap"), key("gum"));    // no share_threshold: a value each
+  EXPECT_NE(key("fixed"), key("foo"));  // an exact value is matched first, and keyed by it
+}
+
 TEST_F(RulesTest, ARebuildKeepsLimitersOfUnchangedRules) {
   std::shared_ptr<const RuleSet> first = Build(kRules);
   std::string changed(kRules);
   changed.replace(changed.find("requests_per_unit: 2"), 20, "requests_per_unit: 9");
   std::shared_ptr<const RuleSet> second = Build(changed, first.get());
-  const std::vector<Entry> any = {{"k", "zzz"}};
-  const std::vector<Entry> exact = {{"k", "exact"}};
+  std::vector<Entry> any = {{"k", "zzz"}};
+  std::vector<Entry> exact = {{"k", "exact"}};
   EXPECT_EQ(first->Find("d")->Match(any)->policy.shared_limiter(),
             second->Find("d")->Match(any)->policy.shared_limiter());
   EXPECT_NE(first->Find("d")->Match(exact)->policy.shared_limiter(),

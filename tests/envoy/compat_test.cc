@@ -224,7 +224,9 @@ TEST(Check, InvalidFilesAreRefusedWithFileLineAndProblem) {
       // naming the key.
       {"quota_mode.yaml", 4, ": descriptors[0].quota_mode: not supported by sluice"},
       {"value_to_metric.yaml", 4, ": descriptors[0].value_to_metric: not supported by sluice"},
-      {"share_threshold.yaml", 5, ": descriptors[0].share_threshold: not supported by sluice"},
+      // "share_threshold can only be used with wildcard values (ending with '*')"
+      {"share_threshold.yaml", 5,
+       ": descriptors[0].share_threshold: share_threshold needs a wildcard value"},
       // Documented differences: the peer loads these two (a missing
       // requests_per_unit reads as 0; a replaces naming no limit does
       // nothing); sluice refuses them.
@@ -531,6 +533,24 @@ TEST_F(Decisions, ExactThenFirstWildcardThenKeyOnly) {
             "OK 10/HOUR r=9");  // first wildcard
   EXPECT_EQ(One("compat_wildcard", {{"route", "/api/other"}}), "OK 10/HOUR r=9");
   EXPECT_EQ(One("compat_wildcard", {{"route", "/web"}}), "OK 40/HOUR r=39");  // key only
+}
+
+// --- share_threshold.yaml
+
+TEST_F(Decisions, ShareThresholdCountsEveryValueOfTheWildcardTogether) {
+  EXPECT_EQ(One("compat_share_threshold", {{"files", "files/a.pdf"}}), "OK 3/HOUR r=2");
+  EXPECT_EQ(One("compat_share_threshold", {{"files", "files/b.csv"}}), "OK 3/HOUR r=1");
+  EXPECT_EQ(One("compat_share_threshold", {{"files", "files/c"}}), "OK 3/HOUR r=0");
+  EXPECT_EQ(One("compat_share_threshold", {{"files", "files/d"}}), "OVER_LIMIT 3/HOUR r=0");
+  // Above a nested rule: the wildcard's values share, the next entry's do not.
+  EXPECT_EQ(One("compat_share_threshold", {{"bucket", "tmp-1"}, {"user", "ann"}}), "OK 2/HOUR r=1");
+  EXPECT_EQ(One("compat_share_threshold", {{"bucket", "tmp-2"}, {"user", "ann"}}), "OK 2/HOUR r=0");
+  EXPECT_EQ(One("compat_share_threshold", {{"bucket", "tmp-3"}, {"user", "ann"}}),
+            "OVER_LIMIT 2/HOUR r=0");
+  EXPECT_EQ(One("compat_share_threshold", {{"bucket", "tmp-1"}, {"user", "bob"}}), "OK 2/HOUR r=1");
+  // Without it, a counter per value.
+  EXPECT_EQ(One("compat_share_threshold", {{"plain", "p1"}}), "OK 1/HOUR r=0");
+  EXPECT_EQ(One("compat_share_threshold", {{"plain", "p2"}}), "OK 1/HOUR r=0");
 }
 
 // --- nesting.yaml
