@@ -104,6 +104,10 @@ struct EnvoyDomain {
 // order; no domain appears twice.
 struct EnvoyConfig {
   std::vector<EnvoyDomain> domains;
+  // envoy_shadow_mode (envoyproxy/ratelimit's SHADOW_MODE): every rule as if
+  // it had shadow_mode, and a call OVER_LIMIT by a limit the request itself
+  // gave answered OK.
+  bool shadow_mode = false;
 };
 
 struct EnvoyParseOptions {

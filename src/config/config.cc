@@ -824,7 +824,7 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
   absl::StatusOr<Fields> f =
       ReadMap(root, kMapOfKeys,
               {"server", "store", "trusted_proxies", "real_ip_header", "client_ip_prefix", "routes",
-               "policies", "grpc", "envoy", "envoy_files", "rlqs"});
+               "policies", "grpc", "envoy", "envoy_files", "envoy_shadow_mode", "rlqs"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
   if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
@@ -927,6 +927,13 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
                                    {.shared_store = shared_store_});
     if (!envoy.ok()) return envoy.status();
     config.envoy = *std::move(envoy);
+  }
+  if (const Value* x = f->Find("envoy_shadow_mode")) {
+    if (config.envoy == nullptr)
+      return Fail(*x, "shadows the envoy rules: set envoy or envoy_files");
+    auto envoy = std::make_shared<EnvoyConfig>(*config.envoy);
+    SLUICE_ASSIGN_OR_RETURN(envoy->shadow_mode, ReadBool(*x));
+    config.envoy = std::move(envoy);
   }
   return config;
 }

@@ -185,6 +185,13 @@ TEST(EnvoyConfigErrors, ShareThresholdNeedsAWildcardValue) {
   EXPECT_TRUE(shared->descriptors[0].share_threshold);
 }
 
+TEST(EnvoyConfigErrors, EnvoyShadowModeNeedsRulesToShadow) {
+  EXPECT_EQ(ConfigErrorOf("envoy_shadow_mode: true\n"),
+            "t.yaml:1: envoy_shadow_mode: shadows the envoy rules: set envoy or envoy_files");
+  EXPECT_EQ(ConfigErrorOf("envoy: [{domain: d, descriptors: []}]\nenvoy_shadow_mode: 1\n"),
+            "t.yaml:2: envoy_shadow_mode: expected true or false, got \"1\"");
+}
+
 TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value_to_metric: true\n"),
             "rl.yaml:4: descriptors[0].value_to_metric: not supported by sluice: descriptor values "

@@ -333,7 +333,9 @@ void Call::Complete(const policy::Verdict& verdict) {
         *this, grpc::Status(ToGrpc(verdict.error.code()), std::string(verdict.error.message())));
     return;
   }
-  const bool over = !verdict.allowed;
+  // envoy_shadow_mode: the rules are shadows already; what is left over is a
+  // limit the request gave itself, answered OK as envoyproxy/ratelimit does.
+  const bool over = !verdict.allowed && !snapshot->shadow;
   response->set_overall_code(over ? rls::RateLimitResponse::OVER_LIMIT
                                   : rls::RateLimitResponse::OK);
   for (const Item& item : items) {
@@ -623,12 +625,15 @@ class RlsServerImpl final : public RlsServer {
  private:
   absl::StatusOr<std::shared_ptr<const Snapshot>> Build(const Config& config,
                                                         const RuleSet* previous) const {
+    RuleOptions options = options_;
+    options.shadow = config.envoy != nullptr && config.envoy->shadow_mode;
     absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
-        RuleSet::Create(config.envoy.get(), options_, previous);
+        RuleSet::Create(config.envoy.get(), options, previous);
     if (!rules.ok()) return rules.status();
     auto snapshot = std::make_shared<Snapshot>();
     snapshot->rules = *std::move(rules);
     snapshot->legacy_headers = config.server.legacy_headers;
+    snapshot->shadow = options.shadow;
     snapshot->rlqs = config.rlqs;
     return std::shared_ptr<const Snapshot>(std::move(snapshot));
   }

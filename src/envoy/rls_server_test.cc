@@ -271,6 +271,53 @@ TEST_F(RlsTest, ShadowModeCountsButNeverDenies) {
                               "outcome=\"allowed\"} 1"));
 }
 
+TEST_F(RlsTest, EnvoyShadowModeShadowsEveryRule) {
+  // envoyproxy/ratelimit's SHADOW_MODE: decided and counted, never denied;
+  // a limit the request gives itself too.
+  absl::StatusOr<Config> config = ParseConfig(R"(
+grpc: {listen: 127.0.0.1:0}
+envoy_shadow_mode: true
+envoy:
+  - domain: d
+    descriptors:
+      - key: k
+        rate_limit: {unit: minute, requests_per_unit: 1}
+)",
+                                              "rls.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->envoy->shadow_mode);
+  StartWith(*config);
+  EXPECT_EQ(Ok("d", {{{"k", "a"}}}).overall_code(), Response::OK);
+  for (int i = 0; i < 2; ++i) {
+    const Response r = Ok("d", {{{"k", "a"}}});
+    EXPECT_EQ(r.overall_code(), Response::OK);
+    EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);
+  }
+  EXPECT_THAT(metrics_.Render(),
+              HasSubstr("sluice_decisions_total{policy=\"d.k\",outcome=\"shadow_denied\"} 2"));
+  rls::RateLimitRequest own = Request("d", {{{"k", "b"}}});
+  own.mutable_descriptors(0)->mutable_limit()->set_requests_per_unit(1);
+  own.mutable_descriptors(0)->mutable_limit()->set_unit(::envoy::type::v3::MINUTE);
+  EXPECT_EQ(Ok(own).overall_code(), Response::OK);
+  const Response second = Ok(own);
+  EXPECT_EQ(second.overall_code(), Response::OK);
+  EXPECT_EQ(second.statuses(0).code(), Response::OVER_LIMIT);  // as the peer: only overall is OK
+  // Without it, the same rule denies.
+  absl::StatusOr<Config> plain = ParseConfig(R"(
+grpc: {listen: 127.0.0.1:0}
+envoy:
+  - domain: d
+    descriptors:
+      - key: k
+        rate_limit: {unit: minute, requests_per_unit: 1}
+)",
+                                             "rls.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  server_->Swap(*server_->Prepare(*plain));
+  EXPECT_EQ(Ok("d", {{{"k", "c"}}}).overall_code(), Response::OK);
+  EXPECT_EQ(Ok("d", {{{"k", "c"}}}).overall_code(), Response::OVER_LIMIT);
+}
+
 TEST_F(RlsTest, ReplacesRemovesTheNamedLimitWhenItApplies) {
   const Entries free_plan = {{"plan", "free"}};
   const Entries premium = {{"plan", "premium"}};

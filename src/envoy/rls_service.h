@@ -20,6 +20,7 @@ namespace sluice::envoy {
 struct RlsServer::Snapshot {
   std::shared_ptr<const policy::RuleSet> rules;
   bool legacy_headers = false;     // server.legacy_headers
+  bool shadow = false;             // envoy_shadow_mode
   std::optional<RlqsConfig> rlqs;  // the quota service's rules
 };
 

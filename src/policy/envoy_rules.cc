@@ -209,8 +209,8 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Create(const EnvoyConfig
             limiter = *std::move(made);
           }
         }
-        Finish(*rule, std::move(limiter), rl.name.empty() ? node_stats : rl.name, d.shadow_mode,
-               *options.metrics);
+        Finish(*rule, std::move(limiter), rl.name.empty() ? node_stats : rl.name,
+               d.shadow_mode || options.shadow, *options.metrics);
         node->rule = rule.get();
         set->by_id_[node_id] = rule.get();
         set->rules_.push_back(std::move(rule));

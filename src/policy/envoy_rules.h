@@ -79,6 +79,8 @@ struct RuleOptions {
   Store* shared = nullptr;  // the store of `scope: global` limits, when configured
   const Clock* clock = nullptr;
   metrics::Metrics* metrics = nullptr;
+  // Every rule in shadow mode (EnvoyConfig::shadow_mode).
+  bool shadow = false;
 };
 
 class DomainRules {
