@@ -274,16 +274,15 @@ TEST_F(RlsTest, ShadowModeCountsButNeverDenies) {
 TEST_F(RlsTest, EnvoyShadowModeShadowsEveryRule) {
   // envoyproxy/ratelimit's SHADOW_MODE: decided and counted, never denied;
   // a limit the request gives itself too.
-  absl::StatusOr<Config> config = ParseConfig(R"(
+  const std::string rules = R"(
 grpc: {listen: 127.0.0.1:0}
-envoy_shadow_mode: true
 envoy:
   - domain: d
     descriptors:
       - key: k
         rate_limit: {unit: minute, requests_per_unit: 1}
-)",
-                                              "rls.yaml");
+)";
+  absl::StatusOr<Config> config = ParseConfig("envoy_shadow_mode: true" + rules, "rls.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_TRUE(config->envoy->shadow_mode);
   StartWith(*config);
@@ -303,15 +302,7 @@ envoy:
   EXPECT_EQ(second.overall_code(), Response::OK);
   EXPECT_EQ(second.statuses(0).code(), Response::OVER_LIMIT);  // as the peer: only overall is OK
   // Without it, the same rule denies.
-  absl::StatusOr<Config> plain = ParseConfig(R"(
-grpc: {listen: 127.0.0.1:0}
-envoy:
-  - domain: d
-    descriptors:
-      - key: k
-        rate_limit: {unit: minute, requests_per_unit: 1}
-)",
-                                             "rls.yaml");
+  absl::StatusOr<Config> plain = ParseConfig(rules, "rls.yaml");
   ASSERT_TRUE(plain.ok()) << plain.status();
   server_->Swap(*server_->Prepare(*plain));
   EXPECT_EQ(Ok("d", {{{"k", "c"}}}).overall_code(), Response::OK);
