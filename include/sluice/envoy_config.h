@@ -101,7 +101,8 @@ struct EnvoyDomain {
 };
 
 // Config::envoy: the domains of `envoy:` (inline) then of `envoy_files:`, in
-// order; no domain appears twice.
+// order; no domain appears twice (with envoy_merge_domains, its later
+// appearances' descriptors are added to the first).
 struct EnvoyConfig {
   std::vector<EnvoyDomain> domains;
   // envoy_shadow_mode (envoyproxy/ratelimit's SHADOW_MODE): every rule as if
@@ -114,6 +115,9 @@ struct EnvoyParseOptions {
   // A shared store (store.redis) is configured: `scope` defaults to global
   // and may be global.
   bool shared_store = false;
+  // envoy_merge_domains (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIGS): a
+  // domain met again adds its descriptors to the first one's.
+  bool merge_domains = false;
 };
 
 // One envoyproxy/ratelimit config file's text. `source` names it in errors.

@@ -824,7 +824,8 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
   absl::StatusOr<Fields> f =
       ReadMap(root, kMapOfKeys,
               {"server", "store", "trusted_proxies", "real_ip_header", "client_ip_prefix", "routes",
-               "policies", "grpc", "envoy", "envoy_files", "envoy_shadow_mode", "rlqs"});
+               "policies", "grpc", "envoy", "envoy_files", "envoy_shadow_mode",
+               "envoy_merge_domains", "rlqs"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
   if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
@@ -917,14 +918,20 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
     }
     SLUICE_RETURN_IF_ERROR(ReadRlqs(*x, config.rlqs.emplace()));
   }
-  if (f->Find("envoy") != nullptr || f->Find("envoy_files") != nullptr) {
+  const bool envoy_rules = f->Find("envoy") != nullptr || f->Find("envoy_files") != nullptr;
+  bool merge_domains = false;
+  if (const Value* x = f->Find("envoy_merge_domains")) {
+    if (!envoy_rules) return Fail(*x, "merges envoy domains: set envoy or envoy_files");
+    SLUICE_ASSIGN_OR_RETURN(merge_domains, ReadBool(*x));
+  }
+  if (envoy_rules) {
     auto at = [](const Value* v) {
       return v == nullptr ? std::nullopt
                           : std::optional<internal::YamlAt>({v->node, v->path, v->line});
     };
     absl::StatusOr<std::shared_ptr<const EnvoyConfig>> envoy =
         internal::ReadEnvoySection(source(), at(f->Find("envoy")), at(f->Find("envoy_files")),
-                                   {.shared_store = shared_store_});
+                                   {.shared_store = shared_store_, .merge_domains = merge_domains});
     if (!envoy.ok()) return envoy.status();
     config.envoy = *std::move(envoy);
   }

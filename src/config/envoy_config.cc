@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -400,13 +401,39 @@ absl::StatusOr<std::shared_ptr<const EnvoyConfig>> ReadEnvoySection(
     const std::optional<YamlAt>& envoy_files, const EnvoyParseOptions& options) {
   auto config = std::make_shared<EnvoyConfig>();
   Reader reader(source, options);
-  // domain -> "file:line" of its first appearance
-  std::map<std::string, std::string, std::less<>> seen;
+  // domain -> "file:line" of its first appearance, and its index
+  std::map<std::string, std::pair<std::string, size_t>, std::less<>> seen;
+  // With merge_domains: domain, key and value (or none) of each first-level
+  // descriptor -> its "file:line".
+  std::map<std::tuple<std::string, std::string, std::optional<std::string>>, std::string> merged;
   auto add = [&](EnvoyDomain domain, const YamlAt& at, const Reader& where) -> absl::Status {
-    auto [it, inserted] = seen.emplace(domain.domain, Cat(domain.source, ":", domain.line));
+    const std::string here = Cat(domain.source, ":", domain.line);
+    auto [it, inserted] = seen.try_emplace(domain.domain, here, config->domains.size());
+    if (options.merge_domains) {
+      // As envoyproxy/ratelimit merges: the first level's descriptors join
+      // the domain's; the same key and value met twice is an error there too.
+      for (size_t i = 0; i < domain.descriptors.size(); ++i) {
+        const EnvoyDescriptor& d = domain.descriptors[i];
+        const std::string place = Cat(domain.source, ":", d.line);
+        auto [first, added] = merged.try_emplace({domain.domain, d.key, d.value}, place);
+        if (!added) {
+          return where.Fail(
+              {YAML::Node(), Cat("descriptors[", i, "]"), d.line},
+              Cat("duplicate descriptor key \"", d.key, "\"",
+                  d.value ? Cat(" value \"", *d.value, "\"") : std::string(" (any value)"),
+                  " in domain \"", domain.domain, "\" (first at ", first->second, ")"));
+        }
+      }
+    }
     if (!inserted) {
-      return where.Fail(
-          at, Cat("duplicate domain \"", domain.domain, "\" (first at ", it->second, ")"));
+      if (!options.merge_domains) {
+        return where.Fail(
+            at, Cat("duplicate domain \"", domain.domain, "\" (first at ", it->second.first, ")"));
+      }
+      EnvoyDomain& into = config->domains[it->second.second];
+      for (EnvoyDescriptor& d : domain.descriptors) into.descriptors.push_back(std::move(d));
+      for (std::string& w : domain.warnings) into.warnings.push_back(std::move(w));
+      return absl::OkStatus();
     }
     config->domains.push_back(std::move(domain));
     return absl::OkStatus();

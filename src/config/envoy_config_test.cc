@@ -192,6 +192,20 @@ TEST(EnvoyConfigErrors, EnvoyShadowModeNeedsRulesToShadow) {
             "t.yaml:2: envoy_shadow_mode: expected true or false, got \"1\"");
 }
 
+TEST(EnvoyConfigErrors, EnvoyMergeDomainsRefusesADescriptorTwice) {
+  const std::string twice =
+      "envoy_merge_domains: true\nenvoy:\n  - domain: d\n    descriptors:\n      - key: k\n"
+      "  - domain: d\n    descriptors:\n      - key: j\n      - key: k\n";
+  EXPECT_EQ(ConfigErrorOf(twice),
+            "t.yaml:9: descriptors[1]: duplicate descriptor key \"k\" (any value) in domain \"d\" "
+            "(first at t.yaml:5)");
+  EXPECT_EQ(ConfigErrorOf("envoy_merge_domains: true\n"),
+            "t.yaml:1: envoy_merge_domains: merges envoy domains: set envoy or envoy_files");
+  // Without it, a domain twice is refused.
+  EXPECT_EQ(ConfigErrorOf(twice.substr(twice.find('\n') + 1)),
+            "t.yaml:5: envoy[1].domain: duplicate domain \"d\" (first at t.yaml:2)");
+}
+
 TEST(EnvoyConfigErrors, KnownButUnimplementedKeysAreNamed) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value_to_metric: true\n"),
             "rl.yaml:4: descriptors[0].value_to_metric: not supported by sluice: descriptor values "

@@ -309,6 +309,31 @@ envoy:
   EXPECT_EQ(Ok("d", {{{"k", "c"}}}).overall_code(), Response::OVER_LIMIT);
 }
 
+TEST_F(RlsTest, EnvoyMergeDomainsJoinsADomainWrittenTwice) {
+  // envoyproxy/ratelimit's MERGE_DOMAIN_CONFIGS.
+  absl::StatusOr<Config> config = ParseConfig(R"(
+grpc: {listen: 127.0.0.1:0}
+envoy_merge_domains: true
+envoy:
+  - domain: d
+    descriptors:
+      - key: a
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - domain: d
+    descriptors:
+      - key: b
+        rate_limit: {unit: minute, requests_per_unit: 1}
+)",
+                                              "rls.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->envoy->domains.size(), 1u);
+  StartWith(*config);
+  for (const char* key : {"a", "b"}) {
+    EXPECT_EQ(Ok("d", {{{key, "x"}}}).overall_code(), Response::OK) << key;
+    EXPECT_EQ(Ok("d", {{{key, "x"}}}).overall_code(), Response::OVER_LIMIT) << key;
+  }
+}
+
 TEST_F(RlsTest, ReplacesRemovesTheNamedLimitWhenItApplies) {
   const Entries free_plan = {{"plan", "free"}};
   const Entries premium = {{"plan", "premium"}};

@@ -4,7 +4,8 @@
 //   compat/*.yaml               valid; all loaded by one `sluice serve`
 //   compat/invalid/*.yaml       refused by `--check` (by the peer too, but for
 //                               the documented differences)
-//   compat/merge/*.yaml         one domain in two files (refused, as by the peer)
+//   compat/merge/*.yaml         one domain in two files (refused, as by the peer, but
+//                               with envoy_merge_domains)
 //   compat/peer_accepts/*.yaml  loaded by the peer, refused by sluice (see
 //                               PeerAcceptedFilesLoad)
 // The expected answers are the peer's (its README, src/config/config_impl.go,
@@ -73,7 +74,9 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& out, const 
 }
 
 // A sluice config, in `dir`, that loads the given envoy files (absolute paths).
-std::string WriteConfig(const std::string& dir, const std::vector<std::string>& files) {
+// `extra`: more top-level keys, one per line.
+std::string WriteConfig(const std::string& dir, const std::vector<std::string>& files,
+                        const std::string& extra = "") {
   std::filesystem::create_directories(dir);
   std::string list;
   for (const std::string& f : files) list += (list.empty() ? "" : ", ") + f;
@@ -81,8 +84,7 @@ std::string WriteConfig(const std::string& dir, const std::vector<std::string>& 
   std::ofstream(path)
       << "server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0, threads: 2, drain_timeout: 5s}\n"
          "grpc: {listen: 127.0.0.1:0}\n"
-         "envoy_files: ["
-      << list << "]\n";
+      << extra << "envoy_files: [" << list << "]\n";
   return path;
 }
 
@@ -102,11 +104,11 @@ struct CheckResult {
 };
 
 // `sluice serve --config C --check` with a config naming `files`.
-CheckResult Check(const std::vector<std::string>& files) {
+CheckResult Check(const std::vector<std::string>& files, const std::string& extra = "") {
   static int n = 0;
   const std::string dir = testing::TempDir() + "/sluice_compat_check_" + std::to_string(getpid()) +
                           "_" + std::to_string(++n);
-  const std::string config = WriteConfig(dir, files);
+  const std::string config = WriteConfig(dir, files, extra);
   CheckResult result;
   const pid_t pid = Spawn({"serve", "--config", config, "--check"}, dir + "/out", dir + "/err");
   if (pid <= 0) return result;
@@ -153,9 +155,22 @@ TEST(Check, MetadataIsIgnoredWithAWarning) {
 }
 
 // The peer refuses a second file with the same domain unless
-// MERGE_DOMAIN_CONFIGS is set ("duplicate domain '...' in config file");
-// sluice does not implement the merge (documented).
-TEST(Check, OneDomainInTwoFilesIsRefused) {
+// MERGE_DOMAIN_CONFIGS is set ("duplicate domain '...' in config file"),
+// and so does sluice unless envoy_merge_domains is.
+TEST(Check, OneDomainInTwoFilesIsRefusedUnlessMerged) {
+  const CheckResult merged = Check({kCompat + "/merge/first.yaml", kCompat + "/merge/second.yaml"},
+                                   "envoy_merge_domains: true\n");
+  EXPECT_EQ(merged.exit_code, 0) << merged.err;
+  // A descriptor with the same key and value in both is refused there too
+  // ("duplicate descriptor composite key").
+  const CheckResult twice = Check({kCompat + "/merge/first.yaml", kCompat + "/merge/first.yaml"},
+                                  "envoy_merge_domains: true\n");
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("/merge/first.yaml:3: descriptors[0]: duplicate descriptor key \"k1\" "
+                           "(any value) in domain \"compat_merged\" (first at " +
+                           kCompat + "/merge/first.yaml:3)"),
+            std::string::npos)
+      << twice.err;
   const CheckResult r = Check({kCompat + "/merge/first.yaml", kCompat + "/merge/second.yaml"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("sluice: " + kCompat +
