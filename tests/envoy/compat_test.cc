@@ -524,6 +524,10 @@ TEST_F(Decisions, TrailingWildcard) {
   EXPECT_EQ(One("compat_wildcard", {{"prefix", "xfoo"}}), "OK - r=0");
 }
 
+// Documented difference: the peer's wildcards are trailing only (its
+// wildcardKeys are the values ending in `*`, matched as prefixes), so to
+// it `bar*b` and `foo*bar*baz` are exact values; sluice reads a `*`
+// anywhere as a wildcard.
 TEST_F(Decisions, MidValueWildcard) {
   for (const char* v : {"barab", "barb", "bar123b"}) {
     EXPECT_EQ(One("compat_wildcard", {{"mid", v}}), "OK 5/HOUR r=4") << v;
