@@ -10,28 +10,45 @@ Reservations::Key Reservations::KeyOf(std::string_view signature) {
   return key;
 }
 
-void Reservations::ForgetOldest() {
-  const Given& oldest = given_.front();
-  // Unless settled already (or given again since, with the same signature).
-  if (auto it = open_.find(oldest.key); it != open_.end() && it->second == oldest.expires) {
-    open_.erase(it);
+bool Reservations::IsOpen(const Given& given) const {
+  // Not settled yet (nor given again since with the same signature).
+  const auto it = open_.find(given.key);
+  return it != open_.end() && it->second == given.expires;
+}
+
+void Reservations::ForgetOldestOpen() {
+  while (!given_.empty()) {
+    const Given oldest = given_.front();
+    given_.pop_front();
+    if (IsOpen(oldest)) {
+      open_.erase(oldest.key);
+      return;
+    }
   }
-  given_.pop_front();
 }
 
 void Reservations::DropExpired(Time now) {
   // All expire an hour after they are given, so the oldest first; a clock
   // stepped back leaves some for later, and Take still reads each expiry.
-  while (!given_.empty() && given_.front().expires <= now) ForgetOldest();
+  while (!given_.empty() && given_.front().expires <= now) {
+    if (IsOpen(given_.front())) open_.erase(given_.front().key);
+    given_.pop_front();
+  }
 }
 
 void Reservations::Add(std::string_view signature, Time expires, Time now) {
   const Key key = KeyOf(signature);
   std::lock_guard lock(mu_);
   DropExpired(now);
-  if (given_.size() >= max_) ForgetOldest();
+  if (open_.size() >= max_) ForgetOldestOpen();
   given_.push_back({key, expires});
   open_.insert_or_assign(key, expires);
+  // The settled ones leave their place in the order behind: dropped once
+  // they are half of it, so it stays within twice the open ones (a pass
+  // over it at most every as many additions as it holds open, plus 1024).
+  if (given_.size() > 2 * open_.size() + 1024) {
+    std::erase_if(given_, [this](const Given& g) { return !IsOpen(g); });
+  }
 }
 
 bool Reservations::Take(std::string_view signature, Time now) {

@@ -2,11 +2,12 @@
 // settled yet (docs/settled-costs.md): a reservation id is settled at most
 // once, and only before it expires. Reservation ids are signed with this
 // process' own random secret, so no other process can settle them and
-// this one's record is the whole truth. Bounded: it keeps the last
-// kMaxReservations given, and forgets the oldest first (its estimate stays
-// its cost). So reservations never settled, a caller's or a flood's, cost
-// the prompt ones nothing until they come at 2^18 in the time a settle
-// takes. Thread-safe.
+// this one's record is the whole truth. Bounded: it keeps up to
+// kMaxReservations open, and past that forgets the oldest open one first
+// (its estimate stays its cost). So reservations never settled, a
+// caller's or a flood's, cost the others nothing until 2^18 of them are
+// open at once, and a reservation settled late (a long request's) is kept
+// however many were given and settled since. Thread-safe.
 #ifndef SLUICE_SERVER_RESERVATIONS_H_
 #define SLUICE_SERVER_RESERVATIONS_H_
 
@@ -31,7 +32,8 @@ class Reservations {
  public:
   explicit Reservations(size_t max = kMaxReservations) : max_(max) {}
   // Records the reservation signed `signature` (TokenSignature), to be
-  // settled before `expires`; the oldest is forgotten when `max` are kept.
+  // settled before `expires`; the oldest open one is forgotten when `max`
+  // are open.
   void Add(std::string_view signature, Time expires, Time now);
   // Whether the reservation signed `signature` was kept and not expired at
   // `now`; it is not any more.
@@ -46,13 +48,14 @@ class Reservations {
     Time expires;
   };
   static Key KeyOf(std::string_view signature);
-  // Forgets the oldest given; the ones that expired by `now`.
-  void ForgetOldest();
+  bool IsOpen(const Given& given) const;
+  // Forgets the oldest open one; the ones that expired by `now`.
+  void ForgetOldestOpen();
   void DropExpired(Time now);
 
   const size_t max_;
   std::mutex mu_;
-  std::deque<Given> given_;  // in the order given, settled ones too
+  std::deque<Given> given_;  // in the order given, some settled ones too
   absl::flat_hash_map<Key, Time> open_;
 };
 

@@ -19,7 +19,7 @@ TEST(Reservations, SettledOnceBeforeTheyExpire) {
   EXPECT_FALSE(open.Take("never given", kNow));
 }
 
-TEST(Reservations, AFullRecordForgetsTheOldestFirst) {
+TEST(Reservations, AFullRecordForgetsTheOldestOpenOneFirst) {
   // Reservations never settled (a caller's that settles some of its checks,
   // or a flood's) cannot keep a prompt caller from its reservation.
   Reservations open(/*max=*/3);
@@ -31,12 +31,26 @@ TEST(Reservations, AFullRecordForgetsTheOldestFirst) {
   EXPECT_TRUE(open.Take("prompt", kNow + Duration::Seconds(1)));
   EXPECT_FALSE(open.Take("never settled 1", kNow));  // forgotten: its estimate stays its cost
   EXPECT_TRUE(open.Take("never settled 2", kNow));
-  // The settled ones count among the last given: two more forget the third.
+  // Only open ones count: two more, and the third is still there.
   open.Add("d", later, kNow);
   open.Add("e", later, kNow);
-  EXPECT_FALSE(open.Take("never settled 3", kNow));
+  EXPECT_TRUE(open.Take("never settled 3", kNow));
   EXPECT_TRUE(open.Take("d", kNow));
   EXPECT_TRUE(open.Take("e", kNow));
+}
+
+TEST(Reservations, ALateSettleIsKeptHoweverManyCameAndWentMeanwhile) {
+  // A long request's reservation (a model's answer, an upload) is settled
+  // minutes later; meanwhile many short ones are given and settled.
+  Reservations open(/*max=*/4);
+  const Time later = kNow + Duration::Hours(1);
+  open.Add("long", later, kNow);
+  for (int i = 0; i < 100'000; ++i) {
+    const std::string id = "short " + std::to_string(i);
+    open.Add(id, later, kNow);
+    ASSERT_TRUE(open.Take(id, kNow)) << i;
+  }
+  EXPECT_TRUE(open.Take("long", kNow));
 }
 
 TEST(Reservations, TellsSignaturesApartByTheirFirst16Characters) {
