@@ -556,6 +556,45 @@ std::optional<std::string_view> FieldParam(std::string_view value, std::string_v
   return std::nullopt;
 }
 
+// The boundaries servers may read in a multipart Content-Type, each once
+// (at most six): the `boundary` parameter (RFC 2046); PHP's, the text
+// after the first `=` that follows the first "boundary" (first as written,
+// else in any case) up to a `,` or `;` (or the closing quote of a quoted
+// one); Rack's, after the last "boundary=" in any case, up to a `"`, `;`
+// or `,`; each also without its surrounding blanks. A client that writes
+// the field so that two servers read two boundaries has its body read
+// with both.
+absl::InlinedVector<std::string_view, 6> Boundaries(std::string_view content_type) {
+  absl::InlinedVector<std::string_view, 6> out;
+  const auto add = [&](std::string_view b) {
+    for (std::string_view v : {b, Trim(b)}) {
+      if (!v.empty() && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    }
+  };
+  if (const std::optional<std::string_view> b = FieldParam(content_type, "boundary")) add(*b);
+  const std::string lower = internal::AsciiLower(content_type);
+  size_t php = content_type.find("boundary");
+  if (php == std::string_view::npos) php = lower.find("boundary");
+  if (php != std::string_view::npos) {
+    if (const size_t eq = content_type.find('=', php); eq != std::string_view::npos) {
+      std::string_view v = content_type.substr(eq + 1);
+      if (!v.empty() && v.front() == '"') {
+        v.remove_prefix(1);
+        v = v.substr(0, v.find('"'));
+      } else {
+        v = v.substr(0, v.find_first_of(",;"));
+      }
+      add(v);
+    }
+  }
+  if (const size_t rack = lower.rfind("boundary="); rack != std::string::npos) {
+    std::string_view v = content_type.substr(rack + 9);
+    if (!v.empty() && v.front() == '"') v.remove_prefix(1);
+    add(v.substr(0, v.find_first_of("\";,")));
+  }
+  return out;
+}
+
 // The methods a multipart body's `_method` parts name. Read loosely, so as
 // to find a part wherever a server might: a part begins after any
 // "--boundary", its head ends at the first empty line (CRLF or LF), its
@@ -621,8 +660,9 @@ absl::InlinedVector<std::string, 2> FormMethods(std::optional<std::string_view> 
   }
   EndsKept<std::string> methods;
   if (media.size() > 10 && internal::AsciiEqualsIgnoreCase(media.substr(0, 10), "multipart/")) {
-    const std::optional<std::string_view> boundary = FieldParam(*content_type, "boundary");
-    if (boundary && !boundary->empty()) MultipartMethods(*boundary, body, methods);
+    for (std::string_view boundary : Boundaries(*content_type)) {
+      MultipartMethods(boundary, body, methods);
+    }
   }
   return std::move(methods).Take();
 }

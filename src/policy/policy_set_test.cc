@@ -397,6 +397,20 @@ TEST(FormMethods, AFormsMethodFieldsAsRackAndPhpReadThem) {
       "preamble\n--b\nContent-Disposition: form-data; name=_method\n\nDELETE\n--b\n"
       "Content-Disposition: form-data; filename=\"_method\"; name='.method'\n\nPATCH\n--b--";
   EXPECT_EQ(FormMethods("multipart/form-data; boundary=b", lf), (Methods{"DELETE", "PATCH"}));
+  // Where servers read the boundary differently (PHP the first "boundary",
+  // Rack the last "boundary="), the body is read with each.
+  const std::string by_php =
+      "--php\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPUT\r\n--php--";
+  EXPECT_EQ(FormMethods("multipart/form-data; x=boundary=php; boundary=real", by_php),
+            Methods{"PUT"});
+  const std::string by_rack =
+      "--rack\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--rack--";
+  EXPECT_EQ(FormMethods("multipart/form-data; boundary=real; x=\"boundary=rack\"", by_rack),
+            Methods{"DELETE"});
+  EXPECT_EQ(FormMethods("multipart/form-data; BOUNDARY = spaced ",
+                        "--spaced\n"
+                        "Content-Disposition: form-data; name=_method\n\nPATCH\n--spaced--"),
+            Methods{"PATCH"});
   // A part's filename is not its name; no boundary, no parts.
   const std::string file =
       "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"_method\"\r\n\r\nPUT\r\n--b--";
