@@ -653,9 +653,12 @@ void MultipartMethods(std::string_view boundary, std::string_view body,
 
 absl::InlinedVector<std::string, 2> FormMethods(std::optional<std::string_view> content_type,
                                                 std::string_view body) {
-  if (!content_type) return QueryMethods(body);
-  const std::string_view media = Trim(content_type->substr(0, content_type->find(';')));
-  if (internal::AsciiEqualsIgnoreCase(media, "application/x-www-form-urlencoded")) {
+  // Rack's media type ends at a `;` or a `,`, and an empty one is no type:
+  // a POST without one is a form to it.
+  const std::string_view media =
+      content_type ? Trim(content_type->substr(0, content_type->find_first_of(";,"))) : "";
+  if (media.empty() ||
+      internal::AsciiEqualsIgnoreCase(media, "application/x-www-form-urlencoded")) {
     return QueryMethods(body);
   }
   EndsKept<std::string> methods;

@@ -188,12 +188,11 @@ class Policy {
 absl::InlinedVector<std::string, 2> QueryMethods(std::string_view query);
 
 // The methods the `_method` fields of a POST's form body name, read as
-// Rack (Rails) and PHP (Laravel, Symfony) read a form: with no Content-Type
-// (Rack parses it as a form) or application/x-www-form-urlencoded, its
-// parameters (QueryMethods); multipart (RFC 7578), each part whose
-// Content-Disposition `name` is `_method` as PHP reads a name; else none.
-// `content_type` is the field's value, nullopt when absent. The first and
-// the last few.
+// Rack (Rails) and PHP (Laravel, Symfony) read a form: with no media type
+// (no Content-Type, or an empty one: Rack parses it as a form) or
+// application/x-www-form-urlencoded, its parameters (QueryMethods); multipart (RFC 7578), each part
+// whose Content-Disposition `name` is `_method` as PHP reads a name; else none. `content_type` is
+// the field's value, nullopt when absent. The first and the last few.
 absl::InlinedVector<std::string, 2> FormMethods(std::optional<std::string_view> content_type,
                                                 std::string_view body);
 

@@ -383,7 +383,10 @@ TEST(FormMethods, AFormsMethodFieldsAsRackAndPhpReadThem) {
   EXPECT_EQ(FormMethods("Application/X-WWW-Form-Urlencoded; charset=utf-8", "%5Fmethod=patch"),
             Methods{"patch"});
   EXPECT_EQ(FormMethods("application/x-www-form-urlencoded", ".method=DELETE"),
-            Methods{"DELETE"});  // PHP's name for it
+            Methods{"DELETE"});                               // PHP's name for it
+  EXPECT_EQ(FormMethods("", "_method=PUT"), Methods{"PUT"});  // no media type: a form to Rack
+  EXPECT_EQ(FormMethods(" ; charset=utf-8", "_method=PUT"), Methods{"PUT"});
+  EXPECT_EQ(FormMethods("application/x-www-form-urlencoded, x", "_method=PUT"), Methods{"PUT"});
   EXPECT_EQ(FormMethods("text/plain", "_method=PUT"), Methods{});
   // Multipart: each part named `_method`, its line breaks CRLF or LF, its
   // name quoted or not, the boundary quoted or not.
