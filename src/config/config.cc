@@ -918,29 +918,28 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
     }
     SLUICE_RETURN_IF_ERROR(ReadRlqs(*x, config.rlqs.emplace()));
   }
+  // envoy, envoy_files and what applies to all their domains.
   const bool envoy_rules = f->Find("envoy") != nullptr || f->Find("envoy_files") != nullptr;
-  bool merge_domains = false;
+  bool merge_domains = false, shadow_mode = false;
   if (const Value* x = f->Find("envoy_merge_domains")) {
     if (!envoy_rules) return Fail(*x, "merges envoy domains: set envoy or envoy_files");
     SLUICE_ASSIGN_OR_RETURN(merge_domains, ReadBool(*x));
+  }
+  if (const Value* x = f->Find("envoy_shadow_mode")) {
+    if (!envoy_rules) return Fail(*x, "shadows the envoy rules: set envoy or envoy_files");
+    SLUICE_ASSIGN_OR_RETURN(shadow_mode, ReadBool(*x));
   }
   if (envoy_rules) {
     auto at = [](const Value* v) {
       return v == nullptr ? std::nullopt
                           : std::optional<internal::YamlAt>({v->node, v->path, v->line});
     };
-    absl::StatusOr<std::shared_ptr<const EnvoyConfig>> envoy =
+    absl::StatusOr<std::shared_ptr<EnvoyConfig>> envoy =
         internal::ReadEnvoySection(source(), at(f->Find("envoy")), at(f->Find("envoy_files")),
                                    {.shared_store = shared_store_, .merge_domains = merge_domains});
     if (!envoy.ok()) return envoy.status();
+    (*envoy)->shadow_mode = shadow_mode;
     config.envoy = *std::move(envoy);
-  }
-  if (const Value* x = f->Find("envoy_shadow_mode")) {
-    if (config.envoy == nullptr)
-      return Fail(*x, "shadows the envoy rules: set envoy or envoy_files");
-    auto envoy = std::make_shared<EnvoyConfig>(*config.envoy);
-    SLUICE_ASSIGN_OR_RETURN(envoy->shadow_mode, ReadBool(*x));
-    config.envoy = std::move(envoy);
   }
   return config;
 }

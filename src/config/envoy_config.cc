@@ -396,7 +396,7 @@ absl::StatusOr<EnvoyDomain> LoadEnvoyFile(const std::string& path, EnvoyParseOpt
 
 namespace internal {
 
-absl::StatusOr<std::shared_ptr<const EnvoyConfig>> ReadEnvoySection(
+absl::StatusOr<std::shared_ptr<EnvoyConfig>> ReadEnvoySection(
     const std::string& source, const std::optional<YamlAt>& envoy,
     const std::optional<YamlAt>& envoy_files, const EnvoyParseOptions& options) {
   auto config = std::make_shared<EnvoyConfig>();
@@ -468,7 +468,7 @@ absl::StatusOr<std::shared_ptr<const EnvoyConfig>> ReadEnvoySection(
       SLUICE_RETURN_IF_ERROR(add(*std::move(domain), domain_at, file_reader));
     }
   }
-  return std::shared_ptr<const EnvoyConfig>(std::move(config));
+  return config;
 }
 
 }  // namespace internal

@@ -19,7 +19,7 @@ namespace sluice::internal {
 // relative to the directory of `source`); either may be absent. Each file
 // is read and its errors name the file itself. A domain may appear only
 // once across all of them.
-absl::StatusOr<std::shared_ptr<const EnvoyConfig>> ReadEnvoySection(
+absl::StatusOr<std::shared_ptr<EnvoyConfig>> ReadEnvoySection(
     const std::string& source, const std::optional<YamlAt>& envoy,
     const std::optional<YamlAt>& envoy_files, const EnvoyParseOptions& options);
 

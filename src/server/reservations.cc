@@ -16,24 +16,24 @@ bool Reservations::IsOpen(const Given& given) const {
   return it != open_.end() && it->second == given.expires;
 }
 
+bool Reservations::PopOldest() {
+  const Given oldest = given_.front();
+  given_.pop_front();
+  if (!IsOpen(oldest)) return false;
+  open_.erase(oldest.key);
+  return true;
+}
+
 void Reservations::ForgetOldestOpen() {
   while (!given_.empty()) {
-    const Given oldest = given_.front();
-    given_.pop_front();
-    if (IsOpen(oldest)) {
-      open_.erase(oldest.key);
-      return;
-    }
+    if (PopOldest()) return;
   }
 }
 
 void Reservations::DropExpired(Time now) {
   // All expire an hour after they are given, so the oldest first; a clock
   // stepped back leaves some for later, and Take still reads each expiry.
-  while (!given_.empty() && given_.front().expires <= now) {
-    if (IsOpen(given_.front())) open_.erase(given_.front().key);
-    given_.pop_front();
-  }
+  while (!given_.empty() && given_.front().expires <= now) PopOldest();
 }
 
 void Reservations::Add(std::string_view signature, Time expires, Time now) {

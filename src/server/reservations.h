@@ -49,6 +49,9 @@ class Reservations {
   };
   static Key KeyOf(std::string_view signature);
   bool IsOpen(const Given& given) const;
+  // Drops the oldest given from the order, and from the open ones if it
+  // was open (then true). REQUIRES: one is given.
+  bool PopOldest();
   // Forgets the oldest open one; the ones that expired by `now`.
   void ForgetOldestOpen();
   void DropExpired(Time now);
