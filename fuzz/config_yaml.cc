@@ -2,8 +2,9 @@
 // section's keys, values, rates, addresses and cross-checks, including the
 // Envoy rules written inline (`envoy:`).
 //
-// `envoy_files:` names files that are read, relative to the directory the
-// target runs in (the text is "fuzz.yaml"); run it where that is harmless.
+// The files `envoy_files:` and `store.redis.tls` name are read, relative to
+// the directory the target runs in (the text is "fuzz.yaml"); run it where
+// that is harmless.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

@@ -29,6 +29,7 @@ SLUICE_TEST_PACKAGES=(
   python3          # the integration tests (standard library only)
   nginx-light      # the auth_request end-to-end test
   redis-server redis-tools  # the Redis store's tests run a real server
+  openssl          # test_redis_tls makes its certificates with the openssl command
   clang-format     # scripts/format --check: every C++ file follows .clang-format
   chromium chromium-driver python3-selenium  # the dashboard in a real browser (test_dashboard.py)
   systemd          # scripts/test-package: systemd-analyze verify and security on the unit

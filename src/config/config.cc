@@ -71,6 +71,7 @@ class Parser : public internal::YamlReader {
   absl::Status ReadServer(const Value& v, ServerConfig& out) const;
   absl::Status ReadDecision(const Value& v, DecisionConfig& out) const;
   absl::Status ReadStore(const Value& v, StoreConfig& out) const;
+  absl::Status ReadRedisTls(const Value& v, RedisTls& out) const;
   absl::Status ReadTrustedProxies(const Value& v, std::vector<Cidr>& out) const;
   absl::Status ReadClientIpPrefix(const Value& v, ClientIpPrefix& out) const;
   absl::Status ReadMatch(const Value& v, MatchConfig& out) const;
@@ -262,7 +263,7 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
         ReadMap(*redis, kMapOfKeys,
                 {"url", "cluster", "user", "password", "password_env", "database", "timeout",
                  "connect_timeout", "key_prefix", "cache_denials", "max_batch", "linger",
-                 "calls_in_flight", "window_state"});
+                 "calls_in_flight", "window_state", "tls"});
     if (!r.ok()) return r.status();
     RedisStoreOptions& o = out.redis.emplace();
     const Value* url = r->Find("url");
@@ -276,6 +277,7 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
       absl::StatusOr<RedisUrl> parsed = ParseRedisUrl(*text);
       if (!parsed.ok()) return Fail(*url, parsed.status());
       o.url = *text;
+      o.tls.enabled = parsed->tls;
     }
     if (cluster != nullptr) {
       absl::StatusOr<std::vector<Value>> nodes = ReadList(*cluster, "nodes (host:port)");
@@ -343,6 +345,50 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
                               ReadChoice<WindowState>(*x, {{"text", WindowState::kText},
                                                            {"integer", WindowState::kInteger}}));
     }
+    if (const Value* x = r->Find("tls")) {
+      if (url != nullptr && !o.tls.enabled) {
+        return Fail(*x, "the url is redis://, plain TCP: write rediss:// for TLS");
+      }
+      SLUICE_RETURN_IF_ERROR(ReadRedisTls(*x, o.tls));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// store.redis.tls: `true`, or the files and the name to verify. Each file
+// must be readable now (a path relative to this file's folder); the client
+// reads them when it connects.
+absl::Status Parser::ReadRedisTls(const Value& v, RedisTls& out) const {
+  if (v.node.IsScalar()) {
+    SLUICE_ASSIGN_OR_RETURN(const bool on, ReadBool(v));
+    if (!on) return Fail(v, "TLS cannot be turned off here: remove the key (or use redis://)");
+    out.enabled = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Fields> f =
+      ReadMap(v, kMapOfKeys, {"ca_file", "cert_file", "key_file", "server_name"});
+  if (!f.ok()) return f.status();
+  out.enabled = true;
+  const size_t slash = source().rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : source().substr(0, slash + 1);
+  for (auto [key, field] : {std::pair<const char*, std::string*>{"ca_file", &out.ca_file},
+                            {"cert_file", &out.cert_file},
+                            {"key_file", &out.key_file}}) {
+    const Value* x = f->Find(key);
+    if (x == nullptr) continue;
+    SLUICE_ASSIGN_OR_RETURN(const std::string given, ReadScalar(*x, "a file path"));
+    if (given.empty()) return Fail(*x, "expected a file path");
+    *field = given.front() == '/' ? given : dir + given;
+    // A certificate or key is a few KiB; a chain of many, less than 1 MiB.
+    absl::StatusOr<std::string> text = internal::ReadTextFile(*field, 1 << 20);
+    if (!text.ok()) return Fail(*x, text.status());
+  }
+  if ((f->Find("cert_file") == nullptr) != (f->Find("key_file") == nullptr)) {
+    return Fail(v, "give cert_file and key_file together (the client's certificate and its key)");
+  }
+  if (const Value* x = f->Find("server_name")) {
+    SLUICE_ASSIGN_OR_RETURN(out.server_name, ReadScalar(*x, "a host name"));
+    if (out.server_name.empty()) return Fail(*x, "expected a host name");
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -445,7 +446,7 @@ TEST(ConfigErrors, DuplicateKeyInOneMap) {
 TEST(ConfigErrors, RedisStore) {
   EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"http://127.0.0.1:6379\"}\n"),
             "t.yaml:2: store.redis.url: redis url \"http://127.0.0.1:6379\": must start with "
-            "redis:// (TLS, rediss://, is not supported)");
+            "redis:// or, for TLS, rediss://");
   EXPECT_EQ(ErrorOf("store:\n  redis: {timeout: 10ms}\n"),
             "t.yaml:2: store.redis: give exactly one of url (one server) and cluster (a list of "
             "nodes)");
@@ -457,6 +458,56 @@ TEST(ConfigErrors, RedisStore) {
             "t.yaml:2: store.redis.key_prefix: no '{' or '}': they would move the keys' hash tag");
   EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"redis://a\", password_env: SLUICE_NO_SUCH_VAR}\n"),
             "t.yaml:2: store.redis.password_env: the environment has no SLUICE_NO_SUCH_VAR");
+}
+
+TEST(ConfigRedis, TlsByTheUrlOrTheTlsKey) {
+  Config c = Load("store:\n  redis: {url: \"rediss://app:pw@redis.example.com:6380\"}\n");
+  ASSERT_TRUE(c.store.redis.has_value());
+  EXPECT_EQ(c.store.redis->tls, (RedisTls{.enabled = true}));
+  c = Load("store:\n  redis: {cluster: [\"10.0.0.1:6380\"], tls: true}\n");
+  EXPECT_EQ(c.store.redis->tls, (RedisTls{.enabled = true}));
+  c = Load("store:\n  redis: {url: \"redis://127.0.0.1\"}\n");
+  EXPECT_EQ(c.store.redis->tls, RedisTls{});
+
+  // The files, relative to the config file's folder, readable at load.
+  const std::string dir = testing::TempDir() + "/sluice_tls_config";
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"ca.pem", "client.pem", "client.key"}) {
+    std::ofstream(dir + "/" + name) << "-----BEGIN CERTIFICATE-----\n";
+  }
+  const absl::StatusOr<Config> loaded = ParseConfig(
+      "store:\n  redis:\n    cluster: [\"10.0.0.1:6380\"]\n    tls: {ca_file: ca.pem, "
+      "cert_file: client.pem, key_file: " +
+          dir + "/client.key, server_name: redis.example.com}\n",
+      dir + "/sluice.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->store.redis->tls, (RedisTls{.enabled = true,
+                                                .ca_file = dir + "/ca.pem",
+                                                .cert_file = dir + "/client.pem",
+                                                .key_file = dir + "/client.key",
+                                                .server_name = "redis.example.com"}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConfigErrors, RedisTls) {
+  EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"redis://a\", tls: true}\n"),
+            "t.yaml:2: store.redis.tls: the url is redis://, plain TCP: write rediss:// for TLS");
+  EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"rediss://a\", tls: false}\n"),
+            "t.yaml:2: store.redis.tls: TLS cannot be turned off here: remove the key (or use "
+            "redis://)");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    url: \"rediss://a\"\n    tls: {ca_file: "
+                    "/nonexistent/ca.pem}\n"),
+            "t.yaml:4: store.redis.tls.ca_file: /nonexistent/ca.pem: cannot read: No such file "
+            "or directory");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    url: \"rediss://a\"\n    tls: {cert_file: "
+                    "/dev/null}\n"),
+            "t.yaml:4: store.redis.tls: give cert_file and key_file together (the client's "
+            "certificate and its key)");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    url: \"rediss://a\"\n    tls: {verify: false}\n"),
+            "t.yaml:4: store.redis.tls.verify: unknown key (expected one of: ca_file, cert_file, "
+            "key_file, server_name)");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    url: \"rediss://a\"\n    tls: {server_name: \"\"}\n"),
+            "t.yaml:4: store.redis.tls.server_name: expected a host name");
 }
 
 TEST(ConfigRedis, AGlobalFixedWindowMayBeLeased) {

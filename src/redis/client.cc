@@ -10,9 +10,14 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 
 #include "base/cat.h"
 #include "base/parse_number.h"
@@ -65,6 +70,52 @@ constexpr int kSlots = 16384;
 
 std::string_view ReplyText(const redisReply& r) { return {r.str, r.len}; }
 
+// OpenSSL's reason for the last failure on this thread, or `otherwise`.
+std::string OpenSslReason(std::string_view otherwise) {
+  const unsigned long code = ERR_peek_last_error();
+  ERR_clear_error();
+  if (code == 0) return std::string(otherwise);
+  const char* reason = ERR_reason_error_string(code);
+  return reason != nullptr ? std::string(reason) : std::string(otherwise);
+}
+
+// What every TLS connection is made with: the authorities trusted, the
+// client's certificate, TLS 1.2 at least, the peer verified.
+absl::StatusOr<std::unique_ptr<net::ssl::context>> MakeTlsContext(const TlsOptions& tls) {
+  auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
+  SSL_CTX* native = ctx->native_handle();
+  ERR_clear_error();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  if (tls.ca_file.empty()) {
+    if (SSL_CTX_set_default_verify_paths(native) != 1) {
+      return absl::InvalidArgumentError(
+          Cat("redis tls: the system's trusted authorities: ", OpenSslReason("not readable")));
+    }
+  } else if (SSL_CTX_load_verify_locations(native, tls.ca_file.c_str(), nullptr) != 1) {
+    return absl::InvalidArgumentError(
+        Cat("redis tls ca_file ", tls.ca_file, ": ", OpenSslReason("no certificate read")));
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError("redis tls: give cert_file and key_file together");
+  }
+  if (!tls.cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(native, tls.cert_file.c_str()) != 1) {
+      return absl::InvalidArgumentError(
+          Cat("redis tls cert_file ", tls.cert_file, ": ", OpenSslReason("no certificate read")));
+    }
+    if (SSL_CTX_use_PrivateKey_file(native, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+      return absl::InvalidArgumentError(
+          Cat("redis tls key_file ", tls.key_file, ": ", OpenSslReason("no key read")));
+    }
+    if (SSL_CTX_check_private_key(native) != 1) {
+      return absl::InvalidArgumentError(
+          Cat("redis tls key_file ", tls.key_file, ": not the key of cert_file ", tls.cert_file));
+    }
+  }
+  SSL_CTX_set_verify(native, SSL_VERIFY_PEER, nullptr);
+  return ctx;
+}
+
 }  // namespace
 
 uint16_t HashSlot(std::string_view key) {
@@ -95,8 +146,9 @@ struct Request {
 
 class Client::Impl {
  public:
-  explicit Impl(ClientOptions options)
+  Impl(ClientOptions options, std::unique_ptr<net::ssl::context> tls)
       : options_(std::move(options)),
+        tls_context_(std::move(tls)),
         timeout_(std::chrono::microseconds(options_.timeout.micros())),
         sweep_(ioc_) {
     slot_owner_.fill(-1);
@@ -293,12 +345,21 @@ class Client::Impl {
     SteadyClock::time_point deadline;  // its own: entries are not in deadline order
   };
 
+  // One connection: its socket and, with TLS, the TLS layer over it.
+  // Shared with the handlers of its reads and writes: a closed
+  // connection's TLS layer lives until the last of them has run.
+  struct Link {
+    explicit Link(net::io_context& ioc) : socket(ioc) {}
+    tcp::socket socket;
+    std::optional<net::ssl::stream<tcp::socket&>> tls;
+  };
+
   struct Node {
-    explicit Node(net::io_context& ioc) : socket(ioc), retry(ioc) {}
+    explicit Node(net::io_context& ioc) : retry(ioc) {}
     Endpoint endpoint;
     bool master = true;
     enum State { kDown, kConnecting, kReady } state = kDown;
-    tcp::socket socket;
+    std::shared_ptr<Link> link;  // null before the first connect
     net::steady_timer retry;
     uint64_t generation = 0;  // bumped on close: stale handlers see it and stop
     std::string out;          // commands waiting for the write in progress
@@ -453,6 +514,7 @@ class Client::Impl {
   void Connect(Node& n) {
     n.state = Node::kConnecting;
     const uint64_t gen = ++n.generation;
+    n.link = std::make_shared<Link>(ioc_);
     boost::system::error_code ec;
     const net::ip::address address = net::ip::make_address(n.endpoint.host, ec);
     auto connect_to = [this, &n, gen](std::vector<tcp::endpoint> targets) {
@@ -462,13 +524,16 @@ class Client::Impl {
       }
       auto shared = std::make_shared<std::vector<tcp::endpoint>>(std::move(targets));
       net::async_connect(
-          n.socket, *shared,
+          n.link->socket, *shared,
           [this, &n, gen, shared](boost::system::error_code ec, const tcp::endpoint&) {
             if (gen != n.generation) return;
             if (ec) {
               return Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
                                                          ": connect: ", ec.message())));
             }
+            boost::system::error_code ignored;
+            n.link->socket.set_option(tcp::no_delay(true), ignored);
+            if (tls_context_ != nullptr) return StartTls(n);
             OnConnected(n);
           });
     };
@@ -499,9 +564,46 @@ class Client::Impl {
         });
   }
 
+  // The TLS handshake, within the connect timeout as the rest: the node's
+  // certificate must chain to a trusted authority and carry the expected
+  // name (the node's host, or TlsOptions::server_name for every node).
+  void StartTls(Node& n) {
+    auto& tls = n.link->tls.emplace(n.link->socket, *tls_context_);
+    SSL* ssl = tls.native_handle();
+    const std::string& name =
+        options_.tls.server_name.empty() ? n.endpoint.host : options_.tls.server_name;
+    boost::system::error_code not_address;
+    net::ip::make_address(name, not_address);
+    bool named = false;
+    if (!not_address) {
+      named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) == 1;
+    } else {
+      // SNI carries host names only, never an address.
+      named = SSL_set1_host(ssl, name.c_str()) == 1 &&
+              SSL_set_tlsext_host_name(ssl, const_cast<char*>(name.c_str())) == 1;
+    }
+    if (!named) {
+      return Close(n, absl::InvalidArgumentError(Cat("redis ", n.endpoint.ToString(),
+                                                     ": TLS: cannot verify the name \"", name,
+                                                     "\": ", OpenSslReason("not a name"))));
+    }
+    const uint64_t gen = n.generation;
+    tls.async_handshake(net::ssl::stream_base::client, [this, &n, gen, link = n.link](
+                                                           boost::system::error_code ec) {
+      if (gen != n.generation) return;
+      if (ec) {
+        const long verified = SSL_get_verify_result(link->tls->native_handle());
+        return Close(n, absl::UnavailableError(
+                            Cat("redis ", n.endpoint.ToString(), ": TLS handshake: ",
+                                verified != X509_V_OK ? Cat("the certificate is not trusted: ",
+                                                            X509_verify_cert_error_string(verified))
+                                                      : ec.message())));
+      }
+      OnConnected(n);
+    });
+  }
+
   void OnConnected(Node& n) {
-    boost::system::error_code ignored;
-    n.socket.set_option(tcp::no_delay(true), ignored);
     n.reader = redisReaderCreate();
     n.last_answer = SteadyClock::now();
     StartRead(n);
@@ -616,7 +718,7 @@ class Client::Impl {
     n.state = Node::kDown;
     n.last_error = std::string(why.message());
     boost::system::error_code ignored;
-    n.socket.close(ignored);
+    if (n.link != nullptr) n.link->socket.close(ignored);
     n.retry.cancel();
     if (n.reader != nullptr) {
       redisReaderFree(n.reader);
@@ -648,7 +750,6 @@ class Client::Impl {
     n.retry.expires_after(n.backoff);
     n.retry.async_wait([this, &n, gen](boost::system::error_code ec) {
       if (ec || gen != n.generation || stopping_now_) return;
-      n.socket = tcp::socket(ioc_);
       Connect(n);
     });
   }
@@ -659,29 +760,33 @@ class Client::Impl {
     n.writing.swap(n.out);
     n.out.clear();
     const uint64_t gen = n.generation;
-    net::async_write(
-        n.socket, net::buffer(n.writing), [this, &n, gen](boost::system::error_code ec, size_t) {
-          if (gen != n.generation) return;
-          n.write_active = false;
-          n.writing.clear();
-          if (ec) {
-            return Close(n, absl::UnavailableError(
-                                Cat("redis ", n.endpoint.ToString(), ": write: ", ec.message())));
-          }
-          StartWrite(n);
-        });
+    auto written = [this, &n, gen, link = n.link](boost::system::error_code ec, size_t) {
+      if (gen != n.generation) return;
+      n.write_active = false;
+      n.writing.clear();
+      if (ec) {
+        return Close(n, absl::UnavailableError(
+                            Cat("redis ", n.endpoint.ToString(), ": write: ", ec.message())));
+      }
+      StartWrite(n);
+    };
+    if (n.link->tls) {
+      net::async_write(*n.link->tls, net::buffer(n.writing), std::move(written));
+    } else {
+      net::async_write(n.link->socket, net::buffer(n.writing), std::move(written));
+    }
   }
 
   void StartRead(Node& n) {
     const uint64_t gen = n.generation;
-    n.socket.async_read_some(net::buffer(n.in), [this, &n, gen](boost::system::error_code ec,
-                                                                size_t size) {
+    auto read = [this, &n, gen, link = n.link](boost::system::error_code ec, size_t size) {
       if (gen != n.generation) return;
       if (ec) {
-        return Close(
-            n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(), ": ",
-                                          ec == net::error::eof ? "connection closed by the server"
-                                                                : Cat("read: ", ec.message()))));
+        return Close(n, absl::UnavailableError(
+                            Cat("redis ", n.endpoint.ToString(), ": ",
+                                ec == net::error::eof || ec == net::ssl::error::stream_truncated
+                                    ? "connection closed by the server"
+                                    : Cat("read: ", ec.message()))));
       }
       if (redisReaderFeed(n.reader, n.in.data(), size) != REDIS_OK) {
         return Close(n,
@@ -699,7 +804,12 @@ class Client::Impl {
       }
       for (auto& node : nodes_) StartWrite(*node);
       StartRead(n);
-    });
+    };
+    if (n.link->tls) {
+      n.link->tls->async_read_some(net::buffer(n.in), std::move(read));
+    } else {
+      n.link->socket.async_read_some(net::buffer(n.in), std::move(read));
+    }
   }
 
   void Dispatch(Node& n, Reply reply) {
@@ -981,6 +1091,7 @@ class Client::Impl {
   }
 
   ClientOptions options_;
+  std::unique_ptr<net::ssl::context> tls_context_;  // set when options_.tls.enabled
   std::chrono::microseconds timeout_;
   net::io_context ioc_{1};
   std::thread thread_;
@@ -1018,7 +1129,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.cluster && options.database != 0) {
     return absl::InvalidArgumentError("redis cluster: a Cluster has only database 0");
   }
-  auto impl = std::make_unique<Impl>(std::move(options));
+  std::unique_ptr<net::ssl::context> tls;
+  if (options.tls.enabled) {
+    absl::StatusOr<std::unique_ptr<net::ssl::context>> made = MakeTlsContext(options.tls);
+    if (!made.ok()) return made.status();
+    tls = *std::move(made);
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(tls));
   absl::Status started = impl->Start();
   if (!started.ok()) {
     impl->Stop();

@@ -59,6 +59,18 @@ struct Endpoint {
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 
+// TLS on every connection (Redis' tls-port). The files are read once, by
+// Connect; every later connection (a reconnect, a discovered Cluster node)
+// uses what was read then.
+struct TlsOptions {
+  bool enabled = false;
+  std::string ca_file;      // PEM; empty: the system's trusted authorities
+  std::string cert_file;    // the client's certificate chain (PEM), with key_file
+  std::string key_file;     // its private key (PEM)
+  std::string server_name;  // the name every node's certificate must carry, and
+                            // the SNI sent; empty: the node's own host
+};
+
 struct ClientOptions {
   // One node, or a Cluster's seed nodes.
   std::vector<Endpoint> nodes;
@@ -66,6 +78,7 @@ struct ClientOptions {
   std::string user;      // ACL user; empty: "default" (AUTH password)
   std::string password;  // empty: no AUTH
   int database = 0;      // SELECT; not with a Cluster
+  TlsOptions tls;
   Duration connect_timeout = Duration::Seconds(1);
   // Per request, from Send to its answer.
   Duration timeout = Duration::Millis(50);
@@ -112,7 +125,8 @@ class Client {
  public:
   // Connects to every node (and, for a Cluster, discovers the slots and
   // connects to every master) before returning. Errors name the node:
-  // unreachable, refused AUTH, not a Cluster node, no slots.
+  // unreachable, refused AUTH, not a Cluster node, no slots, a certificate
+  // not trusted; or the TLS file that cannot be used.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
   ~Client();  // Stop()
 

@@ -69,13 +69,17 @@ absl::StatusOr<HostAndPort> ParseEndpoint(std::string_view text, std::string_vie
 }  // namespace
 
 absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return absl::InvalidArgumentError(Cat(
-        "redis url \"", url, "\": must start with redis:// (TLS, rediss://, is not supported)"));
-  }
-  std::string_view rest = url.substr(kScheme.size());
   RedisUrl out;
+  std::string_view rest = url;
+  if (rest.starts_with("redis://")) {
+    rest.remove_prefix(8);
+  } else if (rest.starts_with("rediss://")) {
+    rest.remove_prefix(9);
+    out.tls = true;
+  } else {
+    return absl::InvalidArgumentError(
+        Cat("redis url \"", url, "\": must start with redis:// or, for TLS, rediss://"));
+  }
   const size_t at = rest.rfind('@');
   if (at != std::string_view::npos) {
     const std::string_view info = rest.substr(0, at);

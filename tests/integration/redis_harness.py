@@ -35,8 +35,8 @@ import threading
 import time
 import unittest
 
-from harness import (HOST, START_TIMEOUT, Sluice, Upstream, metric_value, parse_metrics,
-                     request, require_binary, server_block)
+from harness import (BINARY, HOST, START_TIMEOUT, Sluice, Upstream, metric_value,
+                     parse_metrics, request, require_binary, server_block)
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -322,11 +322,13 @@ class RedisCluster:
     --cluster-replicas 1`: three masters covering the 16384 slots, one
     replica each."""
 
-    def __init__(self, directory, masters=3, replicas=1):
+    def __init__(self, directory, masters=3, replicas=1, make_server=None):
+        """make_server(directory): a cluster-mode RedisServer not yet started
+        (default: RedisServer(directory, cluster=True))."""
         require_redis()
         self.dir = directory
-        self.servers = [RedisServer(directory, cluster=True)
-                        for _ in range(masters * (replicas + 1))]
+        make_server = make_server or (lambda d: RedisServer(d, cluster=True))
+        self.servers = [make_server(directory) for _ in range(masters * (replicas + 1))]
         self.replicas = replicas
 
     def start(self):
@@ -405,7 +407,7 @@ class RedisCluster:
             if role[0] == "slave" and role[3] != "connected":
                 return False
         # Every master has as many replicas as live servers allow.
-        if len(live) == len(self.servers):
+        if self.replicas and len(live) == len(self.servers):
             for m in masters:
                 if not any(n["master_id"] == m["id"] for n in nodes):
                     return False
@@ -450,6 +452,28 @@ def redis_store_block(url=None, cluster=None, timeout="50ms", connect_timeout="1
     if window_state is not None:
         lines.append("    window_state: %s" % window_state)
     return "\n".join(lines) + "\n"
+
+
+def serve_until_exit(test, directory, config_text, quickly):
+    """Runs `sluice serve` on config_text in `directory`: it must exit by
+    itself, non-zero, within `quickly` seconds, before it served anything.
+    -> (exit code, stderr, seconds it ran)."""
+    path = os.path.join(directory, "config.yaml")
+    with open(path, "w") as f:
+        f.write(config_text)
+    start = time.monotonic()
+    try:
+        p = subprocess.run([BINARY, "serve", "--config", path], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=15, cwd=directory)
+    except subprocess.TimeoutExpired as e:
+        test.fail("sluice kept running with a bad store; stderr:\n%s" % (
+            (e.stderr or b"").decode(errors="replace")))
+    took = time.monotonic() - start
+    err = p.stderr.decode("utf-8", "replace")
+    test.assertNotEqual(p.returncode, 0, err)
+    test.assertLess(took, quickly, err)
+    test.assertNotIn("event=start", err)
+    return p.returncode, err, took
 
 
 def start_fleet(add_cleanup, config_text, count, directory):

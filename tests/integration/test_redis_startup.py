@@ -3,13 +3,10 @@ exits non-zero within about the connect timeout, with one line on stderr
 that names the node and the problem; `--check` reports a malformed URL at
 its file and line."""
 
-import os
-import subprocess
-import time
 import unittest
 
-from harness import BINARY, DeadPort, request, run_check, server_block
-from redis_harness import RedisFleetTestCase, redis_call, redis_store_block
+from harness import DeadPort, request, run_check, server_block
+from redis_harness import RedisFleetTestCase, redis_call, redis_store_block, serve_until_exit
 
 POLICIES = """\
 policies:
@@ -27,22 +24,8 @@ class RedisStartupTest(RedisFleetTestCase):
     def serve(self, store_block):
         """Runs `sluice serve` on a config with that store; it must exit by
         itself. -> (exit code, stderr, seconds it ran)."""
-        path = os.path.join(self.tmpdir, "config.yaml")
-        with open(path, "w") as f:
-            f.write(server_block() + store_block + POLICIES)
-        start = time.monotonic()
-        try:
-            p = subprocess.run([BINARY, "serve", "--config", path], stdin=subprocess.DEVNULL,
-                               capture_output=True, timeout=15, cwd=self.tmpdir)
-        except subprocess.TimeoutExpired as e:
-            self.fail("sluice kept running with a bad store; stderr:\n%s" % (
-                (e.stderr or b"").decode(errors="replace")))
-        took = time.monotonic() - start
-        err = p.stderr.decode("utf-8", "replace")
-        self.assertNotEqual(p.returncode, 0, err)
-        self.assertLess(took, QUICKLY, err)
-        self.assertNotIn("event=start", err)
-        return p.returncode, err, took
+        return serve_until_exit(self, self.tmpdir, server_block() + store_block + POLICIES,
+                                QUICKLY)
 
     def test_unreachable_url_names_the_node(self):
         """Nothing listens on the port: the message names host:port and

@@ -22,8 +22,22 @@ enum class WindowState {
              // by one INCRBY; read only by versions that read both forms
 };
 
+// TLS to every Redis node (docs/configuration.md, "TLS to Redis"). The
+// files are read when the store connects; the node's certificate must chain
+// to a trusted authority and name the node (or server_name).
+struct RedisTls {
+  bool enabled = false;     // a rediss:// URL turns it on too
+  std::string ca_file;      // PEM; empty: the system's trusted authorities
+  std::string cert_file;    // the client's certificate chain (PEM), with key_file
+  std::string key_file;     // its private key (PEM)
+  std::string server_name;  // the name every node's certificate must carry, and
+                            // the SNI sent; empty: the node's own host
+  friend bool operator==(const RedisTls&, const RedisTls&) = default;
+};
+
 struct RedisStoreOptions {
-  // One server: "redis://[[user]:password@]host[:port][/database]".
+  // One server: "redis://[[user]:password@]host[:port][/database]", or
+  // "rediss://..." for TLS.
   std::string url;
   // Or a Redis Cluster: some of its nodes, "host:port" (the rest are
   // discovered). Exactly one of `url` and `cluster`.
@@ -32,6 +46,7 @@ struct RedisStoreOptions {
   std::string user;
   std::string password;
   int database = 0;  // SELECT; overrides the URL's when not 0. Not with a Cluster.
+  RedisTls tls;
   // Per call, from the request to Redis' answer; then the policy's
   // on_store_error decides.
   Duration timeout = Duration::Millis(50);
@@ -77,8 +92,10 @@ struct RedisStoreOptions {
   friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
 };
 
-// A redis:// URL's parts. ParseRedisUrl's errors name the part that is wrong.
+// A redis:// (or rediss://, TLS) URL's parts. ParseRedisUrl's errors name
+// the part that is wrong.
 struct RedisUrl {
+  bool tls = false;  // rediss://
   std::string host;
   uint16_t port = 6379;
   std::string user;

@@ -1062,6 +1062,7 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOption
     client.user = url->user;
     client.password = url->password;
     client.database = url->database;
+    client.tls.enabled = url->tls;
   } else {
     client.cluster = true;
     for (const std::string& node : options.cluster) {
@@ -1073,6 +1074,12 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOption
   if (!options.user.empty()) client.user = options.user;
   if (!options.password.empty()) client.password = options.password;
   if (options.database != 0) client.database = options.database;
+  const RedisTls& tls = options.tls;
+  client.tls = {.enabled = client.tls.enabled || tls.enabled,
+                .ca_file = tls.ca_file,
+                .cert_file = tls.cert_file,
+                .key_file = tls.key_file,
+                .server_name = tls.server_name};
   client.timeout = options.timeout;
   client.connect_timeout = options.connect_timeout;
   client.functions.push_back(std::string(redis::FunctionLibrary()));

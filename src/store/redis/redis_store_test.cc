@@ -69,7 +69,15 @@ TEST(RedisUrlTest, Parses) {
   EXPECT_EQ(u->password, "secret");
   EXPECT_EQ(u->user, "");
   EXPECT_EQ(u->port, 6379);
+  u = ParseRedisUrl("rediss://app:pw@redis.example.com:6380/2");
+  ASSERT_TRUE(u.ok());
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->host, "redis.example.com");
+  EXPECT_EQ(u->port, 6380);
+  EXPECT_EQ(u->database, 2);
+  EXPECT_FALSE(ParseRedisUrl("redis://h")->tls);
   EXPECT_THAT(ParseRedisUrl("http://x").status().message(), HasSubstr("redis://"));
+  EXPECT_THAT(ParseRedisUrl("redisss://x").status().message(), HasSubstr("rediss://"));
   EXPECT_THAT(ParseRedisUrl("redis://h:99999").status().message(), HasSubstr("bad port"));
   EXPECT_THAT(ParseRedisUrl("redis://h:1/x").status().message(), HasSubstr("bad database"));
   EXPECT_THAT(ParseRedisUrl("redis://:1").status().message(), HasSubstr("no host"));

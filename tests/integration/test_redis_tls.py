@@ -1,0 +1,207 @@
+"""TLS to Redis (store.redis: rediss://, tls:): decisions go over TLS to a
+redis-server that speaks only TLS on the port sluice is given, and every
+certificate is verified: a node whose certificate no trusted authority
+signed, or that names another host, is refused at start with a message
+that names the node and the reason; a server that wants a client
+certificate gets the configured one. The certificates are made here with
+the openssl command, for 127.0.0.1 and redis.sluice.test."""
+
+import os
+import shutil
+import subprocess
+import unittest
+
+from harness import request, server_block
+from redis_harness import (RedisCluster, RedisFleetTestCase, RedisServer, free_port,
+                           redis_store_block, serve_until_exit, wait_until)
+
+OPENSSL = shutil.which("openssl")
+
+POLICIES = """\
+policies:
+  - name: fleet
+    on_store_error: deny
+    limits:
+      - {algorithm: fixed_window, rate: 5/m, scope: global}
+"""
+
+# Start-up, the connect timeout (1 s) and exit, on a loaded machine.
+QUICKLY = 4.0
+
+
+def openssl(*args, cwd):
+    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+
+
+def make_ca(directory, name):
+    """A certificate authority: NAME.pem and NAME.key."""
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", name + ".key", "-out", name + ".pem", "-days", "2",
+            "-subj", "/CN=sluice test " + name, cwd=directory)
+
+
+def make_certificate(directory, name, ca, alt_names, usage):
+    """NAME.pem and NAME.key, signed by CA, for the subjectAltName and the
+    extendedKeyUsage given (a Cluster node is its peers' client too)."""
+    with open(os.path.join(directory, name + ".ext"), "w") as f:
+        f.write("subjectAltName=%s\nextendedKeyUsage=%s\n" % (alt_names, usage))
+    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + name,
+            cwd=directory)
+    openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
+            "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".pem",
+            cwd=directory)
+
+
+class TlsRedis(RedisServer):
+    """A redis-server with a TLS port beside its plain one: sluice is given
+    the TLS port only; the test's own client reads keys on the plain one."""
+
+    def __init__(self, directory, certs, clients_need_certificates=False, cluster=False):
+        # A Cluster's bus listens 10000 above the TLS port.
+        self.tls_port = free_port(cluster_bus=cluster)
+        super().__init__(directory, cluster=cluster, extra_args=[
+            "--tls-port", str(self.tls_port),
+            "--tls-cert-file", os.path.join(certs, "server.pem"),
+            "--tls-key-file", os.path.join(certs, "server.key"),
+            "--tls-ca-cert-file", os.path.join(certs, "ca.pem"),
+            "--tls-auth-clients", "yes" if clients_need_certificates else "no",
+            # A Cluster's bus too (Redis then tells a TLS client the nodes'
+            # TLS ports, a plain one their plain ports).
+            "--tls-cluster", "yes" if cluster else "no"])
+
+    def tls_url(self, host="127.0.0.1"):
+        return "rediss://%s:%d" % (host, self.tls_port)
+
+
+class RedisTlsTest(RedisFleetTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        if not OPENSSL:
+            raise unittest.SkipTest("the openssl command makes the test certificates")
+        cls.certs = os.path.join(cls.class_dir, "certs")
+        os.mkdir(cls.certs)
+        make_ca(cls.certs, "ca")
+        make_ca(cls.certs, "other-ca")
+        make_certificate(cls.certs, "server", "ca", "DNS:redis.sluice.test,IP:127.0.0.1",
+                         "serverAuth,clientAuth")
+        make_certificate(cls.certs, "client", "ca", "DNS:sluice.client.test", "clientAuth")
+        cls.redis = cls.start_tls_redis(cls.class_dir, cls.addClassCleanup)
+
+    @classmethod
+    def start_tls_redis(cls, directory, add_cleanup, clients_need_certificates=False):
+        r = TlsRedis(directory, cls.certs, clients_need_certificates)
+        add_cleanup(r.kill)
+        return r.start()
+
+    def cert(self, name):
+        return os.path.join(self.certs, name)
+
+    def store(self, url, tls_lines=()):
+        block = redis_store_block(url=url, timeout="1s", connect_timeout="1s")
+        if tls_lines:
+            block += "    tls:\n" + "".join("      %s\n" % line for line in tls_lines)
+        return block
+
+    def decide(self, sluice, user, times):
+        """`times` checks for one user -> their statuses."""
+        return [request(sluice.port, "POST", "/v1/check", body={"policy": "fleet", "key": user},
+                        headers={"Content-Type": "application/json"}).status
+                for _ in range(times)]
+
+    def fleet_keys(self, redis):
+        return redis.call("KEYS", "sluice:*")
+
+    def test_decisions_over_tls_are_exact_and_land_in_redis(self):
+        """Two instances on the TLS port, with the test's authority: six
+        checks of one user, three from each, admit exactly five."""
+        fleet = self.start_fleet(server_block() + self.store(
+            self.redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + POLICIES, 2)
+        user = self.unique_key("tls")
+        statuses = self.decide(fleet[0], user, 3) + self.decide(fleet[1], user, 3)
+        self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
+        self.assertTrue(any(user in k for k in self.fleet_keys(self.redis)),
+                        "no key of %s in Redis" % user)
+
+    def test_a_certificate_no_trusted_authority_signed_is_refused(self):
+        """Another authority's file, or the system's authorities: sluice does
+        not start, and says which node and why."""
+        for lines in (["ca_file: %s" % self.cert("other-ca.pem")], []):
+            with self.subTest(tls=lines):
+                _, err, _ = serve_until_exit(
+                    self, self.tmpdir,
+                    server_block() + self.store(self.redis.tls_url(), lines) + POLICIES, QUICKLY)
+                self.assertIn("redis 127.0.0.1:%d" % self.redis.tls_port, err)
+                self.assertIn("the certificate is not trusted", err)
+
+    def test_the_name_on_the_certificate_is_verified(self):
+        """server_name: a name the certificate does not carry is refused; the
+        one it carries is accepted, whatever host the URL names."""
+        _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
+            self.redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem"),
+                                   "server_name: other.sluice.test"]) + POLICIES, QUICKLY)
+        self.assertIn("redis 127.0.0.1:%d" % self.redis.tls_port, err)
+        self.assertIn("hostname mismatch", err)
+        fleet = self.start_fleet(server_block() + self.store(
+            self.redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem"),
+                                   "server_name: redis.sluice.test"]) + POLICIES, 1)
+        self.assertEqual(self.decide(fleet[0], self.unique_key("named"), 1), [200])
+
+    def test_a_plain_url_to_the_tls_port_does_not_start(self):
+        """redis:// to a port that speaks TLS: refused at start (no answer
+        Redis can read), never taken for a working store."""
+        _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
+            "redis://127.0.0.1:%d" % self.redis.tls_port) + POLICIES, QUICKLY)
+        self.assertIn("redis 127.0.0.1:%d" % self.redis.tls_port, err)
+
+    def test_a_server_that_wants_a_client_certificate_gets_it(self):
+        """tls-auth-clients yes: without cert_file and key_file sluice is
+        refused at start; with them it decides."""
+        redis = self.start_tls_redis(self.tmpdir, self.addCleanup,
+                                     clients_need_certificates=True)
+        _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
+            redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + POLICIES, QUICKLY)
+        self.assertIn("redis 127.0.0.1:%d" % redis.tls_port, err)
+        fleet = self.start_fleet(server_block() + self.store(
+            redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem"),
+                              "cert_file: %s" % self.cert("client.pem"),
+                              "key_file: %s" % self.cert("client.key")]) + POLICIES, 1)
+        user = self.unique_key("mutual")
+        self.assertEqual(self.decide(fleet[0], user, 6), [200] * 5 + [429])
+
+    def test_a_cluster_over_tls(self):
+        """Three masters with TLS on their ports and their bus: sluice, given
+        one node's TLS port, finds the others' (Redis answers a TLS client
+        with TLS ports), verifies each, and decides every user exactly."""
+        cluster = RedisCluster(self.tmpdir, masters=3, replicas=0,
+                               make_server=lambda d: TlsRedis(d, self.certs, cluster=True))
+        self.addCleanup(cluster.stop)
+        cluster.start()
+        fleet = self.start_fleet(server_block() + redis_store_block(
+            cluster=["127.0.0.1:%d" % cluster.servers[0].tls_port], timeout="1s") +
+            "    tls: {ca_file: %s}\n" % self.cert("ca.pem") + POLICIES, 1)
+        users = [self.unique_key("user%d" % i) for i in range(12)]
+        for user in users:
+            self.assertEqual(self.decide(fleet[0], user, 6), [200] * 5 + [429], user)
+        holding = [s for s in cluster.servers if self.fleet_keys(s)]
+        self.assertEqual(len(holding), 3, "the users' keys are not on every master")
+
+    def test_a_restarted_redis_is_reached_again_over_tls(self):
+        """The server is killed and started again on the same ports: each
+        reconnect makes a new TLS connection, and decisions resume."""
+        redis = self.start_tls_redis(self.tmpdir, self.addCleanup)
+        fleet = self.start_fleet(server_block() + self.store(
+            redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + POLICIES, 1)
+        self.assertEqual(self.decide(fleet[0], self.unique_key("before"), 1), [200])
+        redis.kill()
+        redis.start()
+        user = self.unique_key("after")
+        wait_until(lambda: self.decide(fleet[0], user, 1) == [200], 10,
+                   what="a decision over TLS after the restart")
+        self.assertTrue(any(user in k for k in self.fleet_keys(redis)))
+
+
+if __name__ == "__main__":
+    unittest.main()
