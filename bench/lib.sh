@@ -60,12 +60,12 @@ start_callgrind_redis() {
 # persistence off (no fork for RDB or AOF in the middle of a run), its
 # files in a new temporary folder. Sets PORT, REDIS_PID, WORK (the folder,
 # for the benchmark's files too) and RCLI (redis-cli on it); at exit stops
-# it, by PID, and removes WORK.
+# it, by PID, and removes WORK. Arguments are added to redis-server's.
 start_bench_redis() {
-  WORK=$(mktemp -d)
+  WORK=${WORK:-$(mktemp -d)}
   PORT=$(free_port)
   redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
-    --dir "$WORK" --logfile "$WORK/redis.log" &
+    --dir "$WORK" --logfile "$WORK/redis.log" "$@" &
   REDIS_PID=$!
   trap stop_bench_redis EXIT
   RCLI=(timeout 10 redis-cli -p "$PORT")

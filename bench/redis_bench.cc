@@ -28,6 +28,7 @@
 // Usage: sluice_bench_redis --url redis://127.0.0.1:6379 [--depth 16]
 //          [--seconds 3] [--keys 1] [--algorithm fixed_window] [--mode pass|deny]
 //          [--rate R] [--lease -1|N] [--calls-in-flight 2] [--window-state text|integer]
+//          [--ca-file ca.pem --info-url redis://127.0.0.1:6379]   (with a rediss:// --url)
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -71,6 +72,9 @@ struct Flags {
   // The limit leased (docs/distributed.md, "Leased limits"): 0 none, -1
   // auto, else the slice size.
   int64_t lease = 0;
+  std::string ca_file;   // store.redis.tls.ca_file, with a rediss:// url
+  std::string info_url;  // where INFO commandstats is read; empty: url (a
+                         // plain port of the same server with rediss://)
 };
 
 std::string KeyName(int64_t n) {
@@ -246,9 +250,17 @@ int Main(const Flags& flags) {
     std::fprintf(stderr, "--url: %s\n", std::string(url.status().message()).c_str());
     return 2;
   }
+  absl::StatusOr<sluice::RedisUrl> info_url =
+      sluice::ParseRedisUrl(flags.info_url.empty() ? flags.url : flags.info_url);
+  if (!info_url.ok() || info_url->tls) {
+    std::fprintf(stderr, "--info-url: a redis:// url of the same server (%s)\n",
+                 std::string(info_url.status().message()).c_str());
+    return 2;
+  }
 
   absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store = sluice::RedisStore::Connect(
       {.url = flags.url,
+       .tls = {.ca_file = flags.ca_file},
        .timeout = sluice::Duration::Millis(flags.timeout_ms),
        .calls_in_flight = flags.calls_in_flight,
        .window_state = flags.window_state == "text" ? sluice::WindowState::kText
@@ -296,14 +308,14 @@ int Main(const Flags& flags) {
   }
 
   Runner runner(**limiter, flags.keys, flags.depth);
-  absl::StatusOr<std::map<std::string, CommandStat>> before = CommandCalls(*url);
+  absl::StatusOr<std::map<std::string, CommandStat>> before = CommandCalls(*info_url);
   if (!before.ok()) {
     std::fprintf(stderr, "%s\n", std::string(before.status().message()).c_str());
     return 1;
   }
   const uint64_t calls_before = (*store)->Health().calls;
   const double elapsed = runner.Run(flags.seconds);
-  absl::StatusOr<std::map<std::string, CommandStat>> after = CommandCalls(*url);
+  absl::StatusOr<std::map<std::string, CommandStat>> after = CommandCalls(*info_url);
   if (!after.ok()) {
     std::fprintf(stderr, "%s\n", std::string(after.status().message()).c_str());
     return 1;
@@ -356,7 +368,10 @@ int Main(const Flags& flags) {
 int main(int argc, char** argv) {
   Flags flags;
   CLI::App app{"sluice_bench_redis: the Redis store's decisions per second at a fixed depth"};
-  app.add_option("--url", flags.url, "redis://host:port");
+  app.add_option("--url", flags.url, "redis://host:port, or rediss:// for TLS");
+  app.add_option("--ca-file", flags.ca_file, "with rediss://: the authority to trust (PEM)");
+  app.add_option("--info-url", flags.info_url,
+                 "redis://host:port of the same server, where INFO is read (default: --url)");
   app.add_option("--depth", flags.depth, "decisions in flight")->check(CLI::Range(1, 100000));
   app.add_option("--seconds", flags.seconds, "how long to run")->check(CLI::Range(0.1, 600.0));
   app.add_option("--keys", flags.keys, "distinct keys, picked uniformly")
