@@ -8,6 +8,7 @@ the openssl command, for 127.0.0.1 and redis.sluice.test."""
 
 import os
 import shutil
+import socket
 import subprocess
 import unittest
 
@@ -155,6 +156,22 @@ class RedisTlsTest(RedisFleetTestCase):
         _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
             "redis://127.0.0.1:%d" % self.redis.tls_port) + POLICIES, QUICKLY)
         self.assertIn("redis 127.0.0.1:%d" % self.redis.tls_port, err)
+
+    def test_a_node_that_never_answers_the_handshake_is_given_up(self):
+        """A port that takes the connection and says nothing: the TLS
+        handshake counts against the connect timeout, and sluice exits
+        naming the node."""
+        silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.addCleanup(silent.close)
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the connection; nobody reads
+        port = silent.getsockname()[1]
+        _, err, took = serve_until_exit(self, self.tmpdir, server_block() + self.store(
+            "rediss://127.0.0.1:%d" % port, ["ca_file: %s" % self.cert("ca.pem")]) + POLICIES,
+            QUICKLY)
+        self.assertIn("redis 127.0.0.1:%d" % port, err)
+        self.assertIn("connect timeout", err)
+        self.assertGreater(took, 0.9, err)
 
     def test_a_server_that_wants_a_client_certificate_gets_it(self):
         """tls-auth-clients yes: without cert_file and key_file sluice is
