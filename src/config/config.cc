@@ -72,6 +72,10 @@ class Parser : public internal::YamlReader {
   absl::Status ReadDecision(const Value& v, DecisionConfig& out) const;
   absl::Status ReadStore(const Value& v, StoreConfig& out) const;
   absl::Status ReadRedisTls(const Value& v, RedisTls& out) const;
+  absl::Status ReadRedisNodes(const Value& v, std::string_view example_port,
+                              std::vector<std::string>& out) const;
+  absl::Status ReadRedisSentinel(const Value& v, RedisSentinel& out) const;
+  absl::StatusOr<std::string> ReadEnvironment(const Value& v) const;
   absl::Status ReadTrustedProxies(const Value& v, std::vector<Cidr>& out) const;
   absl::Status ReadClientIpPrefix(const Value& v, ClientIpPrefix& out) const;
   absl::Status ReadMatch(const Value& v, MatchConfig& out) const;
@@ -261,15 +265,18 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
   if (const Value* redis = f->Find("redis")) {
     absl::StatusOr<Fields> r =
         ReadMap(*redis, kMapOfKeys,
-                {"url", "cluster", "user", "password", "password_env", "database", "timeout",
-                 "connect_timeout", "key_prefix", "cache_denials", "max_batch", "linger",
+                {"url", "cluster", "sentinel", "user", "password", "password_env", "database",
+                 "timeout", "connect_timeout", "key_prefix", "cache_denials", "max_batch", "linger",
                  "calls_in_flight", "window_state", "tls"});
     if (!r.ok()) return r.status();
     RedisStoreOptions& o = out.redis.emplace();
     const Value* url = r->Find("url");
     const Value* cluster = r->Find("cluster");
-    if ((url == nullptr) == (cluster == nullptr)) {
-      return Fail(*redis, "give exactly one of url (one server) and cluster (a list of nodes)");
+    const Value* sentinel = r->Find("sentinel");
+    if ((url != nullptr) + (cluster != nullptr) + (sentinel != nullptr) != 1) {
+      return Fail(*redis,
+                  "give exactly one of url (one server), cluster (a list of nodes) and sentinel "
+                  "(the sentinels of a master)");
     }
     if (url != nullptr) {
       absl::StatusOr<std::string> text = ReadScalar(*url, "a URL such as redis://127.0.0.1:6379");
@@ -279,21 +286,8 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
       o.url = *text;
       o.tls.enabled = parsed->tls;
     }
-    if (cluster != nullptr) {
-      absl::StatusOr<std::vector<Value>> nodes = ReadList(*cluster, "nodes (host:port)");
-      if (!nodes.ok()) return nodes.status();
-      if (nodes->empty()) return Fail(*cluster, "at least one node (host:port)");
-      for (const Value& node : *nodes) {
-        absl::StatusOr<std::string> text = ReadScalar(node, "a node such as 127.0.0.1:7000");
-        if (!text.ok()) return text.status();
-        absl::StatusOr<RedisUrl> parsed = ParseRedisUrl(Cat("redis://", *text));
-        if (!parsed.ok() || !parsed->user.empty() || !parsed->password.empty() ||
-            parsed->database != 0) {
-          return Fail(node, Cat("\"", *text, "\": expected host:port"));
-        }
-        o.cluster.push_back(*text);
-      }
-    }
+    if (cluster != nullptr) SLUICE_RETURN_IF_ERROR(ReadRedisNodes(*cluster, "7000", o.cluster));
+    if (sentinel != nullptr) SLUICE_RETURN_IF_ERROR(ReadRedisSentinel(*sentinel, o.sentinel));
     for (auto [key, field] : {std::pair<const char*, std::string*>{"user", &o.user},
                               {"password", &o.password},
                               {"key_prefix", &o.key_prefix}}) {
@@ -309,11 +303,7 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     if (const Value* x = r->Find("password_env")) {
       if (r->Find("password") != nullptr)
         return Fail(*x, "give password or password_env, not both");
-      absl::StatusOr<std::string> name = ReadScalar(*x, "an environment variable's name");
-      if (!name.ok()) return name.status();
-      const char* value = std::getenv(name->c_str());
-      if (value == nullptr) return Fail(*x, Cat("the environment has no ", *name));
-      o.password = value;
+      SLUICE_ASSIGN_OR_RETURN(o.password, ReadEnvironment(*x));
     }
     if (const Value* x = r->Find("database")) {
       if (cluster != nullptr) return Fail(*x, "a Redis Cluster has only database 0");
@@ -353,6 +343,64 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     }
   }
   return absl::OkStatus();
+}
+
+// A list of Redis nodes, "host:port" (a Cluster's, or sentinels).
+absl::Status Parser::ReadRedisNodes(const Value& v, std::string_view example_port,
+                                    std::vector<std::string>& out) const {
+  absl::StatusOr<std::vector<Value>> nodes = ReadList(v, "nodes (host:port)");
+  if (!nodes.ok()) return nodes.status();
+  if (nodes->empty()) return Fail(v, "at least one node (host:port)");
+  for (const Value& node : *nodes) {
+    absl::StatusOr<std::string> text =
+        ReadScalar(node, Cat("a node such as 127.0.0.1:", example_port));
+    if (!text.ok()) return text.status();
+    absl::StatusOr<RedisUrl> parsed = ParseRedisUrl(Cat("redis://", *text));
+    if (!parsed.ok() || !parsed->user.empty() || !parsed->password.empty() ||
+        parsed->database != 0) {
+      return Fail(node, Cat("\"", *text, "\": expected host:port"));
+    }
+    out.push_back(*text);
+  }
+  return absl::OkStatus();
+}
+
+// store.redis.sentinel: the master's name, some sentinels, and the
+// sentinels' own credentials (the master's are store.redis's).
+absl::Status Parser::ReadRedisSentinel(const Value& v, RedisSentinel& out) const {
+  absl::StatusOr<Fields> f =
+      ReadMap(v, kMapOfKeys, {"master", "nodes", "user", "password", "password_env"});
+  if (!f.ok()) return f.status();
+  const Value* master = f->Find("master");
+  const Value* nodes = f->Find("nodes");
+  if (master == nullptr || nodes == nullptr) {
+    return Fail(v, "give master (the name the sentinels monitor) and nodes (sentinels, host:port)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(out.master, ReadScalar(*master, "the master's name"));
+  if (out.master.empty() || out.master.find_first_of(" \t\r\n") != std::string::npos) {
+    return Fail(*master, "expected the name the sentinels monitor the master by");
+  }
+  SLUICE_RETURN_IF_ERROR(ReadRedisNodes(*nodes, "26379", out.nodes));
+  for (auto [key, field] :
+       {std::pair<const char*, std::string*>{"user", &out.user}, {"password", &out.password}}) {
+    if (const Value* x = f->Find(key)) {
+      SLUICE_ASSIGN_OR_RETURN(*field, ReadScalar(*x, "a string"));
+    }
+  }
+  if (const Value* x = f->Find("password_env")) {
+    if (f->Find("password") != nullptr) return Fail(*x, "give password or password_env, not both");
+    SLUICE_ASSIGN_OR_RETURN(out.password, ReadEnvironment(*x));
+  }
+  return absl::OkStatus();
+}
+
+// A variable of the environment, named by the value (a password's).
+absl::StatusOr<std::string> Parser::ReadEnvironment(const Value& v) const {
+  absl::StatusOr<std::string> name = ReadScalar(v, "an environment variable's name");
+  if (!name.ok()) return name.status();
+  const char* value = std::getenv(name->c_str());
+  if (value == nullptr) return Fail(v, Cat("the environment has no ", *name));
+  return std::string(value);
 }
 
 // store.redis.tls: `true`, or the files and the name to verify. Each file

@@ -448,8 +448,8 @@ TEST(ConfigErrors, RedisStore) {
             "t.yaml:2: store.redis.url: redis url \"http://127.0.0.1:6379\": must start with "
             "redis:// or, for TLS, rediss://");
   EXPECT_EQ(ErrorOf("store:\n  redis: {timeout: 10ms}\n"),
-            "t.yaml:2: store.redis: give exactly one of url (one server) and cluster (a list of "
-            "nodes)");
+            "t.yaml:2: store.redis: give exactly one of url (one server), cluster (a list of "
+            "nodes) and sentinel (the sentinels of a master)");
   EXPECT_EQ(ErrorOf("store:\n  redis:\n    cluster: [\"a:1\", \"b\"]\n    database: 2\n"),
             "t.yaml:4: store.redis.database: a Redis Cluster has only database 0");
   EXPECT_EQ(ErrorOf("store:\n  redis: {cluster: [\"redis://a:1\"]}\n"),
@@ -487,6 +487,44 @@ TEST(ConfigRedis, TlsByTheUrlOrTheTlsKey) {
                                                 .key_file = dir + "/client.key",
                                                 .server_name = "redis.example.com"}));
   std::filesystem::remove_all(dir);
+}
+
+TEST(ConfigRedis, TheSentinelsOfAMaster) {
+  setenv("SLUICE_TEST_SENTINEL_PASSWORD", "s3cret", 1);
+  const Config c = Load(
+      "store:\n  redis:\n    sentinel:\n      master: mymaster\n      nodes: [\"10.0.0.1:26379\", "
+      "\"[::1]:26380\"]\n      user: watcher\n      password_env: "
+      "SLUICE_TEST_SENTINEL_PASSWORD\n    password: master-password\n    database: 2\n");
+  unsetenv("SLUICE_TEST_SENTINEL_PASSWORD");
+  ASSERT_TRUE(c.store.redis.has_value());
+  EXPECT_EQ(c.store.redis->sentinel, (RedisSentinel{.master = "mymaster",
+                                                    .nodes = {"10.0.0.1:26379", "[::1]:26380"},
+                                                    .user = "watcher",
+                                                    .password = "s3cret"}));
+  EXPECT_EQ(c.store.redis->password, "master-password");
+  EXPECT_EQ(c.store.redis->database, 2);
+  EXPECT_TRUE(c.store.redis->url.empty());
+  EXPECT_TRUE(c.store.redis->cluster.empty());
+}
+
+TEST(ConfigErrors, RedisSentinel) {
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    url: \"redis://a\"\n    sentinel: {master: m, nodes: "
+                    "[\"a:26379\"]}\n"),
+            "t.yaml:3: store.redis: give exactly one of url (one server), cluster (a list of "
+            "nodes) and sentinel (the sentinels of a master)");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    sentinel: {nodes: [\"a:26379\"]}\n"),
+            "t.yaml:3: store.redis.sentinel: give master (the name the sentinels monitor) and "
+            "nodes (sentinels, host:port)");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    sentinel: {master: m, nodes: []}\n"),
+            "t.yaml:3: store.redis.sentinel.nodes: at least one node (host:port)");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    sentinel: {master: m, nodes: [\"redis://a\"]}\n"),
+            "t.yaml:3: store.redis.sentinel.nodes[0]: \"redis://a\": expected host:port");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    sentinel: {master: \"my master\", nodes: [\"a:1\"]}\n"),
+            "t.yaml:3: store.redis.sentinel.master: expected the name the sentinels monitor the "
+            "master by");
+  EXPECT_EQ(ErrorOf("store:\n  redis:\n    sentinel: {master: m, nodes: [\"a:1\"], password: x, "
+                    "password_env: Y}\n"),
+            "t.yaml:3: store.redis.sentinel.password_env: give password or password_env, not both");
 }
 
 TEST(ConfigErrors, RedisTls) {

@@ -239,6 +239,7 @@ class Client::Impl {
       auto guard = net::make_work_guard(ioc_);
       ioc_.run();
     });
+    if (!options_.sentinel_master.empty()) return StartWithSentinels();
     for (const Endpoint& ep : options_.nodes) {
       // Seeds of a Cluster may be replicas; they serve CLUSTER SLOTS only.
       RunOnIo([&] { NodeFor(ep, /*master=*/!options_.cluster); });
@@ -308,6 +309,59 @@ class Client::Impl {
     return absl::OkStatus();
   }
 
+  // Sentinel: nodes_[0] is the master (where every call goes), found once
+  // a sentinel is connected; the sentinels follow.
+  absl::Status StartWithSentinels() {
+    RunOnIo([this] {
+      nodes_.push_back(std::make_unique<Node>(ioc_));
+      nodes_[0]->via_sentinels = true;
+      nodes_[0]->endpoint = {options_.sentinel_master, 0};
+      for (const Endpoint& ep : options_.nodes) {
+        nodes_.push_back(std::make_unique<Node>(ioc_));
+        Node& s = *nodes_.back();
+        s.endpoint = ep;
+        s.master = false;
+        s.sentinel = true;
+        Connect(s);
+      }
+      CountMasters();
+      StartSweep();
+    });
+    const auto wait = std::chrono::microseconds(options_.connect_timeout.micros()) +
+                      std::chrono::milliseconds(200);
+    absl::Status last = absl::UnavailableError("no sentinel given");
+    bool any = false;
+    for (size_t i = 1; i <= options_.nodes.size(); ++i) {
+      std::future<absl::Status> f =
+          RunOnIo([&] { return nodes_[i]->first_result.get_future(); }).get();
+      if (f.wait_for(wait) != std::future_status::ready) {
+        last = absl::DeadlineExceededError(Cat("redis sentinel ", options_.nodes[i - 1].ToString(),
+                                               ": no answer within the connect timeout"));
+      } else if (absl::Status s = f.get(); !s.ok()) {
+        const std::string message(s.message());
+        last =
+            message.starts_with("redis ")
+                ? absl::Status(s.code(), Cat("redis sentinel", std::string_view(message).substr(5)))
+                : s;
+      } else {
+        any = true;
+      }
+    }
+    if (!any) return last;
+    std::future<absl::Status> master = RunOnIo([this] {
+                                         Connect(*nodes_[0]);
+                                         return nodes_[0]->first_result.get_future();
+                                       }).get();
+    // The question, then the connection, each within the connect timeout.
+    if (master.wait_for(2 * wait) != std::future_status::ready) {
+      return absl::DeadlineExceededError(Cat("redis sentinel master \"", options_.sentinel_master,
+                                             "\": no answer within the connect timeout"));
+    }
+    absl::Status connected = master.get();
+    RunOnIo([this] { UpdateCoverage(); });
+    return connected;
+  }
+
   void Stop() {
     {
       std::lock_guard<std::mutex> lock(inbox_mu_);
@@ -337,10 +391,11 @@ class Client::Impl {
 
  private:
   struct Entry {
-    enum Kind { kUser, kDiscard, kHandshake, kSlots };
+    enum Kind { kUser, kDiscard, kHandshake, kInternal };
     Kind kind = kUser;
     std::unique_ptr<Request> req;                         // kUser
-    std::function<void(absl::StatusOr<Reply>)> internal;  // kHandshake, kSlots
+    std::function<void(absl::StatusOr<Reply>)> internal;  // kHandshake, kInternal
+    std::string what;                                     // kInternal: the command, for its timeout
     SteadyClock::time_point sent;                         // when it was queued on this node
     SteadyClock::time_point deadline;  // its own: entries are not in deadline order
   };
@@ -358,6 +413,8 @@ class Client::Impl {
     explicit Node(net::io_context& ioc) : retry(ioc) {}
     Endpoint endpoint;
     bool master = true;
+    bool sentinel = false;       // a sentinel, asked which server is the master
+    bool via_sentinels = false;  // the master, found by asking the sentinels
     enum State { kDown, kConnecting, kReady } state = kDown;
     std::shared_ptr<Link> link;  // null before the first connect
     net::steady_timer retry;
@@ -512,6 +569,87 @@ class Client::Impl {
   }
 
   void Connect(Node& n) {
+    if (n.via_sentinels) return AskSentinels(n, 0, "");
+    ConnectTo(n);
+  }
+
+  // The master of a Sentinel setup: the first ready sentinel from
+  // nodes_[next] on names it (SENTINEL GET-MASTER-ADDR-BY-NAME), then the
+  // connection is made; a sentinel that cannot name it passes the question
+  // to the next. None: the node is closed, and asked again after its backoff.
+  void AskSentinels(Node& n, size_t next, std::string errors) {
+    n.state = Node::kConnecting;
+    const uint64_t gen = ++n.generation;
+    for (size_t i = next; i < nodes_.size(); ++i) {
+      Node& s = *nodes_[i];
+      if (!s.sentinel || s.state != Node::kReady) continue;
+      SendInternal(
+          s, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", options_.sentinel_master},
+          [this, &n, gen, i, errors, who = s.endpoint.ToString()](absl::StatusOr<Reply> r) {
+            if (gen != n.generation) return;
+            absl::StatusOr<Endpoint> master = MasterNamed(r, who);
+            if (!master.ok()) {
+              return AskSentinels(
+                  n, i + 1, Cat(errors, errors.empty() ? "" : "; ", master.status().message()));
+            }
+            if (n.endpoint != *master) {
+              if (n.ever_ready) {
+                Log(false, Cat("event=redis_sentinel_master master=", master->ToString(),
+                               " previous=", n.endpoint.ToString()));
+              }
+              n.endpoint = *master;
+            }
+            ConnectTo(n);
+          });
+      return;
+    }
+    Close(n, absl::UnavailableError(Cat("redis sentinel: no sentinel named the master \"",
+                                        options_.sentinel_master, "\"",
+                                        errors.empty() ? " (none connected)" : Cat(": ", errors))));
+  }
+
+  // A sentinel's answer to GET-MASTER-ADDR-BY-NAME: [host, port], or nil
+  // for a name it does not monitor.
+  absl::StatusOr<Endpoint> MasterNamed(const absl::StatusOr<Reply>& r, const std::string& who) {
+    if (!r.ok()) return r.status();
+    const redisReply& a = **r;
+    if (a.type != REDIS_REPLY_ARRAY || a.elements != 2 ||
+        a.element[0]->type != REDIS_REPLY_STRING || a.element[1]->type != REDIS_REPLY_STRING) {
+      return absl::NotFoundError(
+          Cat("sentinel ", who, " does not monitor \"", options_.sentinel_master, "\""));
+    }
+    Endpoint ep;
+    ep.host = std::string(ReplyText(*a.element[0]));
+    if (ep.host.empty() || !ParseWhole(ReplyText(*a.element[1]), ep.port) || ep.port == 0) {
+      return absl::InternalError(Cat("sentinel ", who, ": a malformed master address"));
+    }
+    return ep;
+  }
+
+  // Every second while the master is up: a failover that the connection
+  // outlived (a partition, a demoted master that keeps its clients) moves
+  // to the server the sentinels name now.
+  void CheckSentinels() {
+    Node& n = *nodes_[0];
+    for (auto& node : nodes_) {
+      Node& s = *node;
+      if (!s.sentinel || s.state != Node::kReady) continue;
+      SendInternal(
+          s, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", options_.sentinel_master},
+          [this, &n, gen = n.generation, who = s.endpoint.ToString()](absl::StatusOr<Reply> r) {
+            if (gen != n.generation || n.state != Node::kReady) return;
+            absl::StatusOr<Endpoint> master = MasterNamed(r, who);
+            if (master.ok() && *master != n.endpoint) {
+              Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
+                                                  ": the sentinels name another master, ",
+                                                  master->ToString())));
+            }
+          });
+      return;
+    }
+  }
+
+  void ConnectTo(Node& n) {
     n.state = Node::kConnecting;
     const uint64_t gen = ++n.generation;
     n.link = std::make_shared<Link>(ioc_);
@@ -617,14 +755,16 @@ class Client::Impl {
     // (WRONGPASS, NOAUTH), never as the dropped connection.
     const auto deadline =
         SteadyClock::now() + std::chrono::microseconds(options_.connect_timeout.micros());
-    if (!options_.password.empty()) {
-      if (options_.user.empty()) {
-        AddHandshake(n, {"AUTH", options_.password}, deadline, Step(n, "AUTH"));
+    const std::string& user = n.sentinel ? options_.sentinel_user : options_.user;
+    const std::string& password = n.sentinel ? options_.sentinel_password : options_.password;
+    if (!password.empty()) {
+      if (user.empty()) {
+        AddHandshake(n, {"AUTH", password}, deadline, Step(n, "AUTH"));
       } else {
-        AddHandshake(n, {"AUTH", options_.user, options_.password}, deadline, Step(n, "AUTH"));
+        AddHandshake(n, {"AUTH", user, password}, deadline, Step(n, "AUTH"));
       }
     }
-    if (options_.database != 0 && !options_.cluster) {
+    if (options_.database != 0 && !options_.cluster && !n.sentinel) {
       const std::string db = std::to_string(options_.database);
       AddHandshake(n, {"SELECT", db}, deadline, Step(n, "SELECT " + db));
     }
@@ -667,7 +807,22 @@ class Client::Impl {
 
   // The handshake's second step, on an authenticated connection.
   void SetUp(Node& n, SteadyClock::time_point deadline) {
-    if (!options_.cluster) {
+    if (n.via_sentinels) {
+      // What the sentinels named must be a master still (not a replica
+      // since, nor a server that has not heard of a failover).
+      AddHandshake(n, {"ROLE"}, deadline, [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
+        if (gen != n.generation) return;
+        const bool master = r.ok() && (*r)->type == REDIS_REPLY_ARRAY && (*r)->elements > 0 &&
+                            ReplyText(*(*r)->element[0]) == "master";
+        if (!master) {
+          return Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
+                                                     ": the sentinels named it, but it is not a "
+                                                     "master (ROLE)")));
+        }
+        if (--n.handshake_left == 0) OnReady(n);
+      });
+    }
+    if (!options_.cluster && !n.sentinel) {
       // A Cluster node given as one server would answer MOVED for most keys.
       AddHandshake(n, {"CLUSTER", "MYID"}, deadline,
                    [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
@@ -733,7 +888,7 @@ class Client::Impl {
     const absl::Status lost = absl::UnavailableError(std::string(why.message()));
     for (Entry& e : pending) {
       if (e.kind == Entry::kUser) Fail(*e.req, stopping_now_ ? why : lost);
-      if (e.kind == Entry::kSlots && e.internal) std::exchange(e.internal, nullptr)(lost);
+      if (e.kind == Entry::kInternal && e.internal) std::exchange(e.internal, nullptr)(lost);
     }
     ReportFirst(n, why);
     CountMasters();
@@ -825,7 +980,7 @@ class Client::Impl {
       case Entry::kDiscard:
         return;
       case Entry::kHandshake:
-      case Entry::kSlots:
+      case Entry::kInternal:
         if (!e.internal) return;  // answered already (timed out)
         if (error) return e.internal(absl::UnknownError(std::string(ReplyText(*reply))));
         return e.internal(std::move(reply));
@@ -854,7 +1009,12 @@ class Client::Impl {
         text.starts_with("TRYAGAIN") || text.starts_with("MASTERDOWN") ||
         text.starts_with("LOADING")) {
       if (options_.cluster) RefreshSoon();
-      return Fail(req, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(), ": ", text)));
+      absl::Status status =
+          absl::UnavailableError(Cat("redis ", n.endpoint.ToString(), ": ", text));
+      Fail(req, status);
+      // A master the sentinels named has become a replica: ask them again.
+      if (n.via_sentinels && text.starts_with("READONLY")) Close(n, status);
+      return;
     }
     Fail(req, absl::UnknownError(Cat("redis ", n.endpoint.ToString(), ": ", text)));
   }
@@ -952,23 +1112,33 @@ class Client::Impl {
     if (n.state != Node::kReady) {
       return done(absl::UnavailableError(Cat("redis ", n.endpoint.ToString(), ": not connected")));
     }
-    n.out += Command({"CLUSTER", "SLOTS"});
+    const std::string who = n.endpoint.ToString();
+    SendInternal(
+        n, {"CLUSTER", "SLOTS"}, [this, who, done = std::move(done)](absl::StatusOr<Reply> r) {
+          if (!r.ok()) {
+            const std::string m(r.status().message());
+            return done(absl::Status(
+                r.status().code(),
+                m.find("cluster support disabled") != std::string::npos
+                    ? Cat("redis ", who, " is not a Cluster node (", m, "): use store.redis.url")
+                    : Cat("redis ", who, ": CLUSTER SLOTS: ", m)));
+          }
+          done(ApplySlots(**r, who));
+        });
+  }
+
+  // A command of the client's own on a ready connection (CLUSTER SLOTS,
+  // SENTINEL ...): `then` gets its reply, or an error within the connect
+  // timeout.
+  void SendInternal(Node& n, std::vector<std::string_view> args,
+                    std::function<void(absl::StatusOr<Reply>)> then) {
+    n.out += Command(args);
     Entry e;
-    e.kind = Entry::kSlots;
+    e.kind = Entry::kInternal;
+    e.what = Cat(args[0], args.size() > 1 ? Cat(" ", args[1]) : "");
     e.sent = SteadyClock::now();
     e.deadline = e.sent + std::chrono::microseconds(options_.connect_timeout.micros());
-    const std::string who = n.endpoint.ToString();
-    e.internal = [this, who, done = std::move(done)](absl::StatusOr<Reply> r) {
-      if (!r.ok()) {
-        const std::string m(r.status().message());
-        return done(absl::Status(
-            r.status().code(),
-            m.find("cluster support disabled") != std::string::npos
-                ? Cat("redis ", who, " is not a Cluster node (", m, "): use store.redis.url")
-                : Cat("redis ", who, ": CLUSTER SLOTS: ", m)));
-      }
-      done(ApplySlots(**r, who));
-    };
+    e.internal = std::move(then);
     n.pending.push_back(std::move(e));
     StartWrite(n);
   }
@@ -1060,12 +1230,11 @@ class Client::Impl {
           Fail(*e.req, absl::DeadlineExceededError(Cat("redis ", n.endpoint.ToString(),
                                                        ": no answer within ",
                                                        options_.timeout.micros() / 1000, " ms")));
-        } else if (e.kind == Entry::kSlots && e.internal) {
+        } else if (e.kind == Entry::kInternal && e.internal) {
           std::function<void(absl::StatusOr<Reply>)> internal = std::move(e.internal);
           e.internal = nullptr;
-          internal(absl::DeadlineExceededError(Cat("redis ", n.endpoint.ToString(),
-                                                   ": CLUSTER SLOTS: no answer within the "
-                                                   "connect timeout")));
+          internal(absl::DeadlineExceededError(Cat("redis ", n.endpoint.ToString(), ": ", e.what,
+                                                   ": no answer within the connect timeout")));
         }
       }
       // Silence, not a count of timeouts, drops a connection: pipelined
@@ -1081,6 +1250,11 @@ class Client::Impl {
                     std::chrono::duration_cast<std::chrono::milliseconds>(silent).count(), " ms")));
         }
       }
+    }
+    if (!options_.sentinel_master.empty() && nodes_[0]->state == Node::kReady &&
+        now - last_sentinel_check_ >= std::chrono::seconds(1)) {
+      last_sentinel_check_ = now;
+      CheckSentinels();
     }
     // A Cluster with slots that have no reachable master: look for the new
     // masters (a replica promoted after a failover).
@@ -1108,6 +1282,7 @@ class Client::Impl {
   std::array<int, kSlots> slot_owner_;        // index into nodes_, -1: unknown
   bool refresh_in_flight_ = false;
   SteadyClock::time_point last_refresh_{};
+  SteadyClock::time_point last_sentinel_check_{};
 
   std::atomic<int> masters_{0};
   std::atomic<int> masters_up_{0};
@@ -1128,6 +1303,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.nodes.empty()) return absl::InvalidArgumentError("redis: no node given");
   if (options.cluster && options.database != 0) {
     return absl::InvalidArgumentError("redis cluster: a Cluster has only database 0");
+  }
+  if (options.cluster && !options.sentinel_master.empty()) {
+    return absl::InvalidArgumentError("redis: a Cluster or sentinels, not both");
   }
   std::unique_ptr<net::ssl::context> tls;
   if (options.tls.enabled) {

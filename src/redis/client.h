@@ -18,6 +18,10 @@
 //    circuit breaker; a reconnect handshake (AUTH, SELECT, PING, FUNCTION
 //    LOAD) is its half-open probe.
 //
+// Sentinel: the master is the server the sentinels name; asked again when
+// its connection is lost and every second while it is up (a failover the
+// connection outlived moves to the new master).
+//
 // Cluster: the slot map comes from CLUSTER SLOTS; keys are routed by the
 // CRC16 of their hash tag; -MOVED updates the map and resends, -ASK sends
 // ASKING and the command to the named node once; the map is refreshed on
@@ -72,12 +76,21 @@ struct TlsOptions {
 };
 
 struct ClientOptions {
-  // One node, or a Cluster's seed nodes.
+  // One node, or a Cluster's seed nodes, or the sentinels of
+  // `sentinel_master`.
   std::vector<Endpoint> nodes;
   bool cluster = false;
-  std::string user;      // ACL user; empty: "default" (AUTH password)
-  std::string password;  // empty: no AUTH
-  int database = 0;      // SELECT; not with a Cluster
+  // Redis Sentinel: `nodes` are sentinels, and the one server is the
+  // master they name (SENTINEL GET-MASTER-ADDR-BY-NAME), asked again after
+  // every lost connection and every second; a server that is not a master
+  // (ROLE) or answers READONLY is dropped and the sentinels asked again.
+  // Not with `cluster`.
+  std::string sentinel_master;
+  std::string sentinel_user;      // AUTH on the sentinels; empty: "default"
+  std::string sentinel_password;  // empty: no AUTH on the sentinels
+  std::string user;               // ACL user; empty: "default" (AUTH password)
+  std::string password;           // empty: no AUTH
+  int database = 0;               // SELECT; not with a Cluster
   TlsOptions tls;
   Duration connect_timeout = Duration::Seconds(1);
   // Per request, from Send to its answer.

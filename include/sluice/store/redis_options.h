@@ -35,13 +35,27 @@ struct RedisTls {
   friend bool operator==(const RedisTls&, const RedisTls&) = default;
 };
 
+// Redis Sentinel (docs/configuration.md, "Redis Sentinel"): the server is
+// the master these sentinels name, asked again after every lost connection
+// and every second.
+struct RedisSentinel {
+  std::string master;              // the name the sentinels monitor it by
+  std::vector<std::string> nodes;  // some of the sentinels, "host:port"
+  std::string user;                // ACL user and password on the sentinels
+  std::string password;
+  friend bool operator==(const RedisSentinel&, const RedisSentinel&) = default;
+};
+
 struct RedisStoreOptions {
   // One server: "redis://[[user]:password@]host[:port][/database]", or
   // "rediss://..." for TLS.
   std::string url;
   // Or a Redis Cluster: some of its nodes, "host:port" (the rest are
-  // discovered). Exactly one of `url` and `cluster`.
+  // discovered).
   std::vector<std::string> cluster;
+  // Or the master that sentinels name. Exactly one of `url`, `cluster` and
+  // `sentinel.nodes`.
+  RedisSentinel sentinel;
   // ACL user and password; when set they override the URL's.
   std::string user;
   std::string password;

@@ -1044,8 +1044,11 @@ void RedisStore::Impl::ReturnAll() {
 
 absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOptions options,
                                                                 EventLog log) {
-  if (options.url.empty() == options.cluster.empty()) {
-    return absl::InvalidArgumentError("redis: give exactly one of url and cluster");
+  if (!options.url.empty() + !options.cluster.empty() + !options.sentinel.nodes.empty() != 1) {
+    return absl::InvalidArgumentError("redis: give exactly one of url, cluster and sentinel");
+  }
+  if (!options.sentinel.nodes.empty() && options.sentinel.master.empty()) {
+    return absl::InvalidArgumentError("redis sentinel: name the master the sentinels monitor");
   }
   if (options.key_prefix.find_first_of("{}") != std::string::npos) {
     return absl::InvalidArgumentError(
@@ -1064,9 +1067,13 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOption
     client.database = url->database;
     client.tls.enabled = url->tls;
   } else {
-    client.cluster = true;
-    for (const std::string& node : options.cluster) {
-      absl::StatusOr<redis::Endpoint> ep = ParseEndpoint(node, "redis cluster node");
+    client.cluster = !options.cluster.empty();
+    client.sentinel_master = options.sentinel.master;
+    client.sentinel_user = options.sentinel.user;
+    client.sentinel_password = options.sentinel.password;
+    for (const std::string& node : client.cluster ? options.cluster : options.sentinel.nodes) {
+      absl::StatusOr<redis::Endpoint> ep =
+          ParseEndpoint(node, client.cluster ? "redis cluster node" : "redis sentinel");
       if (!ep.ok()) return ep.status();
       client.nodes.push_back(*ep);
     }

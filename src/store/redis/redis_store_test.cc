@@ -191,7 +191,9 @@ TEST_F(RedisStoreTest, StartUpErrorsNameTheNodeAndTheProblem) {
   s = RedisStore::Connect({.url = Url(), .key_prefix = "a{b"});
   EXPECT_FALSE(s.ok());
   s = RedisStore::Connect({});
-  EXPECT_THAT(s.status().message(), HasSubstr("exactly one of url and cluster"));
+  EXPECT_THAT(s.status().message(), HasSubstr("exactly one of url, cluster and sentinel"));
+  s = RedisStore::Connect({.sentinel = {.nodes = {"127.0.0.1:26379"}}});
+  EXPECT_THAT(s.status().message(), HasSubstr("name the master the sentinels monitor"));
 }
 
 // A leased bucket's first slice leads by the connection's round trip

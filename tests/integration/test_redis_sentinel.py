@@ -1,0 +1,139 @@
+"""Redis Sentinel (store.redis.sentinel): the fleet's server is the master a
+sentinel names. Here a master, its replica and one sentinel (quorum 1) on
+loopback: decisions land on the master; after a failover
+(SENTINEL FAILOVER) they land on the promoted replica, exactly; a name the
+sentinels do not monitor, and sentinels that cannot be reached, stop
+`sluice serve` at start with a message naming them."""
+
+import os
+import unittest
+
+from harness import DeadPort, request, server_block
+from redis_harness import (HOST, REDIS_SERVER, RedisFleetTestCase, RedisServer,
+                           redis_store_block, serve_until_exit, wait_until)
+
+MASTER = "sluice-master"
+
+POLICIES = """\
+policies:
+  - name: fleet
+    on_store_error: deny
+    limits:
+      - {algorithm: fixed_window, rate: 5/m, scope: global}
+"""
+
+# Start-up, the connect timeout (1 s) and exit, on a loaded machine.
+QUICKLY = 4.0
+
+
+class Sentinel(RedisServer):
+    """`redis-server CONF --sentinel` on a free port, monitoring MASTER at
+    `master_port` with a quorum of 1 (it may fail over on its own)."""
+
+    def __init__(self, directory, master_port):
+        super().__init__(directory)
+        self.master_port = master_port
+
+    def _args(self):
+        conf = os.path.join(self.dir, "sentinel-%d.conf" % self.port)
+        with open(conf, "w") as f:  # the sentinel rewrites it as it learns
+            f.write("sentinel monitor %s %s %d 1\n" % (MASTER, HOST, self.master_port))
+            f.write("sentinel down-after-milliseconds %s 1000\n" % MASTER)
+            f.write("sentinel failover-timeout %s 5000\n" % MASTER)
+        return [REDIS_SERVER, conf, "--sentinel", "--port", str(self.port), "--bind", HOST,
+                "--dir", self.dir, "--logfile", os.path.join(self.dir, "sentinel-%d.log" % self.port)]
+
+    def master_address(self):
+        host, port = self.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)
+        return host, int(port)
+
+
+class RedisSentinelTest(RedisFleetTestCase):
+    def start_sentinel(self, master_port):
+        sentinel = Sentinel(self.tmpdir, master_port)
+        self.addCleanup(sentinel.kill)
+        return sentinel.start()
+
+    def start_setup(self):
+        """A master, its replica once in sync, and a sentinel that knows
+        both. -> (master, replica, sentinel)."""
+        master = self.start_redis()
+        replica = self.start_redis("--replicaof", HOST, str(master.port))
+        wait_until(lambda: replica.call("ROLE")[3] == "connected", 10,
+                   what="the replica in sync with its master")
+        sentinel = self.start_sentinel(master.port)
+
+        def promotable():
+            # Known, connected, and heard from lately (INFO): a replica the
+            # sentinel may promote.
+            for fields in sentinel.call("SENTINEL", "REPLICAS", MASTER):
+                r = dict(zip(fields[::2], fields[1::2]))
+                if (r.get("port") == str(replica.port) and r.get("flags") == "slave"
+                        and int(r.get("info-refresh", "1000000")) < 5000):
+                    return True
+            return False
+        wait_until(promotable, 15, what="the sentinel able to promote the replica")
+        return master, replica, sentinel
+
+    def store(self, sentinel_ports, master=MASTER):
+        return redis_store_block(timeout="1s", connect_timeout="1s") + (
+            "    sentinel:\n      master: %s\n      nodes: [%s]\n" % (
+                master, ", ".join("%s:%d" % (HOST, p) for p in sentinel_ports)))
+
+    def decide(self, sluice, user, times):
+        return [request(sluice.port, "POST", "/v1/check", body={"policy": "fleet", "key": user},
+                        headers={"Content-Type": "application/json"}).status
+                for _ in range(times)]
+
+    @staticmethod
+    def holds(redis, user):
+        return any(user in k for k in redis.call("KEYS", "sluice:*"))
+
+    def test_decisions_follow_the_master_through_a_failover(self):
+        master, replica, sentinel = self.start_setup()
+        # The first sentinel listed is down: the next one answers.
+        dead = DeadPort()
+        self.addCleanup(dead.close)
+        fleet = self.start_fleet(server_block() + self.store([dead.port, sentinel.port]) +
+                                 POLICIES, 2)
+        user = self.unique_key("before")
+        statuses = self.decide(fleet[0], user, 3) + self.decide(fleet[1], user, 3)
+        self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
+        self.assertTrue(self.holds(master, user))
+
+        sentinel.call("SENTINEL", "FAILOVER", MASTER)
+        wait_until(lambda: sentinel.master_address() == (HOST, replica.port), 20,
+                   what="the sentinel naming the replica")
+        wait_until(lambda: replica.call("ROLE")[0] == "master", 20, what="the replica promoted")
+        # The old master may take writes a while longer (the sentinel turns
+        # it into a replica later): each instance asks the sentinels every
+        # second, and moves.
+        for s in fleet:
+            def on_new_master():
+                probe = self.unique_key("probe")
+                return self.decide(s, probe, 1) == [200] and self.holds(replica, probe)
+            wait_until(on_new_master, 20, interval=0.1,
+                       what="decisions on the new master after the failover")
+        after = self.unique_key("after")
+        statuses = self.decide(fleet[0], after, 3) + self.decide(fleet[1], after, 3)
+        self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
+        self.assertTrue(self.holds(replica, after), "the new master holds no key of %s" % after)
+
+    def test_a_master_the_sentinels_do_not_monitor_does_not_start(self):
+        sentinel = self.start_sentinel(self.start_redis().port)
+        _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
+            [sentinel.port], master="no-such-master") + POLICIES, QUICKLY)
+        self.assertIn("no sentinel named the master \"no-such-master\"", err)
+        self.assertIn("sentinel %s:%d does not monitor" % (HOST, sentinel.port), err)
+
+    def test_sentinels_that_cannot_be_reached_do_not_start(self):
+        dead = DeadPort()
+        self.addCleanup(dead.close)
+        _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
+            [dead.port]) + POLICIES, QUICKLY)
+        self.assertIn("redis sentinel %s:%d" % (HOST, dead.port), err)
+        self.assertRegex(err, r"(?i)connect.*refused")
+
+
+if __name__ == "__main__":
+    unittest.main()
