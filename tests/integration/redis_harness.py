@@ -454,9 +454,29 @@ def redis_store_block(url=None, cluster=None, timeout="50ms", connect_timeout="1
     return "\n".join(lines) + "\n"
 
 
-def serve_until_exit(test, directory, config_text, quickly):
+# A fleet-wide limit of 5 a minute that fails closed: each 200 is a decision
+# Redis made (test_redis_tls, test_redis_sentinel).
+FIVE_A_MINUTE = """\
+policies:
+  - name: fleet
+    on_store_error: deny
+    limits:
+      - {algorithm: fixed_window, rate: 5/m, scope: global}
+"""
+
+
+def fleet_statuses(sluice, key, times):
+    """`times` checks of `key` on FIVE_A_MINUTE's policy -> their statuses."""
+    return [request(sluice.port, "POST", "/v1/check", body={"policy": "fleet", "key": key},
+                    headers={"Content-Type": "application/json"}).status
+            for _ in range(times)]
+
+
+def serve_until_exit(test, directory, config_text, quickly=4.0):
     """Runs `sluice serve` on config_text in `directory`: it must exit by
-    itself, non-zero, within `quickly` seconds, before it served anything.
+    itself, non-zero, within `quickly` seconds (default: start-up, a 1 s
+    connect timeout and the exit, on a loaded machine), before it served
+    anything.
     -> (exit code, stderr, seconds it ran)."""
     path = os.path.join(directory, "config.yaml")
     with open(path, "w") as f:

@@ -8,22 +8,13 @@ sentinels do not monitor, and sentinels that cannot be reached, stop
 import os
 import unittest
 
-from harness import DeadPort, request, server_block
-from redis_harness import (HOST, REDIS_SERVER, RedisFleetTestCase, RedisServer,
-                           redis_store_block, serve_until_exit, wait_until)
+from harness import DeadPort, server_block
+from redis_harness import (FIVE_A_MINUTE, HOST, REDIS_SERVER, RedisFleetTestCase, RedisServer,
+                           fleet_statuses, redis_store_block, serve_until_exit, wait_until)
 
 MASTER = "sluice-master"
 
-POLICIES = """\
-policies:
-  - name: fleet
-    on_store_error: deny
-    limits:
-      - {algorithm: fixed_window, rate: 5/m, scope: global}
-"""
 
-# Start-up, the connect timeout (1 s) and exit, on a loaded machine.
-QUICKLY = 4.0
 
 
 class Sentinel(RedisServer):
@@ -41,7 +32,8 @@ class Sentinel(RedisServer):
             f.write("sentinel down-after-milliseconds %s 1000\n" % MASTER)
             f.write("sentinel failover-timeout %s 5000\n" % MASTER)
         return [REDIS_SERVER, conf, "--sentinel", "--port", str(self.port), "--bind", HOST,
-                "--dir", self.dir, "--logfile", os.path.join(self.dir, "sentinel-%d.log" % self.port)]
+                "--dir", self.dir,
+                "--logfile", os.path.join(self.dir, "sentinel-%d.log" % self.port)]
 
     def master_address(self):
         host, port = self.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)
@@ -80,11 +72,6 @@ class RedisSentinelTest(RedisFleetTestCase):
             "    sentinel:\n      master: %s\n      nodes: [%s]\n" % (
                 master, ", ".join("%s:%d" % (HOST, p) for p in sentinel_ports)))
 
-    def decide(self, sluice, user, times):
-        return [request(sluice.port, "POST", "/v1/check", body={"policy": "fleet", "key": user},
-                        headers={"Content-Type": "application/json"}).status
-                for _ in range(times)]
-
     @staticmethod
     def holds(redis, user):
         return any(user in k for k in redis.call("KEYS", "sluice:*"))
@@ -95,9 +82,9 @@ class RedisSentinelTest(RedisFleetTestCase):
         dead = DeadPort()
         self.addCleanup(dead.close)
         fleet = self.start_fleet(server_block() + self.store([dead.port, sentinel.port]) +
-                                 POLICIES, 2)
+                                 FIVE_A_MINUTE, 2)
         user = self.unique_key("before")
-        statuses = self.decide(fleet[0], user, 3) + self.decide(fleet[1], user, 3)
+        statuses = fleet_statuses(fleet[0], user, 3) + fleet_statuses(fleet[1], user, 3)
         self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
         self.assertTrue(self.holds(master, user))
 
@@ -111,18 +98,18 @@ class RedisSentinelTest(RedisFleetTestCase):
         for s in fleet:
             def on_new_master():
                 probe = self.unique_key("probe")
-                return self.decide(s, probe, 1) == [200] and self.holds(replica, probe)
+                return fleet_statuses(s, probe, 1) == [200] and self.holds(replica, probe)
             wait_until(on_new_master, 20, interval=0.1,
                        what="decisions on the new master after the failover")
         after = self.unique_key("after")
-        statuses = self.decide(fleet[0], after, 3) + self.decide(fleet[1], after, 3)
+        statuses = fleet_statuses(fleet[0], after, 3) + fleet_statuses(fleet[1], after, 3)
         self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
         self.assertTrue(self.holds(replica, after), "the new master holds no key of %s" % after)
 
     def test_a_master_the_sentinels_do_not_monitor_does_not_start(self):
         sentinel = self.start_sentinel(self.start_redis().port)
         _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
-            [sentinel.port], master="no-such-master") + POLICIES, QUICKLY)
+            [sentinel.port], master="no-such-master") + FIVE_A_MINUTE)
         self.assertIn("no sentinel named the master \"no-such-master\"", err)
         self.assertIn("sentinel %s:%d does not monitor" % (HOST, sentinel.port), err)
 
@@ -130,7 +117,7 @@ class RedisSentinelTest(RedisFleetTestCase):
         dead = DeadPort()
         self.addCleanup(dead.close)
         _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
-            [dead.port]) + POLICIES, QUICKLY)
+            [dead.port]) + FIVE_A_MINUTE)
         self.assertIn("redis sentinel %s:%d" % (HOST, dead.port), err)
         self.assertRegex(err, r"(?i)connect.*refused")
 

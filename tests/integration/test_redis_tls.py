@@ -12,22 +12,14 @@ import socket
 import subprocess
 import unittest
 
-from harness import request, server_block
-from redis_harness import (RedisCluster, RedisFleetTestCase, RedisServer, free_port,
-                           redis_store_block, serve_until_exit, wait_until)
+from harness import server_block
+from redis_harness import (FIVE_A_MINUTE, RedisCluster, RedisFleetTestCase, RedisServer,
+                           fleet_statuses, free_port, redis_store_block, serve_until_exit,
+                           wait_until)
 
 OPENSSL = shutil.which("openssl")
 
-POLICIES = """\
-policies:
-  - name: fleet
-    on_store_error: deny
-    limits:
-      - {algorithm: fixed_window, rate: 5/m, scope: global}
-"""
 
-# Start-up, the connect timeout (1 s) and exit, on a loaded machine.
-QUICKLY = 4.0
 
 
 def openssl(*args, cwd):
@@ -106,12 +98,6 @@ class RedisTlsTest(RedisFleetTestCase):
             block += "    tls:\n" + "".join("      %s\n" % line for line in tls_lines)
         return block
 
-    def decide(self, sluice, user, times):
-        """`times` checks for one user -> their statuses."""
-        return [request(sluice.port, "POST", "/v1/check", body={"policy": "fleet", "key": user},
-                        headers={"Content-Type": "application/json"}).status
-                for _ in range(times)]
-
     def fleet_keys(self, redis):
         return redis.call("KEYS", "sluice:*")
 
@@ -119,9 +105,9 @@ class RedisTlsTest(RedisFleetTestCase):
         """Two instances on the TLS port, with the test's authority: six
         checks of one user, three from each, admit exactly five."""
         fleet = self.start_fleet(server_block() + self.store(
-            self.redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + POLICIES, 2)
+            self.redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + FIVE_A_MINUTE, 2)
         user = self.unique_key("tls")
-        statuses = self.decide(fleet[0], user, 3) + self.decide(fleet[1], user, 3)
+        statuses = fleet_statuses(fleet[0], user, 3) + fleet_statuses(fleet[1], user, 3)
         self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
         self.assertTrue(any(user in k for k in self.fleet_keys(self.redis)),
                         "no key of %s in Redis" % user)
@@ -133,7 +119,7 @@ class RedisTlsTest(RedisFleetTestCase):
             with self.subTest(tls=lines):
                 _, err, _ = serve_until_exit(
                     self, self.tmpdir,
-                    server_block() + self.store(self.redis.tls_url(), lines) + POLICIES, QUICKLY)
+                    server_block() + self.store(self.redis.tls_url(), lines) + FIVE_A_MINUTE)
                 self.assertIn("redis 127.0.0.1:%d" % self.redis.tls_port, err)
                 self.assertIn("the certificate is not trusted", err)
 
@@ -142,19 +128,19 @@ class RedisTlsTest(RedisFleetTestCase):
         one it carries is accepted, whatever host the URL names."""
         _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
             self.redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem"),
-                                   "server_name: other.sluice.test"]) + POLICIES, QUICKLY)
+                                   "server_name: other.sluice.test"]) + FIVE_A_MINUTE)
         self.assertIn("redis 127.0.0.1:%d" % self.redis.tls_port, err)
         self.assertIn("hostname mismatch", err)
         fleet = self.start_fleet(server_block() + self.store(
             self.redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem"),
-                                   "server_name: redis.sluice.test"]) + POLICIES, 1)
-        self.assertEqual(self.decide(fleet[0], self.unique_key("named"), 1), [200])
+                                   "server_name: redis.sluice.test"]) + FIVE_A_MINUTE, 1)
+        self.assertEqual(fleet_statuses(fleet[0], self.unique_key("named"), 1), [200])
 
     def test_a_plain_url_to_the_tls_port_does_not_start(self):
         """redis:// to a port that speaks TLS: refused at start (no answer
         Redis can read), never taken for a working store."""
         _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
-            "redis://127.0.0.1:%d" % self.redis.tls_port) + POLICIES, QUICKLY)
+            "redis://127.0.0.1:%d" % self.redis.tls_port) + FIVE_A_MINUTE)
         self.assertIn("redis 127.0.0.1:%d" % self.redis.tls_port, err)
 
     def test_a_node_that_never_answers_the_handshake_is_given_up(self):
@@ -167,8 +153,7 @@ class RedisTlsTest(RedisFleetTestCase):
         silent.listen(8)  # the kernel completes the connection; nobody reads
         port = silent.getsockname()[1]
         _, err, took = serve_until_exit(self, self.tmpdir, server_block() + self.store(
-            "rediss://127.0.0.1:%d" % port, ["ca_file: %s" % self.cert("ca.pem")]) + POLICIES,
-            QUICKLY)
+            "rediss://127.0.0.1:%d" % port, ["ca_file: %s" % self.cert("ca.pem")]) + FIVE_A_MINUTE)
         self.assertIn("redis 127.0.0.1:%d" % port, err)
         self.assertIn("connect timeout", err)
         self.assertGreater(took, 0.9, err)
@@ -179,14 +164,14 @@ class RedisTlsTest(RedisFleetTestCase):
         redis = self.start_tls_redis(self.tmpdir, self.addCleanup,
                                      clients_need_certificates=True)
         _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
-            redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + POLICIES, QUICKLY)
+            redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + FIVE_A_MINUTE)
         self.assertIn("redis 127.0.0.1:%d" % redis.tls_port, err)
         fleet = self.start_fleet(server_block() + self.store(
             redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem"),
                               "cert_file: %s" % self.cert("client.pem"),
-                              "key_file: %s" % self.cert("client.key")]) + POLICIES, 1)
+                              "key_file: %s" % self.cert("client.key")]) + FIVE_A_MINUTE, 1)
         user = self.unique_key("mutual")
-        self.assertEqual(self.decide(fleet[0], user, 6), [200] * 5 + [429])
+        self.assertEqual(fleet_statuses(fleet[0], user, 6), [200] * 5 + [429])
 
     def test_a_cluster_over_tls(self):
         """Three masters with TLS on their ports and their bus: sluice, given
@@ -198,10 +183,10 @@ class RedisTlsTest(RedisFleetTestCase):
         cluster.start()
         fleet = self.start_fleet(server_block() + redis_store_block(
             cluster=["127.0.0.1:%d" % cluster.servers[0].tls_port], timeout="1s") +
-            "    tls: {ca_file: %s}\n" % self.cert("ca.pem") + POLICIES, 1)
+            "    tls: {ca_file: %s}\n" % self.cert("ca.pem") + FIVE_A_MINUTE, 1)
         users = [self.unique_key("user%d" % i) for i in range(12)]
         for user in users:
-            self.assertEqual(self.decide(fleet[0], user, 6), [200] * 5 + [429], user)
+            self.assertEqual(fleet_statuses(fleet[0], user, 6), [200] * 5 + [429], user)
         holding = [s for s in cluster.servers if self.fleet_keys(s)]
         self.assertEqual(len(holding), 3, "the users' keys are not on every master")
 
@@ -210,12 +195,12 @@ class RedisTlsTest(RedisFleetTestCase):
         reconnect makes a new TLS connection, and decisions resume."""
         redis = self.start_tls_redis(self.tmpdir, self.addCleanup)
         fleet = self.start_fleet(server_block() + self.store(
-            redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + POLICIES, 1)
-        self.assertEqual(self.decide(fleet[0], self.unique_key("before"), 1), [200])
+            redis.tls_url(), ["ca_file: %s" % self.cert("ca.pem")]) + FIVE_A_MINUTE, 1)
+        self.assertEqual(fleet_statuses(fleet[0], self.unique_key("before"), 1), [200])
         redis.kill()
         redis.start()
         user = self.unique_key("after")
-        wait_until(lambda: self.decide(fleet[0], user, 1) == [200], 10,
+        wait_until(lambda: fleet_statuses(fleet[0], user, 1) == [200], 10,
                    what="a decision over TLS after the restart")
         self.assertTrue(any(user in k for k in self.fleet_keys(redis)))
 
