@@ -103,13 +103,13 @@ absl::StatusOr<std::unique_ptr<net::ssl::context>> MakeTlsContext(const TlsOptio
       return absl::InvalidArgumentError(
           Cat("redis tls cert_file ", tls.cert_file, ": ", OpenSslReason("no certificate read")));
     }
+    // OpenSSL checks the key against the certificate as it reads it.
     if (SSL_CTX_use_PrivateKey_file(native, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-      return absl::InvalidArgumentError(
-          Cat("redis tls key_file ", tls.key_file, ": ", OpenSslReason("no key read")));
-    }
-    if (SSL_CTX_check_private_key(native) != 1) {
-      return absl::InvalidArgumentError(
-          Cat("redis tls key_file ", tls.key_file, ": not the key of cert_file ", tls.cert_file));
+      const std::string reason = OpenSslReason("no key read");
+      return absl::InvalidArgumentError(Cat("redis tls key_file ", tls.key_file, ": ", reason,
+                                            reason == "key values mismatch"
+                                                ? Cat(": not the key of cert_file ", tls.cert_file)
+                                                : ""));
     }
   }
   SSL_CTX_set_verify(native, SSL_VERIFY_PEER, nullptr);

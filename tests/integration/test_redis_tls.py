@@ -136,6 +136,23 @@ class RedisTlsTest(RedisFleetTestCase):
                                    "server_name: redis.sluice.test"]) + FIVE_A_MINUTE, 1)
         self.assertEqual(fleet_statuses(fleet[0], self.unique_key("named"), 1), [200])
 
+    def test_files_that_are_not_what_they_claim_do_not_start(self):
+        """A ca_file that holds no certificate, a key that is not the
+        certificate's: refused at start, naming the file."""
+        garbage = os.path.join(self.tmpdir, "garbage.pem")
+        with open(garbage, "w") as f:
+            f.write("not a certificate\n")
+        for lines, message in (
+                (["ca_file: %s" % garbage], "redis tls ca_file %s: " % garbage),
+                (["ca_file: %s" % self.cert("ca.pem"), "cert_file: %s" % self.cert("client.pem"),
+                  "key_file: %s" % self.cert("server.key")],
+                 "redis tls key_file %s: key values mismatch: not the key of cert_file"
+                 % self.cert("server.key"))):
+            with self.subTest(tls=lines):
+                _, err, _ = serve_until_exit(self, self.tmpdir, server_block() + self.store(
+                    self.redis.tls_url(), lines) + FIVE_A_MINUTE)
+                self.assertIn(message, err)
+
     def test_a_plain_url_to_the_tls_port_does_not_start(self):
         """redis:// to a port that speaks TLS: refused at start (no answer
         Redis can read), never taken for a working store."""
