@@ -807,17 +807,24 @@ class Client::Impl {
 
   // The handshake's second step, on an authenticated connection.
   void SetUp(Node& n, SteadyClock::time_point deadline) {
-    if (n.via_sentinels) {
-      // What the sentinels named must be a master still (not a replica
-      // since, nor a server that has not heard of a failover).
+    if (!options_.cluster && !n.sentinel) {
+      // Every decision writes: the one server must be a master, not a
+      // replica (a URL that names one, a master demoted since, a name whose
+      // address moved to the new master after a failover, one the
+      // sentinels named before they heard of a failover). A server that
+      // does not answer ROLE (renamed away) is taken at its word.
       AddHandshake(n, {"ROLE"}, deadline, [this, &n, gen = n.generation](absl::StatusOr<Reply> r) {
         if (gen != n.generation) return;
-        const bool master = r.ok() && (*r)->type == REDIS_REPLY_ARRAY && (*r)->elements > 0 &&
-                            ReplyText(*(*r)->element[0]) == "master";
-        if (!master) {
-          return Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
-                                                     ": the sentinels named it, but it is not a "
-                                                     "master (ROLE)")));
+        if (r.ok() && (*r)->type == REDIS_REPLY_ARRAY && (*r)->elements > 0 &&
+            ReplyText(*(*r)->element[0]) != "master") {
+          return Close(
+              n, absl::FailedPreconditionError(
+                     Cat("redis ", n.endpoint.ToString(), ": a ",
+                         ReplyText(*(*r)->element[0]) == "slave" ? std::string_view("replica")
+                                                                 : ReplyText(*(*r)->element[0]),
+                         ", not a master (ROLE)",
+                         n.via_sentinels ? ", though the sentinels named it"
+                                         : ": every decision writes")));
         }
         if (--n.handshake_left == 0) OnReady(n);
       });
@@ -1012,8 +1019,9 @@ class Client::Impl {
       absl::Status status =
           absl::UnavailableError(Cat("redis ", n.endpoint.ToString(), ": ", text));
       Fail(req, status);
-      // A master the sentinels named has become a replica: ask them again.
-      if (n.via_sentinels && text.starts_with("READONLY")) Close(n, status);
+      // The one server has become a replica (a failover): connect again,
+      // to where its name or the sentinels point now.
+      if (!options_.cluster && text.starts_with("READONLY")) Close(n, status);
       return;
     }
     Fail(req, absl::UnknownError(Cat("redis ", n.endpoint.ToString(), ": ", text)));

@@ -166,6 +166,23 @@ class RedisFaultTest(RedisFleetTestCase):
         self.assertEqual(fleet_metric(self.fleet, "sluice_redis_up"), 1)
         self.assert_decided_in_redis("after")
 
+    def test_a_master_turned_replica_is_left_until_it_is_a_master_again(self):
+        """The server becomes a replica (REPLICAOF, as a failover does to an
+        old master): its first READONLY closes the connection, and a
+        replica is not connected to again (ROLE), so calls fail as store
+        errors (/readyz 503, on_store_error) instead of going on to a server
+        that cannot write; promoted again, it is used again."""
+        self.latencies = []
+        other = self.start_redis()
+        self.redis.call("REPLICAOF", "127.0.0.1", other.port)
+        wait_until(lambda: self.redis.call("ROLE")[0] == "slave", 5, what="a replica")
+        status, _, _ = self.decide("closed", self.unique_key("demoted"))
+        self.assertEqual(status, 429)
+        self.wait_ready(503, 2)
+        self.redis.call("REPLICAOF", "NO", "ONE")
+        self.wait_ready(200, 2)
+        self.assert_decided_in_redis("promoted")
+
     def test_paused_redis_times_out_and_recovers(self):
         """A hung Redis (SIGSTOP) makes calls time out: every request is
         answered within the timeout plus a margin (allow: 200), the timeouts

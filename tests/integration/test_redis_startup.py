@@ -103,6 +103,14 @@ class RedisStartupTest(RedisFleetTestCase):
                     headers={"Content-Type": "application/json"})
         self.assertEqual(r.status, 200, r)
 
+    def test_a_replica_given_as_the_url_does_not_start(self):
+        """Every decision writes: a replica named by the URL is refused,
+        named, at start (it answered READONLY to every decision before)."""
+        master = self.start_redis()
+        replica = self.start_redis("--replicaof", "127.0.0.1", str(master.port))
+        _, err, _ = self.serve(redis_store_block(url=replica.url, connect_timeout="1s"))
+        self.assertIn("redis 127.0.0.1:%d: a replica, not a master (ROLE)" % replica.port, err)
+
     def test_non_cluster_node_given_as_cluster(self):
         """A plain redis-server listed under `cluster:`: the message names it
         and says it is not a Cluster node."""
