@@ -104,8 +104,9 @@ class RedisStartupTest(RedisFleetTestCase):
         self.assertEqual(r.status, 200, r)
 
     def test_a_replica_given_as_the_url_does_not_start(self):
-        """Every decision writes: a replica named by the URL is refused,
-        named, at start (it answered READONLY to every decision before)."""
+        """Every decision writes: a replica named by the URL is refused at
+        start, named, and said to be one (ROLE; before, FUNCTION LOAD's
+        READONLY refused it)."""
         master = self.start_redis()
         replica = self.start_redis("--replicaof", "127.0.0.1", str(master.port))
         _, err, _ = self.serve(redis_store_block(url=replica.url, connect_timeout="1s"))
