@@ -288,6 +288,40 @@ class RedisServer:
 
 
 # ---------------------------------------------------------------------------
+# A sentinel
+# ---------------------------------------------------------------------------
+
+SENTINEL_MASTER = "sluice-master"
+
+
+class Sentinel(RedisServer):
+    """`redis-server CONF --sentinel` on a free port, monitoring
+    SENTINEL_MASTER at `master_port` with a quorum of 1 (it may fail over
+    on its own); `extra_conf`: more lines of its config file (TLS)."""
+
+    def __init__(self, directory, master_port, extra_conf=()):
+        super().__init__(directory)
+        self.master_port = master_port
+        self.extra_conf = list(extra_conf)
+
+    def _args(self):
+        conf = os.path.join(self.dir, "sentinel-%d.conf" % self.port)
+        name = SENTINEL_MASTER
+        with open(conf, "w") as f:  # the sentinel rewrites it as it learns
+            f.write("sentinel monitor %s %s %d 1\n" % (name, HOST, self.master_port))
+            f.write("sentinel down-after-milliseconds %s 1000\n" % name)
+            f.write("sentinel failover-timeout %s 5000\n" % name)
+            f.writelines(line + "\n" for line in self.extra_conf)
+        return [REDIS_SERVER, conf, "--sentinel", "--port", str(self.port), "--bind", HOST,
+                "--dir", self.dir,
+                "--logfile", os.path.join(self.dir, "sentinel-%d.log" % self.port)]
+
+    def master_address(self):
+        host, port = self.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_MASTER)
+        return host, int(port)
+
+
+# ---------------------------------------------------------------------------
 # A Redis Cluster: 3 masters, 1 replica each
 # ---------------------------------------------------------------------------
 

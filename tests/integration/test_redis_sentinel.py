@@ -5,39 +5,14 @@ loopback: decisions land on the master; after a failover
 sentinels do not monitor, and sentinels that cannot be reached, stop
 `sluice serve` at start with a message naming them."""
 
-import os
 import unittest
 
 from harness import DeadPort, server_block
-from redis_harness import (FIVE_A_MINUTE, HOST, REDIS_SERVER, RedisFleetTestCase, RedisServer,
-                           fleet_statuses, redis_store_block, serve_until_exit, wait_until)
-
-MASTER = "sluice-master"
-
+from redis_harness import (FIVE_A_MINUTE, HOST, SENTINEL_MASTER as MASTER, RedisFleetTestCase,
+                           Sentinel, fleet_statuses, redis_store_block, serve_until_exit,
+                           wait_until)
 
 
-
-class Sentinel(RedisServer):
-    """`redis-server CONF --sentinel` on a free port, monitoring MASTER at
-    `master_port` with a quorum of 1 (it may fail over on its own)."""
-
-    def __init__(self, directory, master_port):
-        super().__init__(directory)
-        self.master_port = master_port
-
-    def _args(self):
-        conf = os.path.join(self.dir, "sentinel-%d.conf" % self.port)
-        with open(conf, "w") as f:  # the sentinel rewrites it as it learns
-            f.write("sentinel monitor %s %s %d 1\n" % (MASTER, HOST, self.master_port))
-            f.write("sentinel down-after-milliseconds %s 1000\n" % MASTER)
-            f.write("sentinel failover-timeout %s 5000\n" % MASTER)
-        return [REDIS_SERVER, conf, "--sentinel", "--port", str(self.port), "--bind", HOST,
-                "--dir", self.dir,
-                "--logfile", os.path.join(self.dir, "sentinel-%d.log" % self.port)]
-
-    def master_address(self):
-        host, port = self.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)
-        return host, int(port)
 
 
 class RedisSentinelTest(RedisFleetTestCase):

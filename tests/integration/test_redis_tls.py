@@ -13,9 +13,9 @@ import subprocess
 import unittest
 
 from harness import server_block
-from redis_harness import (FIVE_A_MINUTE, RedisCluster, RedisFleetTestCase, RedisServer,
-                           fleet_statuses, free_port, redis_store_block, serve_until_exit,
-                           wait_until)
+from redis_harness import (FIVE_A_MINUTE, SENTINEL_MASTER, RedisCluster, RedisFleetTestCase,
+                           RedisServer, Sentinel, fleet_statuses, free_port, redis_store_block,
+                           serve_until_exit, wait_until)
 
 OPENSSL = shutil.which("openssl")
 
@@ -206,6 +206,28 @@ class RedisTlsTest(RedisFleetTestCase):
             self.assertEqual(fleet_statuses(fleet[0], user, 6), [200] * 5 + [429], user)
         holding = [s for s in cluster.servers if self.fleet_keys(s)]
         self.assertEqual(len(holding), 3, "the users' keys are not on every master")
+
+    def test_the_master_a_sentinel_names_over_tls(self):
+        """A sentinel that speaks TLS, monitoring the master's TLS port: the
+        same authority verifies both, and decisions are exact."""
+        tls_port = free_port()
+        sentinel = Sentinel(self.tmpdir, self.redis.tls_port, extra_conf=[
+            "tls-port %d" % tls_port,
+            "tls-cert-file %s" % self.cert("server.pem"),
+            "tls-key-file %s" % self.cert("server.key"),
+            "tls-ca-cert-file %s" % self.cert("ca.pem"),
+            "tls-auth-clients no",
+            "tls-replication yes"])  # the sentinel reaches the master by TLS too
+        self.addCleanup(sentinel.kill)
+        sentinel.start()
+        fleet = self.start_fleet(server_block() + redis_store_block(
+            timeout="1s", connect_timeout="1s") +
+            "    sentinel: {master: %s, nodes: [\"127.0.0.1:%d\"]}\n" % (
+                SENTINEL_MASTER, tls_port) +
+            "    tls: {ca_file: %s}\n" % self.cert("ca.pem") + FIVE_A_MINUTE, 1)
+        user = self.unique_key("sentinel")
+        self.assertEqual(fleet_statuses(fleet[0], user, 6), [200] * 5 + [429])
+        self.assertTrue(any(user in k for k in self.fleet_keys(self.redis)))
 
     def test_a_restarted_redis_is_reached_again_over_tls(self):
         """The server is killed and started again on the same ports: each
