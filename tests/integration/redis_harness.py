@@ -297,12 +297,16 @@ SENTINEL_MASTER = "sluice-master"
 class Sentinel(RedisServer):
     """`redis-server CONF --sentinel` on a free port, monitoring
     SENTINEL_MASTER at `master_port` with a quorum of 1 (it may fail over
-    on its own); `extra_conf`: more lines of its config file (TLS)."""
+    on its own); `extra_conf`: more lines of its config file (TLS);
+    `password`: the sentinel's own (requirepass)."""
 
-    def __init__(self, directory, master_port, extra_conf=()):
+    def __init__(self, directory, master_port, extra_conf=(), password=None):
         super().__init__(directory)
         self.master_port = master_port
         self.extra_conf = list(extra_conf)
+        if password is not None:
+            self.extra_conf.append("requirepass %s" % password)
+            self.password = password
 
     def _args(self):
         conf = os.path.join(self.dir, "sentinel-%d.conf" % self.port)

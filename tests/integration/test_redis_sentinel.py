@@ -88,6 +88,26 @@ class RedisSentinelTest(RedisFleetTestCase):
         self.assertIn("no sentinel named the master \"no-such-master\"", err)
         self.assertIn("sentinel %s:%d does not monitor" % (HOST, sentinel.port), err)
 
+    def test_sentinels_that_want_a_password_get_theirs(self):
+        """The sentinel's own password (sentinel.password), not the
+        master's: a wrong one is refused at start, named; the right one
+        decides."""
+        master = self.start_redis("--requirepass", "master-secret")
+        sentinel = Sentinel(self.tmpdir, master.port, password="sentinel-secret",
+                            extra_conf=["sentinel auth-pass %s master-secret" % MASTER])
+        self.addCleanup(sentinel.kill)
+        sentinel.start()
+
+        def config(sentinel_password):
+            return server_block() + self.store([sentinel.port]).replace(
+                "      nodes:", "      password: %s\n      nodes:" % sentinel_password) + (
+                "    password: master-secret\n") + FIVE_A_MINUTE
+        _, err, _ = serve_until_exit(self, self.tmpdir, config("wrong"))
+        self.assertIn("redis sentinel %s:%d: AUTH" % (HOST, sentinel.port), err)
+        self.assertNotIn("wrong", err.replace("WRONGPASS", ""), "the password leaked")
+        fleet = self.start_fleet(config("sentinel-secret"), 1)
+        self.assertEqual(fleet_statuses(fleet[0], self.unique_key("auth"), 6), [200] * 5 + [429])
+
     def test_sentinels_that_cannot_be_reached_do_not_start(self):
         dead = DeadPort()
         self.addCleanup(dead.close)
