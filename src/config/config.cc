@@ -337,7 +337,7 @@ absl::Status Parser::ReadStore(const Value& v, StoreConfig& out) const {
     }
     if (const Value* x = r->Find("tls")) {
       if (url != nullptr && !o.tls.enabled) {
-        return Fail(*x, "the url is redis://, plain TCP: write rediss:// for TLS");
+        return Fail(*x, "the url is plain (redis:// or unix://): write rediss:// for TLS");
       }
       SLUICE_RETURN_IF_ERROR(ReadRedisTls(*x, o.tls));
     }

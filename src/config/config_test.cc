@@ -446,7 +446,7 @@ TEST(ConfigErrors, DuplicateKeyInOneMap) {
 TEST(ConfigErrors, RedisStore) {
   EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"http://127.0.0.1:6379\"}\n"),
             "t.yaml:2: store.redis.url: redis url \"http://127.0.0.1:6379\": must start with "
-            "redis:// or, for TLS, rediss://");
+            "redis://, rediss:// (TLS) or unix:// (a Unix socket)");
   EXPECT_EQ(ErrorOf("store:\n  redis: {timeout: 10ms}\n"),
             "t.yaml:2: store.redis: give exactly one of url (one server), cluster (a list of "
             "nodes) and sentinel (the sentinels of a master)");
@@ -529,7 +529,8 @@ TEST(ConfigErrors, RedisSentinel) {
 
 TEST(ConfigErrors, RedisTls) {
   EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"redis://a\", tls: true}\n"),
-            "t.yaml:2: store.redis.tls: the url is redis://, plain TCP: write rediss:// for TLS");
+            "t.yaml:2: store.redis.tls: the url is plain (redis:// or unix://): write rediss:// "
+            "for TLS");
   EXPECT_EQ(ErrorOf("store:\n  redis: {url: \"rediss://a\", tls: false}\n"),
             "t.yaml:2: store.redis.tls: TLS cannot be turned off here: remove the key (or use "
             "redis://)");

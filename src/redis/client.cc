@@ -32,7 +32,9 @@ using SteadyClock = std::chrono::steady_clock;
 
 void ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
 
-std::string Endpoint::ToString() const { return internal::HostAndPort(host, port); }
+std::string Endpoint::ToString() const {
+  return socket_path.empty() ? internal::HostAndPort(host, port) : Cat("unix:", socket_path);
+}
 
 std::string Command(const std::vector<std::string_view>& args) {
   std::string out;
@@ -404,9 +406,23 @@ class Client::Impl {
   // Shared with the handlers of its reads and writes: a closed
   // connection's TLS layer lives until the last of them has run.
   struct Link {
-    explicit Link(net::io_context& ioc) : socket(ioc) {}
+    explicit Link(net::io_context& ioc) : socket(ioc), local(ioc) {}
     tcp::socket socket;
     std::optional<net::ssl::stream<tcp::socket&>> tls;
+    net::local::stream_protocol::socket local;  // a Unix socket, instead
+
+    // Runs op(stream) on the stream the connection reads and writes.
+    template <typename Op>
+    void On(Op&& op) {
+      if (tls) return op(*tls);
+      if (local.is_open()) return op(local);
+      op(socket);
+    }
+    void Close() {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      local.close(ignored);
+    }
   };
 
   struct Node {
@@ -653,6 +669,26 @@ class Client::Impl {
     n.state = Node::kConnecting;
     const uint64_t gen = ++n.generation;
     n.link = std::make_shared<Link>(ioc_);
+    // The whole handshake must finish within the connect timeout.
+    n.retry.expires_after(std::chrono::microseconds(options_.connect_timeout.micros()));
+    n.retry.async_wait([this, &n, gen](boost::system::error_code ec) {
+      if (ec || gen != n.generation || n.state == Node::kReady) return;
+      Close(n, absl::DeadlineExceededError(
+                   Cat("redis ", n.endpoint.ToString(), ": no answer within the connect timeout")));
+    });
+    if (!n.endpoint.socket_path.empty()) {
+      n.link->local.async_connect(
+          net::local::stream_protocol::endpoint(n.endpoint.socket_path),
+          [this, &n, gen](boost::system::error_code ec) {
+            if (gen != n.generation) return;
+            if (ec) {
+              return Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
+                                                         ": connect: ", ec.message())));
+            }
+            OnConnected(n);
+          });
+      return;
+    }
     boost::system::error_code ec;
     const net::ip::address address = net::ip::make_address(n.endpoint.host, ec);
     auto connect_to = [this, &n, gen](std::vector<tcp::endpoint> targets) {
@@ -675,13 +711,6 @@ class Client::Impl {
             OnConnected(n);
           });
     };
-    // The whole handshake must finish within the connect timeout.
-    n.retry.expires_after(std::chrono::microseconds(options_.connect_timeout.micros()));
-    n.retry.async_wait([this, &n, gen](boost::system::error_code ec) {
-      if (ec || gen != n.generation || n.state == Node::kReady) return;
-      Close(n, absl::DeadlineExceededError(
-                   Cat("redis ", n.endpoint.ToString(), ": no answer within the connect timeout")));
-    });
     if (!ec) {
       connect_to({tcp::endpoint(address, n.endpoint.port)});
       return;
@@ -879,8 +908,7 @@ class Client::Impl {
     const bool was_ready = n.state == Node::kReady;
     n.state = Node::kDown;
     n.last_error = std::string(why.message());
-    boost::system::error_code ignored;
-    if (n.link != nullptr) n.link->socket.close(ignored);
+    if (n.link != nullptr) n.link->Close();
     n.retry.cancel();
     if (n.reader != nullptr) {
       redisReaderFree(n.reader);
@@ -932,11 +960,9 @@ class Client::Impl {
       }
       StartWrite(n);
     };
-    if (n.link->tls) {
-      net::async_write(*n.link->tls, net::buffer(n.writing), std::move(written));
-    } else {
-      net::async_write(n.link->socket, net::buffer(n.writing), std::move(written));
-    }
+    n.link->On([&](auto& stream) {
+      net::async_write(stream, net::buffer(n.writing), std::move(written));
+    });
   }
 
   void StartRead(Node& n) {
@@ -967,11 +993,7 @@ class Client::Impl {
       for (auto& node : nodes_) StartWrite(*node);
       StartRead(n);
     };
-    if (n.link->tls) {
-      n.link->tls->async_read_some(net::buffer(n.in), std::move(read));
-    } else {
-      n.link->socket.async_read_some(net::buffer(n.in), std::move(read));
-    }
+    n.link->On([&](auto& stream) { stream.async_read_some(net::buffer(n.in), std::move(read)); });
   }
 
   void Dispatch(Node& n, Reply reply) {

@@ -59,6 +59,7 @@ namespace sluice::redis {
 struct Endpoint {
   std::string host;
   uint16_t port = 6379;
+  std::string socket_path;  // a Unix socket instead of host and port
   std::string ToString() const;
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };

@@ -71,16 +71,25 @@ absl::StatusOr<HostAndPort> ParseEndpoint(std::string_view text, std::string_vie
 absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url) {
   RedisUrl out;
   std::string_view rest = url;
+  bool unix_socket = false;
   if (rest.starts_with("redis://")) {
     rest.remove_prefix(8);
   } else if (rest.starts_with("rediss://")) {
     rest.remove_prefix(9);
     out.tls = true;
+  } else if (rest.starts_with("unix://")) {
+    rest.remove_prefix(7);
+    unix_socket = true;
   } else {
     return absl::InvalidArgumentError(
-        Cat("redis url \"", url, "\": must start with redis:// or, for TLS, rediss://"));
+        Cat("redis url \"", url,
+            "\": must start with redis://, rediss:// (TLS) or unix:// (a Unix socket)"));
   }
-  const size_t at = rest.rfind('@');
+  // The user information ends at the last '@' (a password may hold one);
+  // before a Unix socket's path, at the first "@/" (the path may hold one).
+  const size_t at = !unix_socket            ? rest.rfind('@')
+                    : rest.starts_with("/") ? std::string_view::npos
+                                            : rest.find("@/");
   if (at != std::string_view::npos) {
     const std::string_view info = rest.substr(0, at);
     rest = rest.substr(at + 1);
@@ -98,6 +107,23 @@ absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url) {
       out.password = out.user;
       out.user.clear();
     }
+  }
+  if (unix_socket) {
+    // unix://[[user]:password@]/path/to/socket[?db=N]
+    const size_t query = rest.find('?');
+    out.socket_path = std::string(rest.substr(0, query));
+    if (!out.socket_path.starts_with("/") || out.socket_path.size() < 2) {
+      return absl::InvalidArgumentError(
+          Cat("redis url \"", url, "\": expected unix:///the/socket's/absolute/path"));
+    }
+    if (query != std::string_view::npos) {
+      const std::string_view q = rest.substr(query + 1);
+      if (!q.starts_with("db=") || !ParseWhole(q.substr(3), out.database) || out.database < 0) {
+        return absl::InvalidArgumentError(
+            Cat("redis url \"", url, "\": the query may only be db=N (the database)"));
+      }
+    }
+    return out;
   }
   const size_t slash = rest.find('/');
   if (slash != std::string_view::npos) {

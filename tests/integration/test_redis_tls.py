@@ -201,7 +201,8 @@ class RedisTlsTest(RedisFleetTestCase):
         fleet = self.start_fleet(server_block() + redis_store_block(
             cluster=["127.0.0.1:%d" % cluster.servers[0].tls_port], timeout="1s") +
             "    tls: {ca_file: %s}\n" % self.cert("ca.pem") + FIVE_A_MINUTE, 1)
-        users = [self.unique_key("user%d" % i) for i in range(12)]
+        # 30 users: the chance that a master holds none is 3 (2/3)^30, 1e-5.
+        users = [self.unique_key("user%d" % i) for i in range(30)]
         for user in users:
             self.assertEqual(fleet_statuses(fleet[0], user, 6), [200] * 5 + [429], user)
         holding = [s for s in cluster.servers if self.fleet_keys(s)]

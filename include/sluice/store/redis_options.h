@@ -48,7 +48,7 @@ struct RedisSentinel {
 
 struct RedisStoreOptions {
   // One server: "redis://[[user]:password@]host[:port][/database]", or
-  // "rediss://..." for TLS.
+  // "rediss://..." for TLS, or "unix://[[user]:password@]/path[?db=N]".
   std::string url;
   // Or a Redis Cluster: some of its nodes, "host:port" (the rest are
   // discovered).
@@ -106,10 +106,11 @@ struct RedisStoreOptions {
   friend bool operator==(const RedisStoreOptions&, const RedisStoreOptions&) = default;
 };
 
-// A redis:// (or rediss://, TLS) URL's parts. ParseRedisUrl's errors name
-// the part that is wrong.
+// A redis:// (or rediss://, TLS; or unix://, a Unix socket) URL's parts.
+// ParseRedisUrl's errors name the part that is wrong.
 struct RedisUrl {
-  bool tls = false;  // rediss://
+  bool tls = false;         // rediss://
+  std::string socket_path;  // unix://[[user]:password@]/path[?db=N]: a Unix socket
   std::string host;
   uint16_t port = 6379;
   std::string user;

@@ -1061,7 +1061,7 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOption
   if (!options.url.empty()) {
     absl::StatusOr<RedisUrl> url = ParseRedisUrl(options.url);
     if (!url.ok()) return url.status();
-    client.nodes.push_back({url->host, url->port});
+    client.nodes.push_back({.host = url->host, .port = url->port, .socket_path = url->socket_path});
     client.user = url->user;
     client.password = url->password;
     client.database = url->database;

@@ -76,6 +76,18 @@ TEST(RedisUrlTest, Parses) {
   EXPECT_EQ(u->port, 6380);
   EXPECT_EQ(u->database, 2);
   EXPECT_FALSE(ParseRedisUrl("redis://h")->tls);
+  u = ParseRedisUrl("unix:///var/run/redis/redis.sock");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->socket_path, "/var/run/redis/redis.sock");
+  EXPECT_EQ(u->database, 0);
+  u = ParseRedisUrl("unix://app:p%40ss@/run/a@b.sock?db=3");
+  ASSERT_TRUE(u.ok()) << u.status().message();
+  EXPECT_EQ(u->socket_path, "/run/a@b.sock");
+  EXPECT_EQ(u->user, "app");
+  EXPECT_EQ(u->password, "p@ss");
+  EXPECT_EQ(u->database, 3);
+  EXPECT_THAT(ParseRedisUrl("unix://relative.sock").status().message(), HasSubstr("absolute"));
+  EXPECT_THAT(ParseRedisUrl("unix:///a.sock?timeout=1").status().message(), HasSubstr("db=N"));
   EXPECT_THAT(ParseRedisUrl("http://x").status().message(), HasSubstr("redis://"));
   EXPECT_THAT(ParseRedisUrl("redisss://x").status().message(), HasSubstr("rediss://"));
   EXPECT_THAT(ParseRedisUrl("redis://h:99999").status().message(), HasSubstr("bad port"));
