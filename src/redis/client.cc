@@ -246,20 +246,9 @@ class Client::Impl {
       // Seeds of a Cluster may be replicas; they serve CLUSTER SLOTS only.
       RunOnIo([&] { NodeFor(ep, /*master=*/!options_.cluster); });
     }
-    // Wait for every seed's first attempt.
     const auto wait = std::chrono::microseconds(options_.connect_timeout.micros()) +
                       std::chrono::milliseconds(200);
-    std::vector<absl::Status> first(options_.nodes.size());
-    for (size_t i = 0; i < options_.nodes.size(); ++i) {
-      std::future<absl::Status> f =
-          RunOnIo([&] { return nodes_[i]->first_result.get_future(); }).get();
-      if (f.wait_for(wait) != std::future_status::ready) {
-        first[i] = absl::DeadlineExceededError(
-            Cat("redis ", options_.nodes[i].ToString(), ": no answer within the connect timeout"));
-      } else {
-        first[i] = f.get();
-      }
-    }
+    const std::vector<absl::Status> first = FirstAttempts(0, options_.nodes.size());
     RunOnIo([this] { StartSweep(); });
     if (!options_.cluster) {
       if (!first[0].ok()) return first[0];
@@ -311,6 +300,42 @@ class Client::Impl {
     return absl::OkStatus();
   }
 
+  // The first attempts of nodes_[from] to nodes_[from + count - 1] to
+  // connect: waits until one has succeeded or all have ended, at most the
+  // connect timeout (and 200 ms); one still trying then is DeadlineExceeded.
+  // A node that does not answer delays nothing while another does.
+  std::vector<absl::Status> FirstAttempts(size_t from, size_t count) {
+    std::vector<std::future<absl::Status>> pending;
+    for (size_t i = from; i < from + count; ++i) {
+      pending.push_back(RunOnIo([&] { return nodes_[i]->first_result.get_future(); }).get());
+    }
+    std::vector<absl::Status> out(count, absl::OkStatus());
+    const auto until = SteadyClock::now() +
+                       std::chrono::microseconds(options_.connect_timeout.micros()) +
+                       std::chrono::milliseconds(200);
+    bool any = false;
+    size_t ended = 0;
+    while (!any && ended < count && SteadyClock::now() < until) {
+      for (size_t i = 0; i < count; ++i) {
+        if (!pending[i].valid() ||
+            pending[i].wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+          continue;
+        }
+        out[i] = pending[i].get();  // leaves pending[i] invalid
+        ++ended;
+        any = any || out[i].ok();
+      }
+      if (!any && ended < count) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (pending[i].valid()) {
+        out[i] = absl::DeadlineExceededError(Cat("redis ", nodes_[from + i]->endpoint.ToString(),
+                                                 ": no answer within the connect timeout"));
+      }
+    }
+    return out;
+  }
+
   // Sentinel: nodes_[0] is the master (where every call goes), found once
   // a sentinel is connected; the sentinels follow.
   absl::Status StartWithSentinels() {
@@ -331,25 +356,13 @@ class Client::Impl {
     });
     const auto wait = std::chrono::microseconds(options_.connect_timeout.micros()) +
                       std::chrono::milliseconds(200);
-    absl::Status last = absl::UnavailableError("no sentinel given");
-    bool any = false;
-    for (size_t i = 1; i <= options_.nodes.size(); ++i) {
-      std::future<absl::Status> f =
-          RunOnIo([&] { return nodes_[i]->first_result.get_future(); }).get();
-      if (f.wait_for(wait) != std::future_status::ready) {
-        last = absl::DeadlineExceededError(Cat("redis sentinel ", options_.nodes[i - 1].ToString(),
-                                               ": no answer within the connect timeout"));
-      } else if (absl::Status s = f.get(); !s.ok()) {
-        const std::string message(s.message());
-        last =
-            message.starts_with("redis ")
-                ? absl::Status(s.code(), Cat("redis sentinel", std::string_view(message).substr(5)))
-                : s;
-      } else {
-        any = true;
-      }
+    const std::vector<absl::Status> first = FirstAttempts(1, options_.nodes.size());
+    if (std::none_of(first.begin(), first.end(), [](const absl::Status& s) { return s.ok(); })) {
+      const std::string message(first.back().message());  // "redis host:port: ..."
+      if (!message.starts_with("redis ")) return first.back();
+      return absl::Status(first.back().code(),
+                          Cat("redis sentinel", std::string_view(message).substr(5)));
     }
-    if (!any) return last;
     std::future<absl::Status> master = RunOnIo([this] {
                                          Connect(*nodes_[0]);
                                          return nodes_[0]->first_result.get_future();

@@ -5,6 +5,8 @@ loopback: decisions land on the master; after a failover
 sentinels do not monitor, and sentinels that cannot be reached, stop
 `sluice serve` at start with a message naming them."""
 
+import socket
+import time
 import unittest
 
 from harness import DeadPort, server_block
@@ -80,6 +82,26 @@ class RedisSentinelTest(RedisFleetTestCase):
         statuses = fleet_statuses(fleet[0], after, 3) + fleet_statuses(fleet[1], after, 3)
         self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
         self.assertTrue(self.holds(replica, after), "the new master holds no key of %s" % after)
+
+    def test_a_silent_sentinel_delays_nothing(self):
+        """The first sentinel listed takes the connection and never answers:
+        sluice starts on the second one's answer, long before the first's
+        connect timeout (3 s here)."""
+        master = self.start_redis()
+        sentinel = self.start_sentinel(master.port)
+        silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.addCleanup(silent.close)
+        silent.bind((HOST, 0))
+        silent.listen(8)  # the kernel completes the connection; nobody reads
+        config = server_block() + self.store(
+            [silent.getsockname()[1], sentinel.port]).replace(
+            "connect_timeout: 1s", "connect_timeout: 3s") + FIVE_A_MINUTE
+        started = time.monotonic()
+        fleet = self.start_fleet(config, 1)
+        took = time.monotonic() - started
+        self.assertLess(took, 2.0, "sluice waited for the silent sentinel")
+        self.assertEqual(fleet_statuses(fleet[0], self.unique_key("silent"), 6),
+                         [200] * 5 + [429])
 
     def test_a_master_the_sentinels_do_not_monitor_does_not_start(self):
         sentinel = self.start_sentinel(self.start_redis().port)

@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 import unittest
 
 from harness import server_block
@@ -192,15 +193,26 @@ class RedisTlsTest(RedisFleetTestCase):
 
     def test_a_cluster_over_tls(self):
         """Three masters with TLS on their ports and their bus: sluice, given
-        one node's TLS port, finds the others' (Redis answers a TLS client
-        with TLS ports), verifies each, and decides every user exactly."""
+        one node's TLS port (after a seed that never answers), finds the
+        others' (Redis answers a TLS client with TLS ports), verifies each,
+        and decides every user exactly."""
         cluster = RedisCluster(self.tmpdir, masters=3, replicas=0,
                                make_server=lambda d: TlsRedis(d, self.certs, cluster=True))
         self.addCleanup(cluster.stop)
         cluster.start()
+        # A first seed that takes the connection and never answers delays
+        # nothing: the second seed's answer is enough (connect timeout 3 s).
+        silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.addCleanup(silent.close)
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        started = time.monotonic()
         fleet = self.start_fleet(server_block() + redis_store_block(
-            cluster=["127.0.0.1:%d" % cluster.servers[0].tls_port], timeout="1s") +
+            cluster=["127.0.0.1:%d" % silent.getsockname()[1],
+                     "127.0.0.1:%d" % cluster.servers[0].tls_port],
+            timeout="1s", connect_timeout="3s") +
             "    tls: {ca_file: %s}\n" % self.cert("ca.pem") + FIVE_A_MINUTE, 1)
+        self.assertLess(time.monotonic() - started, 2.0, "sluice waited for the silent seed")
         # 30 users: the chance that a master holds none is 3 (2/3)^30, 1e-5.
         users = [self.unique_key("user%d" % i) for i in range(30)]
         for user in users:
