@@ -83,8 +83,8 @@ std::string OpenSslReason(std::string_view otherwise) {
 
 // What every TLS connection is made with: the authorities trusted, the
 // client's certificate, TLS 1.2 at least, the peer verified.
-absl::StatusOr<std::unique_ptr<net::ssl::context>> MakeTlsContext(const TlsOptions& tls) {
-  auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
+absl::StatusOr<std::shared_ptr<net::ssl::context>> MakeTlsContext(const TlsOptions& tls) {
+  auto ctx = std::make_shared<net::ssl::context>(net::ssl::context::tls_client);
   SSL_CTX* native = ctx->native_handle();
   ERR_clear_error();
   SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
@@ -148,9 +148,10 @@ struct Request {
 
 class Client::Impl {
  public:
-  Impl(ClientOptions options, std::unique_ptr<net::ssl::context> tls)
+  Impl(ClientOptions options, std::shared_ptr<net::ssl::context> tls)
       : options_(std::move(options)),
         tls_context_(std::move(tls)),
+        uses_tls_(tls_context_ != nullptr),
         timeout_(std::chrono::microseconds(options_.timeout.micros())),
         sweep_(ioc_) {
     slot_owner_.fill(-1);
@@ -402,6 +403,17 @@ class Client::Impl {
   }
 
   bool OnIoThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+  absl::Status ReloadTls(const TlsOptions& tls) {
+    if (!uses_tls_ || !tls.enabled) return absl::OkStatus();
+    absl::StatusOr<std::shared_ptr<net::ssl::context>> made = MakeTlsContext(tls);
+    if (!made.ok()) return made.status();
+    RunOnIo([&] {
+      tls_context_ = *std::move(made);
+      options_.tls = tls;
+    }).wait();
+    return absl::OkStatus();
+  }
   const ClientOptions& options() const { return options_; }
 
  private:
@@ -422,7 +434,8 @@ class Client::Impl {
     explicit Link(net::io_context& ioc) : socket(ioc), local(ioc) {}
     tcp::socket socket;
     std::optional<net::ssl::stream<tcp::socket&>> tls;
-    net::local::stream_protocol::socket local;  // a Unix socket, instead
+    std::shared_ptr<net::ssl::context> tls_context;  // what `tls` was made with
+    net::local::stream_protocol::socket local;       // a Unix socket, instead
 
     // Runs op(stream) on the stream the connection reads and writes.
     template <typename Op>
@@ -459,6 +472,7 @@ class Client::Impl {
     SteadyClock::time_point last_answer{};
     std::chrono::milliseconds backoff{0};
     std::string last_error;
+    std::string last_logged;  // the last failed reconnect's reason logged
     bool ever_ready = false;
     bool first_reported = false;
     std::promise<absl::Status> first_result;
@@ -748,6 +762,7 @@ class Client::Impl {
   // certificate must chain to a trusted authority and carry the expected
   // name (the node's host, or TlsOptions::server_name for every node).
   void StartTls(Node& n) {
+    n.link->tls_context = tls_context_;
     auto& tls = n.link->tls.emplace(n.link->socket, *tls_context_);
     SSL* ssl = tls.native_handle();
     const std::string& name =
@@ -905,6 +920,7 @@ class Client::Impl {
     n.state = Node::kReady;
     n.backoff = std::chrono::milliseconds(0);
     n.last_error.clear();
+    n.last_logged.clear();
     n.retry.cancel();
     if (n.ever_ready) {
       reconnects_.fetch_add(1, std::memory_order_relaxed);
@@ -943,6 +959,12 @@ class Client::Impl {
     UpdateCoverage();
     if (was_ready && !stopping_now_) {
       Log(true, Cat("event=redis_disconnected node=", n.endpoint.ToString(), " error=\"",
+                    why.message(), "\""));
+    } else if (n.ever_ready && !stopping_now_ && why.message() != n.last_logged) {
+      // Why the node cannot be reached again (a certificate, a password, a
+      // replica), each reason once: reconnects are tried every 400 ms.
+      n.last_logged = std::string(why.message());
+      Log(true, Cat("event=redis_reconnect_failed node=", n.endpoint.ToString(), " error=\"",
                     why.message(), "\""));
     }
     if (was_ready && options_.cluster) RefreshSoon();
@@ -1308,7 +1330,9 @@ class Client::Impl {
   }
 
   ClientOptions options_;
-  std::unique_ptr<net::ssl::context> tls_context_;  // set when options_.tls.enabled
+  // Set when options_.tls.enabled; replaced by ReloadTls (I/O thread only).
+  std::shared_ptr<net::ssl::context> tls_context_;
+  const bool uses_tls_;  // fixed at Connect
   std::chrono::microseconds timeout_;
   net::io_context ioc_{1};
   std::thread thread_;
@@ -1350,9 +1374,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.cluster && !options.sentinel_master.empty()) {
     return absl::InvalidArgumentError("redis: a Cluster or sentinels, not both");
   }
-  std::unique_ptr<net::ssl::context> tls;
+  std::shared_ptr<net::ssl::context> tls;
   if (options.tls.enabled) {
-    absl::StatusOr<std::unique_ptr<net::ssl::context>> made = MakeTlsContext(options.tls);
+    absl::StatusOr<std::shared_ptr<net::ssl::context>> made = MakeTlsContext(options.tls);
     if (!made.ok()) return made.status();
     tls = *std::move(made);
   }
@@ -1376,6 +1400,7 @@ void Client::After(std::chrono::nanoseconds delay, std::function<void()> fn) {
   impl_->After(delay, std::move(fn));
 }
 ClientHealth Client::Health() const { return impl_->Health(); }
+absl::Status Client::ReloadTls(const TlsOptions& tls) { return impl_->ReloadTls(tls); }
 const ClientOptions& Client::options() const { return impl_->options(); }
 std::chrono::microseconds Client::RoundTrip() const { return impl_->RoundTrip(); }
 bool Client::OnIoThread() const { return impl_->OnIoThread(); }

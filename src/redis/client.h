@@ -171,6 +171,12 @@ class Client {
   ClientHealth Health() const;
   const ClientOptions& options() const;
 
+  // Reads the TLS files again (a renewed certificate): the connections made
+  // from now on use them, those open keep theirs. An error (a file that
+  // cannot be used) changes nothing. Nothing to do without TLS: a
+  // connection's transport is chosen at Connect.
+  absl::Status ReloadTls(const TlsOptions& tls);
+
   // The round trip of the last command answered (the handshake's PING
   // first, so it is known once Connect returns); zero before any.
   std::chrono::microseconds RoundTrip() const;

@@ -849,8 +849,15 @@ class ServerImpl final : public Server {
           "server.cpu_affinity and server.decision.listen take effect at the next start; the "
           "other server settings apply now\"");
     }
-    if (next.store != started.store) {
-      spdlog::warn("event=reload note=\"changes to store take effect at the next start\"");
+    // store.redis.tls's files are read again below; the rest of store waits.
+    auto but_tls = [](StoreConfig store) {
+      if (store.redis.has_value()) store.redis->tls = RedisTls{.enabled = store.redis->tls.enabled};
+      return store;
+    };
+    if (but_tls(next.store) != but_tls(started.store)) {
+      spdlog::warn(
+          "event=reload note=\"changes to store take effect at the next start, but for "
+          "store.redis.tls's files\"");
     }
     absl::StatusOr<std::shared_ptr<const PolicySet>> set =
         PolicySet::Create(next, state_->store, state_->redis.get(), *state_->clock,
@@ -860,6 +867,11 @@ class ServerImpl final : public Server {
     absl::StatusOr<std::shared_ptr<const envoy::RlsServer::Snapshot>> rls_next = nullptr;
     if (state_->rls != nullptr) rls_next = state_->rls->Prepare(next);
     if (!rls_next.ok()) return rls_next.status();
+    // A renewed certificate: the connections made from now on use it. A
+    // file that cannot be used fails the reload, and nothing changes.
+    if (state_->redis != nullptr && next.store.redis.has_value()) {
+      if (absl::Status tls = state_->redis->ReloadTls(next.store.redis->tls); !tls.ok()) return tls;
+    }
     state_->Publish(*std::move(set));
     if (state_->rls != nullptr) state_->rls->Swap(*std::move(rls_next));
     ShowErrorSeries(next);

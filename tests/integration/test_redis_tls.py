@@ -8,6 +8,7 @@ the openssl command, for 127.0.0.1 and redis.sluice.test."""
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -15,8 +16,8 @@ import unittest
 
 from harness import server_block
 from redis_harness import (FIVE_A_MINUTE, SENTINEL_MASTER, RedisCluster, RedisFleetTestCase,
-                           RedisServer, Sentinel, fleet_statuses, free_port, redis_store_block,
-                           serve_until_exit, wait_until)
+                           RedisServer, Sentinel, fleet_statuses, free_port, readyz,
+                           redis_store_block, serve_until_exit, wait_until)
 
 OPENSSL = shutil.which("openssl")
 
@@ -241,6 +242,44 @@ class RedisTlsTest(RedisFleetTestCase):
         user = self.unique_key("sentinel")
         self.assertEqual(fleet_statuses(fleet[0], user, 6), [200] * 5 + [429])
         self.assertTrue(any(user in k for k in self.fleet_keys(self.redis)))
+
+    def test_the_files_are_read_again_on_a_reload(self):
+        """A renewed file is read at a reload (SIGHUP) and used by the
+        connections made from then on: here the trusted authority is
+        replaced by one that did not sign the server, the connection is
+        killed, and the reconnect is refused; the right one back, the store
+        is used again. A file that cannot be used fails the reload and
+        changes nothing."""
+        redis = self.start_tls_redis(self.tmpdir, self.addCleanup)
+        in_force = os.path.join(self.tmpdir, "ca-in-force.pem")
+        shutil.copyfile(self.cert("ca.pem"), in_force)
+        sluice = self.start_fleet(server_block() + self.store(
+            redis.tls_url(), ["ca_file: %s" % in_force]) + FIVE_A_MINUTE, 1)[0]
+        self.assertEqual(readyz(sluice)[0], 200)
+
+        def reload(source, result):
+            shutil.copyfile(source, in_force)
+            mark = sluice.line_count()
+            sluice.signal(signal.SIGHUP)
+            line = sluice.wait_for_line(r"event=reload result=%s" % result, 10, mark)
+            self.assertIsNotNone(line, sluice.output()[-2000:])
+            return line.string
+
+        garbage = os.path.join(self.tmpdir, "garbage.pem")
+        with open(garbage, "w") as f:
+            f.write("not a certificate\n")
+        self.assertIn("redis tls ca_file %s" % in_force, reload(garbage, "failure"))
+        reload(self.cert("other-ca.pem"), "success")
+        self.assertEqual(fleet_statuses(sluice, self.unique_key("open"), 1), [200],
+                         "the open connection keeps its session")
+        redis.call("CLIENT", "KILL", "TYPE", "normal")  # sluice's; not this one
+        wait_until(lambda: readyz(sluice)[0] == 503, 5, what="/readyz 503")
+        self.assertIsNotNone(sluice.wait_for_line(
+            r"event=redis_reconnect_failed .*the certificate is not trusted", 5))
+        reload(self.cert("ca.pem"), "success")
+        wait_until(lambda: readyz(sluice)[0] == 200, 5, what="/readyz 200")
+        user = self.unique_key("renewed")
+        self.assertEqual(fleet_statuses(sluice, user, 6), [200] * 5 + [429])
 
     def test_a_restarted_redis_is_reached_again_over_tls(self):
         """The server is killed and started again on the same ports: each

@@ -122,6 +122,12 @@ class RedisStore final : public Store {
                    BatchCallback late = nullptr) override;
 
   RedisStoreHealth Health() const;
+
+  // Reads store.redis.tls's files again (a renewed certificate, on a
+  // reload): connections made from now on use them, open ones keep theirs.
+  // An error (a file that cannot be used) changes nothing. Without TLS at
+  // Connect, nothing to do.
+  absl::Status ReloadTls(const RedisTls& tls);
   const RedisStoreOptions& options() const;
 
   // The Redis key of `key` in a table opened with `name` (tests, tools).

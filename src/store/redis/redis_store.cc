@@ -29,6 +29,15 @@ using internal::Cat;
 
 namespace {
 
+// The client's TLS settings: store.redis.tls, on when it or the URL says.
+redis::TlsOptions ClientTls(const RedisTls& tls, bool url_says_tls) {
+  return {.enabled = url_says_tls || tls.enabled,
+          .ca_file = tls.ca_file,
+          .cert_file = tls.cert_file,
+          .key_file = tls.key_file,
+          .server_name = tls.server_name};
+}
+
 absl::StatusOr<redis::Endpoint> ParseEndpoint(std::string_view text, std::string_view what) {
   absl::StatusOr<RedisUrl> url = ParseRedisUrl(Cat("redis://", text));
   if (!url.ok()) {
@@ -1081,12 +1090,7 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(RedisStoreOption
   if (!options.user.empty()) client.user = options.user;
   if (!options.password.empty()) client.password = options.password;
   if (options.database != 0) client.database = options.database;
-  const RedisTls& tls = options.tls;
-  client.tls = {.enabled = client.tls.enabled || tls.enabled,
-                .ca_file = tls.ca_file,
-                .cert_file = tls.cert_file,
-                .key_file = tls.key_file,
-                .server_name = tls.server_name};
+  client.tls = ClientTls(options.tls, client.tls.enabled);
   client.timeout = options.timeout;
   client.connect_timeout = options.connect_timeout;
   client.functions.push_back(std::string(redis::FunctionLibrary()));
@@ -1119,6 +1123,10 @@ RedisStore::~RedisStore() {
 }
 
 const RedisStoreOptions& RedisStore::options() const { return impl_->options; }
+
+absl::Status RedisStore::ReloadTls(const RedisTls& tls) {
+  return impl_->client->ReloadTls(ClientTls(tls, impl_->client->options().tls.enabled));
+}
 
 absl::StatusOr<std::shared_ptr<LimitTable>> RedisStore::OpenTable(const LimitConfig& config) {
   return OpenNamedTable(config, "");
