@@ -1125,7 +1125,8 @@ RedisStore::~RedisStore() {
 const RedisStoreOptions& RedisStore::options() const { return impl_->options; }
 
 absl::Status RedisStore::ReloadTls(const RedisTls& tls) {
-  return impl_->client->ReloadTls(ClientTls(tls, impl_->client->options().tls.enabled));
+  // (The client does nothing when it was started without TLS.)
+  return impl_->client->ReloadTls(ClientTls(tls, /*url_says_tls=*/true));
 }
 
 absl::StatusOr<std::shared_ptr<LimitTable>> RedisStore::OpenTable(const LimitConfig& config) {
