@@ -234,6 +234,9 @@ class Client::Impl {
     h.reconnects = reconnects_.load(std::memory_order_relaxed);
     h.redirects = redirects_.load(std::memory_order_relaxed);
     h.topology_refreshes = refreshes_.load(std::memory_order_relaxed);
+    h.tls = uses_tls_;
+    std::lock_guard lock(server_mu_);
+    h.server = server_;
     return h;
   }
 
@@ -917,6 +920,10 @@ class Client::Impl {
   }
 
   void OnReady(Node& n) {
+    if (!options_.cluster && !n.sentinel) {
+      std::lock_guard lock(server_mu_);
+      server_ = n.endpoint.ToString();
+    }
     n.state = Node::kReady;
     n.backoff = std::chrono::milliseconds(0);
     n.last_error.clear();
@@ -1333,6 +1340,8 @@ class Client::Impl {
   // Set when options_.tls.enabled; replaced by ReloadTls (I/O thread only).
   std::shared_ptr<net::ssl::context> tls_context_;
   const bool uses_tls_;  // fixed at Connect
+  mutable std::mutex server_mu_;
+  std::string server_;  // Health().server
   std::chrono::microseconds timeout_;
   net::io_context ioc_{1};
   std::thread thread_;

@@ -133,6 +133,10 @@ struct ClientHealth {
   uint64_t reconnects = 0;
   uint64_t redirects = 0;  // MOVED and ASK followed
   uint64_t topology_refreshes = 0;
+  // The one server (not with a Cluster) last connected: "host:port" or
+  // "unix:/path"; with Sentinel, the master it named. Empty before any.
+  std::string server;
+  bool tls = false;
 };
 
 class Client {

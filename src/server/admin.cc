@@ -264,14 +264,17 @@ nlohmann::json StatusJson(const ServerState& state, const PolicySet& set) {
       {"redis", nullptr}};
   if (state.redis != nullptr) {
     const RedisStoreHealth h = state.redis->Health();
-    store["redis"] = {{"up", h.up},
-                      {"nodes", h.nodes},
-                      {"nodes_up", h.nodes_up},
-                      {"calls", h.calls},
-                      {"errors", h.errors},
-                      {"timeouts", h.timeouts},
-                      {"reconnects", h.reconnects},
-                      {"denials_answered", h.denials_answered}};
+    store["redis"] = {
+        {"up", h.up},
+        {"server", h.server.empty() ? nlohmann::json(nullptr) : nlohmann::json(h.server)},
+        {"tls", h.tls},
+        {"nodes", h.nodes},
+        {"nodes_up", h.nodes_up},
+        {"calls", h.calls},
+        {"errors", h.errors},
+        {"timeouts", h.timeouts},
+        {"reconnects", h.reconnects},
+        {"denials_answered", h.denials_answered}};
   }
   return {{"version", SLUICE_VERSION_STRING},
           {"started_at_ms", state.started_at_unix_ms},

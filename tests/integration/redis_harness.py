@@ -512,6 +512,11 @@ def fleet_statuses(sluice, key, times):
             for _ in range(times)]
 
 
+def redis_status(s):
+    """store.redis of GET /v1/status on the admin listener."""
+    return request(s.admin_port, "GET", "/v1/status", timeout=2).json()["store"]["redis"]
+
+
 def serve_until_exit(test, directory, config_text, quickly=4.0):
     """Runs `sluice serve` on config_text in `directory`: it must exit by
     itself, non-zero, within `quickly` seconds (default: start-up, a 1 s

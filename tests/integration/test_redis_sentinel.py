@@ -11,8 +11,8 @@ import unittest
 
 from harness import DeadPort, server_block
 from redis_harness import (FIVE_A_MINUTE, HOST, SENTINEL_MASTER as MASTER, RedisFleetTestCase,
-                           Sentinel, fleet_statuses, redis_store_block, serve_until_exit,
-                           wait_until)
+                           Sentinel, fleet_statuses, redis_status, redis_store_block,
+                           serve_until_exit, wait_until)
 
 
 
@@ -64,6 +64,8 @@ class RedisSentinelTest(RedisFleetTestCase):
         statuses = fleet_statuses(fleet[0], user, 3) + fleet_statuses(fleet[1], user, 3)
         self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
         self.assertTrue(self.holds(master, user))
+        for s in fleet:
+            self.assertEqual(redis_status(s)["server"], "%s:%d" % (HOST, master.port))
 
         sentinel.call("SENTINEL", "FAILOVER", MASTER)
         wait_until(lambda: sentinel.master_address() == (HOST, replica.port), 20,
@@ -78,6 +80,8 @@ class RedisSentinelTest(RedisFleetTestCase):
                 return fleet_statuses(s, probe, 1) == [200] and self.holds(replica, probe)
             wait_until(on_new_master, 20, interval=0.1,
                        what="decisions on the new master after the failover")
+        for s in fleet:
+            self.assertEqual(redis_status(s)["server"], "%s:%d" % (HOST, replica.port))
         after = self.unique_key("after")
         statuses = fleet_statuses(fleet[0], after, 3) + fleet_statuses(fleet[1], after, 3)
         self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)

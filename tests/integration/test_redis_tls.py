@@ -17,7 +17,7 @@ import unittest
 from harness import server_block
 from redis_harness import (FIVE_A_MINUTE, SENTINEL_MASTER, RedisCluster, RedisFleetTestCase,
                            RedisServer, Sentinel, fleet_statuses, free_port, readyz,
-                           redis_store_block, serve_until_exit, wait_until)
+                           redis_status, redis_store_block, serve_until_exit, wait_until)
 
 OPENSSL = shutil.which("openssl")
 
@@ -111,6 +111,9 @@ class RedisTlsTest(RedisFleetTestCase):
         user = self.unique_key("tls")
         statuses = fleet_statuses(fleet[0], user, 3) + fleet_statuses(fleet[1], user, 3)
         self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
+        status = redis_status(fleet[0])
+        self.assertEqual((status["server"], status["tls"]),
+                         ("127.0.0.1:%d" % self.redis.tls_port, True))
         self.assertTrue(any(user in k for k in self.fleet_keys(self.redis)),
                         "no key of %s in Redis" % user)
 

@@ -7,8 +7,8 @@ import os
 import unittest
 
 from harness import server_block
-from redis_harness import (FIVE_A_MINUTE, RedisFleetTestCase, fleet_statuses, redis_store_block,
-                           serve_until_exit, wait_until)
+from redis_harness import (FIVE_A_MINUTE, RedisFleetTestCase, fleet_statuses, redis_status,
+                           redis_store_block, serve_until_exit, wait_until)
 
 
 class RedisUnixSocketTest(RedisFleetTestCase):
@@ -25,6 +25,8 @@ class RedisUnixSocketTest(RedisFleetTestCase):
         user = self.unique_key("unix")
         statuses = fleet_statuses(fleet[0], user, 3) + fleet_statuses(fleet[1], user, 3)
         self.assertEqual(sorted(statuses), [200] * 5 + [429], statuses)
+        status = redis_status(fleet[0])
+        self.assertEqual((status["server"], status["tls"]), ("unix:%s" % path, False))
         self.assertTrue(any(user in k for k in redis.call("KEYS", "sluice:*")))
         # Every client of the server came by the socket (id=... addr=/path).
         clients = redis.call("CLIENT", "LIST")

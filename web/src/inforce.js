@@ -108,6 +108,8 @@ export function renderStatus(status) {
       .filter(([, n]) => n !== undefined);
     fill(cell, h('span', {class: redis.up ? 'badge badge-ok' : 'badge badge-deny'}, redis.up ? 'up' : 'down'),
       ' ' + fmtInt(redis.nodes_up) + ' of ' + fmtInt(redis.nodes) + ' masters connected',
+      redis.server ? h('span', {}, ' · ', h('code', {}, String(redis.server))) : null,
+      redis.tls ? ' · TLS' : null,
       trouble.length ? h('span', {class: 'muted'}, ' · ' + trouble.map(([name, n]) => fmtInt(n) + ' ' + name).join(', ')) : null);
   }
   renderHeader(status);

@@ -57,6 +57,10 @@ namespace sluice {
 // What the store's connections are doing, for /readyz and metrics.
 struct RedisStoreHealth {
   bool up = false;  // every slot (the one server) reachable now
+  // The one server last connected ("host:port", "unix:/path"; with
+  // Sentinel, the master it named); empty with a Cluster.
+  std::string server;
+  bool tls = false;
   int nodes = 0;
   int nodes_up = 0;
   uint64_t calls = 0;

@@ -1334,6 +1334,8 @@ std::optional<RedisStore::LeaseView> RedisStore::LeaseOf(const LimitConfig& conf
 RedisStoreHealth RedisStore::Health() const {
   const redis::ClientHealth h = impl_->client->Health();
   return {.up = h.all_slots_covered,
+          .server = h.server,
+          .tls = h.tls,
           .nodes = h.nodes,
           .nodes_up = h.nodes_up,
           .calls = h.requests,
