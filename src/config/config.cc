@@ -417,8 +417,6 @@ absl::Status Parser::ReadRedisTls(const Value& v, RedisTls& out) const {
       ReadMap(v, kMapOfKeys, {"ca_file", "cert_file", "key_file", "server_name"});
   if (!f.ok()) return f.status();
   out.enabled = true;
-  const size_t slash = source().rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : source().substr(0, slash + 1);
   for (auto [key, field] : {std::pair<const char*, std::string*>{"ca_file", &out.ca_file},
                             {"cert_file", &out.cert_file},
                             {"key_file", &out.key_file}}) {
@@ -426,7 +424,7 @@ absl::Status Parser::ReadRedisTls(const Value& v, RedisTls& out) const {
     if (x == nullptr) continue;
     SLUICE_ASSIGN_OR_RETURN(const std::string given, ReadScalar(*x, "a file path"));
     if (given.empty()) return Fail(*x, "expected a file path");
-    *field = given.front() == '/' ? given : dir + given;
+    *field = internal::PathBeside(source(), given);
     // A certificate or key is a few KiB; a chain of many, less than 1 MiB.
     absl::StatusOr<std::string> text = internal::ReadTextFile(*field, 1 << 20);
     if (!text.ok()) return Fail(*x, text.status());

@@ -451,14 +451,12 @@ absl::StatusOr<std::shared_ptr<EnvoyConfig>> ReadEnvoySection(
   if (envoy_files) {
     absl::StatusOr<std::vector<YamlAt>> items = reader.ReadList(*envoy_files, "file paths");
     if (!items.ok()) return items.status();
-    const size_t slash = source.rfind('/');
-    const std::string dir = slash == std::string::npos ? "" : source.substr(0, slash + 1);
     for (const YamlAt& at : *items) {
       if (!at.node.IsScalar() || at.node.Scalar().empty()) {
         return reader.Fail(at, Cat("expected a file path, got ", DescribeNode(at.node)));
       }
       const std::string& given = at.node.Scalar();
-      const std::string path = given.front() == '/' ? given : dir + given;
+      const std::string path = internal::PathBeside(source, given);
       absl::StatusOr<std::string> text = internal::ReadTextFile(path, internal::kMaxYamlBytes);
       if (!text.ok()) return reader.Fail(at, text.status());
       absl::StatusOr<EnvoyDomain> domain = ParseEnvoyDomain(*text, path, options);

@@ -46,6 +46,12 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_byt
   return text;
 }
 
+std::string PathBeside(std::string_view source, const std::string& given) {
+  if (!given.empty() && given.front() == '/') return given;
+  const size_t slash = source.rfind('/');
+  return slash == std::string_view::npos ? given : Cat(source.substr(0, slash + 1), given);
+}
+
 namespace {
 
 // Where a quoted scalar starting at text[pos] ends: the byte after its

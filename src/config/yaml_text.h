@@ -30,6 +30,10 @@ struct YamlAt {
 // larger than `max_bytes`.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, size_t max_bytes);
 
+// A path a config file names: as given when absolute, else relative to the
+// folder of `source` (the config file's own path).
+std::string PathBeside(std::string_view source, const std::string& given);
+
 // yaml-cpp's LoadAll, which never returns for some text: after a document
 // that ends before a stray token (",\n", "- a\n,"), its parser starts the
 // next document at that token without consuming it, and LoadAll collects

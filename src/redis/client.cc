@@ -626,32 +626,40 @@ class Client::Impl {
   void AskSentinels(Node& n, size_t next, std::string errors) {
     n.state = Node::kConnecting;
     const uint64_t gen = ++n.generation;
-    for (size_t i = next; i < nodes_.size(); ++i) {
-      Node& s = *nodes_[i];
-      if (!s.sentinel || s.state != Node::kReady) continue;
-      SendInternal(
-          s, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", options_.sentinel_master},
-          [this, &n, gen, i, errors, who = s.endpoint.ToString()](absl::StatusOr<Reply> r) {
-            if (gen != n.generation) return;
-            absl::StatusOr<Endpoint> master = MasterNamed(r, who);
-            if (!master.ok()) {
-              return AskSentinels(
-                  n, i + 1, Cat(errors, errors.empty() ? "" : "; ", master.status().message()));
+    const bool asked =
+        AskForMaster(next, [this, &n, gen, errors](size_t i, absl::StatusOr<Endpoint> master) {
+          if (gen != n.generation) return;
+          if (!master.ok()) {
+            return AskSentinels(n, i + 1,
+                                Cat(errors, errors.empty() ? "" : "; ", master.status().message()));
+          }
+          if (n.endpoint != *master) {
+            if (n.ever_ready) {
+              Log(false, Cat("event=redis_sentinel_master master=", master->ToString(),
+                             " previous=", n.endpoint.ToString()));
             }
-            if (n.endpoint != *master) {
-              if (n.ever_ready) {
-                Log(false, Cat("event=redis_sentinel_master master=", master->ToString(),
-                               " previous=", n.endpoint.ToString()));
-              }
-              n.endpoint = *master;
-            }
-            ConnectTo(n);
-          });
-      return;
-    }
+            n.endpoint = *master;
+          }
+          ConnectTo(n);
+        });
+    if (asked) return;
     Close(n, absl::UnavailableError(Cat("redis sentinel: no sentinel named the master \"",
                                         options_.sentinel_master, "\"",
                                         errors.empty() ? " (none connected)" : Cat(": ", errors))));
+  }
+
+  // Asks the first ready sentinel from nodes_[from] on which server is the
+  // master; `then` gets its index and its answer. False: none is ready.
+  bool AskForMaster(size_t from, std::function<void(size_t, absl::StatusOr<Endpoint>)> then) {
+    for (size_t i = from; i < nodes_.size(); ++i) {
+      Node& s = *nodes_[i];
+      if (!s.sentinel || s.state != Node::kReady) continue;
+      SendInternal(s, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", options_.sentinel_master},
+                   [this, i, then = std::move(then), who = s.endpoint.ToString()](
+                       absl::StatusOr<Reply> r) { then(i, MasterNamed(r, who)); });
+      return true;
+    }
+    return false;
   }
 
   // A sentinel's answer to GET-MASTER-ADDR-BY-NAME: [host, port], or nil
@@ -677,22 +685,14 @@ class Client::Impl {
   // to the server the sentinels name now.
   void CheckSentinels() {
     Node& n = *nodes_[0];
-    for (auto& node : nodes_) {
-      Node& s = *node;
-      if (!s.sentinel || s.state != Node::kReady) continue;
-      SendInternal(
-          s, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", options_.sentinel_master},
-          [this, &n, gen = n.generation, who = s.endpoint.ToString()](absl::StatusOr<Reply> r) {
-            if (gen != n.generation || n.state != Node::kReady) return;
-            absl::StatusOr<Endpoint> master = MasterNamed(r, who);
-            if (master.ok() && *master != n.endpoint) {
-              Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
-                                                  ": the sentinels name another master, ",
-                                                  master->ToString())));
-            }
-          });
-      return;
-    }
+    AskForMaster(0, [this, &n, gen = n.generation](size_t, absl::StatusOr<Endpoint> master) {
+      if (gen != n.generation || n.state != Node::kReady) return;
+      if (master.ok() && *master != n.endpoint) {
+        Close(n, absl::UnavailableError(Cat("redis ", n.endpoint.ToString(),
+                                            ": the sentinels name another master, ",
+                                            master->ToString())));
+      }
+    });
   }
 
   void ConnectTo(Node& n) {
