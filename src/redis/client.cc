@@ -21,6 +21,7 @@
 
 #include "base/cat.h"
 #include "base/parse_number.h"
+#include "tls/context.h"
 
 namespace sluice::redis {
 
@@ -72,50 +73,11 @@ constexpr int kSlots = 16384;
 
 std::string_view ReplyText(const redisReply& r) { return {r.str, r.len}; }
 
-// OpenSSL's reason for the last failure on this thread, or `otherwise`.
-std::string OpenSslReason(std::string_view otherwise) {
-  const unsigned long code = ERR_peek_last_error();
-  ERR_clear_error();
-  if (code == 0) return std::string(otherwise);
-  const char* reason = ERR_reason_error_string(code);
-  return reason != nullptr ? std::string(reason) : std::string(otherwise);
-}
-
 // What every TLS connection is made with: the authorities trusted, the
 // client's certificate, TLS 1.2 at least, the peer verified.
 absl::StatusOr<std::shared_ptr<net::ssl::context>> MakeTlsContext(const TlsOptions& tls) {
-  auto ctx = std::make_shared<net::ssl::context>(net::ssl::context::tls_client);
-  SSL_CTX* native = ctx->native_handle();
-  ERR_clear_error();
-  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
-  if (tls.ca_file.empty()) {
-    if (SSL_CTX_set_default_verify_paths(native) != 1) {
-      return absl::InvalidArgumentError(
-          Cat("redis tls: the system's trusted authorities: ", OpenSslReason("not readable")));
-    }
-  } else if (SSL_CTX_load_verify_locations(native, tls.ca_file.c_str(), nullptr) != 1) {
-    return absl::InvalidArgumentError(
-        Cat("redis tls ca_file ", tls.ca_file, ": ", OpenSslReason("no certificate read")));
-  }
-  if (tls.cert_file.empty() != tls.key_file.empty()) {
-    return absl::InvalidArgumentError("redis tls: give cert_file and key_file together");
-  }
-  if (!tls.cert_file.empty()) {
-    if (SSL_CTX_use_certificate_chain_file(native, tls.cert_file.c_str()) != 1) {
-      return absl::InvalidArgumentError(
-          Cat("redis tls cert_file ", tls.cert_file, ": ", OpenSslReason("no certificate read")));
-    }
-    // OpenSSL checks the key against the certificate as it reads it.
-    if (SSL_CTX_use_PrivateKey_file(native, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-      const std::string reason = OpenSslReason("no key read");
-      return absl::InvalidArgumentError(Cat("redis tls key_file ", tls.key_file, ": ", reason,
-                                            reason == "key values mismatch"
-                                                ? Cat(": not the key of cert_file ", tls.cert_file)
-                                                : ""));
-    }
-  }
-  SSL_CTX_set_verify(native, SSL_VERIFY_PEER, nullptr);
-  return ctx;
+  return tls::ClientContext(
+      {.cert_file = tls.cert_file, .key_file = tls.key_file, .ca_file = tls.ca_file}, "redis tls");
 }
 
 }  // namespace
@@ -346,7 +308,7 @@ class Client::Impl {
     RunOnIo([this] {
       nodes_.push_back(std::make_unique<Node>(ioc_));
       nodes_[0]->via_sentinels = true;
-      nodes_[0]->endpoint = {options_.sentinel_master, 0};
+      nodes_[0]->endpoint = {options_.sentinel_master, 0, {}};
       for (const Endpoint& ep : options_.nodes) {
         nodes_.push_back(std::make_unique<Node>(ioc_));
         Node& s = *nodes_.back();
@@ -783,7 +745,7 @@ class Client::Impl {
     if (!named) {
       return Close(n, absl::InvalidArgumentError(Cat("redis ", n.endpoint.ToString(),
                                                      ": TLS: cannot verify the name \"", name,
-                                                     "\": ", OpenSslReason("not a name"))));
+                                                     "\": ", tls::OpenSslReason("not a name"))));
     }
     const uint64_t gen = n.generation;
     tls.async_handshake(net::ssl::stream_base::client, [this, &n, gen, link = n.link](

@@ -46,7 +46,7 @@ absl::StatusOr<redis::Endpoint> ParseEndpoint(std::string_view text, std::string
   if (!url->user.empty() || !url->password.empty() || url->database != 0) {
     return absl::InvalidArgumentError(Cat(what, " \"", text, "\": only host:port"));
   }
-  return redis::Endpoint{url->host, url->port};
+  return redis::Endpoint{url->host, url->port, {}};
 }
 
 }  // namespace

@@ -1,0 +1,130 @@
+#include "tls/context.h"
+
+#include <algorithm>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include "base/cat.h"
+
+namespace sluice::tls {
+namespace {
+
+using internal::Cat;
+
+// Trusts the authorities of `file` (`key` names it in errors), or the
+// system's when `file` is empty.
+absl::Status Trust(SSL_CTX* ctx, const std::string& file, std::string_view who,
+                   std::string_view key) {
+  if (file.empty()) {
+    if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+      return absl::InvalidArgumentError(
+          Cat(who, ": the system's trusted authorities: ", OpenSslReason("not readable")));
+    }
+    return absl::OkStatus();
+  }
+  if (SSL_CTX_load_verify_locations(ctx, file.c_str(), nullptr) != 1) {
+    return absl::InvalidArgumentError(
+        Cat(who, " ", key, " ", file, ": ", OpenSslReason("no certificate read")));
+  }
+  return absl::OkStatus();
+}
+
+// Presents the certificate chain and key of `files`.
+absl::Status Present(SSL_CTX* ctx, const Files& files, std::string_view who) {
+  if (SSL_CTX_use_certificate_chain_file(ctx, files.cert_file.c_str()) != 1) {
+    return absl::InvalidArgumentError(
+        Cat(who, " cert_file ", files.cert_file, ": ", OpenSslReason("no certificate read")));
+  }
+  // OpenSSL checks the key against the certificate as it reads it.
+  if (SSL_CTX_use_PrivateKey_file(ctx, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+    const std::string reason = OpenSslReason("no key read");
+    return absl::InvalidArgumentError(
+        Cat(who, " key_file ", files.key_file, ": ", reason,
+            reason == "key values mismatch" ? Cat(": not the key of cert_file ", files.cert_file)
+                                            : ""));
+  }
+  return absl::OkStatus();
+}
+
+// ALPN: HTTP/1.1 when the client offers it; otherwise no protocol is
+// chosen and the handshake goes on (RFC 7301 lets a server ignore the
+// extension), so a client that offers only h2 learns it from the answer.
+int SelectHttp11(SSL*, const unsigned char** out, unsigned char* out_len, const unsigned char* in,
+                 unsigned int in_len, void*) {
+  static constexpr unsigned char kHttp11[] = {'h', 't', 't', 'p', '/', '1', '.', '1'};
+  for (unsigned int i = 0; i < in_len;) {
+    const unsigned int len = in[i];
+    if (i + 1 + len > in_len) break;
+    if (len == sizeof kHttp11 && std::equal(kHttp11, kHttp11 + len, in + i + 1)) {
+      *out = in + i + 1;
+      *out_len = static_cast<unsigned char>(len);
+      return SSL_TLSEXT_ERR_OK;
+    }
+    i += 1 + len;
+  }
+  return SSL_TLSEXT_ERR_NOACK;
+}
+
+}  // namespace
+
+std::string OpenSslReason(std::string_view otherwise) {
+  const unsigned long code = ERR_peek_last_error();
+  ERR_clear_error();
+  if (code == 0) return std::string(otherwise);
+  const char* reason = ERR_reason_error_string(code);
+  return reason != nullptr ? std::string(reason) : std::string(otherwise);
+}
+
+absl::StatusOr<std::shared_ptr<Context>> ClientContext(const Files& files, std::string_view who) {
+  auto ctx = std::make_shared<Context>(Context::tls_client);
+  SSL_CTX* native = ctx->native_handle();
+  ERR_clear_error();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  if (absl::Status s = Trust(native, files.ca_file, who, "ca_file"); !s.ok()) return s;
+  if (files.cert_file.empty() != files.key_file.empty()) {
+    return absl::InvalidArgumentError(Cat(who, ": give cert_file and key_file together"));
+  }
+  if (!files.cert_file.empty()) {
+    if (absl::Status s = Present(native, files, who); !s.ok()) return s;
+  }
+  SSL_CTX_set_verify(native, SSL_VERIFY_PEER, nullptr);
+  return ctx;
+}
+
+absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who) {
+  auto ctx = std::make_shared<Context>(Context::tls_server);
+  SSL_CTX* native = ctx->native_handle();
+  ERR_clear_error();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  // The server's order of ciphers, not the client's; no renegotiation a
+  // client starts (a handshake's CPU, asked for again and again).
+  SSL_CTX_set_options(native, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION);
+  if (files.cert_file.empty() || files.key_file.empty()) {
+    return absl::InvalidArgumentError(Cat(who, ": give cert_file and key_file"));
+  }
+  if (absl::Status s = Present(native, files, who); !s.ok()) return s;
+  if (!files.ca_file.empty()) {
+    if (absl::Status s = Trust(native, files.ca_file, who, "client_ca_file"); !s.ok()) return s;
+    // The authorities named to the client, so that it picks a certificate
+    // they signed.
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(files.ca_file.c_str());
+    if (names == nullptr) {
+      return absl::InvalidArgumentError(Cat(who, " client_ca_file ", files.ca_file, ": ",
+                                            OpenSslReason("no certificate read")));
+    }
+    SSL_CTX_set_client_CA_list(native, names);
+    SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  // Resumed sessions are this server's alone (OpenSSL refuses to resume
+  // one, failing the handshake, when a client certificate is asked for and
+  // no context is set).
+  static constexpr unsigned char kSessionContext[] = {'s', 'l', 'u', 'i', 'c', 'e'};
+  SSL_CTX_set_session_id_context(native, kSessionContext, sizeof kSessionContext);
+  SSL_CTX_set_alpn_select_cb(native, SelectHttp11, nullptr);
+  // Sessions resumed by ticket: no cache kept per client in this process.
+  SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
+  return ctx;
+}
+
+}  // namespace sluice::tls

@@ -1,0 +1,52 @@
+// TLS contexts made from PEM files, for both ends sluice plays: the client
+// of Redis (redis/client.cc) and the server of its HTTP listeners
+// (server/). One place reads the files and turns OpenSSL's errors into
+// messages that name the file and why. Internal.
+//
+// Thread-safety: a context, once made, is used by any number of threads
+// (OpenSSL's SSL_CTX is safe for concurrent SSL_new); making one reads the
+// files on the calling thread.
+#ifndef SLUICE_TLS_CONTEXT_H_
+#define SLUICE_TLS_CONTEXT_H_
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/ssl/context.hpp>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::tls {
+
+using Context = boost::asio::ssl::context;
+
+// OpenSSL's reason for the last failure on this thread (its error queue
+// emptied), or `otherwise` when it gave none.
+std::string OpenSslReason(std::string_view otherwise);
+
+// The files a context is made of; paths as the config resolved them.
+struct Files {
+  std::string cert_file;  // a certificate chain (PEM), with key_file
+  std::string key_file;   // its private key (PEM)
+  std::string ca_file;    // authorities (PEM) to verify the peer by
+};
+
+// A client's context: TLS 1.2 at least, the peer's certificate verified
+// against `files.ca_file` (empty: the system's authorities), the client's
+// own certificate when `files.cert_file` is given. `who` starts every
+// error ("redis tls").
+absl::StatusOr<std::shared_ptr<Context>> ClientContext(const Files& files, std::string_view who);
+
+// A server's context: TLS 1.2 at least, the certificate and key of
+// `files` (both required), HTTP/1.1 chosen when a client offers it by
+// ALPN, and with `files.ca_file` a certificate required of every client,
+// signed by one of those authorities (mutual TLS). `who` starts every
+// error ("server.tls").
+absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who);
+
+}  // namespace sluice::tls
+
+#endif  // SLUICE_TLS_CONTEXT_H_
