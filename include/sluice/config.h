@@ -61,8 +61,20 @@ std::optional<std::array<uint8_t, 16>> ParseIp(std::string_view text);
 //   - else, no routes configured: on server.listen (a decision service);
 //   - else: not served at all, unless `on_gateway_listener: true`.
 // With tokens, every call needs "Authorization: Bearer <one of them>".
+// TLS on a listener (server.tls, server.decision.tls): its certificate and
+// key, and for mutual TLS the authorities a client's certificate must be
+// signed by. Paths as resolved from the config's folder; the files are
+// read when the server starts and again at every reload.
+struct ListenerTls {
+  std::string cert_file;       // the certificate chain (PEM)
+  std::string key_file;        // its private key (PEM)
+  std::string client_ca_file;  // empty: no client certificate asked for
+  friend bool operator==(const ListenerTls&, const ListenerTls&) = default;
+};
+
 struct DecisionConfig {
   std::optional<HostPort> listen;
+  std::optional<ListenerTls> tls;  // on `listen` (server.tls covers server.listen)
   bool on_gateway_listener = false;
   // From `tokens` and from the variable `token_env` names (read at load);
   // each at least kMinTokenLength visible ASCII characters.
@@ -85,6 +97,7 @@ inline constexpr Duration kMaxTimeout = Duration::Days(7);
 struct ServerConfig {
   HostPort listen{"127.0.0.1", 8080};  // gateway routes (+ the decision API: see DecisionConfig)
   HostPort admin{"127.0.0.1", 9090};   // /metrics /healthz /readyz /v1/config /v1/keys
+  std::optional<ListenerTls> tls;      // HTTPS on `listen`
   int threads = 0;                     // 0: one per core
   int64_t max_connections = 10'000;    // beyond: new connections are closed at once
   int64_t max_header_bytes = 16 * 1024;

@@ -72,6 +72,8 @@ class Parser : public internal::YamlReader {
   absl::Status ReadDecision(const Value& v, DecisionConfig& out) const;
   absl::Status ReadStore(const Value& v, StoreConfig& out) const;
   absl::Status ReadRedisTls(const Value& v, RedisTls& out) const;
+  absl::Status ReadListenerTls(const Value& v, std::optional<ListenerTls>& out) const;
+  absl::StatusOr<std::string> ReadPemFile(const Value& v) const;
   absl::Status ReadRedisNodes(const Value& v, std::string_view example_port,
                               std::vector<std::string>& out) const;
   absl::Status ReadRedisSentinel(const Value& v, RedisSentinel& out) const;
@@ -108,11 +110,12 @@ absl::Status Parser::ReadServer(const Value& v, ServerConfig& out) const {
       v, kMapOfKeys,
       {"listen", "admin", "threads", "max_connections", "max_header_bytes", "max_body_bytes",
        "read_timeout", "idle_timeout", "upstream_timeout", "drain_timeout", "access_log",
-       "legacy_headers", "cpu_affinity", "underscores_in_headers", "decision"});
+       "legacy_headers", "cpu_affinity", "underscores_in_headers", "decision", "tls"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("listen")) {
     SLUICE_ASSIGN_OR_RETURN(out.listen, ReadHostPort(*x));
   }
+  if (const Value* x = f->Find("tls")) SLUICE_RETURN_IF_ERROR(ReadListenerTls(*x, out.tls));
   if (const Value* x = f->Find("admin")) {
     SLUICE_ASSIGN_OR_RETURN(out.admin, ReadHostPort(*x));
   }
@@ -191,11 +194,19 @@ absl::Status CheckToken(std::string_view token) {
 }
 
 absl::Status Parser::ReadDecision(const Value& v, DecisionConfig& out) const {
-  absl::StatusOr<Fields> f = ReadMap(
-      v, kMapOfKeys, {"listen", "on_gateway_listener", "tokens", "token_env", "lease_secret_env"});
+  absl::StatusOr<Fields> f =
+      ReadMap(v, kMapOfKeys,
+              {"listen", "on_gateway_listener", "tokens", "token_env", "lease_secret_env", "tls"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("listen")) {
     SLUICE_ASSIGN_OR_RETURN(out.listen, ReadHostPort(*x));
+  }
+  if (const Value* x = f->Find("tls")) {
+    if (!out.listen) {
+      return Fail(*x, "TLS here is for decision.listen, which is not set (server.tls covers "
+                      "server.listen)");
+    }
+    SLUICE_RETURN_IF_ERROR(ReadListenerTls(*x, out.tls));
   }
   if (const Value* x = f->Find("on_gateway_listener")) {
     SLUICE_ASSIGN_OR_RETURN(out.on_gateway_listener, ReadBool(*x));
@@ -420,14 +431,9 @@ absl::Status Parser::ReadRedisTls(const Value& v, RedisTls& out) const {
   for (auto [key, field] : {std::pair<const char*, std::string*>{"ca_file", &out.ca_file},
                             {"cert_file", &out.cert_file},
                             {"key_file", &out.key_file}}) {
-    const Value* x = f->Find(key);
-    if (x == nullptr) continue;
-    SLUICE_ASSIGN_OR_RETURN(const std::string given, ReadScalar(*x, "a file path"));
-    if (given.empty()) return Fail(*x, "expected a file path");
-    *field = internal::PathBeside(source(), given);
-    // A certificate or key is a few KiB; a chain of many, less than 1 MiB.
-    absl::StatusOr<std::string> text = internal::ReadTextFile(*field, 1 << 20);
-    if (!text.ok()) return Fail(*x, text.status());
+    if (const Value* x = f->Find(key)) {
+      SLUICE_ASSIGN_OR_RETURN(*field, ReadPemFile(*x));
+    }
   }
   if ((f->Find("cert_file") == nullptr) != (f->Find("key_file") == nullptr)) {
     return Fail(v, "give cert_file and key_file together (the client's certificate and its key)");
@@ -436,6 +442,38 @@ absl::Status Parser::ReadRedisTls(const Value& v, RedisTls& out) const {
     SLUICE_ASSIGN_OR_RETURN(out.server_name, ReadScalar(*x, "a host name"));
     if (out.server_name.empty()) return Fail(*x, "expected a host name");
   }
+  return absl::OkStatus();
+}
+
+// A certificate, key or authorities file: a path relative to this file's
+// folder, readable now.
+absl::StatusOr<std::string> Parser::ReadPemFile(const Value& v) const {
+  SLUICE_ASSIGN_OR_RETURN(const std::string given, ReadScalar(v, "a file path"));
+  if (given.empty()) return Fail(v, "expected a file path");
+  std::string path = internal::PathBeside(source(), given);
+  // A certificate or key is a few KiB; a chain of many, less than 1 MiB.
+  absl::StatusOr<std::string> text = internal::ReadTextFile(path, 1 << 20);
+  if (!text.ok()) return Fail(v, text.status());
+  return path;
+}
+
+// server.tls and server.decision.tls: the listener's certificate and key,
+// and the authorities of its clients' certificates for mutual TLS.
+absl::Status Parser::ReadListenerTls(const Value& v, std::optional<ListenerTls>& out) const {
+  absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"cert_file", "key_file", "client_ca_file"});
+  if (!f.ok()) return f.status();
+  if (f->Find("cert_file") == nullptr || f->Find("key_file") == nullptr) {
+    return Fail(v, "give cert_file and key_file (the listener's certificate and its key)");
+  }
+  ListenerTls tls;
+  for (auto [key, field] : {std::pair<const char*, std::string*>{"cert_file", &tls.cert_file},
+                            {"key_file", &tls.key_file},
+                            {"client_ca_file", &tls.client_ca_file}}) {
+    if (const Value* x = f->Find(key)) {
+      SLUICE_ASSIGN_OR_RETURN(*field, ReadPemFile(*x));
+    }
+  }
+  out = std::move(tls);
   return absl::OkStatus();
 }
 

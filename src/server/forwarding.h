@@ -220,11 +220,14 @@ inline bool FromAnyPeer() { return true; }
 // the peer alone, so an upstream reading its left end cannot be handed an
 // address the client made up, and the IsProxyField fields do not go. Only
 // sluice sets the marker: it is set after the hop-by-hop fields are gone,
-// so a client naming it in Connection cannot strip it. `req` passed
+// so a client naming it in Connection cannot strip it. A request that came
+// over TLS (`secure`) goes with "X-Forwarded-Proto: https" unless a trusted
+// proxy's own X-Forwarded-Proto goes (its client's scheme). `req` passed
 // Malformed.
 template <typename FromProxy = bool (*)()>
 void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
-                bool underscores = false, FromProxy from_proxy = &FromAnyPeer) {
+                bool underscores = false, FromProxy from_proxy = &FromAnyPeer,
+                bool secure = false) {
   namespace http = boost::beast::http;
   std::optional<bool> believed;  // from_proxy(), asked at most once
   const auto believe = [&] {
@@ -256,6 +259,7 @@ void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view sha
   if (!xff.empty()) xff += ", ";
   xff += peer_ip;
   req.Set("X-Forwarded-For", xff);
+  if (secure && !req.Find("X-Forwarded-Proto")) req.Set("X-Forwarded-Proto", "https");
   // No Connection field is left, and HTTP/1.1 keeps the connection alive
   // by default.
   req.version(11);

@@ -170,6 +170,22 @@ TEST(ForwardingTest, AClientsOwnForwardedForGoesOnlyFromATrustedProxy) {
   EXPECT_EQ(asked, 2);  // not asked without the field
 }
 
+TEST(ForwardingTest, ARequestOverTlsSaysSoUnlessATrustedProxySaysItsClientsScheme) {
+  const std::string forged = "GET /a HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: http\r\n\r\n";
+  HttpRequest direct = ParseRequest(forged);
+  ToUpstream(direct, "10.0.0.9", "", false, [] { return false; }, /*secure=*/true);
+  EXPECT_EQ(Sent(direct)["X-Forwarded-Proto"], "https");
+  HttpRequest proxied = ParseRequest(forged);
+  ToUpstream(proxied, "10.0.0.9", "", false, [] { return true; }, /*secure=*/true);
+  EXPECT_EQ(Sent(proxied)["X-Forwarded-Proto"], "http");
+  HttpRequest bare = ParseRequest("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+  ToUpstream(bare, "10.0.0.9", "", false, [] { return true; }, /*secure=*/true);
+  EXPECT_EQ(Sent(bare)["X-Forwarded-Proto"], "https");
+  HttpRequest plain = ParseRequest(forged);
+  ToUpstream(plain, "10.0.0.9", "", false, [] { return false; });
+  EXPECT_EQ(Sent(plain).count("X-Forwarded-Proto"), 0u);
+}
+
 TEST(ForwardingTest, AKeyHeaderUnderBothSpellingsIsSentTwice) {
   EXPECT_TRUE(SameNameToCgi("X_Api_Key", "x-api-key"));
   EXPECT_TRUE(SameNameToCgi("x-api-key", "X-API-KEY"));

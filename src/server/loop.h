@@ -292,6 +292,8 @@ struct Context {
   // The policies in force when the request came (a copy: a reload while
   // the request waits must not free them).
   std::shared_ptr<const policy::PolicySet> set;
+  // The request came over TLS (server.tls, server.decision.tls).
+  bool secure = false;
 };
 
 // The decision latency of a verdict that took from `start` until now.

@@ -25,6 +25,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/read_size.hpp>
@@ -38,6 +39,7 @@
 #include "server/http.h"
 #include "server/setup.h"
 #include "spdlog/spdlog.h"
+#include "tls/context.h"
 
 namespace sluice::server {
 namespace {
@@ -48,6 +50,47 @@ using metrics::Counter;
 using metrics::Metrics;
 using policy::PolicySet;
 using policy::RequestFacts;
+
+// The TLS context of a listener's `tls` (null when it has none): its files
+// read now.
+absl::StatusOr<std::shared_ptr<tls::Context>> ListenerContext(const std::optional<ListenerTls>& t,
+                                                              std::string_view who) {
+  if (!t.has_value()) return nullptr;
+  return tls::ServerContext(
+      {.cert_file = t->cert_file, .key_file = t->key_file, .ca_file = t->client_ca_file}, who);
+}
+
+// What a connection is read and written through: the socket itself, or TLS
+// over it.
+template <bool kTls>
+using StreamOf = std::conditional_t<kTls, net::ssl::stream<Socket&>, Socket&>;
+
+template <bool kTls>
+StreamOf<kTls> OpenStream(Socket& socket, tls::Context* context) {
+  if constexpr (kTls) {
+    return net::ssl::stream<Socket&>(socket, *context);
+  } else {
+    return socket;
+  }
+}
+
+// Reads what the stream holds (Socket::ReadSome's contract).
+template <typename Token>
+auto ReadSomeOf(Socket& stream, net::mutable_buffer buffer, Token&& token) {
+  return stream.ReadSome(buffer, std::forward<Token>(token));
+}
+template <typename Token>
+auto ReadSomeOf(net::ssl::stream<Socket&>& stream, net::mutable_buffer buffer, Token&& token) {
+  return stream.async_read_some(buffer, std::forward<Token>(token));
+}
+
+// WriteNow through TLS: nothing is written at once (a record is encrypted
+// and written by the stream's own operation), so the caller's async_write
+// writes it all.
+inline bool WriteNow(net::ssl::stream<Socket&>&, std::array<net::const_buffer, 2>& buffers,
+                     boost::system::error_code&) {
+  return buffers[0].size() + buffers[1].size() == 0;
+}
 
 // Keys of a valid config that are read and not acted on, logged at start.
 void LogWarnings(const Config& config) {
@@ -69,6 +112,9 @@ class ServerImpl final : public Server {
     m.SetHelp("sluice_http_responses_total", "Responses sent, by listener and status code.");
     m.SetHelp("sluice_connections_refused_total",
               "Connections closed at once: the listener had server.max_connections open.");
+    m.SetHelp("sluice_tls_handshake_failures_total",
+              "TLS handshakes that failed (reason=failed) or did not finish within "
+              "server.read_timeout (reason=timeout), by listener.");
     m.SetHelp("sluice_connections_moved_total",
               "Connections moved to the thread on the CPU their client sends from.");
     MemoryStore& store = state_->store;
@@ -110,6 +156,7 @@ class ServerImpl final : public Server {
                           nullptr, state_->metrics);
     if (!set.ok()) return set.status();
     state_->Publish(*std::move(set));
+    if (absl::Status s = LoadTls(state_->config); !s.ok()) return s;
     int threads = state_->config.server.threads;
     if (threads <= 0) threads = UsableCpus();
     for (int i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
@@ -162,6 +209,12 @@ class ServerImpl final : public Server {
         m.Get("sluice_accept_errors_total",
               {{"listener", std::string(kListenerNames[l])}, {"reason", reason}});
       }
+      const bool tls = (static_cast<Listener>(l) == Listener::kGateway && config.server.tls) ||
+                       (static_cast<Listener>(l) == Listener::kDecision && config.server.decision.tls);
+      if (tls) {
+        TlsHandshakeFailed(static_cast<Listener>(l), false);
+        TlsHandshakeFailed(static_cast<Listener>(l), true);
+      }
     }
     for (const RouteConfig& route : config.routes) {
       for (const char* kind : {"connect", "timeout", "exchange"}) {
@@ -209,12 +262,16 @@ class ServerImpl final : public Server {
     } else if (state_->config.routes.empty() || dc.on_gateway_listener) {
       decision = "listen";
     }
+    std::vector<std::string> tls;
+    if (state_->config.server.tls) tls.push_back("listen");
+    if (dc.tls) tls.push_back("decision");
     spdlog::info(
         "event=start listen={} admin={} threads={} policies={} routes={} "
-        "decision={} decision_tokens={} open_files={} cpus={}",
+        "decision={} decision_tokens={} open_files={} cpus={} tls={}",
         listen_at, admin_at, workers_.size(), state_->config.policies.size(),
         state_->config.routes.size(), decision, dc.tokens.size(), open_files_,
-        loop_cpus_.empty() ? std::string("any") : absl::StrJoin(loop_cpus_, ","));
+        loop_cpus_.empty() ? std::string("any") : absl::StrJoin(loop_cpus_, ","),
+        tls.empty() ? std::string("off") : absl::StrJoin(tls, ","));
     LogWarnings(state_->config);
     if (decision == "off") {
       spdlog::warn(
@@ -348,8 +405,11 @@ class ServerImpl final : public Server {
         state_->metrics.Get("sluice_connections_refused_total", {})->Add();
         continue;
       }
-      net::co_spawn(acceptor.get_executor(), Session(w, std::move(socket), listener),
-                    net::detached);
+      std::shared_ptr<tls::Context> tls;
+      if (listener == Listener::kGateway) tls = state_->gateway_tls.load();
+      if (listener == Listener::kDecision) tls = state_->decision_tls.load();
+      net::co_spawn(acceptor.get_executor(),
+                    Session(w, std::move(socket), listener, std::move(tls)), net::detached);
     }
   }
 
@@ -478,8 +538,8 @@ class ServerImpl final : public Server {
   // asks a client that sent "Expect: 100-continue" for the body it
   // announced (RFC 9110 section 10.1.1; curl waits a second to be asked)
   // and reads on.
-  template <typename DecideFirst>
-  static Task<void> ReadRequest(Socket& stream, beast::flat_buffer& buffer, RequestParser& parser,
+  template <typename Stream, typename DecideFirst>
+  static Task<void> ReadRequest(Stream& stream, beast::flat_buffer& buffer, RequestParser& parser,
                                 DecideFirst decide_first, boost::system::error_code& ec) {
     bool header_seen = false;
     while (!FeedParser(parser, buffer, ec)) {
@@ -495,8 +555,8 @@ class ServerImpl final : public Server {
         }
       }
       const size_t got =
-          co_await stream.ReadSome(buffer.prepare(beast::read_size(buffer, kReadBytes)),
-                                   net::redirect_error(kUseAwaitable, ec));
+          co_await ReadSomeOf(stream, buffer.prepare(beast::read_size(buffer, kReadBytes)),
+                              net::redirect_error(kUseAwaitable, ec));
       if (ec == net::error::eof) {
         EndOfInput(parser, ec);
         co_return;
@@ -508,11 +568,13 @@ class ServerImpl final : public Server {
 
   // The body of a request the gateway decides on its header, read when it
   // is admitted (BodyToCome).
+  enum class BodyState { kToCome, kRead, kRefused, kLost };
+  template <typename Stream>
   class RestOfBody final : public BodyToCome {
    public:
-    enum class State { kToCome, kRead, kRefused, kLost };
+    using State = BodyState;
 
-    RestOfBody(Socket& stream, beast::flat_buffer& buffer, RequestParser& parser,
+    RestOfBody(Stream& stream, beast::flat_buffer& buffer, RequestParser& parser,
                Deadline& deadline, Duration read_timeout, int64_t max_header_bytes,
                int64_t max_body_bytes)
         : stream_(stream),
@@ -547,7 +609,7 @@ class ServerImpl final : public Server {
     State state() const { return state_; }
 
    private:
-    Socket& stream_;
+    Stream& stream_;
     beast::flat_buffer& buffer_;
     RequestParser& parser_;
     Deadline& deadline_;
@@ -609,7 +671,8 @@ class ServerImpl final : public Server {
 
   // Answers a request that could not be read (or is unfit to decide on)
   // with a problem document, and the connection closes.
-  static Task<void> Refuse(Socket& stream, Deadline& deadline, int status, std::string_view detail,
+  template <typename Stream>
+  static Task<void> Refuse(Stream& stream, Deadline& deadline, int status, std::string_view detail,
                            std::string& out, boost::system::error_code& ec) {
     Reply reply = Refusal(status, detail);
     out.clear();
@@ -660,12 +723,26 @@ class ServerImpl final : public Server {
         Connections(listener).Add(-1);
         return;
       }
-      net::co_spawn(target.ioc, Session(target, std::move(socket), listener, /*moved=*/true),
+      net::co_spawn(target.ioc,
+                    Session(target, std::move(socket), listener, nullptr, /*moved=*/true),
                     net::detached);
     });
   }
 
-  Task<void> Session(Worker& w, Socket socket, Listener listener, bool moved = false) {
+  // A connection's requests, each answered in turn, over TLS with `tls`.
+  Task<void> Session(Worker& w, Socket socket, Listener listener,
+                     std::shared_ptr<tls::Context> tls, bool moved = false) {
+    if (tls != nullptr) return Converse<true>(w, std::move(socket), listener, std::move(tls), false);
+    return Converse<false>(w, std::move(socket), listener, nullptr, moved);
+  }
+
+  // How long a closing TLS connection waits for the client's close_notify
+  // after sending its own.
+  static constexpr Duration kCloseNotifyTime = Duration::Seconds(1);
+
+  template <bool kTls>
+  Task<void> Converse(Worker& w, Socket socket, Listener listener,
+                      std::shared_ptr<tls::Context> tls, bool moved) {
     Metrics& metrics = state_->metrics;
     Held connection(Connections(listener), /*add=*/!moved);
     boost::system::error_code ec;
@@ -674,12 +751,36 @@ class ServerImpl final : public Server {
     if (peer.address().is_v6() && peer.address().to_v6().is_v4_mapped()) {
       peer_ip = net::ip::make_address_v4(net::ip::v4_mapped, peer.address().to_v6()).to_string();
     }
-    Socket& stream = socket;
-    Deadline deadline(w, stream);
+    Deadline deadline(w, socket);
+    StreamOf<kTls> stream = OpenStream<kTls>(socket, tls.get());
+    std::string out_of_tls;
+    if constexpr (kTls) {
+      // The handshake has the time of a request; a client that does not
+      // finish it is counted, and its connection closed.
+      deadline.After(w.Current(*state_)->config().server.read_timeout);
+      if (co_await PlainToTls(socket, ec)) {
+        // As NGINX does: a plain request is told where it went, in plain.
+        TlsHandshakeFailed(listener, false)->Add();
+        Responses(listener, 400)->Add();
+        co_await Refuse(socket, deadline, 400, "a plain HTTP request to a TLS (https) listener",
+                        out_of_tls, ec);
+        if (!ec) co_await Linger(socket, deadline);  // its request unread
+        co_return;
+      }
+      if (!ec) {
+        co_await stream.async_handshake(net::ssl::stream_base::server,
+                                        net::redirect_error(kUseAwaitable, ec));
+      }
+      if (ec) {
+        TlsHandshakeFailed(listener, deadline.expired())->Add();
+        co_return;
+      }
+    }
     beast::flat_buffer buffer;
     std::string out;  // the head of each response (its capacity kept)
     bool first = !moved;
-    const bool may_move = !loop_cpus_.empty() && listener != Listener::kAdmin;
+    // A TLS session stays in its loop (its state is not a descriptor).
+    const bool may_move = !kTls && !loop_cpus_.empty() && listener != Listener::kAdmin;
     int requests = 0;
     bool moved_on = false;
     for (;;) {
@@ -692,9 +793,9 @@ class ServerImpl final : public Server {
       if (!first && buffer.size() == 0 && may_move && requests % kCpuCheckEvery == 1 &&
           !state_->draining.load()) {
         // Nothing in flight and nothing buffered: the session can move.
-        if (const int to = LoopToMoveTo(w, stream); to >= 0) {
-          const tcp protocol = stream.local_endpoint(ec).protocol();
-          const int fd = ec ? -1 : stream.release(ec);
+        if (const int to = LoopToMoveTo(w, socket); to >= 0) {
+          const tcp protocol = socket.local_endpoint(ec).protocol();
+          const int fd = ec ? -1 : socket.release(ec);
           if (!ec && fd >= 0) {
             MoveSession(to, fd, protocol, listener);
             moved_on = true;
@@ -711,8 +812,8 @@ class ServerImpl final : public Server {
         // read only when the last read left bytes behind (one system call
         // a request fewer: bench/README.md, "HTTP").
         deadline.After(idle_timeout);
-        const size_t got = co_await stream.ReadSome(buffer.prepare(kFirstReadBytes),
-                                                    net::redirect_error(kUseAwaitable, ec));
+        const size_t got = co_await ReadSomeOf(stream, buffer.prepare(kFirstReadBytes),
+                                               net::redirect_error(kUseAwaitable, ec));
         if (ec) break;
         buffer.commit(got);
       }
@@ -747,7 +848,7 @@ class ServerImpl final : public Server {
         if (status != 0) {
           co_await Refuse(stream, deadline, status, detail, out, ec);
           Responses(listener, status)->Add();
-          if (!ec) co_await Linger(stream, deadline);
+          if (!ec) co_await Linger(socket, deadline);
         }
         break;
       }
@@ -756,10 +857,10 @@ class ServerImpl final : public Server {
       if (std::optional<std::string> bad = Malformed(req)) {
         co_await Refuse(stream, deadline, 400, *bad, out, ec);
         Responses(listener, 400)->Add();
-        if (!ec && body_to_come) co_await Linger(stream, deadline);
+        if (!ec && body_to_come) co_await Linger(socket, deadline);
         break;
       }
-      RestOfBody rest(stream, buffer, parser, deadline, read_timeout, max_header_bytes,
+      RestOfBody<StreamOf<kTls>> rest(stream, buffer, parser, deadline, read_timeout, max_header_bytes,
                       max_body_bytes);
       std::optional<Held> in_flight(std::in_place, metrics.in_flight(), true);
       deadline.Never();
@@ -772,7 +873,7 @@ class ServerImpl final : public Server {
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Reply reply;
       try {
-        Context ctx{*state_, w, on_header ? std::move(header_set) : w.Current(*state_)};
+        Context ctx{*state_, w, on_header ? std::move(header_set) : w.Current(*state_), kTls};
         if (listener == Listener::kAdmin) {
           reply = co_await AdminEndpoint(ctx, req.method_string(), req.target(), req.body());
         } else if (on_header == Answerer::kGateway) {
@@ -798,9 +899,9 @@ class ServerImpl final : public Server {
       // unless it is a short rest of known length the client sends unasked:
       // that is read after the answer, and dropped, as NGINX does, so that
       // a client (or a proxy in front) keeps its connection.
-      const bool unread = body_to_come && rest.state() != RestOfBody::State::kRead;
-      if (unread && rest.state() == RestOfBody::State::kLost) break;
-      const bool drain = unread && keep_alive && rest.state() == RestOfBody::State::kToCome &&
+      const bool unread = body_to_come && rest.state() != BodyState::kRead;
+      if (unread && rest.state() == BodyState::kLost) break;
+      const bool drain = unread && keep_alive && rest.state() == BodyState::kToCome &&
                          !expects_continue && parser.content_length_remaining() &&
                          *parser.content_length_remaining() <= kDrainBytes;
       if (state_->draining.load() || (unread && !drain)) keep_alive = false;
@@ -820,7 +921,7 @@ class ServerImpl final : public Server {
         co_await net::async_write(stream, answer, net::redirect_error(kUseAwaitable, ec));
       }
       in_flight.reset();
-      if (!ec && unread && !keep_alive) co_await Linger(stream, deadline);
+      if (!ec && unread && !keep_alive) co_await Linger(socket, deadline);
       if (!ec && drain && keep_alive) {
         deadline.After(read_timeout);
         co_await ReadRequest(
@@ -832,7 +933,34 @@ class ServerImpl final : public Server {
       connection.Pass();  // the session goes on in another loop
       co_return;
     }
-    stream.shutdown(Socket::shutdown_send, ec);
+    if constexpr (kTls) {
+      // close_notify, so the client knows the answer was not cut short;
+      // its own is waited for a moment (or its end of the stream).
+      deadline.After(kCloseNotifyTime);
+      co_await stream.async_shutdown(net::redirect_error(kUseAwaitable, ec));
+    }
+    socket.shutdown(Socket::shutdown_send, ec);
+  }
+
+  // Whether what a client sent first to a TLS listener is plain HTTP: its
+  // first byte, once one came, is not a TLS handshake record's (22) but a
+  // letter (a method's). It stays in the socket for the handshake to read.
+  static Task<bool> PlainToTls(Socket& socket, boost::system::error_code& ec) {
+    co_await socket.async_wait(Socket::wait_read, net::redirect_error(kUseAwaitable, ec));
+    if (ec) co_return false;
+    unsigned char first = 0;
+    const ssize_t n = ::recv(socket.native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT);
+    co_return n == 1 && ((first >= 'A' && first <= 'Z') || (first >= 'a' && first <= 'z'));
+  }
+
+  // sluice_tls_handshake_failures_total of `listener`: `expired`, the
+  // client did not finish in time; else it failed (no common version or
+  // cipher, a certificate refused or missing, plain HTTP to the port).
+  Counter* TlsHandshakeFailed(Listener listener, bool expired) {
+    return state_->metrics.Get(
+        "sluice_tls_handshake_failures_total",
+        {{"listener", std::string(kListenerNames[static_cast<int>(listener)])},
+         {"reason", expired ? "timeout" : "failed"}});
   }
 
   // A new config from the source: its policies (and Envoy rules) built
@@ -872,9 +1000,24 @@ class ServerImpl final : public Server {
     if (state_->redis != nullptr && next.store.redis.has_value()) {
       if (absl::Status tls = state_->redis->ReloadTls(next.store.redis->tls); !tls.ok()) return tls;
     }
+    if (absl::Status tls = LoadTls(next); !tls.ok()) return tls;
     state_->Publish(*std::move(set));
     if (state_->rls != nullptr) state_->rls->Swap(*std::move(rls_next));
     ShowErrorSeries(next);
+    return absl::OkStatus();
+  }
+
+  // server.tls and server.decision.tls, their files read now, for the
+  // connections accepted from now on; nothing changes when either fails.
+  absl::Status LoadTls(const Config& config) {
+    absl::StatusOr<std::shared_ptr<tls::Context>> gateway =
+        ListenerContext(config.server.tls, "server.tls");
+    if (!gateway.ok()) return gateway.status();
+    absl::StatusOr<std::shared_ptr<tls::Context>> decision =
+        ListenerContext(config.server.decision.tls, "server.decision.tls");
+    if (!decision.ok()) return decision.status();
+    state_->gateway_tls.store(*std::move(gateway));
+    state_->decision_tls.store(*std::move(decision));
     return absl::OkStatus();
   }
 

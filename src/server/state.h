@@ -25,6 +25,7 @@
 #include "sluice/config.h"
 #include "sluice/store/memory_store.h"
 #include "sluice/store/redis_store.h"
+#include "tls/context.h"
 
 namespace sluice::server {
 
@@ -66,6 +67,11 @@ struct ServerState {
   // count would be one more cache line shared by every request).
   std::atomic<uint64_t> policies_version{0};
   std::atomic<bool> draining{false};
+  // server.tls and server.decision.tls as last loaded (null: plain HTTP):
+  // each connection is accepted with the context its listener has then,
+  // so a reload's renewed certificate serves the connections after it.
+  std::atomic<std::shared_ptr<tls::Context>> gateway_tls;
+  std::atomic<std::shared_ptr<tls::Context>> decision_tls;
   // For the admin listener: where the config comes from (null in tests that
   // build a server without one), when the process started, and each
   // policy's decisions per second (sampled by the server).
