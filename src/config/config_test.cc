@@ -425,7 +425,7 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
             "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
             "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "
             "upstream_timeout, drain_timeout, access_log, legacy_headers, cpu_affinity, "
-            "underscores_in_headers, decision)");
+            "underscores_in_headers, decision, tls)");
   EXPECT_EQ(
       ErrorOf(
           "policies:\n  - name: p\n    limits:\n      - {algorithm: gcra, rate: 1/s, brust: 2}\n"),
@@ -547,6 +547,46 @@ TEST(ConfigErrors, RedisTls) {
             "key_file, server_name)");
   EXPECT_EQ(ErrorOf("store:\n  redis:\n    url: \"rediss://a\"\n    tls: {server_name: \"\"}\n"),
             "t.yaml:4: store.redis.tls.server_name: expected a host name");
+}
+
+TEST(ConfigServer, TlsOnTheGatewayAndDecisionListeners) {
+  EXPECT_EQ(Load("").server.tls, std::nullopt);
+  const std::string dir = testing::TempDir() + "/sluice_server_tls_config";
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"server.pem", "server.key", "clients.pem"}) {
+    std::ofstream(dir + "/" + name) << "-----BEGIN CERTIFICATE-----\n";
+  }
+  const absl::StatusOr<Config> loaded = ParseConfig(
+      "server:\n  tls: {cert_file: server.pem, key_file: server.key}\n  decision:\n    listen: "
+      "127.0.0.1:8082\n    tls: {cert_file: server.pem, key_file: server.key, client_ca_file: " +
+          dir + "/clients.pem}\n",
+      dir + "/sluice.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->server.tls,
+            (ListenerTls{.cert_file = dir + "/server.pem", .key_file = dir + "/server.key"}));
+  EXPECT_EQ(loaded->server.decision.tls, (ListenerTls{.cert_file = dir + "/server.pem",
+                                                      .key_file = dir + "/server.key",
+                                                      .client_ca_file = dir + "/clients.pem"}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConfigErrors, ServerTls) {
+  EXPECT_EQ(ErrorOf("server:\n  tls: {cert_file: /dev/null}\n"),
+            "t.yaml:2: server.tls: give cert_file and key_file (the listener's certificate and "
+            "its key)");
+  EXPECT_EQ(ErrorOf("server:\n  tls: {cert_file: /dev/null, key_file: /nonexistent/k.pem}\n"),
+            "t.yaml:2: server.tls.key_file: /nonexistent/k.pem: cannot read: No such file or "
+            "directory");
+  EXPECT_EQ(ErrorOf("server:\n  tls: true\n"),
+            "t.yaml:2: server.tls: expected a map of keys, got \"true\"");
+  EXPECT_EQ(ErrorOf("server:\n  tls: {cert_file: /dev/null, key_file: /dev/null, verify: "
+                    "false}\n"),
+            "t.yaml:2: server.tls.verify: unknown key (expected one of: cert_file, key_file, "
+            "client_ca_file)");
+  EXPECT_EQ(ErrorOf("server:\n  decision:\n    tls: {cert_file: /dev/null, key_file: "
+                    "/dev/null}\n"),
+            "t.yaml:3: server.decision.tls: TLS here is for decision.listen, which is not set "
+            "(server.tls covers server.listen)");
 }
 
 TEST(ConfigRedis, AGlobalFixedWindowMayBeLeased) {

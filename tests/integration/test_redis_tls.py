@@ -10,44 +10,14 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 import unittest
 
+from certs import make_ca, make_certificate, require_openssl
 from harness import server_block
 from redis_harness import (FIVE_A_MINUTE, SENTINEL_MASTER, RedisCluster, RedisFleetTestCase,
                            RedisServer, Sentinel, fleet_statuses, free_port, readyz,
                            redis_status, redis_store_block, serve_until_exit, wait_until)
-
-OPENSSL = shutil.which("openssl")
-
-
-
-
-def openssl(*args, cwd):
-    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
-
-
-def make_ca(directory, name):
-    """A certificate authority: NAME.pem and NAME.key."""
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", name + ".key", "-out", name + ".pem", "-days", "2",
-            "-subj", "/CN=sluice test " + name, cwd=directory)
-
-
-def make_certificate(directory, name, ca, alt_names, usage):
-    """NAME.pem and NAME.key, signed by CA, for the subjectAltName and the
-    extendedKeyUsage given (a Cluster node is its peers' client too)."""
-    with open(os.path.join(directory, name + ".ext"), "w") as f:
-        f.write("subjectAltName=%s\nextendedKeyUsage=%s\n" % (alt_names, usage))
-    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + name,
-            cwd=directory)
-    openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
-            "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".pem",
-            cwd=directory)
-
 
 class TlsRedis(RedisServer):
     """A redis-server with a TLS port beside its plain one: sluice is given
@@ -74,8 +44,7 @@ class RedisTlsTest(RedisFleetTestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        if not OPENSSL:
-            raise unittest.SkipTest("the openssl command makes the test certificates")
+        require_openssl()
         cls.certs = os.path.join(cls.class_dir, "certs")
         os.mkdir(cls.certs)
         make_ca(cls.certs, "ca")

@@ -1,0 +1,40 @@
+"""Test certificates, made with the openssl command: an authority, and
+certificates it signs for the names and uses a test gives. Shared by the
+tests of TLS to Redis and of sluice's own TLS listeners."""
+
+import os
+import shutil
+import subprocess
+import unittest
+
+OPENSSL = shutil.which("openssl")
+
+
+def require_openssl():
+    if not OPENSSL:
+        raise unittest.SkipTest("the openssl command makes the test certificates")
+
+
+def openssl(*args, cwd):
+    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+
+
+def make_ca(directory, name):
+    """A certificate authority: NAME.pem and NAME.key."""
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", name + ".key", "-out", name + ".pem", "-days", "2",
+            "-subj", "/CN=sluice test " + name, cwd=directory)
+
+
+def make_certificate(directory, name, ca, alt_names, usage):
+    """NAME.pem and NAME.key, signed by CA, for the subjectAltName and the
+    extendedKeyUsage given (a Cluster node is its peers' client too)."""
+    with open(os.path.join(directory, name + ".ext"), "w") as f:
+        f.write("subjectAltName=%s\nextendedKeyUsage=%s\n" % (alt_names, usage))
+    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + name,
+            cwd=directory)
+    openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
+            "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".pem",
+            cwd=directory)

@@ -1,0 +1,259 @@
+"""TLS on sluice's own listeners (server.tls, server.decision.tls): the
+decision API and the gateway over HTTPS, mutual TLS on the decision
+listener, the certificate renewed by a reload, and what a client that does
+not speak TLS, or does not finish its handshake, gets. The certificates are
+made here with the openssl command, for 127.0.0.1 and sluice.test."""
+
+import http.client
+import os
+import shutil
+import signal
+import socket
+import ssl
+import time
+import unittest
+import warnings
+
+from certs import make_ca, make_certificate, require_openssl
+from harness import (HOST, SluiceTestCase, metric_value, parse_raw_response, raw_exchange,
+                     run_check, server_block)
+
+POLICY = """\
+policies:
+  - name: login
+    match: {path_prefix: /login}
+    key: ["header:X-User"]
+    on_missing_key: client_ip
+    limits:
+      - {algorithm: token_bucket, rate: 3/min, burst: 3, scope: local}
+"""
+
+
+class HttpsTest(SluiceTestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_openssl()
+        import tempfile
+        cls._certs_dir = tempfile.TemporaryDirectory(prefix="sluice-https-")
+        cls.addClassCleanup(cls._certs_dir.cleanup)
+        cls.certs = cls._certs_dir.name
+        make_ca(cls.certs, "ca")
+        make_ca(cls.certs, "other-ca")
+        for name in ("server", "renewed"):
+            make_certificate(cls.certs, name, "ca", "DNS:sluice.test,IP:127.0.0.1", "serverAuth")
+        make_certificate(cls.certs, "client", "ca", "DNS:client.test", "clientAuth")
+        make_certificate(cls.certs, "stranger", "other-ca", "DNS:client.test", "clientAuth")
+
+    def cert(self, name):
+        return os.path.join(self.certs, name)
+
+    def tls_block(self, name="server", client_ca=None):
+        """A listener's tls: map (YAML flow text)."""
+        text = "{cert_file: %s, key_file: %s" % (self.cert(name + ".pem"),
+                                                  self.cert(name + ".key"))
+        if client_ca:
+            text += ", client_ca_file: %s" % self.cert(client_ca + ".pem")
+        return text + "}"
+
+    def client_context(self, client=None, ca="ca"):
+        ctx = ssl.create_default_context(cafile=self.cert(ca + ".pem"))
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        if client:
+            ctx.load_cert_chain(self.cert(client + ".pem"), self.cert(client + ".key"))
+        return ctx
+
+    def https(self, port, method, path, body=None, headers=None, ctx=None, conn=None):
+        own = conn is None
+        if own:
+            conn = http.client.HTTPSConnection(HOST, port, timeout=5,
+                                               context=ctx or self.client_context())
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            if own:
+                conn.close()
+
+    def check_over_tls(self, port, user, ctx=None, conn=None):
+        return self.https(port, "POST", "/v1/check",
+                          body='{"policy": "login", "key": "%s"}' % user,
+                          headers={"Content-Type": "application/json"}, ctx=ctx, conn=conn)
+
+    def handshake_failures(self, reason, listener="main"):
+        return metric_value(self.metrics(), "sluice_tls_handshake_failures_total",
+                            listener=listener, reason=reason)
+
+    def test_the_decision_api_over_tls_is_exact_on_one_connection(self):
+        s = self.start_sluice(server_block(tls=self.tls_block()) + POLICY)
+        self.assertIn("tls=listen", s.output())
+        conn = http.client.HTTPSConnection(HOST, s.port, timeout=5, context=self.client_context())
+        self.addCleanup(conn.close)
+        statuses = [self.check_over_tls(s.port, "alice", conn=conn)[0] for _ in range(4)]
+        self.assertEqual(statuses, [200, 200, 200, 429])
+        # One connection, kept alive, TLS 1.2 or later, HTTP/1.1 by ALPN.
+        self.assertIn(conn.sock.version(), ("TLSv1.2", "TLSv1.3"))
+        self.assertEqual(conn.sock.selected_alpn_protocol(), "http/1.1")
+        self.assertEqual(self.check_over_tls(s.port, "bob")[0], 200)
+        # A client that trusts another authority does not get through.
+        with self.assertRaises(ssl.SSLCertVerificationError):
+            self.check_over_tls(s.port, "carol", ctx=self.client_context(ca="other-ca"))
+        # The admin listener stays plain HTTP.
+        self.assert_healthy()
+
+    def test_a_client_limited_to_tls_1_1_is_refused(self):
+        s = self.start_sluice(server_block(tls=self.tls_block()) + POLICY)
+        ctx = self.client_context()
+        try:
+            # TLS 1.1 needs OpenSSL's security level 0 on the client's side.
+            ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                ctx.minimum_version = ssl.TLSVersion.TLSv1_1
+                ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        except (ValueError, ssl.SSLError):
+            self.skipTest("this Python's OpenSSL cannot offer TLS 1.1")
+        with self.assertRaises((ssl.SSLError, ConnectionError)):
+            self.check_over_tls(s.port, "alice", ctx=ctx)
+        self.assertEqual(self.handshake_failures("failed"), 1)
+
+    def test_plain_http_to_the_tls_port_is_told_so_in_plain(self):
+        s = self.start_sluice(server_block(tls=self.tls_block()) + POLICY)
+        data = raw_exchange(s.port, b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 2"
+                                    b"\r\n\r\n{}")
+        r = parse_raw_response(data)
+        self.assert_problem(r, 400)
+        self.assertIn("plain HTTP request to a TLS (https) listener", r.json()["detail"])
+        self.assertEqual(self.handshake_failures("failed"), 1)
+
+    def test_a_handshake_not_finished_in_time_is_closed(self):
+        s = self.start_sluice(server_block(tls=self.tls_block(), read_timeout="1s") + POLICY)
+        silent = socket.create_connection((HOST, s.port), timeout=5)
+        self.addCleanup(silent.close)
+        started = socket.create_connection((HOST, s.port), timeout=5)
+        self.addCleanup(started.close)
+        started.sendall(b"\x16\x03\x01\x00")  # the start of a ClientHello, no more
+        t0 = time.monotonic()
+        self.assertEqual(silent.recv(100), b"")
+        self.assertEqual(started.recv(100), b"")
+        took = time.monotonic() - t0
+        self.assertLess(took, 2.5)
+        self.assertEqual(self.handshake_failures("timeout"), 2)
+        # Nobody else waited for them.
+        self.assertEqual(self.check_over_tls(s.port, "alice")[0], 200)
+
+    def test_the_gateway_over_tls_tells_its_upstream_the_scheme(self):
+        up = self.start_upstream()
+        config = server_block(tls=self.tls_block()) + POLICY + """\
+routes:
+  - name: app
+    match: {path_prefix: /}
+    upstream: http://127.0.0.1:%d
+""" % up.port
+        s = self.start_sluice(config)
+        # The client's own X-Forwarded-Proto says http: sluice knows better.
+        status, _, _ = self.https(s.port, "GET", "/login",
+                                  headers={"X-User": "dave", "X-Forwarded-Proto": "http"})
+        self.assertEqual(status, 200)
+        headers = {k.lower(): v for k, v in up.hits("/login")[-1]["headers"].items()}
+        self.assertEqual(headers["x-forwarded-proto"], "https")
+        self.assertEqual(headers["x-forwarded-for"], "127.0.0.1")
+        for _ in range(2):
+            self.https(s.port, "GET", "/login", headers={"X-User": "dave"})
+        status, headers, _ = self.https(s.port, "GET", "/login", headers={"X-User": "dave"})
+        self.assertEqual(status, 429)
+        self.assertIn("Retry-After", headers)
+        self.assertEqual(up.count("/login"), 3)
+
+    def test_mutual_tls_on_the_decision_listener(self):
+        up = self.start_upstream()
+        config = server_block(decision="{listen: 127.0.0.1:0, tls: %s}"
+                              % self.tls_block(client_ca="ca")) + POLICY + """\
+routes:
+  - name: app
+    match: {path_prefix: /}
+    upstream: http://127.0.0.1:%d
+""" % up.port
+        s = self.start_sluice(config)
+        self.assertIn("tls=decision", s.output())
+        port = s.decision_port
+        self.assertEqual(self.check_over_tls(port, "erin", ctx=self.client_context("client"))[0],
+                         200)
+        # No certificate, or one another authority signed: no handshake.
+        for client in (None, "stranger"):
+            with self.assertRaises((ssl.SSLError, ConnectionError), msg=client):
+                self.check_over_tls(port, "erin", ctx=self.client_context(client))
+        self.assertEqual(self.handshake_failures("failed", listener="decision"), 2)
+        # The gateway listener is plain HTTP, as configured.
+        conn = http.client.HTTPConnection(HOST, s.port, timeout=5)
+        self.addCleanup(conn.close)
+        conn.request("GET", "/x", headers={"X-User": "frank"})
+        r = conn.getresponse()
+        r.read()
+        self.assertEqual(r.status, 200)
+        self.assertNotIn("X-Forwarded-Proto", up.hits("/x")[-1]["headers"])
+
+    def test_a_reload_serves_the_renewed_certificate_to_new_connections(self):
+        in_force = {ext: os.path.join(self.tmpdir, "in-force." + ext) for ext in ("pem", "key")}
+        for ext in in_force:
+            shutil.copyfile(self.cert("server." + ext), in_force[ext])
+        config = server_block(tls="{cert_file: in-force.pem, key_file: in-force.key}") + POLICY
+        s = self.start_sluice(config)
+
+        def served_name(conn=None):
+            own = conn is None
+            if own:
+                conn = http.client.HTTPSConnection(HOST, s.port, timeout=5,
+                                                   context=self.client_context())
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()
+            subject = dict(x[0] for x in conn.sock.getpeercert()["subject"])
+            if own:
+                conn.close()
+            return subject["commonName"]
+
+        kept = http.client.HTTPSConnection(HOST, s.port, timeout=5, context=self.client_context())
+        self.addCleanup(kept.close)
+        self.assertEqual(served_name(kept), "server")
+
+        def reload():
+            count = s.output().count("event=reload")
+            s.signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while s.output().count("event=reload") == count and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return s.output()
+
+        # A key that is not the certificate's: the reload fails, nothing changes.
+        shutil.copyfile(self.cert("renewed.pem"), in_force["pem"])
+        out = reload()
+        self.assertIn("server.tls key_file", out)
+        self.assertIn("not the key of cert_file", out)
+        self.assertEqual(served_name(), "server")
+        # Both files renewed: new connections get the new certificate, the
+        # open one goes on with its own.
+        shutil.copyfile(self.cert("renewed.key"), in_force["key"])
+        reload()
+        deadline = time.monotonic() + 5
+        while served_name() != "renewed" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(served_name(), "renewed")
+        self.assertEqual(served_name(kept), "server")
+
+    def test_files_that_cannot_serve_do_not_load(self):
+        cases = [
+            ("tls: {cert_file: %s}" % self.cert("server.pem"), "give cert_file and key_file"),
+            ("tls: {cert_file: %s, key_file: missing.key}" % self.cert("server.pem"),
+             "missing.key"),
+            ("decision: {tls: %s}" % self.tls_block(), "decision.listen, which is not set"),
+        ]
+        for line, expected in cases:
+            with self.subTest(line=line):
+                key, value = line.split(": ", 1)
+                code, out, err = run_check(server_block(**{key: value}) + POLICY, self.tmpdir)
+                self.assertNotEqual(code, 0)
+                self.assertIn(expected, out + err)
+
+
+if __name__ == "__main__":
+    unittest.main()
