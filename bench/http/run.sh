@@ -18,6 +18,12 @@
 # sluice runs with server.cpu_affinity (CPU_AFFINITY=false to turn it off):
 # wrk is a client on the same host, the case that option is for.
 #
+# TLS=1: both over HTTPS (sluice's server.tls, NGINX's `listen ... ssl`),
+# with one certificate made for the run (EC P-256, by the openssl command);
+# wrk keeps its connections, so this is the cost of the records.
+# NEW_CONNECTIONS=1: every request asks "Connection: close", so every one
+# is a new connection (with TLS=1, a new handshake; wrk resumes no session).
+#
 # Usage: bench/http/run.sh [DURATION_S=5] [ROUNDS=3] [WORKERS=2] [CONNECTIONS=64]
 # Variables: ONLY (a bash pattern: only the cases whose name it matches,
 #   e.g. ONLY='gateway-pass-keys1'), CPU_AFFINITY, SLUICE (the binary:
@@ -26,12 +32,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/deps.sh
-sluice_install_deps nginx-light wrk
+sluice_install_deps nginx-light wrk openssl
 DURATION=${1:-5}
 ROUNDS=${2:-3}
 WORKERS=${3:-2}
 CONNS=${4:-64}
 CPU_AFFINITY=${CPU_AFFINITY:-true}
+TLS=${TLS:-0}
+NEW_CONNECTIONS=${NEW_CONNECTIONS:-0}
 
 if [[ -z "${SLUICE:-}" ]]; then
   cmake --preset release >/dev/null
@@ -49,6 +57,16 @@ cleanup() {
 trap cleanup EXIT
 
 source bench/lib.sh  # free_port, wait_port
+
+SCHEME=http NGINX_TLS="" SLUICE_TLS=""
+if [[ $TLS == 1 ]]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+    -keyout "$WORK/tls.key" -out "$WORK/tls.pem" 2>/dev/null
+  SCHEME=https
+  NGINX_TLS="ssl; ssl_certificate $WORK/tls.pem; ssl_certificate_key $WORK/tls.key; ssl_protocols TLSv1.2 TLSv1.3"
+  SLUICE_TLS="tls: {cert_file: $WORK/tls.pem, key_file: $WORK/tls.key},"
+fi
 
 UPSTREAM_PORT=$(free_port)
 NGINX_PORT=$(free_port)
@@ -70,7 +88,7 @@ http { access_log off;
   limit_req_zone \$http_x_key zone=z:64m rate=$1;
   limit_req_status 429;
   upstream up { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; }
-  server { listen 127.0.0.1:$NGINX_PORT; keepalive_requests 100000000;
+  server { listen 127.0.0.1:$NGINX_PORT $NGINX_TLS; keepalive_requests 100000000;
     location /decide { limit_req zone=z burst=$2 nodelay; empty_gif; }
     location / { limit_req zone=z burst=$2 nodelay; proxy_pass http://up;
                  proxy_http_version 1.1; proxy_set_header Connection ""; } } }
@@ -82,7 +100,7 @@ CONF
 start_sluice() {  # $1 rate (e.g. 1000000/s) $2 burst
   cat > "$WORK/sluice.yaml" <<CONF
 server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads: $WORKERS,
-         cpu_affinity: $CPU_AFFINITY,
+         cpu_affinity: $CPU_AFFINITY, $SLUICE_TLS
          max_connections: 100000, decision: {on_gateway_listener: true}}
 store: {memory: {max_keys: 2000000}}
 routes: [{name: up, match: {path_prefix: /}, upstream: "http://127.0.0.1:$UPSTREAM_PORT"}]
@@ -98,22 +116,23 @@ CONF
 
 write_lua() {  # $1 keys $2 method $3 path
   cat > "$WORK/req.lua" <<LUA
-local keys, method, path = $1, "$2", "$3"
+local keys, method, path, close = $1, "$2", "$3", $NEW_CONNECTIONS == 1
 math.randomseed(42)
 request = function()
   local key = "k" .. (keys == 1 and 1 or math.random(1, keys))
+  local headers = method == "POST" and {["Content-Type"] = "application/json"} or {["X-Key"] = key}
+  if close then headers["Connection"] = "close" end
   if method == "POST" then
-    return wrk.format("POST", path, {["Content-Type"] = "application/json"},
-                      '{"policy":"bench","key":"' .. key .. '"}')
+    return wrk.format("POST", path, headers, '{"policy":"bench","key":"' .. key .. '"}')
   end
-  return wrk.format("GET", path, {["X-Key"] = key})
+  return wrk.format("GET", path, headers)
 end
 LUA
 }
 
 # Prints "req_per_s p99_ms" for one wrk run.
 run_wrk() {  # $1 port $2 expected status note
-  wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/req.lua" "http://127.0.0.1:$1" 2>&1 |
+  wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/req.lua" "$SCHEME://127.0.0.1:$1" 2>&1 |
     python3 -c '
 import re, sys
 text = sys.stdin.read()
@@ -150,7 +169,8 @@ done
 
 echo
 echo "date: $(date -u +%F) machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "wrk -t2 -c$CONNS -d${DURATION}s, $ROUNDS rounds alternating, $WORKERS workers each"
+echo "wrk -t2 -c$CONNS -d${DURATION}s, $ROUNDS rounds alternating, $WORKERS workers each" \
+  "$([[ $TLS == 1 ]] && echo ", HTTPS")$([[ $NEW_CONNECTIONS == 1 ]] && echo ", a connection a request")"
 python3 - "$RESULTS" <<'PY'
 import statistics, sys, collections
 runs = collections.defaultdict(lambda: collections.defaultdict(list))
