@@ -25,7 +25,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/read_size.hpp>
@@ -38,6 +37,7 @@
 #include "server/gateway.h"
 #include "server/http.h"
 #include "server/setup.h"
+#include "server/tls_socket.h"
 #include "spdlog/spdlog.h"
 #include "tls/context.h"
 
@@ -61,35 +61,39 @@ absl::StatusOr<std::shared_ptr<tls::Context>> ListenerContext(const std::optiona
 }
 
 // What a connection is read and written through: the socket itself, or TLS
-// over it.
+// on it.
 template <bool kTls>
-using StreamOf = std::conditional_t<kTls, net::ssl::stream<Socket&>, Socket&>;
+using StreamOf = std::conditional_t<kTls, TlsSocket, Socket&>;
 
 template <bool kTls>
 StreamOf<kTls> OpenStream(Socket& socket, tls::Context* context) {
   if constexpr (kTls) {
-    return net::ssl::stream<Socket&>(socket, *context);
+    return TlsSocket(socket, *context);
   } else {
     return socket;
   }
 }
 
 // Reads what the stream holds (Socket::ReadSome's contract).
-template <typename Token>
-auto ReadSomeOf(Socket& stream, net::mutable_buffer buffer, Token&& token) {
+template <typename Stream, typename Token>
+auto ReadSomeOf(Stream& stream, net::mutable_buffer buffer, Token&& token) {
   return stream.ReadSome(buffer, std::forward<Token>(token));
 }
-template <typename Token>
-auto ReadSomeOf(net::ssl::stream<Socket&>& stream, net::mutable_buffer buffer, Token&& token) {
-  return stream.async_read_some(buffer, std::forward<Token>(token));
+
+// WriteNow (loop.h), through TLS.
+inline bool WriteNow(TlsSocket& stream, std::array<net::const_buffer, 2>& buffers,
+                     boost::system::error_code& ec) {
+  return stream.WriteNow(buffers, ec);
 }
 
-// WriteNow through TLS: nothing is written at once (a record is encrypted
-// and written by the stream's own operation), so the caller's async_write
-// writes it all.
-inline bool WriteNow(net::ssl::stream<Socket&>&, std::array<net::const_buffer, 2>& buffers,
-                     boost::system::error_code&) {
-  return buffers[0].size() + buffers[1].size() == 0;
+// Writes the rest of `buffers`, waiting for room.
+inline auto WriteRest(Socket& stream, const std::array<net::const_buffer, 2>& buffers,
+                      boost::system::error_code& ec) {
+  return net::async_write(stream, buffers, net::redirect_error(kUseAwaitable, ec));
+}
+inline Task<void> WriteRest(TlsSocket& stream, const std::array<net::const_buffer, 2>& buffers,
+                            boost::system::error_code& ec) {
+  return stream.Write(buffers, ec);
 }
 
 // Keys of a valid config that are read and not acted on, logged at start.
@@ -548,9 +552,7 @@ class ServerImpl final : public Server {
         if (decide_first(parser.get())) co_return;
         if (ExpectsContinue(parser.get())) {
           std::array<net::const_buffer, 2> ask = {net::buffer(kContinue), net::const_buffer()};
-          if (!WriteNow(stream, ask, ec) && !ec) {
-            co_await net::async_write(stream, ask, net::redirect_error(kUseAwaitable, ec));
-          }
+          if (!WriteNow(stream, ask, ec) && !ec) co_await WriteRest(stream, ask, ec);
           if (ec) co_return;
         }
       }
@@ -678,7 +680,7 @@ class ServerImpl final : public Server {
     out.clear();
     const std::string_view body = AppendHead(reply, 11, /*keep_alive=*/false, false, out);
     deadline.After(Duration::Seconds(5));
-    co_await net::async_write(stream, Gathered(out, body), net::redirect_error(kUseAwaitable, ec));
+    co_await WriteRest(stream, Gathered(out, body), ec);
   }
 
   // With the loops on CPUs of their own (server.cpu_affinity), a connection
@@ -736,10 +738,6 @@ class ServerImpl final : public Server {
     return Converse<false>(w, std::move(socket), listener, nullptr, moved);
   }
 
-  // How long a closing TLS connection waits for the client's close_notify
-  // after sending its own.
-  static constexpr Duration kCloseNotifyTime = Duration::Seconds(1);
-
   template <bool kTls>
   Task<void> Converse(Worker& w, Socket socket, Listener listener,
                       std::shared_ptr<tls::Context> tls, bool moved) {
@@ -772,10 +770,7 @@ class ServerImpl final : public Server {
         if (!ec) co_await Linger(socket, deadline);  // its request unread
         co_return;
       }
-      if (!ec) {
-        co_await stream.async_handshake(net::ssl::stream_base::server,
-                                        net::redirect_error(kUseAwaitable, ec));
-      }
+      if (!ec) co_await stream.Handshake(ec);
       if (ec) {
         TlsHandshakeFailed(listener, deadline.expired())->Add();
         co_return;
@@ -922,9 +917,7 @@ class ServerImpl final : public Server {
       out.clear();
       const std::string_view body = AppendHead(reply, version, keep_alive, head, out);
       std::array<net::const_buffer, 2> answer = Gathered(out, body);
-      if (!WriteNow(stream, answer, ec) && !ec) {
-        co_await net::async_write(stream, answer, net::redirect_error(kUseAwaitable, ec));
-      }
+      if (!WriteNow(stream, answer, ec) && !ec) co_await WriteRest(stream, answer, ec);
       in_flight.reset();
       if (!ec && unread && !keep_alive) co_await Linger(socket, deadline);
       if (!ec && drain && keep_alive) {
@@ -938,12 +931,7 @@ class ServerImpl final : public Server {
       connection.Pass();  // the session goes on in another loop
       co_return;
     }
-    if constexpr (kTls) {
-      // close_notify, so the client knows the answer was not cut short;
-      // its own is waited for a moment (or its end of the stream).
-      deadline.After(kCloseNotifyTime);
-      co_await stream.async_shutdown(net::redirect_error(kUseAwaitable, ec));
-    }
+    if constexpr (kTls) stream.Close();  // close_notify: the answer was not cut short
     socket.shutdown(Socket::shutdown_send, ec);
   }
 

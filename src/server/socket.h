@@ -35,6 +35,11 @@
 // is built for the Boost version it was written against (1.74) on the epoll
 // reactor only; with any other, ReadSome is Asio's async_read_some.
 //
+// ReadTls is the same read through OpenSSL on the socket's descriptor
+// (TlsSocket, tls_socket.h): the operation's one try is SSL_read_ex, and
+// it never reports the socket drained (OpenSSL may hold bytes it read
+// ahead), so each read tries first.
+//
 // Thread-safety: as Asio's socket; a socket belongs to its loop's thread.
 #ifndef SLUICE_SERVER_SOCKET_H_
 #define SLUICE_SERVER_SOCKET_H_
@@ -49,9 +54,12 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/basic_stream_socket.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/compose.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/version.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #if BOOST_VERSION == 107400 && defined(BOOST_ASIO_HAS_EPOLL) && \
     !defined(BOOST_ASIO_HAS_IO_URING) && !defined(BOOST_ASIO_DISABLE_EPOLL)
@@ -89,6 +97,25 @@ bool WatchPeerClose(Reactor& reactor, int fd, Registration* registration);
 }  // namespace asio_private
 #endif
 
+// One SSL_read_ex into `buffer`: false when OpenSSL waits for the socket
+// to be readable; else true, with `bytes` read or `ec` set (eof at the
+// client's close_notify, or its close: the server's context ignores a bare
+// EOF; connection_aborted when TLS fails or would have to write first).
+inline bool TryTlsRead(SSL* ssl, net::mutable_buffer buffer, size_t& bytes,
+                       boost::system::error_code& ec) {
+  ERR_clear_error();
+  if (SSL_read_ex(ssl, buffer.data(), buffer.size(), &bytes) == 1) return true;
+  const int error = SSL_get_error(ssl, 0);
+  if (error == SSL_ERROR_WANT_READ) return false;
+  if (error == SSL_ERROR_ZERO_RETURN) {
+    ec = net::error::eof;
+  } else {
+    ec = net::error::connection_aborted;
+  }
+  ERR_clear_error();
+  return true;
+}
+
 class Socket : public net::basic_stream_socket<tcp, Executor> {
  public:
   using basic_stream_socket::basic_stream_socket;
@@ -99,6 +126,13 @@ class Socket : public net::basic_stream_socket<tcp, Executor> {
   // `buffer` must not be empty.
   template <typename Token>
   auto ReadSome(net::mutable_buffer buffer, Token&& token);
+
+  // The same, of the bytes `ssl` (TLS on this socket's descriptor)
+  // decrypts: eof at the client's close_notify or close; an error when
+  // TLS fails, or when OpenSSL would have to write first (a key update the
+  // client asked for while not reading: the connection ends).
+  template <typename Token>
+  auto ReadTls(SSL* ssl, net::mutable_buffer buffer, Token&& token);
 
  private:
 #if SLUICE_DRAIN_AWARE_READS
@@ -117,12 +151,13 @@ template <typename Handler>
 class Socket::ReadOp final : public net::detail::reactor_op {
  public:
   ReadOp(int fd, asio_private::Registration* registration, bool watching,
-         net::mutable_buffer buffer, Handler&& handler)
+         net::mutable_buffer buffer, Handler&& handler, SSL* ssl = nullptr)
       : reactor_op(boost::system::error_code(), &ReadOp::Perform, &ReadOp::Complete),
         fd_(fd),
         registration_(registration),
         watching_(watching),
         buffer_(buffer),
+        ssl_(ssl),
         handler_(std::move(handler)) {}
 
  private:
@@ -132,6 +167,7 @@ class Socket::ReadOp final : public net::detail::reactor_op {
   // close may wait behind the bytes it took (above): then done.
   static status Perform(reactor_op* base) {
     auto* op = static_cast<ReadOp*>(base);
+    if (op->ssl_ != nullptr) return PerformTls(op);
     for (;;) {
       const ssize_t n = ::recv(op->fd_, op->buffer_.data(), op->buffer_.size(), MSG_DONTWAIT);
       if (n > 0) {
@@ -149,6 +185,10 @@ class Socket::ReadOp final : public net::detail::reactor_op {
       op->ec_ = boost::system::error_code(errno, boost::asio::error::get_system_category());
       return done;
     }
+  }
+
+  static status PerformTls(ReadOp* op) {
+    return TryTlsRead(op->ssl_, op->buffer_, op->bytes_transferred_, op->ec_) ? done : not_done;
   }
 
   // Called by the loop with the operation done (owner set), or to destroy
@@ -169,8 +209,25 @@ class Socket::ReadOp final : public net::detail::reactor_op {
   asio_private::Registration* const registration_;
   const bool watching_;  // the registration has EPOLLRDHUP: a short read may drain
   const net::mutable_buffer buffer_;
+  SSL* const ssl_;  // null: a plain read
   Handler handler_;
 };
+
+template <typename Token>
+auto Socket::ReadTls(SSL* ssl, net::mutable_buffer buffer, Token&& token) {
+  return net::async_initiate<Token, void(boost::system::error_code, size_t)>(
+      [this, ssl, buffer](auto handler) {
+        using Handler = decltype(handler);
+        const bool continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
+        void* memory = boost_asio_handler_alloc_helpers::allocate(sizeof(ReadOp<Handler>), handler);
+        asio_private::Registration* registration = impl_.get_implementation().reactor_data_;
+        auto* op = new (memory) ReadOp<Handler>(native_handle(), registration, /*watching=*/false,
+                                                buffer, std::move(handler), ssl);
+        reactor_->start_op(net::detail::reactor::read_op, native_handle(), registration, op,
+                           continuation, /*allow_speculative=*/true);
+      },
+      token);
+}
 
 template <typename Token>
 auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
@@ -201,6 +258,20 @@ auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
 template <typename Token>
 auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
   return async_read_some(buffer, std::forward<Token>(token));
+}
+
+template <typename Token>
+auto Socket::ReadTls(SSL* ssl, net::mutable_buffer buffer, Token&& token) {
+  return net::async_compose<Token, void(boost::system::error_code, size_t)>(
+      [this, ssl, buffer](auto& self, boost::system::error_code ec = {}) {
+        size_t bytes = 0;
+        if (!ec && !TryTlsRead(ssl, buffer, bytes, ec)) {
+          async_wait(wait_read, std::move(self));
+          return;
+        }
+        self.complete(ec, bytes);
+      },
+      token, *this);
 }
 
 #endif  // SLUICE_DRAIN_AWARE_READS

@@ -99,7 +99,13 @@ absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::
   SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
   // The server's order of ciphers, not the client's; no renegotiation a
   // client starts (a handshake's CPU, asked for again and again).
-  SSL_CTX_set_options(native, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION);
+  // A client that closes without close_notify ends the stream as one that
+  // sends it does: HTTP frames its messages itself.
+  SSL_CTX_set_options(native, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION |
+                                  SSL_OP_IGNORE_UNEXPECTED_EOF);
+  // A read takes what the socket holds, not a record's header first and
+  // its body in a second system call.
+  SSL_CTX_set_read_ahead(native, 1);
   if (files.cert_file.empty() || files.key_file.empty()) {
     return absl::InvalidArgumentError(Cat(who, ": give cert_file and key_file"));
   }
