@@ -146,6 +146,10 @@ class ServerImpl final : public Server {
   }
 
   absl::Status Init() {
+    // OpenSSL writes a TLS connection's socket with write(2): to a client
+    // gone, that raises SIGPIPE, whose default ends the process (Asio's
+    // own writes say MSG_NOSIGNAL). The write fails with EPIPE instead.
+    std::signal(SIGPIPE, SIG_IGN);
     const FileBudget files = FitFileLimit(state_->config);
     open_files_ = files.open_files;
     file_cap_ = files.per_listener;

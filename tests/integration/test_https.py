@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import ssl
+import struct
 import time
 import unittest
 import warnings
@@ -100,6 +101,23 @@ class HttpsTest(SluiceTestCase):
             self.check_over_tls(s.port, "carol", ctx=self.client_context(ca="other-ca"))
         # The admin listener stays plain HTTP.
         self.assert_healthy()
+
+    def test_clients_gone_before_their_answer_do_not_end_sluice(self):
+        # Each client resets its connection right after its request: the
+        # answer is written to a socket the client has closed, which raises
+        # SIGPIPE unless sluice ignores it (OpenSSL writes with write(2)).
+        s = self.start_sluice(server_block(tls=self.tls_block()) + POLICY)
+        ctx = self.client_context()
+        for i in range(20):
+            raw = socket.create_connection((HOST, s.port), timeout=5)
+            conn = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+            conn.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 34\r\n\r\n"
+                         b'{"policy": "login", "key": "u%02d"}' % i)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+        time.sleep(0.2)
+        self.assertIsNone(s.proc.poll(), s.output())
+        self.assertEqual(self.check_over_tls(s.port, "alice")[0], 200)
 
     def test_a_client_limited_to_tls_1_1_is_refused(self):
         s = self.start_sluice(server_block(tls=self.tls_block()) + POLICY)
