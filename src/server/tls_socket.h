@@ -103,6 +103,9 @@ class TlsSocket {
         return false;
       }
     }
+    // A small answer's room is kept for the next; a large one's is not
+    // held by an idle connection.
+    if (joined_.capacity() > kKeptBytes) std::string().swap(joined_);
     return true;
   }
 
@@ -126,6 +129,7 @@ class TlsSocket {
  private:
   // The most of a head and body joined into one record (TLS's largest).
   static constexpr size_t kJoinBytes = 16 * 1024;
+  static constexpr size_t kKeptBytes = 2 * 1024;
 
   Socket& socket_;
   SSL* const ssl_;
