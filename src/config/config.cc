@@ -203,8 +203,9 @@ absl::Status Parser::ReadDecision(const Value& v, DecisionConfig& out) const {
   }
   if (const Value* x = f->Find("tls")) {
     if (!out.listen) {
-      return Fail(*x, "TLS here is for decision.listen, which is not set (server.tls covers "
-                      "server.listen)");
+      return Fail(*x,
+                  "TLS here is for decision.listen, which is not set (server.tls covers "
+                  "server.listen)");
     }
     SLUICE_RETURN_IF_ERROR(ReadListenerTls(*x, out.tls));
   }

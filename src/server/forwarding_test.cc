@@ -173,13 +173,16 @@ TEST(ForwardingTest, AClientsOwnForwardedForGoesOnlyFromATrustedProxy) {
 TEST(ForwardingTest, ARequestOverTlsSaysSoUnlessATrustedProxySaysItsClientsScheme) {
   const std::string forged = "GET /a HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: http\r\n\r\n";
   HttpRequest direct = ParseRequest(forged);
-  ToUpstream(direct, "10.0.0.9", "", false, [] { return false; }, /*secure=*/true);
+  ToUpstream(
+      direct, "10.0.0.9", "", false, [] { return false; }, /*secure=*/true);
   EXPECT_EQ(Sent(direct)["X-Forwarded-Proto"], "https");
   HttpRequest proxied = ParseRequest(forged);
-  ToUpstream(proxied, "10.0.0.9", "", false, [] { return true; }, /*secure=*/true);
+  ToUpstream(
+      proxied, "10.0.0.9", "", false, [] { return true; }, /*secure=*/true);
   EXPECT_EQ(Sent(proxied)["X-Forwarded-Proto"], "http");
   HttpRequest bare = ParseRequest("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
-  ToUpstream(bare, "10.0.0.9", "", false, [] { return true; }, /*secure=*/true);
+  ToUpstream(
+      bare, "10.0.0.9", "", false, [] { return true; }, /*secure=*/true);
   EXPECT_EQ(Sent(bare)["X-Forwarded-Proto"], "https");
   HttpRequest plain = ParseRequest(forged);
   ToUpstream(plain, "10.0.0.9", "", false, [] { return false; });

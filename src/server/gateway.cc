@@ -158,8 +158,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   const bool head = req.method() == http::verb::head;
   ToUpstream(
       req, peer_ip, marker, sc.underscores_in_headers,
-      [&] { return policy::FromTrustedProxy(peer_ip, set->config().trusted_proxies); },
-      ctx.secure);
+      [&] { return policy::FromTrustedProxy(peer_ip, set->config().trusted_proxies); }, ctx.secure);
   boost::system::error_code ec;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::unique_ptr<UpstreamConnection> upstream =

@@ -217,8 +217,9 @@ class ServerImpl final : public Server {
         m.Get("sluice_accept_errors_total",
               {{"listener", std::string(kListenerNames[l])}, {"reason", reason}});
       }
-      const bool tls = (static_cast<Listener>(l) == Listener::kGateway && config.server.tls) ||
-                       (static_cast<Listener>(l) == Listener::kDecision && config.server.decision.tls);
+      const bool tls =
+          (static_cast<Listener>(l) == Listener::kGateway && config.server.tls) ||
+          (static_cast<Listener>(l) == Listener::kDecision && config.server.decision.tls);
       if (tls) {
         TlsHandshakeFailed(static_cast<Listener>(l), false);
         TlsHandshakeFailed(static_cast<Listener>(l), true);
@@ -736,9 +737,10 @@ class ServerImpl final : public Server {
   }
 
   // A connection's requests, each answered in turn, over TLS with `tls`.
-  Task<void> Session(Worker& w, Socket socket, Listener listener,
-                     std::shared_ptr<tls::Context> tls, bool moved = false) {
-    if (tls != nullptr) return Converse<true>(w, std::move(socket), listener, std::move(tls), false);
+  Task<void> Session(Worker& w, Socket socket, Listener listener, std::shared_ptr<tls::Context> tls,
+                     bool moved = false) {
+    if (tls != nullptr)
+      return Converse<true>(w, std::move(socket), listener, std::move(tls), false);
     return Converse<false>(w, std::move(socket), listener, nullptr, moved);
   }
 
@@ -864,8 +866,8 @@ class ServerImpl final : public Server {
         if (!ec && body_to_come) co_await Linger(socket, deadline);
         break;
       }
-      RestOfBody<StreamOf<kTls>> rest(stream, buffer, parser, deadline, read_timeout, max_header_bytes,
-                      max_body_bytes);
+      RestOfBody<StreamOf<kTls>> rest(stream, buffer, parser, deadline, read_timeout,
+                                      max_header_bytes, max_body_bytes);
       std::optional<Held> in_flight(std::in_place, metrics.in_flight(), true);
       deadline.Never();
       // Read before the request goes to an endpoint: the gateway rewrites

@@ -51,6 +51,8 @@
 #include <cerrno>
 #include <cstddef>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/basic_stream_socket.hpp>
 #include <boost/asio/buffer.hpp>
@@ -58,8 +60,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/version.hpp>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 
 #if BOOST_VERSION == 107400 && defined(BOOST_ASIO_HAS_EPOLL) && \
     !defined(BOOST_ASIO_HAS_IO_URING) && !defined(BOOST_ASIO_DISABLE_EPOLL)

@@ -21,9 +21,9 @@
 #include <array>
 #include <string>
 
-#include <boost/asio/redirect_error.hpp>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <boost/asio/redirect_error.hpp>
 
 #include "server/loop.h"
 #include "server/socket.h"

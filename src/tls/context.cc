@@ -39,10 +39,10 @@ absl::Status Present(SSL_CTX* ctx, const Files& files, std::string_view who) {
   // OpenSSL checks the key against the certificate as it reads it.
   if (SSL_CTX_use_PrivateKey_file(ctx, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
     const std::string reason = OpenSslReason("no key read");
-    return absl::InvalidArgumentError(
-        Cat(who, " key_file ", files.key_file, ": ", reason,
-            reason == "key values mismatch" ? Cat(": not the key of cert_file ", files.cert_file)
-                                            : ""));
+    return absl::InvalidArgumentError(Cat(who, " key_file ", files.key_file, ": ", reason,
+                                          reason == "key values mismatch"
+                                              ? Cat(": not the key of cert_file ", files.cert_file)
+                                              : ""));
   }
   return absl::OkStatus();
 }
@@ -116,8 +116,8 @@ absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::
     // they signed.
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(files.ca_file.c_str());
     if (names == nullptr) {
-      return absl::InvalidArgumentError(Cat(who, " client_ca_file ", files.ca_file, ": ",
-                                            OpenSslReason("no certificate read")));
+      return absl::InvalidArgumentError(
+          Cat(who, " client_ca_file ", files.ca_file, ": ", OpenSslReason("no certificate read")));
     }
     SSL_CTX_set_client_CA_list(native, names);
     SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
