@@ -151,7 +151,9 @@ struct RouteConfig {
 };
 
 struct KeyPart {
-  enum class Kind { kClientIp, kHeader, kPath, kRoute, kGlobal };
+  // kClientCert: the subject of the client's certificate, verified by a
+  // listener's client_ca_file (RFC 2253, as NGINX's $ssl_client_s_dn).
+  enum class Kind { kClientIp, kHeader, kPath, kRoute, kGlobal, kClientCert };
   Kind kind = Kind::kGlobal;
   std::string header;  // kHeader: the header name, lower case
   friend bool operator==(const KeyPart&, const KeyPart&) = default;

@@ -611,7 +611,8 @@ absl::Status Parser::ReadKey(const Value& v, std::vector<KeyPart>& out) const {
   if (items->empty()) {
     return Fail(v, "must not be empty (leave key out for the default [client_ip])");
   }
-  static constexpr std::string_view kExpected = "client_ip, header:NAME, path, route or global";
+  static constexpr std::string_view kExpected =
+      "client_ip, header:NAME, path, route, client_cert or global";
   std::vector<KeyPart> parts;
   for (const Value& item : *items) {
     if (item.node.IsMap()) {
@@ -630,6 +631,8 @@ absl::Status Parser::ReadKey(const Value& v, std::vector<KeyPart>& out) const {
       part.kind = KeyPart::Kind::kRoute;
     } else if (*text == "global") {
       part.kind = KeyPart::Kind::kGlobal;
+    } else if (*text == "client_cert") {
+      part.kind = KeyPart::Kind::kClientCert;
     } else if (text->starts_with("header:")) {
       part.kind = KeyPart::Kind::kHeader;
       const std::string header = text->substr(7);

@@ -954,7 +954,7 @@ TEST(ConfigErrors, KeyParts) {
       "t.yaml:4: policies[0].key: must not be empty (leave key out for the default [client_ip])");
   EXPECT_EQ(with_key("[client_ip, user]"),
             "t.yaml:4: policies[0].key[1]: unknown key part \"user\" (expected client_ip, "
-            "header:NAME, path, route or global)");
+            "header:NAME, path, route, client_cert or global)");
   EXPECT_EQ(with_key("[\"header:\"]"),
             "t.yaml:4: policies[0].key[0]: \"\" in \"header:\" is not a header name");
   EXPECT_EQ(with_key("[header: X-Api-Key]"),

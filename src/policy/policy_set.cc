@@ -778,16 +778,22 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         AppendEscaped(key, CountedClient(ClientIp(request, trusted_proxies, real_ip_header),
                                          config_.client_ip_prefix));
         break;
-      case KeyPart::Kind::kHeader: {
+      case KeyPart::Kind::kHeader:
+      case KeyPart::Kind::kClientCert: {
         // A key header sent twice is no key: a client could send a fresh
         // value first, which the key would take, and its own after it,
         // which an upstream that reads a header's last line would take.
-        const std::optional<std::string_view> value =
-            request.header_once ? request.header_once(part.header) : request.header(part.header);
+        std::optional<std::string_view> value;
+        if (part.kind == KeyPart::Kind::kClientCert) {
+          value = request.client_cert;
+        } else {
+          value =
+              request.header_once ? request.header_once(part.header) : request.header(part.header);
+        }
         if (!value || value->empty()) {
           if (config_.on_missing_key == MissingKey::kDeny) return std::nullopt;
           // Fall back to the client's address, marked so it never shares a
-          // bucket with a header value that happens to look like an IP.
+          // bucket with a value that happens to look like an IP.
           key += "ip:";
           AppendEscaped(key, CountedClient(ClientIp(request, trusted_proxies, real_ip_header),
                                            config_.client_ip_prefix));

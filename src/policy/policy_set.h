@@ -45,6 +45,9 @@ struct RequestFacts {
   std::string_view query;  // without its '?'; empty when none
   std::string_view host;   // Host header, without port, lower case
   std::string_view peer_ip;
+  // The subject of the certificate the client presented and the listener
+  // verified (mutual TLS), RFC 2253; empty when none.
+  std::string_view client_cert;
   // Header value by lower-case name (its first line); nullopt when absent.
   std::function<std::optional<std::string_view>(std::string_view)> header;
   // Every line of a header, in order. Optional: when unset, `header`'s one

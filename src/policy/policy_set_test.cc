@@ -651,6 +651,31 @@ policies:
   EXPECT_EQ(set->Find("p")->KeyFor(twice, "app", {}, kXff), std::nullopt);  // deny
 }
 
+TEST(PolicySet, AClientCertificatesSubjectIsAKeyPart) {
+  const std::unique_ptr<Built> built = Build(R"(
+policies:
+  - name: by_cert
+    key: [client_cert, route]
+    limits: [{algorithm: gcra, rate: 1/s}]
+  - name: lenient
+    key: [client_cert]
+    on_missing_key: client_ip
+    limits: [{algorithm: gcra, rate: 1/s}]
+)");
+  ASSERT_NE(built, nullptr);
+  const PolicySet* set = built->set.get();
+  FakeRequest r;
+  RequestFacts facts = r.Facts();
+  facts.client_cert = "CN=api|client,O=Example";
+  EXPECT_EQ(*set->Find("by_cert")->KeyFor(facts, "app", {}, kXff), "CN=api\\|client,O=Example|app");
+  // No certificate (a plain listener, or one that asks for none): missing.
+  EXPECT_EQ(set->Find("by_cert")->KeyFor(r.Facts(), "app", {}, kXff), std::nullopt);
+  EXPECT_EQ(*set->Find("lenient")->KeyFor(r.Facts(), "", {}, kXff), "ip:203.0.113.9");
+  // A header that says a subject is no certificate.
+  r.headers["client-cert"] = "CN=someone";
+  EXPECT_EQ(set->Find("by_cert")->KeyFor(r.Facts(), "app", {}, kXff), std::nullopt);
+}
+
 TEST(CountedClient, AnIpv6ClientIsItsSlash64ByDefault) {
   const ClientIpPrefix defaults;
   EXPECT_EQ(CountedClient("2001:db8:1:2:aaaa:bbbb:cccc:dddd", defaults), "2001:db8:1:2::/64");

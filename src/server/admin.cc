@@ -66,6 +66,9 @@ nlohmann::json ConfigJson(const PolicySet& set) {
         case KeyPart::Kind::kGlobal:
           key.push_back("global");
           break;
+        case KeyPart::Kind::kClientCert:
+          key.push_back("client_cert");
+          break;
       }
     }
     nlohmann::json entry = {

@@ -98,7 +98,8 @@ Routed DispatchNow(Context& ctx, Request& req, const std::string& peer_ip, Liste
       return Routed::kLater;
     case Endpoint::kAuth: {
       std::string path_storage, host;
-      const RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
+      RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
+      facts.client_cert = ctx.client_cert;
       if (std::optional<HttpAnswer> now = AuthNow(ctx, facts, AuthPolicy(path), nullptr)) {
         reply = *std::move(now);
         return Routed::kAnswered;
@@ -137,7 +138,8 @@ Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, List
       break;
     case Endpoint::kAuth: {
       std::string path_storage, host;
-      const RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
+      RequestFacts facts = AuthFactsOf(req, peer_ip, path_storage, host);
+      facts.client_cert = ctx.client_cert;
       std::vector<policy::Applied> applied;
       std::optional<HttpAnswer> now = AuthNow(ctx, facts, AuthPolicy(path), &applied);
       if (now) {

@@ -88,6 +88,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   std::string path_storage, host;
   const std::string method(req.method_string());
   RequestFacts facts = FactsOf(req, peer_ip, method, req.target(), path_storage, host);
+  facts.client_cert = ctx.client_cert;
   const RouteConfig* route = set->RouteFor(facts);
   if (route == nullptr) {
     reply =

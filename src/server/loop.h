@@ -292,8 +292,11 @@ struct Context {
   // The policies in force when the request came (a copy: a reload while
   // the request waits must not free them).
   std::shared_ptr<const policy::PolicySet> set;
-  // The request came over TLS (server.tls, server.decision.tls).
+  // The request came over TLS (server.tls, server.decision.tls), and the
+  // subject of the client's certificate the listener verified (empty when
+  // none: policy::RequestFacts::client_cert).
   bool secure = false;
+  std::string_view client_cert;
 };
 
 // The decision latency of a verdict that took from `start` until now.

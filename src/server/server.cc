@@ -640,7 +640,7 @@ class ServerImpl final : public Server {
                                           std::shared_ptr<const PolicySet>& set) {
     if (listener == Listener::kAdmin || req.method() == http::verb::trace) return std::nullopt;
     set = w.Current(*state_);
-    const Context ctx{*state_, w, set};
+    const Context ctx{*state_, w, set, false, {}};
     const Answerer answerer = AnswererOf(ctx, req, listener);
     if (answerer == Answerer::kRefusal) return answerer;
     if (answerer != Answerer::kGateway) return std::nullopt;
@@ -758,6 +758,7 @@ class ServerImpl final : public Server {
     Deadline deadline(w, socket);
     StreamOf<kTls> stream = OpenStream<kTls>(socket, tls.get());
     std::string out_of_tls;
+    std::string client_cert;  // the subject of the client's verified certificate
     if constexpr (kTls) {
       // TLS writes several records in a row (the handshake's flights, the
       // session tickets, then the answer): without TCP_NODELAY the answer
@@ -781,6 +782,7 @@ class ServerImpl final : public Server {
         TlsHandshakeFailed(listener, deadline.expired())->Add();
         co_return;
       }
+      client_cert = stream.ClientSubject();
     }
     beast::flat_buffer buffer;
     std::string out;  // the head of each response (its capacity kept)
@@ -879,7 +881,8 @@ class ServerImpl final : public Server {
       // (No co_await inside ?: : g++ 12 miscompiles it.)
       Reply reply;
       try {
-        Context ctx{*state_, w, on_header ? std::move(header_set) : w.Current(*state_), kTls};
+        Context ctx{*state_, w, on_header ? std::move(header_set) : w.Current(*state_), kTls,
+                    client_cert};
         if (listener == Listener::kAdmin) {
           reply = co_await AdminEndpoint(ctx, req.method_string(), req.target(), req.body());
         } else if (on_header == Answerer::kGateway) {

@@ -21,8 +21,10 @@
 #include <array>
 #include <string>
 
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <boost/asio/redirect_error.hpp>
 
 #include "server/loop.h"
@@ -71,6 +73,25 @@ class TlsSocket {
           error == SSL_ERROR_WANT_READ ? Socket::wait_read : Socket::wait_write,
           net::redirect_error(kUseAwaitable, ec));
     }
+  }
+
+  // The subject of the certificate the client presented, once the
+  // handshake verified it (a listener with client_ca_file), in RFC 2253's
+  // form ("CN=api-client,O=Example"); empty when none.
+  std::string ClientSubject() const {
+    if (ssl_ == nullptr || SSL_get_verify_result(ssl_) != X509_V_OK) return {};
+    X509* cert = SSL_get0_peer_certificate(ssl_);
+    if (cert == nullptr) return {};
+    BIO* out = BIO_new(BIO_s_mem());
+    if (out == nullptr) return {};
+    std::string subject;
+    if (X509_NAME_print_ex(out, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253) >= 0) {
+      char* data = nullptr;
+      const long size = BIO_get_mem_data(out, &data);
+      if (size > 0) subject.assign(data, static_cast<size_t>(size));
+    }
+    BIO_free(out);
+    return subject;
   }
 
   // Decrypted bytes (Socket::ReadSome's contract).

@@ -43,6 +43,7 @@ class HttpsTest(SluiceTestCase):
         for name in ("server", "renewed"):
             make_certificate(cls.certs, name, "ca", "DNS:sluice.test,IP:127.0.0.1", "serverAuth")
         make_certificate(cls.certs, "client", "ca", "DNS:client.test", "clientAuth")
+        make_certificate(cls.certs, "client2", "ca", "DNS:client2.test", "clientAuth")
         make_certificate(cls.certs, "stranger", "other-ca", "DNS:client.test", "clientAuth")
 
     def cert(self, name):
@@ -210,6 +211,36 @@ routes:
         r.read()
         self.assertEqual(r.status, 200)
         self.assertNotIn("X-Forwarded-Proto", up.hits("/x")[-1]["headers"])
+
+    def test_a_client_certificate_is_a_key(self):
+        up = self.start_upstream()
+        config = server_block(tls=self.tls_block(client_ca="ca")) + """\
+policies:
+  - name: per_client
+    match: {path_prefix: /api}
+    key: [client_cert]
+    limits:
+      - {algorithm: token_bucket, rate: 2/min, burst: 2, scope: local}
+routes:
+  - name: app
+    match: {path_prefix: /}
+    upstream: http://127.0.0.1:%d
+""" % up.port
+        s = self.start_sluice(config)
+        statuses = {}
+        for client in ("client", "client2"):
+            ctx = self.client_context(client)
+            statuses[client] = [self.https(s.port, "GET", "/api/x", ctx=ctx)[0] for _ in range(3)]
+        # Each certificate its own bucket, whatever address (all 127.0.0.1).
+        self.assertEqual(statuses, {"client": [200, 200, 429], "client2": [200, 200, 429]})
+        self.assertEqual(up.count("/api"), 4)
+        r = self.get("/v1/config", admin=True)
+        self.assertEqual(r.json()["policies"][0]["key"], ["client_cert"])
+        # The keys denied: each certificate's subject, as RFC 2253 writes it.
+        r = self.get("/v1/top/per_client", admin=True)
+        self.assertEqual(r.status, 200, r)
+        self.assertIn("CN=client2", r.body.decode())
+        self.assertIn("CN=client", r.body.decode())
 
     def test_a_reload_serves_the_renewed_certificate_to_new_connections(self):
         in_force = {ext: os.path.join(self.tmpdir, "in-force." + ext) for ext in ("pem", "key")}
