@@ -146,7 +146,12 @@ struct MatchConfig {
 struct RouteConfig {
   std::string name;
   MatchConfig match;
-  HostPort upstream;  // from "http://host:port"
+  HostPort upstream;  // from "http://host:port" or "https://host:port"
+  // https://: TLS to the upstream, its certificate verified: the chain
+  // against upstream_ca_file (empty: the system's authorities), the name
+  // against the URL's host.
+  bool upstream_tls = false;
+  std::string upstream_ca_file;
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 

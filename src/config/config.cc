@@ -81,7 +81,7 @@ class Parser : public internal::YamlReader {
   absl::Status ReadTrustedProxies(const Value& v, std::vector<Cidr>& out) const;
   absl::Status ReadClientIpPrefix(const Value& v, ClientIpPrefix& out) const;
   absl::Status ReadMatch(const Value& v, MatchConfig& out) const;
-  absl::StatusOr<HostPort> ReadUpstream(const Value& v) const;
+  absl::StatusOr<HostPort> ReadUpstream(const Value& v, bool& tls) const;
   absl::Status ReadRoute(const Value& v, std::map<std::string, int>& names, RouteConfig& out) const;
   absl::Status ReadKey(const Value& v, std::vector<KeyPart>& out) const;
   absl::StatusOr<LimitSpec> ReadLimit(const Value& v) const;
@@ -556,17 +556,15 @@ absl::Status Parser::ReadMatch(const Value& v, MatchConfig& out) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<HostPort> Parser::ReadUpstream(const Value& v) const {
+absl::StatusOr<HostPort> Parser::ReadUpstream(const Value& v, bool& tls) const {
   absl::StatusOr<std::string> text = ReadScalar(v, "a URL such as http://127.0.0.1:3000");
   if (!text.ok()) return text.status();
   const std::string lower = internal::AsciiLower(*text);
-  if (lower.starts_with("https://")) {
-    return Fail(v, "https upstreams are not supported by this version (only http://HOST:PORT)");
+  tls = lower.starts_with("https://");
+  if (!tls && !lower.starts_with("http://")) {
+    return Fail(v, Cat("expected http://HOST:PORT or https://HOST:PORT, got \"", *text, "\""));
   }
-  if (!lower.starts_with("http://")) {
-    return Fail(v, Cat("expected http://HOST:PORT, got \"", *text, "\""));
-  }
-  const std::string_view rest = std::string_view(*text).substr(7);
+  const std::string_view rest = std::string_view(*text).substr(tls ? 8 : 7);
   const size_t end = rest.find_first_of("/?#");
   const std::string_view authority = rest.substr(0, end);
   if (end != std::string_view::npos && rest.substr(end) != "/") {
@@ -581,7 +579,7 @@ absl::StatusOr<HostPort> Parser::ReadUpstream(const Value& v) const {
   const bool has_port =
       colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket);
   absl::StatusOr<HostPort> hp =
-      ParseHostPort(has_port ? std::string(authority) : Cat(authority, ":80"));
+      ParseHostPort(has_port ? std::string(authority) : Cat(authority, tls ? ":443" : ":80"));
   if (!hp.ok()) return Fail(v, Cat("upstream \"", *text, "\": ", hp.status().message()));
   if (hp->port == 0) return Fail(v, Cat("upstream \"", *text, "\": port 0 cannot be connected to"));
   return hp;
@@ -593,7 +591,8 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
     return Fail(v, Cat("expected a route (a map with name, match and upstream), got ",
                        DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"name", "match", "upstream"});
+  absl::StatusOr<Fields> f =
+      ReadMap(v, kMapOfKeys, {"name", "match", "upstream", "upstream_ca_file"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -601,7 +600,12 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
   if (const Value* x = f->Find("match")) SLUICE_RETURN_IF_ERROR(ReadMatch(*x, out.match));
   const Value* upstream = f->Find("upstream");
   if (upstream == nullptr) return Fail(f->Missing("upstream"), "required (http://HOST:PORT)");
-  SLUICE_ASSIGN_OR_RETURN(out.upstream, ReadUpstream(*upstream));
+  SLUICE_ASSIGN_OR_RETURN(out.upstream, ReadUpstream(*upstream, out.upstream_tls));
+  if (const Value* x = f->Find("upstream_ca_file")) {
+    if (!out.upstream_tls)
+      return Fail(*x, "the upstream is plain (http://): write https:// for TLS");
+    SLUICE_ASSIGN_OR_RETURN(out.upstream_ca_file, ReadPemFile(*x));
+  }
   return absl::OkStatus();
 }
 

@@ -880,15 +880,37 @@ TEST(ConfigErrors, DuplicateRouteNameAtTheSecond) {
             "t.yaml:4: routes[1].name: duplicate route name \"app\" (first at line 2)");
 }
 
-TEST(ConfigErrors, UpstreamIsPlainHttpHostPort) {
-  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: https://a:443\n"),
-            "t.yaml:3: routes[0].upstream: https upstreams are not supported by this version (only "
-            "http://HOST:PORT)");
+TEST(ConfigRoutes, AnHttpsUpstream) {
+  Config c = Load("routes:\n  - name: a\n    upstream: https://api.example.com\n");
+  ASSERT_EQ(c.routes.size(), 1u);
+  EXPECT_EQ(c.routes[0].upstream, (HostPort{"api.example.com", 443}));
+  EXPECT_TRUE(c.routes[0].upstream_tls);
+  EXPECT_EQ(c.routes[0].upstream_ca_file, "");
+  c = Load("routes:\n  - name: a\n    upstream: HTTPS://10.0.0.7:8443\n");
+  EXPECT_EQ(c.routes[0].upstream, (HostPort{"10.0.0.7", 8443}));
+  EXPECT_TRUE(c.routes[0].upstream_tls);
+  c = Load("routes:\n  - name: a\n    upstream: http://10.0.0.7\n");
+  EXPECT_EQ(c.routes[0].upstream, (HostPort{"10.0.0.7", 80}));
+  EXPECT_FALSE(c.routes[0].upstream_tls);
+  c = Load("routes:\n  - name: a\n    upstream: https://a\n    upstream_ca_file: /dev/null\n");
+  EXPECT_EQ(c.routes[0].upstream_ca_file, "/dev/null");
+}
+
+TEST(ConfigErrors, UpstreamIsHttpOrHttpsHostPort) {
   EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: 127.0.0.1:3000\n"),
-            "t.yaml:3: routes[0].upstream: expected http://HOST:PORT, got \"127.0.0.1:3000\"");
+            "t.yaml:3: routes[0].upstream: expected http://HOST:PORT or https://HOST:PORT, got "
+            "\"127.0.0.1:3000\"");
   EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a:1/api\n"),
             "t.yaml:3: routes[0].upstream: upstream \"http://a:1/api\": a path, query or fragment "
             "is not supported (only http://HOST:PORT)");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a\n    upstream_ca_file: "
+                    "/dev/null\n"),
+            "t.yaml:4: routes[0].upstream_ca_file: the upstream is plain (http://): write https:// "
+            "for TLS");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: https://a\n    upstream_ca_file: "
+                    "/nonexistent/ca.pem\n"),
+            "t.yaml:4: routes[0].upstream_ca_file: /nonexistent/ca.pem: cannot read: No such file "
+            "or directory");
   EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a:0\n"),
             "t.yaml:3: routes[0].upstream: upstream \"http://a:0\": port 0 cannot be connected to");
   EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a:x\n"),

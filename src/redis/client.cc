@@ -732,17 +732,7 @@ class Client::Impl {
     SSL* ssl = tls.native_handle();
     const std::string& name =
         options_.tls.server_name.empty() ? n.endpoint.host : options_.tls.server_name;
-    boost::system::error_code not_address;
-    net::ip::make_address(name, not_address);
-    bool named = false;
-    if (!not_address) {
-      named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) == 1;
-    } else {
-      // SNI carries host names only, never an address.
-      named = SSL_set1_host(ssl, name.c_str()) == 1 &&
-              SSL_set_tlsext_host_name(ssl, const_cast<char*>(name.c_str())) == 1;
-    }
-    if (!named) {
+    if (!tls::ExpectPeerName(ssl, name)) {
       return Close(n, absl::InvalidArgumentError(Cat("redis ", n.endpoint.ToString(),
                                                      ": TLS: cannot verify the name \"", name,
                                                      "\": ", tls::OpenSslReason("not a name"))));
@@ -752,12 +742,9 @@ class Client::Impl {
                                                            boost::system::error_code ec) {
       if (gen != n.generation) return;
       if (ec) {
-        const long verified = SSL_get_verify_result(link->tls->native_handle());
         return Close(n, absl::UnavailableError(
                             Cat("redis ", n.endpoint.ToString(), ": TLS handshake: ",
-                                verified != X509_V_OK ? Cat("the certificate is not trusted: ",
-                                                            X509_verify_cert_error_string(verified))
-                                                      : ec.message())));
+                                tls::HandshakeFailure(link->tls->native_handle(), ec.message()))));
       }
       OnConnected(n);
     });

@@ -33,19 +33,21 @@ constexpr size_t kReadBytes = 64 * 1024;
 
 // A failed upstream exchange, logged and counted: 504 on a timeout, else 502.
 HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
-                         const boost::system::error_code& ec, std::string_view kind) {
+                         const boost::system::error_code& ec, std::string_view kind,
+                         const std::string& why = "") {
   const bool timeout = kind == "timeout";
   state.metrics
       .Get("sluice_upstream_errors_total",
            {{"route", route.name}, {"kind", timeout ? "timeout" : std::string(kind)}})
       ->Add();
+  const std::string error = why.empty() ? ec.message() : why;
   spdlog::warn("event=upstream_error route={} upstream={} kind={} error=\"{}\"", route.name,
-               HostPortText(route.upstream), timeout ? "timeout" : kind, ec.message());
+               HostPortText(route.upstream), timeout ? "timeout" : kind, error);
   const int status = timeout ? 504 : 502;
   return HttpAnswer::Problem(
       status, timeout ? "upstream timeout" : "bad gateway",
       Cat("route \"", route.name, "\": upstream ", HostPortText(route.upstream), " ",
-          timeout ? "did not answer in time" : Cat("failed: ", ec.message())));
+          timeout ? "did not answer in time" : Cat("failed: ", error)));
 }
 
 // Gives back what a verdict holds of concurrency limits when it goes.
@@ -161,9 +163,10 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       req, peer_ip, marker, sc.underscores_in_headers,
       [&] { return policy::FromTrustedProxy(peer_ip, set->config().trusted_proxies); }, ctx.secure);
   boost::system::error_code ec;
+  UpstreamPool& pool = route->upstream_tls ? w.tls_pool : w.pool;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::unique_ptr<UpstreamConnection> upstream =
-        attempt == 0 ? w.pool.Take(route->upstream) : nullptr;
+        attempt == 0 ? pool.Take(route->upstream) : nullptr;
     const bool reused = upstream != nullptr;
     if (!reused) upstream = std::make_unique<UpstreamConnection>(Socket(w.ioc.get_executor()));
     Socket& stream = upstream->socket;
@@ -176,15 +179,35 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
                                                        net::redirect_error(kUseAwaitable, ec));
       if (!ec)
         co_await net::async_connect(stream, endpoints, net::redirect_error(kUseAwaitable, ec));
+      std::string why;  // a TLS handshake's failure, in words
+      if (!ec && route->upstream_tls) {
+        const std::shared_ptr<const ServerState::UpstreamContexts> contexts =
+            ctx.state.upstream_tls.load();
+        const auto found = contexts->find(route->name);
+        if (found == contexts->end()) {
+          // A route a reload has just removed, or changed to http://.
+          ec = net::error::operation_aborted;
+          why = "the route's TLS settings were reloaded meanwhile";
+        } else {
+          stream.set_option(tcp::no_delay(true), ec);
+          upstream->tls =
+              std::make_unique<TlsSocket>(stream, *found->second, &route->upstream.host);
+          co_await upstream->tls->Handshake(ec);
+          if (ec) why = Cat("TLS handshake: ", upstream->tls->Failure(ec));
+        }
+      }
       if (ec) {
-        reply = UpstreamError(ctx.state, *route, ec, deadline.expired() ? "timeout" : "connect");
+        reply = UpstreamError(ctx.state, *route, ec, deadline.expired() ? "timeout" : "connect",
+                              deadline.expired() ? "" : why);
         break;
       }
     }
     upstream->head.clear();
     const std::string_view content = req.AppendHead(upstream->head);
     std::array<net::const_buffer, 2> request = Gathered(upstream->head, content);
-    if (!WriteNow(stream, request, ec) && !ec) {
+    if (upstream->tls != nullptr) {
+      if (!upstream->tls->WriteNow(request, ec) && !ec) co_await upstream->tls->Write(request, ec);
+    } else if (!WriteNow(stream, request, ec) && !ec) {
       co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));
     }
     beast::flat_buffer& buffer = upstream->buffer;
@@ -195,9 +218,14 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       parser->body_limit(64 * 1024 * 1024);
       parser->skip(head);  // a response to HEAD has no body, whatever it says
       while (!ec && !FeedParser(*parser, buffer, ec)) {
-        const size_t got =
-            co_await stream.ReadSome(buffer.prepare(beast::read_size(buffer, kReadBytes)),
-                                     net::redirect_error(kUseAwaitable, ec));
+        const net::mutable_buffer room = buffer.prepare(beast::read_size(buffer, kReadBytes));
+        size_t got = 0;
+        // (No co_await inside ?: : g++ 12 miscompiles it.)
+        if (upstream->tls != nullptr) {
+          got = co_await upstream->tls->ReadSome(room, net::redirect_error(kUseAwaitable, ec));
+        } else {
+          got = co_await stream.ReadSome(room, net::redirect_error(kUseAwaitable, ec));
+        }
         if (ec == net::error::eof) {
           EndOfInput(*parser, ec);
           break;
@@ -228,7 +256,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     }
     if (reusable) {
       deadline.Never();
-      w.pool.Give(route->upstream, std::move(upstream));
+      pool.Give(route->upstream, std::move(upstream));
     }
     reply.emplace<Relayed>().answer = std::move(answer);
     break;

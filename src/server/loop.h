@@ -38,21 +38,17 @@
 #include "policy/evaluation.h"
 #include "server/socket.h"
 #include "server/state.h"
+#include "server/tls_socket.h"
 #include "sluice/store/store.h"
 
 namespace sluice::server {
 
-// Every object is bound to its thread's io_context by its concrete executor
-// type (Executor, server/socket.h); the type-erased default (any_io_executor)
-// cost ~5% of a request in copies and virtual calls.
-template <typename T>
-using Task = net::awaitable<T, Executor>;
+// Bound to the thread's io_context by the concrete executor type, as Task
+// (server/socket.h).
 using Acceptor = net::basic_socket_acceptor<tcp, Executor>;
 using Timer = net::basic_waitable_timer<std::chrono::steady_clock,
                                         net::wait_traits<std::chrono::steady_clock>, Executor>;
 using Resolver = net::ip::basic_resolver<tcp, Executor>;
-
-inline constexpr net::use_awaitable_t<Executor> kUseAwaitable;
 
 // A message's head and body, written together (one gathered system call).
 inline std::array<net::const_buffer, 2> Gathered(const std::string& head, std::string_view body) {
@@ -119,6 +115,7 @@ struct UpstreamConnection {
   explicit UpstreamConnection(Socket s) : socket(std::move(s)) {}
 
   Socket socket;
+  std::unique_ptr<TlsSocket> tls;  // an https:// upstream's (after `socket`: goes first)
   boost::beast::flat_buffer buffer;
   std::string head;
 };
@@ -233,6 +230,7 @@ struct Worker {
   std::unique_ptr<Acceptor> acceptor;
   std::unique_ptr<Acceptor> decision_acceptor;  // server.decision.listen, when set
   UpstreamPool pool;
+  UpstreamPool tls_pool;  // to https:// upstreams
   std::mt19937_64 rng{std::random_device{}()};
   // The loop's coarse clock (steady, milliseconds), moved by the sweep.
   int64_t now_ms = SteadyMs();

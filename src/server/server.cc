@@ -1010,7 +1010,8 @@ class ServerImpl final : public Server {
   }
 
   // server.tls and server.decision.tls, their files read now, for the
-  // connections accepted from now on; nothing changes when either fails.
+  // connections accepted from now on, and the routes' https upstreams', for
+  // the connections made from now on; nothing changes when one fails.
   absl::Status LoadTls(const Config& config) {
     absl::StatusOr<std::shared_ptr<tls::Context>> gateway =
         ListenerContext(config.server.tls, "server.tls");
@@ -1018,8 +1019,17 @@ class ServerImpl final : public Server {
     absl::StatusOr<std::shared_ptr<tls::Context>> decision =
         ListenerContext(config.server.decision.tls, "server.decision.tls");
     if (!decision.ok()) return decision.status();
+    auto upstreams = std::make_shared<ServerState::UpstreamContexts>();
+    for (const RouteConfig& route : config.routes) {
+      if (!route.upstream_tls) continue;
+      absl::StatusOr<std::shared_ptr<tls::Context>> made = tls::ClientContext(
+          {.ca_file = route.upstream_ca_file}, Cat("routes \"", route.name, "\" upstream tls"));
+      if (!made.ok()) return made.status();
+      (*upstreams)[route.name] = *std::move(made);
+    }
     state_->gateway_tls.store(*std::move(gateway));
     state_->decision_tls.store(*std::move(decision));
+    state_->upstream_tls.store(std::move(upstreams));
     return absl::OkStatus();
   }
 

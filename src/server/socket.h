@@ -54,11 +54,13 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/basic_stream_socket.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/version.hpp>
 
 #if BOOST_VERSION == 107400 && defined(BOOST_ASIO_HAS_EPOLL) && \
@@ -77,6 +79,13 @@ namespace sluice::server {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Executor = net::io_context::executor_type;
+
+// Every object is bound to its thread's io_context by its concrete executor
+// type; the type-erased default (any_io_executor) cost ~5% of a request in
+// copies and virtual calls.
+template <typename T>
+using Task = net::awaitable<T, Executor>;
+inline constexpr net::use_awaitable_t<Executor> kUseAwaitable;
 
 #if SLUICE_DRAIN_AWARE_READS
 // What ReadSome needs of Asio's epoll reactor that Asio keeps private

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "envoy/rls_server.h"
 #include "metrics/metrics.h"
 #include "policy/policy_set.h"
@@ -72,6 +73,10 @@ struct ServerState {
   // so a reload's renewed certificate serves the connections after it.
   std::atomic<std::shared_ptr<tls::Context>> gateway_tls;
   std::atomic<std::shared_ptr<tls::Context>> decision_tls;
+  // The client contexts of the routes to https:// upstreams, by route name,
+  // as last loaded (their upstream_ca_file read then).
+  using UpstreamContexts = absl::flat_hash_map<std::string, std::shared_ptr<tls::Context>>;
+  std::atomic<std::shared_ptr<const UpstreamContexts>> upstream_tls;
   // For the admin listener: where the config comes from (null in tests that
   // build a server without one), when the process started, and each
   // policy's decisions per second (sampled by the server).

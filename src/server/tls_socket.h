@@ -27,7 +27,6 @@
 #include <openssl/x509.h>
 #include <boost/asio/redirect_error.hpp>
 
-#include "server/loop.h"
 #include "server/socket.h"
 #include "tls/context.h"
 
@@ -35,11 +34,19 @@ namespace sluice::server {
 
 class TlsSocket {
  public:
-  TlsSocket(Socket& socket, tls::Context& context)
+  // The server's side of a client's connection; with `peer_name`, the
+  // client's side of a connection to the upstream of that name (the
+  // context verifies its certificate, tls::ExpectPeerName its name).
+  TlsSocket(Socket& socket, tls::Context& context, const std::string* peer_name = nullptr)
       : socket_(socket), ssl_(SSL_new(context.native_handle())) {
     if (ssl_ == nullptr) return;
     SSL_set_fd(ssl_, socket.native_handle());
-    SSL_set_accept_state(ssl_);
+    if (peer_name == nullptr) {
+      SSL_set_accept_state(ssl_);
+    } else {
+      SSL_set_connect_state(ssl_);
+      named_ = tls::ExpectPeerName(ssl_, *peer_name);
+    }
     SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                            SSL_MODE_RELEASE_BUFFERS);
   }
@@ -51,10 +58,11 @@ class TlsSocket {
 
   Socket& socket() { return socket_; }
 
-  // The server's side of the handshake; `ec` says why it failed. The
-  // caller's deadline bounds it (it cancels the socket's waits).
+  // The handshake; `ec` says why it failed (Failure, on a client's side,
+  // in words). The caller's deadline bounds it (it cancels the socket's
+  // waits).
   Task<void> Handshake(boost::system::error_code& ec) {
-    if (ssl_ == nullptr) {
+    if (ssl_ == nullptr || !named_) {
       ec = net::error::no_memory;
       co_return;
     }
@@ -73,6 +81,13 @@ class TlsSocket {
           error == SSL_ERROR_WANT_READ ? Socket::wait_read : Socket::wait_write,
           net::redirect_error(kUseAwaitable, ec));
     }
+  }
+
+  // Why a client's handshake failed, for its log and its 502.
+  std::string Failure(const boost::system::error_code& ec) const {
+    if (ssl_ == nullptr) return "out of memory";
+    if (!named_) return "the upstream's name cannot be verified";
+    return tls::HandshakeFailure(ssl_, ec.message());
   }
 
   // The subject of the certificate the client presented, once the
@@ -154,6 +169,7 @@ class TlsSocket {
 
   Socket& socket_;
   SSL* const ssl_;
+  bool named_ = true;   // the peer's name to verify was taken
   std::string joined_;  // a head and body joined, while they are written
 };
 

@@ -4,6 +4,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <boost/asio/ip/address.hpp>
 
 #include "base/cat.h"
 
@@ -131,6 +132,23 @@ absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::
   // Sessions resumed by ticket: no cache kept per client in this process.
   SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
   return ctx;
+}
+
+bool ExpectPeerName(SSL* ssl, const std::string& name) {
+  boost::system::error_code not_address;
+  boost::asio::ip::make_address(name, not_address);
+  if (!not_address) return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) == 1;
+  // SNI carries host names only, never an address.
+  return SSL_set1_host(ssl, name.c_str()) == 1 &&
+         SSL_set_tlsext_host_name(ssl, const_cast<char*>(name.c_str())) == 1;
+}
+
+std::string HandshakeFailure(const SSL* ssl, std::string_view otherwise) {
+  const long verified = SSL_get_verify_result(ssl);
+  if (verified != X509_V_OK) {
+    return Cat("the certificate is not trusted: ", X509_verify_cert_error_string(verified));
+  }
+  return std::string(otherwise);
 }
 
 }  // namespace sluice::tls

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include <openssl/ssl.h>
 #include <boost/asio/ssl/context.hpp>
 
 #include "absl/status/statusor.h"
@@ -46,6 +47,16 @@ absl::StatusOr<std::shared_ptr<Context>> ClientContext(const Files& files, std::
 // signed by one of those authorities (mutual TLS). `who` starts every
 // error ("server.tls").
 absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who);
+
+// Has the handshake of `ssl` (a client's) require the peer's certificate to
+// name `name`: an IP address against its IP SANs (and sent as no SNI), a
+// host name against its DNS names (and sent as SNI). False when OpenSSL
+// refuses the name (OpenSslReason says why).
+bool ExpectPeerName(SSL* ssl, const std::string& name);
+
+// Why the handshake of `ssl` (a client's) failed: the certificate's
+// verification when that failed, else `otherwise`.
+std::string HandshakeFailure(const SSL* ssl, std::string_view otherwise);
 
 }  // namespace sluice::tls
 

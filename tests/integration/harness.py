@@ -327,13 +327,19 @@ class _EchoServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, tls=None, **kwargs):
         self.open_sockets = set()
         self.sockets_lock = threading.Lock()
+        self.tls = tls  # an ssl.SSLContext: TLS on every connection
         super().__init__(*args, **kwargs)
 
     def get_request(self):
         sock, addr = super().get_request()
+        if self.tls is not None:
+            # An https:// upstream: the handshake here (a failure is an
+            # OSError, which the server drops with the connection).
+            sock.settimeout(5)
+            sock = self.tls.wrap_socket(sock, server_side=True)
         with self.sockets_lock:
             self.open_sockets.add(sock)
         return sock, addr
@@ -362,9 +368,10 @@ class _EchoServer(http.server.ThreadingHTTPServer):
 
 class Upstream:
     """A JSON echo server on 127.0.0.1:0. Paths starting with /slow sleep
-    `slow_seconds` before answering."""
+    `slow_seconds` before answering. With `tls` (an ssl.SSLContext made for
+    a server), an https:// one."""
 
-    def __init__(self, name="upstream", slow_seconds=2.0, port=0):
+    def __init__(self, name="upstream", slow_seconds=2.0, port=0, tls=None):
         self.name = name
         self.slow_seconds = slow_seconds
         self.lock = threading.Lock()
@@ -372,10 +379,10 @@ class Upstream:
         # Requests being answered now, and the most at once (concurrency limits).
         self.in_flight = 0
         self.max_in_flight = 0
-        self.server = _EchoServer((HOST, port), _EchoHandler)
+        self.server = _EchoServer((HOST, port), _EchoHandler, tls=tls)
         self.server.upstream = self
         self.port = self.server.server_address[1]
-        self.url = "http://%s:%d" % (HOST, self.port)
+        self.url = "%s://%s:%d" % ("https" if tls else "http", HOST, self.port)
         self.thread = threading.Thread(target=self.server.serve_forever,
                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
@@ -815,8 +822,8 @@ class SluiceTestCase(unittest.TestCase):
         self.addCleanup(self._tmp.cleanup)
         self.tmpdir = self._tmp.name
 
-    def start_upstream(self, name="upstream", slow_seconds=2.0, port=0):
-        up = Upstream(name, slow_seconds, port)
+    def start_upstream(self, name="upstream", slow_seconds=2.0, port=0, tls=None):
+        up = Upstream(name, slow_seconds, port, tls)
         self.addCleanup(up.close)
         return up
 

@@ -242,6 +242,49 @@ routes:
         self.assertIn("CN=client2", r.body.decode())
         self.assertIn("CN=client", r.body.decode())
 
+    def upstream_tls(self):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.cert("server.pem"), self.cert("server.key"))
+        return ctx
+
+    def test_an_https_upstream_is_verified_and_its_connections_kept(self):
+        up = self.start_upstream(tls=self.upstream_tls())
+        port = up.port
+        config = server_block() + """\
+routes:
+  - {name: app, match: {path_prefix: /app}, upstream: "https://127.0.0.1:%d",
+     upstream_ca_file: %s}
+  - {name: stranger, match: {path_prefix: /stranger}, upstream: "https://127.0.0.1:%d",
+     upstream_ca_file: %s}
+  - {name: misnamed, match: {path_prefix: /misnamed}, upstream: "https://localhost:%d",
+     upstream_ca_file: %s}
+""" % (port, self.cert("ca.pem"), port, self.cert("other-ca.pem"), port, self.cert("ca.pem"))
+        s = self.start_sluice(config)
+        conn = http.client.HTTPConnection(HOST, s.port, timeout=5)
+        self.addCleanup(conn.close)
+        for i in range(5):
+            conn.request("POST", "/app/%d" % i, body=b"x" * 20000)
+            r = conn.getresponse()
+            body = r.read()
+            self.assertEqual(r.status, 200, body)
+        hits = up.hits("/app")
+        self.assertEqual([h["path"] for h in hits], ["/app/%d" % i for i in range(5)])
+        self.assertEqual(len(hits[-1]["body"]), 20000)
+        # One TLS connection to the upstream, kept between requests.
+        self.assertEqual(len({tuple(h["peer"]) for h in hits}), 1)
+        # Plain HTTP from the client: the upstream is not told https.
+        self.assertNotIn("X-Forwarded-Proto", hits[-1]["headers"])
+        # A certificate another authority signed, or that names another
+        # host: no request goes, 502 says why.
+        for path, why in (("/stranger", "the certificate is not trusted"),
+                          ("/misnamed", "hostname mismatch")):
+            r = self.get(path)
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("TLS handshake", r.json()["detail"])
+            self.assertIn(why, r.json()["detail"])
+        self.assertEqual(up.count("/stranger") + up.count("/misnamed"), 0)
+        self.assertIn("event=upstream_error route=stranger", s.output())
+
     def test_a_reload_serves_the_renewed_certificate_to_new_connections(self):
         in_force = {ext: os.path.join(self.tmpdir, "in-force." + ext) for ext in ("pem", "key")}
         for ext in in_force:
