@@ -133,15 +133,15 @@ PY
 # $1), one worker, answering every request 200 "ok" on 127.0.0.1:$3, its
 # files in folder $2. Sets UPSTREAM_PID (the caller stops it, by PID, and
 # waits for the port).
-start_upstream_nginx() {
-  local nginx=$1 dir=$2 port=$3
+start_upstream_nginx() {  # $4: the listen directive's tail (e.g. "ssl; ssl_certificate ...")
+  local nginx=$1 dir=$2 port=$3 listen_tail=${4:-}
   mkdir -p "$dir"
   cat > "$dir/nginx.conf" <<CONF
 worker_processes 1;
 daemon off; pid $dir/nginx.pid; error_log $dir/error.log warn;
 events { worker_connections 4096; }
 http { access_log off;
-  server { listen 127.0.0.1:$port; keepalive_requests 100000000;
+  server { listen 127.0.0.1:$port $listen_tail; keepalive_requests 100000000;
            location / { return 200 "ok\n"; } } }
 CONF
   "$nginx" -c "$dir/nginx.conf" -p "$dir" &

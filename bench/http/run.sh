@@ -23,6 +23,10 @@
 # wrk keeps its connections, so this is the cost of the records.
 # NEW_CONNECTIONS=1: every request asks "Connection: close", so every one
 # is a new connection (with TLS=1, a new handshake; wrk resumes no session).
+# UPSTREAM_TLS=1: the shared upstream speaks TLS, and both gateways reach
+# it over kept-alive TLS connections, verifying its certificate (sluice's
+# route `https://` with upstream_ca_file; NGINX's proxy_pass https:// with
+# proxy_ssl_verify on); the gateway cases only make sense then.
 #
 # Usage: bench/http/run.sh [DURATION_S=5] [ROUNDS=3] [WORKERS=2] [CONNECTIONS=64]
 # Variables: ONLY (a bash pattern: only the cases whose name it matches,
@@ -40,6 +44,7 @@ CONNS=${4:-64}
 CPU_AFFINITY=${CPU_AFFINITY:-true}
 TLS=${TLS:-0}
 NEW_CONNECTIONS=${NEW_CONNECTIONS:-0}
+UPSTREAM_TLS=${UPSTREAM_TLS:-0}
 
 if [[ -z "${SLUICE:-}" ]]; then
   cmake --preset release >/dev/null
@@ -58,11 +63,19 @@ trap cleanup EXIT
 
 source bench/lib.sh  # free_port, wait_port
 
-SCHEME=http NGINX_TLS="" SLUICE_TLS=""
-if [[ $TLS == 1 ]]; then
+SCHEME=http NGINX_TLS="" SLUICE_TLS="" UP_SCHEME=http UP_LISTEN="" UP_SLUICE="" UP_NGINX=""
+if [[ $TLS == 1 || $UPSTREAM_TLS == 1 ]]; then
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
     -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
     -keyout "$WORK/tls.key" -out "$WORK/tls.pem" 2>/dev/null
+fi
+if [[ $UPSTREAM_TLS == 1 ]]; then
+  UP_SCHEME=https
+  UP_LISTEN="ssl; ssl_certificate $WORK/tls.pem; ssl_certificate_key $WORK/tls.key; ssl_protocols TLSv1.2 TLSv1.3"
+  UP_SLUICE=", upstream_ca_file: $WORK/tls.pem"
+  UP_NGINX="proxy_ssl_verify on; proxy_ssl_trusted_certificate $WORK/tls.pem; proxy_ssl_name 127.0.0.1;"
+fi
+if [[ $TLS == 1 ]]; then
   SCHEME=https
   NGINX_TLS="ssl; ssl_certificate $WORK/tls.pem; ssl_certificate_key $WORK/tls.key; ssl_protocols TLSv1.2 TLSv1.3"
   SLUICE_TLS="tls: {cert_file: $WORK/tls.pem, key_file: $WORK/tls.key},"
@@ -74,7 +87,7 @@ SLUICE_PORT=$(free_port)
 SLUICE_ADMIN=$(free_port)
 
 # --- the shared upstream: NGINX answering 200 with a small body ---
-start_upstream_nginx "$NGINX" "$WORK/up" "$UPSTREAM_PORT"
+start_upstream_nginx "$NGINX" "$WORK/up" "$UPSTREAM_PORT" "$UP_LISTEN"
 PIDS+=("$UPSTREAM_PID")
 wait_port "$UPSTREAM_PORT"
 
@@ -90,7 +103,7 @@ http { access_log off;
   upstream up { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; }
   server { listen 127.0.0.1:$NGINX_PORT $NGINX_TLS; keepalive_requests 100000000;
     location /decide { limit_req zone=z burst=$2 nodelay; empty_gif; }
-    location / { limit_req zone=z burst=$2 nodelay; proxy_pass http://up;
+    location / { limit_req zone=z burst=$2 nodelay; proxy_pass $UP_SCHEME://up; $UP_NGINX
                  proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 CONF
   "$NGINX" -c "$WORK/ng/nginx.conf" -p "$WORK/ng" & NGINX_PID=$!
@@ -103,7 +116,7 @@ server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads
          cpu_affinity: $CPU_AFFINITY, $SLUICE_TLS
          max_connections: 100000, decision: {on_gateway_listener: true}}
 store: {memory: {max_keys: 2000000}}
-routes: [{name: up, match: {path_prefix: /}, upstream: "http://127.0.0.1:$UPSTREAM_PORT"}]
+routes: [{name: up, match: {path_prefix: /}, upstream: "$UP_SCHEME://127.0.0.1:$UPSTREAM_PORT"$UP_SLUICE}]
 policies:
   - name: bench
     match: {path_prefix: /}
@@ -170,7 +183,7 @@ done
 echo
 echo "date: $(date -u +%F) machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "wrk -t2 -c$CONNS -d${DURATION}s, $ROUNDS rounds alternating, $WORKERS workers each" \
-  "$([[ $TLS == 1 ]] && echo ", HTTPS")$([[ $NEW_CONNECTIONS == 1 ]] && echo ", a connection a request")"
+  "$([[ $TLS == 1 ]] && echo ", HTTPS")$([[ $NEW_CONNECTIONS == 1 ]] && echo ", a connection a request")$([[ $UPSTREAM_TLS == 1 ]] && echo ", TLS to the upstream")"
 python3 - "$RESULTS" <<'PY'
 import statistics, sys, collections
 runs = collections.defaultdict(lambda: collections.defaultdict(list))

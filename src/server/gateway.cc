@@ -163,10 +163,12 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       req, peer_ip, marker, sc.underscores_in_headers,
       [&] { return policy::FromTrustedProxy(peer_ip, set->config().trusted_proxies); }, ctx.secure);
   boost::system::error_code ec;
-  UpstreamPool& pool = route->upstream_tls ? w.tls_pool : w.pool;
+  const std::string tls_key = route->upstream_tls ? TlsPoolKey(*route) : std::string();
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::unique_ptr<UpstreamConnection> upstream =
-        attempt == 0 ? pool.Take(route->upstream) : nullptr;
+    std::unique_ptr<UpstreamConnection> upstream;
+    if (attempt == 0) {
+      upstream = route->upstream_tls ? w.tls_pool.Take(tls_key) : w.pool.Take(route->upstream);
+    }
     const bool reused = upstream != nullptr;
     if (!reused) upstream = std::make_unique<UpstreamConnection>(Socket(w.ioc.get_executor()));
     Socket& stream = upstream->socket;
@@ -256,7 +258,11 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     }
     if (reusable) {
       deadline.Never();
-      pool.Give(route->upstream, std::move(upstream));
+      if (route->upstream_tls) {
+        w.tls_pool.Give(tls_key, std::move(upstream));
+      } else {
+        w.pool.Give(route->upstream, std::move(upstream));
+      }
     }
     reply.emplace<Relayed>().answer = std::move(answer);
     break;

@@ -35,6 +35,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/types/span.h"
+#include "base/cat.h"
 #include "policy/evaluation.h"
 #include "server/socket.h"
 #include "server/state.h"
@@ -125,26 +126,39 @@ struct UpstreamConnection {
 // request ("host:port", an allocation), a tree of strings and a
 // connection moved four times (its socket, buffer and head) cost about 900
 // instructions a gatewayed request, take and give.
-class UpstreamPool {
+// Connections to https:// upstreams are found by the upstream and what
+// their certificate was verified against (TlsPoolKey): a route that trusts
+// other authorities never takes a connection another route's verified.
+template <typename Key, typename Hash>
+class UpstreamPoolOf {
  public:
-  std::unique_ptr<UpstreamConnection> Take(const HostPort& upstream) {
+  std::unique_ptr<UpstreamConnection> Take(const Key& upstream) {
     auto it = idle_.find(upstream);
     if (it == idle_.end() || it->second.empty()) return nullptr;
     std::unique_ptr<UpstreamConnection> c = std::move(it->second.back());
     it->second.pop_back();
     return c;
   }
-  void Give(const HostPort& upstream, std::unique_ptr<UpstreamConnection> c) {
+  void Give(const Key& upstream, std::unique_ptr<UpstreamConnection> c) {
     auto& list = idle_[upstream];
     if (list.size() < 64) list.push_back(std::move(c));
   }
 
  private:
-  struct Hash {
-    size_t operator()(const HostPort& hp) const { return absl::HashOf(hp.host, hp.port); }
-  };
-  absl::flat_hash_map<HostPort, std::vector<std::unique_ptr<UpstreamConnection>>, Hash> idle_;
+  absl::flat_hash_map<Key, std::vector<std::unique_ptr<UpstreamConnection>>, Hash> idle_;
 };
+struct HostPortHash {
+  size_t operator()(const HostPort& hp) const { return absl::HashOf(hp.host, hp.port); }
+};
+using UpstreamPool = UpstreamPoolOf<HostPort, HostPortHash>;
+using TlsUpstreamPool = UpstreamPoolOf<std::string, absl::Hash<std::string>>;
+
+// A route's key in the TlsUpstreamPool: its upstream, and the authorities
+// and name its certificate is verified by.
+inline std::string TlsPoolKey(const RouteConfig& route) {
+  return internal::Cat(route.upstream.host, "\n", route.upstream.port, "\n",
+                       route.upstream_ca_file);
+}
 
 // Timeouts without a timer per operation. Arming a timer for every read and
 // write (what beast::tcp_stream does) costs a timerfd system call each, more
@@ -230,7 +244,7 @@ struct Worker {
   std::unique_ptr<Acceptor> acceptor;
   std::unique_ptr<Acceptor> decision_acceptor;  // server.decision.listen, when set
   UpstreamPool pool;
-  UpstreamPool tls_pool;  // to https:// upstreams
+  TlsUpstreamPool tls_pool;  // to https:// upstreams
   std::mt19937_64 rng{std::random_device{}()};
   // The loop's coarse clock (steady, milliseconds), moved by the sweep.
   int64_t now_ms = SteadyMs();

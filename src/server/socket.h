@@ -37,8 +37,8 @@
 //
 // ReadTls is the same read through OpenSSL on the socket's descriptor
 // (TlsSocket, tls_socket.h): the operation's one try is SSL_read_ex, and
-// it never reports the socket drained (OpenSSL may hold bytes it read
-// ahead), so each read tries first.
+// the socket is drained when OpenSSL's last read of it was short (TlsWire
+// sees it) and OpenSSL holds nothing more, read ahead or decrypted.
 //
 // Thread-safety: as Asio's socket; a socket belongs to its loop's thread.
 #ifndef SLUICE_SERVER_SOCKET_H_
@@ -106,23 +106,41 @@ bool WatchPeerClose(Reactor& reactor, int fd, Registration* registration);
 }  // namespace asio_private
 #endif
 
-// One SSL_read_ex into `buffer`: false when OpenSSL waits for the socket
-// to be readable; else true, with `bytes` read or `ec` set (eof at the
+// What OpenSSL reads and writes a TLS connection's socket through (its
+// BIO, NewTlsWireBio): recv and send (MSG_NOSIGNAL: a write to a client
+// gone fails with EPIPE, and raises no SIGPIPE), noting whether the last
+// recv drained the socket (took less than asked, or found nothing).
+struct TlsWire {
+  int fd = -1;
+  bool drained = false;
+};
+// A BIO on `wire`, which must outlive it; null when out of memory.
+BIO* NewTlsWireBio(TlsWire* wire);
+
+enum class TlsRead { kWait, kDone, kDrained };
+
+// One SSL_read_ex into `buffer`: kWait when OpenSSL waits for the socket
+// to be readable; else kDone, with `bytes` read or `ec` set (eof at the
 // client's close_notify, or its close: the server's context ignores a bare
-// EOF; connection_aborted when TLS fails or would have to write first).
-inline bool TryTlsRead(SSL* ssl, net::mutable_buffer buffer, size_t& bytes,
-                       boost::system::error_code& ec) {
+// EOF; connection_aborted when TLS fails or would have to write first), or
+// kDrained: bytes read, and nothing more without a readiness event.
+inline TlsRead TryTlsRead(SSL* ssl, net::mutable_buffer buffer, size_t& bytes,
+                          boost::system::error_code& ec) {
   ERR_clear_error();
-  if (SSL_read_ex(ssl, buffer.data(), buffer.size(), &bytes) == 1) return true;
+  if (SSL_read_ex(ssl, buffer.data(), buffer.size(), &bytes) == 1) {
+    const auto* wire = static_cast<const TlsWire*>(BIO_get_data(SSL_get_rbio(ssl)));
+    return wire != nullptr && wire->drained && SSL_has_pending(ssl) == 0 ? TlsRead::kDrained
+                                                                         : TlsRead::kDone;
+  }
   const int error = SSL_get_error(ssl, 0);
-  if (error == SSL_ERROR_WANT_READ) return false;
+  if (error == SSL_ERROR_WANT_READ) return TlsRead::kWait;
   if (error == SSL_ERROR_ZERO_RETURN) {
     ec = net::error::eof;
   } else {
     ec = net::error::connection_aborted;
   }
   ERR_clear_error();
-  return true;
+  return TlsRead::kDone;
 }
 
 class Socket : public net::basic_stream_socket<tcp, Executor> {
@@ -197,7 +215,16 @@ class Socket::ReadOp final : public net::detail::reactor_op {
   }
 
   static status PerformTls(ReadOp* op) {
-    return TryTlsRead(op->ssl_, op->buffer_, op->bytes_transferred_, op->ec_) ? done : not_done;
+    switch (TryTlsRead(op->ssl_, op->buffer_, op->bytes_transferred_, op->ec_)) {
+      case TlsRead::kWait:
+        return not_done;
+      case TlsRead::kDone:
+        return done;
+      case TlsRead::kDrained:
+        break;
+    }
+    const bool drained = op->watching_ && !asio_private::PeerClosed(op->registration_);
+    return drained ? done_and_exhausted : done;
   }
 
   // Called by the loop with the operation done (owner set), or to destroy
@@ -230,8 +257,11 @@ auto Socket::ReadTls(SSL* ssl, net::mutable_buffer buffer, Token&& token) {
         const bool continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
         void* memory = boost_asio_handler_alloc_helpers::allocate(sizeof(ReadOp<Handler>), handler);
         asio_private::Registration* registration = impl_.get_implementation().reactor_data_;
-        auto* op = new (memory) ReadOp<Handler>(native_handle(), registration, /*watching=*/false,
-                                                buffer, std::move(handler), ssl);
+        const bool watching =
+            registration != nullptr &&
+            asio_private::WatchPeerClose(*reactor_, native_handle(), registration);
+        auto* op = new (memory) ReadOp<Handler>(native_handle(), registration, watching, buffer,
+                                                std::move(handler), ssl);
         reactor_->start_op(net::detail::reactor::read_op, native_handle(), registration, op,
                            continuation, /*allow_speculative=*/true);
       },
@@ -274,7 +304,7 @@ auto Socket::ReadTls(SSL* ssl, net::mutable_buffer buffer, Token&& token) {
   return net::async_compose<Token, void(boost::system::error_code, size_t)>(
       [this, ssl, buffer](auto& self, boost::system::error_code ec = {}) {
         size_t bytes = 0;
-        if (!ec && !TryTlsRead(ssl, buffer, bytes, ec)) {
+        if (!ec && TryTlsRead(ssl, buffer, bytes, ec) == TlsRead::kWait) {
           async_wait(wait_read, std::move(self));
           return;
         }

@@ -40,7 +40,13 @@ class TlsSocket {
   TlsSocket(Socket& socket, tls::Context& context, const std::string* peer_name = nullptr)
       : socket_(socket), ssl_(SSL_new(context.native_handle())) {
     if (ssl_ == nullptr) return;
-    SSL_set_fd(ssl_, socket.native_handle());
+    wire_.fd = socket.native_handle();
+    BIO* bio = NewTlsWireBio(&wire_);
+    if (bio == nullptr) {
+      named_ = false;
+      return;
+    }
+    SSL_set_bio(ssl_, bio, bio);
     if (peer_name == nullptr) {
       SSL_set_accept_state(ssl_);
     } else {
@@ -168,6 +174,7 @@ class TlsSocket {
   static constexpr size_t kKeptBytes = 2 * 1024;
 
   Socket& socket_;
+  TlsWire wire_;  // before ssl_'s BIO uses it, gone after
   SSL* const ssl_;
   bool named_ = true;   // the peer's name to verify was taken
   std::string joined_;  // a head and body joined, while they are written
