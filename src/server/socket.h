@@ -249,29 +249,11 @@ class Socket::ReadOp final : public net::detail::reactor_op {
   Handler handler_;
 };
 
+// ReadSome and ReadTls: one operation, whose try is recv or SSL_read_ex.
 template <typename Token>
 auto Socket::ReadTls(SSL* ssl, net::mutable_buffer buffer, Token&& token) {
   return net::async_initiate<Token, void(boost::system::error_code, size_t)>(
       [this, ssl, buffer](auto handler) {
-        using Handler = decltype(handler);
-        const bool continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
-        void* memory = boost_asio_handler_alloc_helpers::allocate(sizeof(ReadOp<Handler>), handler);
-        asio_private::Registration* registration = impl_.get_implementation().reactor_data_;
-        const bool watching =
-            registration != nullptr &&
-            asio_private::WatchPeerClose(*reactor_, native_handle(), registration);
-        auto* op = new (memory) ReadOp<Handler>(native_handle(), registration, watching, buffer,
-                                                std::move(handler), ssl);
-        reactor_->start_op(net::detail::reactor::read_op, native_handle(), registration, op,
-                           continuation, /*allow_speculative=*/true);
-      },
-      token);
-}
-
-template <typename Token>
-auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
-  return net::async_initiate<Token, void(boost::system::error_code, size_t)>(
-      [this, buffer](auto handler) {
         using Handler = decltype(handler);
         const bool continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
         void* memory = boost_asio_handler_alloc_helpers::allocate(sizeof(ReadOp<Handler>), handler);
@@ -281,8 +263,8 @@ auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
         const bool watching =
             registration != nullptr &&
             asio_private::WatchPeerClose(*reactor_, native_handle(), registration);
-        auto* op = new (memory)
-            ReadOp<Handler>(native_handle(), registration, watching, buffer, std::move(handler));
+        auto* op = new (memory) ReadOp<Handler>(native_handle(), registration, watching, buffer,
+                                                std::move(handler), ssl);
         // Asio's start_op: tries first only when the reactor has not been
         // told the socket is drained, and queues the operation otherwise. A
         // closed socket (no registration) completes with bad_descriptor.
@@ -290,6 +272,11 @@ auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
                            continuation, /*allow_speculative=*/true);
       },
       token);
+}
+
+template <typename Token>
+auto Socket::ReadSome(net::mutable_buffer buffer, Token&& token) {
+  return ReadTls(nullptr, buffer, std::forward<Token>(token));
 }
 
 #else
