@@ -152,6 +152,9 @@ struct RouteConfig {
   // against the URL's host.
   bool upstream_tls = false;
   std::string upstream_ca_file;
+  // host_header: upstream: the request goes with the upstream's own name as
+  // Host (NGINX proxy_pass's default), not the client's.
+  bool upstream_host = false;
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 

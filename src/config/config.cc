@@ -592,7 +592,7 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
                        DescribeNode(v.node)));
   }
   absl::StatusOr<Fields> f =
-      ReadMap(v, kMapOfKeys, {"name", "match", "upstream", "upstream_ca_file"});
+      ReadMap(v, kMapOfKeys, {"name", "match", "upstream", "upstream_ca_file", "host_header"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -605,6 +605,15 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
     if (!out.upstream_tls)
       return Fail(*x, "the upstream is plain (http://): write https:// for TLS");
     SLUICE_ASSIGN_OR_RETURN(out.upstream_ca_file, ReadPemFile(*x));
+  }
+  if (const Value* x = f->Find("host_header")) {
+    SLUICE_ASSIGN_OR_RETURN(const std::string host, ReadScalar(*x, "client or upstream"));
+    if (host != "client" && host != "upstream") {
+      return Fail(*x, Cat("expected client (the client's Host) or upstream (the upstream's name), "
+                          "got \"",
+                          host, "\""));
+    }
+    out.upstream_host = host == "upstream";
   }
   return absl::OkStatus();
 }

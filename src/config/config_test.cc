@@ -894,6 +894,12 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
   EXPECT_FALSE(c.routes[0].upstream_tls);
   c = Load("routes:\n  - name: a\n    upstream: https://a\n    upstream_ca_file: /dev/null\n");
   EXPECT_EQ(c.routes[0].upstream_ca_file, "/dev/null");
+  EXPECT_FALSE(c.routes[0].upstream_host);
+  c = Load("routes:\n  - name: a\n    upstream: https://a\n    host_header: upstream\n");
+  EXPECT_TRUE(c.routes[0].upstream_host);
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: https://a\n    host_header: a.example\n"),
+            "t.yaml:4: routes[0].host_header: expected client (the client's Host) or upstream (the "
+            "upstream's name), got \"a.example\"");
 }
 
 TEST(ConfigErrors, UpstreamIsHttpOrHttpsHostPort) {

@@ -153,6 +153,9 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     marker += Cat("\"", name, "\"");
   }
   TargetForUpstream(req, route->upstream);
+  if (route->upstream_host) {
+    req.Set("Host", HostPortText(route->upstream, route->upstream_tls ? 443 : 80));
+  }
   // Forwarded: `reply` is set to the upstream's answer, or to the 502 or
   // 504 of a failed exchange. (Here, not in a coroutine of its own: a frame
   // nested deeper is a malloc and a free per request.)

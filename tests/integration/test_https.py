@@ -268,7 +268,10 @@ routes:
      upstream_ca_file: %s}
   - {name: misnamed, match: {path_prefix: /misnamed}, upstream: "https://localhost:%d",
      upstream_ca_file: %s}
-""" % (port, self.cert("ca.pem"), port, self.cert("other-ca.pem"), port, self.cert("ca.pem"))
+  - {name: named, match: {path_prefix: /named}, upstream: "https://127.0.0.1:%d",
+     upstream_ca_file: %s, host_header: upstream}
+""" % (port, self.cert("ca.pem"), port, self.cert("other-ca.pem"), port, self.cert("ca.pem"),
+       port, self.cert("ca.pem"))
         s = self.start_sluice(config)
         conn = http.client.HTTPConnection(HOST, s.port, timeout=5)
         self.addCleanup(conn.close)
@@ -284,6 +287,10 @@ routes:
         self.assertEqual(len({tuple(h["peer"]) for h in hits}), 1)
         # Plain HTTP from the client: the upstream is not told https.
         self.assertNotIn("X-Forwarded-Proto", hits[-1]["headers"])
+        # The client's Host goes, unless the route says the upstream's.
+        self.assertEqual(hits[-1]["headers"]["Host"], "127.0.0.1:%d" % s.port)
+        self.assertEqual(self.get("/named", headers={"Host": "gateway.example"}).status, 200)
+        self.assertEqual(up.hits("/named")[-1]["headers"]["Host"], "127.0.0.1:%d" % port)
         # A certificate another authority signed, or that names another
         # host: no request goes, 502 says why.
         for path, why in (("/stranger", "the certificate is not trusted"),
