@@ -152,6 +152,9 @@ struct RouteConfig {
   // against the URL's host.
   bool upstream_tls = false;
   std::string upstream_ca_file;
+  // The name the upstream's certificate must carry (and the SNI sent);
+  // empty: the URL's host.
+  std::string upstream_server_name;
   // host_header: upstream: the request goes with the upstream's own name as
   // Host (NGINX proxy_pass's default), not the client's.
   bool upstream_host = false;

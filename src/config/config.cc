@@ -591,8 +591,9 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
     return Fail(v, Cat("expected a route (a map with name, match and upstream), got ",
                        DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f =
-      ReadMap(v, kMapOfKeys, {"name", "match", "upstream", "upstream_ca_file", "host_header"});
+  absl::StatusOr<Fields> f = ReadMap(
+      v, kMapOfKeys,
+      {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name", "host_header"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -605,6 +606,12 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
     if (!out.upstream_tls)
       return Fail(*x, "the upstream is plain (http://): write https:// for TLS");
     SLUICE_ASSIGN_OR_RETURN(out.upstream_ca_file, ReadPemFile(*x));
+  }
+  if (const Value* x = f->Find("upstream_server_name")) {
+    if (!out.upstream_tls)
+      return Fail(*x, "the upstream is plain (http://): write https:// for TLS");
+    SLUICE_ASSIGN_OR_RETURN(out.upstream_server_name, ReadScalar(*x, "a host name"));
+    if (out.upstream_server_name.empty()) return Fail(*x, "expected a host name");
   }
   if (const Value* x = f->Find("host_header")) {
     SLUICE_ASSIGN_OR_RETURN(const std::string host, ReadScalar(*x, "client or upstream"));

@@ -897,6 +897,13 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
   EXPECT_FALSE(c.routes[0].upstream_host);
   c = Load("routes:\n  - name: a\n    upstream: https://a\n    host_header: upstream\n");
   EXPECT_TRUE(c.routes[0].upstream_host);
+  c = Load(
+      "routes:\n  - name: a\n    upstream: https://10.0.0.7\n    upstream_server_name: "
+      "billing.internal\n");
+  EXPECT_EQ(c.routes[0].upstream_server_name, "billing.internal");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a\n    upstream_server_name: b\n"),
+            "t.yaml:4: routes[0].upstream_server_name: the upstream is plain (http://): write "
+            "https:// for TLS");
   EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: https://a\n    host_header: a.example\n"),
             "t.yaml:4: routes[0].host_header: expected client (the client's Host) or upstream (the "
             "upstream's name), got \"a.example\"");

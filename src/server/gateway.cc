@@ -195,8 +195,10 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
           why = "the route's TLS settings were reloaded meanwhile";
         } else {
           stream.set_option(tcp::no_delay(true), ec);
-          upstream->tls =
-              std::make_unique<TlsSocket>(stream, *found->second, &route->upstream.host);
+          const std::string& name = route->upstream_server_name.empty()
+                                        ? route->upstream.host
+                                        : route->upstream_server_name;
+          upstream->tls = std::make_unique<TlsSocket>(stream, *found->second, &name);
           co_await upstream->tls->Handshake(ec);
           if (ec) why = Cat("TLS handshake: ", upstream->tls->Failure(ec));
         }

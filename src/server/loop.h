@@ -156,8 +156,8 @@ using TlsUpstreamPool = UpstreamPoolOf<std::string, absl::Hash<std::string>>;
 // A route's key in the TlsUpstreamPool: its upstream, and the authorities
 // and name its certificate is verified by.
 inline std::string TlsPoolKey(const RouteConfig& route) {
-  return internal::Cat(route.upstream.host, "\n", route.upstream.port, "\n",
-                       route.upstream_ca_file);
+  return internal::Cat(route.upstream.host, "\n", route.upstream.port, "\n", route.upstream_ca_file,
+                       "\n", route.upstream_server_name);
 }
 
 // Timeouts without a timer per operation. Arming a timer for every read and

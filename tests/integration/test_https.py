@@ -270,8 +270,10 @@ routes:
      upstream_ca_file: %s}
   - {name: named, match: {path_prefix: /named}, upstream: "https://127.0.0.1:%d",
      upstream_ca_file: %s, host_header: upstream}
+  - {name: by_name, match: {path_prefix: /by-name}, upstream: "https://localhost:%d",
+     upstream_ca_file: %s, upstream_server_name: sluice.test}
 """ % (port, self.cert("ca.pem"), port, self.cert("other-ca.pem"), port, self.cert("ca.pem"),
-       port, self.cert("ca.pem"))
+       port, self.cert("ca.pem"), port, self.cert("ca.pem"))
         s = self.start_sluice(config)
         conn = http.client.HTTPConnection(HOST, s.port, timeout=5)
         self.addCleanup(conn.close)
@@ -300,6 +302,9 @@ routes:
             self.assertIn("TLS handshake", r.json()["detail"])
             self.assertIn(why, r.json()["detail"])
         self.assertEqual(up.count("/stranger") + up.count("/misnamed"), 0)
+        # The name verified may differ from the host reached.
+        self.assertEqual(self.get("/by-name").status, 200)
+        self.assertEqual(up.count("/by-name"), 1)
         self.assertIn("event=upstream_error route=stranger", s.output())
 
     def test_a_reload_serves_the_renewed_certificate_to_new_connections(self):
