@@ -74,12 +74,6 @@ StreamOf<kTls> OpenStream(Socket& socket, tls::Context* context) {
   }
 }
 
-// Reads what the stream holds (Socket::ReadSome's contract).
-template <typename Stream, typename Token>
-auto ReadSomeOf(Stream& stream, net::mutable_buffer buffer, Token&& token) {
-  return stream.ReadSome(buffer, std::forward<Token>(token));
-}
-
 // WriteNow (loop.h), through TLS.
 inline bool WriteNow(TlsSocket& stream, std::array<net::const_buffer, 2>& buffers,
                      boost::system::error_code& ec) {
@@ -562,8 +556,8 @@ class ServerImpl final : public Server {
         }
       }
       const size_t got =
-          co_await ReadSomeOf(stream, buffer.prepare(beast::read_size(buffer, kReadBytes)),
-                              net::redirect_error(kUseAwaitable, ec));
+          co_await stream.ReadSome(buffer.prepare(beast::read_size(buffer, kReadBytes)),
+                                   net::redirect_error(kUseAwaitable, ec));
       if (ec == net::error::eof) {
         EndOfInput(parser, ec);
         co_return;
@@ -757,7 +751,7 @@ class ServerImpl final : public Server {
     }
     Deadline deadline(w, socket);
     StreamOf<kTls> stream = OpenStream<kTls>(socket, tls.get());
-    std::string out_of_tls;
+    std::string out;          // the head of each response (its capacity kept)
     std::string client_cert;  // the subject of the client's verified certificate
     if constexpr (kTls) {
       // TLS writes several records in a row (the handshake's flights, the
@@ -773,7 +767,7 @@ class ServerImpl final : public Server {
         TlsHandshakeFailed(listener, false)->Add();
         Responses(listener, 400)->Add();
         co_await Refuse(socket, deadline, 400, "a plain HTTP request to a TLS (https) listener",
-                        out_of_tls, ec);
+                        out, ec);
         if (!ec) co_await Linger(socket, deadline);  // its request unread
         co_return;
       }
@@ -785,7 +779,6 @@ class ServerImpl final : public Server {
       client_cert = stream.ClientSubject();
     }
     beast::flat_buffer buffer;
-    std::string out;  // the head of each response (its capacity kept)
     bool first = !moved;
     // A TLS session stays in its loop (its state is not a descriptor).
     const bool may_move = !kTls && !loop_cpus_.empty() && listener != Listener::kAdmin;
@@ -820,8 +813,8 @@ class ServerImpl final : public Server {
         // read only when the last read left bytes behind (one system call
         // a request fewer: bench/README.md, "HTTP").
         deadline.After(idle_timeout);
-        const size_t got = co_await ReadSomeOf(stream, buffer.prepare(kFirstReadBytes),
-                                               net::redirect_error(kUseAwaitable, ec));
+        const size_t got = co_await stream.ReadSome(buffer.prepare(kFirstReadBytes),
+                                                    net::redirect_error(kUseAwaitable, ec));
         if (ec) break;
         buffer.commit(got);
       }
