@@ -61,9 +61,9 @@ std::optional<std::array<uint8_t, 16>> ParseIp(std::string_view text);
 //   - else, no routes configured: on server.listen (a decision service);
 //   - else: not served at all, unless `on_gateway_listener: true`.
 // With tokens, every call needs "Authorization: Bearer <one of them>".
-// TLS on a listener (server.tls, server.decision.tls): its certificate and
-// key, and for mutual TLS the authorities a client's certificate must be
-// signed by. Paths as resolved from the config's folder; the files are
+// TLS on a listener (server.tls, server.decision.tls, grpc.tls): its
+// certificate and key, and for mutual TLS the authorities a client's
+// certificate must be signed by. Paths as resolved from the config's folder; the files are
 // read when the server starts and again at every reload.
 struct ListenerTls {
   std::string cert_file;       // the certificate chain (PEM)
@@ -256,6 +256,8 @@ struct GrpcConfig {
   // calls in progress then have max_connection_age_grace to finish.
   Duration max_connection_age = Duration::Hours(1);
   Duration max_connection_age_grace = Duration::Seconds(10);
+  // gRPC over TLS (HTTP/2 chosen by ALPN), mutual with client_ca_file.
+  std::optional<ListenerTls> tls;
   friend bool operator==(const GrpcConfig&, const GrpcConfig&) = default;
 };
 inline constexpr int64_t kMaxGrpcConnections = 1'000'000;

@@ -458,7 +458,7 @@ absl::StatusOr<std::string> Parser::ReadPemFile(const Value& v) const {
   return path;
 }
 
-// server.tls and server.decision.tls: the listener's certificate and key,
+// server.tls, server.decision.tls and grpc.tls: the listener's certificate and key,
 // and the authorities of its clients' certificates for mutual TLS.
 absl::Status Parser::ReadListenerTls(const Value& v, std::optional<ListenerTls>& out) const {
   absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"cert_file", "key_file", "client_ca_file"});
@@ -1037,7 +1037,7 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
     absl::StatusOr<Fields> g =
         ReadMap(*x, kMapOfKeys,
                 {"listen", "max_connections", "handshake_timeout", "idle_timeout",
-                 "max_connection_age", "max_connection_age_grace"});
+                 "max_connection_age", "max_connection_age_grace", "tls"});
     if (!g.ok()) return g.status();
     GrpcConfig& grpc = config.grpc.emplace();
     if (const Value* listen = g->Find("listen")) {
@@ -1065,6 +1065,7 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
         SLUICE_ASSIGN_OR_RETURN(*field, ReadDuration(*v, kTimeout));
       }
     }
+    if (const Value* v = g->Find("tls")) SLUICE_RETURN_IF_ERROR(ReadListenerTls(*v, grpc.tls));
   }
   if (const Value* x = f->Find("rlqs")) {
     if (!config.grpc.has_value()) {

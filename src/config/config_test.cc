@@ -549,7 +549,7 @@ TEST(ConfigErrors, RedisTls) {
             "t.yaml:4: store.redis.tls.server_name: expected a host name");
 }
 
-TEST(ConfigServer, TlsOnTheGatewayAndDecisionListeners) {
+TEST(ConfigServer, TlsOnTheGatewayDecisionAndGrpcListeners) {
   EXPECT_EQ(Load("").server.tls, std::nullopt);
   const std::string dir = testing::TempDir() + "/sluice_server_tls_config";
   std::filesystem::create_directories(dir);
@@ -559,7 +559,8 @@ TEST(ConfigServer, TlsOnTheGatewayAndDecisionListeners) {
   const absl::StatusOr<Config> loaded = ParseConfig(
       "server:\n  tls: {cert_file: server.pem, key_file: server.key}\n  decision:\n    listen: "
       "127.0.0.1:8082\n    tls: {cert_file: server.pem, key_file: server.key, client_ca_file: " +
-          dir + "/clients.pem}\n",
+          dir + "/clients.pem}\ngrpc:\n  listen: 127.0.0.1:8081\n  tls: {cert_file: server.pem, " +
+          "key_file: server.key, client_ca_file: clients.pem}\n",
       dir + "/sluice.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   EXPECT_EQ(loaded->server.tls,
@@ -567,6 +568,7 @@ TEST(ConfigServer, TlsOnTheGatewayAndDecisionListeners) {
   EXPECT_EQ(loaded->server.decision.tls, (ListenerTls{.cert_file = dir + "/server.pem",
                                                       .key_file = dir + "/server.key",
                                                       .client_ca_file = dir + "/clients.pem"}));
+  EXPECT_EQ(loaded->grpc->tls, loaded->server.decision.tls);
   std::filesystem::remove_all(dir);
 }
 
@@ -587,6 +589,9 @@ TEST(ConfigErrors, ServerTls) {
                     "/dev/null}\n"),
             "t.yaml:3: server.decision.tls: TLS here is for decision.listen, which is not set "
             "(server.tls covers server.listen)");
+  EXPECT_EQ(ErrorOf("grpc:\n  tls: {key_file: /dev/null}\n"),
+            "t.yaml:2: grpc.tls: give cert_file and key_file (the listener's certificate and its "
+            "key)");
 }
 
 TEST(ConfigRedis, AGlobalFixedWindowMayBeLeased) {

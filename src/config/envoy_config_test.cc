@@ -365,7 +365,7 @@ TEST(EnvoyConfigErrors, InTheMainConfig) {
             "e.g. 127.0.0.1:8080)");
   EXPECT_EQ(ConfigErrorOf("grpc: {port: 1}\n"),
             "t.yaml:1: grpc.port: unknown key (expected one of: listen, max_connections, "
-            "handshake_timeout, idle_timeout, max_connection_age, max_connection_age_grace)");
+            "handshake_timeout, idle_timeout, max_connection_age, max_connection_age_grace, tls)");
   EXPECT_EQ(ConfigErrorOf("server: {listen: 127.0.0.1:8080}\ngrpc: {listen: 127.0.0.1:8080}\n"),
             "t.yaml:2: grpc.listen: same address as server.listen, server.admin or "
             "server.decision.listen; gRPC needs its own");

@@ -21,10 +21,14 @@
 #include <utility>
 #include <vector>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "base/cat.h"
 #include "spdlog/spdlog.h"
+#include "tls/wire.h"
 
 namespace sluice::envoy {
 namespace {
@@ -98,21 +102,17 @@ class GateImpl final : public ConnectionGate {
     thread_ = std::thread([this] { Run(); });
   }
 
-  // Closes the listener (new connections are refused by the kernel) and the
-  // connections not handed off yet; those handed off are gRPC's to close.
-  // Returns when the thread has ended.
+  void SetTls(std::shared_ptr<tls::Context> context) override {
+    if (context != nullptr && options_.tls != nullptr) tls_.store(std::move(context));
+  }
+
+  void Close() override { Tell(kClose); }
+
   void Stop() override {
-    if (thread_.joinable()) {
-      const uint64_t one = 1;
-      (void)!write(wake_, &one, sizeof(one));
-      thread_.join();
-    }
-    for (const auto& [fd, seq] : pending_) close(fd);
-    pending_.clear();
-    waiting_.clear();
-    if (listener_ >= 0) close(listener_);
-    listener_ = -1;
-    Publish();
+    Tell(kStop);
+    if (thread_.joinable()) thread_.join();
+    CloseListener();
+    EndRelays([](const Relay&) { return true; });
   }
 
   uint16_t port() const override { return port_; }
@@ -131,9 +131,40 @@ class GateImpl final : public ConnectionGate {
     uint64_t seq;  // tells a reused descriptor from the one this entry was for
   };
 
+  // What the gate's thread is told (wake_), the stronger kept.
+  static constexpr uint64_t kClose = 1;
+  static constexpr uint64_t kStop = 2;
+
+  // A TLS connection: its handshake, then the relay between it and gRPC's
+  // end of a socket pair. Each direction has a buffer of one TLS record's
+  // plaintext; a full one stops the reads that fill it.
+  static constexpr size_t kRelayBuffer = 16 * 1024;
+  static constexpr uint32_t kUnwatched = ~0u;  // a descriptor taken out of epoll
+  struct Relay {
+    ~Relay() {
+      if (ssl != nullptr) SSL_free(ssl);
+    }
+    int client = -1;  // the client's connection (epoll knows it by this)
+    int inner = -1;   // the gate's end of the pair, once handed off
+    uint64_t seq = 0;
+    tls::Wire wire;
+    SSL* ssl = nullptr;
+    bool handshaken = false;
+    bool client_done = false;  // no more from the client (close_notify or EOF)
+    bool inner_shut = false;   // gRPC told so (the pair shut for writing)
+    bool grpc_done = false;    // no more from gRPC (it closed its end)
+    bool wants_write = false;  // OpenSSL waits for the client's socket to take more
+    size_t writing = 0;        // bytes of `out` an SSL_write_ex waiting to be retried took
+    size_t in_len = 0;         // decrypted, not yet sent to gRPC
+    size_t out_len = 0;        // from gRPC, not yet encrypted
+    uint32_t client_events = 0, inner_events = 0;  // what epoll watches for each
+    std::array<char, kRelayBuffer> in, out;
+  };
+
   GateImpl(Options options, metrics::Metrics& metrics)
       : options_(options),
         open_(std::make_shared<std::atomic<int64_t>>(0)),
+        tls_(options.tls),
         refused_(metrics.Get("sluice_grpc_connections_refused_total", {})),
         handshake_timeouts_(metrics.Get("sluice_grpc_handshake_timeouts_total", {})),
         metrics_(metrics) {
@@ -145,6 +176,41 @@ class GateImpl final : public ConnectionGate {
     metrics.SetHelp("sluice_grpc_handshake_timeouts_total",
                     "Connections to grpc.listen closed for sending nothing within "
                     "grpc.handshake_timeout.");
+    if (options.tls != nullptr) {
+      handshake_failed_ = metrics.Get("sluice_tls_handshake_failures_total",
+                                      {{"listener", "grpc"}, {"reason", "failed"}});
+      handshake_expired_ = metrics.Get("sluice_tls_handshake_failures_total",
+                                       {{"listener", "grpc"}, {"reason", "timeout"}});
+    }
+  }
+
+  void Tell(uint64_t what) {
+    uint64_t told = told_.load();
+    while (told < what && !told_.compare_exchange_weak(told, what)) {
+    }
+    const uint64_t one = 1;
+    (void)!write(wake_, &one, sizeof(one));
+  }
+
+  // Ends the relays `which` picks.
+  template <typename Which>
+  void EndRelays(Which which) {
+    std::vector<std::shared_ptr<Relay>> ending;
+    for (const auto& [fd, relay] : relays_) {
+      if (fd == relay->client && which(*relay)) ending.push_back(relay);
+    }
+    for (const auto& relay : ending) End(*relay, false);
+  }
+
+  // The listener and the connections not handed off yet.
+  void CloseListener() {
+    for (const auto& [fd, seq] : pending_) close(fd);
+    pending_.clear();
+    waiting_.clear();
+    EndRelays([](const Relay& relay) { return !relay.handshaken; });
+    if (listener_ >= 0) close(listener_);
+    listener_ = -1;
+    Publish();
   }
 
   bool Watch(int fd, uint32_t events) {
@@ -154,7 +220,9 @@ class GateImpl final : public ConnectionGate {
     return epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) == 0;
   }
 
-  int64_t Open() const { return static_cast<int64_t>(pending_.size() + handed_.size()); }
+  int64_t Open() const {
+    return static_cast<int64_t>(pending_.size() + handed_.size() + relay_count_);
+  }
   void Publish() { open_->store(Open(), std::memory_order_relaxed); }
 
   void Run() {
@@ -169,9 +237,16 @@ class GateImpl final : public ConnectionGate {
       }
       for (int i = 0; i < n; ++i) {
         const int fd = events[static_cast<size_t>(i)].data.fd;
-        if (fd == wake_) return;
-        if (fd == listener_) {
+        if (fd == wake_) {
+          uint64_t ignored;
+          (void)!read(wake_, &ignored, sizeof(ignored));
+          if (told_.load() == kStop) return;
+          if (listener_ >= 0) CloseListener();
+        } else if (fd == listener_) {
           Accept();
+        } else if (auto relay = relays_.find(fd); relay != relays_.end()) {
+          const std::shared_ptr<Relay> r = relay->second;  // alive while it ends
+          Advance(*r, fd, events[static_cast<size_t>(i)].events);
         } else {
           Ready(fd, events[static_cast<size_t>(i)].events);
         }
@@ -258,19 +333,221 @@ class GateImpl final : public ConnectionGate {
 
   // A waiting connection sent something (or hung up).
   void Ready(int fd, uint32_t events) {
-    epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
-    pending_.erase(fd);
+    auto it = pending_.find(fd);
+    if (it == pending_.end()) return;
+    const uint64_t seq = it->second;
+    pending_.erase(it);
     struct stat st {};
     if ((events & (EPOLLERR | EPOLLHUP)) != 0 || fstat(fd, &st) != 0) {
+      epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
       close(fd);
-    } else {
-      // gRPC sets this on the connections it accepts itself: without it,
-      // a small answer can wait for the client's delayed ACK.
-      const int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      handed_[fd] = st.st_ino;
-      hand_off_(fd);
+      Publish();
+      return;
     }
+    // gRPC sets this on the connections it accepts itself: without it,
+    // a small answer can wait for the client's delayed ACK.
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (options_.tls != nullptr) {
+      StartTls(fd, seq);
+      return;
+    }
+    epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+    handed_[fd] = st.st_ino;
+    hand_off_(fd);
+    Publish();
+  }
+
+  // The handshake begins; the connection keeps its place in `waiting_`,
+  // whose deadline is now the handshake's.
+  void StartTls(int fd, uint64_t seq) {
+    auto relay = std::make_shared<Relay>();
+    relay->client = fd;
+    relay->seq = seq;
+    relay->client_events = EPOLLIN | EPOLLRDHUP;
+    relay->wire.fd = fd;
+    const std::shared_ptr<tls::Context> context = tls_.load();
+    relay->ssl = SSL_new(context->native_handle());
+    BIO* bio = relay->ssl != nullptr ? tls::NewWireBio(&relay->wire) : nullptr;
+    Relay& r = *relay;
+    relays_[fd] = relay;
+    ++relay_count_;
+    if (bio == nullptr) {  // out of memory
+      End(r, false);
+      return;
+    }
+    SSL_set_bio(r.ssl, bio, bio);
+    SSL_set_accept_state(r.ssl);
+    SSL_set_mode(r.ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    Advance(r, fd, EPOLLIN);
+  }
+
+  // `events` came for `fd` of `r`: moves what can be moved, either way,
+  // until nothing more can be without a readiness event; then watches for
+  // the ones that would let it go on, or ends the relay.
+  void Advance(Relay& r, int fd, uint32_t events) {
+    if (fd == r.client && (events & (EPOLLHUP | EPOLLERR)) != 0) {
+      // Reset, or closed both ways: nothing more reaches the client.
+      if (!r.handshaken) handshake_failed_->Add();
+      End(r, false);
+      return;
+    }
+    if (!r.handshaken) {
+      ERR_clear_error();
+      if (SSL_do_handshake(r.ssl) != 1) {
+        const int error = SSL_get_error(r.ssl, 0);
+        ERR_clear_error();
+        if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
+          Rewatch(r.client, r.client_events,
+                  error == SSL_ERROR_WANT_WRITE ? EPOLLOUT : EPOLLIN | EPOLLRDHUP);
+          return;
+        }
+        handshake_failed_->Add();
+        End(r, true);
+        return;
+      }
+      if (!HandOff(r)) return;
+    }
+    bool failed = false;
+    for (bool moved = true; moved && !failed;) {
+      moved = false;
+      r.wants_write = false;
+      if (!r.client_done && r.in_len < r.in.size()) {  // the client's, decrypted
+        size_t n = 0;
+        ERR_clear_error();
+        if (SSL_read_ex(r.ssl, r.in.data() + r.in_len, r.in.size() - r.in_len, &n) == 1) {
+          r.in_len += n;
+          moved = true;
+        } else {
+          const int error = SSL_get_error(r.ssl, 0);
+          ERR_clear_error();
+          if (error == SSL_ERROR_WANT_WRITE) {
+            r.wants_write = true;
+          } else if (error == SSL_ERROR_ZERO_RETURN) {
+            r.client_done = true;  // close_notify, or its close (the context ignores a bare EOF)
+          } else if (error != SSL_ERROR_WANT_READ) {
+            failed = true;
+          }
+        }
+      }
+      if (r.in_len > 0) {  // ... to gRPC
+        const ssize_t n = send(r.inner, r.in.data(), r.in_len, MSG_NOSIGNAL);
+        if (n > 0) {
+          r.in_len -= static_cast<size_t>(n);
+          std::memmove(r.in.data(), r.in.data() + n, r.in_len);
+          moved = true;
+        } else if (errno != EAGAIN && errno != EINTR) {
+          failed = true;  // gRPC closed its end
+        }
+      }
+      if (r.client_done && r.in_len == 0 && !r.inner_shut) {
+        shutdown(r.inner, SHUT_WR);  // gRPC reads the end of the stream
+        r.inner_shut = true;
+      }
+      if (!r.grpc_done && r.out_len < r.out.size() && r.writing == 0) {  // gRPC's ...
+        const ssize_t n = recv(r.inner, r.out.data() + r.out_len, r.out.size() - r.out_len, 0);
+        if (n > 0) {
+          r.out_len += static_cast<size_t>(n);
+          moved = true;
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          r.grpc_done = true;
+        }
+      }
+      if (r.out_len > 0) {  // ... encrypted to the client
+        const size_t length = r.writing > 0 ? r.writing : r.out_len;
+        size_t n = 0;
+        ERR_clear_error();
+        if (SSL_write_ex(r.ssl, r.out.data(), length, &n) == 1) {
+          r.writing = 0;
+          r.out_len -= n;
+          std::memmove(r.out.data(), r.out.data() + n, r.out_len);
+          moved = true;
+        } else {
+          const int error = SSL_get_error(r.ssl, 0);
+          ERR_clear_error();
+          if (error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) {
+            r.writing = length;  // retried with the same bytes
+            r.wants_write = error == SSL_ERROR_WANT_WRITE;
+          } else {
+            failed = true;
+          }
+        }
+      }
+    }
+    if (failed || (r.grpc_done && r.out_len == 0) || (r.client_done && r.grpc_done)) {
+      // gRPC closed (idle, too old, shut down): close_notify to the client,
+      // once, without waiting for the client's.
+      End(r, !failed && r.grpc_done && r.out_len == 0);
+      return;
+    }
+    uint32_t client = r.wants_write ? EPOLLOUT : 0;
+    if (!r.client_done && r.in_len < r.in.size()) client |= EPOLLIN | EPOLLRDHUP;
+    Rewatch(r.client, r.client_events, client);
+    if (r.grpc_done) {
+      // Its end closed, the pair would report a hang-up at every wait:
+      // nothing more goes to gRPC, what it sent is still written out.
+      if (r.inner_events != kUnwatched) epoll_ctl(epoll_, EPOLL_CTL_DEL, r.inner, nullptr);
+      r.inner_events = kUnwatched;
+      r.in_len = 0;
+      return;
+    }
+    uint32_t inner = r.in_len > 0 ? EPOLLOUT : 0;
+    if (r.out_len < r.out.size()) inner |= EPOLLIN | EPOLLRDHUP;
+    Rewatch(r.inner, r.inner_events, inner);
+  }
+
+  // The handshake is done: gRPC gets one end of a socket pair, the relay
+  // the other. False when the relay ended (no descriptor to be had).
+  bool HandOff(Relay& r) {
+    r.handshaken = true;
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) {
+      spdlog::error("event=grpc_tls_error error=\"socketpair: {}\"", strerror(errno));
+      End(r, false);
+      return false;
+    }
+    r.inner = pair[0];
+    epoll_event ev{};
+    ev.events = r.inner_events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = r.inner;
+    if (epoll_ctl(epoll_, EPOLL_CTL_ADD, r.inner, &ev) != 0) {
+      close(pair[1]);
+      End(r, false);
+      return false;
+    }
+    std::shared_ptr<Relay> same = relays_[r.client];
+    relays_[r.inner] = std::move(same);  // the same relay, by either descriptor
+    hand_off_(pair[1]);
+    return true;
+  }
+
+  // Watches `fd` for `events` (`now`: what it is watched for).
+  void Rewatch(int fd, uint32_t& now, uint32_t events) {
+    if (events == now || now == kUnwatched) return;
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    if (epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev) == 0) now = events;
+  }
+
+  // Closes both ends of `r` (with `notify`, a close_notify to the client
+  // first) and forgets it.
+  void End(Relay& r, bool notify) {
+    if (notify) {
+      ERR_clear_error();
+      (void)SSL_shutdown(r.ssl);
+      ERR_clear_error();
+    }
+    const int client = r.client, inner = r.inner;
+    for (int fd : {client, inner}) {
+      if (fd < 0) continue;
+      epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+      close(fd);
+    }
+    --relay_count_;
+    const std::shared_ptr<Relay> keep = relays_[client];  // r lives until both entries are gone
+    relays_.erase(client);
+    if (inner >= 0) relays_.erase(inner);
     Publish();
   }
 
@@ -282,10 +559,19 @@ class GateImpl final : public ConnectionGate {
       const Waiting w = waiting_.front();
       waiting_.pop_front();
       auto it = pending_.find(w.fd);
-      if (it == pending_.end() || it->second != w.seq) continue;  // handed off or gone
+      if (it == pending_.end() || it->second != w.seq) {
+        // A TLS handshake begun and not done in time.
+        auto relay = relays_.find(w.fd);
+        if (relay != relays_.end() && relay->second->seq == w.seq && !relay->second->handshaken) {
+          handshake_expired_->Add();
+          End(*relay->second, false);
+        }
+        continue;  // handed off or gone
+      }
       pending_.erase(it);
       epoll_ctl(epoll_, EPOLL_CTL_DEL, w.fd, nullptr);
       handshake_timeouts_->Add();
+      if (handshake_expired_ != nullptr) handshake_expired_->Add();
       expired.push_back(w.fd);
     }
     if (expired.empty()) return;
@@ -305,8 +591,12 @@ class GateImpl final : public ConnectionGate {
 
   const Options options_;
   std::shared_ptr<std::atomic<int64_t>> open_;  // shared with the gauge, which may outlive the gate
+  std::atomic<std::shared_ptr<tls::Context>> tls_;  // of the next handshake
+  std::atomic<uint64_t> told_{0};                   // kClose, kStop
   metrics::Counter* refused_;
   metrics::Counter* handshake_timeouts_;
+  metrics::Counter* handshake_failed_ = nullptr;   // with TLS
+  metrics::Counter* handshake_expired_ = nullptr;  // with TLS
   metrics::Metrics& metrics_;
   int listener_ = -1;
   int epoll_ = -1;
@@ -318,6 +608,9 @@ class GateImpl final : public ConnectionGate {
   absl::flat_hash_map<int, uint64_t> pending_;  // waiting for first bytes: fd -> seq
   std::deque<Waiting> waiting_;                 // by deadline (handshake_timeout is one for all)
   absl::flat_hash_map<int, ino_t> handed_;      // handed to gRPC: fd -> its socket's inode
+  // TLS connections by either descriptor (the client's, the pair's end).
+  absl::flat_hash_map<int, std::shared_ptr<Relay>> relays_;
+  size_t relay_count_ = 0;
   uint64_t seq_ = 0;
   Clock::time_point next_look_ = Clock::now() + kLookEvery;
   Clock::time_point next_look_when_full_{};

@@ -19,8 +19,19 @@
 // 100 ms, so a flood of refused connections costs a bounded amount of
 // work): a slot gRPC freed is seen within that time.
 //
-// Thread-safety: Listen, Start and Stop from one thread; the gate's own
-// thread (Start runs it, Stop ends it) does the rest.
+// With TLS (Options::tls), the gate is the TLS end: it makes the handshake
+// (within handshake_timeout, as the first bytes), then hands gRPC one end of
+// a socket pair and relays between it and the client's connection,
+// decrypting what comes in and encrypting what goes out, on its thread.
+// gRPC 1.51 takes a descriptor only for plaintext
+// (grpc_server_add_channel_from_fd "currently only supports insecure server
+// credentials"); its own TLS listener would bring back the unbounded
+// accepts above. A relayed connection ends when either side closes: the
+// client's close reaches gRPC as the pair's end of stream, gRPC's (idle,
+// too old, shut down) reaches the client as close_notify.
+//
+// Thread-safety: Listen, Start, Close and Stop from one thread, SetTls from
+// any; the gate's own thread (Start runs it, Stop ends it) does the rest.
 #ifndef SLUICE_ENVOY_CONNECTION_GATE_H_
 #define SLUICE_ENVOY_CONNECTION_GATE_H_
 
@@ -32,6 +43,7 @@
 #include "metrics/metrics.h"
 #include "sluice/config.h"
 #include "sluice/time.h"
+#include "tls/context.h"
 
 namespace sluice::envoy {
 
@@ -40,6 +52,9 @@ class ConnectionGate {
   struct Options {
     int64_t max_connections = 1;
     Duration handshake_timeout;
+    // Non-null: TLS on every connection, with this context (HTTP/2 by
+    // ALPN, tls::Protocol::kHttp2).
+    std::shared_ptr<tls::Context> tls;
   };
 
   // Listens on `where` (its first address, as the HTTP listeners do);
@@ -53,9 +68,15 @@ class ConnectionGate {
   // Accepts on a thread of its own; `hand_off` takes each connection that
   // sent its first bytes, and with it the descriptor.
   virtual void Start(std::function<void(int fd)> hand_off) = 0;
+  // The context of the connections accepted from now on (a reload's
+  // certificate); only for a gate started with one.
+  virtual void SetTls(std::shared_ptr<tls::Context> context) = 0;
   // Closes the listener (new connections are refused by the kernel) and the
-  // connections not handed off yet; those handed off are gRPC's to close.
-  // Returns when the thread has ended.
+  // connections not handed off yet; those handed off are gRPC's to close,
+  // and relayed ones are still relayed.
+  virtual void Close() = 0;
+  // Close, then ends the relayed connections too. Returns when the thread
+  // has ended.
   virtual void Stop() = 0;
   virtual uint16_t port() const = 0;
 };

@@ -494,10 +494,12 @@ class RlsServerImpl final : public RlsServer {
     started_with_ = config.grpc;
     const GrpcConfig& grpc = *config.grpc;
     // The listener is the gate's (connection_gate.h); the server has no port of its own.
-    absl::StatusOr<std::unique_ptr<ConnectionGate>> gate = ConnectionGate::Listen(
-        grpc.listen,
-        {.max_connections = grpc.max_connections, .handshake_timeout = grpc.handshake_timeout},
-        *options_.metrics);
+    absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
+        ConnectionGate::Listen(grpc.listen,
+                               {.max_connections = grpc.max_connections,
+                                .handshake_timeout = grpc.handshake_timeout,
+                                .tls = (*snapshot)->tls},
+                               *options_.metrics);
     if (!gate.ok()) return gate.status();
     grpc::ServerBuilder builder;
     // gRPC closes a connection idle (no call in progress) this long, and
@@ -529,9 +531,13 @@ class RlsServerImpl final : public RlsServer {
     gate_->Start([server = server_.get()](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
     port_ = gate_->port();
     spdlog::info(
-        "event=start listener=grpc listen={} domains={} quota_domains={} max_connections={}",
+        "event=start listener=grpc listen={} domains={} quota_domains={} max_connections={} "
+        "tls={}",
         HostPortText({grpc.listen.host, port_}), config.envoy ? config.envoy->domains.size() : 0,
-        config.rlqs ? config.rlqs->domains.size() : 0, grpc.max_connections);
+        config.rlqs ? config.rlqs->domains.size() : 0, grpc.max_connections,
+        !grpc.tls                          ? "off"
+        : grpc.tls->client_ca_file.empty() ? "on"
+                                           : "mutual");
     if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
                         static_cast<uint64_t>(grpc.max_connections) >= limit.rlim_cur) {
       spdlog::warn(
@@ -569,6 +575,7 @@ class RlsServerImpl final : public RlsServer {
       current_ = next;
     }
     if (rlqs_changed) rlqs_->Reconfigure(*next->rlqs);
+    gate_->SetTls(next->tls);  // connections accepted from now on
     service_->Swap(std::move(next));
   }
 
@@ -584,7 +591,7 @@ class RlsServerImpl final : public RlsServer {
     // the calls in flight are done, the connections are closed from here.
     shutdown_ = std::thread(
         [server = server_.get(), service = service_.get(), gate = gate_.get(), deadline] {
-          gate->Stop();  // no new connections: none may reach gRPC once it shuts down
+          gate->Close();  // no new connections: none may reach gRPC once it shuts down
           std::thread graceful([server, deadline] { server->Shutdown(deadline); });
           // Give Shutdown a moment to stop new calls before counting the last ones.
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -593,6 +600,7 @@ class RlsServerImpl final : public RlsServer {
           }
           grpc_server_cancel_all_calls(server->c_server());
           graceful.join();
+          gate->Stop();  // gRPC closed its ends: the relays of TLS connections end
         });
   }
 
@@ -635,6 +643,14 @@ class RlsServerImpl final : public RlsServer {
     snapshot->legacy_headers = config.server.legacy_headers;
     snapshot->shadow = options.shadow;
     snapshot->rlqs = config.rlqs;
+    if (config.grpc.has_value() && config.grpc->tls.has_value()) {
+      const ListenerTls& t = *config.grpc->tls;
+      absl::StatusOr<std::shared_ptr<tls::Context>> context = tls::ServerContext(
+          {.cert_file = t.cert_file, .key_file = t.key_file, .ca_file = t.client_ca_file},
+          "grpc.tls", tls::Protocol::kHttp2);
+      if (!context.ok()) return context.status();
+      snapshot->tls = *std::move(context);
+    }
     return std::shared_ptr<const Snapshot>(std::move(snapshot));
   }
 

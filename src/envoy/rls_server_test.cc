@@ -6,11 +6,14 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -671,6 +674,115 @@ TEST_F(RlsTest, ItsCallsHaveAThreadPerWorkerThread) {
     EXPECT_EQ(ThreadsNamed("sluice-grpc"), threads);
     EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).overall_code(), Response::OK);
   }
+}
+
+// Certificates made by the openssl command in a folder of their own: an
+// authority ("ca") signing the server's ("server", for localhost) and a
+// client's ("client"), and another authority ("other") signing a client's
+// ("stranger").
+class TestCertificates {
+ public:
+  TestCertificates() {
+    char path[] = "/tmp/sluice-rls-tls-XXXXXX";
+    if (mkdtemp(path) == nullptr) return;
+    dir_ = path;
+    ok_ = Authority("ca") && Authority("other") &&
+          Signed("server", "ca", "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth") &&
+          Signed("client", "ca", "extendedKeyUsage=clientAuth") &&
+          Signed("stranger", "other", "extendedKeyUsage=clientAuth");
+  }
+  ~TestCertificates() {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  bool ok() const { return ok_; }
+  std::string Path(const std::string& name, const std::string& ext) const {
+    return dir_ + "/" + name + "." + ext;
+  }
+  std::string Text(const std::string& name, const std::string& ext) const {
+    std::ifstream in(Path(name, ext));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  bool Run(const std::string& args) const {
+    return std::system(("cd " + dir_ + " && openssl " + args + " >/dev/null 2>&1").c_str()) == 0;
+  }
+  bool Authority(const std::string& name) const {
+    return Run("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + name +
+               ".key -out " + name + ".pem -days 2 -subj '/CN=sluice test " + name + "'");
+  }
+  bool Signed(const std::string& name, const std::string& ca, const std::string& ext) const {
+    std::ofstream(Path(name, "ext")) << ext << "\n";
+    return Run("req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + name +
+               ".key -out " + name + ".csr -subj /CN=" + name) &&
+           Run("x509 -req -in " + name + ".csr -CA " + ca + ".pem -CAkey " + ca +
+               ".key -CAcreateserial -days 2 -extfile " + name + ".ext -out " + name + ".pem");
+  }
+  std::string dir_;
+  bool ok_ = false;
+};
+
+TEST_F(RlsTest, OverMutualTlsCallsAreAnsweredAndStrangersRefused) {
+  const TestCertificates certs;
+  ASSERT_TRUE(certs.ok()) << "the openssl command makes the test certificates";
+  Config config = FleetConfig();
+  config.grpc->tls = ListenerTls{.cert_file = certs.Path("server", "pem"),
+                                 .key_file = certs.Path("server", "key"),
+                                 .client_ca_file = certs.Path("ca", "pem")};
+  StartWith(config);
+  const std::string target = "127.0.0.1:" + std::to_string(server_->port());
+  const auto stub = [&](const std::string& client) {
+    grpc::SslCredentialsOptions options{.pem_root_certs = certs.Text("ca", "pem")};
+    if (!client.empty()) {
+      options.pem_private_key = certs.Text(client, "key");
+      options.pem_cert_chain = certs.Text(client, "pem");
+    }
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("localhost");
+    return rls::RateLimitService::NewStub(
+        grpc::CreateCustomChannel(target, grpc::SslCredentials(options), args));
+  };
+
+  stub_ = stub("client");
+  EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).statuses(0).limit_remaining(), 1u);
+  EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(Ok("fleet", {{{"user", "u1"}}}).overall_code(), Response::OVER_LIMIT);
+  // Messages larger than the relay's buffers, both ways, and calls at once.
+  const std::string long_user(60'000, 'x');
+  EXPECT_EQ(Ok("fleet", {{{"user", long_user}}}).statuses(0).limit_remaining(), 1u);
+  std::vector<Entries> many(256, Entries{{"user", "u2"}});
+  EXPECT_EQ(Ok("fleet", many).overall_code(), Response::OVER_LIMIT);
+  std::vector<std::thread> callers;
+  std::atomic<int> answered{0};
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        Response r;
+        answered += Call(Request("fleet", {{{"user", "c" + std::to_string(t)}}}), r).ok();
+      }
+    });
+  }
+  for (std::thread& c : callers) c.join();
+  EXPECT_EQ(answered.load(), 100);
+
+  // No certificate, one of another authority, no TLS at all: refused.
+  for (const char* client : {"", "stranger"}) {
+    stub_ = stub(client);
+    Response r;
+    EXPECT_EQ(Call(Request("fleet", {{{"user", "u3"}}}), r).error_code(),
+              grpc::StatusCode::UNAVAILABLE)
+        << client;
+  }
+  stub_ = rls::RateLimitService::NewStub(
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  Response r;
+  EXPECT_EQ(Call(Request("fleet", {{{"user", "u3"}}}), r).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_GE(
+      metrics_
+          .Get("sluice_tls_handshake_failures_total", {{"listener", "grpc"}, {"reason", "failed"}})
+          ->value(),
+      3);
 }
 
 TEST_F(RlsTest, ShutdownRefusesNewCalls) {

@@ -14,6 +14,7 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "metrics/metrics.h"
 #include "policy/envoy_rules.h"
+#include "tls/context.h"
 
 namespace sluice::envoy {
 
@@ -22,6 +23,8 @@ struct RlsServer::Snapshot {
   bool legacy_headers = false;     // server.legacy_headers
   bool shadow = false;             // envoy_shadow_mode
   std::optional<RlqsConfig> rlqs;  // the quota service's rules
+  // grpc.tls's context, its files read for this snapshot (null: no TLS).
+  std::shared_ptr<tls::Context> tls;
 };
 
 // The service on `snapshot`'s rules, counting its calls in `metrics`.

@@ -112,7 +112,8 @@ class ServerImpl final : public Server {
               "Connections closed at once: the listener had server.max_connections open.");
     m.SetHelp("sluice_tls_handshake_failures_total",
               "TLS handshakes that failed (reason=failed) or did not finish within "
-              "server.read_timeout (reason=timeout), by listener.");
+              "server.read_timeout, grpc.handshake_timeout on grpc (reason=timeout), by "
+              "listener.");
     m.SetHelp("sluice_connections_moved_total",
               "Connections moved to the thread on the CPU their client sends from.");
     MemoryStore& store = state_->store;

@@ -37,7 +37,7 @@
 //
 // ReadTls is the same read through OpenSSL on the socket's descriptor
 // (TlsSocket, tls_socket.h): the operation's one try is SSL_read_ex, and
-// the socket is drained when OpenSSL's last read of it was short (TlsWire
+// the socket is drained when OpenSSL's last read of it was short (tls::Wire
 // sees it) and OpenSSL holds nothing more, read ahead or decrypted.
 //
 // Thread-safety: as Asio's socket; a socket belongs to its loop's thread.
@@ -74,6 +74,8 @@
 #define SLUICE_DRAIN_AWARE_READS 0
 #endif
 
+#include "tls/wire.h"
+
 namespace sluice::server {
 
 namespace net = boost::asio;
@@ -106,17 +108,6 @@ bool WatchPeerClose(Reactor& reactor, int fd, Registration* registration);
 }  // namespace asio_private
 #endif
 
-// What OpenSSL reads and writes a TLS connection's socket through (its
-// BIO, NewTlsWireBio): recv and send (MSG_NOSIGNAL: a write to a client
-// gone fails with EPIPE, and raises no SIGPIPE), noting whether the last
-// recv drained the socket (took less than asked, or found nothing).
-struct TlsWire {
-  int fd = -1;
-  bool drained = false;
-};
-// A BIO on `wire`, which must outlive it; null when out of memory.
-BIO* NewTlsWireBio(TlsWire* wire);
-
 enum class TlsRead { kWait, kDone, kDrained };
 
 // One SSL_read_ex into `buffer`: kWait when OpenSSL waits for the socket
@@ -128,7 +119,7 @@ inline TlsRead TryTlsRead(SSL* ssl, net::mutable_buffer buffer, size_t& bytes,
                           boost::system::error_code& ec) {
   ERR_clear_error();
   if (SSL_read_ex(ssl, buffer.data(), buffer.size(), &bytes) == 1) {
-    const auto* wire = static_cast<const TlsWire*>(BIO_get_data(SSL_get_rbio(ssl)));
+    const auto* wire = static_cast<const tls::Wire*>(BIO_get_data(SSL_get_rbio(ssl)));
     return wire != nullptr && wire->drained && SSL_has_pending(ssl) == 0 ? TlsRead::kDrained
                                                                          : TlsRead::kDone;
   }

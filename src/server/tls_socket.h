@@ -29,6 +29,7 @@
 
 #include "server/socket.h"
 #include "tls/context.h"
+#include "tls/wire.h"
 
 namespace sluice::server {
 
@@ -41,7 +42,7 @@ class TlsSocket {
       : socket_(socket), ssl_(SSL_new(context.native_handle())) {
     if (ssl_ == nullptr) return;
     wire_.fd = socket.native_handle();
-    BIO* bio = NewTlsWireBio(&wire_);
+    BIO* bio = tls::NewWireBio(&wire_);
     if (bio == nullptr) {
       named_ = false;
       return;
@@ -174,7 +175,7 @@ class TlsSocket {
   static constexpr size_t kKeptBytes = 2 * 1024;
 
   Socket& socket_;
-  TlsWire wire_;  // before ssl_'s BIO uses it, gone after
+  tls::Wire wire_;  // before ssl_'s BIO uses it, gone after
   SSL* const ssl_;
   bool named_ = true;   // the peer's name to verify was taken
   std::string joined_;  // a head and body joined, while they are written

@@ -48,16 +48,18 @@ absl::Status Present(SSL_CTX* ctx, const Files& files, std::string_view who) {
   return absl::OkStatus();
 }
 
-// ALPN: HTTP/1.1 when the client offers it; otherwise no protocol is
-// chosen and the handshake goes on (RFC 7301 lets a server ignore the
-// extension), so a client that offers only h2 learns it from the answer.
-int SelectHttp11(SSL*, const unsigned char** out, unsigned char* out_len, const unsigned char* in,
-                 unsigned int in_len, void*) {
-  static constexpr unsigned char kHttp11[] = {'h', 't', 't', 'p', '/', '1', '.', '1'};
+// ALPN: the listener's protocol (`arg`: its name as the extension spells
+// it, a length byte first) when the client offers it; otherwise no
+// protocol is chosen and the handshake goes on (RFC 7301 lets a server
+// ignore the extension), so a client that offers only others learns it
+// from the answer.
+int SelectProtocol(SSL*, const unsigned char** out, unsigned char* out_len, const unsigned char* in,
+                   unsigned int in_len, void* arg) {
+  const auto* wanted = static_cast<const unsigned char*>(arg);
   for (unsigned int i = 0; i < in_len;) {
     const unsigned int len = in[i];
     if (i + 1 + len > in_len) break;
-    if (len == sizeof kHttp11 && std::equal(kHttp11, kHttp11 + len, in + i + 1)) {
+    if (len == wanted[0] && std::equal(wanted + 1, wanted + 1 + len, in + i + 1)) {
       *out = in + i + 1;
       *out_len = static_cast<unsigned char>(len);
       return SSL_TLSEXT_ERR_OK;
@@ -93,7 +95,8 @@ absl::StatusOr<std::shared_ptr<Context>> ClientContext(const Files& files, std::
   return ctx;
 }
 
-absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who) {
+absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who,
+                                                       Protocol protocol) {
   auto ctx = std::make_shared<Context>(Context::tls_server);
   SSL_CTX* native = ctx->native_handle();
   ERR_clear_error();
@@ -128,7 +131,11 @@ absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::
   // no context is set).
   static constexpr unsigned char kSessionContext[] = {'s', 'l', 'u', 'i', 'c', 'e'};
   SSL_CTX_set_session_id_context(native, kSessionContext, sizeof kSessionContext);
-  SSL_CTX_set_alpn_select_cb(native, SelectHttp11, nullptr);
+  static constexpr unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  static constexpr unsigned char kHttp2[] = {2, 'h', '2'};
+  SSL_CTX_set_alpn_select_cb(
+      native, SelectProtocol,
+      const_cast<unsigned char*>(protocol == Protocol::kHttp2 ? kHttp2 : kHttp11));
   // Sessions resumed by ticket: no cache kept per client in this process.
   SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
   return ctx;

@@ -41,12 +41,16 @@ struct Files {
 // error ("redis tls").
 absl::StatusOr<std::shared_ptr<Context>> ClientContext(const Files& files, std::string_view who);
 
+// What a server's listener speaks, chosen by ALPN when a client offers it.
+enum class Protocol { kHttp11, kHttp2 };
+
 // A server's context: TLS 1.2 at least, the certificate and key of
-// `files` (both required), HTTP/1.1 chosen when a client offers it by
-// ALPN, and with `files.ca_file` a certificate required of every client,
-// signed by one of those authorities (mutual TLS). `who` starts every
-// error ("server.tls").
-absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who);
+// `files` (both required), `protocol` chosen when a client offers it by
+// ALPN ("http/1.1", "h2": gRPC's clients require it), and with
+// `files.ca_file` a certificate required of every client, signed by one of
+// those authorities (mutual TLS). `who` starts every error ("server.tls").
+absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who,
+                                                       Protocol protocol = Protocol::kHttp11);
 
 // Has the handshake of `ssl` (a client's) require the peer's certificate to
 // name `name`: an IP address against its IP SANs (and sent as no SNI), a
