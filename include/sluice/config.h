@@ -69,6 +69,7 @@ struct ListenerTls {
   std::string cert_file;       // the certificate chain (PEM)
   std::string key_file;        // its private key (PEM)
   std::string client_ca_file;  // empty: no client certificate asked for
+  std::string client_name;     // set: the name a client's certificate must carry
   friend bool operator==(const ListenerTls&, const ListenerTls&) = default;
 };
 

@@ -461,7 +461,8 @@ absl::StatusOr<std::string> Parser::ReadPemFile(const Value& v) const {
 // server.tls, server.decision.tls and grpc.tls: the listener's certificate and key,
 // and the authorities of its clients' certificates for mutual TLS.
 absl::Status Parser::ReadListenerTls(const Value& v, std::optional<ListenerTls>& out) const {
-  absl::StatusOr<Fields> f = ReadMap(v, kMapOfKeys, {"cert_file", "key_file", "client_ca_file"});
+  absl::StatusOr<Fields> f =
+      ReadMap(v, kMapOfKeys, {"cert_file", "key_file", "client_ca_file", "client_name"});
   if (!f.ok()) return f.status();
   if (f->Find("cert_file") == nullptr || f->Find("key_file") == nullptr) {
     return Fail(v, "give cert_file and key_file (the listener's certificate and its key)");
@@ -473,6 +474,13 @@ absl::Status Parser::ReadListenerTls(const Value& v, std::optional<ListenerTls>&
     if (const Value* x = f->Find(key)) {
       SLUICE_ASSIGN_OR_RETURN(*field, ReadPemFile(*x));
     }
+  }
+  if (const Value* x = f->Find("client_name")) {
+    if (tls.client_ca_file.empty()) {
+      return Fail(*x, "a client certificate's name is checked with client_ca_file: set it");
+    }
+    SLUICE_ASSIGN_OR_RETURN(tls.client_name, ReadScalar(*x, "a host name or an address"));
+    if (tls.client_name.empty()) return Fail(*x, "expected a host name or an address");
   }
   out = std::move(tls);
   return absl::OkStatus();

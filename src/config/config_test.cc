@@ -560,7 +560,7 @@ TEST(ConfigServer, TlsOnTheGatewayDecisionAndGrpcListeners) {
       "server:\n  tls: {cert_file: server.pem, key_file: server.key}\n  decision:\n    listen: "
       "127.0.0.1:8082\n    tls: {cert_file: server.pem, key_file: server.key, client_ca_file: " +
           dir + "/clients.pem}\ngrpc:\n  listen: 127.0.0.1:8081\n  tls: {cert_file: server.pem, " +
-          "key_file: server.key, client_ca_file: clients.pem}\n",
+          "key_file: server.key, client_ca_file: clients.pem, client_name: envoy.internal}\n",
       dir + "/sluice.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   EXPECT_EQ(loaded->server.tls,
@@ -568,7 +568,10 @@ TEST(ConfigServer, TlsOnTheGatewayDecisionAndGrpcListeners) {
   EXPECT_EQ(loaded->server.decision.tls, (ListenerTls{.cert_file = dir + "/server.pem",
                                                       .key_file = dir + "/server.key",
                                                       .client_ca_file = dir + "/clients.pem"}));
-  EXPECT_EQ(loaded->grpc->tls, loaded->server.decision.tls);
+  EXPECT_EQ(loaded->grpc->tls, (ListenerTls{.cert_file = dir + "/server.pem",
+                                            .key_file = dir + "/server.key",
+                                            .client_ca_file = dir + "/clients.pem",
+                                            .client_name = "envoy.internal"}));
   std::filesystem::remove_all(dir);
 }
 
@@ -584,11 +587,15 @@ TEST(ConfigErrors, ServerTls) {
   EXPECT_EQ(ErrorOf("server:\n  tls: {cert_file: /dev/null, key_file: /dev/null, verify: "
                     "false}\n"),
             "t.yaml:2: server.tls.verify: unknown key (expected one of: cert_file, key_file, "
-            "client_ca_file)");
+            "client_ca_file, client_name)");
   EXPECT_EQ(ErrorOf("server:\n  decision:\n    tls: {cert_file: /dev/null, key_file: "
                     "/dev/null}\n"),
             "t.yaml:3: server.decision.tls: TLS here is for decision.listen, which is not set "
             "(server.tls covers server.listen)");
+  EXPECT_EQ(ErrorOf("server:\n  tls: {cert_file: /dev/null, key_file: /dev/null, client_name: "
+                    "envoy.internal}\n"),
+            "t.yaml:2: server.tls.client_name: a client certificate's name is checked with "
+            "client_ca_file: set it");
   EXPECT_EQ(ErrorOf("grpc:\n  tls: {key_file: /dev/null}\n"),
             "t.yaml:2: grpc.tls: give cert_file and key_file (the listener's certificate and its "
             "key)");
@@ -797,7 +804,7 @@ TEST(ConfigErrors, GrpcConnectionLimitsAreBounded) {
             "ms, s, m or min, h, d)");
   EXPECT_EQ(ErrorOf("grpc:\n  max_conections: 10\n"),
             "t.yaml:2: grpc.max_conections: unknown key (expected one of: listen, max_connections, "
-            "handshake_timeout, idle_timeout, max_connection_age, max_connection_age_grace)");
+            "handshake_timeout, idle_timeout, max_connection_age, max_connection_age_grace, tls)");
   EXPECT_EQ(ErrorOf("grpc:\n  max_connections: 1\n  handshake_timeout: 1ms\n"
                     "  idle_timeout: 7d\n"),
             "(loaded without error)");

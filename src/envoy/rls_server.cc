@@ -645,9 +645,12 @@ class RlsServerImpl final : public RlsServer {
     snapshot->rlqs = config.rlqs;
     if (config.grpc.has_value() && config.grpc->tls.has_value()) {
       const ListenerTls& t = *config.grpc->tls;
-      absl::StatusOr<std::shared_ptr<tls::Context>> context = tls::ServerContext(
-          {.cert_file = t.cert_file, .key_file = t.key_file, .ca_file = t.client_ca_file},
-          "grpc.tls", tls::Protocol::kHttp2);
+      absl::StatusOr<std::shared_ptr<tls::Context>> context =
+          tls::ServerContext({.cert_file = t.cert_file,
+                              .key_file = t.key_file,
+                              .ca_file = t.client_ca_file,
+                              .peer_name = t.client_name},
+                             "grpc.tls", tls::Protocol::kHttp2);
       if (!context.ok()) return context.status();
       snapshot->tls = *std::move(context);
     }

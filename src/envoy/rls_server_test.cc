@@ -678,7 +678,7 @@ TEST_F(RlsTest, ItsCallsHaveAThreadPerWorkerThread) {
 
 // Certificates made by the openssl command in a folder of their own: an
 // authority ("ca") signing the server's ("server", for localhost) and a
-// client's ("client"), and another authority ("other") signing a client's
+// client's ("client", for envoy.test), and another authority ("other") signing a client's
 // ("stranger").
 class TestCertificates {
  public:
@@ -688,7 +688,7 @@ class TestCertificates {
     dir_ = path;
     ok_ = Authority("ca") && Authority("other") &&
           Signed("server", "ca", "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth") &&
-          Signed("client", "ca", "extendedKeyUsage=clientAuth") &&
+          Signed("client", "ca", "subjectAltName=DNS:envoy.test\nextendedKeyUsage=clientAuth") &&
           Signed("stranger", "other", "extendedKeyUsage=clientAuth");
   }
   ~TestCertificates() {
@@ -730,8 +730,8 @@ TEST_F(RlsTest, OverMutualTlsCallsAreAnsweredAndStrangersRefused) {
                                  .key_file = certs.Path("server", "key"),
                                  .client_ca_file = certs.Path("ca", "pem")};
   StartWith(config);
-  const std::string target = "127.0.0.1:" + std::to_string(server_->port());
   const auto stub = [&](const std::string& client) {
+    const std::string target = "127.0.0.1:" + std::to_string(server_->port());
     grpc::SslCredentialsOptions options{.pem_root_certs = certs.Text("ca", "pem")};
     if (!client.empty()) {
       options.pem_private_key = certs.Text(client, "key");
@@ -773,8 +773,8 @@ TEST_F(RlsTest, OverMutualTlsCallsAreAnsweredAndStrangersRefused) {
               grpc::StatusCode::UNAVAILABLE)
         << client;
   }
-  stub_ = rls::RateLimitService::NewStub(
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  stub_ = rls::RateLimitService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
   Response r;
   EXPECT_EQ(Call(Request("fleet", {{{"user", "u3"}}}), r).error_code(),
             grpc::StatusCode::UNAVAILABLE);

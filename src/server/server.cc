@@ -56,8 +56,11 @@ using policy::RequestFacts;
 absl::StatusOr<std::shared_ptr<tls::Context>> ListenerContext(const std::optional<ListenerTls>& t,
                                                               std::string_view who) {
   if (!t.has_value()) return nullptr;
-  return tls::ServerContext(
-      {.cert_file = t->cert_file, .key_file = t->key_file, .ca_file = t->client_ca_file}, who);
+  return tls::ServerContext({.cert_file = t->cert_file,
+                             .key_file = t->key_file,
+                             .ca_file = t->client_ca_file,
+                             .peer_name = t->client_name},
+                            who);
 }
 
 // What a connection is read and written through: the socket itself, or TLS

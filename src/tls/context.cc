@@ -69,6 +69,17 @@ int SelectProtocol(SSL*, const unsigned char** out, unsigned char* out_len, cons
   return SSL_TLSEXT_ERR_NOACK;
 }
 
+// Has a verification by `param` require the certificate to name `name`: an
+// IP address against its IP SANs, else a host name against its DNS names
+// (`host` then true). False when OpenSSL refuses the name.
+bool RequireName(X509_VERIFY_PARAM* param, const std::string& name, bool& host) {
+  boost::system::error_code not_address;
+  boost::asio::ip::make_address(name, not_address);
+  host = static_cast<bool>(not_address);
+  return (host ? X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0)
+               : X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str())) == 1;
+}
+
 }  // namespace
 
 std::string OpenSslReason(std::string_view otherwise) {
@@ -126,6 +137,18 @@ absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::
     SSL_CTX_set_client_CA_list(native, names);
     SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
+  if (!files.peer_name.empty()) {
+    if (files.ca_file.empty()) {
+      return absl::InvalidArgumentError(Cat(who, ": client_name needs client_ca_file"));
+    }
+    // Checked as the chain is: a certificate without the name fails the
+    // handshake.
+    bool host = false;
+    if (!RequireName(SSL_CTX_get0_param(native), files.peer_name, host)) {
+      return absl::InvalidArgumentError(Cat(who, " client_name ", files.peer_name, ": ",
+                                            OpenSslReason("not a name or an address")));
+    }
+  }
   // Resumed sessions are this server's alone (OpenSSL refuses to resume
   // one, failing the handshake, when a client certificate is asked for and
   // no context is set).
@@ -142,12 +165,10 @@ absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::
 }
 
 bool ExpectPeerName(SSL* ssl, const std::string& name) {
-  boost::system::error_code not_address;
-  boost::asio::ip::make_address(name, not_address);
-  if (!not_address) return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) == 1;
+  bool host = false;
+  if (!RequireName(SSL_get0_param(ssl), name, host)) return false;
   // SNI carries host names only, never an address.
-  return SSL_set1_host(ssl, name.c_str()) == 1 &&
-         SSL_set_tlsext_host_name(ssl, const_cast<char*>(name.c_str())) == 1;
+  return !host || SSL_set_tlsext_host_name(ssl, const_cast<char*>(name.c_str())) == 1;
 }
 
 std::string HandshakeFailure(const SSL* ssl, std::string_view otherwise) {

@@ -33,6 +33,9 @@ struct Files {
   std::string cert_file;  // a certificate chain (PEM), with key_file
   std::string key_file;   // its private key (PEM)
   std::string ca_file;    // authorities (PEM) to verify the peer by
+  // A server's: the name (a DNS name or an address) every client's
+  // certificate must carry, as a subjectAltName; empty: any name.
+  std::string peer_name;
 };
 
 // A client's context: TLS 1.2 at least, the peer's certificate verified
@@ -48,7 +51,8 @@ enum class Protocol { kHttp11, kHttp2 };
 // `files` (both required), `protocol` chosen when a client offers it by
 // ALPN ("http/1.1", "h2": gRPC's clients require it), and with
 // `files.ca_file` a certificate required of every client, signed by one of
-// those authorities (mutual TLS). `who` starts every error ("server.tls").
+// those authorities (mutual TLS) and, with `files.peer_name`, naming it.
+// `who` starts every error ("server.tls").
 absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who,
                                                        Protocol protocol = Protocol::kHttp11);
 
