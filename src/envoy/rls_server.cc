@@ -36,6 +36,7 @@
 #include "absl/container/inlined_vector.h"
 #include "base/cat.h"
 #include "envoy/connection_gate.h"
+#include "envoy/health_service.h"
 #include "envoy/rlqs_service.h"
 #include "envoy/rls_service.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -485,7 +486,7 @@ class RlsServerImpl final : public RlsServer {
     }
   }
 
-  absl::Status Init(const Config& config) {
+  absl::Status Init(const Config& config, std::function<bool()> ready) {
     absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot = Build(config, nullptr);
     if (!snapshot.ok()) return snapshot.status();
     current_ = *snapshot;
@@ -518,6 +519,17 @@ class RlsServerImpl final : public RlsServer {
           std::make_unique<RlqsService>(*config.rlqs, *options_.clock, *options_.metrics, fleet);
       builder.RegisterService(rlqs_.get());
     }
+    std::vector<std::string> names = {"ratelimit", rls::RateLimitService::service_full_name()};
+    if (rlqs_ != nullptr) {
+      names.push_back(
+          ::envoy::service::rate_limit_quota::v3::RateLimitQuotaService::service_full_name());
+    }
+    health_ = MakeHealthService(
+        [this, ready = std::move(ready)] {
+          return !shutting_down_.load(std::memory_order_relaxed) && (!ready || ready());
+        },
+        std::move(names));
+    builder.RegisterService(health_.get());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr) return absl::UnavailableError("cannot start the gRPC server");
     for (auto& queue : queues_) {
@@ -580,6 +592,7 @@ class RlsServerImpl final : public RlsServer {
   }
 
   void Shutdown(Duration within) override {
+    shutting_down_.store(true, std::memory_order_relaxed);  // health checks: NOT_SERVING
     std::lock_guard lock(mu_);
     if (server_ == nullptr || shutdown_.joinable()) return;
     const auto deadline =
@@ -666,6 +679,8 @@ class RlsServerImpl final : public RlsServer {
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;  // the same
   std::vector<std::thread> pollers_;   // one per queue: takes its calls, answers them
   std::unique_ptr<RlqsService> rlqs_;  // the same
+  std::unique_ptr<::grpc::health::v1::Health::CallbackService> health_;  // the same
+  std::atomic<bool> shutting_down_{false};
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> gate_;  // declared after server_: stopped before it goes
   std::thread shutdown_;
@@ -681,13 +696,14 @@ std::unique_ptr<rls::RateLimitService::CallbackService> MakeService(
 }
 
 absl::StatusOr<std::unique_ptr<RlsServer>> RlsServer::Start(const Config& config,
-                                                            const RuleOptions& options) {
+                                                            const RuleOptions& options,
+                                                            std::function<bool()> ready) {
   if (!config.grpc) return absl::InvalidArgumentError("grpc.listen is not set");
   if (options.local == nullptr || options.clock == nullptr || options.metrics == nullptr) {
     return absl::InvalidArgumentError("RlsServer: a store, a clock and metrics are required");
   }
   auto server = std::make_unique<RlsServerImpl>(options);
-  if (absl::Status s = server->Init(config); !s.ok()) return s;
+  if (absl::Status s = server->Init(config, std::move(ready)); !s.ok()) return s;
   return std::unique_ptr<RlsServer>(std::move(server));
 }
 

@@ -7,6 +7,9 @@
 // compile: the service, the server and the generated code live in
 // rls_server.cc and the proto library only.
 //
+// The same listener serves gRPC's health service (grpc.health.v1.Health,
+// health_service.h) and, with `rlqs:`, Envoy's quota service.
+//
 // The listener bounds what clients can hold (grpc.max_connections,
 // handshake_timeout, idle_timeout, max_connection_age): sluice accepts the
 // connections itself and hands them to gRPC, which has no cap of its own.
@@ -33,6 +36,7 @@
 #define SLUICE_ENVOY_RLS_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -50,9 +54,12 @@ class RlsServer {
 
   // Builds the rules of `config` and listens on config.grpc->listen
   // (which must be set), with the connection limits of config.grpc.
-  // `options` (stores, clock, metrics) must outlive the server.
+  // `options` (stores, clock, metrics) must outlive the server. The gRPC
+  // health service (health_service.h) answers SERVING while `ready` (when
+  // given) says so and Shutdown has not been called.
   static absl::StatusOr<std::unique_ptr<RlsServer>> Start(const Config& config,
-                                                          const policy::RuleOptions& options);
+                                                          const policy::RuleOptions& options,
+                                                          std::function<bool()> ready = {});
   // Shuts down at once if Shutdown was not called, and waits.
   virtual ~RlsServer() = default;
 

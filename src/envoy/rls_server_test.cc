@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "metrics/metrics.h"
 #include "sluice/clock.h"
 #include "sluice/config.h"
@@ -52,10 +53,11 @@ class RlsTest : public ::testing::Test {
     ASSERT_TRUE(config.ok()) << config.status();
     StartWith(*config);
   }
-  void StartWith(const Config& config, Store* shared = nullptr) {
+  void StartWith(const Config& config, Store* shared = nullptr, std::function<bool()> ready = {}) {
     server_.reset();
     absl::StatusOr<std::unique_ptr<RlsServer>> server = RlsServer::Start(
-        config, {.local = &store_, .shared = shared, .clock = &clock_, .metrics = &metrics_});
+        config, {.local = &store_, .shared = shared, .clock = &clock_, .metrics = &metrics_},
+        std::move(ready));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = rls::RateLimitService::NewStub(grpc::CreateChannel(
@@ -783,6 +785,47 @@ TEST_F(RlsTest, OverMutualTlsCallsAreAnsweredAndStrangersRefused) {
           .Get("sluice_tls_handshake_failures_total", {{"listener", "grpc"}, {"reason", "failed"}})
           ->value(),
       3);
+}
+
+TEST_F(RlsTest, GrpcsHealthServiceSaysWhetherItServes) {
+  // envoyproxy/ratelimit's names: the whole server ("") and "ratelimit".
+  std::atomic<bool> ready{true};
+  StartWith(FleetConfig(), nullptr, [&ready] { return ready.load(); });
+  namespace health = ::grpc::health::v1;
+  const auto stub = health::Health::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  const auto check = [&](const std::string& service, health::HealthCheckResponse& response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    health::HealthCheckRequest request;
+    request.set_service(service);
+    return stub->Check(&context, request, &response).error_code();
+  };
+  for (const char* service : {"", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"}) {
+    health::HealthCheckResponse r;
+    EXPECT_EQ(check(service, r), grpc::StatusCode::OK) << service;
+    EXPECT_EQ(r.status(), health::HealthCheckResponse::SERVING) << service;
+  }
+  health::HealthCheckResponse r;
+  EXPECT_EQ(check("envoy.service.rate_limit_quota.v3.RateLimitQuotaService", r),
+            grpc::StatusCode::NOT_FOUND);  // no rlqs: in this config
+  EXPECT_EQ(check("something.Else", r), grpc::StatusCode::NOT_FOUND);
+  ready = false;  // sluice serve: draining, or its Redis unreachable
+  for (const char* service : {"", "ratelimit"}) {
+    EXPECT_EQ(check(service, r), grpc::StatusCode::OK);
+    EXPECT_EQ(r.status(), health::HealthCheckResponse::NOT_SERVING) << service;
+  }
+  ready = true;
+  EXPECT_EQ(check("", r), grpc::StatusCode::OK);
+  EXPECT_EQ(r.status(), health::HealthCheckResponse::SERVING);
+  // Watch is not served: a client that watches treats the server as serving.
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  health::HealthCheckRequest request;
+  auto watch = stub->Watch(&context, request);
+  health::HealthCheckResponse ignored;
+  EXPECT_FALSE(watch->Read(&ignored));
+  EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 
 TEST_F(RlsTest, ShutdownRefusesNewCalls) {

@@ -322,17 +322,8 @@ Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::strin
   }
   if (path == "/healthz") co_return HttpAnswer::Text(200, "ok\n");
   if (path == "/readyz") {
-    if (state.draining.load()) co_return HttpAnswer::Text(503, "draining\n");
-    // Ready means the store is reachable: with Redis down, decisions
-    // follow on_store_error, and a balancer should prefer other instances.
-    if (state.redis != nullptr) {
-      const RedisStoreHealth h = state.redis->Health();
-      if (!h.up) {
-        co_return HttpAnswer::Text(503, Cat("store unavailable: redis, ", h.nodes_up, " of ",
-                                            h.nodes, " masters connected\n"));
-      }
-    }
-    co_return HttpAnswer::Text(200, "ready\n");
+    const std::string why = state.NotReady();
+    co_return why.empty() ? HttpAnswer::Text(200, "ready\n") : HttpAnswer::Text(503, why + "\n");
   }
   if (path == "/v1/config") co_return HttpAnswer::Json(200, ConfigJson(*ctx.set).dump(2));
   if (path.substr(0, 9) == "/v1/keys/") co_return co_await KeyState(ctx, path.substr(9));
@@ -369,6 +360,17 @@ Task<HttpAnswer> AdminEndpoint(Context& ctx, std::string_view method, std::strin
       "admin endpoints: / (the dashboard) /metrics /healthz /readyz /v1/config /v1/status "
       "/v1/series /v1/top "
       "/v1/top/{policy} /v1/keys/{policy}/{key} /v1/quota /v1/sim/scenarios, POST /v1/sim");
+}
+
+std::string ServerState::NotReady() const {
+  if (draining.load()) return "draining";
+  if (redis != nullptr) {
+    const RedisStoreHealth h = redis->Health();
+    if (!h.up) {
+      return Cat("store unavailable: redis, ", h.nodes_up, " of ", h.nodes, " masters connected");
+    }
+  }
+  return "";
 }
 
 }  // namespace sluice::server

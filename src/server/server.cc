@@ -191,10 +191,12 @@ class ServerImpl final : public Server {
     admin_port_ = admin_acceptor_->local_endpoint().port();
     if (state_->config.grpc) {  // the Envoy rate limit service, on its own listener
       absl::StatusOr<std::unique_ptr<envoy::RlsServer>> rls =
-          envoy::RlsServer::Start(state_->config, {.local = &state_->store,
-                                                   .shared = state_->redis.get(),
-                                                   .clock = state_->clock,
-                                                   .metrics = &state_->metrics});
+          envoy::RlsServer::Start(state_->config,
+                                  {.local = &state_->store,
+                                   .shared = state_->redis.get(),
+                                   .clock = state_->clock,
+                                   .metrics = &state_->metrics},
+                                  [state = state_.get()] { return state->NotReady().empty(); });
       if (!rls.ok()) return rls.status();
       state_->rls = *std::move(rls);
     }

@@ -37,6 +37,12 @@ struct ServerState {
         store(MemoryStoreOptions{.max_keys = config.store.max_keys,
                                  .on_full = config.store.on_full}) {}
 
+  // Why this instance should not be sent traffic now, "" when it should:
+  // it is draining, or the shared store is unreachable (decisions then
+  // follow on_store_error, and a balancer should prefer other instances).
+  // The admin listener's /readyz and gRPC's health service say it.
+  std::string NotReady() const;
+
   // Makes `set` the policies in force.
   void Publish(std::shared_ptr<const policy::PolicySet> set) {
     policies.store(std::move(set));

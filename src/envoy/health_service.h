@@ -1,0 +1,34 @@
+// grpc.health.v1.Health on the gRPC listener, as envoyproxy/ratelimit
+// serves it: Kubernetes' gRPC probes, Envoy's gRPC health checker and
+// grpc_health_probe ask it whether this instance takes calls. Internal to
+// the Envoy rate limit service (rls_server.cc registers it).
+//
+// Check answers SERVING while `ready` says so (sluice serve: not draining,
+// and the shared store reachable: the admin listener's /readyz), else
+// NOT_SERVING, for the whole server ("") and for each name in `names`
+// (envoyproxy/ratelimit's "ratelimit", the services served); any other
+// name is NOT_FOUND, as the protocol says. Watch is not served
+// (UNIMPLEMENTED: a client that health-checks by Watch then treats the
+// server as serving, as the protocol says).
+//
+// Includes the gRPC and protobuf headers: only rls_server.cc includes it.
+//
+// Thread-safety: calls on any of gRPC's threads; `ready` is called on them.
+#ifndef SLUICE_ENVOY_HEALTH_SERVICE_H_
+#define SLUICE_ENVOY_HEALTH_SERVICE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace sluice::envoy {
+
+std::unique_ptr<::grpc::health::v1::Health::CallbackService> MakeHealthService(
+    std::function<bool()> ready, std::vector<std::string> names);
+
+}  // namespace sluice::envoy
+
+#endif  // SLUICE_ENVOY_HEALTH_SERVICE_H_
