@@ -136,8 +136,10 @@ class GateImpl final : public ConnectionGate {
   static constexpr uint64_t kStop = 2;
 
   // A TLS connection: its handshake, then the relay between it and gRPC's
-  // end of a socket pair. Each direction has a buffer of one TLS record's
-  // plaintext; a full one stops the reads that fill it.
+  // end of a socket pair. What one side sends passes through the gate's
+  // one buffer (`scratch_`, one TLS record's plaintext) to the other; only
+  // what the other does not take at once is kept, per connection, and
+  // while it is, nothing more is read from the side that sent it.
   static constexpr size_t kRelayBuffer = 16 * 1024;
   static constexpr uint32_t kUnwatched = ~0u;  // a descriptor taken out of epoll
   struct Relay {
@@ -155,10 +157,9 @@ class GateImpl final : public ConnectionGate {
     bool grpc_done = false;    // no more from gRPC (it closed its end)
     bool wants_write = false;  // OpenSSL waits for the client's socket to take more
     size_t writing = 0;        // bytes of `out` an SSL_write_ex waiting to be retried took
-    size_t in_len = 0;         // decrypted, not yet sent to gRPC
-    size_t out_len = 0;        // from gRPC, not yet encrypted
+    std::string in;            // decrypted, not yet taken by gRPC
+    std::string out;           // from gRPC, not yet encrypted
     uint32_t client_events = 0, inner_events = 0;  // what epoll watches for each
-    std::array<char, kRelayBuffer> in, out;
   };
 
   GateImpl(Options options, metrics::Metrics& metrics)
@@ -378,7 +379,11 @@ class GateImpl final : public ConnectionGate {
     }
     SSL_set_bio(r.ssl, bio, bio);
     SSL_set_accept_state(r.ssl);
-    SSL_set_mode(r.ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // Partial writes: a record at a time; moving buffer: an SSL_write_ex
+    // retried from `out` after it was offered from `scratch_`; released
+    // buffers: an idle connection holds no record buffer.
+    SSL_set_mode(r.ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                            SSL_MODE_RELEASE_BUFFERS);
     Advance(r, fd, EPOLLIN);
   }
 
@@ -412,11 +417,20 @@ class GateImpl final : public ConnectionGate {
     for (bool moved = true; moved && !failed;) {
       moved = false;
       r.wants_write = false;
-      if (!r.client_done && r.in_len < r.in.size()) {  // the client's, decrypted
+      // The client's, decrypted, to gRPC: what gRPC does not take at once
+      // waits in `in`, and nothing more is read until it has taken it.
+      if (!r.in.empty()) {
+        const size_t sent = Send(r.inner, r.in.data(), r.in.size(), failed);
+        r.in.erase(0, sent);
+        if (r.in.empty()) Release(r.in);
+        moved = sent > 0;
+      }
+      if (!r.client_done && r.in.empty() && !failed) {
         size_t n = 0;
         ERR_clear_error();
-        if (SSL_read_ex(r.ssl, r.in.data() + r.in_len, r.in.size() - r.in_len, &n) == 1) {
-          r.in_len += n;
+        if (SSL_read_ex(r.ssl, scratch_.data(), scratch_.size(), &n) == 1) {
+          const size_t sent = Send(r.inner, scratch_.data(), n, failed);
+          r.in.assign(scratch_.data() + sent, n - sent);
           moved = true;
         } else {
           const int error = SSL_get_error(r.ssl, 0);
@@ -430,71 +444,85 @@ class GateImpl final : public ConnectionGate {
           }
         }
       }
-      if (r.in_len > 0) {  // ... to gRPC
-        const ssize_t n = send(r.inner, r.in.data(), r.in_len, MSG_NOSIGNAL);
-        if (n > 0) {
-          r.in_len -= static_cast<size_t>(n);
-          std::memmove(r.in.data(), r.in.data() + n, r.in_len);
-          moved = true;
-        } else if (errno != EAGAIN && errno != EINTR) {
-          failed = true;  // gRPC closed its end
-        }
-      }
-      if (r.client_done && r.in_len == 0 && !r.inner_shut) {
+      if (r.client_done && r.in.empty() && !r.inner_shut) {
         shutdown(r.inner, SHUT_WR);  // gRPC reads the end of the stream
         r.inner_shut = true;
       }
-      if (!r.grpc_done && r.out_len < r.out.size() && r.writing == 0) {  // gRPC's ...
-        const ssize_t n = recv(r.inner, r.out.data() + r.out_len, r.out.size() - r.out_len, 0);
+      // gRPC's, encrypted, to the client: what the client's socket does not
+      // take waits in `out`, likewise (and an SSL_write_ex that must be
+      // retried is retried with the same bytes).
+      if (!r.out.empty() && !failed) {
+        const size_t written =
+            Write(r, r.out.data(), r.writing > 0 ? r.writing : r.out.size(), failed);
+        r.out.erase(0, written);
+        if (r.out.empty()) Release(r.out);
+        moved = moved || written > 0;
+      }
+      if (!r.grpc_done && r.out.empty() && !failed) {
+        const ssize_t n = recv(r.inner, scratch_.data(), scratch_.size(), 0);
         if (n > 0) {
-          r.out_len += static_cast<size_t>(n);
+          const size_t length = static_cast<size_t>(n);
+          const size_t written = Write(r, scratch_.data(), length, failed);
+          r.out.assign(scratch_.data() + written, length - written);
           moved = true;
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
           r.grpc_done = true;
         }
       }
-      if (r.out_len > 0) {  // ... encrypted to the client
-        const size_t length = r.writing > 0 ? r.writing : r.out_len;
-        size_t n = 0;
-        ERR_clear_error();
-        if (SSL_write_ex(r.ssl, r.out.data(), length, &n) == 1) {
-          r.writing = 0;
-          r.out_len -= n;
-          std::memmove(r.out.data(), r.out.data() + n, r.out_len);
-          moved = true;
-        } else {
-          const int error = SSL_get_error(r.ssl, 0);
-          ERR_clear_error();
-          if (error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) {
-            r.writing = length;  // retried with the same bytes
-            r.wants_write = error == SSL_ERROR_WANT_WRITE;
-          } else {
-            failed = true;
-          }
-        }
-      }
     }
-    if (failed || (r.grpc_done && r.out_len == 0) || (r.client_done && r.grpc_done)) {
+    if (failed || (r.grpc_done && r.out.empty()) || (r.client_done && r.grpc_done)) {
       // gRPC closed (idle, too old, shut down): close_notify to the client,
       // once, without waiting for the client's.
-      End(r, !failed && r.grpc_done && r.out_len == 0);
+      End(r, !failed && r.grpc_done && r.out.empty());
       return;
     }
     uint32_t client = r.wants_write ? EPOLLOUT : 0;
-    if (!r.client_done && r.in_len < r.in.size()) client |= EPOLLIN | EPOLLRDHUP;
+    if (!r.client_done && r.in.empty()) client |= EPOLLIN | EPOLLRDHUP;
     Rewatch(r.client, r.client_events, client);
     if (r.grpc_done) {
       // Its end closed, the pair would report a hang-up at every wait:
       // nothing more goes to gRPC, what it sent is still written out.
       if (r.inner_events != kUnwatched) epoll_ctl(epoll_, EPOLL_CTL_DEL, r.inner, nullptr);
       r.inner_events = kUnwatched;
-      r.in_len = 0;
+      Release(r.in);
       return;
     }
-    uint32_t inner = r.in_len > 0 ? EPOLLOUT : 0;
-    if (r.out_len < r.out.size()) inner |= EPOLLIN | EPOLLRDHUP;
+    uint32_t inner = r.in.empty() ? 0 : EPOLLOUT;
+    if (r.out.empty()) inner |= EPOLLIN | EPOLLRDHUP;
     Rewatch(r.inner, r.inner_events, inner);
   }
+
+  // Sends what the pair takes of `data` to gRPC, without waiting; sets
+  // `failed` when gRPC closed its end.
+  static size_t Send(int fd, const char* data, size_t size, bool& failed) {
+    const ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) failed = true;
+    return n > 0 ? static_cast<size_t>(n) : 0;
+  }
+
+  // Encrypts what the client's socket takes of `data`, without waiting:
+  // the bytes written (whole records), or 0 with `r.writing` set when the
+  // same `size` bytes must be offered again; sets `failed` when TLS fails.
+  static size_t Write(Relay& r, const char* data, size_t size, bool& failed) {
+    size_t n = 0;
+    ERR_clear_error();
+    if (SSL_write_ex(r.ssl, data, size, &n) == 1) {
+      r.writing = 0;
+      return n;
+    }
+    const int error = SSL_get_error(r.ssl, 0);
+    ERR_clear_error();
+    if (error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) {
+      r.writing = size;
+      r.wants_write = error == SSL_ERROR_WANT_WRITE;
+    } else {
+      failed = true;
+    }
+    return 0;
+  }
+
+  // Gives a drained buffer's memory back: an idle connection holds none.
+  static void Release(std::string& buffer) { std::string().swap(buffer); }
 
   // The handshake is done: gRPC gets one end of a socket pair, the relay
   // the other. False when the relay ended (no descriptor to be had).
@@ -611,6 +639,7 @@ class GateImpl final : public ConnectionGate {
   // TLS connections by either descriptor (the client's, the pair's end).
   absl::flat_hash_map<int, std::shared_ptr<Relay>> relays_;
   size_t relay_count_ = 0;
+  std::array<char, kRelayBuffer> scratch_;  // what is relayed passes through
   uint64_t seq_ = 0;
   Clock::time_point next_look_ = Clock::now() + kLookEvery;
   Clock::time_point next_look_when_full_{};
