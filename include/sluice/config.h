@@ -156,6 +156,10 @@ struct RouteConfig {
   // The name the upstream's certificate must carry (and the SNI sent);
   // empty: the URL's host.
   std::string upstream_server_name;
+  // A certificate (and its key) sluice presents to the upstream: mutual TLS
+  // to it. Both or neither.
+  std::string upstream_cert_file;
+  std::string upstream_key_file;
   // host_header: upstream: the request goes with the upstream's own name as
   // Host (NGINX proxy_pass's default), not the client's.
   bool upstream_host = false;

@@ -599,9 +599,10 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
     return Fail(v, Cat("expected a route (a map with name, match and upstream), got ",
                        DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f = ReadMap(
-      v, kMapOfKeys,
-      {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name", "host_header"});
+  absl::StatusOr<Fields> f =
+      ReadMap(v, kMapOfKeys,
+              {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name",
+               "upstream_cert_file", "upstream_key_file", "host_header"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -610,10 +611,21 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
   const Value* upstream = f->Find("upstream");
   if (upstream == nullptr) return Fail(f->Missing("upstream"), "required (http://HOST:PORT)");
   SLUICE_ASSIGN_OR_RETURN(out.upstream, ReadUpstream(*upstream, out.upstream_tls));
-  if (const Value* x = f->Find("upstream_ca_file")) {
-    if (!out.upstream_tls)
-      return Fail(*x, "the upstream is plain (http://): write https:// for TLS");
-    SLUICE_ASSIGN_OR_RETURN(out.upstream_ca_file, ReadPemFile(*x));
+  for (auto [key, field] :
+       {std::pair<const char*, std::string*>{"upstream_ca_file", &out.upstream_ca_file},
+        {"upstream_cert_file", &out.upstream_cert_file},
+        {"upstream_key_file", &out.upstream_key_file}}) {
+    if (const Value* x = f->Find(key)) {
+      if (!out.upstream_tls)
+        return Fail(*x, "the upstream is plain (http://): write https:// for TLS");
+      SLUICE_ASSIGN_OR_RETURN(*field, ReadPemFile(*x));
+    }
+  }
+  if (out.upstream_cert_file.empty() != out.upstream_key_file.empty()) {
+    return Fail(
+        *f->Find(out.upstream_cert_file.empty() ? "upstream_key_file" : "upstream_cert_file"),
+        "give upstream_cert_file and upstream_key_file together (sluice's certificate "
+        "for the upstream and its key)");
   }
   if (const Value* x = f->Find("upstream_server_name")) {
     if (!out.upstream_tls)

@@ -913,6 +913,20 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
       "routes:\n  - name: a\n    upstream: https://10.0.0.7\n    upstream_server_name: "
       "billing.internal\n");
   EXPECT_EQ(c.routes[0].upstream_server_name, "billing.internal");
+  c = Load(
+      "routes:\n  - name: a\n    upstream: https://10.0.0.7\n    upstream_cert_file: /dev/null\n"
+      "    upstream_key_file: /dev/null\n");
+  EXPECT_EQ(c.routes[0].upstream_cert_file, "/dev/null");
+  EXPECT_EQ(c.routes[0].upstream_key_file, "/dev/null");
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: https://a\n    upstream_cert_file: "
+                    "/dev/null\n"),
+            "t.yaml:4: routes[0].upstream_cert_file: give upstream_cert_file and upstream_key_file "
+            "together (sluice's certificate for the upstream and its key)");
+  EXPECT_EQ(
+      ErrorOf("routes:\n  - name: a\n    upstream: http://a\n    upstream_key_file: "
+              "/dev/null\n"),
+      "t.yaml:4: routes[0].upstream_key_file: the upstream is plain (http://): write https:// "
+      "for TLS");
   EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a\n    upstream_server_name: b\n"),
             "t.yaml:4: routes[0].upstream_server_name: the upstream is plain (http://): write "
             "https:// for TLS");

@@ -126,9 +126,10 @@ struct UpstreamConnection {
 // request ("host:port", an allocation), a tree of strings and a
 // connection moved four times (its socket, buffer and head) cost about 900
 // instructions a gatewayed request, take and give.
-// Connections to https:// upstreams are found by the upstream and what
-// their certificate was verified against (TlsPoolKey): a route that trusts
-// other authorities never takes a connection another route's verified.
+// Connections to https:// upstreams are found by the upstream, what their
+// certificate was verified against and the certificate sluice presented
+// (TlsPoolKey): a route that trusts other authorities never takes a
+// connection another route's verified, nor one made as another client.
 template <typename Key, typename Hash>
 class UpstreamPoolOf {
  public:
@@ -153,11 +154,12 @@ struct HostPortHash {
 using UpstreamPool = UpstreamPoolOf<HostPort, HostPortHash>;
 using TlsUpstreamPool = UpstreamPoolOf<std::string, absl::Hash<std::string>>;
 
-// A route's key in the TlsUpstreamPool: its upstream, and the authorities
-// and name its certificate is verified by.
+// A route's key in the TlsUpstreamPool: its upstream, the authorities and
+// name its certificate is verified by, and the certificate sluice
+// presented (a connection made as one client is never another route's).
 inline std::string TlsPoolKey(const RouteConfig& route) {
   return internal::Cat(route.upstream.host, "\n", route.upstream.port, "\n", route.upstream_ca_file,
-                       "\n", route.upstream_server_name);
+                       "\n", route.upstream_server_name, "\n", route.upstream_cert_file);
 }
 
 // Timeouts without a timer per operation. Arming a timer for every read and

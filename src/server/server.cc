@@ -1021,8 +1021,11 @@ class ServerImpl final : public Server {
     auto upstreams = std::make_shared<ServerState::UpstreamContexts>();
     for (const RouteConfig& route : config.routes) {
       if (!route.upstream_tls) continue;
-      absl::StatusOr<std::shared_ptr<tls::Context>> made = tls::ClientContext(
-          {.ca_file = route.upstream_ca_file}, Cat("routes \"", route.name, "\" upstream tls"));
+      absl::StatusOr<std::shared_ptr<tls::Context>> made =
+          tls::ClientContext({.cert_file = route.upstream_cert_file,
+                              .key_file = route.upstream_key_file,
+                              .ca_file = route.upstream_ca_file},
+                             Cat("routes \"", route.name, "\" upstream tls"));
       if (!made.ok()) return made.status();
       (*upstreams)[route.name] = *std::move(made);
     }

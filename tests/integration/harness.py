@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -252,6 +253,9 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
             "body": body.decode("utf-8", "replace"),
             # The sending end of the connection: one per connection sluice opens.
             "peer": self.client_address,
+            # Over TLS, the certificate sluice presented (None without one).
+            "client_cert": (self.connection.getpeercert()
+                            if isinstance(self.connection, ssl.SSLSocket) else None),
         }
         with up.lock:
             up.requests.append(record)

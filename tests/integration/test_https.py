@@ -307,6 +307,41 @@ routes:
         self.assertEqual(up.count("/by-name"), 1)
         self.assertIn("event=upstream_error route=stranger", s.output())
 
+    def test_sluice_presents_its_certificate_to_an_upstream_that_asks(self):
+        # The upstream requires a client certificate its authority signed.
+        ctx = self.upstream_tls()
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(self.cert("ca.pem"))
+        up = self.start_upstream(tls=ctx)
+        # One thread: /as-client's pooled connection is there when /anonymous
+        # comes to the same upstream, and must not be taken (it was made with
+        # the certificate /anonymous does not present).
+        config = server_block(threads=1) + """\
+routes:
+  - {name: as_client, match: {path_prefix: /as-client}, upstream: "https://127.0.0.1:%d",
+     upstream_ca_file: %s, upstream_cert_file: %s, upstream_key_file: %s}
+  - {name: anonymous, match: {path_prefix: /anonymous}, upstream: "https://127.0.0.1:%d",
+     upstream_ca_file: %s}
+""" % (up.port, self.cert("ca.pem"), self.cert("client.pem"), self.cert("client.key"),
+       up.port, self.cert("ca.pem"))
+        s = self.start_sluice(config)
+        conn = http.client.HTTPConnection(HOST, s.port, timeout=5)
+        self.addCleanup(conn.close)
+        for _ in range(2):
+            conn.request("GET", "/as-client")
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200, r.read())
+            r.read()
+        hits = up.hits("/as-client")
+        subject = dict(x[0] for x in hits[-1]["client_cert"]["subject"])
+        self.assertEqual(subject["commonName"], "client")
+        self.assertEqual(len({tuple(h["peer"]) for h in hits}), 1)  # kept
+        # TLS 1.3: the upstream refuses once sluice's side of the handshake
+        # is done, by closing the connection: the request is not served.
+        r = self.get("/anonymous")
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(up.count("/anonymous"), 0)
+
     def test_a_reload_serves_the_renewed_certificate_to_new_connections(self):
         in_force = {ext: os.path.join(self.tmpdir, "in-force." + ext) for ext in ("pem", "key")}
         for ext in in_force:
