@@ -8,6 +8,7 @@ the calls themselves over TLS are src/envoy/rls_server_test.cc's. The
 certificates are made here with the openssl command."""
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -208,3 +209,57 @@ class GrpcTlsTest(SluiceTestCase):
         self.assertEqual(served_name(kept), "server")
         kept.sendall(HTTP2_PREFACE)
         self.assertIn(FRAME_SETTINGS, self.read_frames(kept, FRAME_SETTINGS))
+
+    def test_hostile_clients_leave_nothing_behind(self):
+        # Connections that stop or reset at every step of the handshake and
+        # of the relay, some with junk where TLS or HTTP/2 is expected,
+        # forty at a time: afterwards every descriptor and connection slot
+        # is back, and an honest client still gets through.
+        s = self.start(handshake_timeout="1s")
+        fds = lambda: len(os.listdir("/proc/%d/fd" % s.proc.pid))
+        before = fds()
+        ctx = ssl.create_default_context(cafile=self.cert("ca.pem"))
+        ctx.set_alpn_protocols(["h2"])
+        rng = random.Random(7)
+
+        def reset(sock):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+
+        def hostile(kind):
+            raw = socket.create_connection((HOST, s.grpc_port), timeout=5)
+            if kind == "junk":
+                raw.sendall(bytes(rng.randrange(256) for _ in range(300)))
+                return raw
+            if kind == "half_hello":
+                raw.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+                return raw
+            conn = ctx.wrap_socket(raw, server_hostname="sluice.test")
+            if kind == "after_handshake":
+                return conn
+            if kind == "junk_after_handshake":
+                conn.sendall(b"not HTTP/2 at all\r\n" * 50)
+                return conn
+            conn.sendall(HTTP2_PREFACE + b"\x00\x40\x00\x00\x00\x00\x00\x00\x01" + b"x" * 64)
+            return conn
+
+        kinds = ["junk", "half_hello", "after_handshake", "junk_after_handshake", "mid_stream"]
+        for _ in range(3):
+            held = []
+            for i in range(40):
+                try:
+                    held.append(hostile(kinds[i % len(kinds)]))
+                except (OSError, ssl.SSLError):
+                    pass
+            for i, sock in enumerate(held):
+                (reset if i % 2 else lambda x: x.close())(sock)
+        deadline = time.monotonic() + 5
+        while (fds() > before or metric_value(self.metrics(), "sluice_grpc_connections") > 0) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(metric_value(self.metrics(), "sluice_grpc_connections"), 0)
+        self.assertLessEqual(fds(), before)
+        conn = self.connect(s)
+        conn.sendall(HTTP2_PREFACE)
+        self.assertIn(FRAME_SETTINGS, self.read_frames(conn, FRAME_SETTINGS))
+        self.assert_healthy()
