@@ -70,6 +70,9 @@ struct ListenerTls {
   std::string key_file;        // its private key (PEM)
   std::string client_ca_file;  // empty: no client certificate asked for
   std::string client_name;     // set: the name a client's certificate must carry
+  // More certificates (cert_file, key_file), each presented to a client
+  // whose SNI names one of its DNS names; the others get cert_file.
+  std::vector<std::pair<std::string, std::string>> certificates;
   friend bool operator==(const ListenerTls&, const ListenerTls&) = default;
 };
 

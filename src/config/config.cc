@@ -461,8 +461,8 @@ absl::StatusOr<std::string> Parser::ReadPemFile(const Value& v) const {
 // server.tls, server.decision.tls and grpc.tls: the listener's certificate and key,
 // and the authorities of its clients' certificates for mutual TLS.
 absl::Status Parser::ReadListenerTls(const Value& v, std::optional<ListenerTls>& out) const {
-  absl::StatusOr<Fields> f =
-      ReadMap(v, kMapOfKeys, {"cert_file", "key_file", "client_ca_file", "client_name"});
+  absl::StatusOr<Fields> f = ReadMap(
+      v, kMapOfKeys, {"cert_file", "key_file", "client_ca_file", "client_name", "certificates"});
   if (!f.ok()) return f.status();
   if (f->Find("cert_file") == nullptr || f->Find("key_file") == nullptr) {
     return Fail(v, "give cert_file and key_file (the listener's certificate and its key)");
@@ -481,6 +481,22 @@ absl::Status Parser::ReadListenerTls(const Value& v, std::optional<ListenerTls>&
     }
     SLUICE_ASSIGN_OR_RETURN(tls.client_name, ReadScalar(*x, "a host name or an address"));
     if (tls.client_name.empty()) return Fail(*x, "expected a host name or an address");
+  }
+  if (const Value* x = f->Find("certificates")) {
+    absl::StatusOr<std::vector<Value>> items = ReadList(*x, "certificates chosen by SNI");
+    if (!items.ok()) return items.status();
+    for (const Value& item : *items) {
+      absl::StatusOr<Fields> one = ReadMap(item, kMapOfKeys, {"cert_file", "key_file"});
+      if (!one.ok()) return one.status();
+      const Value* cert = one->Find("cert_file");
+      const Value* key = one->Find("key_file");
+      if (cert == nullptr || key == nullptr) {
+        return Fail(item, "give cert_file and key_file (a certificate and its key)");
+      }
+      auto& [cert_file, key_file] = tls.certificates.emplace_back();
+      SLUICE_ASSIGN_OR_RETURN(cert_file, ReadPemFile(*cert));
+      SLUICE_ASSIGN_OR_RETURN(key_file, ReadPemFile(*key));
+    }
   }
   out = std::move(tls);
   return absl::OkStatus();

@@ -557,14 +557,17 @@ TEST(ConfigServer, TlsOnTheGatewayDecisionAndGrpcListeners) {
     std::ofstream(dir + "/" + name) << "-----BEGIN CERTIFICATE-----\n";
   }
   const absl::StatusOr<Config> loaded = ParseConfig(
-      "server:\n  tls: {cert_file: server.pem, key_file: server.key}\n  decision:\n    listen: "
+      "server:\n  tls: {cert_file: server.pem, key_file: server.key, certificates: [{cert_file: "
+      "clients.pem, key_file: server.key}]}\n  decision:\n    listen: "
       "127.0.0.1:8082\n    tls: {cert_file: server.pem, key_file: server.key, client_ca_file: " +
           dir + "/clients.pem}\ngrpc:\n  listen: 127.0.0.1:8081\n  tls: {cert_file: server.pem, " +
           "key_file: server.key, client_ca_file: clients.pem, client_name: envoy.internal}\n",
       dir + "/sluice.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   EXPECT_EQ(loaded->server.tls,
-            (ListenerTls{.cert_file = dir + "/server.pem", .key_file = dir + "/server.key"}));
+            (ListenerTls{.cert_file = dir + "/server.pem",
+                         .key_file = dir + "/server.key",
+                         .certificates = {{dir + "/clients.pem", dir + "/server.key"}}}));
   EXPECT_EQ(loaded->server.decision.tls, (ListenerTls{.cert_file = dir + "/server.pem",
                                                       .key_file = dir + "/server.key",
                                                       .client_ca_file = dir + "/clients.pem"}));
@@ -587,7 +590,7 @@ TEST(ConfigErrors, ServerTls) {
   EXPECT_EQ(ErrorOf("server:\n  tls: {cert_file: /dev/null, key_file: /dev/null, verify: "
                     "false}\n"),
             "t.yaml:2: server.tls.verify: unknown key (expected one of: cert_file, key_file, "
-            "client_ca_file, client_name)");
+            "client_ca_file, client_name, certificates)");
   EXPECT_EQ(ErrorOf("server:\n  decision:\n    tls: {cert_file: /dev/null, key_file: "
                     "/dev/null}\n"),
             "t.yaml:3: server.decision.tls: TLS here is for decision.listen, which is not set "
@@ -596,6 +599,10 @@ TEST(ConfigErrors, ServerTls) {
                     "envoy.internal}\n"),
             "t.yaml:2: server.tls.client_name: a client certificate's name is checked with "
             "client_ca_file: set it");
+  EXPECT_EQ(ErrorOf("server:\n  tls: {cert_file: /dev/null, key_file: /dev/null, certificates: "
+                    "[{cert_file: /dev/null}]}\n"),
+            "t.yaml:2: server.tls.certificates[0]: give cert_file and key_file (a certificate and "
+            "its key)");
   EXPECT_EQ(ErrorOf("grpc:\n  tls: {key_file: /dev/null}\n"),
             "t.yaml:2: grpc.tls: give cert_file and key_file (the listener's certificate and its "
             "key)");

@@ -662,7 +662,8 @@ class RlsServerImpl final : public RlsServer {
           tls::ServerContext({.cert_file = t.cert_file,
                               .key_file = t.key_file,
                               .ca_file = t.client_ca_file,
-                              .peer_name = t.client_name},
+                              .peer_name = t.client_name,
+                              .by_name = t.certificates},
                              "grpc.tls", tls::Protocol::kHttp2);
       if (!context.ok()) return context.status();
       snapshot->tls = *std::move(context);

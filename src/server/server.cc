@@ -59,7 +59,8 @@ absl::StatusOr<std::shared_ptr<tls::Context>> ListenerContext(const std::optiona
   return tls::ServerContext({.cert_file = t->cert_file,
                              .key_file = t->key_file,
                              .ca_file = t->client_ca_file,
-                             .peer_name = t->client_name},
+                             .peer_name = t->client_name,
+                             .by_name = t->certificates},
                             who);
 }
 

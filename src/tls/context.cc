@@ -106,8 +106,11 @@ absl::StatusOr<std::shared_ptr<Context>> ClientContext(const Files& files, std::
   return ctx;
 }
 
-absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who,
-                                                       Protocol protocol) {
+namespace {
+
+// One certificate's server context (ServerContext, without by_name).
+absl::StatusOr<std::shared_ptr<Context>> OneServerContext(const Files& files, std::string_view who,
+                                                          Protocol protocol) {
   auto ctx = std::make_shared<Context>(Context::tls_server);
   SSL_CTX* native = ctx->native_handle();
   ERR_clear_error();
@@ -162,6 +165,53 @@ absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::
   // Sessions resumed by ticket: no cache kept per client in this process.
   SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
   return ctx;
+}
+
+// The contexts a server context switches a connection to by its SNI.
+struct ByName {
+  std::vector<std::shared_ptr<Context>> contexts;
+};
+
+int ChooseByName(SSL* ssl, int*, void* arg) {
+  const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  if (name == nullptr) return SSL_TLSEXT_ERR_OK;  // no SNI: the default certificate
+  for (const std::shared_ptr<Context>& ctx : static_cast<const ByName*>(arg)->contexts) {
+    X509* cert = SSL_CTX_get0_certificate(ctx->native_handle());
+    if (cert != nullptr && X509_check_host(cert, name, 0, 0, nullptr) == 1) {
+      SSL_set_SSL_CTX(ssl, ctx->native_handle());
+      break;
+    }
+  }
+  return SSL_TLSEXT_ERR_OK;  // a name no certificate carries: the default one
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who,
+                                                       Protocol protocol) {
+  absl::StatusOr<std::shared_ptr<Context>> first = OneServerContext(files, who, protocol);
+  if (!first.ok() || files.by_name.empty()) return first;
+  auto by_name = std::make_shared<ByName>();
+  for (size_t i = 0; i < files.by_name.size(); ++i) {
+    Files one = files;
+    one.cert_file = files.by_name[i].first;
+    one.key_file = files.by_name[i].second;
+    absl::StatusOr<std::shared_ptr<Context>> made =
+        OneServerContext(one, Cat(who, " certificates[", i, "]"), protocol);
+    if (!made.ok()) return made.status();
+    by_name->contexts.push_back(*std::move(made));
+  }
+  SSL_CTX* native = (*first)->native_handle();
+  SSL_CTX_set_tlsext_servername_callback(native, ChooseByName);
+  SSL_CTX_set_tlsext_servername_arg(native, by_name.get());
+  // The context handed out owns the ones it switches to.
+  struct Owner {
+    std::shared_ptr<Context> first;
+    std::shared_ptr<ByName> by_name;
+  };
+  auto owner = std::make_shared<Owner>(Owner{*std::move(first), std::move(by_name)});
+  Context* handed = owner->first.get();
+  return std::shared_ptr<Context>(std::move(owner), handed);
 }
 
 bool ExpectPeerName(SSL* ssl, const std::string& name) {

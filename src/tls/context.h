@@ -14,6 +14,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <openssl/ssl.h>
 #include <boost/asio/ssl/context.hpp>
@@ -36,6 +38,9 @@ struct Files {
   // A server's: the name (a DNS name or an address) every client's
   // certificate must carry, as a subjectAltName; empty: any name.
   std::string peer_name;
+  // A server's: more certificates (chain, key), each presented to a client
+  // whose SNI one of its DNS names matches; the others get cert_file's.
+  std::vector<std::pair<std::string, std::string>> by_name;
 };
 
 // A client's context: TLS 1.2 at least, the peer's certificate verified
@@ -52,6 +57,9 @@ enum class Protocol { kHttp11, kHttp2 };
 // ALPN ("http/1.1", "h2": gRPC's clients require it), and with
 // `files.ca_file` a certificate required of every client, signed by one of
 // those authorities (mutual TLS) and, with `files.peer_name`, naming it.
+// With `files.by_name`, a client that names a host by SNI gets the first
+// of those certificates that carries the name (X509_check_host: a DNS name,
+// a `*.` wildcard matching one label), each in a context made the same way.
 // `who` starts every error ("server.tls").
 absl::StatusOr<std::shared_ptr<Context>> ServerContext(const Files& files, std::string_view who,
                                                        Protocol protocol = Protocol::kHttp11);

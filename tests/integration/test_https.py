@@ -45,6 +45,8 @@ class HttpsTest(SluiceTestCase):
         make_certificate(cls.certs, "client", "ca", "DNS:client.test", "clientAuth")
         make_certificate(cls.certs, "client2", "ca", "DNS:client2.test", "clientAuth")
         make_certificate(cls.certs, "stranger", "other-ca", "DNS:client.test", "clientAuth")
+        make_certificate(cls.certs, "login", "ca", "DNS:login.test", "serverAuth")
+        make_certificate(cls.certs, "wild", "ca", "DNS:*.apps.test", "serverAuth")
 
     def cert(self, name):
         return os.path.join(self.certs, name)
@@ -341,6 +343,38 @@ routes:
         r = self.get("/anonymous")
         self.assertEqual(r.status, 502, r)
         self.assertEqual(up.count("/anonymous"), 0)
+
+    def test_a_certificate_is_chosen_by_the_name_the_client_asks_for(self):
+        more = ("[{cert_file: %s, key_file: %s}, {cert_file: %s, key_file: %s}]" % (
+            self.cert("login.pem"), self.cert("login.key"), self.cert("wild.pem"),
+            self.cert("wild.key")))
+        tls = "{cert_file: %s, key_file: %s, certificates: %s}" % (
+            self.cert("server.pem"), self.cert("server.key"), more)
+        mutual = "{cert_file: %s, key_file: %s, client_ca_file: %s, certificates: %s}" % (
+            self.cert("server.pem"), self.cert("server.key"), self.cert("ca.pem"), more)
+        s = self.start_sluice(server_block(tls=tls, decision="{listen: 127.0.0.1:0, tls: %s}"
+                                           % mutual) + POLICY)
+
+        def served(port, name, client=None):
+            ctx = self.client_context(client)
+            ctx.check_hostname = False  # the certificate is read, whatever it names
+            raw = socket.create_connection((HOST, port), timeout=5)
+            with ctx.wrap_socket(raw, server_hostname=name) as conn:
+                conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.assertTrue(conn.recv(100).startswith(b"HTTP/1.1 "))
+                self.assertEqual(conn.selected_alpn_protocol(), "http/1.1")  # every context's
+                return dict(x[0] for x in conn.getpeercert()["subject"])["commonName"]
+
+        self.assertEqual(served(s.port, "login.test"), "login")
+        self.assertEqual(served(s.port, "a.apps.test"), "wild")
+        self.assertEqual(served(s.port, "sluice.test"), "server")
+        self.assertEqual(served(s.port, "other.test"), "server")  # no certificate names it
+        self.assertEqual(served(s.port, None), "server")          # no SNI
+        self.assertEqual(served(s.port, "b.c.apps.test"), "server")  # * is one label
+        # A certificate chosen by name still requires the client's.
+        self.assertEqual(served(s.decision_port, "login.test", client="client"), "login")
+        with self.assertRaises((ssl.SSLError, ConnectionResetError)):
+            served(s.decision_port, "login.test")
 
     def test_a_reload_serves_the_renewed_certificate_to_new_connections(self):
         in_force = {ext: os.path.join(self.tmpdir, "in-force." + ext) for ext in ("pem", "key")}
