@@ -566,17 +566,19 @@ class GateImpl final : public ConnectionGate {
       (void)SSL_shutdown(r.ssl);
       ERR_clear_error();
     }
+    // The gauge first, as Expire's: a client that sees its connection
+    // closed then reads a gauge without it.
+    --relay_count_;
+    Publish();
     const int client = r.client, inner = r.inner;
     for (int fd : {client, inner}) {
       if (fd < 0) continue;
       epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
       close(fd);
     }
-    --relay_count_;
     const std::shared_ptr<Relay> keep = relays_[client];  // r lives until both entries are gone
     relays_.erase(client);
     if (inner >= 0) relays_.erase(inner);
-    Publish();
   }
 
   // The counters and the gauge change before the connections close: a
