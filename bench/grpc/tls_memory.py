@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "http"))
-from tls_memory import rss_kib  # noqa: E402  (bench/http/tls_memory.py)
+from tls_memory import make_certificate, rss_kib  # noqa: E402  (bench/http/tls_memory.py)
 
 N = int(os.environ.get("N", "500"))
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -80,12 +80,7 @@ def main():
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(N + 100, hard), hard))
     work = tempfile.mkdtemp(prefix="sluice-grpc-tls-memory-")
     try:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
-                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout",
-                        os.path.join(work, "tls.key"), "-out", os.path.join(work, "tls.pem")],
-                       check=True, capture_output=True, timeout=30)
-        ctx = ssl.create_default_context(cafile=os.path.join(work, "tls.pem"))
+        ctx = make_certificate(work)
         ctx.set_alpn_protocols(["h2"])
         print("%d connections; KiB a connection after its preface" % N)
         for tls in (True, False):

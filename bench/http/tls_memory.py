@@ -57,6 +57,17 @@ def rss_kib(pid):
     raise RuntimeError("no VmRSS")
 
 
+def make_certificate(work):
+    """tls.pem and tls.key in `work`, for 127.0.0.1 (EC P-256, self-signed);
+    returns a client context that trusts it."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout",
+                    os.path.join(work, "tls.key"), "-out", os.path.join(work, "tls.pem")],
+                   check=True, capture_output=True, timeout=30)
+    return ssl.create_default_context(cafile=os.path.join(work, "tls.pem"))
+
+
 def measure(pid, port, ctx, path):
     """KiB a connection: idle after the handshake, after one request."""
     base = rss_kib(pid)
@@ -91,12 +102,7 @@ def main():
     work = tempfile.mkdtemp(prefix="sluice-tls-memory-")
     procs = []
     try:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
-                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout",
-                        os.path.join(work, "tls.key"), "-out", os.path.join(work, "tls.pem")],
-                       check=True, capture_output=True, timeout=30)
-        ctx = ssl.create_default_context(cafile=os.path.join(work, "tls.pem"))
+        ctx = make_certificate(work)
         rows = []
         for binary in sys.argv[1:]:
             for tls in ([True, False] if PLAIN else [True]):
@@ -109,7 +115,7 @@ def main():
                                 ", tls: {cert_file: tls.pem, key_file: tls.key}" if tls else ""))
                     f.write("policies:\n  - name: bench\n    key: ['header:X-Key']\n"
                             "    limits: [{algorithm: gcra, rate: 1000000/s, burst: 1000}]\n")
-                p = subprocess.Popen([binary, "serve", "--config", config], cwd=work,
+                p = subprocess.Popen([os.path.abspath(binary), "serve", "--config", config], cwd=work,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 procs.append(p)
                 wait_port(port, p)

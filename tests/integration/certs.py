@@ -4,7 +4,9 @@ tests of TLS to Redis and of sluice's own TLS listeners."""
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 import unittest
 
 OPENSSL = shutil.which("openssl")
@@ -38,3 +40,33 @@ def make_certificate(directory, name, ca, alt_names, usage):
     openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
             "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".pem",
             cwd=directory)
+
+
+def check_renewal(test, sluice, certs, in_force, who, served_name, kept):
+    """Renews the certificate a listener of `sluice` serves from the files
+    `in_force` ({"pem": path, "key": path}, first copies of `certs`'s
+    server.*) with renewed.* by SIGHUP: a key that is not the certificate's
+    fails the reload (its error naming `who`, "server.tls") and nothing
+    changes; both files renewed, new connections get the new certificate
+    (`served_name()` says whose: its common name) and the open one, `kept`,
+    its own."""
+    def reload():
+        count = sluice.output().count("event=reload")
+        sluice.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while sluice.output().count("event=reload") == count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return sluice.output()
+
+    shutil.copyfile(os.path.join(certs, "renewed.pem"), in_force["pem"])
+    out = reload()
+    test.assertIn(who + " key_file", out)
+    test.assertIn("not the key of cert_file", out)
+    test.assertEqual(served_name(), "server")
+    shutil.copyfile(os.path.join(certs, "renewed.key"), in_force["key"])
+    reload()
+    deadline = time.monotonic() + 5
+    while served_name() != "renewed" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    test.assertEqual(served_name(), "renewed")
+    test.assertEqual(served_name(kept), "server")

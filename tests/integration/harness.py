@@ -25,6 +25,7 @@ import re
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -799,6 +800,22 @@ def metric_value(samples, name, **labels):
         if n == name and all(l.get(k) == str(val) for k, val in labels.items()):
             total += v
     return total
+
+
+# What a gRPC client sends first: the HTTP/2 preface and an empty SETTINGS frame.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+FRAME_SETTINGS = 0x4
+FRAME_GOAWAY = 0x7
+
+
+def frame_types(data):
+    """The types of the whole HTTP/2 frames at the start of `data`."""
+    types = []
+    while len(data) >= 9:
+        length = struct.unpack(">I", b"\x00" + data[:3])[0]
+        types.append(data[3])
+        data = data[9 + length:]
+    return types
 
 
 # ---------------------------------------------------------------------------

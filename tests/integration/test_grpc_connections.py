@@ -16,11 +16,11 @@ low RLIMIT_NOFILE (set in the child only) and check each bound, all on
 import resource
 import selectors
 import socket
-import struct
 import time
 import unittest
 
-from harness import HOST, SluiceTestCase, metric_value, request, server_block
+from harness import (FRAME_GOAWAY, FRAME_SETTINGS, HOST, HTTP2_PREFACE, SluiceTestCase, frame_types,
+                     metric_value, request, server_block)
 
 NOFILE = 512            # the child's descriptor limit
 MAX_CONNECTIONS = 50    # grpc.max_connections
@@ -31,10 +31,6 @@ SETTLE_S = 0.5          # for the server to accept what the kernel queued
 ANSWER_WITHIN_S = 2.0   # the other listeners' answers, while the gRPC one is flooded
 SLACK_S = 2.0           # timers firing late on a busy machine
 
-# What a gRPC client sends first: the HTTP/2 preface and an empty SETTINGS frame.
-HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-FRAME_SETTINGS = 0x4
-FRAME_GOAWAY = 0x7
 
 
 def config(**grpc):
@@ -54,16 +50,6 @@ def limit_descriptors():
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     limit = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)
     resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-
-
-def frame_types(data):
-    """The types of the whole HTTP/2 frames at the start of `data`."""
-    types = []
-    while len(data) >= 9:
-        length = struct.unpack(">I", b"\x00" + data[:3])[0]
-        types.append(data[3])
-        data = data[9 + length:]
-    return types
 
 
 class GrpcConnectionLimits(SluiceTestCase):

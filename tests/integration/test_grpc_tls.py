@@ -10,32 +10,18 @@ certificates are made here with the openssl command."""
 import os
 import random
 import shutil
-import signal
 import socket
 import ssl
 import struct
 import time
 
-from certs import make_ca, make_certificate, require_openssl
-from harness import HOST, SluiceTestCase, metric_value, server_block
+from certs import check_renewal, make_ca, make_certificate, require_openssl
+from harness import (FRAME_GOAWAY, FRAME_SETTINGS, HOST, HTTP2_PREFACE, SluiceTestCase, frame_types,
+                     metric_value, server_block)
 
-# What a gRPC client sends first: the HTTP/2 preface and an empty SETTINGS frame.
-HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-FRAME_SETTINGS = 0x4
-FRAME_GOAWAY = 0x7
 POLICY = ("policies:\n"
           "  - name: api\n"
           "    limits: [{algorithm: token_bucket, rate: 1000/s}]\n")
-
-
-def frame_types(data):
-    """The types of the whole HTTP/2 frames at the start of `data`."""
-    types = []
-    while len(data) >= 9:
-        length = struct.unpack(">I", b"\x00" + data[:3])[0]
-        types.append(data[3])
-        data = data[9 + length:]
-    return types
 
 
 class GrpcTlsTest(SluiceTestCase):
@@ -184,29 +170,8 @@ class GrpcTlsTest(SluiceTestCase):
             subject = dict(x[0] for x in conn.getpeercert()["subject"])
             return subject["commonName"]
 
-        def reload():
-            count = s.output().count("event=reload")
-            s.signal(signal.SIGHUP)
-            deadline = time.monotonic() + 5
-            while s.output().count("event=reload") == count and time.monotonic() < deadline:
-                time.sleep(0.02)
-            return s.output()
-
-        # A key that is not the certificate's: the reload fails, nothing changes.
-        shutil.copyfile(self.cert("renewed.pem"), in_force["pem"])
-        out = reload()
-        self.assertIn("grpc.tls key_file", out)
-        self.assertIn("not the key of cert_file", out)
-        self.assertEqual(served_name(), "server")
-        # Both renewed: new connections get the new certificate; the open one
-        # goes on with its own, and still reaches gRPC.
-        shutil.copyfile(self.cert("renewed.key"), in_force["key"])
-        reload()
-        deadline = time.monotonic() + 5
-        while served_name() != "renewed" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertEqual(served_name(), "renewed")
-        self.assertEqual(served_name(kept), "server")
+        # The open one goes on with its own certificate, and still reaches gRPC.
+        check_renewal(self, s, self.certs, in_force, "grpc.tls", served_name, kept)
         kept.sendall(HTTP2_PREFACE)
         self.assertIn(FRAME_SETTINGS, self.read_frames(kept, FRAME_SETTINGS))
 

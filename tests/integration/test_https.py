@@ -7,7 +7,6 @@ made here with the openssl command, for 127.0.0.1 and sluice.test."""
 import http.client
 import os
 import shutil
-import signal
 import socket
 import ssl
 import struct
@@ -15,7 +14,7 @@ import time
 import unittest
 import warnings
 
-from certs import make_ca, make_certificate, require_openssl
+from certs import check_renewal, make_ca, make_certificate, require_openssl
 from harness import (HOST, SluiceTestCase, metric_value, parse_raw_response, raw_exchange,
                      run_check, server_block)
 
@@ -399,29 +398,7 @@ routes:
         self.addCleanup(kept.close)
         self.assertEqual(served_name(kept), "server")
 
-        def reload():
-            count = s.output().count("event=reload")
-            s.signal(signal.SIGHUP)
-            deadline = time.monotonic() + 5
-            while s.output().count("event=reload") == count and time.monotonic() < deadline:
-                time.sleep(0.02)
-            return s.output()
-
-        # A key that is not the certificate's: the reload fails, nothing changes.
-        shutil.copyfile(self.cert("renewed.pem"), in_force["pem"])
-        out = reload()
-        self.assertIn("server.tls key_file", out)
-        self.assertIn("not the key of cert_file", out)
-        self.assertEqual(served_name(), "server")
-        # Both files renewed: new connections get the new certificate, the
-        # open one goes on with its own.
-        shutil.copyfile(self.cert("renewed.key"), in_force["key"])
-        reload()
-        deadline = time.monotonic() + 5
-        while served_name() != "renewed" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertEqual(served_name(), "renewed")
-        self.assertEqual(served_name(kept), "server")
+        check_renewal(self, s, self.certs, in_force, "server.tls", served_name, kept)
 
     def test_files_that_cannot_serve_do_not_load(self):
         cases = [
