@@ -7,13 +7,15 @@
 // and the shared store reachable: the admin listener's /readyz), else
 // NOT_SERVING, for the whole server ("") and for each name in `names`
 // (envoyproxy/ratelimit's "ratelimit", the services served); any other
-// name is NOT_FOUND, as the protocol says. Watch is not served
-// (UNIMPLEMENTED: a client that health-checks by Watch then treats the
-// server as serving, as the protocol says).
+// name is NOT_FOUND, as the protocol says. Watch sends the status at once,
+// then each change, looked at every second by a thread of the service's
+// (SERVICE_UNKNOWN for another name, the stream kept open); the server's
+// shutdown cancels the streams.
 //
 // Includes the gRPC and protobuf headers: only rls_server.cc includes it.
 //
-// Thread-safety: calls on any of gRPC's threads; `ready` is called on them.
+// Thread-safety: calls on any of gRPC's threads; `ready` is called on them
+// and on the service's thread.
 #ifndef SLUICE_ENVOY_HEALTH_SERVICE_H_
 #define SLUICE_ENVOY_HEALTH_SERVICE_H_
 

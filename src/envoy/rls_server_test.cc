@@ -818,14 +818,35 @@ TEST_F(RlsTest, GrpcsHealthServiceSaysWhetherItServes) {
   ready = true;
   EXPECT_EQ(check("", r), grpc::StatusCode::OK);
   EXPECT_EQ(r.status(), health::HealthCheckResponse::SERVING);
-  // Watch is not served: a client that watches treats the server as serving.
+  // Watch: the status at once, then each change (looked at every second).
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   health::HealthCheckRequest request;
+  request.set_service("ratelimit");
   auto watch = stub->Watch(&context, request);
-  health::HealthCheckResponse ignored;
-  EXPECT_FALSE(watch->Read(&ignored));
-  EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  ASSERT_TRUE(watch->Read(&r));
+  EXPECT_EQ(r.status(), health::HealthCheckResponse::SERVING);
+  ready = false;
+  ASSERT_TRUE(watch->Read(&r));
+  EXPECT_EQ(r.status(), health::HealthCheckResponse::NOT_SERVING);
+  ready = true;
+  ASSERT_TRUE(watch->Read(&r));
+  EXPECT_EQ(r.status(), health::HealthCheckResponse::SERVING);
+  // A name it does not serve: SERVICE_UNKNOWN, the stream kept open.
+  grpc::ClientContext unknown_context;
+  unknown_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  request.set_service("something.Else");
+  auto unknown = stub->Watch(&unknown_context, request);
+  ASSERT_TRUE(unknown->Read(&r));
+  EXPECT_EQ(r.status(), health::HealthCheckResponse::SERVICE_UNKNOWN);
+  // The server going away ends the streams (they are cancelled).
+  context.TryCancel();
+  EXPECT_FALSE(watch->Read(&r));
+  EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  server_->Shutdown(Duration::Millis(100));
+  server_->Wait();
+  EXPECT_FALSE(unknown->Read(&r));
+  EXPECT_NE(unknown->Finish().error_code(), grpc::StatusCode::OK);
 }
 
 TEST_F(RlsTest, ShutdownRefusesNewCalls) {
