@@ -1,7 +1,8 @@
-// The quota service across two `sluice serve` processes on one Redis: the
-// Envoys of both share each bucket's limit, never more than it in all (each
-// instance assigns only what it claimed in Redis; the claims sum to at most
-// the limit).
+// `sluice serve`'s gRPC listener as a process, on a Redis of the test's
+// own: the quota service across two of them (the Envoys of both share each
+// bucket's limit, never more than it in all: each instance assigns only
+// what it claimed in Redis; the claims sum to at most the limit), and
+// gRPC's health service following the Redis.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "envoy/rlqs_test_support.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "redis/redis_server.h"
 
 namespace sluice::envoy {
@@ -162,6 +164,48 @@ rlqs:
   redisFree(c);
   serves.clear();
   std::filesystem::remove_all(dir_template);
+}
+
+// gRPC's health service says NOT_SERVING while the shared store is
+// unreachable, as /readyz does, and SERVING again once it is back.
+TEST(ServeHealthTest, NotServingWhileRedisIsDown) {
+  absl::StatusOr<std::unique_ptr<test::RedisServer>> redis_server = test::RedisServer::Start();
+  ASSERT_TRUE(redis_server.ok()) << redis_server.status();
+  char dir[] = "/tmp/sluice-health-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::unique_ptr<Serve> serve =
+      Serve::Start(dir,
+                   "server: {listen: 127.0.0.1:0, admin: 127.0.0.1:0}\n"
+                   "store:\n  redis: {url: \"redis://127.0.0.1:" +
+                       std::to_string((*redis_server)->port()) +
+                       "\", timeout: 100ms}\n"
+                       "grpc: {listen: 127.0.0.1:0}\n");
+  ASSERT_NE(serve, nullptr);
+  namespace health = ::grpc::health::v1;
+  const auto stub = health::Health::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(serve->port()), grpc::InsecureChannelCredentials()));
+  // The status once it is `want`, within 10 s; the last seen otherwise.
+  const auto becomes = [&](health::HealthCheckResponse::ServingStatus want) {
+    health::HealthCheckResponse r;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    do {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      health::HealthCheckRequest request;
+      request.set_service("ratelimit");
+      r.Clear();
+      if (stub->Check(&context, request, &r).ok() && r.status() == want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return r.status();
+  };
+  EXPECT_EQ(becomes(health::HealthCheckResponse::SERVING), health::HealthCheckResponse::SERVING);
+  ASSERT_TRUE((*redis_server)->Kill().ok());
+  EXPECT_EQ(becomes(health::HealthCheckResponse::NOT_SERVING),
+            health::HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE((*redis_server)->Restart().ok());
+  EXPECT_EQ(becomes(health::HealthCheckResponse::SERVING), health::HealthCheckResponse::SERVING);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
