@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/util/json_util.h>
 #include <grpc/grpc.h>
 #include <grpc/impl/codegen/grpc_types.h>
 #include <grpcpp/server.h>
@@ -159,6 +160,47 @@ class Reactor final : public grpc::ServerUnaryReactor, public Answerer {
   Call call_;
 };
 
+// A request posted as JSON (RlsServer::DecideJson), counted as in flight
+// until answered, as a gRPC call is.
+class JsonCall final : public Answerer {
+ public:
+  JsonCall(std::atomic<int64_t>& in_flight, std::function<void(RlsServer::JsonAnswer)> done)
+      : in_flight_(in_flight), done_(std::move(done)) {
+    in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  void Answer(const grpc::Status& status) override {
+    RlsServer::JsonAnswer answer;
+    if (!status.ok()) {
+      answer = {.status = 400, .body = status.error_message()};
+    } else if (std::string json;
+               !google::protobuf::util::MessageToJsonString(response, &json).ok()) {
+      answer = {.status = 500, .body = "the answer could not be written as JSON"};
+    } else {
+      const auto code = response.overall_code();
+      answer = {.status = code == rls::RateLimitResponse::OVER_LIMIT ? 429
+                          : code == rls::RateLimitResponse::UNKNOWN  ? 500
+                                                                     : 200,
+                .body = std::move(json)};
+    }
+    std::atomic<int64_t>& in_flight = in_flight_;
+    std::function<void(RlsServer::JsonAnswer)> done = std::move(done_);
+    delete this;
+    done(std::move(answer));
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  }
+
+  rls::RateLimitRequest request;
+  rls::RateLimitResponse response;
+  Call call;
+
+ private:
+  ~JsonCall() = default;
+
+  std::atomic<int64_t>& in_flight_;
+  std::function<void(RlsServer::JsonAnswer)> done_;
+};
+
 class Service final : public rls::RateLimitService::CallbackService {
  public:
   Service(const RuleOptions& options, metrics::Metrics& metrics,
@@ -213,6 +255,22 @@ class Service final : public rls::RateLimitService::CallbackService {
   }
 
   std::atomic<int64_t>& in_flight_count() { return in_flight_; }
+
+  // A request in protobuf's JSON form, decided as Handle decides it.
+  void HandleJson(std::string_view body, std::function<void(RlsServer::JsonAnswer)> done) {
+    auto* call = new JsonCall(in_flight_, std::move(done));
+    google::protobuf::util::JsonParseOptions options;  // unknown fields refused, as protojson
+    const auto parsed =
+        google::protobuf::util::JsonStringToMessage(std::string(body), &call->request, options);
+    if (!parsed.ok()) {
+      call->call.answerer = call;
+      call->call.response = &call->response;
+      Finish(call->call, Invalid(Cat("the body is not a RateLimitRequest in JSON: ",
+                                     std::string(parsed.message()))));
+      return;
+    }
+    Handle(call->request, &call->response, call, call->call);
+  }
 
   // The server's AsyncCalls that exist. Once the server is shut down it only
   // falls: each comes back from its queue, its call answered (one waiting
@@ -638,6 +696,10 @@ class RlsServerImpl final : public RlsServer {
   }
 
   uint16_t port() const override { return port_; }
+
+  void DecideJson(std::string_view body, std::function<void(JsonAnswer)> done) override {
+    service_->HandleJson(body, std::move(done));
+  }
 
   std::vector<QuotaBook::BucketView> QuotaBuckets() const override {
     return rlqs_ == nullptr ? std::vector<QuotaBook::BucketView>() : rlqs_->Buckets();

@@ -38,6 +38,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "envoy/quota_book.h"
@@ -76,6 +78,19 @@ class RlsServer {
   virtual void Wait() = 0;
 
   virtual uint16_t port() const = 0;
+
+  // envoyproxy/ratelimit's POST /json: a RateLimitRequest in JSON
+  // (protobuf's JSON form, field names as written or in lowerCamelCase),
+  // decided as ShouldRateLimit decides it. `done` gets the answer, at once
+  // when every limit is in process, else on the store's thread: 200 with
+  // the RateLimitResponse in JSON (lowerCamelCase, enums by name), 429 with
+  // it when OVER_LIMIT, 500 with it when UNKNOWN, or 400 with the reason
+  // (in words) when the body is not a valid request.
+  struct JsonAnswer {
+    int status = 0;
+    std::string body;
+  };
+  virtual void DecideJson(std::string_view body, std::function<void(JsonAnswer)> done) = 0;
 
   // The quota service's buckets (rlqs:), and what each is assigned.
   virtual std::vector<QuotaBook::BucketView> QuotaBuckets() const = 0;

@@ -155,4 +155,22 @@ Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::strin
   co_return HttpAnswer::Json(200, std::move(results));
 }
 
+Task<HttpAnswer> RlsJsonEndpoint(Context& ctx, std::string_view method, std::string_view body) {
+  if (method != "POST") {
+    HttpAnswer answer = HttpAnswer::Problem(405, "method not allowed", "use POST /json");
+    answer.headers.Add("Allow", "POST");
+    co_return answer;
+  }
+  envoy::RlsServer* rls = ctx.state.rls.get();
+  if (rls == nullptr) {
+    co_return HttpAnswer::Problem(404, "not found",
+                                  "/json decides by the envoy rules, which are served with "
+                                  "grpc.listen: set grpc");
+  }
+  envoy::RlsServer::JsonAnswer answer = co_await Await<envoy::RlsServer::JsonAnswer>(
+      ctx.worker, [rls, body](auto done) { rls->DecideJson(body, std::move(done)); });
+  if (answer.status == 400) co_return HttpAnswer::Problem(400, "bad request", answer.body);
+  co_return HttpAnswer::Json(answer.status, std::move(answer.body));
+}
+
 }  // namespace sluice::server

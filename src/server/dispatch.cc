@@ -20,7 +20,16 @@ bool ServesDecisions(Listener listener, const Config& config) {
 }
 
 // Which endpoint answers a request.
-enum class Endpoint { kCheck, kSettle, kLease, kAuth, kUnauthorized, kNotFound, kGateway };
+enum class Endpoint {
+  kCheck,
+  kSettle,
+  kLease,
+  kAuth,
+  kRlsJson,
+  kUnauthorized,
+  kNotFound,
+  kGateway
+};
 
 // The endpoint for `req` on `listener`; `path` is set to its target's path.
 Endpoint EndpointFor(const Context& ctx, const Request& req, Listener listener,
@@ -29,7 +38,8 @@ Endpoint EndpointFor(const Context& ctx, const Request& req, Listener listener,
   path = TargetPath(req.target());
   const bool lease_path = path == "/v1/acquire" || path == "/v1/renew" || path == "/v1/release";
   const bool decision_path = path == "/v1/check" || lease_path || path == "/v1/settle" ||
-                             path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/";
+                             path == "/v1/auth" || path.substr(0, 9) == "/v1/auth/" ||
+                             path == "/json";
   if (decision_path && ServesDecisions(listener, config)) {
     if (!config.server.decision.tokens.empty() &&
         !policy::BearerTokenIn(config.server.decision.tokens, req[http::field::authorization])) {
@@ -38,6 +48,7 @@ Endpoint EndpointFor(const Context& ctx, const Request& req, Listener listener,
     if (path == "/v1/check") return Endpoint::kCheck;
     if (path == "/v1/settle") return Endpoint::kSettle;
     if (lease_path) return Endpoint::kLease;
+    if (path == "/json") return Endpoint::kRlsJson;
     return Endpoint::kAuth;
   }
   if (listener == Listener::kDecision) return Endpoint::kNotFound;
@@ -55,7 +66,8 @@ HttpAnswer Unauthorized() {
 HttpAnswer NotFound() {
   return HttpAnswer::Problem(404, "not found",
                              "the decision listener serves POST /v1/check, /v1/settle, "
-                             "/v1/acquire, /v1/renew, /v1/release and /v1/auth/{policy}");
+                             "/v1/acquire, /v1/renew, /v1/release, /v1/auth/{policy} and "
+                             "POST /json");
 }
 
 // The policy /v1/auth/{policy} names (empty for /v1/auth).
@@ -108,6 +120,7 @@ Routed DispatchNow(Context& ctx, Request& req, const std::string& peer_ip, Liste
     }
     case Endpoint::kSettle:
     case Endpoint::kLease:
+    case Endpoint::kRlsJson:
       return Routed::kLater;
   }
   return Routed::kLater;
@@ -135,6 +148,9 @@ Task<void> Dispatch(Context& ctx, Request& req, const std::string& peer_ip, List
       break;
     case Endpoint::kLease:
       answer = co_await LeaseEndpoint(ctx, path, req.method_string(), req.body());
+      break;
+    case Endpoint::kRlsJson:
+      answer = co_await RlsJsonEndpoint(ctx, req.method_string(), req.body());
       break;
     case Endpoint::kAuth: {
       std::string path_storage, host;

@@ -26,6 +26,11 @@ namespace sluice::server {
 std::optional<HttpAnswer> CheckNow(Context& ctx, std::string_view method, std::string_view body);
 Task<HttpAnswer> CheckEndpoint(Context& ctx, std::string_view method, std::string_view body);
 
+// POST /json (check_endpoint.cc): envoyproxy/ratelimit's JSON form of
+// ShouldRateLimit, decided by the envoy rules (envoy::RlsServer::DecideJson);
+// 404 without grpc.listen.
+Task<HttpAnswer> RlsJsonEndpoint(Context& ctx, std::string_view method, std::string_view body);
+
 // POST /v1/acquire, /v1/renew and /v1/release (lease_endpoint.cc): slots of
 // concurrency limits held by callers of the decision API, with lease tokens
 // (lease_token.h). `path` is one of the three.
