@@ -279,10 +279,32 @@ nlohmann::json StatusJson(const ServerState& state, const PolicySet& set) {
         {"reconnects", h.reconnects},
         {"denials_answered", h.denials_answered}};
   }
+  // The listeners, where they were bound, and whether they speak TLS
+  // (mutual: a client certificate required); fixed at start.
+  nlohmann::json listeners = nlohmann::json::array();
+  const auto listener = [&listeners](std::string_view name, const HostPort& where, uint16_t port,
+                                     const std::optional<ListenerTls>& tls) {
+    listeners.push_back({{"name", name},
+                         {"listen", HostPortText({where.host, port})},
+                         {"tls", !tls                          ? "off"
+                                 : tls->client_ca_file.empty() ? "on"
+                                                               : "mutual"}});
+  };
+  const Config& started = state.config;
+  listener("main", started.server.listen, state.ports.main, started.server.tls);
+  if (started.server.decision.listen && state.ports.decision != 0) {
+    listener("decision", *started.server.decision.listen, state.ports.decision,
+             started.server.decision.tls);
+  }
+  listener("admin", started.server.admin, state.ports.admin, std::nullopt);
+  if (started.grpc && state.ports.grpc != 0) {
+    listener("grpc", started.grpc->listen, state.ports.grpc, started.grpc->tls);
+  }
   return {{"version", SLUICE_VERSION_STRING},
           {"started_at_ms", state.started_at_unix_ms},
           {"draining", state.draining.load()},
           {"config", config},
+          {"listeners", listeners},
           {"store", store}};
 }
 

@@ -201,6 +201,10 @@ class ServerImpl final : public Server {
       if (!rls.ok()) return rls.status();
       state_->rls = *std::move(rls);
     }
+    state_->ports = {.main = port_,
+                     .decision = decision_port_,
+                     .admin = admin_port_,
+                     .grpc = state_->rls != nullptr ? state_->rls->port() : uint16_t{0}};
     ShowErrorSeries(state_->config);
     return absl::OkStatus();
   }

@@ -50,6 +50,11 @@ struct ServerState {
   }
 
   const Config config;  // as loaded at start (listeners, threads, limits of the process)
+  // The ports the listeners were bound to (port 0 in the config: the
+  // system's choice); 0 for a listener not opened. Set before serving.
+  struct Ports {
+    uint16_t main = 0, decision = 0, admin = 0, grpc = 0;
+  } ports;
   const Clock* const clock;
   // Signs the decision API's lease tokens (lease_token.h): server.decision's
   // lease_secret_env as loaded at start, else random for this process.

@@ -218,6 +218,11 @@ class DashboardTest(SluiceTestCase):
             By.CSS_SELECTOR, "#policies-body tr[data-policy]")) == 3)
         self.assertIn("sliding_log 5/h", self.driver.find_element(By.ID, "policies-body").text)
         self.wait("the memory store", lambda: " of " in self.driver.find_element(By.ID, "mem-keys").text)
+        # The listeners, where they were bound (plain HTTP here).
+        listeners = self.driver.find_element(By.ID, "listeners")
+        self.wait("the listeners", lambda: "admin 127.0.0.1:" in listeners.text)
+        self.assertIn("main 127.0.0.1:%d" % self.sluice.port, listeners.text)
+        self.assertNotIn("TLS", listeners.text)
         self.assertTrue(self.driver.find_element(By.ID, "version").text.startswith("v"))
 
         # The simulator: a built-in scenario, drawn per run.

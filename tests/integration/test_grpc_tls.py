@@ -17,7 +17,7 @@ import time
 
 from certs import check_renewal, make_ca, make_certificate, require_openssl
 from harness import (FRAME_GOAWAY, FRAME_SETTINGS, HOST, HTTP2_PREFACE, SluiceTestCase, frame_types,
-                     metric_value, server_block)
+                     metric_value, request, server_block)
 
 POLICY = ("policies:\n"
           "  - name: api\n"
@@ -90,6 +90,9 @@ class GrpcTlsTest(SluiceTestCase):
     def test_http2_over_tls_reaches_grpc_and_its_close_reaches_the_client(self):
         s = self.start(idle_timeout="1s")
         self.assertRegex(s.output(), r"event=start listener=grpc .* tls=on")
+        grpc = request(s.admin_port, "GET", "/v1/status").json()["listeners"][-1]
+        self.assertEqual((grpc["name"], grpc["listen"], grpc["tls"]),
+                         ("grpc", "127.0.0.1:%d" % s.grpc_port, "on"))
         conn = self.connect(s)
         self.assertEqual(conn.selected_alpn_protocol(), "h2")
         self.assertIn(conn.version(), ("TLSv1.2", "TLSv1.3"))

@@ -16,7 +16,7 @@ import warnings
 
 from certs import check_renewal, make_ca, make_certificate, require_openssl
 from harness import (HOST, SluiceTestCase, metric_value, parse_raw_response, raw_exchange,
-                     run_check, server_block)
+                     request, run_check, server_block)
 
 POLICY = """\
 policies:
@@ -370,6 +370,12 @@ routes:
         self.assertEqual(served(s.port, "other.test"), "server")  # no certificate names it
         self.assertEqual(served(s.port, None), "server")          # no SNI
         self.assertEqual(served(s.port, "b.c.apps.test"), "server")  # * is one label
+        # /v1/status tells which listeners speak TLS.
+        status = request(s.admin_port, "GET", "/v1/status").json()
+        self.assertEqual([(l["name"], l["listen"], l["tls"]) for l in status["listeners"]],
+                         [("main", "127.0.0.1:%d" % s.port, "on"),
+                          ("decision", "127.0.0.1:%d" % s.decision_port, "mutual"),
+                          ("admin", "127.0.0.1:%d" % s.admin_port, "off")])
         # A certificate chosen by name still requires the client's.
         self.assertEqual(served(s.decision_port, "login.test", client="client"), "login")
         with self.assertRaises((ssl.SSLError, ConnectionResetError)):

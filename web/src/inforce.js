@@ -1,6 +1,6 @@
 // What is in force: the policies and their limits (GET /v1/config), the
-// config file, when it was loaded and the last reload error, the store
-// (GET /v1/status); and the header's version and uptime.
+// config file, when it was loaded and the last reload error, the listeners
+// and the store (GET /v1/status); and the header's version and uptime.
 
 import {byId, fill, h, setText} from './dom.js';
 import {fmtAgo, fmtDateTime, fmtInt, fmtMs} from './format.js';
@@ -76,6 +76,16 @@ export function renderStatus(status) {
     box.hidden = true;
   }
   byId('inforce').classList.toggle('has-error', Boolean(error));
+
+  // Where each listener is, and which speak TLS (where the server says it).
+  const listeners = status.listeners;
+  byId('listeners').hidden = byId('listeners-label').hidden = !Array.isArray(listeners);
+  if (Array.isArray(listeners)) {
+    fill('listeners', listeners.map((l, i) => [i ? ' · ' : null, String(l.name) + ' ',
+      h('code', {}, String(l.listen)),
+      l.tls === 'on' || l.tls === 'mutual'
+        ? [' ', h('span', {class: 'badge badge-ok'}, l.tls === 'mutual' ? 'mutual TLS' : 'TLS')] : null]));
+  }
 
   const store = status.store || {};
   const memory = store.memory;
