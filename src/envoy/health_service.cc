@@ -15,15 +15,15 @@ namespace {
 namespace health = ::grpc::health::v1;
 using Status = health::HealthCheckResponse::ServingStatus;
 
-class HealthService final : public health::Health::CallbackService {
+class Health final : public HealthService {
  public:
-  HealthService(std::function<bool()> ready, std::vector<std::string> names)
+  Health(std::function<bool()> ready, std::vector<std::string> names)
       : ready_(std::move(ready)), names_(std::move(names)) {
     ticker_ = std::thread([this] { Tick(); });
   }
 
   // After the server: its streams are done.
-  ~HealthService() override {
+  ~Health() override {
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
@@ -46,6 +46,14 @@ class HealthService final : public health::Health::CallbackService {
     return reactor;
   }
 
+  void LookNow() override {
+    {
+      std::lock_guard lock(mu_);
+      look_now_ = true;
+    }
+    wake_.notify_all();
+  }
+
   grpc::ServerWriteReactor<health::HealthCheckResponse>* Watch(
       grpc::CallbackServerContext*, const health::HealthCheckRequest* request) override {
     auto* watcher = new Watcher(*this, Known(request->service()));
@@ -63,7 +71,7 @@ class HealthService final : public health::Health::CallbackService {
   // is the service's mutex's.
   class Watcher final : public grpc::ServerWriteReactor<health::HealthCheckResponse> {
    public:
-    Watcher(HealthService& service, bool known) : service_(service), known_(known) {}
+    Watcher(Health& service, bool known) : service_(service), known_(known) {}
 
     // Writes the status if it changed and no write is in flight. Under the
     // service's mutex.
@@ -101,7 +109,7 @@ class HealthService final : public health::Health::CallbackService {
     }
 
    private:
-    HealthService& service_;
+    Health& service_;
     const bool known_;
     health::HealthCheckResponse response_;
     bool sent_ = false;
@@ -120,7 +128,10 @@ class HealthService final : public health::Health::CallbackService {
 
   void Tick() {
     std::unique_lock lock(mu_);
-    while (!wake_.wait_for(lock, kLookEvery, [this] { return stopping_; })) {
+    for (;;) {
+      wake_.wait_for(lock, kLookEvery, [this] { return stopping_ || look_now_; });
+      if (stopping_) return;
+      look_now_ = false;
       for (Watcher* watcher : watchers_) watcher->Send();
     }
   }
@@ -130,15 +141,16 @@ class HealthService final : public health::Health::CallbackService {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;                   // under mu_
+  bool look_now_ = false;                   // under mu_
   absl::flat_hash_set<Watcher*> watchers_;  // under mu_
   std::thread ticker_;
 };
 
 }  // namespace
 
-std::unique_ptr<health::Health::CallbackService> MakeHealthService(std::function<bool()> ready,
-                                                                   std::vector<std::string> names) {
-  return std::make_unique<HealthService>(std::move(ready), std::move(names));
+std::unique_ptr<HealthService> MakeHealthService(std::function<bool()> ready,
+                                                 std::vector<std::string> names) {
+  return std::make_unique<Health>(std::move(ready), std::move(names));
 }
 
 }  // namespace sluice::envoy

@@ -9,8 +9,8 @@
 // (envoyproxy/ratelimit's "ratelimit", the services served); any other
 // name is NOT_FOUND, as the protocol says. Watch sends the status at once,
 // then each change, looked at every second by a thread of the service's
-// (SERVICE_UNKNOWN for another name, the stream kept open); the server's
-// shutdown cancels the streams.
+// (SERVICE_UNKNOWN for another name, the stream kept open); LookNow at the
+// server's shutdown sends NOT_SERVING before the shutdown cancels them.
 //
 // Includes the gRPC and protobuf headers: only rls_server.cc includes it.
 //
@@ -28,8 +28,15 @@
 
 namespace sluice::envoy {
 
-std::unique_ptr<::grpc::health::v1::Health::CallbackService> MakeHealthService(
-    std::function<bool()> ready, std::vector<std::string> names);
+class HealthService : public ::grpc::health::v1::Health::CallbackService {
+ public:
+  // Looks at `ready` now, not at the next second, and tells the watchers
+  // what changed (a shutdown: NOT_SERVING before their streams end).
+  virtual void LookNow() = 0;
+};
+
+std::unique_ptr<HealthService> MakeHealthService(std::function<bool()> ready,
+                                                 std::vector<std::string> names);
 
 }  // namespace sluice::envoy
 

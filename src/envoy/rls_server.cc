@@ -651,6 +651,7 @@ class RlsServerImpl final : public RlsServer {
 
   void Shutdown(Duration within) override {
     shutting_down_.store(true, std::memory_order_relaxed);  // health checks: NOT_SERVING
+    if (health_ != nullptr) health_->LookNow();             // watchers told before it goes
     std::lock_guard lock(mu_);
     if (server_ == nullptr || shutdown_.joinable()) return;
     const auto deadline =
@@ -740,9 +741,9 @@ class RlsServerImpl final : public RlsServer {
   std::unique_ptr<Service> service_;           // declared before server_: outlives it
   rls::RateLimitService::AsyncService async_;  // the same
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;  // the same
-  std::vector<std::thread> pollers_;   // one per queue: takes its calls, answers them
-  std::unique_ptr<RlqsService> rlqs_;  // the same
-  std::unique_ptr<::grpc::health::v1::Health::CallbackService> health_;  // the same
+  std::vector<std::thread> pollers_;       // one per queue: takes its calls, answers them
+  std::unique_ptr<RlqsService> rlqs_;      // the same
+  std::unique_ptr<HealthService> health_;  // the same
   std::atomic<bool> shutting_down_{false};
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> gate_;  // declared after server_: stopped before it goes

@@ -839,12 +839,25 @@ TEST_F(RlsTest, GrpcsHealthServiceSaysWhetherItServes) {
   auto unknown = stub->Watch(&unknown_context, request);
   ASSERT_TRUE(unknown->Read(&r));
   EXPECT_EQ(r.status(), health::HealthCheckResponse::SERVICE_UNKNOWN);
-  // The server going away ends the streams (they are cancelled).
+  // A shutdown: NOT_SERVING at once (not at the next second's look), then
+  // the streams end.
   context.TryCancel();
   EXPECT_FALSE(watch->Read(&r));
   EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  grpc::ClientContext last_context;
+  last_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  request.set_service("");
+  auto last = stub->Watch(&last_context, request);
+  ASSERT_TRUE(last->Read(&r));
+  EXPECT_EQ(r.status(), health::HealthCheckResponse::SERVING);
+  const auto shutdown_at = std::chrono::steady_clock::now();
   server_->Shutdown(Duration::Millis(100));
+  ASSERT_TRUE(last->Read(&r));
+  EXPECT_EQ(r.status(), health::HealthCheckResponse::NOT_SERVING);
+  EXPECT_LT(std::chrono::steady_clock::now() - shutdown_at, std::chrono::milliseconds(500));
   server_->Wait();
+  EXPECT_FALSE(last->Read(&r));
+  EXPECT_NE(last->Finish().error_code(), grpc::StatusCode::OK);
   EXPECT_FALSE(unknown->Read(&r));
   EXPECT_NE(unknown->Finish().error_code(), grpc::StatusCode::OK);
 }
