@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "server/server.h"
+#include "server/setup.h"
 #include "sluice/algorithm.h"
 #include "sluice/build_info.h"
 #include "sluice/config.h"
@@ -89,7 +90,8 @@ int Explain(const std::string& algorithm_name, const std::string& rate_text, int
 }
 
 // `sluice serve`: the gateway, the decision API and the admin endpoints.
-// `--check` and `--check-config` stop after reading the config.
+// `--check` and `--check-config` stop after reading the config and making
+// its TLS contexts.
 int Serve(const std::string& config_path, bool check_only) {
   // The config is read here, once; the source re-reads it on SIGHUP and
   // when the file changes.
@@ -101,6 +103,12 @@ int Serve(const std::string& config_path, bool check_only) {
   }
   const sluice::Config* config = &(*source)->initial();
   if (check_only) {
+    // The TLS files made into contexts, as a start makes them: a key that
+    // is not its certificate's fails here, not at the start.
+    if (absl::Status tls = sluice::server::CheckTlsFiles(*config); !tls.ok()) {
+      std::cerr << "sluice: " << tls.message() << "\n";
+      return 2;
+    }
     for (const std::string& line : sluice::ConfigWarnings(*config)) {
       std::cerr << "sluice: warning: " << line << "\n";
     }

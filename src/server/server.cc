@@ -51,19 +51,6 @@ using metrics::Metrics;
 using policy::PolicySet;
 using policy::RequestFacts;
 
-// The TLS context of a listener's `tls` (null when it has none): its files
-// read now.
-absl::StatusOr<std::shared_ptr<tls::Context>> ListenerContext(const std::optional<ListenerTls>& t,
-                                                              std::string_view who) {
-  if (!t.has_value()) return nullptr;
-  return tls::ServerContext({.cert_file = t->cert_file,
-                             .key_file = t->key_file,
-                             .ca_file = t->client_ca_file,
-                             .peer_name = t->client_name,
-                             .by_name = t->certificates},
-                            who);
-}
-
 // What a connection is read and written through: the socket itself, or TLS
 // on it.
 template <bool kTls>
@@ -1023,20 +1010,11 @@ class ServerImpl final : public Server {
     absl::StatusOr<std::shared_ptr<tls::Context>> decision =
         ListenerContext(config.server.decision.tls, "server.decision.tls");
     if (!decision.ok()) return decision.status();
-    auto upstreams = std::make_shared<ServerState::UpstreamContexts>();
-    for (const RouteConfig& route : config.routes) {
-      if (!route.upstream_tls) continue;
-      absl::StatusOr<std::shared_ptr<tls::Context>> made =
-          tls::ClientContext({.cert_file = route.upstream_cert_file,
-                              .key_file = route.upstream_key_file,
-                              .ca_file = route.upstream_ca_file},
-                             Cat("routes \"", route.name, "\" upstream tls"));
-      if (!made.ok()) return made.status();
-      (*upstreams)[route.name] = *std::move(made);
-    }
+    absl::StatusOr<std::shared_ptr<UpstreamContexts>> upstreams = MakeUpstreamContexts(config);
+    if (!upstreams.ok()) return upstreams.status();
     state_->gateway_tls.store(*std::move(gateway));
     state_->decision_tls.store(*std::move(decision));
-    state_->upstream_tls.store(std::move(upstreams));
+    state_->upstream_tls.store(*std::move(upstreams));
     return absl::OkStatus();
   }
 

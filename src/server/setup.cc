@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "base/cat.h"
@@ -263,6 +264,56 @@ absl::StatusOr<std::unique_ptr<RedisStore>> ConnectRedis(const RedisStoreOptions
   }
   AddRedisMetrics(metrics, redis->get());
   return redis;
+}
+
+absl::StatusOr<std::shared_ptr<tls::Context>> ListenerContext(const std::optional<ListenerTls>& t,
+                                                              std::string_view who,
+                                                              tls::Protocol protocol) {
+  if (!t.has_value()) return nullptr;
+  return tls::ServerContext({.cert_file = t->cert_file,
+                             .key_file = t->key_file,
+                             .ca_file = t->client_ca_file,
+                             .peer_name = t->client_name,
+                             .by_name = t->certificates},
+                            who, protocol);
+}
+
+absl::StatusOr<std::shared_ptr<UpstreamContexts>> MakeUpstreamContexts(const Config& config) {
+  auto upstreams = std::make_shared<UpstreamContexts>();
+  for (const RouteConfig& route : config.routes) {
+    if (!route.upstream_tls) continue;
+    absl::StatusOr<std::shared_ptr<tls::Context>> made =
+        tls::ClientContext({.cert_file = route.upstream_cert_file,
+                            .key_file = route.upstream_key_file,
+                            .ca_file = route.upstream_ca_file},
+                           internal::Cat("routes \"", route.name, "\" upstream tls"));
+    if (!made.ok()) return made.status();
+    (*upstreams)[route.name] = *std::move(made);
+  }
+  return upstreams;
+}
+
+absl::Status CheckTlsFiles(const Config& config) {
+  for (const auto& [tls, who, protocol] :
+       {std::tuple{&config.server.tls, "server.tls", tls::Protocol::kHttp11},
+        {&config.server.decision.tls, "server.decision.tls", tls::Protocol::kHttp11},
+        {config.grpc ? &config.grpc->tls : nullptr, "grpc.tls", tls::Protocol::kHttp2}}) {
+    if (tls == nullptr) continue;
+    if (absl::Status s = ListenerContext(*tls, who, protocol).status(); !s.ok()) return s;
+  }
+  if (absl::Status s = MakeUpstreamContexts(config).status(); !s.ok()) return s;
+  if (config.store.redis.has_value() && config.store.redis->tls.enabled) {
+    const RedisTls& t = config.store.redis->tls;
+    if (absl::Status s =
+            tls::ClientContext(
+                {.cert_file = t.cert_file, .key_file = t.key_file, .ca_file = t.ca_file},
+                "redis tls")
+                .status();
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace sluice::server

@@ -9,11 +9,17 @@
 #include <span>
 #include <vector>
 
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "metrics/metrics.h"
 #include "server/loop.h"
 #include "sluice/config.h"
 #include "sluice/store/redis_store.h"
+#include "tls/context.h"
 
 namespace sluice::server {
 
@@ -64,6 +70,24 @@ absl::StatusOr<std::vector<std::unique_ptr<Acceptor>>> Listen(
 // exported as sluice_redis_* gauges.
 absl::StatusOr<std::unique_ptr<RedisStore>> ConnectRedis(const RedisStoreOptions& options,
                                                          metrics::Metrics& metrics);
+
+// The TLS context of a listener's `tls` (null when it has none), its files
+// read now; `protocol` is the one chosen by ALPN.
+absl::StatusOr<std::shared_ptr<tls::Context>> ListenerContext(
+    const std::optional<ListenerTls>& t, std::string_view who,
+    tls::Protocol protocol = tls::Protocol::kHttp11);
+
+// The client contexts of the routes to https:// upstreams, by route name,
+// their files read now.
+using UpstreamContexts = absl::flat_hash_map<std::string, std::shared_ptr<tls::Context>>;
+absl::StatusOr<std::shared_ptr<UpstreamContexts>> MakeUpstreamContexts(const Config& config);
+
+// Every TLS file of `config` made into the context that will use it (the
+// listeners' tls, grpc.tls, the https upstreams', store.redis.tls), as a
+// start makes them: the first error a start would meet (a key that is not
+// its certificate's, a file that holds no certificate), for `sluice serve
+// --check`.
+absl::Status CheckTlsFiles(const Config& config);
 
 }  // namespace sluice::server
 

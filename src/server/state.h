@@ -87,7 +87,7 @@ struct ServerState {
   // The client contexts of the routes to https:// upstreams, by route name,
   // as last loaded (their upstream_ca_file read then).
   using UpstreamContexts = absl::flat_hash_map<std::string, std::shared_ptr<tls::Context>>;
-  std::atomic<std::shared_ptr<const UpstreamContexts>> upstream_tls;
+  std::atomic<std::shared_ptr<const UpstreamContexts>> upstream_tls;  // setup.h's same type
   // For the admin listener: where the config comes from (null in tests that
   // build a server without one), when the process started, and each
   // policy's decisions per second (sampled by the server).

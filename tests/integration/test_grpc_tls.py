@@ -17,7 +17,7 @@ import time
 
 from certs import check_renewal, make_ca, make_certificate, require_openssl
 from harness import (FRAME_GOAWAY, FRAME_SETTINGS, HOST, HTTP2_PREFACE, SluiceTestCase, frame_types,
-                     metric_value, request, server_block)
+                     metric_value, request, run_check, server_block)
 
 POLICY = ("policies:\n"
           "  - name: api\n"
@@ -141,6 +141,14 @@ class GrpcTlsTest(SluiceTestCase):
         conn = self.connect(s, client="envoy")
         conn.sendall(HTTP2_PREFACE)
         self.assertIn(FRAME_SETTINGS, self.read_frames(conn, FRAME_SETTINGS))
+
+    def test_check_finds_a_key_that_is_not_the_certificates(self):
+        config = (server_block() + "grpc:\n  listen: 127.0.0.1:0\n"
+                  "  tls: {cert_file: %s, key_file: %s}\n" % (self.cert("renewed.pem"),
+                                                             self.cert("server.key")))
+        code, out, err = run_check(config + POLICY, self.tmpdir)
+        self.assertNotEqual(code, 0)
+        self.assertIn("grpc.tls key_file %s: key values mismatch" % self.cert("server.key"), err)
 
     def test_tls_connections_count_against_max_connections(self):
         s = self.start(max_connections=2)

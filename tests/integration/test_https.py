@@ -412,6 +412,10 @@ routes:
             ("tls: {cert_file: %s, key_file: missing.key}" % self.cert("server.pem"),
              "missing.key"),
             ("decision: {tls: %s}" % self.tls_block(), "decision.listen, which is not set"),
+            # A key that is not the certificate's: found by --check, as by a start.
+            ("tls: {cert_file: %s, key_file: %s}" % (self.cert("renewed.pem"),
+                                                    self.cert("server.key")),
+             "server.tls key_file %s: key values mismatch" % self.cert("server.key")),
         ]
         for line, expected in cases:
             with self.subTest(line=line):
