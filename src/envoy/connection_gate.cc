@@ -407,8 +407,8 @@ class GateImpl final : public ConnectionGate {
                   error == SSL_ERROR_WANT_WRITE ? EPOLLOUT : EPOLLIN | EPOLLRDHUP);
           return;
         }
-        handshake_failed_->Add();
-        End(r, true);
+        handshake_failed_->Add();  // OpenSSL has sent its alert, if it could
+        End(r, false);
         return;
       }
       if (!HandOff(r)) return;
