@@ -1,5 +1,6 @@
 // Fuzz target: an Envoy ShouldRateLimit request (RLS v3) as the rate limit
-// service decides it: the protobuf parsed from the bytes, then the service's
+// service decides it: the protobuf parsed from the bytes (or, for bytes that
+// start with `{`, from JSON, as POST /json reads it), then the service's
 // own handler (its checks and bounds, the rules' match, the request's limit
 // overrides, `replaces`, the decisions and the answer: statuses, headers,
 // body), on the rules of a fixed config and a memory store whose clock
@@ -16,6 +17,7 @@
 #include <string_view>
 
 #include <google/protobuf/stubs/logging.h>
+#include <google/protobuf/util/json_util.h>
 
 #include "envoy/rls_service.h"
 #include "metrics/metrics.h"
@@ -127,7 +129,20 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rls::RateLimitRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  // An input that starts with `{` is read as the decision API's POST /json
+  // reads its body (protobuf's JSON form), its answer written back as JSON;
+  // any other as the binary message gRPC delivers.
+  const bool json = size > 0 && data[0] == '{';
+  if (json) {
+    const std::string text(reinterpret_cast<const char*>(data), size);
+    if (!google::protobuf::util::JsonStringToMessage(text, &request,
+                                                     google::protobuf::util::JsonParseOptions())
+             .ok()) {
+      return 0;
+    }
+  } else if (!request.ParseFromArray(data, static_cast<int>(size))) {
+    return 0;
+  }
   rls::RateLimitResponse response;
   grpc::ServerUnaryReactor* reactor = TheFixture().service->ShouldRateLimit(
       static_cast<grpc::CallbackServerContext*>(nullptr), &request, &response);
@@ -135,6 +150,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // status per descriptor, or none when the request was refused.
   if (response.statuses_size() != 0 && response.statuses_size() != request.descriptors_size()) {
     __builtin_trap();
+  }
+  if (json) {
+    std::string answer;
+    if (!google::protobuf::util::MessageToJsonString(response, &answer).ok()) __builtin_trap();
   }
   reactor->OnDone();  // what gRPC calls once the answer is sent: frees it
   return 0;
