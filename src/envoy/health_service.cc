@@ -87,7 +87,8 @@ class Health final : public HealthService {
       std::lock_guard lock(service_.mu_);
       writing_ = false;
       if (!ok) {
-        Finish(grpc::Status::CANCELLED);
+        // The stream is gone (a cancel, whose OnCancel may have finished it).
+        if (!finished_) Finish(grpc::Status::CANCELLED);
         finished_ = true;
         return;
       }
