@@ -19,10 +19,12 @@
 // 100 ms, so a flood of refused connections costs a bounded amount of
 // work): a slot gRPC freed is seen within that time.
 //
-// With TLS (Options::tls), the gate is the TLS end: it makes the handshake
-// (within handshake_timeout, as the first bytes), then hands gRPC one end of
-// a socket pair and relays between it and the client's connection,
-// decrypting what comes in and encrypting what goes out, on its thread.
+// With TLS (Options::tls), the gate is the TLS end: a connection that sent
+// its first bytes goes to one of its relay threads (Options::relay_threads,
+// in turn), which makes the handshake (within handshake_timeout of the
+// accept, as the first bytes), then hands gRPC one end of a socket pair and
+// relays between it and the client's connection, decrypting what comes in
+// and encrypting what goes out.
 // gRPC 1.51 takes a descriptor only for plaintext
 // (grpc_server_add_channel_from_fd "currently only supports insecure server
 // credentials"); its own TLS listener would bring back the unbounded
@@ -31,7 +33,8 @@
 // too old, shut down) reaches the client as close_notify.
 //
 // Thread-safety: Listen, Start, Close and Stop from one thread, SetTls from
-// any; the gate's own thread (Start runs it, Stop ends it) does the rest.
+// any; the gate's own thread (Start runs it, Stop ends it) accepts, and the
+// relay threads do the rest; `hand_off` is called from any of them.
 #ifndef SLUICE_ENVOY_CONNECTION_GATE_H_
 #define SLUICE_ENVOY_CONNECTION_GATE_H_
 
@@ -55,6 +58,8 @@ class ConnectionGate {
     // Non-null: TLS on every connection, with this context (HTTP/2 by
     // ALPN, tls::Protocol::kHttp2).
     std::shared_ptr<tls::Context> tls;
+    // With tls: the threads that make the handshakes and relay (at least 1).
+    int relay_threads = 1;
   };
 
   // Listens on `where` (its first address, as the HTTP listeners do);

@@ -557,7 +557,8 @@ class RlsServerImpl final : public RlsServer {
         ConnectionGate::Listen(grpc.listen,
                                {.max_connections = grpc.max_connections,
                                 .handshake_timeout = grpc.handshake_timeout,
-                                .tls = (*snapshot)->tls},
+                                .tls = (*snapshot)->tls,
+                                .relay_threads = QueueCount(config)},
                                *options_.metrics);
     if (!gate.ok()) return gate.status();
     grpc::ServerBuilder builder;

@@ -669,6 +669,7 @@ TEST_F(RlsTest, ItsCallsHaveAThreadPerWorkerThread) {
   CPU_ZERO(&cpus);
   ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
   EXPECT_EQ(ThreadsNamed("sluice-grpc"), CPU_COUNT(&cpus));
+  EXPECT_EQ(ThreadsNamed("sluice-grpc-tls"), 0);  // no grpc.tls
   for (int threads : {3, 1}) {
     Config config = FleetConfig();
     config.server.threads = threads;
@@ -731,7 +732,10 @@ TEST_F(RlsTest, OverMutualTlsCallsAreAnsweredAndStrangersRefused) {
   config.grpc->tls = ListenerTls{.cert_file = certs.Path("server", "pem"),
                                  .key_file = certs.Path("server", "key"),
                                  .client_ca_file = certs.Path("ca", "pem")};
+  config.server.threads = 3;  // three relay threads, connections given to each in turn
   StartWith(config);
+  EXPECT_EQ(ThreadsNamed("sluice-grpc-tls"), 3);
+  // Each stub its own connection.
   const auto stub = [&](const std::string& client) {
     const std::string target = "127.0.0.1:" + std::to_string(server_->port());
     grpc::SslCredentialsOptions options{.pem_root_certs = certs.Text("ca", "pem")};
@@ -740,6 +744,7 @@ TEST_F(RlsTest, OverMutualTlsCallsAreAnsweredAndStrangersRefused) {
       options.pem_cert_chain = certs.Text(client, "pem");
     }
     grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetSslTargetNameOverride("localhost");
     return rls::RateLimitService::NewStub(
         grpc::CreateCustomChannel(target, grpc::SslCredentials(options), args));
@@ -754,6 +759,7 @@ TEST_F(RlsTest, OverMutualTlsCallsAreAnsweredAndStrangersRefused) {
   EXPECT_EQ(Ok("fleet", {{{"user", long_user}}}).statuses(0).limit_remaining(), 1u);
   std::vector<Entries> many(256, Entries{{"user", "u2"}});
   EXPECT_EQ(Ok("fleet", many).overall_code(), Response::OVER_LIMIT);
+  // Calls at once on one connection, and on six (two on each relay thread).
   std::vector<std::thread> callers;
   std::atomic<int> answered{0};
   for (int t = 0; t < 4; ++t) {
@@ -766,6 +772,25 @@ TEST_F(RlsTest, OverMutualTlsCallsAreAnsweredAndStrangersRefused) {
   }
   for (std::thread& c : callers) c.join();
   EXPECT_EQ(answered.load(), 100);
+  std::vector<std::unique_ptr<rls::RateLimitService::Stub>> stubs;
+  for (int i = 0; i < 6; ++i) stubs.push_back(stub("client"));
+  callers.clear();
+  answered = 0;
+  for (int t = 0; t < 6; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        Response r;
+        answered += stubs[static_cast<size_t>(t)]
+                        ->ShouldRateLimit(
+                            &context, Request("fleet", {{{"user", "d" + std::to_string(t)}}}), &r)
+                        .ok();
+      }
+    });
+  }
+  for (std::thread& c : callers) c.join();
+  EXPECT_EQ(answered.load(), 120);
 
   // No certificate, one of another authority, no TLS at all: refused.
   for (const char* client : {"", "stranger"}) {
