@@ -100,6 +100,16 @@ struct EnvoyDomain {
   friend bool operator==(const EnvoyDomain&, const EnvoyDomain&) = default;
 };
 
+// The names of envoyproxy/ratelimit's three limit headers (its
+// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER; for the
+// request, LIMIT_REQUEST_*_HEADER), its defaults by default.
+struct EnvoyLimitHeaders {
+  std::string limit = "RateLimit-Limit";
+  std::string remaining = "RateLimit-Remaining";
+  std::string reset = "RateLimit-Reset";
+  friend bool operator==(const EnvoyLimitHeaders&, const EnvoyLimitHeaders&) = default;
+};
+
 // Config::envoy: the domains of `envoy:` (inline) then of `envoy_files:`, in
 // order; no domain appears twice (with envoy_merge_domains, its later
 // appearances' descriptors are added to the first).
@@ -109,6 +119,13 @@ struct EnvoyConfig {
   // it had shadow_mode, and a call OVER_LIMIT by a limit the request itself
   // gave answered OK.
   bool shadow_mode = false;
+  // envoy_limit_headers (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED
+  // and LIMIT_REQUEST_HEADERS_ENABLED): the limit, remaining and reset of the
+  // descriptor nearest its limit (the last one over it, on OVER_LIMIT), in
+  // response_headers_to_add and request_headers_to_add, beside sluice's own
+  // RateLimit fields.
+  std::optional<EnvoyLimitHeaders> response_limit_headers;
+  std::optional<EnvoyLimitHeaders> request_limit_headers;
 };
 
 struct EnvoyParseOptions {

@@ -73,6 +73,8 @@ class Parser : public internal::YamlReader {
   absl::Status ReadStore(const Value& v, StoreConfig& out) const;
   absl::Status ReadRedisTls(const Value& v, RedisTls& out) const;
   absl::Status ReadListenerTls(const Value& v, std::optional<ListenerTls>& out) const;
+  absl::Status ReadEnvoyLimitHeaders(const Value& v, bool legacy_headers,
+                                     std::optional<EnvoyLimitHeaders>& out) const;
   absl::StatusOr<std::string> ReadPemFile(const Value& v) const;
   absl::Status ReadRedisNodes(const Value& v, std::string_view example_port,
                               std::vector<std::string>& out) const;
@@ -460,6 +462,49 @@ absl::StatusOr<std::string> Parser::ReadPemFile(const Value& v) const {
 
 // server.tls, server.decision.tls and grpc.tls: the listener's certificate and key,
 // and the authorities of its clients' certificates for mutual TLS.
+// `true` (envoyproxy/ratelimit's names), `false`, or {limit, remaining,
+// reset}: the names, each a header name sluice does not send itself.
+absl::Status Parser::ReadEnvoyLimitHeaders(const Value& v, bool legacy_headers,
+                                           std::optional<EnvoyLimitHeaders>& out) const {
+  if (v.node.IsScalar()) {
+    SLUICE_ASSIGN_OR_RETURN(const bool on, ReadBool(v));
+    if (on) out.emplace();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Fields> f =
+      ReadMap(v, "true, or a map of header names", {"limit", "remaining", "reset"});
+  if (!f.ok()) return f.status();
+  EnvoyLimitHeaders names;
+  std::vector<std::string> seen;
+  for (const auto& [key, name] : {std::pair{"limit", &names.limit},
+                                  {"remaining", &names.remaining},
+                                  {"reset", &names.reset}}) {
+    if (const Value* x = f->Find(key)) {
+      SLUICE_ASSIGN_OR_RETURN(*name, ReadScalar(*x, "a header name such as RateLimit-Limit"));
+      if (!IsToken(*name) || name->size() > internal::kMaxNameLength) {
+        return Fail(*x, Cat("\"", *name, "\" is not a header name of at most ",
+                            internal::kMaxNameLength, " bytes"));
+      }
+    }
+    const std::string lower = internal::AsciiLower(*name);
+    const bool legacy = lower == "x-ratelimit-limit" || lower == "x-ratelimit-remaining" ||
+                        lower == "x-ratelimit-reset";
+    if (lower == "ratelimit" || lower == "ratelimit-policy" || lower == "retry-after" ||
+        lower == "content-type" || (legacy && legacy_headers)) {
+      return Fail(f->Find(key) != nullptr ? *f->Find(key) : v,
+                  Cat("\"", *name, "\": sluice sends this header itself",
+                      legacy ? " (server.legacy_headers)" : ""));
+    }
+    if (std::find(seen.begin(), seen.end(), lower) != seen.end()) {
+      return Fail(f->Find(key) != nullptr ? *f->Find(key) : v,
+                  Cat("\"", *name, "\" names two of limit, remaining and reset"));
+    }
+    seen.push_back(lower);
+  }
+  out = std::move(names);
+  return absl::OkStatus();
+}
+
 absl::Status Parser::ReadListenerTls(const Value& v, std::optional<ListenerTls>& out) const {
   absl::StatusOr<Fields> f = ReadMap(
       v, kMapOfKeys, {"cert_file", "key_file", "client_ca_file", "client_name", "certificates"});
@@ -1015,7 +1060,7 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
       ReadMap(root, kMapOfKeys,
               {"server", "store", "trusted_proxies", "real_ip_header", "client_ip_prefix", "routes",
                "policies", "grpc", "envoy", "envoy_files", "envoy_shadow_mode",
-               "envoy_merge_domains", "rlqs"});
+               "envoy_merge_domains", "envoy_limit_headers", "rlqs"});
   if (!f.ok()) return f.status();
   if (const Value* x = f->Find("server")) SLUICE_RETURN_IF_ERROR(ReadServer(*x, config.server));
   if (const Value* x = f->Find("store")) SLUICE_RETURN_IF_ERROR(ReadStore(*x, config.store));
@@ -1120,6 +1165,20 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
     if (!envoy_rules) return Fail(*x, "shadows the envoy rules: set envoy or envoy_files");
     SLUICE_ASSIGN_OR_RETURN(shadow_mode, ReadBool(*x));
   }
+  std::optional<EnvoyLimitHeaders> response_headers, request_headers;
+  if (const Value* x = f->Find("envoy_limit_headers")) {
+    if (!envoy_rules) return Fail(*x, "names headers of the envoy rules: set envoy or envoy_files");
+    absl::StatusOr<Fields> h = ReadMap(*x, kMapOfKeys, {"response", "request"});
+    if (!h.ok()) return h.status();
+    if (const Value* r = h->Find("response")) {
+      SLUICE_RETURN_IF_ERROR(
+          ReadEnvoyLimitHeaders(*r, config.server.legacy_headers, response_headers));
+    }
+    if (const Value* r = h->Find("request")) {
+      SLUICE_RETURN_IF_ERROR(
+          ReadEnvoyLimitHeaders(*r, config.server.legacy_headers, request_headers));
+    }
+  }
   if (envoy_rules) {
     auto at = [](const Value* v) {
       return v == nullptr ? std::nullopt
@@ -1130,6 +1189,8 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
                                    {.shared_store = shared_store_, .merge_domains = merge_domains});
     if (!envoy.ok()) return envoy.status();
     (*envoy)->shadow_mode = shadow_mode;
+    (*envoy)->response_limit_headers = std::move(response_headers);
+    (*envoy)->request_limit_headers = std::move(request_headers);
     config.envoy = *std::move(envoy);
   }
   return config;

@@ -420,7 +420,7 @@ TEST(ConfigErrors, UnknownKeysListTheExpectedOnes) {
   EXPECT_EQ(ErrorOf("servr:\n  threads: 2\n"),
             "t.yaml:1: servr: unknown key (expected one of: server, store, trusted_proxies, "
             "real_ip_header, client_ip_prefix, routes, policies, grpc, envoy, envoy_files, "
-            "envoy_shadow_mode, envoy_merge_domains, rlqs)");
+            "envoy_shadow_mode, envoy_merge_domains, envoy_limit_headers, rlqs)");
   EXPECT_EQ(ErrorOf("server:\n  thread: 2\n"),
             "t.yaml:2: server.thread: unknown key (expected one of: listen, admin, threads, "
             "max_connections, max_header_bytes, max_body_bytes, read_timeout, idle_timeout, "

@@ -192,6 +192,51 @@ TEST(EnvoyConfigErrors, EnvoyShadowModeNeedsRulesToShadow) {
             "t.yaml:2: envoy_shadow_mode: expected true or false, got \"1\"");
 }
 
+TEST(EnvoyConfig, EnvoyLimitHeadersNameTheirHeaders) {
+  const std::string rules = "envoy: [{domain: d, descriptors: []}]\n";
+  absl::StatusOr<Config> c = ParseConfig(
+      rules + "envoy_limit_headers:\n  response: true\n  request: {remaining: X-Quota-Left}\n",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->envoy->response_limit_headers, EnvoyLimitHeaders{});  // the peer's names
+  EXPECT_EQ(c->envoy->response_limit_headers->remaining, "RateLimit-Remaining");
+  EXPECT_EQ(c->envoy->request_limit_headers, (EnvoyLimitHeaders{.remaining = "X-Quota-Left"}));
+  c = ParseConfig(rules + "envoy_limit_headers: {response: false}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->envoy->response_limit_headers.has_value());
+  EXPECT_FALSE(c->envoy->request_limit_headers.has_value());
+  // The peer's legacy names are sluice's own only with server.legacy_headers.
+  c = ParseConfig(rules + "envoy_limit_headers: {response: {limit: X-RateLimit-Limit}}\n",
+                  "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->envoy->response_limit_headers->limit, "X-RateLimit-Limit");
+}
+
+TEST(EnvoyConfigErrors, EnvoyLimitHeadersAreHeaderNamesOfTheirOwn) {
+  const std::string rules = "envoy: [{domain: d, descriptors: []}]\n";
+  EXPECT_EQ(ConfigErrorOf("envoy_limit_headers: {response: true}\n"),
+            "t.yaml:1: envoy_limit_headers: names headers of the envoy rules: set envoy or "
+            "envoy_files");
+  EXPECT_EQ(ConfigErrorOf(rules + "envoy_limit_headers: {response: {limit: \"a b\"}}\n"),
+            "t.yaml:2: envoy_limit_headers.response.limit: \"a b\" is not a header name of at "
+            "most 128 bytes");
+  EXPECT_EQ(ConfigErrorOf(rules + "envoy_limit_headers: {request: {reset: ratelimit}}\n"),
+            "t.yaml:2: envoy_limit_headers.request.reset: \"ratelimit\": sluice sends this "
+            "header itself");
+  EXPECT_EQ(ConfigErrorOf("server: {legacy_headers: true}\n" + rules +
+                          "envoy_limit_headers: {response: {remaining: X-RateLimit-Remaining}}\n"),
+            "t.yaml:3: envoy_limit_headers.response.remaining: \"X-RateLimit-Remaining\": sluice "
+            "sends this header itself (server.legacy_headers)");
+  EXPECT_EQ(ConfigErrorOf(rules + "envoy_limit_headers: {response: {reset: RateLimit-Limit}}\n"),
+            "t.yaml:2: envoy_limit_headers.response.reset: \"RateLimit-Limit\" names two of limit, "
+            "remaining and reset");
+  EXPECT_EQ(ConfigErrorOf(rules + "envoy_limit_headers: {response: maybe}\n"),
+            "t.yaml:2: envoy_limit_headers.response: expected true or false, got \"maybe\"");
+  EXPECT_EQ(ConfigErrorOf(rules + "envoy_limit_headers: {respons: true}\n"),
+            "t.yaml:2: envoy_limit_headers.respons: unknown key (expected one of: response, "
+            "request)");
+}
+
 TEST(EnvoyConfigErrors, EnvoyMergeDomainsRefusesADescriptorTwice) {
   const std::string twice =
       "envoy_merge_domains: true\nenvoy:\n  - domain: d\n    descriptors:\n      - key: k\n"

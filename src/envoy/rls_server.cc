@@ -384,6 +384,43 @@ class Service final : public rls::RateLimitService::CallbackService {
   std::atomic<int64_t> async_calls_{0};
 };
 
+// envoy_limit_headers, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED
+// and LIMIT_REQUEST_HEADERS_ENABLED: the limit, what remains and the
+// seconds to its reset of the status nearest its limit among those with a
+// limit (the first with the least remaining), or of the last one over its
+// limit; none when no status has a limit.
+void AddLimitHeaders(const RlsServer::Snapshot& snapshot, rls::RateLimitResponse& response) {
+  const rls::RateLimitResponse::DescriptorStatus* nearest = nullptr;
+  for (const rls::RateLimitResponse::DescriptorStatus& status : response.statuses()) {
+    if (!status.has_current_limit()) continue;
+    if (status.code() == rls::RateLimitResponse::OVER_LIMIT || nearest == nullptr ||
+        (nearest->code() != rls::RateLimitResponse::OVER_LIMIT &&
+         status.limit_remaining() < nearest->limit_remaining())) {
+      nearest = &status;
+    }
+  }
+  if (nearest == nullptr) return;
+  const google::protobuf::Duration& reset = nearest->duration_until_reset();
+  // Whole seconds, rounded up: never sooner than the reset.
+  const int64_t reset_s = reset.seconds() + (reset.nanos() > 0 ? 1 : 0);
+  const std::string limit = std::to_string(nearest->current_limit().requests_per_unit());
+  const std::string remaining = std::to_string(nearest->limit_remaining());
+  const std::string reset_after = std::to_string(reset_s);
+  for (const auto& [names, add] :
+       {std::pair{&snapshot.response_limit_headers,
+                  &rls::RateLimitResponse::add_response_headers_to_add},
+        {&snapshot.request_limit_headers, &rls::RateLimitResponse::add_request_headers_to_add}}) {
+    if (!names->has_value()) continue;
+    const EnvoyLimitHeaders& n = **names;
+    for (const auto& [name, value] :
+         {std::pair{&n.limit, &limit}, {&n.remaining, &remaining}, {&n.reset, &reset_after}}) {
+      auto* h = (response.*add)();
+      h->set_key(*name);
+      h->set_value(*value);
+    }
+  }
+}
+
 void Call::Complete(const policy::Verdict& verdict) {
   // An error (a key the store refused, a store without on_store_error
   // cover) fails the whole call; Envoy then applies its failure_mode_deny.
@@ -436,6 +473,9 @@ void Call::Complete(const policy::Verdict& verdict) {
     auto* h = response->add_response_headers_to_add();
     h->set_key(std::string(name));
     h->set_value(std::string(value));
+  }
+  if (snapshot->response_limit_headers || snapshot->request_limit_headers) {
+    AddLimitHeaders(*snapshot, *response);
   }
   service->Finish(*this, grpc::Status::OK);
 }
@@ -719,6 +759,10 @@ class RlsServerImpl final : public RlsServer {
     snapshot->rules = *std::move(rules);
     snapshot->legacy_headers = config.server.legacy_headers;
     snapshot->shadow = options.shadow;
+    if (config.envoy != nullptr) {
+      snapshot->response_limit_headers = config.envoy->response_limit_headers;
+      snapshot->request_limit_headers = config.envoy->request_limit_headers;
+    }
     snapshot->rlqs = config.rlqs;
     if (config.grpc.has_value() && config.grpc->tls.has_value()) {
       const ListenerTls& t = *config.grpc->tls;

@@ -276,6 +276,66 @@ TEST_F(RlsTest, ShadowModeCountsButNeverDenies) {
                               "outcome=\"allowed\"} 1"));
 }
 
+TEST_F(RlsTest, EnvoyLimitHeadersTellTheDescriptorNearestItsLimit) {
+  // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED and
+  // LIMIT_REQUEST_HEADERS_ENABLED, beside sluice's own RateLimit fields.
+  absl::StatusOr<Config> config = ParseConfig(R"(
+grpc: {listen: 127.0.0.1:0}
+envoy_limit_headers:
+  response: true
+  request: {limit: X-Quota, remaining: X-Quota-Left, reset: X-Quota-Reset}
+envoy:
+  - domain: d
+    descriptors:
+      - key: a
+        rate_limit: {unit: minute, requests_per_unit: 5}
+      - key: b
+        rate_limit: {unit: hour, requests_per_unit: 3}
+      - key: u
+        rate_limit: {unlimited: true}
+)",
+                                              "rls.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  StartWith(*config);
+  const auto request_header = [](const Response& r, std::string_view name) {
+    for (const auto& h : r.request_headers_to_add()) {
+      if (h.key() == name) return h.value();
+    }
+    return std::string("(absent)");
+  };
+  // b (2 left of 3 an hour) is nearer its limit than a (4 of 5 a minute).
+  Response r = Ok("d", {{{"a", "x"}}, {{"b", "x"}}, {{"u", "x"}}});
+  EXPECT_EQ(Header(r, "RateLimit-Limit"), "3");
+  EXPECT_EQ(Header(r, "RateLimit-Remaining"), "2");
+  EXPECT_EQ(Header(r, "RateLimit-Reset"), "3600");
+  EXPECT_EQ(Header(r, "RateLimit-Policy"), "\"d.a\";q=5;w=60, \"d.b\";q=3;w=3600");
+  EXPECT_EQ(request_header(r, "X-Quota"), "3");
+  EXPECT_EQ(request_header(r, "X-Quota-Left"), "2");
+  EXPECT_EQ(request_header(r, "X-Quota-Reset"), "3600");
+  EXPECT_EQ(request_header(r, "RateLimit-Limit"), "(absent)");
+  // The least left is told, whichever descriptor has it.
+  clock_.Advance(Duration::Seconds(20));
+  r = Ok("d", {{{"a", "y"}}, {{"a", "y"}}, {{"b", "x"}}});
+  EXPECT_EQ(r.statuses(1).limit_remaining(), 3u);
+  EXPECT_EQ(r.statuses(2).limit_remaining(), 1u);
+  EXPECT_EQ(Header(r, "RateLimit-Remaining"), "1");
+  r = Ok("d", {{{"b", "x"}}, {{"a", "z"}}});
+  EXPECT_EQ(Header(r, "RateLimit-Limit"), "3");
+  EXPECT_EQ(Header(r, "RateLimit-Remaining"), "0");
+  // Over its limit, b is told whatever is nearer: 0 left, reset as the
+  // window ends (3600 s after it began, 20 s ago).
+  r = Ok("d", {{{"a", "w"}}, {{"b", "x"}}});
+  EXPECT_EQ(r.overall_code(), Response::OVER_LIMIT);
+  EXPECT_EQ(Header(r, "RateLimit-Limit"), "3");
+  EXPECT_EQ(Header(r, "RateLimit-Remaining"), "0");
+  EXPECT_EQ(Header(r, "RateLimit-Reset"), "3580");
+  EXPECT_EQ(request_header(r, "X-Quota-Left"), "0");
+  // No limit applies: nothing to tell.
+  r = Ok("d", {{{"u", "x"}}, {{"other", "x"}}});
+  EXPECT_EQ(Header(r, "RateLimit-Limit"), "(absent)");
+  EXPECT_EQ(r.request_headers_to_add_size(), 0);
+}
+
 TEST_F(RlsTest, EnvoyShadowModeShadowsEveryRule) {
   // envoyproxy/ratelimit's SHADOW_MODE: decided and counted, never denied;
   // a limit the request gives itself too.

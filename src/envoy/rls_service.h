@@ -20,8 +20,10 @@ namespace sluice::envoy {
 
 struct RlsServer::Snapshot {
   std::shared_ptr<const policy::RuleSet> rules;
-  bool legacy_headers = false;     // server.legacy_headers
-  bool shadow = false;             // envoy_shadow_mode
+  bool legacy_headers = false;  // server.legacy_headers
+  bool shadow = false;          // envoy_shadow_mode
+  // envoy_limit_headers: envoyproxy/ratelimit's three limit headers.
+  std::optional<EnvoyLimitHeaders> response_limit_headers, request_limit_headers;
   std::optional<RlqsConfig> rlqs;  // the quota service's rules
   // grpc.tls's context, its files read for this snapshot (null: no TLS).
   std::shared_ptr<tls::Context> tls;
