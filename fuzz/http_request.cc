@@ -89,10 +89,15 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
     facts.body_methods = body_methods;
   }
   sluice::fuzz::DecideRequest(set, set.Matching(facts), facts, route->name);
+  const bool upgrade = route->websocket && sluice::server::IsWebSocketHandshake(req);
   Request upstream = req;
   sluice::server::TargetForUpstream(upstream, route->upstream);
   // Then Forward: what goes to the upstream (a throw here is a crash).
   sluice::server::ToUpstream(upstream, peer_ip, "");
+  if (upgrade) {  // a WebSocket handshake: still one request without a body
+    upstream.Set("Connection", "upgrade");
+    upstream.Set("Upgrade", "websocket");
+  }
   // What the upstream reads, read by Beast's own request parser.
   std::string bytes;
   const std::string_view body = upstream.AppendHead(bytes);
@@ -108,7 +113,9 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
   }
   int hosts = 0;
   for (const auto& f : sent.get()) {
-    if (sluice::server::IsHopByHop(f.name()) || f.name() == http::field::expect ||
+    const bool upgrading =  // the two a WebSocket handshake keeps, as set above
+        upgrade && (f.name() == http::field::connection || f.name() == http::field::upgrade);
+    if ((sluice::server::IsHopByHop(f.name()) && !upgrading) || f.name() == http::field::expect ||
         beast::iequals(f.name_string(), "Sluice-Shadow-Denied") ||
         f.name_string().find('_') != beast::string_view::npos) {
       __builtin_trap();  // a field that must not reach the upstream

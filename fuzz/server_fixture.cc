@@ -50,6 +50,10 @@ routes:
   - name: api
     match: {path_prefix: /api/, host: api.example.com}
     upstream: http://127.0.0.1:3001
+  - name: live
+    match: {path_prefix: /live/}
+    upstream: http://127.0.0.1:3002
+    websocket: true
   - name: app
     match: {path_prefix: /}
     upstream: http://127.0.0.1:3000

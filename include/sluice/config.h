@@ -166,6 +166,11 @@ struct RouteConfig {
   // host_header: upstream: the request goes with the upstream's own name as
   // Host (NGINX proxy_pass's default), not the client's.
   bool upstream_host = false;
+  // A WebSocket handshake (GET with Upgrade: websocket) is passed to the
+  // upstream, and once it answers 101 the connection is a tunnel between
+  // the client and the upstream. Otherwise Upgrade is dropped, as every
+  // hop-by-hop field.
+  bool websocket = false;
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 

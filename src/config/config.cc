@@ -663,7 +663,7 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
   absl::StatusOr<Fields> f =
       ReadMap(v, kMapOfKeys,
               {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name",
-               "upstream_cert_file", "upstream_key_file", "host_header"});
+               "upstream_cert_file", "upstream_key_file", "host_header", "websocket"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -702,6 +702,9 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
                           host, "\""));
     }
     out.upstream_host = host == "upstream";
+  }
+  if (const Value* x = f->Find("websocket")) {
+    SLUICE_ASSIGN_OR_RETURN(out.websocket, ReadBool(*x));
   }
   return absl::OkStatus();
 }

@@ -916,6 +916,11 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
   EXPECT_FALSE(c.routes[0].upstream_host);
   c = Load("routes:\n  - name: a\n    upstream: https://a\n    host_header: upstream\n");
   EXPECT_TRUE(c.routes[0].upstream_host);
+  EXPECT_FALSE(c.routes[0].websocket);
+  c = Load("routes:\n  - name: a\n    upstream: http://a\n    websocket: true\n");
+  EXPECT_TRUE(c.routes[0].websocket);
+  EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a\n    websocket: sometimes\n"),
+            "t.yaml:4: routes[0].websocket: expected true or false, got \"sometimes\"");
   c = Load(
       "routes:\n  - name: a\n    upstream: https://10.0.0.7\n    upstream_server_name: "
       "billing.internal\n");

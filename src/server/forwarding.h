@@ -83,6 +83,28 @@ void ForEachConnectionName(std::string_view value, F f) {
   }
 }
 
+// Whether `req` is a WebSocket opening handshake (RFC 6455 section 4.1): a
+// GET over HTTP/1.1 without a body, whose Connection fields name
+// `upgrade` and whose Upgrade fields name `websocket` (either in a list,
+// in any case).
+inline bool IsWebSocketHandshake(const HttpRequest& req) {
+  namespace http = boost::beast::http;
+  if (req.method() != http::verb::get || req.version() != 11) return false;
+  bool connection = false, websocket = false;
+  for (const ParsedFields::Field& f : req.fields) {
+    if (!f.kept) continue;
+    if (f.name == http::field::content_length && req.Value(f) != "0") return false;
+    if (f.name == http::field::transfer_encoding) return false;
+    if (f.name == http::field::connection || f.name == http::field::upgrade) {
+      bool& named = f.name == http::field::connection ? connection : websocket;
+      const std::string_view want = f.name == http::field::connection ? "upgrade" : "websocket";
+      ForEachConnectionName(req.Value(f),
+                            [&](std::string_view n) { named = named || SameName(n, want); });
+    }
+  }
+  return connection && websocket;
+}
+
 // How many names a Connection field may list for DropHopByHop to compare
 // them with each field as it walks the fields.
 inline constexpr size_t kNamedInWalk = 8;

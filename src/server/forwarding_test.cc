@@ -117,6 +117,32 @@ void PlainToUpstream(BeastRequest& req, std::string_view peer_ip, std::string_vi
   req.prepare_payload();
 }
 
+TEST(ForwardingTest, AWebSocketHandshakeIsAGetThatAsksForWebsocketAndUpgrade) {
+  const std::string tail = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+  const auto is = [&](const std::string& head) {
+    return IsWebSocketHandshake(ParseRequest(head + tail));
+  };
+  EXPECT_TRUE(is("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"));
+  // Lists and any case, as browsers and proxies write them.
+  EXPECT_TRUE(
+      is("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\n"
+         "Connection: keep-alive, upgrade\r\n"));
+  EXPECT_TRUE(
+      is("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: h2c, websocket\r\n"
+         "Connection: x\r\nConnection: UPGRADE\r\nContent-Length: 0\r\n"));
+  // Not one: no Connection naming upgrade, another protocol, not a GET,
+  // not HTTP/1.1, a body.
+  EXPECT_FALSE(is("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n"));
+  EXPECT_FALSE(is("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: close\r\n"));
+  EXPECT_FALSE(is("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n"));
+  EXPECT_FALSE(is("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websockets\r\nConnection: Upgrade\r\n"));
+  EXPECT_FALSE(is("POST /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"));
+  EXPECT_FALSE(is("GET /ws HTTP/1.0\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"));
+  EXPECT_FALSE(
+      IsWebSocketHandshake(ParseRequest("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n"
+                                        "Connection: Upgrade\r\nContent-Length: 2\r\n\r\nab")));
+}
+
 TEST(ForwardingTest, FieldsWithUnderscoresGoOnlyWhenTheOperatorSaysSo) {
   const std::string raw =
       "GET /a HTTP/1.1\r\nHost: h\r\nX_Api_Key: real\r\nX-Api-Key: fresh\r\n"

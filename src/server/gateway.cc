@@ -73,6 +73,28 @@ class SlotHold {
   // They are held again (policy::Reacquire).
   void Resume() { active_ = true; }
 
+  // What holds the slots from now on, given back when it goes (a tunnel's
+  // end): null when there are none. `applied` and `verdict` are those this
+  // was made with, moved; `set` keeps the policies they point into.
+  std::shared_ptr<void> Keep(std::vector<policy::Applied> applied, policy::Verdict verdict,
+                             std::shared_ptr<const PolicySet> set) {
+    if (!active_ || !verdict.allowed || !policy::Holds(applied, verdict)) return nullptr;
+    active_ = false;
+    struct Kept {
+      Kept(std::vector<policy::Applied> a, policy::Verdict v, std::shared_ptr<const PolicySet> s,
+           const Clock& c)
+          : applied(std::move(a)), verdict(std::move(v)), set(std::move(s)), clock(c) {}
+      Kept(const Kept&) = delete;
+      Kept& operator=(const Kept&) = delete;
+      ~Kept() { policy::Release(applied, verdict, clock.Now()); }
+      std::vector<policy::Applied> applied;
+      policy::Verdict verdict;
+      std::shared_ptr<const PolicySet> set;
+      const Clock& clock;
+    };
+    return std::make_shared<Kept>(std::move(applied), std::move(verdict), std::move(set), clock_);
+  }
+
  private:
   bool active_ = true;
   const std::vector<policy::Applied>& applied_;
@@ -152,6 +174,10 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     if (!marker.empty()) marker += ", ";
     marker += Cat("\"", name, "\"");
   }
+  // A WebSocket handshake on a route that tunnels them: Upgrade and
+  // Connection go to the upstream (they are hop-by-hop: ToUpstream drops
+  // them), on a connection of its own.
+  const bool upgrade = route->websocket && IsWebSocketHandshake(req);
   TargetForUpstream(req, route->upstream);
   if (route->upstream_host) {
     req.Set("Host", HostPortText(route->upstream, route->upstream_tls ? 443 : 80));
@@ -165,11 +191,15 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   ToUpstream(
       req, peer_ip, marker, sc.underscores_in_headers,
       [&] { return policy::FromTrustedProxy(peer_ip, set->config().trusted_proxies); }, ctx.secure);
+  if (upgrade) {
+    req.Set("Connection", "upgrade");
+    req.Set("Upgrade", "websocket");
+  }
   boost::system::error_code ec;
   const std::string tls_key = route->upstream_tls ? TlsPoolKey(*route) : std::string();
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::unique_ptr<UpstreamConnection> upstream;
-    if (attempt == 0) {
+    if (attempt == 0 && !upgrade) {
       upstream = route->upstream_tls ? w.tls_pool.Take(tls_key) : w.pool.Take(route->upstream);
     }
     const bool reused = upstream != nullptr;
@@ -248,10 +278,22 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       break;
     }
     if (parser->get().status == 101) {
-      // sluice forwards no Upgrade (a hop-by-hop field) and tunnels
-      // nothing: relayed, the answer would leave the client waiting on a
-      // protocol that never comes. The connection is not reused either.
-      reply = UpstreamError(ctx.state, *route, http::error::bad_status, "exchange");
+      // Only a WebSocket handshake passed on is switched (it asked for
+      // nothing else): relayed, any other 101 would leave the client
+      // waiting on a protocol that never comes. The connection is not
+      // reused either.
+      const std::optional<std::string_view> said = parser->get().Find(http::field::upgrade);
+      if (!upgrade || !said || !SameName(*said, "websocket")) {
+        reply = UpstreamError(ctx.state, *route, http::error::bad_status, "exchange",
+                              "a switch of protocols the client did not ask for");
+        break;
+      }
+      deadline.Never();  // the tunnel has its own (server.idle_timeout)
+      Relayed& tunnel = reply.emplace<Relayed>();
+      tunnel.answer = parser->release();
+      (void)ForClient(tunnel.answer, 11, true, false);  // a 101 has no body to frame
+      tunnel.upgrade = "websocket";
+      tunnel.tunnel = std::move(upstream);
       break;
     }
     const bool reusable = parser->keep_alive() && buffer.size() == 0;  // the upstream's say
@@ -282,6 +324,10 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   // The true cost, from the upstream's answer (docs/settled-costs.md).
   policy::SettleCosts(applied, ev, [&answer](std::string_view name) { return answer.Find(name); });
   relayed.fields = std::move(headers);
+  if (relayed.tunnel != nullptr) {
+    // The tunnel holds the request's concurrency slots while it is open.
+    relayed.hold = hold.Keep(std::move(applied), std::move(ev), ctx.set);
+  }
 }
 
 }  // namespace sluice::server

@@ -253,6 +253,13 @@ struct Worker {
   // The policies of a request decided at once (AppliedNow), whose room the
   // next such request reuses.
   std::vector<policy::Applied> applied_now;
+  // The open tunnels (a WebSocket relayed, routes[].websocket): their two
+  // sockets, which a drain shuts so that each tunnel ends.
+  struct TunnelEnds {
+    Socket* client;
+    Socket* upstream;
+  };
+  std::list<TunnelEnds*> tunnels;
 };
 
 // The loop's list for the policies of a request decided at once, with

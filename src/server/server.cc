@@ -81,6 +81,89 @@ inline Task<void> WriteRest(TlsSocket& stream, const std::array<net::const_buffe
   return stream.Write(buffers, ec);
 }
 
+// The upstream's end of a tunnel, read and written through TLS for an
+// https:// upstream.
+Task<size_t> ReadUpstream(UpstreamConnection& up, net::mutable_buffer room,
+                          boost::system::error_code& ec) {
+  if (up.tls != nullptr) {
+    co_return co_await up.tls->ReadSome(room, net::redirect_error(kUseAwaitable, ec));
+  }
+  co_return co_await up.socket.ReadSome(room, net::redirect_error(kUseAwaitable, ec));
+}
+Task<void> WriteUpstream(UpstreamConnection& up, std::array<net::const_buffer, 2> data,
+                         boost::system::error_code& ec) {
+  if (up.tls != nullptr) {
+    if (!up.tls->WriteNow(data, ec) && !ec) co_await up.tls->Write(data, ec);
+  } else if (!WriteNow(up.socket, data, ec) && !ec) {
+    co_await net::async_write(up.socket, data, net::redirect_error(kUseAwaitable, ec));
+  }
+}
+
+// A WebSocket relayed (routes[].websocket), once the upstream switched
+// protocols: what either side sends goes to the other as it comes (what
+// each sent beyond the handshake first), until either ends its side or
+// fails, neither sends anything for `idle`, or a drain shuts the tunnel
+// (Worker::tunnels). One coroutine copies each way; when either stops,
+// the other is made to stop, and this returns once both have.
+template <typename Stream>
+Task<void> RunTunnel(Worker& w, Stream& client, Socket& client_socket, Deadline& client_deadline,
+                     beast::flat_buffer& from_client, UpstreamConnection& up, Duration idle) {
+  Worker::TunnelEnds ends{&client_socket, &up.socket};
+  const auto self = w.tunnels.insert(w.tunnels.end(), &ends);
+  Deadline up_deadline(w, up.socket);
+  const auto moved = [&] {
+    client_deadline.After(idle);
+    up_deadline.After(idle);
+  };
+  moved();
+  bool down_done = false;
+  Timer down_ended(w.ioc.get_executor(), Timer::time_point::max());
+  net::co_spawn(
+      w.ioc,
+      [&]() -> Task<void> {  // down: the upstream's bytes to the client
+        boost::system::error_code ec;
+        std::array<char, 16 * 1024> chunk;
+        std::array<net::const_buffer, 2> data{up.buffer.data(), net::const_buffer()};
+        if (data[0].size() > 0 && !WriteNow(client, data, ec) && !ec) {
+          co_await WriteRest(client, data, ec);
+        }
+        up.buffer.consume(up.buffer.size());
+        while (!ec) {
+          const size_t n = co_await ReadUpstream(up, net::buffer(chunk), ec);
+          if (ec || n == 0) break;
+          moved();
+          data = {net::buffer(chunk.data(), n), net::const_buffer()};
+          if (!WriteNow(client, data, ec) && !ec) co_await WriteRest(client, data, ec);
+        }
+        // Nothing more comes from the upstream: the client's side ends too.
+        boost::system::error_code ignored;
+        client_socket.shutdown(Socket::shutdown_receive, ignored);
+        down_done = true;
+        down_ended.cancel();
+      },
+      net::detached);
+  // Up: the client's bytes to the upstream.
+  boost::system::error_code ec;
+  while (!ec) {
+    if (from_client.size() == 0) {
+      const size_t n = co_await client.ReadSome(from_client.prepare(16 * 1024),
+                                                net::redirect_error(kUseAwaitable, ec));
+      if (ec || n == 0) break;
+      from_client.commit(n);
+      moved();
+    }
+    co_await WriteUpstream(up, {from_client.data(), net::const_buffer()}, ec);
+    from_client.consume(from_client.size());
+  }
+  // Nothing more comes from the client: the upstream's side ends, and a
+  // write to the client still waiting for room is given up.
+  boost::system::error_code ignored;
+  up.socket.shutdown(Socket::shutdown_both, ignored);
+  client_socket.cancel(ignored);
+  if (!down_done) co_await down_ended.async_wait(net::redirect_error(kUseAwaitable, ignored));
+  w.tunnels.erase(self);
+}
+
 // Keys of a valid config that are read and not acted on, logged at start.
 void LogWarnings(const Config& config) {
   for (const std::string& line : ConfigWarnings(config)) {
@@ -323,6 +406,11 @@ class ServerImpl final : public Server {
         boost::system::error_code ignored;
         w->acceptor->close(ignored);
         if (w->decision_acceptor != nullptr) w->decision_acceptor->close(ignored);
+        // Open tunnels end now: the drain waits for them as for requests.
+        for (Worker::TunnelEnds* t : w->tunnels) {
+          t->client->shutdown(Socket::shutdown_both, ignored);
+          t->upstream->shutdown(Socket::shutdown_both, ignored);
+        }
       });
     }
     net::post(workers_[0]->ioc, [this] {
@@ -918,6 +1006,16 @@ class ServerImpl final : public Server {
       const std::string_view body = AppendHead(reply, version, keep_alive, head, out);
       std::array<net::const_buffer, 2> answer = Gathered(out, body);
       if (!WriteNow(stream, answer, ec) && !ec) co_await WriteRest(stream, answer, ec);
+      if (Relayed* relayed = std::get_if<Relayed>(&reply);
+          relayed != nullptr && relayed->tunnel != nullptr) {
+        // A WebSocket: the connection is a tunnel now, a request in flight
+        // until it ends (a drain shuts it), and then it is over. One that
+        // opens as a drain begins is not begun.
+        if (!ec && !state_->draining.load()) {
+          co_await RunTunnel(w, stream, socket, deadline, buffer, *relayed->tunnel, idle_timeout);
+        }
+        break;
+      }
       in_flight.reset();
       if (!ec && unread && !keep_alive) co_await Linger(socket, deadline);
       if (!ec && drain && keep_alive) {

@@ -80,10 +80,15 @@ std::string_view AppendResponseHead(Relayed& relayed, bool keep_alive, bool head
     if (!relayed.fields.empty() && Named(name, relayed.fields)) continue;
     AppendField(name, a.Value(f), out);
   }
-  // As Beast's keep_alive() says it for the version.
-  const bool alive = keep_alive && a.keep_alive;
-  if (a.version == 10 && alive) AppendField("Connection", "keep-alive", out);
-  if (a.version != 10 && !alive) AppendField("Connection", "close", out);
+  if (!relayed.upgrade.empty()) {
+    AppendField("Connection", "upgrade", out);
+    AppendField("Upgrade", relayed.upgrade, out);
+  } else {
+    // As Beast's keep_alive() says it for the version.
+    const bool alive = keep_alive && a.keep_alive;
+    if (a.version == 10 && alive) AppendField("Connection", "keep-alive", out);
+    if (a.version != 10 && !alive) AppendField("Connection", "close", out);
+  }
   if (a.length) AppendLength(*a.length, out);
   out += relayed.fields.wire();
   out += "\r\n";

@@ -10,6 +10,7 @@
 #ifndef SLUICE_SERVER_WIRE_H_
 #define SLUICE_SERVER_WIRE_H_
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -20,12 +21,23 @@
 
 namespace sluice::server {
 
+struct UpstreamConnection;  // loop.h
+
 // An upstream's answer relayed (as ForClient left it), and the fields
 // sluice adds to it (the RateLimit fields): written after the upstream's,
 // in place of any of the upstream's with the same name.
 struct Relayed {
   UpstreamAnswer answer;
   HeaderList fields;
+  // A 101 to a WebSocket handshake (routes[].websocket): the protocol the
+  // connection switches to ("websocket", as the upstream said it), written
+  // as the answer's Upgrade field with Connection: upgrade; the connection
+  // to the upstream, now one end of the tunnel; and what the request holds
+  // while the tunnel is open (its concurrency slots), given back when it
+  // goes.
+  std::string upgrade;
+  std::shared_ptr<UpstreamConnection> tunnel;
+  std::shared_ptr<void> hold;
 };
 
 // What the transport writes for a request: an answer of sluice's own, or a
@@ -43,7 +55,8 @@ inline int StatusOf(const Reply& reply) {
 // Connection where the version's default is not `keep_alive`, and
 // Content-Length (none on a 1xx or a 204). A relayed answer is written as
 // ForClient left it (the client's version, the fields kept, the framing),
-// with the Connection field its version needs, and sluice's fields last. `head`: the answer to a
+// with the Connection field its version needs (a switch of protocols:
+// Connection: upgrade and its Upgrade), and sluice's fields last. `head`: the answer to a
 // HEAD, whose Content-Length is that of the body it does not send.
 std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, bool head,
                             std::string& out);

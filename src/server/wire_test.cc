@@ -203,6 +203,17 @@ TEST(WireRelayTest, AStatusOfAnyThreeDigitsKeepsThem) {
   EXPECT_EQ(bytes, BeastBytes(BeastAnswer(upstream)));
 }
 
+TEST(WireRelayTest, ASwitchToWebSocketSaysUpgradeWithItsOwnFields) {
+  Relayed tunnel{Answer("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                        "Connection: Upgrade\r\nSec-WebSocket-Accept: abc=\r\n\r\n",
+                        11, true, false),
+                 {}};
+  tunnel.upgrade = "websocket";
+  EXPECT_EQ(OurBytes(std::move(tunnel), 11, true, false),
+            "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: abc=\r\n"
+            "Connection: upgrade\r\nUpgrade: websocket\r\n\r\n");
+}
+
 INSTANTIATE_TEST_SUITE_P(VersionsKeepAliveHead, WireTest,
                          ::testing::Combine(::testing::Values(10u, 11u), ::testing::Bool(),
                                             ::testing::Bool()));

@@ -1,0 +1,342 @@
+"""WebSockets through the gateway (routes[].websocket): the handshake is
+decided by the policies like any request, passed to the upstream with its
+Upgrade, and once the upstream answers 101 the client's connection and the
+upstream's are one tunnel, until either side ends it, it idles for
+server.idle_timeout, or sluice drains. The upstream here is a small server
+of the test's: it answers the handshake as RFC 6455 says (its
+Sec-WebSocket-Accept), then sends back what it reads; frames are bytes to
+sluice, so the test sends bytes."""
+
+import base64
+import hashlib
+import os
+import socket
+import ssl
+import tempfile
+import threading
+import time
+
+from certs import make_ca, make_certificate, require_openssl
+from harness import HOST, SluiceTestCase, metric_value, server_block
+
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+KEY = "dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455's example
+ACCEPT = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+class WebSocketUpstream:
+    """Answers a handshake with 101 (and a greeting), then echoes; any other
+    request with 200 and the Upgrade field it saw. `refuse`: a handshake gets
+    200 too. Records each request's head and whether each tunnel was closed
+    by its client."""
+
+    def __init__(self, refuse=False, tls=None):
+        self.refuse = refuse
+        self.tls = tls  # an ssl.SSLContext: an https:// upstream
+        self.heads = []
+        self.ended = threading.Event()
+        self.listener = socket.socket()
+        self.listener.bind((HOST, 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.url = "%s://%s:%d" % ("https" if tls else "http", HOST, self.port)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.listener.close()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        if self.tls:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                return
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, rest = data.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            fields = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                fields[name.strip().lower()] = value.strip()
+            self.heads.append((lines[0], fields))
+            if fields.get("upgrade", "").lower() != "websocket" or self.refuse:
+                body = ("upgrade=%s" % fields.get("upgrade", "")).encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                return
+            accept = base64.b64encode(
+                hashlib.sha1(fields["sec-websocket-key"].encode() + GUID).digest())
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                         b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept +
+                         b"\r\n\r\ngreeting;")
+            if rest:
+                conn.sendall(rest)
+            while True:
+                try:
+                    chunk = conn.recv(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    self.ended.set()
+                    break
+                if chunk == b"bye":  # the upstream ends the tunnel
+                    break
+                try:
+                    conn.sendall(chunk)
+                except OSError:
+                    break
+
+
+def handshake(path="/ws", key=KEY, extra=b""):
+    return (("GET %s HTTP/1.1\r\nHost: app.test\r\nUpgrade: websocket\r\n"
+             "Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: %s\r\n"
+             "Sec-WebSocket-Version: 13\r\n\r\n" % (path, key)).encode() + extra)
+
+
+def read_head(conn):
+    """The answer's status line and fields (names lower-cased), and what
+    came after the head."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise AssertionError("closed before a head: %r" % data)
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    fields = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip().lower(), value.strip())
+    return lines[0], fields, rest
+
+
+def read_exactly(conn, n, have=b""):
+    while len(have) < n:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        have += chunk
+    return have
+
+
+def send_while_reading(conn, message, within=10):
+    """Sends `message` on a TLS socket while reading what comes back; what
+    came back once it is as long (or `within` seconds passed)."""
+    import select
+    conn.setblocking(False)
+    sent, back = 0, b""
+    deadline = time.monotonic() + within
+    while len(back) < len(message) and time.monotonic() < deadline:
+        want_write = sent < len(message)
+        r, w, _ = select.select([conn], [conn] if want_write else [], [], 0.5)
+        if r or conn.pending():
+            try:
+                back += conn.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass
+        if w and want_write:
+            try:
+                sent += conn.send(message[sent:sent + 16384])
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass
+    conn.setblocking(True)
+    conn.settimeout(5)
+    return back
+
+
+def closed(conn, within):
+    """Whether the peer closed `conn` within `within` seconds."""
+    conn.settimeout(within)
+    try:
+        while conn.recv(65536):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+class WebSocketTest(SluiceTestCase):
+    def start(self, upstream, websocket=True, limits="{algorithm: token_bucket, rate: 100/s}",
+              route_extra="", **server):
+        return self.start_sluice(
+            server_block(**server) + "routes:\n"
+            "  - {name: app, match: {path_prefix: /}, upstream: %s, websocket: %s%s}\n"
+            "policies:\n"
+            "  - name: sockets\n    match: {path_prefix: /ws}\n    limits: [%s]\n"
+            % (upstream.url, "true" if websocket else "false", route_extra, limits))
+
+    def connect(self, s):
+        conn = socket.create_connection((HOST, s.port), timeout=5)
+        self.addCleanup(conn.close)
+        return conn
+
+    def test_a_websocket_is_a_tunnel_both_ways_until_its_client_ends_it(self):
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        s = self.start(up)
+        conn = self.connect(s)
+        # Bytes sent right behind the handshake reach the upstream too.
+        conn.sendall(handshake(extra=b"early;"))
+        status, fields, rest = read_head(conn)
+        self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
+        self.assertEqual(fields["upgrade"], "websocket")
+        self.assertEqual(fields["connection"].lower(), "upgrade")
+        self.assertEqual(fields["sec-websocket-accept"], ACCEPT)
+        self.assertIn("ratelimit", fields)  # the handshake was decided
+        line, seen = up.heads[0]
+        self.assertEqual(line, "GET /ws HTTP/1.1")
+        self.assertEqual((seen["upgrade"], seen["connection"]), ("websocket", "upgrade"))
+        self.assertEqual(seen["sec-websocket-key"], KEY)
+        self.assertEqual(seen["x-forwarded-for"], "127.0.0.1")
+        self.assertEqual(read_exactly(conn, 15, rest), b"greeting;early;")
+        for message in (b"one", b"x" * 200000, b"three"):
+            conn.sendall(message)
+            self.assertEqual(read_exactly(conn, len(message)), message)
+        self.assertEqual(
+            metric_value(self.metrics(), "sluice_http_responses_total", listener="main",
+                         code="101"), 1)
+        conn.close()
+        self.assertTrue(up.ended.wait(5), "the upstream never saw the tunnel end")
+
+    def test_the_upstream_ends_a_tunnel_and_the_client_sees_it_end(self):
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        s = self.start(up)
+        conn = self.connect(s)
+        conn.sendall(handshake())
+        _, _, rest = read_head(conn)
+        self.assertEqual(read_exactly(conn, 9, rest), b"greeting;")
+        conn.sendall(b"bye")
+        self.assertTrue(closed(conn, 3), "the client's side stayed open")
+        self.assertEqual(self.get("/plain").status, 200)  # and sluice goes on
+
+    def test_without_websocket_on_its_route_the_upgrade_is_not_passed_on(self):
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        s = self.start(up, websocket=False)
+        conn = self.connect(s)
+        conn.sendall(handshake())
+        status, fields, rest = read_head(conn)
+        self.assertEqual(status, "HTTP/1.1 200 OK")
+        self.assertEqual(read_exactly(conn, 8, rest), b"upgrade=")
+        self.assertNotIn("upgrade", up.heads[0][1])
+
+    def test_an_upstream_that_does_not_switch_is_answered_as_usual(self):
+        up = WebSocketUpstream(refuse=True)
+        self.addCleanup(up.close)
+        s = self.start(up)
+        conn = self.connect(s)
+        conn.sendall(handshake())
+        status, fields, rest = read_head(conn)
+        self.assertEqual(status, "HTTP/1.1 200 OK")
+        self.assertEqual(read_exactly(conn, 17, rest), b"upgrade=websocket")
+        # The connection goes on as HTTP: another request on it.
+        conn.sendall(b"GET /other HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        self.assertEqual(read_head(conn)[0], "HTTP/1.1 200 OK")
+
+    def test_a_concurrency_limit_counts_open_websockets(self):
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        s = self.start(up, limits="{algorithm: concurrency, limit: 1, lease_ttl: 60s}")
+        first = self.connect(s)
+        first.sendall(handshake())
+        self.assertEqual(read_head(first)[0], "HTTP/1.1 101 Switching Protocols")
+        second = self.connect(s)
+        second.sendall(handshake())
+        status, fields, _ = read_head(second)
+        self.assertEqual(status, "HTTP/1.1 429 Too Many Requests")
+        self.assertEqual(len(up.heads), 1)  # the denied one never reached it
+        first.close()  # its slot comes back when the tunnel ends
+        deadline = time.monotonic() + 5
+        while True:
+            third = self.connect(s)
+            third.sendall(handshake())
+            status = read_head(third)[0]
+            if status.startswith("HTTP/1.1 101") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
+
+    def test_a_tunnel_idle_for_idle_timeout_is_closed(self):
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        s = self.start(up, idle_timeout="1s")
+        conn = self.connect(s)
+        conn.sendall(handshake())
+        _, _, rest = read_head(conn)
+        self.assertEqual(read_exactly(conn, 9, rest), b"greeting;")
+        # Traffic keeps it open past the timeout...
+        for _ in range(3):
+            time.sleep(0.5)
+            conn.sendall(b"tick")
+            self.assertEqual(read_exactly(conn, 4), b"tick")
+        # ...and silence ends it.
+        t0 = time.monotonic()
+        self.assertTrue(closed(conn, 4), "the idle tunnel was not closed")
+        self.assertGreater(time.monotonic() - t0, 0.9)
+        self.assertTrue(up.ended.wait(5), "the upstream's side was not closed")
+
+    def test_a_drain_ends_open_tunnels_and_does_not_wait_for_them(self):
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        s = self.start(up, drain_timeout="20s")
+        conns = []
+        for _ in range(3):
+            conn = self.connect(s)
+            conn.sendall(handshake())
+            self.assertEqual(read_head(conn)[0], "HTTP/1.1 101 Switching Protocols")
+            conns.append(conn)
+        t0 = time.monotonic()
+        self.assertEqual(s.stop(), 0)
+        self.assertLess(time.monotonic() - t0, 5, "the drain waited for the tunnels")
+        for conn in conns:
+            self.assertTrue(closed(conn, 2))
+
+    def test_over_tls_at_both_ends(self):
+        # An HTTPS listener and an https:// upstream: each side of the tunnel
+        # is read and written through its own TLS, both ways at once.
+        require_openssl()
+        certs = tempfile.mkdtemp(prefix="sluice-ws-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(certs, ignore_errors=True))
+        make_ca(certs, "ca")
+        make_certificate(certs, "server", "ca", "DNS:sluice.test,IP:127.0.0.1", "serverAuth")
+        path = lambda name: os.path.join(certs, name)
+        upstream_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        upstream_tls.load_cert_chain(path("server.pem"), path("server.key"))
+        up = WebSocketUpstream(tls=upstream_tls)
+        self.addCleanup(up.close)
+        s = self.start(up, route_extra=", upstream_ca_file: %s" % path("ca.pem"),
+                       tls="{cert_file: %s, key_file: %s}" % (path("server.pem"),
+                                                              path("server.key")))
+        client_tls = ssl.create_default_context(cafile=path("ca.pem"))
+        conn = client_tls.wrap_socket(socket.create_connection((HOST, s.port), timeout=5),
+                                      server_hostname="sluice.test")
+        self.addCleanup(conn.close)
+        conn.sendall(handshake())
+        status, fields, rest = read_head(conn)
+        self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
+        self.assertEqual(fields["sec-websocket-accept"], ACCEPT)
+        self.assertEqual(read_exactly(conn, 9, rest), b"greeting;")
+        # A large message both ways at once: the client goes on sending
+        # while the echo comes back (one thread: Python's TLS socket is not
+        # for two).
+        message = os.urandom(300000)
+        self.assertEqual(send_while_reading(conn, message), message)
+        conn.close()
+        self.assertTrue(up.ended.wait(5), "the upstream never saw the tunnel end")
