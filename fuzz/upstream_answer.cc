@@ -10,6 +10,7 @@
 // with the upstream's body, framed by one Content-Length of that body
 // (none on a 1xx or 204), no hop-by-hop field but the Connection sluice
 // writes, and the keep-alive sluice decided.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -97,6 +98,57 @@ void Check(const UpstreamAnswer& read, unsigned version, bool client_keep_alive,
   }
 }
 
+// The same answer, its body streamed as it comes (gateway.cc's
+// StreamsItsBody, server.cc's StreamBody): the head as ForClientStreamed
+// framed it, then the body in two parts (split at `cut`), chunked when it
+// said so, and the last chunk. A client must read one whole answer with
+// the upstream's body, ended where sluice says (by the connection's end
+// only for an HTTP/1.0 client of a body of unsaid length).
+void CheckStreamed(const UpstreamAnswer& read, unsigned version, bool client_keep_alive,
+                   size_t cut) {
+  const int status = read.status;
+  if (status / 100 == 1 || status == 204 || status == 304) return;  // never streamed
+  UpstreamAnswer answer = read;
+  const std::string body = answer.body;
+  answer.body.clear();
+  bool chunked = false;
+  if (!sluice::server::ForClientStreamed(answer, version, client_keep_alive, read.said_length,
+                                         chunked)) {
+    return;  // a 502
+  }
+  const bool keep_alive = answer.keep_alive;
+  sluice::server::Relayed relayed{std::move(answer), {{"RateLimit", "x"}}};
+  relayed.body_to_come = true;
+  relayed.chunked = chunked;
+  sluice::server::Reply reply = std::move(relayed);
+  std::string bytes;
+  if (!AppendHead(reply, version, client_keep_alive, false, bytes).empty()) __builtin_trap();
+  cut = std::min(cut, body.size());
+  for (const std::string_view part :
+       {std::string_view(body).substr(0, cut), std::string_view(body).substr(cut)}) {
+    if (part.empty()) continue;
+    if (chunked) {
+      sluice::server::AppendChunk(part, bytes);
+    } else {
+      bytes += part;
+    }
+  }
+  if (chunked) sluice::server::AppendChunk({}, bytes);
+
+  http::response_parser<http::string_body> back;
+  back.body_limit(kBodyLimit);
+  back.eager(true);
+  beast::error_code ec;
+  const size_t used = back.put(boost::asio::buffer(bytes), ec);
+  const bool to_the_end = version == 10 && !read.said_length.has_value();
+  if (ec == http::error::need_more && to_the_end && used == bytes.size()) back.put_eof(ec);
+  if (ec || !back.is_done()) __builtin_trap();  // the client cannot read it, or would wait on
+  if (used != bytes.size()) __builtin_trap();   // bytes after the answer
+  if (back.get().body() != body) __builtin_trap();
+  if (back.get().keep_alive() != keep_alive) __builtin_trap();
+  if (keep_alive && !client_keep_alive) __builtin_trap();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -108,6 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const unsigned version : {10u, 11u}) {
     for (const bool client : {false, true}) {
       for (const bool session : {false, true}) Check(*read, version, client, session, head);
+      if (!head) CheckStreamed(*read, version, client, data[0] >> 1);
     }
   }
   return 0;

@@ -31,6 +31,21 @@ using policy::RequestFacts;
 // The most one read of an upstream's answer asks for.
 constexpr size_t kReadBytes = 64 * 1024;
 
+// A body said to be this long or shorter is read whole before it is
+// relayed; a longer one, or one of a length not said (chunked, or ended by
+// the connection's end), still coming after its head, goes to the client
+// as it comes (Server-Sent Events, downloads, a model's tokens).
+constexpr uint64_t kWholeBodyBytes = 1 << 20;
+
+// Whether `p`'s answer, its head read, streams its body (kWholeBodyBytes).
+bool StreamsItsBody(AnswerParser& p) {
+  if (!p.is_header_done() || p.is_done()) return false;
+  const int s = p.get().status;
+  if (s / 100 == 1 || s == 204 || s == 304) return false;
+  const boost::optional<uint64_t> length = p.content_length();
+  return p.chunked() || !length || *length > kWholeBodyBytes;
+}
+
 // A failed upstream exchange, logged and counted: 504 on a timeout, else 502.
 HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
                          const boost::system::error_code& ec, std::string_view kind,
@@ -254,7 +269,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       parser.emplace();
       parser->body_limit(64 * 1024 * 1024);
       parser->skip(head);  // a response to HEAD has no body, whatever it says
-      while (!ec && !FeedParser(*parser, buffer, ec)) {
+      while (!ec && !FeedParser(*parser, buffer, ec) && !StreamsItsBody(*parser)) {
         const net::mutable_buffer room = buffer.prepare(beast::read_size(buffer, kReadBytes));
         size_t got = 0;
         // (No co_await inside ?: : g++ 12 miscompiles it.)
@@ -296,6 +311,33 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       tunnel.tunnel = std::move(upstream);
       break;
     }
+    if (!parser->is_done()) {
+      // Its body goes to the client as it comes (StreamsItsBody), read by
+      // the connection's coroutine (server.cc) from this connection, which
+      // goes back to its pool if the body ends whole.
+      const boost::optional<uint64_t> said = parser->content_length();
+      UpstreamAnswer answer = parser->release();  // its head, and the body so far
+      parser->get().body.clear();
+      bool chunked = false;
+      if (!ForClientStreamed(answer, client_version, client_keep_alive,
+                             said ? std::optional<uint64_t>(*said) : std::nullopt, chunked)) {
+        reply = UpstreamError(ctx.state, *route, http::error::bad_transfer_encoding, "exchange");
+        break;
+      }
+      parser->body_limit(boost::none);
+      deadline.Never();  // each read has its own (server.upstream_timeout)
+      auto streamed = std::make_shared<StreamedBody>();
+      streamed->parser.emplace(std::move(*parser));
+      streamed->upstream = std::move(upstream);
+      streamed->pool = route->upstream;
+      streamed->tls_pool = tls_key;
+      Relayed& relayed = reply.emplace<Relayed>();
+      relayed.answer = std::move(answer);
+      relayed.streamed = std::move(streamed);
+      relayed.body_to_come = true;
+      relayed.chunked = chunked;
+      break;
+    }
     const bool reusable = parser->keep_alive() && buffer.size() == 0;  // the upstream's say
     UpstreamAnswer answer = parser->release();
     if (!ForClient(answer, client_version, client_keep_alive, head)) {
@@ -324,8 +366,9 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   // The true cost, from the upstream's answer (docs/settled-costs.md).
   policy::SettleCosts(applied, ev, [&answer](std::string_view name) { return answer.Find(name); });
   relayed.fields = std::move(headers);
-  if (relayed.tunnel != nullptr) {
-    // The tunnel holds the request's concurrency slots while it is open.
+  if (relayed.tunnel != nullptr || relayed.streamed != nullptr) {
+    // A tunnel holds the request's concurrency slots while it is open, a
+    // streamed body until it has all gone.
     relayed.hold = hold.Keep(std::move(applied), std::move(ev), ctx.set);
   }
 }

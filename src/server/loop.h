@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <list>
@@ -40,6 +41,7 @@
 #include "server/socket.h"
 #include "server/state.h"
 #include "server/tls_socket.h"
+#include "server/upstream_answer.h"
 #include "sluice/store/store.h"
 
 namespace sluice::server {
@@ -119,6 +121,18 @@ struct UpstreamConnection {
   std::unique_ptr<TlsSocket> tls;  // an https:// upstream's (after `socket`: goes first)
   boost::beast::flat_buffer buffer;
   std::string head;
+};
+
+// An upstream's answer whose body goes to the client as it comes, after its
+// head (gateway.cc decides, the connection's coroutine relays): the
+// upstream's connection, the parser reading the rest of the body, how the
+// client is told where it ends, and the pool the connection goes back to
+// when the body ends whole and the upstream keeps it.
+struct StreamedBody {
+  std::unique_ptr<UpstreamConnection> upstream;
+  std::optional<AnswerParser> parser;
+  HostPort pool;         // an http:// upstream's pool key
+  std::string tls_pool;  // an https:// upstream's (TlsPoolKey); empty: http://
 };
 
 // Idle keep-alive connections to upstreams, per loop (no locking), found
@@ -253,13 +267,16 @@ struct Worker {
   // The policies of a request decided at once (AppliedNow), whose room the
   // next such request reuses.
   std::vector<policy::Applied> applied_now;
-  // The open tunnels (a WebSocket relayed, routes[].websocket): their two
-  // sockets, which a drain shuts so that each tunnel ends.
+  // The open tunnels (a WebSocket relayed, routes[].websocket) and the
+  // bodies being streamed: their two sockets, which a drain shuts so that
+  // each ends (a tunnel when the drain begins, a body when it runs out).
   struct TunnelEnds {
     Socket* client;
     Socket* upstream;
+    bool tunnel;
   };
   std::list<TunnelEnds*> tunnels;
+  std::atomic<int> relaying{0};  // tunnels.size(), for the drain on another loop
 };
 
 // The loop's list for the policies of a request decided at once, with

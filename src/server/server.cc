@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstring>
 #include <functional>
@@ -99,6 +100,81 @@ Task<void> WriteUpstream(UpstreamConnection& up, std::array<net::const_buffer, 2
   }
 }
 
+// Writes `data` to the client, in a chunk of its own when `chunked`;
+// `framed` is room the chunk is made in.
+template <typename Stream>
+Task<void> WriteBodyPart(Stream& client, bool chunked, std::string_view data, std::string& framed,
+                         boost::system::error_code& ec) {
+  std::array<net::const_buffer, 2> parts{net::buffer(data.data(), data.size()),
+                                         net::const_buffer()};
+  if (chunked) {
+    framed.clear();
+    AppendChunk(data, framed);
+    parts[0] = net::buffer(framed);
+  }
+  if (!WriteNow(client, parts, ec) && !ec) co_await WriteRest(client, parts, ec);
+}
+
+// The rest of a streamed answer's body (gateway.cc, StreamsItsBody), from
+// its upstream to the client as it comes: each read of the upstream
+// within `timeout` (server.upstream_timeout), each write to the client
+// within its own `client_timeout`. Once the body has all gone, the
+// upstream's connection goes back to its pool if it keeps it. False when
+// the body was cut short (the upstream failed or was too slow, the client
+// went, or a drain ran out): the client's connection must end then, or it
+// would take what comes next for the rest of the body.
+template <typename Stream>
+Task<bool> StreamBody(Worker& w, Stream& client, Socket& client_socket, Deadline& client_deadline,
+                      Relayed& relayed, Duration timeout, Duration client_timeout) {
+  StreamedBody& b = *relayed.streamed;
+  UpstreamConnection& up = *b.upstream;
+  AnswerParser& parser = *b.parser;
+  Worker::TunnelEnds ends{&client_socket, &up.socket, /*tunnel=*/false};
+  const auto self = w.tunnels.insert(w.tunnels.end(), &ends);
+  w.relaying.fetch_add(1, std::memory_order_relaxed);
+  Deadline up_deadline(w, up.socket);
+  boost::system::error_code ec;
+  std::string framed;
+  client_deadline.After(client_timeout);
+  if (!relayed.answer.body.empty()) {
+    co_await WriteBodyPart(client, relayed.chunked, relayed.answer.body, framed, ec);
+    relayed.answer.body.clear();
+  }
+  while (!ec && !parser.is_done()) {
+    up_deadline.After(timeout);
+    const net::mutable_buffer room = up.buffer.prepare(beast::read_size(up.buffer, 64 * 1024));
+    const size_t got = co_await ReadUpstream(up, room, ec);
+    if (ec == net::error::eof) {
+      EndOfInput(parser, ec);  // a body the connection's end ends, or one cut short
+    } else if (!ec) {
+      up.buffer.commit(got);
+      FeedParser(parser, up.buffer, ec);
+    }
+    std::string& part = parser.get().body;
+    if (!ec && !part.empty()) {
+      client_deadline.After(client_timeout);
+      co_await WriteBodyPart(client, relayed.chunked, part, framed, ec);
+    }
+    part.clear();
+  }
+  w.tunnels.erase(self);
+  w.relaying.fetch_sub(1, std::memory_order_relaxed);
+  if (ec || !parser.is_done()) co_return false;
+  if (relayed.chunked) {
+    co_await WriteBodyPart(client, true, std::string_view(), framed, ec);  // the last chunk
+    if (ec) co_return false;
+  }
+  if (parser.keep_alive() && up.buffer.size() == 0) {
+    up_deadline.Never();
+    if (b.tls_pool.empty()) {
+      w.pool.Give(b.pool, std::move(b.upstream));
+    } else {
+      w.tls_pool.Give(b.tls_pool, std::move(b.upstream));
+    }
+  }
+  co_return true;
+}
+
 // A WebSocket relayed (routes[].websocket), once the upstream switched
 // protocols: what either side sends goes to the other as it comes (what
 // each sent beyond the handshake first), until either ends its side or
@@ -108,8 +184,9 @@ Task<void> WriteUpstream(UpstreamConnection& up, std::array<net::const_buffer, 2
 template <typename Stream>
 Task<void> RunTunnel(Worker& w, Stream& client, Socket& client_socket, Deadline& client_deadline,
                      beast::flat_buffer& from_client, UpstreamConnection& up, Duration idle) {
-  Worker::TunnelEnds ends{&client_socket, &up.socket};
+  Worker::TunnelEnds ends{&client_socket, &up.socket, /*tunnel=*/true};
   const auto self = w.tunnels.insert(w.tunnels.end(), &ends);
+  w.relaying.fetch_add(1, std::memory_order_relaxed);
   Deadline up_deadline(w, up.socket);
   const auto moved = [&] {
     client_deadline.After(idle);
@@ -162,6 +239,7 @@ Task<void> RunTunnel(Worker& w, Stream& client, Socket& client_socket, Deadline&
   client_socket.cancel(ignored);
   if (!down_done) co_await down_ended.async_wait(net::redirect_error(kUseAwaitable, ignored));
   w.tunnels.erase(self);
+  w.relaying.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // Keys of a valid config that are read and not acted on, logged at start.
@@ -408,6 +486,7 @@ class ServerImpl final : public Server {
         if (w->decision_acceptor != nullptr) w->decision_acceptor->close(ignored);
         // Open tunnels end now: the drain waits for them as for requests.
         for (Worker::TunnelEnds* t : w->tunnels) {
+          if (!t->tunnel) continue;  // a body streamed: within drain_timeout
           t->client->shutdown(Socket::shutdown_both, ignored);
           t->upstream->shutdown(Socket::shutdown_both, ignored);
         }
@@ -1006,8 +1085,15 @@ class ServerImpl final : public Server {
       const std::string_view body = AppendHead(reply, version, keep_alive, head, out);
       std::array<net::const_buffer, 2> answer = Gathered(out, body);
       if (!WriteNow(stream, answer, ec) && !ec) co_await WriteRest(stream, answer, ec);
-      if (Relayed* relayed = std::get_if<Relayed>(&reply);
-          relayed != nullptr && relayed->tunnel != nullptr) {
+      Relayed* relayed = std::get_if<Relayed>(&reply);
+      if (relayed != nullptr && relayed->streamed != nullptr) {
+        // The body goes as it comes; the connection ends with a body cut
+        // short, or one the connection's end ends (HTTP/1.0).
+        const bool whole = !ec && co_await StreamBody(w, stream, socket, deadline, *relayed,
+                                                      sc.upstream_timeout, sc.read_timeout);
+        if (!whole || !relayed->answer.keep_alive) keep_alive = false;
+        if (!whole) ec = net::error::connection_aborted;
+      } else if (relayed != nullptr && relayed->tunnel != nullptr) {
         // A WebSocket: the connection is a tunnel now, a request in flight
         // until it ends (a drain shuts it), and then it is over. One that
         // opens as a drain begins is not begun.
@@ -1158,8 +1244,32 @@ class ServerImpl final : public Server {
       boost::system::error_code ec;
       co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
     }
+    const auto relaying = [this] {
+      int n = 0;
+      for (const auto& w : workers_) n += w->relaying.load(std::memory_order_relaxed);
+      return n;
+    };
     if (state_->metrics.in_flight().value() > 0) {
       spdlog::warn("event=drain result=deadline in_flight={}", state_->metrics.in_flight().value());
+    }
+    if (relaying() > 0) {
+      // Bodies still streaming are cut now, so that their requests end (and
+      // give back what they hold) while the stores are there.
+      for (auto& w : workers_) {
+        net::post(w->ioc, [w = w.get()] {
+          boost::system::error_code ignored;
+          for (Worker::TunnelEnds* t : w->tunnels) {
+            t->client->shutdown(Socket::shutdown_both, ignored);
+            t->upstream->shutdown(Socket::shutdown_both, ignored);
+          }
+        });
+      }
+      const auto cut = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (relaying() > 0 && std::chrono::steady_clock::now() < cut) {
+        timer.expires_after(std::chrono::milliseconds(20));
+        boost::system::error_code ec;
+        co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+      }
     }
     for (auto& w : workers_) w->ioc.stop();
   }

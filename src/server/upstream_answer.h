@@ -104,6 +104,36 @@ class AnswerParser final : public WholeMessageParser<false, AnswerParser> {
   return true;
 }
 
+// ForClient for an answer whose body is still coming (streamed as it
+// comes): the hop-by-hop fields dropped as there; its length the one its
+// Content-Length said (`said`), when it said one and had no
+// Transfer-Encoding; else, to an HTTP/1.1 client, sent in chunks
+// (`chunked` set), and to an HTTP/1.0 one, ended by the connection's end
+// (`keep_alive` cleared). False, for an answer that is not to be relayed,
+// as ForClient.
+[[nodiscard]] inline bool ForClientStreamed(UpstreamAnswer& answer, unsigned version,
+                                            bool keep_alive, std::optional<uint64_t> said,
+                                            bool& chunked) {
+  namespace http = boost::beast::http;
+  const Framing framing = DropHopByHop(answer);
+  if (framing.codings.Other()) return false;
+  for (UpstreamAnswer::Field& f : answer.fields) {
+    if (f.name == http::field::content_length) f.kept = false;
+  }
+  answer.version = version;
+  answer.length.reset();
+  chunked = false;
+  if (!framing.transfer_encoding() && said) {
+    answer.length = static_cast<size_t>(*said);
+  } else if (version == 11) {
+    chunked = true;
+  } else {
+    keep_alive = false;
+  }
+  answer.keep_alive = keep_alive;
+  return true;
+}
+
 }  // namespace sluice::server
 
 #endif  // SLUICE_SERVER_UPSTREAM_ANSWER_H_

@@ -1,5 +1,7 @@
 #include "server/wire.h"
 
+#include <charconv>
+
 #include <cstring>
 
 #include <boost/beast/core/string.hpp>
@@ -90,8 +92,10 @@ std::string_view AppendResponseHead(Relayed& relayed, bool keep_alive, bool head
     if (a.version != 10 && !alive) AppendField("Connection", "close", out);
   }
   if (a.length) AppendLength(*a.length, out);
+  if (relayed.chunked) AppendField("Transfer-Encoding", "chunked", out);
   out += relayed.fields.wire();
   out += "\r\n";
+  if (relayed.body_to_come) return {};
   return a.body;
 }
 
@@ -103,6 +107,15 @@ std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, boo
     return AppendAnswerHead(*answer, version, keep_alive, head, out);
   }
   return AppendResponseHead(std::get<Relayed>(reply), keep_alive, head, out);
+}
+
+void AppendChunk(std::string_view data, std::string& out) {
+  char size[20];
+  const auto end = std::to_chars(size, size + sizeof(size), data.size(), 16).ptr;
+  out.append(size, end);
+  out += "\r\n";
+  out.append(data.data(), data.size());
+  out += "\r\n";
 }
 
 }  // namespace sluice::server

@@ -22,6 +22,7 @@
 namespace sluice::server {
 
 struct UpstreamConnection;  // loop.h
+struct StreamedBody;        // loop.h
 
 // An upstream's answer relayed (as ForClient left it), and the fields
 // sluice adds to it (the RateLimit fields): written after the upstream's,
@@ -38,6 +39,12 @@ struct Relayed {
   std::string upgrade;
   std::shared_ptr<UpstreamConnection> tunnel;
   std::shared_ptr<void> hold;
+  // An answer whose body is still coming (ForClientStreamed framed it):
+  // `answer.body` is what came with its head, the rest is read from here,
+  // and `hold` is held until it has all gone.
+  std::shared_ptr<StreamedBody> streamed;
+  bool body_to_come = false;  // streamed: the head is written without a body
+  bool chunked = false;       // a streamed body goes in chunks (its length unknown)
 };
 
 // What the transport writes for a request: an answer of sluice's own, or a
@@ -56,10 +63,16 @@ inline int StatusOf(const Reply& reply) {
 // Content-Length (none on a 1xx or a 204). A relayed answer is written as
 // ForClient left it (the client's version, the fields kept, the framing),
 // with the Connection field its version needs (a switch of protocols:
-// Connection: upgrade and its Upgrade), and sluice's fields last. `head`: the answer to a
+// Connection: upgrade and its Upgrade), and sluice's fields last; a
+// streamed body's head says `Transfer-Encoding: chunked` when it goes in
+// chunks, and its body (none returned) is the relay's to write. `head`: the answer to a
 // HEAD, whose Content-Length is that of the body it does not send.
 std::string_view AppendHead(Reply& reply, unsigned version, bool keep_alive, bool head,
                             std::string& out);
+
+// Appends `data` as one chunk of a chunked body (RFC 9112 section 7.1):
+// its size in hex, CRLF, the data, CRLF. Empty data is the last chunk.
+void AppendChunk(std::string_view data, std::string& out);
 
 }  // namespace sluice::server
 

@@ -214,6 +214,63 @@ TEST(WireRelayTest, ASwitchToWebSocketSaysUpgradeWithItsOwnFields) {
             "Connection: upgrade\r\nUpgrade: websocket\r\n\r\n");
 }
 
+// A head whose body is still coming, as ForClientStreamed frames it for a
+// client of `version`: `raw` is the head and the first part of its body.
+Relayed Streamed(const std::string& raw, unsigned version, bool keep_alive) {
+  AnswerParser parser;
+  parser.eager(true);
+  boost::system::error_code ec;
+  parser.put(boost::asio::buffer(raw), ec);
+  if (ec == http::error::need_more) ec = {};
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(parser.is_header_done());
+  EXPECT_FALSE(parser.is_done());
+  const auto said = parser.content_length();
+  Relayed relayed;
+  relayed.answer = parser.release();
+  EXPECT_TRUE(ForClientStreamed(relayed.answer, version, keep_alive,
+                                said ? std::optional<uint64_t>(*said) : std::nullopt,
+                                relayed.chunked));
+  relayed.body_to_come = true;
+  return relayed;
+}
+
+TEST(WireRelayTest, AStreamedBodysHeadSaysHowItEnds) {
+  // Chunked from the upstream: chunked to an HTTP/1.1 client, as it comes.
+  Relayed chunked = Streamed(
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+      "\r\nb\r\ndata: one\n\n\r\n",
+      11, true);
+  EXPECT_TRUE(chunked.chunked);
+  EXPECT_EQ(chunked.answer.body, "data: one\n\n");  // what the relay writes first
+  std::string out;
+  Reply reply = std::move(chunked);
+  EXPECT_EQ(AppendHead(reply, 11, true, false, out), "");
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n");
+  // A length said: kept, the body not chunked.
+  Relayed sized = Streamed("HTTP/1.1 200 OK\r\nContent-Length: 3000000\r\n\r\nabc", 11, true);
+  EXPECT_FALSE(sized.chunked);
+  out.clear();
+  reply = std::move(sized);
+  EXPECT_EQ(AppendHead(reply, 11, true, false, out), "");
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 3000000\r\n\r\n");
+  // No length, to an HTTP/1.0 client: the connection's end ends it.
+  Relayed old = Streamed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", 10, true);
+  EXPECT_FALSE(old.chunked);
+  EXPECT_FALSE(old.answer.keep_alive);
+  // A coding sluice does not undo is not relayed.
+  AnswerParser coded;
+  boost::system::error_code ec;
+  coded.put(boost::asio::buffer(
+                std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")),
+            ec);
+  UpstreamAnswer answer = coded.release();
+  bool is_chunked = false;
+  EXPECT_FALSE(ForClientStreamed(answer, 11, true, std::nullopt, is_chunked));
+}
+
 INSTANTIATE_TEST_SUITE_P(VersionsKeepAliveHead, WireTest,
                          ::testing::Combine(::testing::Values(10u, 11u), ::testing::Bool(),
                                             ::testing::Bool()));

@@ -1,0 +1,273 @@
+"""Bodies the gateway relays as they come: an upstream's answer whose body
+is still coming after its head, and is chunked, of a length not said, or
+longer than 1 MiB, goes to the client part by part (Server-Sent Events, a
+model's tokens, downloads) instead of being read whole first. The upstream
+here is the test's own: each answer sends part of its body, then waits for
+the test to let it go on, so that what the client has read by then is what
+was relayed before the rest existed."""
+
+import socket
+import threading
+import time
+
+from harness import HOST, SluiceTestCase, server_block
+
+
+class GatedUpstream:
+    """Answers by the path: /events (chunked events), /file (3 MiB with its
+    Content-Length), /cut (a chunk, then the connection's end), /old (no
+    length: the body ends with the connection), /small (a short body).
+    Each sends its first part, then waits for `go` (set by the test)."""
+
+    FILE = bytes(range(256)) * (3 * 4096)  # 3 MiB
+
+    def __init__(self):
+        self.go = threading.Event()
+        self.connections = 0
+        self.listener = socket.socket()
+        self.listener.bind((HOST, 0))
+        self.listener.listen(16)
+        self.url = "http://%s:%d" % (HOST, self.listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.go.set()
+        self.listener.close()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        with conn:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, data = data.split(b"\r\n\r\n", 1)
+                path = head.split(b" ")[1].decode()
+                try:
+                    if not self._answer(conn, path):
+                        return
+                except OSError:
+                    return
+
+    def _answer(self, conn, path):
+        """Answers `path`; whether the connection goes on."""
+        if path == "/events":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            conn.sendall(chunk(b"data: one\n\n"))
+            self.go.wait(10)
+            conn.sendall(chunk(b"data: two\n\n") + chunk(b"data: three\n\n") + b"0\r\n\r\n")
+            return True
+        if path == "/file":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(self.FILE))
+            conn.sendall(self.FILE[:1 << 20])
+            self.go.wait(10)
+            conn.sendall(self.FILE[1 << 20:])
+            return True
+        if path == "/cut":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                         chunk(b"half of it"))
+            self.go.wait(10)
+            return False
+        if path == "/old":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nfirst;")
+            self.go.wait(10)
+            conn.sendall(b"last")
+            return False
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nsmall")
+        return True
+
+
+def chunk(data):
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class Reader:
+    """An HTTP/1.1 client on a raw socket that reads an answer's parts as
+    they come."""
+
+    def __init__(self, port):
+        self.conn = socket.create_connection((HOST, port), timeout=5)
+        self.data = b""
+
+    def close(self):
+        self.conn.close()
+
+    def send(self, path, version="1.1"):
+        self.conn.sendall(("GET %s HTTP/%s\r\nHost: app.test\r\n\r\n" % (path, version)).encode())
+
+    def fill(self, n):
+        """At least `n` bytes buffered, or the connection ended."""
+        while len(self.data) < n:
+            got = self.conn.recv(1 << 20)
+            if not got:
+                return False
+            self.data += got
+        return True
+
+    def take(self, n):
+        self.fill(n)
+        out, self.data = self.data[:n], self.data[n:]
+        return out
+
+    def head(self):
+        while b"\r\n\r\n" not in self.data:
+            got = self.conn.recv(65536)
+            if not got:
+                raise AssertionError("closed before a head: %r" % self.data)
+            self.data += got
+        head, self.data = self.data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        fields = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            fields.setdefault(name.strip().lower(), value.strip())
+        return lines[0], fields
+
+    def chunk(self):
+        """The next chunk's data (b"" for the last one), or None when the
+        connection ended first."""
+        while b"\r\n" not in self.data:
+            got = self.conn.recv(65536)
+            if not got:
+                return None
+            self.data += got
+        size, self.data = self.data.split(b"\r\n", 1)
+        n = int(size, 16)
+        if not self.fill(n + 2):
+            return None
+        data = self.take(n + 2)[:n]
+        return data
+
+    def ended(self, within=3):
+        self.conn.settimeout(within)
+        try:
+            while True:
+                got = self.conn.recv(65536)
+                if not got:
+                    return True
+                self.data += got
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+
+class StreamingTest(SluiceTestCase):
+    def start(self, limits="{algorithm: token_bucket, rate: 100/s}", **server):
+        self.up = GatedUpstream()
+        self.addCleanup(self.up.close)
+        return self.start_sluice(
+            server_block(**server) + "routes:\n"
+            "  - {name: app, match: {path_prefix: /}, upstream: %s}\n"
+            "policies:\n  - name: all\n    match: {path_prefix: /}\n    limits: [%s]\n"
+            % (self.up.url, limits))
+
+    def reader(self, s):
+        r = Reader(s.port)
+        self.addCleanup(r.close)
+        return r
+
+    def test_events_reach_the_client_as_they_come(self):
+        s = self.start()
+        r = self.reader(s)
+        r.send("/events")
+        status, fields = r.head()
+        self.assertEqual(status, "HTTP/1.1 200 OK")
+        self.assertEqual(fields["transfer-encoding"], "chunked")
+        self.assertEqual(fields["content-type"], "text/event-stream")
+        self.assertIn("ratelimit", fields)
+        # The first event, while the upstream has not sent the second yet.
+        self.assertEqual(r.chunk(), b"data: one\n\n")
+        self.up.go.set()
+        rest = []  # chunks as sluice read them (two events may come as one)
+        while (part := r.chunk()):
+            rest.append(part)
+        self.assertEqual(b"".join(rest), b"data: two\n\ndata: three\n\n")
+        self.assertEqual(part, b"")  # the last chunk, not the connection's end
+        # The connection goes on, and so does the upstream's: one for both.
+        r.send("/small")
+        self.assertEqual(r.head()[0], "HTTP/1.1 200 OK")
+        self.assertEqual(r.take(5), b"small")
+        self.assertEqual(self.up.connections, 1)
+
+    def test_a_long_body_goes_as_it_comes_with_its_length(self):
+        s = self.start()
+        r = self.reader(s)
+        r.send("/file")
+        status, fields = r.head()
+        self.assertEqual(fields["content-length"], str(len(GatedUpstream.FILE)))
+        self.assertNotIn("transfer-encoding", fields)
+        self.assertEqual(r.take(1 << 20), GatedUpstream.FILE[:1 << 20])  # before the rest exists
+        self.up.go.set()
+        self.assertEqual(r.take(2 << 20), GatedUpstream.FILE[1 << 20:])
+        r.send("/small")
+        self.assertEqual(r.head()[0], "HTTP/1.1 200 OK")
+
+    def test_a_body_cut_short_ends_the_clients_connection(self):
+        s = self.start()
+        r = self.reader(s)
+        r.send("/cut")
+        r.head()
+        self.assertEqual(r.chunk(), b"half of it")
+        self.up.go.set()  # the upstream closes without the last chunk
+        self.assertIsNone(r.chunk(), "the client was told the body was whole")
+
+    def test_an_http_1_0_client_reads_the_body_to_the_connections_end(self):
+        s = self.start()
+        r = self.reader(s)
+        r.send("/events", version="1.0")
+        status, fields = r.head()
+        self.assertEqual(status, "HTTP/1.0 200 OK")
+        self.assertNotIn("transfer-encoding", fields)
+        self.assertNotIn("content-length", fields)
+        self.assertTrue(r.fill(len(b"data: one\n\n")))
+        self.up.go.set()
+        self.assertTrue(r.ended())
+        self.assertEqual(r.data, b"data: one\n\ndata: two\n\ndata: three\n\n")
+
+    def test_a_concurrency_slot_is_held_until_the_body_has_gone(self):
+        s = self.start(limits="{algorithm: concurrency, limit: 1, lease_ttl: 60s}")
+        first = self.reader(s)
+        first.send("/events")
+        first.head()
+        self.assertEqual(first.chunk(), b"data: one\n\n")
+        second = self.reader(s)
+        second.send("/small")
+        self.assertEqual(second.head()[0], "HTTP/1.1 429 Too Many Requests")
+        self.up.go.set()
+        while first.chunk():
+            pass
+        deadline = time.monotonic() + 5
+        while True:
+            third = self.reader(s)
+            third.send("/small")
+            status = third.head()[0]
+            if status == "HTTP/1.1 200 OK" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, "HTTP/1.1 200 OK")
+
+    def test_a_drain_lets_a_body_stream_for_drain_timeout_then_cuts_it(self):
+        s = self.start(drain_timeout="1s")
+        r = self.reader(s)
+        r.send("/events")
+        r.head()
+        self.assertEqual(r.chunk(), b"data: one\n\n")
+        t0 = time.monotonic()
+        self.assertEqual(s.stop(), 0)  # the upstream never sends the rest
+        elapsed = time.monotonic() - t0
+        self.assertGreater(elapsed, 0.9)
+        self.assertLess(elapsed, 4)
+        self.assertIsNone(r.chunk())
