@@ -65,6 +65,51 @@ HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
           timeout ? "did not answer in time" : Cat("failed: ", error)));
 }
 
+// The reply to an answer whose head has come and that goes on after it
+// (wire.h, Relayed::after), made from `parser` and `upstream` (taken):
+// a 101 to a WebSocket handshake passed on (`upgrade`) becomes a tunnel; a
+// body still coming (StreamsItsBody) is streamed, framed for the client
+// by ForClientStreamed, the connection going back to the route's pool if
+// the body ends whole. False, for a 502: a 101 the client did not ask for
+// (relayed, it would leave the client waiting on a protocol that never
+// comes), or a body sluice cannot relay as it is coded.
+[[gnu::noinline]] bool CarryOn(AnswerParser& parser, std::unique_ptr<UpstreamConnection>& upstream,
+                               const RouteConfig& route, const std::string& tls_key, bool upgrade,
+                               unsigned client_version, bool client_keep_alive, Reply& reply) {
+  namespace http = boost::beast::http;
+  if (parser.get().status == 101) {
+    const std::optional<std::string_view> said = parser.get().Find(http::field::upgrade);
+    if (!upgrade || !said || !SameName(*said, "websocket")) return false;
+    Relayed& tunnel = reply.emplace<Relayed>();
+    tunnel.answer = parser.release();
+    (void)ForClient(tunnel.answer, 11, true, false);  // a 101 has no body to frame
+    tunnel.websocket = true;
+    tunnel.after = std::make_shared<AfterHead>();
+    tunnel.after->upstream = std::move(upstream);
+    return true;
+  }
+  const boost::optional<uint64_t> said = parser.content_length();
+  UpstreamAnswer answer = parser.release();  // its head, and the body so far
+  parser.get().body.clear();
+  bool chunked = false;
+  if (!ForClientStreamed(answer, client_version, client_keep_alive,
+                         said ? std::optional<uint64_t>(*said) : std::nullopt, chunked)) {
+    return false;
+  }
+  parser.body_limit(boost::none);
+  auto after = std::make_shared<AfterHead>();
+  after->parser.emplace(std::move(parser));
+  after->upstream = std::move(upstream);
+  after->pool = route.upstream;
+  after->tls_pool = tls_key;
+  Relayed& relayed = reply.emplace<Relayed>();
+  relayed.answer = std::move(answer);
+  relayed.after = std::move(after);
+  relayed.body_to_come = true;
+  relayed.chunked = chunked;
+  return true;
+}
+
 // Gives back what a verdict holds of concurrency limits when it goes.
 class SlotHold {
  public:
@@ -292,50 +337,18 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       reply = UpstreamError(ctx.state, *route, ec, deadline.expired() ? "timeout" : "exchange");
       break;
     }
-    if (parser->get().status == 101) {
-      // Only a WebSocket handshake passed on is switched (it asked for
-      // nothing else): relayed, any other 101 would leave the client
-      // waiting on a protocol that never comes. The connection is not
-      // reused either.
-      const std::optional<std::string_view> said = parser->get().Find(http::field::upgrade);
-      if (!upgrade || !said || !SameName(*said, "websocket")) {
-        reply = UpstreamError(ctx.state, *route, http::error::bad_status, "exchange",
-                              "a switch of protocols the client did not ask for");
-        break;
+    if (parser->get().status == 101 || !parser->is_done()) [[unlikely]] {
+      // A WebSocket's switch, or a body still coming: out of line.
+      deadline.Never();  // each has its own timeouts (server.cc)
+      if (!CarryOn(*parser, upstream, *route, tls_key, upgrade, client_version, client_keep_alive,
+                   reply)) {
+        reply = UpstreamError(
+            ctx.state, *route,
+            parser->get().status == 101 ? http::error::bad_status
+                                        : http::error::bad_transfer_encoding,
+            "exchange",
+            parser->get().status == 101 ? "a switch of protocols the client did not ask for" : "");
       }
-      deadline.Never();  // the tunnel has its own (server.idle_timeout)
-      Relayed& tunnel = reply.emplace<Relayed>();
-      tunnel.answer = parser->release();
-      (void)ForClient(tunnel.answer, 11, true, false);  // a 101 has no body to frame
-      tunnel.upgrade = "websocket";
-      tunnel.tunnel = std::move(upstream);
-      break;
-    }
-    if (!parser->is_done()) {
-      // Its body goes to the client as it comes (StreamsItsBody), read by
-      // the connection's coroutine (server.cc) from this connection, which
-      // goes back to its pool if the body ends whole.
-      const boost::optional<uint64_t> said = parser->content_length();
-      UpstreamAnswer answer = parser->release();  // its head, and the body so far
-      parser->get().body.clear();
-      bool chunked = false;
-      if (!ForClientStreamed(answer, client_version, client_keep_alive,
-                             said ? std::optional<uint64_t>(*said) : std::nullopt, chunked)) {
-        reply = UpstreamError(ctx.state, *route, http::error::bad_transfer_encoding, "exchange");
-        break;
-      }
-      parser->body_limit(boost::none);
-      deadline.Never();  // each read has its own (server.upstream_timeout)
-      auto streamed = std::make_shared<StreamedBody>();
-      streamed->parser.emplace(std::move(*parser));
-      streamed->upstream = std::move(upstream);
-      streamed->pool = route->upstream;
-      streamed->tls_pool = tls_key;
-      Relayed& relayed = reply.emplace<Relayed>();
-      relayed.answer = std::move(answer);
-      relayed.streamed = std::move(streamed);
-      relayed.body_to_come = true;
-      relayed.chunked = chunked;
       break;
     }
     const bool reusable = parser->keep_alive() && buffer.size() == 0;  // the upstream's say
@@ -366,10 +379,10 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   // The true cost, from the upstream's answer (docs/settled-costs.md).
   policy::SettleCosts(applied, ev, [&answer](std::string_view name) { return answer.Find(name); });
   relayed.fields = std::move(headers);
-  if (relayed.tunnel != nullptr || relayed.streamed != nullptr) {
+  if (relayed.after != nullptr) {
     // A tunnel holds the request's concurrency slots while it is open, a
     // streamed body until it has all gone.
-    relayed.hold = hold.Keep(std::move(applied), std::move(ev), ctx.set);
+    relayed.after->hold = hold.Keep(std::move(applied), std::move(ev), ctx.set);
   }
 }
 

@@ -123,16 +123,19 @@ struct UpstreamConnection {
   std::string head;
 };
 
-// An upstream's answer whose body goes to the client as it comes, after its
-// head (gateway.cc decides, the connection's coroutine relays): the
-// upstream's connection, the parser reading the rest of the body, how the
-// client is told where it ends, and the pool the connection goes back to
-// when the body ends whole and the upstream keeps it.
-struct StreamedBody {
+// What goes on after an upstream's head is written (wire.h, Relayed::after;
+// gateway.cc makes it, the connection's coroutine carries it on): the
+// upstream's connection, now a WebSocket tunnel's other end or the source
+// of a body still coming, with the parser reading the rest of that body
+// and the pool the connection goes back to when it ends whole; and what
+// the request holds meanwhile (its concurrency slots), given back when
+// this goes.
+struct AfterHead {
   std::unique_ptr<UpstreamConnection> upstream;
-  std::optional<AnswerParser> parser;
-  HostPort pool;         // an http:// upstream's pool key
-  std::string tls_pool;  // an https:// upstream's (TlsPoolKey); empty: http://
+  std::optional<AnswerParser> parser;  // a body still coming
+  HostPort pool;                       // an http:// upstream's pool key
+  std::string tls_pool;                // an https:// upstream's (TlsPoolKey); empty: http://
+  std::shared_ptr<void> hold;
 };
 
 // Idle keep-alive connections to upstreams, per loop (no locking), found

@@ -126,7 +126,7 @@ Task<void> WriteBodyPart(Stream& client, bool chunked, std::string_view data, st
 template <typename Stream>
 Task<bool> StreamBody(Worker& w, Stream& client, Socket& client_socket, Deadline& client_deadline,
                       Relayed& relayed, Duration timeout, Duration client_timeout) {
-  StreamedBody& b = *relayed.streamed;
+  AfterHead& b = *relayed.after;
   UpstreamConnection& up = *b.upstream;
   AnswerParser& parser = *b.parser;
   Worker::TunnelEnds ends{&client_socket, &up.socket, /*tunnel=*/false};
@@ -1086,19 +1086,20 @@ class ServerImpl final : public Server {
       std::array<net::const_buffer, 2> answer = Gathered(out, body);
       if (!WriteNow(stream, answer, ec) && !ec) co_await WriteRest(stream, answer, ec);
       Relayed* relayed = std::get_if<Relayed>(&reply);
-      if (relayed != nullptr && relayed->streamed != nullptr) {
+      if (relayed != nullptr && relayed->after != nullptr && relayed->body_to_come) {
         // The body goes as it comes; the connection ends with a body cut
         // short, or one the connection's end ends (HTTP/1.0).
         const bool whole = !ec && co_await StreamBody(w, stream, socket, deadline, *relayed,
                                                       sc.upstream_timeout, sc.read_timeout);
         if (!whole || !relayed->answer.keep_alive) keep_alive = false;
         if (!whole) ec = net::error::connection_aborted;
-      } else if (relayed != nullptr && relayed->tunnel != nullptr) {
+      } else if (relayed != nullptr && relayed->after != nullptr) {
         // A WebSocket: the connection is a tunnel now, a request in flight
         // until it ends (a drain shuts it), and then it is over. One that
         // opens as a drain begins is not begun.
         if (!ec && !state_->draining.load()) {
-          co_await RunTunnel(w, stream, socket, deadline, buffer, *relayed->tunnel, idle_timeout);
+          co_await RunTunnel(w, stream, socket, deadline, buffer, *relayed->after->upstream,
+                             idle_timeout);
         }
         break;
       }

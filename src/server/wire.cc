@@ -82,9 +82,9 @@ std::string_view AppendResponseHead(Relayed& relayed, bool keep_alive, bool head
     if (!relayed.fields.empty() && Named(name, relayed.fields)) continue;
     AppendField(name, a.Value(f), out);
   }
-  if (!relayed.upgrade.empty()) {
+  if (relayed.websocket) {
     AppendField("Connection", "upgrade", out);
-    AppendField("Upgrade", relayed.upgrade, out);
+    AppendField("Upgrade", "websocket", out);
   } else {
     // As Beast's keep_alive() says it for the version.
     const bool alive = keep_alive && a.keep_alive;

@@ -21,8 +21,7 @@
 
 namespace sluice::server {
 
-struct UpstreamConnection;  // loop.h
-struct StreamedBody;        // loop.h
+struct AfterHead;  // loop.h
 
 // An upstream's answer relayed (as ForClient left it), and the fields
 // sluice adds to it (the RateLimit fields): written after the upstream's,
@@ -30,21 +29,16 @@ struct StreamedBody;        // loop.h
 struct Relayed {
   UpstreamAnswer answer;
   HeaderList fields;
-  // A 101 to a WebSocket handshake (routes[].websocket): the protocol the
-  // connection switches to ("websocket", as the upstream said it), written
-  // as the answer's Upgrade field with Connection: upgrade; the connection
-  // to the upstream, now one end of the tunnel; and what the request holds
-  // while the tunnel is open (its concurrency slots), given back when it
-  // goes.
-  std::string upgrade;
-  std::shared_ptr<UpstreamConnection> tunnel;
-  std::shared_ptr<void> hold;
-  // An answer whose body is still coming (ForClientStreamed framed it):
-  // `answer.body` is what came with its head, the rest is read from here,
-  // and `hold` is held until it has all gone.
-  std::shared_ptr<StreamedBody> streamed;
-  bool body_to_come = false;  // streamed: the head is written without a body
-  bool chunked = false;       // a streamed body goes in chunks (its length unknown)
+  // What goes on once the head is written, null for an answer read whole:
+  // a WebSocket's tunnel (`websocket`: the answer is a 101 to a handshake
+  // on a websocket route, written with Connection: upgrade and Upgrade:
+  // websocket) or a body still coming (`body_to_come`: ForClientStreamed
+  // framed it, `answer.body` is what came with the head, and the head is
+  // written without it; `chunked` when it goes in chunks).
+  std::shared_ptr<AfterHead> after;
+  bool websocket = false;
+  bool body_to_come = false;
+  bool chunked = false;
 };
 
 // What the transport writes for a request: an answer of sluice's own, or a

@@ -208,7 +208,7 @@ TEST(WireRelayTest, ASwitchToWebSocketSaysUpgradeWithItsOwnFields) {
                         "Connection: Upgrade\r\nSec-WebSocket-Accept: abc=\r\n\r\n",
                         11, true, false),
                  {}};
-  tunnel.upgrade = "websocket";
+  tunnel.websocket = true;
   EXPECT_EQ(OurBytes(std::move(tunnel), 11, true, false),
             "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: abc=\r\n"
             "Connection: upgrade\r\nUpgrade: websocket\r\n\r\n");
