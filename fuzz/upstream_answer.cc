@@ -139,9 +139,16 @@ void CheckStreamed(const UpstreamAnswer& read, unsigned version, bool client_kee
   back.body_limit(kBodyLimit);
   back.eager(true);
   beast::error_code ec;
-  const size_t used = back.put(boost::asio::buffer(bytes), ec);
+  size_t used = 0;
+  while (!ec && used < bytes.size() && !back.is_done()) {
+    const size_t n = back.put(boost::asio::buffer(bytes.data() + used, bytes.size() - used), ec);
+    if (ec == http::error::need_more) ec = {};
+    if (n == 0) break;
+    used += n;
+  }
+  // An HTTP/1.0 client of a body of unsaid length reads it to the end.
   const bool to_the_end = version == 10 && !read.said_length.has_value();
-  if (ec == http::error::need_more && to_the_end && used == bytes.size()) back.put_eof(ec);
+  if (!ec && !back.is_done() && to_the_end && used == bytes.size()) back.put_eof(ec);
   if (ec || !back.is_done()) __builtin_trap();  // the client cannot read it, or would wait on
   if (used != bytes.size()) __builtin_trap();   // bytes after the answer
   if (back.get().body() != body) __builtin_trap();
