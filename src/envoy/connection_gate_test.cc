@@ -23,7 +23,7 @@
 
 #include <openssl/ssl.h>
 
-#include "envoy/certificates_test_support.h"
+#include "envoy/grpc_test_support.h"
 #include "gtest/gtest.h"
 #include "tls/context.h"
 
@@ -179,16 +179,6 @@ class TlsClient {
   bool ok_ = false;
 };
 
-int ThreadsNamed(std::string_view name) {
-  int n = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) ++n;
-  }
-  return n;
-}
-
 TEST_F(GateTest, HandsOverAConnectionWithNagleOff) {
   // gRPC sets TCP_NODELAY on the connections it accepts itself, not on a
   // descriptor it is given: without it, a small answer may wait for the
@@ -222,14 +212,22 @@ TEST_F(GateTest, RefusesBeyondItsCapAndClosesTheSilent) {
   EXPECT_EQ(handed_.size(), 1u);
 }
 
-TEST_F(GateTest, RelaysTlsOnEveryThreadUntilItStops) {
-  const TestCertificates certs;
-  ASSERT_TRUE(certs.ok()) << "the openssl command makes the test certificates";
+// grpc.tls's context of `certs`' server certificate (null, with the
+// failure reported, when there is none).
+std::shared_ptr<tls::Context> ServerContext(const TestCertificates& certs) {
+  EXPECT_TRUE(certs.ok()) << "the openssl command makes the test certificates";
   absl::StatusOr<std::shared_ptr<tls::Context>> context = tls::ServerContext(
       {.cert_file = certs.Path("server", "pem"), .key_file = certs.Path("server", "key")},
       "grpc.tls", tls::Protocol::kHttp2);
-  ASSERT_TRUE(context.ok()) << context.status();
-  Start(100, Duration::Seconds(10), *context, /*relay_threads=*/3, /*echo=*/true);
+  EXPECT_TRUE(context.ok()) << context.status();
+  return context.ok() ? *context : nullptr;
+}
+
+TEST_F(GateTest, RelaysTlsOnEveryThreadUntilItStops) {
+  const TestCertificates certs;
+  std::shared_ptr<tls::Context> context = ServerContext(certs);
+  ASSERT_NE(context, nullptr);
+  Start(100, Duration::Seconds(10), context, /*relay_threads=*/3, /*echo=*/true);
   EXPECT_EQ(ThreadsNamed("sluice-grpc-tls"), 3);
   // Nine connections at once, three on each thread, each many messages
   // both ways, some longer than a TLS record.
@@ -262,12 +260,9 @@ TEST_F(GateTest, RelaysTlsOnEveryThreadUntilItStops) {
 
 TEST_F(GateTest, CloseEndsTheHandshakesNotDoneAndKeepsTheRelays) {
   const TestCertificates certs;
-  ASSERT_TRUE(certs.ok()) << "the openssl command makes the test certificates";
-  absl::StatusOr<std::shared_ptr<tls::Context>> context = tls::ServerContext(
-      {.cert_file = certs.Path("server", "pem"), .key_file = certs.Path("server", "key")},
-      "grpc.tls", tls::Protocol::kHttp2);
-  ASSERT_TRUE(context.ok()) << context.status();
-  Start(100, Duration::Seconds(10), *context, /*relay_threads=*/2, /*echo=*/true);
+  std::shared_ptr<tls::Context> context = ServerContext(certs);
+  ASSERT_NE(context, nullptr);
+  Start(100, Duration::Seconds(10), context, /*relay_threads=*/2, /*echo=*/true);
   TlsClient relayed(gate_->port(), certs.Path("ca", "pem"));
   ASSERT_TRUE(relayed.ok());
   // Half a ClientHello, on each relay thread: their handshakes wait.

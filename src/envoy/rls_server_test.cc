@@ -25,7 +25,7 @@
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
-#include "envoy/certificates_test_support.h"
+#include "envoy/grpc_test_support.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "metrics/metrics.h"
@@ -714,16 +714,6 @@ TEST_F(RlsTest, ACallWaitingOnTheStoreAtShutdownIsAnsweredBeforeTheServerStops) 
 }
 
 // The threads of this process named `name`.
-int ThreadsNamed(std::string_view name) {
-  int n = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) ++n;
-  }
-  return n;
-}
-
 TEST_F(RlsTest, ItsCallsHaveAThreadPerWorkerThread) {
   // server.threads: 0 (this fixture's file), one per CPU this process may run on.
   cpu_set_t cpus;

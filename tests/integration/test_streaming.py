@@ -11,9 +11,10 @@ import threading
 import time
 
 from harness import HOST, SluiceTestCase, server_block
+from raw_http import RawServer, read_head
 
 
-class GatedUpstream:
+class GatedUpstream(RawServer):
     """Answers by the path: /events (chunked events), /file (3 MiB with its
     Content-Length), /cut (a chunk, then the connection's end), /old (no
     length: the body ends with the connection), /small (a short body).
@@ -23,42 +24,21 @@ class GatedUpstream:
 
     def __init__(self):
         self.go = threading.Event()
-        self.connections = 0
-        self.listener = socket.socket()
-        self.listener.bind((HOST, 0))
-        self.listener.listen(16)
-        self.url = "http://%s:%d" % (HOST, self.listener.getsockname()[1])
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
     def close(self):
         self.go.set()
-        self.listener.close()
+        super().close()
 
-    def _accept(self):
+    def serve(self, conn):
+        data = b""
         while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
+            got = read_head(conn, data)
+            if got is None:
                 return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        with conn:
-            data = b""
-            while True:
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    data += chunk
-                head, data = data.split(b"\r\n\r\n", 1)
-                path = head.split(b" ")[1].decode()
-                try:
-                    if not self._answer(conn, path):
-                        return
-                except OSError:
-                    return
+            line, _, data = got
+            if not self._answer(conn, line.split(" ")[1]):
+                return
 
     def _answer(self, conn, path):
         """Answers `path`; whether the connection goes on."""
@@ -122,18 +102,11 @@ class Reader:
         return out
 
     def head(self):
-        while b"\r\n\r\n" not in self.data:
-            got = self.conn.recv(65536)
-            if not got:
-                raise AssertionError("closed before a head: %r" % self.data)
-            self.data += got
-        head, self.data = self.data.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin-1").split("\r\n")
-        fields = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            fields.setdefault(name.strip().lower(), value.strip())
-        return lines[0], fields
+        got = read_head(self.conn, self.data)
+        if got is None:
+            raise AssertionError("closed before a head: %r" % self.data)
+        line, fields, self.data = got
+        return line, fields
 
     def chunk(self):
         """The next chunk's data (b"" for the last one), or None when the

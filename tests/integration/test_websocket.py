@@ -18,86 +18,50 @@ import time
 
 from certs import make_ca, make_certificate, require_openssl
 from harness import HOST, SluiceTestCase, metric_value, server_block
+from raw_http import RawServer, read_head
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455's example
 ACCEPT = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
 
 
-class WebSocketUpstream:
-    """Answers a handshake with 101 (and a greeting), then echoes; any other
-    request with 200 and the Upgrade field it saw. `refuse`: a handshake gets
-    200 too. Records each request's head and whether each tunnel was closed
-    by its client."""
+class WebSocketUpstream(RawServer):
+    """Answers a handshake with 101 (and a greeting), then echoes (until
+    "bye", which ends the tunnel); any other request with 200 and the
+    Upgrade field it saw. `refuse`: a handshake gets 200 too. Records each
+    request's head and whether a tunnel was closed by its client."""
 
     def __init__(self, refuse=False, tls=None):
         self.refuse = refuse
-        self.tls = tls  # an ssl.SSLContext: an https:// upstream
         self.heads = []
         self.ended = threading.Event()
-        self.listener = socket.socket()
-        self.listener.bind((HOST, 0))
-        self.listener.listen(16)
-        self.port = self.listener.getsockname()[1]
-        self.url = "%s://%s:%d" % ("https" if tls else "http", HOST, self.port)
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(tls)
 
-    def close(self):
-        self.listener.close()
-
-    def _accept(self):
+    def serve(self, conn):
+        got = read_head(conn)
+        if got is None:
+            return
+        line, fields, rest = got
+        self.heads.append((line, fields))
+        if fields.get("upgrade", "").lower() != "websocket" or self.refuse:
+            body = ("upgrade=%s" % fields.get("upgrade", "")).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            return
+        accept = base64.b64encode(
+            hashlib.sha1(fields["sec-websocket-key"].encode() + GUID).digest())
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept +
+                     b"\r\n\r\ngreeting;")
+        if rest:
+            conn.sendall(rest)
         while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
+            chunk = conn.recv(65536)
+            if not chunk:
+                self.ended.set()
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        if self.tls:
-            try:
-                conn = self.tls.wrap_socket(conn, server_side=True)
-            except (OSError, ssl.SSLError):
+            if chunk == b"bye":  # the upstream ends the tunnel
                 return
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, rest = data.split(b"\r\n\r\n", 1)
-            lines = head.decode("latin-1").split("\r\n")
-            fields = {}
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                fields[name.strip().lower()] = value.strip()
-            self.heads.append((lines[0], fields))
-            if fields.get("upgrade", "").lower() != "websocket" or self.refuse:
-                body = ("upgrade=%s" % fields.get("upgrade", "")).encode()
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                return
-            accept = base64.b64encode(
-                hashlib.sha1(fields["sec-websocket-key"].encode() + GUID).digest())
-            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                         b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept +
-                         b"\r\n\r\ngreeting;")
-            if rest:
-                conn.sendall(rest)
-            while True:
-                try:
-                    chunk = conn.recv(65536)
-                except OSError:
-                    break
-                if not chunk:
-                    self.ended.set()
-                    break
-                if chunk == b"bye":  # the upstream ends the tunnel
-                    break
-                try:
-                    conn.sendall(chunk)
-                except OSError:
-                    break
+            conn.sendall(chunk)
 
 
 def handshake(path="/ws", key=KEY, extra=b""):
@@ -106,22 +70,12 @@ def handshake(path="/ws", key=KEY, extra=b""):
              "Sec-WebSocket-Version: 13\r\n\r\n" % (path, key)).encode() + extra)
 
 
-def read_head(conn):
-    """The answer's status line and fields (names lower-cased), and what
-    came after the head."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            raise AssertionError("closed before a head: %r" % data)
-        data += chunk
-    head, rest = data.split(b"\r\n\r\n", 1)
-    lines = head.decode("latin-1").split("\r\n")
-    fields = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        fields.setdefault(name.strip().lower(), value.strip())
-    return lines[0], fields, rest
+def read_head_of(conn):
+    """The answer's status line and fields, and what came after its head."""
+    got = read_head(conn)
+    if got is None:
+        raise AssertionError("closed before a head")
+    return got
 
 
 def read_exactly(conn, n, have=b""):
@@ -193,7 +147,7 @@ class WebSocketTest(SluiceTestCase):
         conn = self.connect(s)
         # Bytes sent right behind the handshake reach the upstream too.
         conn.sendall(handshake(extra=b"early;"))
-        status, fields, rest = read_head(conn)
+        status, fields, rest = read_head_of(conn)
         self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
         self.assertEqual(fields["upgrade"], "websocket")
         self.assertEqual(fields["connection"].lower(), "upgrade")
@@ -220,7 +174,7 @@ class WebSocketTest(SluiceTestCase):
         s = self.start(up)
         conn = self.connect(s)
         conn.sendall(handshake())
-        _, _, rest = read_head(conn)
+        _, _, rest = read_head_of(conn)
         self.assertEqual(read_exactly(conn, 9, rest), b"greeting;")
         conn.sendall(b"bye")
         self.assertTrue(closed(conn, 3), "the client's side stayed open")
@@ -232,7 +186,7 @@ class WebSocketTest(SluiceTestCase):
         s = self.start(up, websocket=False)
         conn = self.connect(s)
         conn.sendall(handshake())
-        status, fields, rest = read_head(conn)
+        status, fields, rest = read_head_of(conn)
         self.assertEqual(status, "HTTP/1.1 200 OK")
         self.assertEqual(read_exactly(conn, 8, rest), b"upgrade=")
         self.assertNotIn("upgrade", up.heads[0][1])
@@ -243,12 +197,12 @@ class WebSocketTest(SluiceTestCase):
         s = self.start(up)
         conn = self.connect(s)
         conn.sendall(handshake())
-        status, fields, rest = read_head(conn)
+        status, fields, rest = read_head_of(conn)
         self.assertEqual(status, "HTTP/1.1 200 OK")
         self.assertEqual(read_exactly(conn, 17, rest), b"upgrade=websocket")
         # The connection goes on as HTTP: another request on it.
         conn.sendall(b"GET /other HTTP/1.1\r\nHost: app.test\r\n\r\n")
-        self.assertEqual(read_head(conn)[0], "HTTP/1.1 200 OK")
+        self.assertEqual(read_head_of(conn)[0], "HTTP/1.1 200 OK")
 
     def test_a_concurrency_limit_counts_open_websockets(self):
         up = WebSocketUpstream()
@@ -256,10 +210,10 @@ class WebSocketTest(SluiceTestCase):
         s = self.start(up, limits="{algorithm: concurrency, limit: 1, lease_ttl: 60s}")
         first = self.connect(s)
         first.sendall(handshake())
-        self.assertEqual(read_head(first)[0], "HTTP/1.1 101 Switching Protocols")
+        self.assertEqual(read_head_of(first)[0], "HTTP/1.1 101 Switching Protocols")
         second = self.connect(s)
         second.sendall(handshake())
-        status, fields, _ = read_head(second)
+        status, fields, _ = read_head_of(second)
         self.assertEqual(status, "HTTP/1.1 429 Too Many Requests")
         self.assertEqual(len(up.heads), 1)  # the denied one never reached it
         first.close()  # its slot comes back when the tunnel ends
@@ -267,7 +221,7 @@ class WebSocketTest(SluiceTestCase):
         while True:
             third = self.connect(s)
             third.sendall(handshake())
-            status = read_head(third)[0]
+            status = read_head_of(third)[0]
             if status.startswith("HTTP/1.1 101") or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -279,7 +233,7 @@ class WebSocketTest(SluiceTestCase):
         s = self.start(up, idle_timeout="1s")
         conn = self.connect(s)
         conn.sendall(handshake())
-        _, _, rest = read_head(conn)
+        _, _, rest = read_head_of(conn)
         self.assertEqual(read_exactly(conn, 9, rest), b"greeting;")
         # Traffic keeps it open past the timeout...
         for _ in range(3):
@@ -300,7 +254,7 @@ class WebSocketTest(SluiceTestCase):
         for _ in range(3):
             conn = self.connect(s)
             conn.sendall(handshake())
-            self.assertEqual(read_head(conn)[0], "HTTP/1.1 101 Switching Protocols")
+            self.assertEqual(read_head_of(conn)[0], "HTTP/1.1 101 Switching Protocols")
             conns.append(conn)
         t0 = time.monotonic()
         self.assertEqual(s.stop(), 0)
@@ -329,7 +283,7 @@ class WebSocketTest(SluiceTestCase):
                                       server_hostname="sluice.test")
         self.addCleanup(conn.close)
         conn.sendall(handshake())
-        status, fields, rest = read_head(conn)
+        status, fields, rest = read_head_of(conn)
         self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
         self.assertEqual(fields["sec-websocket-accept"], ACCEPT)
         self.assertEqual(read_exactly(conn, 9, rest), b"greeting;")

@@ -1,7 +1,8 @@
-// Test certificates for the gRPC listener's TLS (rls_server_test.cc,
-// connection_gate_test.cc), made by the openssl command.
-#ifndef SLUICE_ENVOY_CERTIFICATES_TEST_SUPPORT_H_
-#define SLUICE_ENVOY_CERTIFICATES_TEST_SUPPORT_H_
+// What the tests of the gRPC listener share (rls_server_test.cc,
+// connection_gate_test.cc): certificates made by the openssl command, and
+// this process's threads by name.
+#ifndef SLUICE_ENVOY_GRPC_TEST_SUPPORT_H_
+#define SLUICE_ENVOY_GRPC_TEST_SUPPORT_H_
 
 #include <stdlib.h>
 
@@ -10,8 +11,20 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <string_view>
 
 namespace sluice::envoy {
+
+// How many of this process's threads have the name `name` (comm).
+inline int ThreadsNamed(std::string_view name) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;
+  }
+  return n;
+}
 
 // Certificates made by the openssl command in a folder of their own: an
 // authority ("ca") signing the server's ("server", for localhost) and a
@@ -61,4 +74,4 @@ class TestCertificates {
 
 }  // namespace sluice::envoy
 
-#endif  // SLUICE_ENVOY_CERTIFICATES_TEST_SUPPORT_H_
+#endif  // SLUICE_ENVOY_GRPC_TEST_SUPPORT_H_

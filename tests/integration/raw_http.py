@@ -1,0 +1,69 @@
+"""HTTP/1.1 on raw sockets, for tests that watch bytes as they come: a
+server whose connections a test's handler serves one by one on threads of
+their own, and the reading of a message's head."""
+
+import socket
+import threading
+
+from harness import HOST
+
+
+class RawServer:
+    """Listens on a free loopback port; `serve(conn)` (the subclass's) runs
+    for each connection on a thread of its own. `tls`: an ssl.SSLContext
+    that wraps each connection first (an https:// server)."""
+
+    def __init__(self, tls=None):
+        self.tls = tls
+        self.connections = 0
+        self.listener = socket.socket()
+        self.listener.bind((HOST, 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.url = "%s://%s:%d" % ("https" if tls else "http", HOST, self.port)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.listener.close()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._run, args=(conn,), daemon=True).start()
+
+    def _run(self, conn):
+        if self.tls:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except OSError:  # ssl.SSLError is one
+                return
+        with conn:
+            try:
+                self.serve(conn)
+            except OSError:
+                pass
+
+    def serve(self, conn):
+        raise NotImplementedError
+
+
+def read_head(conn, data=b""):
+    """The head of the next message on `conn` (`data`: what was read of it
+    already): its first line, its fields (names lower-cased, the first of
+    each), and what came after it. None when the connection ended first."""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    fields = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip().lower(), value.strip())
+    return lines[0], fields, rest
