@@ -105,7 +105,11 @@ nlohmann::json ConfigJson(const PolicySet& set) {
   }
   nlohmann::json routes = nlohmann::json::array();
   for (const RouteConfig& r : set.config().routes) {
-    routes.push_back({{"name", r.name}, {"upstream", Cat("http://", HostPortText(r.upstream))}});
+    nlohmann::json route = {
+        {"name", r.name},
+        {"upstream", Cat(r.upstream_tls ? "https://" : "http://", HostPortText(r.upstream))}};
+    if (r.websocket) route["websocket"] = true;
+    routes.push_back(std::move(route));
   }
   return {{"source", set.config().source}, {"policies", policies}, {"routes", routes}};
 }

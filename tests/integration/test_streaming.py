@@ -6,9 +6,15 @@ here is the test's own: each answer sends part of its body, then waits for
 the test to let it go on, so that what the client has read by then is what
 was relayed before the rest existed."""
 
+import os
+import shutil
 import socket
+import ssl
+import tempfile
 import threading
 import time
+
+from certs import make_ca, make_certificate, require_openssl
 
 from harness import HOST, SluiceTestCase, server_block
 from raw_http import RawServer, read_head
@@ -22,9 +28,9 @@ class GatedUpstream(RawServer):
 
     FILE = bytes(range(256)) * (3 * 4096)  # 3 MiB
 
-    def __init__(self):
+    def __init__(self, tls=None):
         self.go = threading.Event()
-        super().__init__()
+        super().__init__(tls)
 
     def close(self):
         self.go.set()
@@ -138,14 +144,15 @@ class Reader:
 
 
 class StreamingTest(SluiceTestCase):
-    def start(self, limits="{algorithm: token_bucket, rate: 100/s}", **server):
-        self.up = GatedUpstream()
+    def start(self, limits="{algorithm: token_bucket, rate: 100/s}", upstream_tls=None,
+              route_extra="", **server):
+        self.up = GatedUpstream(upstream_tls)
         self.addCleanup(self.up.close)
         return self.start_sluice(
             server_block(**server) + "routes:\n"
-            "  - {name: app, match: {path_prefix: /}, upstream: %s}\n"
+            "  - {name: app, match: {path_prefix: /}, upstream: %s%s}\n"
             "policies:\n  - name: all\n    match: {path_prefix: /}\n    limits: [%s]\n"
-            % (self.up.url, limits))
+            % (self.up.url, route_extra, limits))
 
     def reader(self, s):
         r = Reader(s.port)
@@ -244,3 +251,33 @@ class StreamingTest(SluiceTestCase):
         self.assertGreater(elapsed, 0.9)
         self.assertLess(elapsed, 4)
         self.assertIsNone(r.chunk())
+
+    def test_over_tls_at_both_ends(self):
+        require_openssl()
+        certs = tempfile.mkdtemp(prefix="sluice-stream-")
+        self.addCleanup(shutil.rmtree, certs, True)
+        make_ca(certs, "ca")
+        make_certificate(certs, "server", "ca", "DNS:sluice.test,IP:127.0.0.1", "serverAuth")
+        path = lambda name: os.path.join(certs, name)
+        upstream_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        upstream_tls.load_cert_chain(path("server.pem"), path("server.key"))
+        s = self.start(upstream_tls=upstream_tls,
+                       route_extra=", upstream_ca_file: %s" % path("ca.pem"),
+                       tls="{cert_file: %s, key_file: %s}" % (path("server.pem"),
+                                                              path("server.key")))
+        r = Reader(s.port)
+        self.addCleanup(r.close)
+        r.conn = ssl.create_default_context(cafile=path("ca.pem")).wrap_socket(
+            r.conn, server_hostname="sluice.test")
+        r.send("/events")
+        self.assertEqual(r.head()[1]["transfer-encoding"], "chunked")
+        self.assertEqual(r.chunk(), b"data: one\n\n")
+        self.up.go.set()
+        rest = []
+        while (part := r.chunk()):
+            rest.append(part)
+        self.assertEqual((b"".join(rest), part), (b"data: two\n\ndata: three\n\n", b""))
+        r.send("/small")  # the kept connections, both ends
+        self.assertEqual(r.head()[0], "HTTP/1.1 200 OK")
+        self.assertEqual(r.take(5), b"small")
+        self.assertEqual(self.up.connections, 1)

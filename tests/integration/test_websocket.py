@@ -278,6 +278,8 @@ class WebSocketTest(SluiceTestCase):
         s = self.start(up, route_extra=", upstream_ca_file: %s" % path("ca.pem"),
                        tls="{cert_file: %s, key_file: %s}" % (path("server.pem"),
                                                               path("server.key")))
+        route = self.get("/v1/config", admin=True).json()["routes"][0]
+        self.assertEqual((route["upstream"], route["websocket"]), (up.url, True))
         client_tls = ssl.create_default_context(cafile=path("ca.pem"))
         conn = client_tls.wrap_socket(socket.create_connection((HOST, s.port), timeout=5),
                                       server_hostname="sluice.test")
