@@ -31,8 +31,9 @@ class WebSocketUpstream(RawServer):
     Upgrade field it saw. `refuse`: a handshake gets 200 too. Records each
     request's head and whether a tunnel was closed by its client."""
 
-    def __init__(self, refuse=False, tls=None):
+    def __init__(self, refuse=False, tls=None, switch_to="websocket"):
         self.refuse = refuse
+        self.switch_to = switch_to  # what its 101 names
         self.heads = []
         self.ended = threading.Event()
         super().__init__(tls)
@@ -49,7 +50,8 @@ class WebSocketUpstream(RawServer):
             return
         accept = base64.b64encode(
             hashlib.sha1(fields["sec-websocket-key"].encode() + GUID).digest())
-        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + self.switch_to.encode() +
+                     b"\r\n"
                      b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept +
                      b"\r\n\r\ngreeting;")
         if rest:
@@ -196,13 +198,25 @@ class WebSocketTest(SluiceTestCase):
         self.addCleanup(up.close)
         s = self.start(up)
         conn = self.connect(s)
-        conn.sendall(handshake())
+        # A request right behind the handshake: with no switch it is an HTTP
+        # request sluice reads and decides, never bytes slipped into a
+        # tunnel the upstream did not open.
+        conn.sendall(handshake() + b"GET /other HTTP/1.1\r\nHost: app.test\r\n\r\n")
         status, fields, rest = read_head_of(conn)
         self.assertEqual(status, "HTTP/1.1 200 OK")
         self.assertEqual(read_exactly(conn, 17, rest), b"upgrade=websocket")
-        # The connection goes on as HTTP: another request on it.
-        conn.sendall(b"GET /other HTTP/1.1\r\nHost: app.test\r\n\r\n")
         self.assertEqual(read_head_of(conn)[0], "HTTP/1.1 200 OK")
+        self.assertEqual([line for line, _ in up.heads], ["GET /ws HTTP/1.1", "GET /other HTTP/1.1"])
+
+    def test_a_switch_to_another_protocol_is_a_502(self):
+        up = WebSocketUpstream(switch_to="h2c")
+        self.addCleanup(up.close)
+        s = self.start(up)
+        conn = self.connect(s)
+        conn.sendall(handshake())
+        status, fields, _ = read_head_of(conn)
+        self.assertEqual(status, "HTTP/1.1 502 Bad Gateway")
+        self.assertNotIn("upgrade", fields)
 
     def test_a_concurrency_limit_counts_open_websockets(self):
         up = WebSocketUpstream()
