@@ -272,6 +272,31 @@ bool Holds(const std::vector<Applied>& applied, const Verdict& verdict) {
   return false;
 }
 
+void Renew(const std::vector<Applied>& applied, const Verdict& verdict, Time now,
+           const std::function<void(size_t, const PolicyDecision&)>& renewed) {
+  for (size_t i = 0; i < applied.size() && i < verdict.answers.size(); ++i) {
+    const Applied& a = applied[i];
+    if (!HoldsSlots(a, verdict.answers[i])) continue;
+    a.policy->limiter().RenewAsync(*a.key, now, verdict.answers[i].decision, a.cost,
+                                   [i, renewed](absl::StatusOr<PolicyDecision> d) {
+                                     if (d.ok() && d->allowed) renewed(i, *d);
+                                   });
+  }
+}
+
+Duration ShortestLease(const std::vector<Applied>& applied, const Verdict& verdict) {
+  Duration shortest = Duration::Infinite();
+  for (size_t i = 0; i < applied.size() && i < verdict.answers.size(); ++i) {
+    if (!HoldsSlots(applied[i], verdict.answers[i])) continue;
+    for (const LimitConfig& limit : applied[i].policy->limiter().limits()) {
+      if (const auto* c = std::get_if<ConcurrencyConfig>(&limit)) {
+        shortest = std::min(shortest, c->lease_ttl());
+      }
+    }
+  }
+  return shortest;
+}
+
 void Release(const std::vector<Applied>& applied, const Verdict& verdict, Time now,
              bool observe_hold) {
   for (size_t i = 0; i < applied.size() && i < verdict.answers.size(); ++i) {

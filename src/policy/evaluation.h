@@ -121,6 +121,16 @@ int SettleCosts(
     const std::function<std::optional<std::string_view>(std::string_view)>& answer_header);
 // Whether the verdict holds concurrency slots that Release gives back.
 bool Holds(const std::vector<Applied>& applied, const Verdict& verdict);
+// Renews the leases of the slots the verdict holds, at `now`, without
+// waiting (a request held long after its admission: a WebSocket's tunnel,
+// a body streamed): `renewed(i, decision)` gets each policy's renewed
+// decision, which Release and the next Renew must then use (a remote
+// store's arrives on its thread). A slot already lost stays lost.
+void Renew(const std::vector<Applied>& applied, const Verdict& verdict, Time now,
+           const std::function<void(size_t, const PolicyDecision&)>& renewed);
+// The shortest lease_ttl of the concurrency limits whose slots the verdict
+// holds (Duration::Infinite() when none).
+Duration ShortestLease(const std::vector<Applied>& applied, const Verdict& verdict);
 
 // Whether Evaluate answers before it returns: every policy is in process.
 bool InProcess(const std::vector<Applied>& applied);

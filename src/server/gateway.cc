@@ -133,26 +133,55 @@ class SlotHold {
   // They are held again (policy::Reacquire).
   void Resume() { active_ = true; }
 
-  // What holds the slots from now on, given back when it goes (a tunnel's
-  // end): null when there are none. `applied` and `verdict` are those this
-  // was made with, moved; `set` keeps the policies they point into.
-  std::shared_ptr<void> Keep(std::vector<policy::Applied> applied, policy::Verdict verdict,
-                             std::shared_ptr<const PolicySet> set) {
+  // What holds the slots from now on (a tunnel, a streamed body), renewing
+  // their leases as it goes on and giving them back when it goes: null
+  // when there are none. `applied` and `verdict` are those this was made
+  // with, moved; `set` keeps the policies they point into; renewals that a
+  // remote store answers on its thread come back to `w`'s loop.
+  std::shared_ptr<AfterHead::Slots> Keep(std::vector<policy::Applied> applied,
+                                         policy::Verdict verdict,
+                                         std::shared_ptr<const PolicySet> set, Worker& w) {
     if (!active_ || !verdict.allowed || !policy::Holds(applied, verdict)) return nullptr;
     active_ = false;
-    struct Kept {
+    class Kept final : public AfterHead::Slots, public std::enable_shared_from_this<Kept> {
+     public:
       Kept(std::vector<policy::Applied> a, policy::Verdict v, std::shared_ptr<const PolicySet> s,
-           const Clock& c)
-          : applied(std::move(a)), verdict(std::move(v)), set(std::move(s)), clock(c) {}
+           const Clock& c, Worker& w)
+          : applied_(std::move(a)),
+            verdict_(std::move(v)),
+            set_(std::move(s)),
+            clock_(c),
+            worker_(w),
+            every_(policy::ShortestLease(applied_, verdict_).micros() / 3),
+            last_(c.Now()) {}
       Kept(const Kept&) = delete;
       Kept& operator=(const Kept&) = delete;
-      ~Kept() { policy::Release(applied, verdict, clock.Now()); }
-      std::vector<policy::Applied> applied;
-      policy::Verdict verdict;
-      std::shared_ptr<const PolicySet> set;
-      const Clock& clock;
+      ~Kept() override { policy::Release(applied_, verdict_, clock_.Now()); }
+      void Renew(Time now) override {
+        if ((now - last_).micros() < every_) return;
+        last_ = now;
+        policy::Renew(
+            applied_, verdict_, now,
+            [self = weak_from_this(), &ioc = worker_.ioc](size_t i, const PolicyDecision& renewed) {
+              net::post(ioc, [self, i, renewed] {
+                if (const auto kept = self.lock()) {
+                  kept->verdict_.answers[i].decision = renewed;
+                }
+              });
+            });
+      }
+
+     private:
+      std::vector<policy::Applied> applied_;
+      policy::Verdict verdict_;
+      std::shared_ptr<const PolicySet> set_;
+      const Clock& clock_;
+      Worker& worker_;
+      const int64_t every_;  // microseconds between renewals
+      Time last_;
     };
-    return std::make_shared<Kept>(std::move(applied), std::move(verdict), std::move(set), clock_);
+    return std::make_shared<Kept>(std::move(applied), std::move(verdict), std::move(set), clock_,
+                                  w);
   }
 
  private:
@@ -382,7 +411,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   if (relayed.after != nullptr) {
     // A tunnel holds the request's concurrency slots while it is open, a
     // streamed body until it has all gone.
-    relayed.after->hold = hold.Keep(std::move(applied), std::move(ev), ctx.set);
+    relayed.after->hold = hold.Keep(std::move(applied), std::move(ev), ctx.set, w);
   }
 }
 

@@ -131,11 +131,21 @@ struct UpstreamConnection {
 // the request holds meanwhile (its concurrency slots), given back when
 // this goes.
 struct AfterHead {
+  // The concurrency slots a request holds while what follows its head
+  // goes on: renewed as it goes, given back when this goes.
+  class Slots {
+   public:
+    virtual ~Slots() = default;
+    // Renews their leases at `now` once a third of the shortest has
+    // passed since they were last taken or renewed.
+    virtual void Renew(Time now) = 0;
+  };
+
   std::unique_ptr<UpstreamConnection> upstream;
   std::optional<AnswerParser> parser;  // a body still coming
   HostPort pool;                       // an http:// upstream's pool key
   std::string tls_pool;                // an https:// upstream's (TlsPoolKey); empty: http://
-  std::shared_ptr<void> hold;
+  std::shared_ptr<Slots> hold;
 };
 
 // Idle keep-alive connections to upstreams, per loop (no locking), found
@@ -272,10 +282,12 @@ struct Worker {
   std::vector<policy::Applied> applied_now;
   // The open tunnels (a WebSocket relayed, routes[].websocket) and the
   // bodies being streamed: their two sockets, which a drain shuts so that
-  // each ends (a tunnel when the drain begins, a body when it runs out).
+  // each ends (a tunnel when the drain begins, a body when it runs out),
+  // and the slots they hold, whose leases the sweep renews.
   struct TunnelEnds {
     Socket* client;
     Socket* upstream;
+    AfterHead::Slots* slots;  // renewed by the loop's sweep; null: none held
     bool tunnel;
   };
   std::list<TunnelEnds*> tunnels;

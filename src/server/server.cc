@@ -129,7 +129,7 @@ Task<bool> StreamBody(Worker& w, Stream& client, Socket& client_socket, Deadline
   AfterHead& b = *relayed.after;
   UpstreamConnection& up = *b.upstream;
   AnswerParser& parser = *b.parser;
-  Worker::TunnelEnds ends{&client_socket, &up.socket, /*tunnel=*/false};
+  Worker::TunnelEnds ends{&client_socket, &up.socket, b.hold.get(), /*tunnel=*/false};
   const auto self = w.tunnels.insert(w.tunnels.end(), &ends);
   w.relaying.fetch_add(1, std::memory_order_relaxed);
   Deadline up_deadline(w, up.socket);
@@ -183,8 +183,9 @@ Task<bool> StreamBody(Worker& w, Stream& client, Socket& client_socket, Deadline
 // the other is made to stop, and this returns once both have.
 template <typename Stream>
 Task<void> RunTunnel(Worker& w, Stream& client, Socket& client_socket, Deadline& client_deadline,
-                     beast::flat_buffer& from_client, UpstreamConnection& up, Duration idle) {
-  Worker::TunnelEnds ends{&client_socket, &up.socket, /*tunnel=*/true};
+                     beast::flat_buffer& from_client, AfterHead& after, Duration idle) {
+  UpstreamConnection& up = *after.upstream;
+  Worker::TunnelEnds ends{&client_socket, &up.socket, after.hold.get(), /*tunnel=*/true};
   const auto self = w.tunnels.insert(w.tunnels.end(), &ends);
   w.relaying.fetch_add(1, std::memory_order_relaxed);
   Deadline up_deadline(w, up.socket);
@@ -1098,8 +1099,7 @@ class ServerImpl final : public Server {
         // until it ends (a drain shuts it), and then it is over. One that
         // opens as a drain begins is not begun.
         if (!ec && !state_->draining.load()) {
-          co_await RunTunnel(w, stream, socket, deadline, buffer, *relayed->after->upstream,
-                             idle_timeout);
+          co_await RunTunnel(w, stream, socket, deadline, buffer, *relayed->after, idle_timeout);
         }
         break;
       }
@@ -1217,6 +1217,14 @@ class ServerImpl final : public Server {
       w.now_ms = Worker::SteadyMs();
       // Check only cancels; handlers run later, so the list is stable here.
       for (Deadline* d : w.deadlines) d->Check(w.now_ms);
+      // The slots of tunnels and streamed bodies keep their leases while
+      // they go on, quiet or not (each renews a third of its lease apart).
+      if (!w.tunnels.empty()) {
+        const Time now = state_->clock->Now();
+        for (Worker::TunnelEnds* t : w.tunnels) {
+          if (t->slots != nullptr) t->slots->Renew(now);
+        }
+      }
     }
   }
 

@@ -71,6 +71,13 @@ class GatedUpstream(RawServer):
             self.go.wait(10)
             conn.sendall(b"last")
             return False
+        if path == "/drip":  # an event every 0.2 s for 3 s
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for i in range(15):
+                conn.sendall(chunk(b"data: %d\n\n" % i))
+                time.sleep(0.2)
+            conn.sendall(b"0\r\n\r\n")
+            return True
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nsmall")
         return True
 
@@ -238,6 +245,21 @@ class StreamingTest(SluiceTestCase):
                 break
             time.sleep(0.05)
         self.assertEqual(status, "HTTP/1.1 200 OK")
+
+    def test_a_long_body_keeps_its_slot_past_its_lease(self):
+        s = self.start(limits="{algorithm: concurrency, limit: 1, lease_ttl: 1s}",
+                       upstream_timeout="500ms")
+        first = self.reader(s)
+        first.send("/drip")
+        first.head()
+        time.sleep(2.5)  # two and a half leases into a 3 s body
+        second = self.reader(s)
+        second.send("/small")
+        self.assertEqual(second.head()[0], "HTTP/1.1 429 Too Many Requests")
+        events = []
+        while (part := first.chunk()):
+            events.append(part)
+        self.assertEqual(b"".join(events), b"".join(b"data: %d\n\n" % i for i in range(15)))
 
     def test_a_drain_lets_a_body_stream_for_drain_timeout_then_cuts_it(self):
         s = self.start(drain_timeout="1s")

@@ -19,6 +19,7 @@ import time
 from certs import make_ca, make_certificate, require_openssl
 from harness import HOST, SluiceTestCase, metric_value, server_block
 from raw_http import RawServer, read_head
+from redis_harness import RedisFleetTestCase, redis_store_block
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455's example
@@ -241,6 +242,23 @@ class WebSocketTest(SluiceTestCase):
             time.sleep(0.05)
         self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
 
+    def test_a_long_tunnel_keeps_its_slot_past_its_lease(self):
+        # A slot's lease (lease_ttl) is renewed while the tunnel is open,
+        # however quiet: three leases later the second is still refused.
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        s = self.start(up, limits="{algorithm: concurrency, limit: 1, lease_ttl: 1s}",
+                       upstream_timeout="500ms")
+        first = self.connect(s)
+        first.sendall(handshake())
+        self.assertEqual(read_head_of(first)[0], "HTTP/1.1 101 Switching Protocols")
+        time.sleep(3)
+        second = self.connect(s)
+        second.sendall(handshake())
+        self.assertEqual(read_head_of(second)[0], "HTTP/1.1 429 Too Many Requests")
+        first.sendall(b"still here")
+        self.assertEqual(read_exactly(first, 19), b"greeting;still here")
+
     def test_a_tunnel_idle_for_idle_timeout_is_closed(self):
         up = WebSocketUpstream()
         self.addCleanup(up.close)
@@ -310,3 +328,41 @@ class WebSocketTest(SluiceTestCase):
         self.assertEqual(send_while_reading(conn, message), message)
         conn.close()
         self.assertTrue(up.ended.wait(5), "the upstream never saw the tunnel end")
+
+
+class RedisWebSocketTest(RedisFleetTestCase):
+    def test_two_instances_share_a_slot_that_an_open_tunnel_renews_in_redis(self):
+        # A concurrency limit in Redis: the slot a tunnel on one instance
+        # holds is renewed there (answered on the store's thread, taken back
+        # to the tunnel's loop), so three leases later the other instance
+        # still refuses the user a second one.
+        redis = self.start_redis()
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        config = (server_block(upstream_timeout="500ms")
+                  + redis_store_block(url=redis.url, timeout="1s")
+                  + "routes:\n  - {name: app, match: {path_prefix: /}, upstream: %s, "
+                  "websocket: true}\n"
+                  "policies:\n  - name: sockets\n    match: {path_prefix: /ws}\n"
+                  "    limits: [{algorithm: concurrency, limit: 1, lease_ttl: 1s}]\n" % up.url)
+        fleet = self.start_fleet(config, 2)
+        first = socket.create_connection((HOST, fleet[0].port), timeout=5)
+        self.addCleanup(first.close)
+        first.sendall(handshake())
+        self.assertEqual(read_head_of(first)[0], "HTTP/1.1 101 Switching Protocols")
+        time.sleep(3)
+        second = socket.create_connection((HOST, fleet[1].port), timeout=5)
+        self.addCleanup(second.close)
+        second.sendall(handshake())
+        self.assertEqual(read_head_of(second)[0], "HTTP/1.1 429 Too Many Requests")
+        first.close()  # given back in Redis: the other instance may now
+        deadline = time.monotonic() + 5
+        while True:
+            third = socket.create_connection((HOST, fleet[1].port), timeout=5)
+            self.addCleanup(third.close)
+            third.sendall(handshake())
+            status = read_head_of(third)[0]
+            if status.startswith("HTTP/1.1 101") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
