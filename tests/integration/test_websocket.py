@@ -251,13 +251,14 @@ class WebSocketTest(SluiceTestCase):
                        upstream_timeout="500ms")
         first = self.connect(s)
         first.sendall(handshake())
-        self.assertEqual(read_head_of(first)[0], "HTTP/1.1 101 Switching Protocols")
+        status, _, rest = read_head_of(first)
+        self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
         time.sleep(3)
         second = self.connect(s)
         second.sendall(handshake())
         self.assertEqual(read_head_of(second)[0], "HTTP/1.1 429 Too Many Requests")
         first.sendall(b"still here")
-        self.assertEqual(read_exactly(first, 19), b"greeting;still here")
+        self.assertEqual(read_exactly(first, 19, rest), b"greeting;still here")
 
     def test_a_tunnel_idle_for_idle_timeout_is_closed(self):
         up = WebSocketUpstream()
