@@ -244,7 +244,7 @@ class WebSocketTest(SluiceTestCase):
 
     def test_a_long_tunnel_keeps_its_slot_past_its_lease(self):
         # A slot's lease (lease_ttl) is renewed while the tunnel is open,
-        # however quiet: three leases later the second is still refused.
+        # however quiet: two leases later the second is still refused.
         up = WebSocketUpstream()
         self.addCleanup(up.close)
         s = self.start(up, limits="{algorithm: concurrency, limit: 1, lease_ttl: 1s}",
@@ -253,7 +253,7 @@ class WebSocketTest(SluiceTestCase):
         first.sendall(handshake())
         status, _, rest = read_head_of(first)
         self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
-        time.sleep(3)
+        time.sleep(2.2)  # more than two leases
         second = self.connect(s)
         second.sendall(handshake())
         self.assertEqual(read_head_of(second)[0], "HTTP/1.1 429 Too Many Requests")
@@ -335,7 +335,7 @@ class RedisWebSocketTest(RedisFleetTestCase):
     def test_two_instances_share_a_slot_that_an_open_tunnel_renews_in_redis(self):
         # A concurrency limit in Redis: the slot a tunnel on one instance
         # holds is renewed there (answered on the store's thread, taken back
-        # to the tunnel's loop), so three leases later the other instance
+        # to the tunnel's loop), so two leases later the other instance
         # still refuses the user a second one.
         redis = self.start_redis()
         up = WebSocketUpstream()
@@ -351,7 +351,7 @@ class RedisWebSocketTest(RedisFleetTestCase):
         self.addCleanup(first.close)
         first.sendall(handshake())
         self.assertEqual(read_head_of(first)[0], "HTTP/1.1 101 Switching Protocols")
-        time.sleep(3)
+        time.sleep(2.2)  # more than two leases
         second = socket.create_connection((HOST, fleet[1].port), timeout=5)
         self.addCleanup(second.close)
         second.sendall(handshake())
