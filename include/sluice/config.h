@@ -171,6 +171,10 @@ struct RouteConfig {
   // the client and the upstream. Otherwise Upgrade is dropped, as every
   // hop-by-hop field.
   bool websocket = false;
+  // The upstream's time to answer on this route (and for each read of a
+  // body streamed as it comes), in place of server.upstream_timeout; zero:
+  // server.upstream_timeout.
+  Duration upstream_timeout;
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 

@@ -660,10 +660,10 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
     return Fail(v, Cat("expected a route (a map with name, match and upstream), got ",
                        DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f =
-      ReadMap(v, kMapOfKeys,
-              {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name",
-               "upstream_cert_file", "upstream_key_file", "host_header", "websocket"});
+  absl::StatusOr<Fields> f = ReadMap(
+      v, kMapOfKeys,
+      {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name",
+       "upstream_cert_file", "upstream_key_file", "host_header", "websocket", "upstream_timeout"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -705,6 +705,9 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
   }
   if (const Value* x = f->Find("websocket")) {
     SLUICE_ASSIGN_OR_RETURN(out.websocket, ReadBool(*x));
+  }
+  if (const Value* x = f->Find("upstream_timeout")) {
+    SLUICE_ASSIGN_OR_RETURN(out.upstream_timeout, ReadDuration(*x, kTimeout));
   }
   return absl::OkStatus();
 }
@@ -1105,11 +1108,19 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
         if (limit.options.algorithm != Algorithm::kConcurrency || config.routes.empty()) continue;
         const Duration ttl = limit.options.lease_ttl == Duration::Zero() ? kDefaultLeaseTtl
                                                                          : limit.options.lease_ttl;
-        if (ttl <= config.server.upstream_timeout) {
-          // The gateway holds a slot until the upstream answers or times out.
+        // The gateway holds a slot until the upstream answers or times out
+        // (a route's own timeout included).
+        std::string longest = "server.upstream_timeout";
+        Duration wait = config.server.upstream_timeout;
+        for (const RouteConfig& route : config.routes) {
+          if (route.upstream_timeout > wait) {
+            wait = route.upstream_timeout;
+            longest = Cat("routes \"", route.name, "\" upstream_timeout");
+          }
+        }
+        if (ttl <= wait) {
           return Fail(item, Cat("policy \"", policy.name, "\": lease_ttl ", FormatDuration(ttl),
-                                " must be longer than server.upstream_timeout (",
-                                FormatDuration(config.server.upstream_timeout),
+                                " must be longer than ", longest, " (", FormatDuration(wait),
                                 "), or a slow answer's slot would end before it"));
         }
       }

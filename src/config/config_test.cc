@@ -919,6 +919,14 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
   EXPECT_FALSE(c.routes[0].websocket);
   c = Load("routes:\n  - name: a\n    upstream: http://a\n    websocket: true\n");
   EXPECT_TRUE(c.routes[0].websocket);
+  EXPECT_EQ(c.routes[0].upstream_timeout, Duration::Zero());  // the server's
+  c = Load("routes:\n  - name: a\n    upstream: http://a\n    upstream_timeout: 5m\n");
+  EXPECT_EQ(c.routes[0].upstream_timeout, Duration::Minutes(5));
+  // A concurrency slot must outlive the longest wait for an upstream.
+  EXPECT_EQ(ErrorOf("routes:\n  - name: sse\n    upstream: http://a\n    upstream_timeout: 5m\n"
+                    "policies:\n  - name: p\n    limits: [{algorithm: concurrency, limit: 1}]\n"),
+            "t.yaml:6: policies[0]: policy \"p\": lease_ttl 1m must be longer than routes \"sse\" "
+            "upstream_timeout (5m), or a slow answer's slot would end before it");
   EXPECT_EQ(ErrorOf("routes:\n  - name: a\n    upstream: http://a\n    websocket: sometimes\n"),
             "t.yaml:4: routes[0].websocket: expected true or false, got \"sometimes\"");
   c = Load(

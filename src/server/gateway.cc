@@ -102,6 +102,7 @@ HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
   after->upstream = std::move(upstream);
   after->pool = route.upstream;
   after->tls_pool = tls_key;
+  after->timeout = route.upstream_timeout;
   Relayed& relayed = reply.emplace<Relayed>();
   relayed.answer = std::move(answer);
   relayed.after = std::move(after);
@@ -295,7 +296,8 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     if (!reused) upstream = std::make_unique<UpstreamConnection>(Socket(w.ioc.get_executor()));
     Socket& stream = upstream->socket;
     Deadline deadline(w, stream);
-    deadline.After(sc.upstream_timeout);
+    deadline.After(route->upstream_timeout > Duration::Zero() ? route->upstream_timeout
+                                                              : sc.upstream_timeout);
     if (!reused) {
       Resolver resolver(w.ioc.get_executor());
       auto endpoints = co_await resolver.async_resolve(route->upstream.host,

@@ -145,6 +145,7 @@ struct AfterHead {
   std::optional<AnswerParser> parser;  // a body still coming
   HostPort pool;                       // an http:// upstream's pool key
   std::string tls_pool;                // an https:// upstream's (TlsPoolKey); empty: http://
+  Duration timeout;                    // the route's upstream_timeout (zero: the server's)
   std::shared_ptr<Slots> hold;
 };
 

@@ -1090,8 +1090,12 @@ class ServerImpl final : public Server {
       if (relayed != nullptr && relayed->after != nullptr && relayed->body_to_come) {
         // The body goes as it comes; the connection ends with a body cut
         // short, or one the connection's end ends (HTTP/1.0).
-        const bool whole = !ec && co_await StreamBody(w, stream, socket, deadline, *relayed,
-                                                      sc.upstream_timeout, sc.read_timeout);
+        const Duration route_timeout = relayed->after->timeout;
+        const bool whole =
+            !ec && co_await StreamBody(
+                       w, stream, socket, deadline, *relayed,
+                       route_timeout > Duration::Zero() ? route_timeout : sc.upstream_timeout,
+                       sc.read_timeout);
         if (!whole || !relayed->answer.keep_alive) keep_alive = false;
         if (!whole) ec = net::error::connection_aborted;
       } else if (relayed != nullptr && relayed->after != nullptr) {

@@ -71,6 +71,13 @@ class GatedUpstream(RawServer):
             self.go.wait(10)
             conn.sendall(b"last")
             return False
+        if path.endswith("/sparse"):  # three events 0.8 s apart
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for i in range(3):
+                time.sleep(0.8)
+                conn.sendall(chunk(b"data: %d\n\n" % i))
+            conn.sendall(b"0\r\n\r\n")
+            return True
         if path == "/drip":  # an event every 0.2 s for 3 s
             conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
             for i in range(15):
@@ -260,6 +267,27 @@ class StreamingTest(SluiceTestCase):
         while (part := first.chunk()):
             events.append(part)
         self.assertEqual(b"".join(events), b"".join(b"data: %d\n\n" % i for i in range(15)))
+
+    def test_a_routes_upstream_timeout_lets_a_sparse_stream_wait_longer(self):
+        # The server's 500 ms cuts a stream quiet for 0.8 s; the route of
+        # /quiet waits up to 2 s between reads.
+        self.up = GatedUpstream()
+        self.addCleanup(self.up.close)
+        s = self.start_sluice(
+            server_block(upstream_timeout="500ms") + "routes:\n"
+            "  - {name: quiet, match: {path_prefix: /quiet/}, upstream: %s, upstream_timeout: 2s}\n"
+            "  - {name: app, match: {path_prefix: /}, upstream: %s}\n" % (self.up.url, self.up.url))
+        waits = self.reader(s)
+        waits.send("/quiet/sparse")
+        self.assertEqual(waits.head()[0], "HTTP/1.1 200 OK")
+        events = []
+        while (part := waits.chunk()):
+            events.append(part)
+        self.assertEqual((b"".join(events), part), (b"data: 0\n\ndata: 1\n\ndata: 2\n\n", b""))
+        cut = self.reader(s)
+        cut.send("/other/sparse")
+        self.assertEqual(cut.head()[0], "HTTP/1.1 200 OK")
+        self.assertIsNone(cut.chunk(), "a read past the server's 500 ms was waited for")
 
     def test_a_drain_lets_a_body_stream_for_drain_timeout_then_cuts_it(self):
         s = self.start(drain_timeout="1s")
