@@ -293,6 +293,16 @@ struct Worker {
   };
   std::list<TunnelEnds*> tunnels;
   std::atomic<int> relaying{0};  // tunnels.size(), for the drain on another loop
+  // Shuts both sockets of the tunnels (with `bodies`, of the streamed
+  // bodies too), so that each ends; on this loop's thread.
+  void ShutRelays(bool bodies) {
+    boost::system::error_code ignored;
+    for (TunnelEnds* t : tunnels) {
+      if (!t->tunnel && !bodies) continue;
+      t->client->shutdown(Socket::shutdown_both, ignored);
+      t->upstream->shutdown(Socket::shutdown_both, ignored);
+    }
+  }
 };
 
 // The loop's list for the policies of a request decided at once, with

@@ -485,12 +485,9 @@ class ServerImpl final : public Server {
         boost::system::error_code ignored;
         w->acceptor->close(ignored);
         if (w->decision_acceptor != nullptr) w->decision_acceptor->close(ignored);
-        // Open tunnels end now: the drain waits for them as for requests.
-        for (Worker::TunnelEnds* t : w->tunnels) {
-          if (!t->tunnel) continue;  // a body streamed: within drain_timeout
-          t->client->shutdown(Socket::shutdown_both, ignored);
-          t->upstream->shutdown(Socket::shutdown_both, ignored);
-        }
+        // Open tunnels end now: the drain waits for them as for requests
+        // (a body streamed goes on within drain_timeout).
+        w->ShutRelays(/*bodies=*/false);
       });
     }
     net::post(workers_[0]->ioc, [this] {
@@ -1269,13 +1266,7 @@ class ServerImpl final : public Server {
       // Bodies still streaming are cut now, so that their requests end (and
       // give back what they hold) while the stores are there.
       for (auto& w : workers_) {
-        net::post(w->ioc, [w = w.get()] {
-          boost::system::error_code ignored;
-          for (Worker::TunnelEnds* t : w->tunnels) {
-            t->client->shutdown(Socket::shutdown_both, ignored);
-            t->upstream->shutdown(Socket::shutdown_both, ignored);
-          }
-        });
+        net::post(w->ioc, [w = w.get()] { w->ShutRelays(/*bodies=*/true); });
       }
       const auto cut = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       while (relaying() > 0 && std::chrono::steady_clock::now() < cut) {
