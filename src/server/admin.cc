@@ -109,6 +109,9 @@ nlohmann::json ConfigJson(const PolicySet& set) {
         {"name", r.name},
         {"upstream", Cat(r.upstream_tls ? "https://" : "http://", HostPortText(r.upstream))}};
     if (r.websocket) route["websocket"] = true;
+    if (r.upstream_timeout > Duration::Zero()) {
+      route["upstream_timeout"] = FormatDuration(r.upstream_timeout);
+    }
     routes.push_back(std::move(route));
   }
   return {{"source", set.config().source}, {"policies", policies}, {"routes", routes}};

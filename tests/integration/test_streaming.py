@@ -277,6 +277,8 @@ class StreamingTest(SluiceTestCase):
             server_block(upstream_timeout="500ms") + "routes:\n"
             "  - {name: quiet, match: {path_prefix: /quiet/}, upstream: %s, upstream_timeout: 2s}\n"
             "  - {name: app, match: {path_prefix: /}, upstream: %s}\n" % (self.up.url, self.up.url))
+        routes = self.get("/v1/config", admin=True).json()["routes"]
+        self.assertEqual([r.get("upstream_timeout") for r in routes], ["2s", None])
         waits = self.reader(s)
         waits.send("/quiet/sparse")
         self.assertEqual(waits.head()[0], "HTTP/1.1 200 OK")
