@@ -273,13 +273,13 @@ bool Holds(const std::vector<Applied>& applied, const Verdict& verdict) {
 }
 
 void Renew(const std::vector<Applied>& applied, const Verdict& verdict, Time now,
-           const std::function<void(size_t, const PolicyDecision&)>& renewed) {
+           const std::function<void(size_t, const absl::StatusOr<PolicyDecision>&)>& renewed) {
   for (size_t i = 0; i < applied.size() && i < verdict.answers.size(); ++i) {
     const Applied& a = applied[i];
     if (!HoldsSlots(a, verdict.answers[i])) continue;
     a.policy->limiter().RenewAsync(*a.key, now, verdict.answers[i].decision, a.cost,
                                    [i, renewed](absl::StatusOr<PolicyDecision> d) {
-                                     if (d.ok() && d->allowed) renewed(i, *d);
+                                     if (!d.ok() || d->allowed) renewed(i, d);
                                    });
   }
 }

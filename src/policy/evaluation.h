@@ -125,9 +125,11 @@ bool Holds(const std::vector<Applied>& applied, const Verdict& verdict);
 // waiting (a request held long after its admission: a WebSocket's tunnel,
 // a body streamed): `renewed(i, decision)` gets each policy's renewed
 // decision, which Release and the next Renew must then use (a remote
-// store's arrives on its thread). A slot already lost stays lost.
+// store's arrives on its thread), or the store's error when it could not
+// renew (the slot is still held until its lease runs out: try again
+// sooner). A slot already lost stays lost, and is not reported.
 void Renew(const std::vector<Applied>& applied, const Verdict& verdict, Time now,
-           const std::function<void(size_t, const PolicyDecision&)>& renewed);
+           const std::function<void(size_t, const absl::StatusOr<PolicyDecision>&)>& renewed);
 // The shortest lease_ttl of the concurrency limits whose slots the verdict
 // holds (Duration::Infinite() when none).
 Duration ShortestLease(const std::vector<Applied>& applied, const Verdict& verdict);

@@ -159,17 +159,26 @@ class SlotHold {
       Kept& operator=(const Kept&) = delete;
       ~Kept() override { policy::Release(applied_, verdict_, clock_.Now()); }
       void Renew(Time now) override {
-        if ((now - last_).micros() < every_) return;
+        if ((now - last_).micros() < wait_) return;
         last_ = now;
-        policy::Renew(
-            applied_, verdict_, now,
-            [self = weak_from_this(), &ioc = worker_.ioc](size_t i, const PolicyDecision& renewed) {
-              net::post(ioc, [self, i, renewed] {
-                if (const auto kept = self.lock()) {
-                  kept->verdict_.answers[i].decision = renewed;
-                }
-              });
-            });
+        wait_ = every_;
+        policy::Renew(applied_, verdict_, now,
+                      [self = weak_from_this(), &ioc = worker_.ioc](
+                          size_t i, const absl::StatusOr<PolicyDecision>& renewed) {
+                        net::post(ioc, [self, i, renewed] {
+                          const auto kept = self.lock();
+                          if (kept == nullptr) return;
+                          if (renewed.ok()) {
+                            kept->verdict_.answers[i].decision = *renewed;
+                          } else {
+                            // The store could not renew it (Redis away for
+                            // a moment): again in a tenth of the lease, not
+                            // a third, so that an outage shorter than about
+                            // two thirds of it loses no slot.
+                            kept->wait_ = kept->every_ * 3 / 10;
+                          }
+                        });
+                      });
       }
 
      private:
@@ -178,7 +187,8 @@ class SlotHold {
       std::shared_ptr<const PolicySet> set_;
       const Clock& clock_;
       Worker& worker_;
-      const int64_t every_;  // microseconds between renewals
+      const int64_t every_;    // microseconds between renewals
+      int64_t wait_ = every_;  // until the next: every_, or less after a failed one
       Time last_;
     };
     return std::make_shared<Kept>(std::move(applied), std::move(verdict), std::move(set), clock_,

@@ -367,3 +367,51 @@ class RedisWebSocketTest(RedisFleetTestCase):
                 break
             time.sleep(0.05)
         self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
+
+    def test_a_renewal_redis_refused_is_tried_again_sooner(self):
+        # Redis refuses the renewals for 2 s (maxmemory reached: every call
+        # that may write is refused) while a tunnel holds a slot of a 3 s
+        # lease: renewed every second, a refused renewal is tried again
+        # after 0.3 s (a tenth of the lease), not a second later; once Redis
+        # takes them again the slot is renewed, and still held past the
+        # lease it was taken with.
+        redis = self.start_redis()
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        config = (server_block(upstream_timeout="500ms")
+                  + redis_store_block(url=redis.url, timeout="1s")
+                  + "routes:\n  - {name: app, match: {path_prefix: /}, upstream: %s, "
+                  "websocket: true}\n"
+                  "policies:\n  - name: sockets\n    match: {path_prefix: /ws}\n"
+                  "    limits: [{algorithm: concurrency, limit: 1, lease_ttl: 3s}]\n" % up.url)
+        s = self.start_fleet(config, 1)[0]
+
+        def refused_calls():
+            for line in redis.call("INFO", "commandstats").split("\r\n"):
+                if line.startswith("cmdstat_fcall:"):
+                    fields = dict(f.split("=") for f in line.split(":", 1)[1].split(","))
+                    return int(fields["rejected_calls"])
+            return 0
+
+        def handshake_status():
+            conn = socket.create_connection((HOST, s.port), timeout=5)
+            self.addCleanup(conn.close)
+            conn.sendall(handshake())
+            return read_head_of(conn)[0]
+
+        first = socket.create_connection((HOST, s.port), timeout=5)
+        self.addCleanup(first.close)
+        first.sendall(handshake())
+        self.assertEqual(read_head_of(first)[0], "HTTP/1.1 101 Switching Protocols")
+        t0 = time.monotonic()
+        redis.call("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        before = refused_calls()
+        redis.call("CONFIG", "SET", "maxmemory", "1")
+        time.sleep(max(0, t0 + 2.2 - time.monotonic()))
+        redis.call("CONFIG", "SET", "maxmemory", "0")
+        refused = refused_calls() - before
+        # Renewals due at about 1 s, then every 0.3-0.4 s: 1.0, 1.35, 1.7,
+        # 2.05 (at a third of the lease apart: 1.0 and 2.0 only).
+        self.assertGreaterEqual(refused, 3)
+        time.sleep(max(0, t0 + 3.6 - time.monotonic()))  # past the lease it was taken with
+        self.assertEqual(handshake_status(), "HTTP/1.1 429 Too Many Requests")
