@@ -175,6 +175,10 @@ struct RouteConfig {
   // body streamed as it comes), in place of server.upstream_timeout; zero:
   // server.upstream_timeout.
   Duration upstream_timeout;
+  // How long a WebSocket tunnel on this route may stay quiet both ways
+  // before it is closed, in place of server.idle_timeout (websocket routes
+  // only); zero: server.idle_timeout.
+  Duration idle_timeout;
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 

@@ -660,10 +660,11 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
     return Fail(v, Cat("expected a route (a map with name, match and upstream), got ",
                        DescribeNode(v.node)));
   }
-  absl::StatusOr<Fields> f = ReadMap(
-      v, kMapOfKeys,
-      {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name",
-       "upstream_cert_file", "upstream_key_file", "host_header", "websocket", "upstream_timeout"});
+  absl::StatusOr<Fields> f =
+      ReadMap(v, kMapOfKeys,
+              {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name",
+               "upstream_cert_file", "upstream_key_file", "host_header", "websocket",
+               "upstream_timeout", "idle_timeout"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -708,6 +709,14 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
   }
   if (const Value* x = f->Find("upstream_timeout")) {
     SLUICE_ASSIGN_OR_RETURN(out.upstream_timeout, ReadDuration(*x, kTimeout));
+  }
+  if (const Value* x = f->Find("idle_timeout")) {
+    if (!out.websocket) {
+      return Fail(*x,
+                  "only for a route with websocket: true (a tunnel's quiet time); a connection's "
+                  "between requests is server.idle_timeout");
+    }
+    SLUICE_ASSIGN_OR_RETURN(out.idle_timeout, ReadDuration(*x, kTimeout));
   }
   return absl::OkStatus();
 }

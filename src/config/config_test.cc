@@ -922,6 +922,15 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
   EXPECT_EQ(c.routes[0].upstream_timeout, Duration::Zero());  // the server's
   c = Load("routes:\n  - name: a\n    upstream: http://a\n    upstream_timeout: 5m\n");
   EXPECT_EQ(c.routes[0].upstream_timeout, Duration::Minutes(5));
+  EXPECT_EQ(c.routes[0].idle_timeout, Duration::Zero());  // the server's
+  c = Load("routes:\n  - {name: a, upstream: http://a, websocket: true, idle_timeout: 10m}\n");
+  EXPECT_EQ(c.routes[0].idle_timeout, Duration::Minutes(10));
+  EXPECT_EQ(ErrorOf("routes:\n  - {name: a, upstream: http://a, idle_timeout: 10m}\n"),
+            "t.yaml:2: routes[0].idle_timeout: only for a route with websocket: true (a tunnel's "
+            "quiet time); a connection's between requests is server.idle_timeout");
+  EXPECT_EQ(ErrorOf("routes:\n  - {name: a, upstream: http://a, websocket: true, idle_timeout: "
+                    "0s}\n"),
+            "t.yaml:2: routes[0].idle_timeout: must be longer than 0, got 0s");
   // A concurrency slot must outlive the longest wait for an upstream.
   EXPECT_EQ(ErrorOf("routes:\n  - name: sse\n    upstream: http://a\n    upstream_timeout: 5m\n"
                     "policies:\n  - name: p\n    limits: [{algorithm: concurrency, limit: 1}]\n"),

@@ -112,6 +112,7 @@ nlohmann::json ConfigJson(const PolicySet& set) {
     if (r.upstream_timeout > Duration::Zero()) {
       route["upstream_timeout"] = FormatDuration(r.upstream_timeout);
     }
+    if (r.idle_timeout > Duration::Zero()) route["idle_timeout"] = FormatDuration(r.idle_timeout);
     routes.push_back(std::move(route));
   }
   return {{"source", set.config().source}, {"policies", policies}, {"routes", routes}};

@@ -86,6 +86,7 @@ HttpAnswer UpstreamError(ServerState& state, const RouteConfig& route,
     tunnel.websocket = true;
     tunnel.after = std::make_shared<AfterHead>();
     tunnel.after->upstream = std::move(upstream);
+    tunnel.after->idle = route.idle_timeout;
     return true;
   }
   const boost::optional<uint64_t> said = parser.content_length();

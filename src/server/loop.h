@@ -146,6 +146,7 @@ struct AfterHead {
   HostPort pool;                       // an http:// upstream's pool key
   std::string tls_pool;                // an https:// upstream's (TlsPoolKey); empty: http://
   Duration timeout;                    // the route's upstream_timeout (zero: the server's)
+  Duration idle;                       // a tunnel's: the route's idle_timeout (zero: the server's)
   std::shared_ptr<Slots> hold;
 };
 

@@ -1100,7 +1100,9 @@ class ServerImpl final : public Server {
         // until it ends (a drain shuts it), and then it is over. One that
         // opens as a drain begins is not begun.
         if (!ec && !state_->draining.load()) {
-          co_await RunTunnel(w, stream, socket, deadline, buffer, *relayed->after, idle_timeout);
+          const Duration route_idle = relayed->after->idle;
+          co_await RunTunnel(w, stream, socket, deadline, buffer, *relayed->after,
+                             route_idle > Duration::Zero() ? route_idle : idle_timeout);
         }
         break;
       }

@@ -279,6 +279,25 @@ class WebSocketTest(SluiceTestCase):
         self.assertGreater(time.monotonic() - t0, 0.9)
         self.assertTrue(up.ended.wait(5), "the upstream's side was not closed")
 
+    def test_a_routes_idle_timeout_lets_its_tunnels_stay_quiet_longer(self):
+        # The server's 500 ms would close a tunnel quiet for 1 s; the
+        # route's 1500 ms keeps it, then closes it once it is quiet that long.
+        up = WebSocketUpstream()
+        self.addCleanup(up.close)
+        s = self.start(up, route_extra=", idle_timeout: 1500ms", idle_timeout="500ms")
+        route = self.get("/v1/config", admin=True, s=s).json()["routes"][0]
+        self.assertEqual(route["idle_timeout"], "1500ms")
+        conn = self.connect(s)
+        conn.sendall(handshake())
+        _, _, rest = read_head_of(conn)
+        self.assertEqual(read_exactly(conn, 9, rest), b"greeting;")
+        time.sleep(1.0)
+        conn.sendall(b"tick")
+        self.assertEqual(read_exactly(conn, 4), b"tick")
+        t0 = time.monotonic()
+        self.assertTrue(closed(conn, 4), "the idle tunnel was not closed")
+        self.assertGreater(time.monotonic() - t0, 1.4)
+
     def test_a_drain_ends_open_tunnels_and_does_not_wait_for_them(self):
         up = WebSocketUpstream()
         self.addCleanup(up.close)
