@@ -659,10 +659,15 @@ void Limiter::HoldAsync(std::string_view key, Time now, const PolicyDecision* ta
     by_limit[i] = *d;
   }
   auto finish = [this, now, slot, by_limit = std::move(by_limit), held = std::move(held),
-                 key = std::string(key), cost,
-                 done = std::move(done)](absl::StatusOr<BatchResult> remote) mutable {
+                 key = std::string(key), cost, done = std::move(done),
+                 renewing = taken != nullptr](absl::StatusOr<BatchResult> remote) mutable {
     if (!remote.ok()) {
-      for (size_t j : held) (void)tables_[j]->Refund(key, now, cost, slot);
+      // Slots taken afresh go back. A renewal's stay renewed: the lease
+      // still holds them (what the store holds of it is as it was, for
+      // all the caller knows), and its holder goes on and renews again.
+      if (!renewing) {
+        for (size_t j : held) (void)tables_[j]->Refund(key, now, cost, slot);
+      }
       return done(remote.status());
     }
     size_t next = 0;

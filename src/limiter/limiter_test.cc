@@ -250,6 +250,69 @@ TEST_F(LimiterTest, ASlotGivenBackTwiceGivesBackNothingTheSecondTime) {
   EXPECT_FALSE(limiter->Acquire("k")->allowed);
 }
 
+// A store in another process, as Redis is to sluice, that can be made to
+// fail every call (unreachable) and to work again.
+class UnreachableAtWill final : public Store {
+ public:
+  absl::StatusOr<std::shared_ptr<LimitTable>> OpenTable(const LimitConfig& config) override {
+    return inner_.OpenTable(config);
+  }
+  bool remote() const override { return true; }
+  void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
+                   int64_t cost, Time taken_at, uint64_t slot, BatchCallback done,
+                   BatchCallback /*late*/) override {
+    if (unreachable) return done(absl::UnavailableError("unreachable"));
+    Store::DecideBatch(tables, key, op, now, cost, taken_at, slot, std::move(done));
+  }
+  bool unreachable = false;
+
+ private:
+  MemoryStore inner_;
+};
+
+TEST_F(LimiterTest, ARenewalTheRemoteStoreFailedKeepsTheLocalSlotsItRenewed) {
+  // Two slots in this process, ten in the fleet's store. A renewal the
+  // remote store could not take fails, and the caller still holds the
+  // lease: its local slot stays held (given back, a third request would
+  // get past the process's limit of two).
+  UnreachableAtWill fleet;
+  absl::StatusOr<std::unique_ptr<Limiter>> made =
+      Limiter::Create(store_, {.name = "p",
+                               .limits = {Concurrency(2), Concurrency(10)},
+                               .stores = {nullptr, &fleet},
+                               .clock = &clock_});
+  ASSERT_TRUE(made.ok()) << made.status();
+  Limiter& limiter = **made;
+  const auto acquire = [&] {
+    absl::StatusOr<PolicyDecision> out;
+    limiter.AcquireSlotsAsync("k", clock_.Now(), 1,
+                              [&](absl::StatusOr<PolicyDecision> d) { out = std::move(d); });
+    return out;
+  };
+  const absl::StatusOr<PolicyDecision> first = acquire();
+  const absl::StatusOr<PolicyDecision> second = acquire();
+  ASSERT_TRUE(first.ok() && first->allowed && second.ok() && second->allowed);
+  clock_.Advance(Duration::Seconds(20));
+  fleet.unreachable = true;
+  absl::StatusOr<PolicyDecision> renewed;
+  limiter.RenewAsync("k", clock_.Now(), *first, 1,
+                     [&](absl::StatusOr<PolicyDecision> d) { renewed = std::move(d); });
+  EXPECT_EQ(renewed.status().code(), absl::StatusCode::kUnavailable);
+  fleet.unreachable = false;
+  const absl::StatusOr<PolicyDecision> third = acquire();
+  ASSERT_TRUE(third.ok());
+  EXPECT_FALSE(third->allowed);
+  EXPECT_EQ(third->limit_index, 0u);  // the process's two are held
+  // A fresh acquire the remote store fails gives its local slot back.
+  ASSERT_TRUE(limiter.Release("k", *second, 1).ok());
+  fleet.unreachable = true;
+  EXPECT_FALSE(acquire().ok());
+  fleet.unreachable = false;
+  const absl::StatusOr<PolicyDecision> fourth = acquire();
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_TRUE(fourth->allowed);
+}
+
 // On a CoarseClock, every algorithm still never admits more than its limit
 // allows over true time: the coarse time is behind, never ahead, so it can
 // only see less refill and later windows. Each limit is hammered for 300 ms
