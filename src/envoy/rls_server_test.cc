@@ -33,6 +33,7 @@
 #include "sluice/config.h"
 #include "sluice/envoy_config.h"
 #include "sluice/store/memory_store.h"
+#include "store/memory/remote_test_support.h"
 
 namespace sluice::envoy {
 namespace {
@@ -586,7 +587,7 @@ TEST_F(RlsTest, AReloadKeepsTheStateOfUnchangedRules) {
 
 // A remote store whose answers come from a thread of its own, as Redis'
 // do: the service must finish calls from that thread.
-class ThreadedStore final : public Store {
+class ThreadedStore final : public RemoteOverMemory {
  public:
   ThreadedStore() : worker_([this] { Run(); }) {}
   ~ThreadedStore() override {
@@ -597,10 +598,6 @@ class ThreadedStore final : public Store {
     cv_.notify_all();
     worker_.join();
   }
-  absl::StatusOr<std::shared_ptr<LimitTable>> OpenTable(const LimitConfig& config) override {
-    return inner_.OpenTable(config);
-  }
-  bool remote() const override { return true; }
   void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
                    int64_t cost, Time taken_at, uint64_t slot, BatchCallback done,
                    BatchCallback /*late*/) override {
@@ -646,7 +643,6 @@ class ThreadedStore final : public Store {
       lock.lock();
     }
   }
-  MemoryStore inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;

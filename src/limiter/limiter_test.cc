@@ -6,6 +6,7 @@
 #include <random>
 
 #include "sluice/store/memory_store.h"
+#include "store/memory/remote_test_support.h"
 
 namespace sluice {
 namespace {
@@ -252,12 +253,8 @@ TEST_F(LimiterTest, ASlotGivenBackTwiceGivesBackNothingTheSecondTime) {
 
 // A store in another process, as Redis is to sluice, that can be made to
 // fail every call (unreachable) and to work again.
-class UnreachableAtWill final : public Store {
+class UnreachableAtWill final : public RemoteOverMemory {
  public:
-  absl::StatusOr<std::shared_ptr<LimitTable>> OpenTable(const LimitConfig& config) override {
-    return inner_.OpenTable(config);
-  }
-  bool remote() const override { return true; }
   void DecideBatch(std::span<LimitTable* const> tables, std::string_view key, BatchOp op, Time now,
                    int64_t cost, Time taken_at, uint64_t slot, BatchCallback done,
                    BatchCallback /*late*/) override {
@@ -265,9 +262,6 @@ class UnreachableAtWill final : public Store {
     Store::DecideBatch(tables, key, op, now, cost, taken_at, slot, std::move(done));
   }
   bool unreachable = false;
-
- private:
-  MemoryStore inner_;
 };
 
 TEST_F(LimiterTest, ARenewalTheRemoteStoreFailedKeepsTheLocalSlotsItRenewed) {

@@ -351,11 +351,9 @@ class WebSocketTest(SluiceTestCase):
 
 
 class RedisWebSocketTest(RedisFleetTestCase):
-    def test_two_instances_share_a_slot_that_an_open_tunnel_renews_in_redis(self):
-        # A concurrency limit in Redis: the slot a tunnel on one instance
-        # holds is renewed there (answered on the store's thread, taken back
-        # to the tunnel's loop), so two leases later the other instance
-        # still refuses the user a second one.
+    def start_sockets(self, lease_ttl, instances):
+        """A Redis, and `instances` sluice on it whose route tunnels
+        WebSockets under a concurrency limit of one in Redis (`lease_ttl`)."""
         redis = self.start_redis()
         up = WebSocketUpstream()
         self.addCleanup(up.close)
@@ -364,8 +362,16 @@ class RedisWebSocketTest(RedisFleetTestCase):
                   + "routes:\n  - {name: app, match: {path_prefix: /}, upstream: %s, "
                   "websocket: true}\n"
                   "policies:\n  - name: sockets\n    match: {path_prefix: /ws}\n"
-                  "    limits: [{algorithm: concurrency, limit: 1, lease_ttl: 1s}]\n" % up.url)
-        fleet = self.start_fleet(config, 2)
+                  "    limits: [{algorithm: concurrency, limit: 1, lease_ttl: %s}]\n"
+                  % (up.url, lease_ttl))
+        return redis, self.start_fleet(config, instances)
+
+    def test_two_instances_share_a_slot_that_an_open_tunnel_renews_in_redis(self):
+        # A concurrency limit in Redis: the slot a tunnel on one instance
+        # holds is renewed there (answered on the store's thread, taken back
+        # to the tunnel's loop), so two leases later the other instance
+        # still refuses the user a second one.
+        _, fleet = self.start_sockets("1s", 2)
         first = socket.create_connection((HOST, fleet[0].port), timeout=5)
         self.addCleanup(first.close)
         first.sendall(handshake())
@@ -394,16 +400,7 @@ class RedisWebSocketTest(RedisFleetTestCase):
         # after 0.3 s (a tenth of the lease), not a second later; once Redis
         # takes them again the slot is renewed, and still held past the
         # lease it was taken with.
-        redis = self.start_redis()
-        up = WebSocketUpstream()
-        self.addCleanup(up.close)
-        config = (server_block(upstream_timeout="500ms")
-                  + redis_store_block(url=redis.url, timeout="1s")
-                  + "routes:\n  - {name: app, match: {path_prefix: /}, upstream: %s, "
-                  "websocket: true}\n"
-                  "policies:\n  - name: sockets\n    match: {path_prefix: /ws}\n"
-                  "    limits: [{algorithm: concurrency, limit: 1, lease_ttl: 3s}]\n" % up.url)
-        s = self.start_fleet(config, 1)[0]
+        redis, (s,) = self.start_sockets("3s", 1)
 
         def refused_calls():
             for line in redis.call("INFO", "commandstats").split("\r\n"):
