@@ -179,6 +179,10 @@ struct RouteConfig {
   // before it is closed, in place of server.idle_timeout (websocket routes
   // only); zero: server.idle_timeout.
   Duration idle_timeout;
+  // The largest request body this route takes, in place of
+  // server.max_body_bytes (which bounds what is read whole): a body that
+  // is chunked or said to be over 1 MiB goes to the upstream as it comes.
+  std::optional<int64_t> max_body_bytes;
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 

@@ -40,6 +40,8 @@ using internal::kPositive;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 constexpr DurationBounds kTimeout = {.min = kPositive, .max = kMaxTimeout};
+// A route's request body (routes[].max_body_bytes): 1 TiB, streamed.
+constexpr int64_t kMaxRouteBodyBytes = int64_t{1} << 40;
 
 using Value = internal::YamlAt;
 using internal::DescribeNode;
@@ -664,7 +666,7 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
       ReadMap(v, kMapOfKeys,
               {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name",
                "upstream_cert_file", "upstream_key_file", "host_header", "websocket",
-               "upstream_timeout", "idle_timeout"});
+               "upstream_timeout", "idle_timeout", "max_body_bytes"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -717,6 +719,9 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
                   "between requests is server.idle_timeout");
     }
     SLUICE_ASSIGN_OR_RETURN(out.idle_timeout, ReadDuration(*x, kTimeout));
+  }
+  if (const Value* x = f->Find("max_body_bytes")) {
+    SLUICE_ASSIGN_OR_RETURN(out.max_body_bytes, ReadInt(*x, 0, kMaxRouteBodyBytes));
   }
   return absl::OkStatus();
 }
@@ -1125,6 +1130,13 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
           if (route.upstream_timeout > wait) {
             wait = route.upstream_timeout;
             longest = Cat("routes \"", route.name, "\" upstream_timeout");
+          }
+          // An upload is renewed as its parts come (gateway.cc): one may
+          // be waited for that long.
+          if (route.max_body_bytes.value_or(0) > config.server.max_body_bytes &&
+              config.server.read_timeout > wait) {
+            wait = config.server.read_timeout;
+            longest = Cat("server.read_timeout (routes \"", route.name, "\" streams uploads)");
           }
         }
         if (ttl <= wait) {

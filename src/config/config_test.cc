@@ -923,6 +923,19 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
   c = Load("routes:\n  - name: a\n    upstream: http://a\n    upstream_timeout: 5m\n");
   EXPECT_EQ(c.routes[0].upstream_timeout, Duration::Minutes(5));
   EXPECT_EQ(c.routes[0].idle_timeout, Duration::Zero());  // the server's
+  EXPECT_EQ(c.routes[0].max_body_bytes, std::nullopt);    // the server's
+  c = Load("routes:\n  - {name: a, upstream: http://a, max_body_bytes: 1099511627776}\n");
+  EXPECT_EQ(c.routes[0].max_body_bytes, int64_t{1} << 40);
+  EXPECT_THAT(
+      ErrorOf("routes:\n  - {name: a, upstream: http://a, max_body_bytes: 1099511627777}\n"),
+      HasSubstr("routes[0].max_body_bytes"));
+  // A route that streams uploads renews their slots as their parts come,
+  // server.read_timeout apart at most.
+  EXPECT_THAT(ErrorOf("server: {read_timeout: 2m}\nroutes:\n  - {name: up, upstream: http://a, "
+                      "max_body_bytes: 10000000}\npolicies:\n  - name: p\n"
+                      "    limits: [{algorithm: concurrency, limit: 1}]\n"),
+              HasSubstr("lease_ttl 1m must be longer than server.read_timeout (routes \"up\" "
+                        "streams uploads) (2m)"));
   c = Load("routes:\n  - {name: a, upstream: http://a, websocket: true, idle_timeout: 10m}\n");
   EXPECT_EQ(c.routes[0].idle_timeout, Duration::Minutes(10));
   EXPECT_EQ(ErrorOf("routes:\n  - {name: a, upstream: http://a, idle_timeout: 10m}\n"),

@@ -871,6 +871,10 @@ absl::StatusOr<std::shared_ptr<const PolicySet>> PolicySet::Create(const Config&
                                                                    Metrics& metrics) {
   auto set = std::make_shared<PolicySet>();
   set->config_ = config;
+  set->largest_body_bytes_ = config.server.max_body_bytes;
+  for (const RouteConfig& route : config.routes) {
+    set->largest_body_bytes_ = std::max(set->largest_body_bytes_, route.max_body_bytes.value_or(0));
+  }
   // A match's paths are compared with requests' normalized paths, so they
   // are read the same way ("/%6Cogin" is "/login"; "/a;b" would otherwise
   // never match, since no normalized path holds a ';').

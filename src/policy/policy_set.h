@@ -224,9 +224,13 @@ class PolicySet {
   // match but for its method applies. The gateway then reads the body
   // before it decides (its RequestFacts::body_methods); else it need not.
   bool MayCountByBodyMethod(const RequestFacts& request) const;
+  // The largest request body the main listener may take: server.max_body_bytes,
+  // or a route's larger routes[].max_body_bytes.
+  int64_t largest_body_bytes() const { return largest_body_bytes_; }
 
  private:
   Config config_;
+  int64_t largest_body_bytes_ = 0;
   std::vector<Policy> policies_;
   // The matches of the policies of a method other than POST, without it.
   std::vector<MatchConfig> other_methods_;

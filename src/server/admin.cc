@@ -113,6 +113,7 @@ nlohmann::json ConfigJson(const PolicySet& set) {
       route["upstream_timeout"] = FormatDuration(r.upstream_timeout);
     }
     if (r.idle_timeout > Duration::Zero()) route["idle_timeout"] = FormatDuration(r.idle_timeout);
+    if (r.max_body_bytes) route["max_body_bytes"] = *r.max_body_bytes;
     routes.push_back(std::move(route));
   }
   return {{"source", set.config().source}, {"policies", policies}, {"routes", routes}};

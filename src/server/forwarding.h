@@ -11,6 +11,8 @@
 
 #include <charconv>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -229,6 +231,12 @@ inline bool IsProxyField(std::string_view name) {
 // ToUpstream's `from_proxy` when the caller trusts every peer.
 inline bool FromAnyPeer() { return true; }
 
+// A request body still coming that goes to the upstream as it comes
+// (gateway.cc): `length`, the length its client said, or none (chunked).
+struct StreamedBody {
+  std::optional<uint64_t> length;
+};
+
 // `req` as it goes to the upstream: HTTP/1.1 on a kept-alive connection,
 // without the hop-by-hop fields, Expect (sluice holds the whole body, so
 // the upstream has nothing to wait for, and an interim 100 Continue must not
@@ -248,8 +256,8 @@ inline bool FromAnyPeer() { return true; }
 // Malformed.
 template <typename FromProxy = bool (*)()>
 void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view shadow_marker,
-                bool underscores = false, FromProxy from_proxy = &FromAnyPeer,
-                bool secure = false) {
+                bool underscores = false, FromProxy from_proxy = &FromAnyPeer, bool secure = false,
+                const StreamedBody* streamed = nullptr) {
   namespace http = boost::beast::http;
   std::optional<bool> believed;  // from_proxy(), asked at most once
   const auto believe = [&] {
@@ -292,6 +300,17 @@ void ToUpstream(HttpRequest& req, std::string_view peer_ip, std::string_view sha
   // Content-Length of 0 or written otherwise) get Beast's prepare_payload
   // rule: one canonical Content-Length when there is a body or the method
   // expects one, else none.
+  if (streamed != nullptr) {
+    // The body goes as it comes: with the length the client said, or
+    // chunked as the client's was.
+    req.Drop(http::field::content_length);
+    if (streamed->length) {
+      req.SetLength(static_cast<size_t>(*streamed->length));
+    } else {
+      req.Set("Transfer-Encoding", "chunked");
+    }
+    return;
+  }
   const bool expects_length = req.method() == http::verb::post || req.method() == http::verb::put ||
                               req.method() == http::verb::options;
   const bool as_is =

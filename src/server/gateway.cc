@@ -203,6 +203,45 @@ class SlotHold {
   const Clock& clock_;
 };
 
+// How sending a streamed request body to the upstream ended.
+enum class Sent { kWhole, kClientFailed, kUpstreamFailed };
+
+// Sends the body of a request still coming (BodyToCome::Streams) to the
+// upstream as it comes from the client, in chunks when it goes `chunked`:
+// each wait for the client has server.read_timeout, each write to the
+// upstream `timeout`; `slots`, if any, renewed as it comes (every third
+// of their lease). kClientFailed: `reply` says what to answer, if anything
+// (ReadPart); kUpstreamFailed: `ec` says why.
+Task<Sent> SendBody(UpstreamConnection& upstream, BodyToCome& body, bool chunked,
+                    Deadline& deadline, Duration timeout, AfterHead::Slots* slots,
+                    const Clock& clock, Reply& reply, boost::system::error_code& ec) {
+  std::string part, framed;
+  for (bool end = false; !end;) {
+    deadline.Never();  // a slow client is the client's deadline's
+    if (!co_await body.ReadPart(part, end, reply)) co_return Sent::kClientFailed;
+    // Its concurrency slots' leases, renewed as the body comes.
+    if (slots != nullptr) slots->Renew(clock.Now());
+    std::string_view out = part;
+    if (chunked) {
+      framed.clear();
+      if (!part.empty()) AppendChunk(part, framed);
+      if (end) AppendChunk({}, framed);
+      out = framed;
+    }
+    if (out.empty()) continue;
+    deadline.After(timeout);
+    std::array<net::const_buffer, 2> data = {net::buffer(out.data(), out.size()),
+                                             net::const_buffer()};
+    if (upstream.tls != nullptr) {
+      if (!upstream.tls->WriteNow(data, ec) && !ec) co_await upstream.tls->Write(data, ec);
+    } else if (!WriteNow(upstream.socket, data, ec) && !ec) {
+      co_await net::async_write(upstream.socket, data, net::redirect_error(kUseAwaitable, ec));
+    }
+    if (ec) co_return Sent::kUpstreamFailed;
+  }
+  co_return Sent::kWhole;
+}
+
 }  // namespace
 
 Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply& reply,
@@ -224,7 +263,8 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   // Rack, Laravel and Symfony act on) is read before it is decided.
   absl::InlinedVector<std::string, 2> body_methods;
   if (set->MayCountByBodyMethod(facts)) {
-    if (body != nullptr && !co_await body->Read(reply)) co_return;
+    // Read whole, so server.max_body_bytes bounds it whatever the route's.
+    if (body != nullptr && !co_await body->Read(reply, sc.max_body_bytes)) co_return;
     body = nullptr;
     body_methods = BodyMethods(req.Find(http::field::content_type), req.body());
     facts.body_methods = body_methods;
@@ -269,7 +309,17 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       hold.Resume();
     }
   }
-  if (body != nullptr && !co_await body->Read(reply)) co_return;
+  // On a route that takes bodies larger than server.max_body_bytes, a body
+  // chunked or over kWholeRequestBodyBytes goes as it comes; the rest, and
+  // every body on other routes, is read whole first (a body that turns
+  // out too large or malformed then never reaches the upstream).
+  const bool streamed =
+      body != nullptr && route->max_body_bytes.value_or(0) > sc.max_body_bytes && body->Streams();
+  const StreamedBody streamed_body{streamed ? body->Length() : std::nullopt};
+  if (body != nullptr && !streamed &&
+      !co_await body->Read(reply, route->max_body_bytes.value_or(sc.max_body_bytes))) {
+    co_return;
+  }
   std::string marker;  // Sluice-Shadow-Denied: the shadow policies that would have denied
   for (const std::string& name : ev.shadow_denied) {
     if (!marker.empty()) marker += ", ";
@@ -291,16 +341,23 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   const bool head = req.method() == http::verb::head;
   ToUpstream(
       req, peer_ip, marker, sc.underscores_in_headers,
-      [&] { return policy::FromTrustedProxy(peer_ip, set->config().trusted_proxies); }, ctx.secure);
+      [&] { return policy::FromTrustedProxy(peer_ip, set->config().trusted_proxies); }, ctx.secure,
+      streamed ? &streamed_body : nullptr);
   if (upgrade) {
     req.Set("Connection", "upgrade");
     req.Set("Upgrade", "websocket");
   }
+
   boost::system::error_code ec;
   const std::string tls_key = route->upstream_tls ? TlsPoolKey(*route) : std::string();
+  // An upload's slots, renewed while it comes (and kept by what follows
+  // its answer's head, if anything does).
+  std::shared_ptr<AfterHead::Slots> upload_slots;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::unique_ptr<UpstreamConnection> upstream;
-    if (attempt == 0 && !upgrade) {
+    // (A tunnel, and a body streamed, which cannot be sent again, each on
+    // a connection of its own.)
+    if (attempt == 0 && !upgrade && !streamed) {
       upstream = route->upstream_tls ? w.tls_pool.Take(tls_key) : w.pool.Take(route->upstream);
     }
     const bool reused = upstream != nullptr;
@@ -343,11 +400,24 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     }
     upstream->head.clear();
     const std::string_view content = req.AppendHead(upstream->head);
-    std::array<net::const_buffer, 2> request = Gathered(upstream->head, content);
+    // (A streamed body's part read so far goes with the rest: SendBody.)
+    std::array<net::const_buffer, 2> request =
+        Gathered(upstream->head, streamed ? std::string_view() : content);
     if (upstream->tls != nullptr) {
       if (!upstream->tls->WriteNow(request, ec) && !ec) co_await upstream->tls->Write(request, ec);
     } else if (!WriteNow(stream, request, ec) && !ec) {
       co_await net::async_write(stream, request, net::redirect_error(kUseAwaitable, ec));
+    }
+    if (streamed && !ec) [[unlikely]] {
+      const Duration timeout = route->upstream_timeout > Duration::Zero() ? route->upstream_timeout
+                                                                          : sc.upstream_timeout;
+      if (upload_slots == nullptr) upload_slots = hold.Keep(applied, ev, ctx.set, w);
+      const Sent sent = co_await SendBody(*upstream, *body, !streamed_body.length, deadline,
+                                          timeout, upload_slots.get(), *ctx.state.clock, reply, ec);
+      if (sent == Sent::kClientFailed) co_return;  // the upstream's connection closes
+      // An upstream that stopped taking the body may have answered why.
+      ec = {};
+      deadline.After(timeout);
     }
     beast::flat_buffer& buffer = upstream->buffer;
     std::optional<AnswerParser> parser;
@@ -424,7 +494,9 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   if (relayed.after != nullptr) {
     // A tunnel holds the request's concurrency slots while it is open, a
     // streamed body until it has all gone.
-    relayed.after->hold = hold.Keep(std::move(applied), std::move(ev), ctx.set, w);
+    relayed.after->hold = upload_slots != nullptr
+                              ? std::move(upload_slots)
+                              : hold.Keep(std::move(applied), std::move(ev), ctx.set, w);
   }
 }
 

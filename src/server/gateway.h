@@ -2,12 +2,18 @@
 #ifndef SLUICE_SERVER_GATEWAY_H_
 #define SLUICE_SERVER_GATEWAY_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "server/loop.h"
 #include "server/wire.h"
 
 namespace sluice::server {
+
+// A request body said to be this long or shorter is read whole before it
+// goes to the upstream; a longer one, or a chunked one, goes as it comes.
+inline constexpr uint64_t kWholeRequestBodyBytes = 1 << 20;
 
 // The rest of a request whose header is read and whose body has not all
 // come. The gateway decides such a request on its header and reads the
@@ -17,9 +23,19 @@ namespace sluice::server {
 class BodyToCome {
  public:
   // Reads the rest of the body (asking a client that expects 100-continue
-  // for it first). False when it could not be read: `reply` is then the
-  // problem to answer, when there is one (the connection may be gone).
-  virtual Task<bool> Read(Reply& reply) = 0;
+  // for it first), `most` bytes at most in all (a 413 beyond). False when
+  // it could not be read: `reply` is then the problem to answer, when
+  // there is one (the connection may be gone).
+  virtual Task<bool> Read(Reply& reply, int64_t most) = 0;
+  // Whether the body is one to stream rather than read whole: chunked, or
+  // said to be longer than kWholeRequestBodyBytes.
+  virtual bool Streams() = 0;
+  // The length the client said, if it said one.
+  virtual std::optional<uint64_t> Length() = 0;
+  // The next part of the body as it comes, into `part` (asking a client
+  // that expects 100-continue for it first); `end` once the last has come.
+  // Each wait for the client has server.read_timeout. False as for Read.
+  virtual Task<bool> ReadPart(std::string& part, bool& end, Reply& reply) = 0;
 
  protected:
   ~BodyToCome() = default;

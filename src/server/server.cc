@@ -697,6 +697,18 @@ class ServerImpl final : public Server {
     return 0;
   }
 
+  // Bounds the body of `parser`'s request, its header read, to `most`
+  // bytes in all: false when the client said more, or sent more already.
+  static bool BoundBody(RequestParser& parser, int64_t most) {
+    const size_t had = parser.get().body().size();
+    const boost::optional<uint64_t> said = parser.content_length();
+    if ((said && *said > static_cast<uint64_t>(most)) || had > static_cast<size_t>(most)) {
+      return false;
+    }
+    parser.body_limit(static_cast<uint64_t>(most) - had);
+    return true;
+  }
+
   // Reads into `parser` from `stream`, what `buffer` holds first, until its
   // request is whole or `ec` says why not. Once the header is read and the
   // body is not all there: stops there when `decide_first(request)` says
@@ -749,22 +761,62 @@ class ServerImpl final : public Server {
           max_header_bytes_(max_header_bytes),
           max_body_bytes_(max_body_bytes) {}
 
-    Task<bool> Read(Reply& reply) override {
-      deadline_.After(read_timeout_);
+    Task<bool> Read(Reply& reply, int64_t most) override {
       boost::system::error_code ec;
-      co_await ReadRequest(
-          stream_, buffer_, parser_, [](const HttpRequest&) { return false; }, ec);
-      const bool expired = deadline_.expired();
-      deadline_.Never();
+      Limit(most, ec);
+      deadline_.After(read_timeout_);
       if (!ec) {
-        state_ = State::kRead;
-        co_return true;
+        co_await ReadRequest(
+            stream_, buffer_, parser_, [](const HttpRequest&) { return false; }, ec);
       }
-      std::string detail;
-      const int status = ReadFailure(ec, expired, max_header_bytes_, max_body_bytes_, detail);
-      state_ = status != 0 ? State::kRefused : State::kLost;
-      if (status != 0) reply = Refusal(status, detail);
-      co_return false;
+      co_return Done(ec, reply);
+    }
+
+    bool Streams() override {
+      if (parser_.is_done()) return false;
+      const boost::optional<uint64_t> length = parser_.content_length();
+      return parser_.chunked() || (length && *length > kWholeRequestBodyBytes);
+    }
+
+    std::optional<uint64_t> Length() override {
+      const boost::optional<uint64_t> length = parser_.content_length();
+      return length ? std::optional<uint64_t>(*length) : std::nullopt;
+    }
+
+    Task<bool> ReadPart(std::string& part, bool& end, Reply& reply) override {
+      boost::system::error_code ec;
+      part.clear();
+      if (!asked_) {
+        asked_ = true;
+        if (!parser_.is_done() && ExpectsContinue(parser_.get())) {
+          deadline_.After(read_timeout_);
+          std::array<net::const_buffer, 2> ask = {net::buffer(kContinue), net::const_buffer()};
+          if (!WriteNow(stream_, ask, ec) && !ec) co_await WriteRest(stream_, ask, ec);
+          deadline_.Never();
+          if (ec) co_return Done(ec, reply);
+        }
+      }
+      // What the parser holds goes first; then one read's worth at a time.
+      while (parser_.get().body().empty() && !parser_.is_done()) {
+        if (!FeedParser(parser_, buffer_, ec) && !ec && parser_.get().body().empty()) {
+          deadline_.After(read_timeout_);
+          const size_t got =
+              co_await stream_.ReadSome(buffer_.prepare(beast::read_size(buffer_, kReadBytes)),
+                                        net::redirect_error(kUseAwaitable, ec));
+          if (ec == net::error::eof) {
+            EndOfInput(parser_, ec);
+          } else if (!ec) {
+            buffer_.commit(got);
+          }
+        }
+        if (ec) co_return Done(ec, reply);
+      }
+      deadline_.Never();
+      part.swap(parser_.get().body());
+      parser_.get().body().clear();
+      end = parser_.is_done();
+      if (end) co_return Done(ec, reply);
+      co_return true;
     }
 
     // kToCome: not read (the request was answered on its header); kRefused:
@@ -773,6 +825,27 @@ class ServerImpl final : public Server {
     State state() const { return state_; }
 
    private:
+    // At most `most` bytes of body in all: a 413 (body_limit) at once when
+    // the client said more.
+    void Limit(int64_t most, boost::system::error_code& ec) {
+      limit_ = most;
+      if (!BoundBody(parser_, most)) ec = http::error::body_limit;
+    }
+    // The reading is over, with `ec`: true when the body came whole.
+    bool Done(const boost::system::error_code& ec, Reply& reply) {
+      const bool expired = deadline_.expired();
+      deadline_.Never();
+      if (!ec) {
+        state_ = State::kRead;
+        return true;
+      }
+      std::string detail;
+      const int status = ReadFailure(ec, expired, max_header_bytes_, limit_, detail);
+      state_ = status != 0 ? State::kRefused : State::kLost;
+      if (status != 0) reply = Refusal(status, detail);
+      return false;
+    }
+
     Stream& stream_;
     beast::flat_buffer& buffer_;
     RequestParser& parser_;
@@ -780,6 +853,8 @@ class ServerImpl final : public Server {
     const Duration read_timeout_;
     const int64_t max_header_bytes_;
     const int64_t max_body_bytes_;
+    int64_t limit_ = max_body_bytes_;  // the body's bound, for a 413's words
+    bool asked_ = false;               // for its body, if it expects 100-continue
     State state_ = State::kToCome;
   };
 
@@ -806,10 +881,34 @@ class ServerImpl final : public Server {
         FactsOf(req, peer_ip, req.method_string(), req.target(), path_storage, host);
     const policy::PolicyList matching = ctx.set->Matching(facts);
     if (std::any_of(matching.begin(), matching.end(),
-                    [](const policy::Policy* p) { return p->holds_slots(); })) {
+                    [](const policy::Policy* p) { return p->holds_slots(); }) &&
+        RouteBodyBytes(*ctx.set, facts) <= ctx.set->config().server.max_body_bytes) {
+      // (A route whose bodies may be larger than server.max_body_bytes
+      // streams them: its slots are held while the body comes.)
       return std::nullopt;
     }
     return answerer;
+  }
+
+  // The most body the route of `facts` takes (server.max_body_bytes when
+  // no route has a larger one: no route is looked for then).
+  static int64_t RouteBodyBytes(const PolicySet& set, const RequestFacts& facts) {
+    const int64_t server = set.config().server.max_body_bytes;
+    if (set.largest_body_bytes() <= server) return server;
+    const RouteConfig* route = set.RouteFor(facts);
+    return route != nullptr ? route->max_body_bytes.value_or(server) : server;
+  }
+
+  // The most body `req` may have: its route's for the gateway, else
+  // server.max_body_bytes. `gateway`: whether the gateway answers it.
+  static int64_t BodyBytesOf(const PolicySet& set, const HttpRequest& req,
+                             const std::string& peer_ip, bool gateway) {
+    const int64_t server = set.config().server.max_body_bytes;
+    if (!gateway || set.largest_body_bytes() <= server) return server;
+    std::string path_storage, host;
+    const RequestFacts facts =
+        FactsOf(req, peer_ip, req.method_string(), req.target(), path_storage, host);
+    return RouteBodyBytes(set, facts);
   }
 
   Task<void> Linger(Socket& stream, Deadline& deadline) {
@@ -984,8 +1083,15 @@ class ServerImpl final : public Server {
       first = false;
       RequestParser parser;
       parser.header_limit(static_cast<uint32_t>(max_header_bytes));
-      parser.body_limit(static_cast<uint64_t>(max_body_bytes));
-      deadline.After(read_timeout);  // a slow client gets this long for a whole request
+      // The gateway's routes may take larger bodies (routes[].max_body_bytes,
+      // streamed): the largest until the request's own is known.
+      const int64_t largest_body = listener == Listener::kGateway
+                                       ? w.Current(*state_)->largest_body_bytes()
+                                       : max_body_bytes;
+      parser.body_limit(static_cast<uint64_t>(largest_body));
+      int64_t body_bytes = max_body_bytes;  // the request's own bound
+      bool too_large = false;               // its body, said or come, is past it
+      deadline.After(read_timeout);         // a slow client gets this long for a whole request
       // What http::async_read does, without its composed operation, which
       // costs a trip through the loop's queue even when the request is
       // already in the buffer (it was, whole, for most requests): the
@@ -1000,15 +1106,34 @@ class ServerImpl final : public Server {
             stream, buffer, parser,
             [&](const HttpRequest& r) {
               on_header = AnswersOnHeader(w, listener, r, peer_ip, header_set);
+              if (largest_body > max_body_bytes) {
+                body_bytes =
+                    BodyBytesOf(*w.Current(*state_), r, peer_ip, on_header == Answerer::kGateway);
+                too_large = !BoundBody(parser, body_bytes);
+                if (too_large) return true;
+              }
               return on_header.has_value();
             },
             ec);
+      } else if (!ec && largest_body > max_body_bytes) {
+        // Whole at once: its body, already read, against its own bound.
+        const Context ctx{*state_, w, w.Current(*state_), false, {}};
+        body_bytes = BodyBytesOf(*ctx.set, parser.get(), peer_ip,
+                                 AnswererOf(ctx, parser.get(), listener) == Answerer::kGateway);
+        too_large = parser.get().body().size() > static_cast<size_t>(body_bytes);
+      }
+      if (too_large) {
+        const std::string detail = Cat("request body larger than ", body_bytes, " bytes");
+        co_await Refuse(stream, deadline, 413, detail, out, ec);
+        Responses(listener, 413)->Add();
+        if (!ec) co_await Linger(socket, deadline);
+        break;
       }
       const bool body_to_come = on_header.has_value();
       if (ec) {
         std::string detail;
         const int status =
-            ReadFailure(ec, deadline.expired(), max_header_bytes, max_body_bytes, detail);
+            ReadFailure(ec, deadline.expired(), max_header_bytes, body_bytes, detail);
         if (status != 0) {
           co_await Refuse(stream, deadline, status, detail, out, ec);
           Responses(listener, status)->Add();
@@ -1025,7 +1150,7 @@ class ServerImpl final : public Server {
         break;
       }
       RestOfBody<StreamOf<kTls>> rest(stream, buffer, parser, deadline, read_timeout,
-                                      max_header_bytes, max_body_bytes);
+                                      max_header_bytes, body_bytes);
       std::optional<Held> in_flight(std::in_place, metrics.in_flight(), true);
       deadline.Never();
       // Read before the request goes to an endpoint: the gateway rewrites
