@@ -29,6 +29,7 @@
 #include "server/forwarding.h"
 #include "server/http_request.h"
 #include "server/json_body.h"
+#include "server/wire.h"
 #include "server_fixture.h"
 
 namespace {
@@ -125,6 +126,35 @@ void Gateway(const PolicySet& set, const Request& req, std::string_view peer_ip)
   if (hosts != 1) __builtin_trap();  // an HTTP/1.1 request has one Host (RFC 9112 section 3.2)
   if (sent.get().body() != upstream.body()) {
     __builtin_trap();  // the upstream would read another body than the client sent
+  }
+  // The same request on a route that streams uploads (gateway.cc: its body
+  // goes as it comes, with the length the client said or chunked): its head
+  // and its body framed so read back as one request with the same body.
+  if (upgrade) return;
+  Request streamed = req;
+  sluice::server::TargetForUpstream(streamed, route->upstream);
+  const sluice::server::StreamedBody framing{
+      req.body().size() % 2 == 0 ? std::optional<uint64_t>(req.body().size()) : std::nullopt};
+  sluice::server::ToUpstream(streamed, peer_ip, "", false, &sluice::server::FromAnyPeer, false,
+                             &framing);
+  std::string wire;
+  (void)streamed.AppendHead(wire);
+  if (framing.length) {
+    wire += req.body();
+  } else {
+    if (!req.body().empty()) sluice::server::AppendChunk(req.body(), wire);
+    sluice::server::AppendChunk({}, wire);
+  }
+  http::request_parser<http::string_body> read_back;
+  read_back.eager(true);
+  read_back.header_limit(static_cast<uint32_t>(wire.size()));
+  read_back.body_limit(req.body().size());
+  const size_t took = read_back.put(boost::asio::buffer(wire), ec);
+  if (ec || !read_back.is_done() || took != wire.size() || read_back.get().body() != req.body() ||
+      read_back.get().count(http::field::content_length) +
+              read_back.get().count(http::field::transfer_encoding) !=
+          1) {
+    __builtin_trap();  // not one request with the client's body, framed one way
   }
 }
 
