@@ -89,6 +89,27 @@ class UploadUpstream(RawServer):
         return self.received >= n
 
 
+class AnswersEarly(RawServer):
+    """Reads 100,000 bytes of a body, answers 413 and closes: reading the
+    rest first and dropping it (`linger`), or at once (the client's bytes
+    still coming then get a reset)."""
+
+    def __init__(self, linger):
+        self.linger = linger
+        super().__init__()
+
+    def serve(self, conn):
+        _, _, data = read_head(conn)
+        while len(data) < 100000:
+            data += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n"
+                     b"Connection: close\r\n\r\nnope")
+        if self.linger:
+            conn.shutdown(socket.SHUT_WR)
+            while conn.recv(65536):
+                pass
+
+
 def expected(body):
     return ("%d %s" % (len(body), hashlib.sha256(body).hexdigest())).encode()
 
@@ -315,3 +336,24 @@ class UploadTest(SluiceTestCase):
         grown = peak_kib() - before
         if not sanitized:
             self.assertLess(grown, 32 * 1024, "sluice's peak memory grew by %d KiB" % grown)
+
+    def test_an_upstream_that_answers_before_the_body_has_gone_is_relayed(self):
+        ups = [AnswersEarly(linger=True), AnswersEarly(linger=False)]
+        for up in ups:
+            self.addCleanup(up.close)
+        s = self.start_sluice(
+            server_block(max_body_bytes=65536) + "routes:\n"
+            "  - {name: l, match: {path_prefix: /l}, upstream: %s, max_body_bytes: 100000000}\n"
+            "  - {name: c, match: {path_prefix: /c}, upstream: %s, max_body_bytes: 100000000}\n"
+            % (ups[0].url, ups[1].url))
+        for path in (b"/l", b"/c"):
+            conn = self.connect(s)
+            conn.sendall(b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: 20000000\r\n\r\n"
+                         % path)
+            try:
+                for _ in range(20):
+                    conn.sendall(b"q" * MiB)
+            except OSError:
+                pass  # sluice closed it once the answer had gone
+            line, _, body = read_answer(conn)
+            self.assertEqual((line, body), ("HTTP/1.1 413 Payload Too Large", b"nope"), path)
