@@ -5,7 +5,9 @@ tests of TLS to Redis and of sluice's own TLS listeners."""
 import os
 import shutil
 import signal
+import ssl
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -40,6 +42,22 @@ def make_certificate(directory, name, ca, alt_names, usage):
     openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
             "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".pem",
             cwd=directory)
+
+
+def server_certificates(test, prefix):
+    """An authority ("ca") and a server certificate it signs ("server", for
+    sluice.test and 127.0.0.1) in a folder of their own, removed after
+    `test`: returns `path(name)` in that folder, and an ssl.SSLContext an
+    https:// upstream serves the certificate with."""
+    require_openssl()
+    certs = tempfile.mkdtemp(prefix=prefix)
+    test.addCleanup(shutil.rmtree, certs, True)
+    make_ca(certs, "ca")
+    make_certificate(certs, "server", "ca", "DNS:sluice.test,IP:127.0.0.1", "serverAuth")
+    path = lambda name: os.path.join(certs, name)
+    upstream_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    upstream_tls.load_cert_chain(path("server.pem"), path("server.key"))
+    return path, upstream_tls
 
 
 def check_renewal(test, sluice, certs, in_force, who, served_name, kept):

@@ -6,15 +6,12 @@ here is the test's own: each answer sends part of its body, then waits for
 the test to let it go on, so that what the client has read by then is what
 was relayed before the rest existed."""
 
-import os
-import shutil
 import socket
 import ssl
-import tempfile
 import threading
 import time
 
-from certs import make_ca, make_certificate, require_openssl
+from certs import server_certificates
 
 from harness import HOST, SluiceTestCase, server_block
 from raw_http import RawServer, read_head
@@ -305,14 +302,7 @@ class StreamingTest(SluiceTestCase):
         self.assertIsNone(r.chunk())
 
     def test_over_tls_at_both_ends(self):
-        require_openssl()
-        certs = tempfile.mkdtemp(prefix="sluice-stream-")
-        self.addCleanup(shutil.rmtree, certs, True)
-        make_ca(certs, "ca")
-        make_certificate(certs, "server", "ca", "DNS:sluice.test,IP:127.0.0.1", "serverAuth")
-        path = lambda name: os.path.join(certs, name)
-        upstream_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        upstream_tls.load_cert_chain(path("server.pem"), path("server.key"))
+        path, upstream_tls = server_certificates(self, "sluice-stream-")
         s = self.start(upstream_tls=upstream_tls,
                        route_extra=", upstream_ca_file: %s" % path("ca.pem"),
                        tls="{cert_file: %s, key_file: %s}" % (path("server.pem"),

@@ -7,14 +7,12 @@ rest."""
 
 import hashlib
 import os
-import shutil
 import socket
 import ssl
-import tempfile
 import threading
 import time
 
-from certs import make_ca, make_certificate, require_openssl
+from certs import server_certificates
 from harness import HOST, SluiceTestCase, server_block
 from raw_http import RawServer, read_head
 
@@ -267,14 +265,7 @@ class UploadTest(SluiceTestCase):
         self.assertEqual(read_answer(third)[2], expected(b"third"))
 
     def test_over_tls_at_both_ends(self):
-        require_openssl()
-        certs = tempfile.mkdtemp(prefix="sluice-upload-")
-        self.addCleanup(shutil.rmtree, certs, True)
-        make_ca(certs, "ca")
-        make_certificate(certs, "server", "ca", "DNS:sluice.test,IP:127.0.0.1", "serverAuth")
-        path = lambda name: os.path.join(certs, name)
-        upstream_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        upstream_tls.load_cert_chain(path("server.pem"), path("server.key"))
+        path, upstream_tls = server_certificates(self, "sluice-upload-")
         s = self.start_sluice_with(
             "    limits: [{algorithm: fixed_window, rate: 100/s}]\n", upstream_tls=upstream_tls,
             route_extra=", upstream_ca_file: %s" % path("ca.pem"),

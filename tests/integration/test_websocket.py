@@ -12,11 +12,10 @@ import hashlib
 import os
 import socket
 import ssl
-import tempfile
 import threading
 import time
 
-from certs import make_ca, make_certificate, require_openssl
+from certs import server_certificates
 from harness import HOST, SluiceTestCase, metric_value, server_block
 from raw_http import RawServer, read_head
 from redis_harness import RedisFleetTestCase, redis_store_block
@@ -317,14 +316,7 @@ class WebSocketTest(SluiceTestCase):
     def test_over_tls_at_both_ends(self):
         # An HTTPS listener and an https:// upstream: each side of the tunnel
         # is read and written through its own TLS, both ways at once.
-        require_openssl()
-        certs = tempfile.mkdtemp(prefix="sluice-ws-")
-        self.addCleanup(lambda: __import__("shutil").rmtree(certs, ignore_errors=True))
-        make_ca(certs, "ca")
-        make_certificate(certs, "server", "ca", "DNS:sluice.test,IP:127.0.0.1", "serverAuth")
-        path = lambda name: os.path.join(certs, name)
-        upstream_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        upstream_tls.load_cert_chain(path("server.pem"), path("server.key"))
+        path, upstream_tls = server_certificates(self, "sluice-ws-")
         up = WebSocketUpstream(tls=upstream_tls)
         self.addCleanup(up.close)
         s = self.start(up, route_extra=", upstream_ca_file: %s" % path("ca.pem"),
