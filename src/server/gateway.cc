@@ -4,6 +4,7 @@
 // with the RateLimit fields.
 #include "server/gateway.h"
 
+#include <limits>
 #include <memory>
 
 #include <boost/asio/connect.hpp>
@@ -424,7 +425,12 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
     // Interim (1xx) answers are read and dropped; the final one is relayed.
     do {
       parser.emplace();
-      parser->body_limit(64 * 1024 * 1024);
+      // No bound on a body said to come: one over kWholeBodyBytes, or of a
+      // length not said, streams (StreamsItsBody); one read whole is never
+      // longer. (A bound here refused a download said to be over it. Not
+      // boost::none: Beast 1.74 compares a said length with it as with a
+      // value below every length, and refuses them all.)
+      parser->body_limit(std::numeric_limits<uint64_t>::max());
       parser->skip(head);  // a response to HEAD has no body, whatever it says
       while (!ec && !FeedParser(*parser, buffer, ec) && !StreamsItsBody(*parser)) {
         const net::mutable_buffer room = buffer.prepare(beast::read_size(buffer, kReadBytes));

@@ -142,7 +142,9 @@ Task<bool> StreamBody(Worker& w, Stream& client, Socket& client_socket, Deadline
   }
   while (!ec && !parser.is_done()) {
     up_deadline.After(timeout);
-    const net::mutable_buffer room = up.buffer.prepare(beast::read_size(up.buffer, 64 * 1024));
+    // 64 KiB of room: read_size would offer only what the buffer has
+    // (512 bytes a read from a buffer that held a small head).
+    const net::mutable_buffer room = up.buffer.prepare(64 * 1024);
     const size_t got = co_await ReadUpstream(up, room, ec);
     if (ec == net::error::eof) {
       EndOfInput(parser, ec);  // a body the connection's end ends, or one cut short
@@ -665,6 +667,10 @@ class ServerImpl final : public Server {
   // of the rest asks for.
   static constexpr size_t kFirstReadBytes = 16 * 1024;
   static constexpr size_t kReadBytes = 64 * 1024;
+  // What one read of a body streamed to an upstream asks for (an upload's
+  // part: RestOfBody::ReadPart); read_size would offer only the room the
+  // buffer has already, as little as 512 bytes a read.
+  static constexpr size_t kPartBytes = 256 * 1024;
 
   static constexpr Duration kLingerTime = Duration::Seconds(5);
 
@@ -800,9 +806,8 @@ class ServerImpl final : public Server {
       while (parser_.get().body().empty() && !parser_.is_done()) {
         if (!FeedParser(parser_, buffer_, ec) && !ec && parser_.get().body().empty()) {
           deadline_.After(read_timeout_);
-          const size_t got =
-              co_await stream_.ReadSome(buffer_.prepare(beast::read_size(buffer_, kReadBytes)),
-                                        net::redirect_error(kUseAwaitable, ec));
+          const size_t got = co_await stream_.ReadSome(buffer_.prepare(kPartBytes),
+                                                       net::redirect_error(kUseAwaitable, ec));
           if (ec == net::error::eof) {
             EndOfInput(parser_, ec);
           } else if (!ec) {

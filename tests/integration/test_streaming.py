@@ -75,6 +75,12 @@ class GatedUpstream(RawServer):
                 conn.sendall(chunk(b"data: %d\n\n" % i))
             conn.sendall(b"0\r\n\r\n")
             return True
+        if path == "/big":  # 80 MiB with its length, 1 MiB at a time
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (80 << 20))
+            part = b"b" * (1 << 20)
+            for _ in range(80):
+                conn.sendall(part)
+            return True
         if path == "/drip":  # an event every 0.2 s for 3 s
             conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
             for i in range(15):
@@ -203,6 +209,27 @@ class StreamingTest(SluiceTestCase):
         self.assertEqual(r.take(1 << 20), GatedUpstream.FILE[:1 << 20])  # before the rest exists
         self.up.go.set()
         self.assertEqual(r.take(2 << 20), GatedUpstream.FILE[1 << 20:])
+        r.send("/small")
+        self.assertEqual(r.head()[0], "HTTP/1.1 200 OK")
+
+    def test_a_download_said_to_be_longer_than_any_bound_goes_whole(self):
+        # 80 MiB: past the 64 MiB that once bounded an answer's said length
+        # (a 502 then); a body streamed has no bound.
+        s = self.start()
+        r = self.reader(s)
+        r.send("/big")
+        status, fields = r.head()
+        self.assertEqual((status, fields["content-length"]), ("HTTP/1.1 200 OK", str(80 << 20)))
+        got = len(r.data)
+        r.data = b""
+        r.conn.settimeout(10)
+        while got < 80 << 20:
+            part = r.conn.recv(1 << 20)
+            if not part:
+                break
+            self.assertEqual(part.strip(b"b"), b"")
+            got += len(part)
+        self.assertEqual(got, 80 << 20)
         r.send("/small")
         self.assertEqual(r.head()[0], "HTTP/1.1 200 OK")
 

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""What an upload through the gateway costs: one body of SIZE bytes at a
+time, POSTed with its Content-Length to a sink that reads and drops it and
+answers 200, three ways, one after the other in each round:
+
+  direct: the client to the sink (the floor);
+  sluice: through `sluice serve`, a route with max_body_bytes of 1 TiB (the
+          body goes to the sink as it comes: docs/api.md, "Uploads"), 2
+          threads, one token-bucket policy nobody reaches;
+  nginx:  through NGINX proxy_pass with proxy_request_buffering off and
+          client_max_body_size 0 (the same streaming), 2 workers, keep-alive
+          to the sink.
+
+Reported for each: MiB a second (the medians of ROUNDS uploads each), the
+proxy's CPU time (user + system of its processes, /proc/PID/stat) per GiB,
+and how much its peak RSS (VmHWM, summed over its processes) rose over the
+run. The sink is a Python thread reading 1 MiB at a time; the client
+sends 1 MiB at a time; all share the machine's cores.
+
+Usage: bench/http/uploads.py [SLUICE_BINARY]   (build/release/sluice)
+Variables: SIZE (536870912 bytes), ROUNDS (3), NGINX (the binary, or 0:
+  none; default nginx on the PATH).
+Loopback only; every wait is bounded; it stops only the processes it
+started, by PID.
+"""
+
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SIZE = int(os.environ.get("SIZE", str(512 * 1024 * 1024)))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+HOST = "127.0.0.1"
+TICKS = os.sysconf("SC_CLK_TCK")
+MiB = 1024 * 1024
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def processes(pid):
+    """`pid` and its children (NGINX's workers)."""
+    pids = [pid]
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
+
+def cpu_seconds(pid):
+    total = 0
+    for p in processes(pid):
+        with open("/proc/%d/stat" % p) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICKS
+
+
+def peak_rss_kib(pid):
+    total = 0
+    for p in processes(pid):
+        with open("/proc/%d/status" % p) as f:
+            total += int([l for l in f if l.startswith("VmHWM")][0].split()[1])
+    return total
+
+
+class Sink:
+    """Reads each request's body (Content-Length) and drops it; answers 200."""
+
+    def __init__(self):
+        self.listener = socket.socket()
+        self.listener.bind((HOST, 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    def serve(self, conn):
+        room = bytearray(MiB)
+        view = memoryview(room)
+        data = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, data = data.split(b"\r\n\r\n", 1)
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                left = length - len(data)
+                data = b""
+                while left > 0:
+                    n = conn.recv_into(view, min(left, MiB))
+                    if n == 0:
+                        return
+                    left -= n
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+
+def upload(port):
+    """One upload of SIZE bytes; its seconds."""
+    part = b"u" * MiB
+    start = time.monotonic()
+    with socket.create_connection((HOST, port), timeout=60) as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\n\r\n" % SIZE)
+        for _ in range(SIZE // MiB):
+            s.sendall(part)
+        s.sendall(part[:SIZE % MiB])
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    if not data.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError("expected a 200, got %r" % data[:100])
+    return time.monotonic() - start
+
+
+def wait_port(port, proc, what):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %d" % (what, proc.returncode))
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("%s did not listen on %d" % (what, port))
+
+
+def start_sluice(binary, work, sink_port):
+    port = free_port()
+    config = os.path.join(work, "sluice.yaml")
+    with open(config, "w") as f:
+        f.write("server:\n  listen: %s:%d\n  admin: %s:0\n  threads: 2\n"
+                "routes:\n  - {name: up, match: {path_prefix: /}, upstream: http://%s:%d, "
+                "max_body_bytes: 1099511627776}\n"
+                "policies:\n  - name: uploads\n"
+                "    limits: [{algorithm: token_bucket, rate: 1000000/s}]\n"
+                % (HOST, port, HOST, HOST, sink_port))
+    proc = subprocess.Popen([binary, "serve", "--config", config],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc, "sluice")
+    return proc, port
+
+
+def start_nginx(binary, work, sink_port):
+    port = free_port()
+    prefix = os.path.join(work, "nginx")
+    os.makedirs(os.path.join(prefix, "logs"), exist_ok=True)
+    conf = os.path.join(prefix, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write("worker_processes 2; daemon off; pid %s/nginx.pid; error_log %s/error.log error;\n"
+                "events { worker_connections 1024; }\n"
+                "http { access_log off;\n"
+                "  upstream sink { server %s:%d; keepalive 8; }\n"
+                "  server { listen %s:%d; client_max_body_size 0;\n"
+                "    location / { proxy_pass http://sink; proxy_http_version 1.1;\n"
+                "      proxy_set_header Connection \"\"; proxy_request_buffering off; } } }\n"
+                % (prefix, prefix, HOST, sink_port, HOST, port))
+    proc = subprocess.Popen([binary, "-c", conf, "-p", prefix, "-e", os.path.join(prefix, "e")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc, "nginx")
+    return proc, port
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def main():
+    binary = sys.argv[1] if len(sys.argv) > 1 else "build/release/sluice"
+    nginx = os.environ.get("NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
+    if nginx == "0" or not os.path.exists(nginx):
+        nginx = None
+    work = tempfile.mkdtemp(prefix="sluice-uploads-")
+    sink = Sink()
+    procs = {}
+    try:
+        procs["sluice"] = start_sluice(binary, work, sink.port)
+        if nginx:
+            procs["nginx"] = start_nginx(nginx, work, sink.port)
+        rss0 = {k: peak_rss_kib(p.pid) for k, (p, _) in procs.items()}
+        seconds = {k: [] for k in ["direct"] + list(procs)}
+        cpu = {k: 0.0 for k in procs}
+        for _ in range(ROUNDS):
+            seconds["direct"].append(upload(sink.port))
+            for k, (p, port) in procs.items():
+                before = cpu_seconds(p.pid)
+                seconds[k].append(upload(port))
+                cpu[k] += cpu_seconds(p.pid) - before
+        gib = SIZE * ROUNDS / (1024 ** 3)
+        print("upload of %d MiB, %d rounds; median MiB/s, and the proxy's CPU s per GiB and "
+              "peak RSS rise" % (SIZE // MiB, ROUNDS))
+        direct = SIZE / MiB / statistics.median(seconds["direct"])
+        for k, s in seconds.items():
+            rate = SIZE / MiB / statistics.median(s)
+            line = "%-7s %8.0f MiB/s  %.2f of direct" % (k, rate, rate / direct)
+            if k in procs:
+                line += "  %.2f CPU s/GiB  RSS +%d KiB" % (
+                    cpu[k] / gib, peak_rss_kib(procs[k][0].pid) - rss0[k])
+            print(line)
+    finally:
+        for p, _ in procs.values():
+            stop(p)
+        sink.listener.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
