@@ -1,23 +1,27 @@
 #!/usr/bin/env python3
-"""What an upload through the gateway costs: one body of SIZE bytes at a
-time, POSTed with its Content-Length to a sink that reads and drops it and
-answers 200, three ways, one after the other in each round:
+"""What a large body through the gateway costs, each way: an upload (one
+body of SIZE bytes at a time, POSTed with its Content-Length to a sink that
+reads and drops it and answers 200) and a download (a GET the sink answers
+with SIZE bytes and their Content-Length, read and dropped by the client),
+three ways, one after the other in each round:
 
   direct: the client to the sink (the floor);
-  sluice: through `sluice serve`, a route with max_body_bytes of 1 TiB (the
-          body goes to the sink as it comes: docs/api.md, "Uploads"), 2
-          threads, one token-bucket policy nobody reaches;
+  sluice: through `sluice serve`, a route with max_body_bytes of 1 TiB (an
+          upload goes to the sink as it comes: docs/api.md, "Uploads"; a
+          download over 1 MiB goes to the client as it comes), 2 threads,
+          one token-bucket policy nobody reaches;
   nginx:  through NGINX proxy_pass with proxy_request_buffering off and
-          client_max_body_size 0 (the same streaming), 2 workers, keep-alive
-          to the sink.
+          client_max_body_size 0 (uploads streamed the same way; downloads
+          through its default proxy buffers), 2 workers, keep-alive to the
+          sink.
 
-Reported for each: MiB a second (the medians of ROUNDS uploads each), the
+Reported for each way and each: MiB a second (the medians of ROUNDS), the
 proxy's CPU time (user + system of its processes, /proc/PID/stat) per GiB,
 and how much its peak RSS (VmHWM, summed over its processes) rose over the
-run. The sink is a Python thread reading 1 MiB at a time; the client
-sends 1 MiB at a time; all share the machine's cores.
+run. The sink and the client are Python threads reading and writing 1 MiB
+at a time; all share the machine's cores.
 
-Usage: bench/http/uploads.py [SLUICE_BINARY]   (build/release/sluice)
+Usage: bench/http/bodies.py [SLUICE_BINARY]   (build/release/sluice)
 Variables: SIZE (536870912 bytes), ROUNDS (3), NGINX (the binary, or 0:
   none; default nginx on the PATH).
 Loopback only; every wait is bounded; it stops only the processes it
@@ -117,7 +121,14 @@ class Sink:
                     if n == 0:
                         return
                     left -= n
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                if head.startswith(b"GET"):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % SIZE)
+                    part = b"d" * MiB
+                    for _ in range(SIZE // MiB):
+                        conn.sendall(part)
+                    conn.sendall(part[:SIZE % MiB])
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
 
 def upload(port):
@@ -138,6 +149,31 @@ def upload(port):
             data += chunk
     if not data.startswith(b"HTTP/1.1 200"):
         raise RuntimeError("expected a 200, got %r" % data[:100])
+    return time.monotonic() - start
+
+
+def download(port):
+    """One download of SIZE bytes; its seconds."""
+    room = bytearray(MiB)
+    view = memoryview(room)
+    start = time.monotonic()
+    with socket.create_connection((HOST, port), timeout=60) as s:
+        s.sendall(b"GET /download HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("closed before the answer's head")
+            data += chunk
+        head, rest = data.split(b"\r\n\r\n", 1)
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError("expected a 200, got %r" % head[:100])
+        got = len(rest)
+        while got < SIZE:
+            n = s.recv_into(view)
+            if n == 0:
+                raise RuntimeError("the download ended after %d bytes" % got)
+            got += n
     return time.monotonic() - start
 
 
@@ -204,7 +240,7 @@ def main():
     nginx = os.environ.get("NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
     if nginx == "0" or not os.path.exists(nginx):
         nginx = None
-    work = tempfile.mkdtemp(prefix="sluice-uploads-")
+    work = tempfile.mkdtemp(prefix="sluice-bodies-")
     sink = Sink()
     procs = {}
     try:
@@ -212,25 +248,27 @@ def main():
         if nginx:
             procs["nginx"] = start_nginx(nginx, work, sink.port)
         rss0 = {k: peak_rss_kib(p.pid) for k, (p, _) in procs.items()}
-        seconds = {k: [] for k in ["direct"] + list(procs)}
-        cpu = {k: 0.0 for k in procs}
-        for _ in range(ROUNDS):
-            seconds["direct"].append(upload(sink.port))
-            for k, (p, port) in procs.items():
-                before = cpu_seconds(p.pid)
-                seconds[k].append(upload(port))
-                cpu[k] += cpu_seconds(p.pid) - before
         gib = SIZE * ROUNDS / (1024 ** 3)
-        print("upload of %d MiB, %d rounds; median MiB/s, and the proxy's CPU s per GiB and "
-              "peak RSS rise" % (SIZE // MiB, ROUNDS))
-        direct = SIZE / MiB / statistics.median(seconds["direct"])
-        for k, s in seconds.items():
-            rate = SIZE / MiB / statistics.median(s)
-            line = "%-7s %8.0f MiB/s  %.2f of direct" % (k, rate, rate / direct)
-            if k in procs:
-                line += "  %.2f CPU s/GiB  RSS +%d KiB" % (
-                    cpu[k] / gib, peak_rss_kib(procs[k][0].pid) - rss0[k])
-            print(line)
+        print("%d MiB a body, %d rounds; median MiB/s, and the proxy's CPU s per GiB"
+              % (SIZE // MiB, ROUNDS))
+        for way, transfer in (("upload", upload), ("download", download)):
+            seconds = {k: [] for k in ["direct"] + list(procs)}
+            cpu = {k: 0.0 for k in procs}
+            for _ in range(ROUNDS):
+                seconds["direct"].append(transfer(sink.port))
+                for k, (p, port) in procs.items():
+                    before = cpu_seconds(p.pid)
+                    seconds[k].append(transfer(port))
+                    cpu[k] += cpu_seconds(p.pid) - before
+            direct = SIZE / MiB / statistics.median(seconds["direct"])
+            for k, s in seconds.items():
+                rate = SIZE / MiB / statistics.median(s)
+                line = "%-8s %-7s %8.0f MiB/s  %.2f of direct" % (way, k, rate, rate / direct)
+                if k in procs:
+                    line += "  %.2f CPU s/GiB" % (cpu[k] / gib)
+                print(line)
+        for k, (p, _) in procs.items():
+            print("%s: peak RSS +%d KiB over the run" % (k, peak_rss_kib(p.pid) - rss0[k]))
     finally:
         for p, _ in procs.values():
             stop(p)
