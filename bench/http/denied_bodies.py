@@ -38,46 +38,12 @@ import tempfile
 import threading
 import time
 
+from proc_stats import HOST, cpu_seconds, free_port, peak_rss_kib
+
 N = int(os.environ.get("N", "400"))
 CONNS = int(os.environ.get("CONNS", "8"))
 BODY = int(os.environ.get("BODY", str(1024 * 1024)))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
-HOST = "127.0.0.1"
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def processes(pid):
-    """`pid` and its children (NGINX's workers)."""
-    pids = [pid]
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            pids += [int(p) for p in f.read().split()]
-    except OSError:
-        pass
-    return pids
-
-
-def cpu_seconds(pid):
-    total = 0
-    for p in processes(pid):
-        with open("/proc/%d/stat" % p) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / TICKS
-
-
-def peak_rss_kib(pid):
-    total = 0
-    for p in processes(pid):
-        with open("/proc/%d/status" % p) as f:
-            total += int([l for l in f if l.startswith("VmHWM")][0].split()[1])
-    return total
 
 
 def read_answer(s, data=b"", expect_continue=None, timeout=30):
