@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 
-from proc_stats import HOST, cpu_seconds, free_port, peak_rss_kib
+from proc_stats import HOST, cpu_seconds, free_port, peak_rss_kib, stop
 
 SIZE = int(os.environ.get("SIZE", str(512 * 1024 * 1024)))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
@@ -190,15 +190,6 @@ def start_nginx(binary, work, sink_port):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc, "nginx")
     return proc, port
-
-
-def stop(proc):
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 def main():

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 
-from proc_stats import HOST, cpu_seconds, free_port, peak_rss_kib
+from proc_stats import HOST, cpu_seconds, free_port, peak_rss_kib, stop
 
 N = int(os.environ.get("N", "400"))
 CONNS = int(os.environ.get("CONNS", "8"))
@@ -222,12 +222,7 @@ def main():
                         results.setdefault((binary, case), []).append(r)
                     r["rss_rise_mib"] = (peak_rss_kib(proc.pid) - rss0) / 1024
                 finally:
-                    proc.terminate()
-                    try:
-                        proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait(10)
+                    stop(proc)
     print("N=%d CONNS=%d BODY=%d ROUNDS=%d, medians" % (N, CONNS, BODY, ROUNDS))
     print("| server | case | requests/s | CPU us per request | body MiB sent |"
           " peak RSS rise over both cases, MiB |")

@@ -4,6 +4,7 @@ summed over a process and its children (NGINX's workers)."""
 
 import os
 import socket
+import subprocess
 
 HOST = "127.0.0.1"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -43,3 +44,13 @@ def peak_rss_kib(pid):
         with open("/proc/%d/status" % p) as f:
             total += int([l for l in f if l.startswith("VmHWM")][0].split()[1])
     return total
+
+
+def stop(proc):
+    """Ends `proc` (SIGTERM, then SIGKILL after 10 s) and waits for it."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

@@ -127,6 +127,21 @@ def closed(conn, within):
         return False
 
 
+def switched_within(test, port, seconds):
+    """Handshakes on new connections to `port` until one is switched (a slot
+    given back may take a moment to be free) or `seconds` have passed: the
+    last one's status line."""
+    deadline = time.monotonic() + seconds
+    while True:
+        conn = socket.create_connection((HOST, port), timeout=5)
+        test.addCleanup(conn.close)
+        conn.sendall(handshake())
+        status = read_head_of(conn)[0]
+        if status.startswith("HTTP/1.1 101") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.05)
+
+
 class WebSocketTest(SluiceTestCase):
     def start(self, upstream, websocket=True, limits="{algorithm: token_bucket, rate: 100/s}",
               route_extra="", **server):
@@ -231,15 +246,7 @@ class WebSocketTest(SluiceTestCase):
         self.assertEqual(status, "HTTP/1.1 429 Too Many Requests")
         self.assertEqual(len(up.heads), 1)  # the denied one never reached it
         first.close()  # its slot comes back when the tunnel ends
-        deadline = time.monotonic() + 5
-        while True:
-            third = self.connect(s)
-            third.sendall(handshake())
-            status = read_head_of(third)[0]
-            if status.startswith("HTTP/1.1 101") or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
+        self.assertEqual(switched_within(self, s.port, 5), "HTTP/1.1 101 Switching Protocols")
 
     def test_a_long_tunnel_keeps_its_slot_past_its_lease(self):
         # A slot's lease (lease_ttl) is renewed while the tunnel is open,
@@ -374,16 +381,8 @@ class RedisWebSocketTest(RedisFleetTestCase):
         second.sendall(handshake())
         self.assertEqual(read_head_of(second)[0], "HTTP/1.1 429 Too Many Requests")
         first.close()  # given back in Redis: the other instance may now
-        deadline = time.monotonic() + 5
-        while True:
-            third = socket.create_connection((HOST, fleet[1].port), timeout=5)
-            self.addCleanup(third.close)
-            third.sendall(handshake())
-            status = read_head_of(third)[0]
-            if status.startswith("HTTP/1.1 101") or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
+        self.assertEqual(switched_within(self, fleet[1].port, 5),
+                         "HTTP/1.1 101 Switching Protocols")
 
     def test_a_renewal_redis_refused_is_tried_again_sooner(self):
         # Redis refuses the renewals for 2 s (maxmemory reached: every call
