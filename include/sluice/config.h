@@ -147,6 +147,9 @@ struct MatchConfig {
   friend bool operator==(const MatchConfig&, const MatchConfig&) = default;
 };
 
+// routes[].min_upload_rate when a route does not say (bytes a second).
+inline constexpr int64_t kDefaultMinUploadRate = 1024;
+
 struct RouteConfig {
   std::string name;
   MatchConfig match;
@@ -183,6 +186,11 @@ struct RouteConfig {
   // server.max_body_bytes (which bounds what is read whole): a body that
   // is chunked or said to be over 1 MiB goes to the upstream as it comes.
   std::optional<int64_t> max_body_bytes;
+  // Where bodies stream (max_body_bytes above server.max_body_bytes): the
+  // least an upload's client must send on average, in bytes a second, once
+  // server.read_timeout has passed since its body began; 0: no floor.
+  // Unset: kDefaultMinUploadRate.
+  std::optional<int64_t> min_upload_rate;
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 

@@ -86,7 +86,9 @@ class Parser : public internal::YamlReader {
   absl::Status ReadClientIpPrefix(const Value& v, ClientIpPrefix& out) const;
   absl::Status ReadMatch(const Value& v, MatchConfig& out) const;
   absl::StatusOr<HostPort> ReadUpstream(const Value& v, bool& tls) const;
-  absl::Status ReadRoute(const Value& v, std::map<std::string, int>& names, RouteConfig& out) const;
+  // `server_body_bytes`: server.max_body_bytes, read before the routes.
+  absl::Status ReadRoute(const Value& v, std::map<std::string, int>& names,
+                         int64_t server_body_bytes, RouteConfig& out) const;
   absl::Status ReadKey(const Value& v, std::vector<KeyPart>& out) const;
   absl::StatusOr<LimitSpec> ReadLimit(const Value& v) const;
   absl::StatusOr<LeaseOptions> ReadLease(const Value& v) const;
@@ -657,7 +659,7 @@ absl::StatusOr<HostPort> Parser::ReadUpstream(const Value& v, bool& tls) const {
 }
 
 absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names,
-                               RouteConfig& out) const {
+                               int64_t server_body_bytes, RouteConfig& out) const {
   if (!v.node.IsMap()) {
     return Fail(v, Cat("expected a route (a map with name, match and upstream), got ",
                        DescribeNode(v.node)));
@@ -666,7 +668,7 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
       ReadMap(v, kMapOfKeys,
               {"name", "match", "upstream", "upstream_ca_file", "upstream_server_name",
                "upstream_cert_file", "upstream_key_file", "host_header", "websocket",
-               "upstream_timeout", "idle_timeout", "max_body_bytes"});
+               "upstream_timeout", "idle_timeout", "max_body_bytes", "min_upload_rate"});
   if (!f.ok()) return f.status();
   const Value* name = f->Find("name");
   if (name == nullptr) return Fail(f->Missing("name"), "required");
@@ -722,6 +724,16 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
   }
   if (const Value* x = f->Find("max_body_bytes")) {
     SLUICE_ASSIGN_OR_RETURN(out.max_body_bytes, ReadInt(*x, 0, kMaxRouteBodyBytes));
+  }
+  if (const Value* x = f->Find("min_upload_rate")) {
+    if (out.max_body_bytes.value_or(0) <= server_body_bytes) {
+      return Fail(*x, Cat("only for a route whose max_body_bytes is larger than "
+                          "server.max_body_bytes (",
+                          server_body_bytes,
+                          "): its uploads stream; a body read whole has server.read_timeout "
+                          "in all"));
+    }
+    SLUICE_ASSIGN_OR_RETURN(out.min_upload_rate, ReadInt(*x, 0, kMaxRouteBodyBytes));
   }
   return absl::OkStatus();
 }
@@ -1107,7 +1119,7 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
     std::map<std::string, int> names;
     for (const Value& item : *items) {
       RouteConfig route;
-      SLUICE_RETURN_IF_ERROR(ReadRoute(item, names, route));
+      SLUICE_RETURN_IF_ERROR(ReadRoute(item, names, config.server.max_body_bytes, route));
       config.routes.push_back(std::move(route));
     }
   }

@@ -936,6 +936,21 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
                       "    limits: [{algorithm: concurrency, limit: 1}]\n"),
               HasSubstr("lease_ttl 1m must be longer than server.read_timeout (routes \"up\" "
                         "streams uploads) (2m)"));
+  // A floor on an upload's rate: where uploads stream alone.
+  EXPECT_EQ(c.routes[0].min_upload_rate, std::nullopt);  // kDefaultMinUploadRate
+  c = Load("routes:\n  - {name: a, upstream: http://a, max_body_bytes: 10000000, "
+           "min_upload_rate: 0}\n");
+  EXPECT_EQ(c.routes[0].min_upload_rate, 0);
+  c = Load("routes:\n  - {name: a, upstream: http://a, max_body_bytes: 10000000, "
+           "min_upload_rate: 65536}\n");
+  EXPECT_EQ(c.routes[0].min_upload_rate, 65536);
+  EXPECT_EQ(ErrorOf("routes:\n  - {name: a, upstream: http://a, min_upload_rate: 100}\n"),
+            "t.yaml:2: routes[0].min_upload_rate: only for a route whose max_body_bytes is larger "
+            "than server.max_body_bytes (1048576): its uploads stream; a body read whole has "
+            "server.read_timeout in all");
+  EXPECT_THAT(ErrorOf("routes:\n  - {name: a, upstream: http://a, max_body_bytes: 10000000, "
+                      "min_upload_rate: -1}\n"),
+              HasSubstr("routes[0].min_upload_rate: must be from 0 to"));
   c = Load("routes:\n  - {name: a, upstream: http://a, websocket: true, idle_timeout: 10m}\n");
   EXPECT_EQ(c.routes[0].idle_timeout, Duration::Minutes(10));
   EXPECT_EQ(ErrorOf("routes:\n  - {name: a, upstream: http://a, idle_timeout: 10m}\n"),

@@ -413,9 +413,17 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       const Duration timeout = route->upstream_timeout > Duration::Zero() ? route->upstream_timeout
                                                                           : sc.upstream_timeout;
       if (upload_slots == nullptr) upload_slots = hold.Keep(applied, ev, ctx.set, w);
+      body->SetMinRate(route->min_upload_rate.value_or(kDefaultMinUploadRate));
       const Sent sent = co_await SendBody(*upstream, *body, !streamed_body.length, deadline,
                                           timeout, upload_slots.get(), *ctx.state.clock, reply, ec);
-      if (sent == Sent::kClientFailed) co_return;  // the upstream's connection closes
+      if (sent == Sent::kClientFailed) {  // the upstream's connection closes
+        if (body->TooSlow()) [[unlikely]] {
+          ctx.state.metrics.Get("sluice_slow_uploads_total", {{"route", route->name}})->Add();
+          spdlog::warn("event=slow_upload route={} peer={} min_upload_rate={}", route->name,
+                       peer_ip, route->min_upload_rate.value_or(kDefaultMinUploadRate));
+        }
+        co_return;
+      }
       // An upstream that stopped taking the body may have answered why.
       ec = {};
       deadline.After(timeout);

@@ -34,8 +34,17 @@ class BodyToCome {
   virtual std::optional<uint64_t> Length() = 0;
   // The next part of the body as it comes, into `part` (asking a client
   // that expects 100-continue for it first); `end` once the last has come.
-  // Each wait for the client has server.read_timeout. False as for Read.
+  // Each wait for the client has server.read_timeout, and with a floor on
+  // its rate (SetMinRate) the body as a whole the time that floor allows.
+  // False as for Read.
   virtual Task<bool> ReadPart(std::string& part, bool& end, Reply& reply) = 0;
+  // For the ReadPart calls to come: the client must send at least
+  // `bytes_a_second` on average, counted from the first part's wait, after
+  // a grace of server.read_timeout (routes[].min_upload_rate; 0: no floor).
+  // A client slower than that is cut off as one whose wait ran out.
+  virtual void SetMinRate(int64_t bytes_a_second) = 0;
+  // Whether the reading was cut off for being slower than the floor.
+  virtual bool TooSlow() const = 0;
 
  protected:
   ~BodyToCome() = default;

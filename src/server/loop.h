@@ -207,7 +207,11 @@ class Deadline {
   Deadline& operator=(const Deadline&) = delete;
 
   void After(Duration d);
+  // No later than `at_ms` (the loop's milliseconds, as now_ms()).
+  void NoLaterThan(int64_t at_ms) { at_ms_ = std::min(at_ms_, at_ms + kSweepMs); }
   void Never() { at_ms_ = INT64_MAX; }
+  // The loop's milliseconds (Worker::now_ms, refreshed by the sweep).
+  int64_t now_ms() const;
   // The pending operation was cancelled because the deadline passed.
   bool expired() const { return expired_; }
 
@@ -343,6 +347,8 @@ inline Deadline::Deadline(Worker& w, Socket& socket) : worker_(w), socket_(socke
   self_ = w.deadlines.insert(w.deadlines.end(), this);
 }
 inline Deadline::~Deadline() { worker_.deadlines.erase(self_); }
+inline int64_t Deadline::now_ms() const { return worker_.now_ms; }
+
 inline void Deadline::After(Duration d) {
   expired_ = false;
   // now_ms lags the real time by up to one sweep: adding one sweep makes the

@@ -263,6 +263,9 @@ class ServerImpl final : public Server {
     m.SetHelp("sluice_decisions_total", "Decisions, by policy and outcome.");
     m.SetHelp("sluice_upstream_errors_total", "Failed upstream exchanges, by route and kind.");
     m.SetHelp("sluice_http_responses_total", "Responses sent, by listener and status code.");
+    m.SetHelp("sluice_slow_uploads_total",
+              "Uploads cut off because their client sent less than the route's "
+              "min_upload_rate on average, by route.");
     m.SetHelp("sluice_connections_refused_total",
               "Connections closed at once: the listener had server.max_connections open.");
     m.SetHelp("sluice_tls_handshake_failures_total",
@@ -384,6 +387,9 @@ class ServerImpl final : public Server {
     for (const RouteConfig& route : config.routes) {
       for (const char* kind : {"connect", "timeout", "exchange"}) {
         m.Get("sluice_upstream_errors_total", {{"route", route.name}, {"kind", kind}});
+      }
+      if (route.max_body_bytes.value_or(0) > config.server.max_body_bytes) {
+        m.Get("sluice_slow_uploads_total", {{"route", route.name}});
       }
     }
   }
@@ -802,10 +808,12 @@ class ServerImpl final : public Server {
           if (ec) co_return Done(ec, reply);
         }
       }
+      if (started_ms_ < 0) started_ms_ = deadline_.now_ms();
       // What the parser holds goes first; then one read's worth at a time.
       while (parser_.get().body().empty() && !parser_.is_done()) {
         if (!FeedParser(parser_, buffer_, ec) && !ec && parser_.get().body().empty()) {
           deadline_.After(read_timeout_);
+          if (min_rate_ > 0) deadline_.NoLaterThan(RateDeadlineMs());
           const size_t got = co_await stream_.ReadSome(buffer_.prepare(kPartBytes),
                                                        net::redirect_error(kUseAwaitable, ec));
           if (ec == net::error::eof) {
@@ -819,10 +827,14 @@ class ServerImpl final : public Server {
       deadline_.Never();
       part.swap(parser_.get().body());
       parser_.get().body().clear();
+      received_ += static_cast<int64_t>(part.size());
       end = parser_.is_done();
       if (end) co_return Done(ec, reply);
       co_return true;
     }
+
+    void SetMinRate(int64_t bytes_a_second) override { min_rate_ = bytes_a_second; }
+    bool TooSlow() const override { return too_slow_; }
 
     // kToCome: not read (the request was answered on its header); kRefused:
     // it could not be read, and the reply says why; kLost: nor that, and
@@ -836,9 +848,17 @@ class ServerImpl final : public Server {
       limit_ = most;
       if (!BoundBody(parser_, most)) ec = http::error::body_limit;
     }
+    // When the body's time under its floor on the rate runs out: the grace
+    // of read_timeout, and a second for each min_rate_ bytes come.
+    int64_t RateDeadlineMs() const {
+      return started_ms_ + read_timeout_.CeilMillis() + received_ / min_rate_ * 1000 +
+             received_ % min_rate_ * 1000 / min_rate_;
+    }
     // The reading is over, with `ec`: true when the body came whole.
     bool Done(const boost::system::error_code& ec, Reply& reply) {
       const bool expired = deadline_.expired();
+      too_slow_ =
+          expired && started_ms_ >= 0 && min_rate_ > 0 && deadline_.now_ms() >= RateDeadlineMs();
       deadline_.Never();
       if (!ec) {
         state_ = State::kRead;
@@ -861,6 +881,10 @@ class ServerImpl final : public Server {
     int64_t limit_ = max_body_bytes_;  // the body's bound, for a 413's words
     bool asked_ = false;               // for its body, if it expects 100-continue
     State state_ = State::kToCome;
+    int64_t min_rate_ = 0;     // bytes a second the client must keep to (SetMinRate)
+    int64_t started_ms_ = -1;  // the first part's wait began (Deadline::now_ms)
+    int64_t received_ = 0;     // bytes of body read as parts
+    bool too_slow_ = false;    // cut off under min_rate_
   };
 
   // Whether `req` (its header read, its body not all there) from `peer_ip`
@@ -893,6 +917,15 @@ class ServerImpl final : public Server {
       return std::nullopt;
     }
     return answerer;
+  }
+
+  // The most body `req` may have (its head read): its route's bound when
+  // the gateway answers it, else server.max_body_bytes.
+  int64_t OwnBodyBytes(Worker& w, const HttpRequest& req, const std::string& peer_ip,
+                       Listener listener) const {
+    const Context ctx{*state_, w, w.Current(*state_), false, {}};
+    return BodyBytesOf(*ctx.set, req, peer_ip,
+                       AnswererOf(ctx, req, listener) == Answerer::kGateway);
   }
 
   // The most body the route of `facts` takes (server.max_body_bytes when
@@ -1122,10 +1155,14 @@ class ServerImpl final : public Server {
             ec);
       } else if (!ec && largest_body > max_body_bytes) {
         // Whole at once: its body, already read, against its own bound.
-        const Context ctx{*state_, w, w.Current(*state_), false, {}};
-        body_bytes = BodyBytesOf(*ctx.set, parser.get(), peer_ip,
-                                 AnswererOf(ctx, parser.get(), listener) == Answerer::kGateway);
+        body_bytes = OwnBodyBytes(w, parser.get(), peer_ip, listener);
         too_large = parser.get().body().size() > static_cast<size_t>(body_bytes);
+      }
+      if (ec == http::error::body_limit && largest_body > max_body_bytes &&
+          !parser.is_header_done()) {
+        // Said longer than every route's bound, and refused as its head was
+        // parsed (its fields are all in): the 413 names its own bound.
+        body_bytes = OwnBodyBytes(w, parser.get(), peer_ip, listener);
       }
       if (too_large) {
         const std::string detail = Cat("request body larger than ", body_bytes, " bytes");

@@ -13,7 +13,7 @@ import threading
 import time
 
 from certs import server_certificates
-from harness import HOST, SluiceTestCase, server_block
+from harness import HOST, SluiceTestCase, metric_value, server_block
 from raw_http import RawServer, read_head
 
 MiB = 1024 * 1024
@@ -124,15 +124,16 @@ def read_answer(conn):
 
 
 class UploadTest(SluiceTestCase):
-    def start(self, route_max="8388608", policy_rate="100/s", **server):
+    def start(self, route_max="8388608", policy_rate="100/s", upload_extra="", **server):
         return self.start_sluice_with(
             "    limits: [{algorithm: fixed_window, rate: %s}]\n" % policy_rate, route_max,
-            **server)
+            upload_extra=upload_extra, **server)
 
     def start_sluice_with(self, limits, route_max="8388608", upstream_tls=None, route_extra="",
-                          **server):
+                          upload_extra="", **server):
         """sluice with server.max_body_bytes 64 KiB, a route for /upload that
-        takes `route_max` bytes under a policy of `limits`, and another."""
+        takes `route_max` bytes under a policy of `limits` (with
+        `upload_extra` more of its keys), and another."""
         self.up = UploadUpstream(upstream_tls)
         self.addCleanup(self.up.close)
         settings = {"max_body_bytes": 65536}
@@ -140,10 +141,11 @@ class UploadTest(SluiceTestCase):
         return self.start_sluice(
             server_block(**settings) + "routes:\n"
             "  - {name: uploads, match: {path_prefix: /upload}, upstream: %s, "
-            "max_body_bytes: %s%s}\n"
+            "max_body_bytes: %s%s%s}\n"
             "  - {name: app, match: {path_prefix: /}, upstream: %s%s}\n"
             "policies:\n  - name: uploads\n    match: {path_prefix: /upload}\n%s"
-            % (self.up.url, route_max, route_extra, self.up.url, route_extra, limits))
+            % (self.up.url, route_max, route_extra, upload_extra, self.up.url, route_extra,
+               limits))
 
     def connect(self, s):
         conn = socket.create_connection((HOST, s.port), timeout=10)
@@ -154,6 +156,7 @@ class UploadTest(SluiceTestCase):
         s = self.start()
         routes = self.get("/v1/config", admin=True, s=s).json()["routes"]
         self.assertEqual([r.get("max_body_bytes") for r in routes], [8388608, None])
+        self.assertEqual([r.get("min_upload_rate") for r in routes], [1024, None])
         body = bytes(range(256)) * (4 * MiB // 256)
         conn = self.connect(s)
         conn.sendall(b"POST /upload/a HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n"
@@ -202,10 +205,13 @@ class UploadTest(SluiceTestCase):
 
     def test_a_body_past_the_routes_bound_is_refused_and_others_keep_the_servers(self):
         s = self.start(route_max="3145728")
-        # Said too long: 413 at once, before any of it is sent.
+        # Said too long: 413 at once, before any of it is sent, naming the
+        # route's bound.
         conn = self.connect(s)
         conn.sendall(b"POST /upload/e HTTP/1.1\r\nHost: t\r\nContent-Length: 3145729\r\n\r\n")
-        self.assertEqual(read_head(conn)[0], "HTTP/1.1 413 Payload Too Large")
+        line, _, problem = read_answer(conn)
+        self.assertEqual(line, "HTTP/1.1 413 Payload Too Large")
+        self.assertIn(b"larger than 3145728 bytes", problem)
         # Chunked past it: 413 once it is, the upstream's request cut.
         conn = self.connect(s)
         conn.sendall(b"POST /upload/f HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -348,3 +354,42 @@ class UploadTest(SluiceTestCase):
                 pass  # sluice closed it once the answer had gone
             line, _, body = read_answer(conn)
             self.assertEqual((line, body), ("HTTP/1.1 413 Payload Too Large", b"nope"), path)
+
+    def trickle(self, conn, path, part, every, until):
+        """A chunked upload of `part` every `every` seconds, for `until`
+        seconds at most; the seconds it went on (until sluice cut it)."""
+        conn.sendall(b"POST %s HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     % path)
+        began = time.monotonic()
+        try:
+            while time.monotonic() - began < until:
+                conn.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+                time.sleep(every)
+                if self.up.cut.is_set():
+                    break
+        except OSError:
+            pass  # sluice closed the connection
+        return time.monotonic() - began
+
+    def test_a_client_below_the_routes_floor_is_cut_off_and_one_above_it_is_not(self):
+        # routes[].min_upload_rate: each part well within server.read_timeout
+        # is not enough when too little comes in all.
+        s = self.start(read_timeout="1s", upload_extra=", min_upload_rate: 2000")
+        # 4,000 bytes every 0.4 s: twice the floor, for 2.5 s, then the end.
+        conn = self.connect(s)
+        self.trickle(conn, b"/upload/fast", b"f" * 4000, 0.4, 2.5)
+        self.assertFalse(self.up.cut.is_set())
+        conn.sendall(b"0\r\n\r\n")
+        line, _, answer = read_answer(conn)
+        self.assertEqual(line, "HTTP/1.1 200 OK")
+        self.assertEqual(int(answer.split()[0]), self.up.received)
+        # 200 bytes every 0.4 s, each wait a third of read_timeout, 500 bytes
+        # a second in all: cut when the grace of 1 s and a second a 2,000
+        # bytes have passed (at about 1.33 s), and the upstream's request too.
+        conn = self.connect(s)
+        took = self.trickle(conn, b"/upload/slow", b"s" * 200, 0.4, 10)
+        self.assertTrue(self.up.cut.wait(5), "the upstream's request was not cut")
+        self.assertLess(took, 4)
+        self.assertEqual(conn.recv(65536), b"")  # closed, without an answer
+        self.assertEqual(metric_value(self.metrics(s), "sluice_slow_uploads_total",
+                                      route="uploads"), 1)
