@@ -938,11 +938,13 @@ TEST(ConfigRoutes, AnHttpsUpstream) {
                         "streams uploads) (2m)"));
   // A floor on an upload's rate: where uploads stream alone.
   EXPECT_EQ(c.routes[0].min_upload_rate, std::nullopt);  // kDefaultMinUploadRate
-  c = Load("routes:\n  - {name: a, upstream: http://a, max_body_bytes: 10000000, "
-           "min_upload_rate: 0}\n");
+  c = Load(
+      "routes:\n  - {name: a, upstream: http://a, max_body_bytes: 10000000, "
+      "min_upload_rate: 0}\n");
   EXPECT_EQ(c.routes[0].min_upload_rate, 0);
-  c = Load("routes:\n  - {name: a, upstream: http://a, max_body_bytes: 10000000, "
-           "min_upload_rate: 65536}\n");
+  c = Load(
+      "routes:\n  - {name: a, upstream: http://a, max_body_bytes: 10000000, "
+      "min_upload_rate: 65536}\n");
   EXPECT_EQ(c.routes[0].min_upload_rate, 65536);
   EXPECT_EQ(ErrorOf("routes:\n  - {name: a, upstream: http://a, min_upload_rate: 100}\n"),
             "t.yaml:2: routes[0].min_upload_rate: only for a route whose max_body_bytes is larger "
