@@ -11,8 +11,10 @@
 #
 # Each case runs with 1 key and with 100k random keys, passing (a rate nobody
 # reaches) and rejecting (1/min), sluice and NGINX alternately (A B A B ...),
-# ROUNDS times; it prints medians of req/s and p99 latency, the ratio of
-# the medians, and each round's ratio.
+# ROUNDS times; it prints medians of req/s, p99 latency and each server's
+# own CPU time a request (user + system, /proc, NGINX's workers included;
+# on a machine the client and the upstream share, the one figure of the
+# server alone), the ratios of the medians, and each round's ratio.
 # Both sides get WORKERS workers (NGINX worker_processes, sluice threads).
 #
 # sluice runs with server.cpu_affinity (CPU_AFFINITY=false to turn it off):
@@ -143,17 +145,37 @@ end
 LUA
 }
 
-# Prints "req_per_s p99_ms" for one wrk run.
-run_wrk() {  # $1 port $2 expected status note
-  wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/req.lua" "$SCHEME://127.0.0.1:$1" 2>&1 |
+# CPU time (user + system, in clock ticks) of process $1 and its children
+# (NGINX's workers): fields 14 and 15 of /proc/PID/stat.
+cpu_ticks() {
+  local total=0 pid fields
+  for pid in "$1" $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+    fields=$(sed 's/.*) //' /proc/"$pid"/stat 2>/dev/null) || continue
+    read -r -a f <<< "$fields"
+    total=$((total + f[11] + f[12]))  # utime, stime (fields 14, 15; f[0] is field 3)
+  done
+  echo "$total"
+}
+
+# Prints "req_per_s p99_ms cpu_us_per_request" for one wrk run against the
+# server on port $1 whose process (with its children) is $2.
+run_wrk() {
+  local before after
+  before=$(cpu_ticks "$2")
+  wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/req.lua" "$SCHEME://127.0.0.1:$1" \
+    > "$WORK/wrk.out" 2>&1
+  after=$(cpu_ticks "$2")
+  CPU_S=$(python3 -c "import os, sys; print(($after - $before) / os.sysconf('SC_CLK_TCK'))") \
     python3 -c '
-import re, sys
+import os, re, sys
 text = sys.stdin.read()
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+requests = int(re.search(r"(\d+) requests in", text).group(1))
 m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", text)
 p99 = float(m.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[m.group(2)]
+cpu_us = float(os.environ["CPU_S"]) * 1e6 / max(requests, 1)
 errs = re.search(r"Socket errors: (.*)", text)
-print(f"{rps:.0f} {p99:.3f}" + (f" errors:{errs.group(1).replace(chr(32), chr(95))}" if errs else ""))'
+print(f"{rps:.0f} {p99:.3f} {cpu_us:.2f}" + (f" errors:{errs.group(1).replace(chr(32), chr(95))}" if errs else ""))' < "$WORK/wrk.out"
 }
 
 RESULTS="$WORK/results.txt"
@@ -164,8 +186,8 @@ case_run() {  # $1 name $2 keys $3 rate-sluice $4 rate-nginx $5 burst $6 sluice-
   [[ $name == ${ONLY:-*} ]] || return 0
   start_nginx "$4" "$5"; start_sluice "$3" "$5"
   for round in $(seq "$ROUNDS"); do
-    write_lua "$keys" "$6" "$7"; echo "$name sluice $(run_wrk "$SLUICE_PORT")" >> "$RESULTS"
-    write_lua "$keys" GET "$8";  echo "$name nginx $(run_wrk "$NGINX_PORT")" >> "$RESULTS"
+    write_lua "$keys" "$6" "$7"; echo "$name sluice $(run_wrk "$SLUICE_PORT" "$SLUICE_PID")" >> "$RESULTS"
+    write_lua "$keys" GET "$8";  echo "$name nginx $(run_wrk "$NGINX_PORT" "$NGINX_PID")" >> "$RESULTS"
   done
   kill "$NGINX_PID" "$SLUICE_PID"; wait "$NGINX_PID" "$SLUICE_PID" 2>/dev/null || true
 }
@@ -189,15 +211,20 @@ import statistics, sys, collections
 runs = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(sys.argv[1]):
     parts = line.split()
-    name, who, rps, p99 = parts[0], parts[1], float(parts[2]), float(parts[3])
-    runs[name][who].append((rps, p99))
+    name, who = parts[0], parts[1]
+    runs[name][who].append((float(parts[2]), float(parts[3]), float(parts[4])))
 # The ratio of the medians, then each round's own (sluice's run over the
-# NGINX run right after it): how far one round can move the verdict.
-print(f"{'case':28} {'sluice req/s':>13} {'nginx req/s':>12} {'ratio':>6} {'sluice p99 ms':>14} {'nginx p99 ms':>13}  per round")
+# NGINX run right after it): how far one round can move the verdict. CPU:
+# each server's own CPU time (its process and children) a request, the
+# client's and the shared upstream's left out; its ratio is sluice's over
+# NGINX's (below 1: sluice spends less).
+print(f"{'case':28} {'sluice req/s':>13} {'nginx req/s':>12} {'ratio':>6} {'sluice p99 ms':>14} {'nginx p99 ms':>13}"
+      f" {'sluice CPU us':>14} {'nginx CPU us':>13} {'CPU ratio':>9}  per round")
 for name, sides in runs.items():
     s = sides["sluice"]; n = sides["nginx"]
-    s_rps = statistics.median(r for r, _ in s); n_rps = statistics.median(r for r, _ in n)
-    s_p99 = statistics.median(p for _, p in s); n_p99 = statistics.median(p for _, p in n)
-    rounds = ", ".join(f"{a / b:.2f}" for (a, _), (b, _) in zip(s, n))
-    print(f"{name:28} {s_rps:13.0f} {n_rps:12.0f} {s_rps / n_rps:6.2f} {s_p99:14.3f} {n_p99:13.3f}  {rounds}")
+    s_rps, s_p99, s_cpu = (statistics.median(x[i] for x in s) for i in range(3))
+    n_rps, n_p99, n_cpu = (statistics.median(x[i] for x in n) for i in range(3))
+    rounds = ", ".join(f"{a[0] / b[0]:.2f}" for a, b in zip(s, n))
+    print(f"{name:28} {s_rps:13.0f} {n_rps:12.0f} {s_rps / n_rps:6.2f} {s_p99:14.3f} {n_p99:13.3f}"
+          f" {s_cpu:14.2f} {n_cpu:13.2f} {s_cpu / n_cpu:9.2f}  {rounds}")
 PY
