@@ -3,15 +3,18 @@
 // algorithm), `--inflight` consume() calls kept in flight for `--seconds`
 // over `--keys` keys "user-<12 digits>" picked uniformly. Prints one JSON
 // line shaped like sluice_bench_redis's, calls read from Redis' INFO
-// commandstats (EVALSHA + EVAL calls per decision).
+// commandstats (EVALSHA + EVAL calls per decision). With `--rate R` (R > 0)
+// the calls start no faster than R a second in all (the lanes take turns
+// at a schedule of one every 1/R s; a lane whose turn has not come waits):
+// the peer at the rate another run reached, so that Redis is as busy.
 //
-//   node rlf_bench.js --port 6379 --inflight 64 --seconds 3 --keys 1 --mode pass
+//   node rlf_bench.js --port 6379 --inflight 64 --seconds 3 --keys 1 --mode pass [--rate 0]
 'use strict';
 const Redis = require('ioredis');
 const { RateLimiterRedis, RateLimiterRes } = require('rate-limiter-flexible');
 
 function flags() {
-  const out = { port: 6379, inflight: 1, seconds: 3, keys: 1, mode: 'pass' };
+  const out = { port: 6379, inflight: 1, seconds: 3, keys: 1, mode: 'pass', rate: 0 };
   const argv = process.argv.slice(2);
   for (let i = 0; i + 1 < argv.length; i += 2) {
     const name = argv[i].replace(/^--/, '');
@@ -67,9 +70,23 @@ async function main() {
   };
   const start = process.hrtime.bigint();
   let last = start;
+  let started = 0;  // calls started: the next one's turn, with --rate
   await new Promise((resolve) => {
     let running = f.inflight;
     const lane = () => {
+      if (stop) {
+        if (--running === 0) resolve();
+        return;
+      }
+      if (f.rate > 0) {
+        const due = start + BigInt(Math.floor(started * 1e9 / f.rate));
+        const now = process.hrtime.bigint();
+        if (now < due) {
+          setTimeout(lane, Number(due - now) / 1e6);
+          return;
+        }
+      }
+      started++;
       const t0 = process.hrtime.bigint();
       const finish = (ok, isAllowed) => {
         const t1 = process.hrtime.bigint();
@@ -77,9 +94,8 @@ async function main() {
         done++;
         if (!ok) errors++;
         else if (isAllowed) allowed++;
-        if (!stop) return lane();
         last = t1;
-        if (--running === 0) resolve();
+        lane();
       };
       limiter.consume(pick()).then(
         () => finish(true, true),

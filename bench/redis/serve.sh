@@ -14,8 +14,11 @@
 #          the function ran per decision (commands_per_decision, from INFO
 #          commandstats). After each of these runs, on the same
 #          redis-server, rate-limiter-flexible's RateLimiterRedis (its fixed
-#          window) twice: in process (rlf_bench.js, CONNECTIONS consume() calls in
-#          flight over the same KEYS) and behind HTTP (rlf_serve.js: a Node
+#          window) three times: in process (rlf_bench.js, CONNECTIONS consume() calls in
+#          flight over the same KEYS), once as fast as it goes and once at
+#          the requests a second sluice's run reached (--rate: Redis as
+#          busy as under sluice; a Redis mostly idle spends more CPU on the
+#          same work), and behind HTTP (rlf_serve.js: a Node
 #          server answering the same POST /v1/check from the same wrk
 #          script), each with its redis-server CPU per consume(); the table
 #          gives sluice's CPU per decision over each (the target: at most
@@ -272,19 +275,22 @@ print(json.dumps(r))
 PY
 }
 
-# measure_peer ALGORITHM ROUND: the peer with CONNECTIONS consume() calls in flight
-# for DURATION over KEYS keys, on an empty keyspace; its line (rlf_bench.js's
-# JSON and redis-server's CPU) to results.jsonl, as the case "peer" of the
-# sluice run it follows.
+# measure_peer ALGORITHM ROUND [RATE]: the peer with CONNECTIONS consume() calls in
+# flight for DURATION over KEYS keys, on an empty keyspace; its line
+# (rlf_bench.js's JSON and redis-server's CPU) to results.jsonl, as the case
+# "peer" of the sluice run it follows; with RATE, its calls started no
+# faster than RATE a second (the requests a second sluice's run reached),
+# as the case "peer_paced".
 measure_peer() {
-  local line cpu0 cpu1 sys0 sys1
+  local line cpu0 cpu1 sys0 sys1 case=peer
+  [[ -n "${3:-}" ]] && case=peer_paced
   "${RCLI[@]}" FLUSHALL >/dev/null
   cpu0=$(redis_cpu_us); sys0=$(redis_sys_us)
   line=$("${LOAD[@]}" timeout $((DURATION + 30)) node bench/redis/rlf_bench.js --port "$REDIS_PORT" \
-           --inflight "$CONNECTIONS" --keys "$KEYS" --seconds "$DURATION" --mode pass)
+           --inflight "$CONNECTIONS" --keys "$KEYS" --seconds "$DURATION" --mode pass --rate "${3:-0}")
   cpu1=$(redis_cpu_us); sys1=$(redis_sys_us)
-  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(case="peer", algorithm=sys.argv[2], round=int(sys.argv[3])); n=max(d["decisions"], 1); d["redis_cpu_us_per_decision"]=round(int(sys.argv[4]) / n, 3); d["redis_system_us_per_decision"]=round(int(sys.argv[5]) / n, 3); print(json.dumps(d))' \
-    "$line" "$1" "$2" $((cpu1 - cpu0)) $((sys1 - sys0)) >> "$RESULTS"
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(case=sys.argv[6], algorithm=sys.argv[2], round=int(sys.argv[3])); n=max(d["decisions"], 1); d["redis_cpu_us_per_decision"]=round(int(sys.argv[4]) / n, 3); d["redis_system_us_per_decision"]=round(int(sys.argv[5]) / n, 3); print(json.dumps(d))' \
+    "$line" "$1" "$2" $((cpu1 - cpu0)) $((sys1 - sys0)) "$case" >> "$RESULTS"
 }
 
 # measure_peer_http ALGORITHM ROUND: the peer behind HTTP (rlf_serve.js),
@@ -329,7 +335,9 @@ for alg in $ALGORITHMS; do
   for round in $(seq "$ROUNDS"); do
     "${RCLI[@]}" FLUSHALL >/dev/null
     measure fleet "$alg" "$round"
+    rate=$(tail -1 "$RESULTS" | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["requests_per_s"]))')
     measure_peer "$alg" "$round"
+    measure_peer "$alg" "$round" "$rate"
     measure_peer_http "$alg" "$round"
   done
   stop_sluice
@@ -359,9 +367,10 @@ print((out / "machine.txt").read_text().rstrip())
 print("\n## fleet: uniform keys, nothing denied (medians of", max(len(v) for v in runs.values()), "rounds)\n")
 print("| algorithm | keys | requests/s | p50 us | p99 us | non-2xx | Redis calls per decision "
       "| calls of one decision (share of calls) | redis-server CPU us per decision | of which in the kernel | of which inside FCALL | peer in process: CPU us per consume() | CPU sluice / peer in process "
+      "| peer in process at sluice's rate: requests/s | its CPU us per consume() | CPU sluice / it "
       "| peer behind HTTP: requests/s | peer behind HTTP: CPU us per consume() | CPU sluice / peer behind HTTP "
       "| Redis errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|")
 
 def against(rs, peer):
     """The peer's median CPU per consume(), and sluice's CPU over it: median (per round)."""
@@ -377,11 +386,14 @@ for (case, alg), rs in runs.items():
     if case == "fleet":
         http = runs.get(("peer_http", alg), [])
         http_rate = f"{med(http, 'requests_per_s'):.0f}" if http else "-"
+        paced = runs.get(("peer_paced", alg), [])
+        paced_rate = f"{med(paced, 'decisions_per_s'):.0f}" if paced else "-"
         print(f"| {alg} | {rs[0]['keys']} | {med(rs, 'requests_per_s'):.0f} | {med(rs, 'p50_us'):.0f} "
               f"| {med(rs, 'p99_us'):.0f} | {med(rs, 'non_2xx'):.0f} | {med(rs, 'calls_per_decision'):.3f} "
               f"| {med(rs, 'single_call_share'):.2f} | {med(rs, 'redis_cpu_us_per_decision'):.2f} | {med(rs, 'redis_system_us_per_decision'):.2f} "
               f"| {med(rs, 'fcall_us_per_decision'):.2f} "
               f"| {against(rs, runs.get(('peer', alg), []))} "
+              f"| {paced_rate} | {against(rs, paced)} "
               f"| {http_rate} | {against(rs, http)} | {med(rs, 'redis_errors'):.0f} |")
 print("\n## abuse: one key, limit 100/10s\n")
 print("| algorithm | requests/s | requests | denied (429) | allowed (200) | Redis calls "
