@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # sluice serve with its Redis store, end to end over HTTP: wrk POSTs
-# /v1/check ({"policy": ..., "key": ...}) to one `sluice serve` (2 threads)
+# /v1/check ({"policy": ..., "key": ...}) to one `sluice serve` (THREADS)
 # whose policies are global, in one redis-server this script starts
 # (loopback, a free port, no persistence):
 #
@@ -42,7 +42,9 @@
 #        DURATION=2 ROUNDS=1 bench/redis/serve.sh       # smoke run, ~1.5 minutes
 # Variables: DURATION (5, seconds per wrk run), ROUNDS (2), KEYS (100000),
 #   CONNECTIONS (64: wrk's connections, 2 threads, or 1 for 1 connection;
-#   the peer in process keeps as many consume() calls in flight),
+#   the peer in process keeps as many consume() calls in flight), THREADS
+#   (sluice serve's server.threads; 0, its default: one per CPU it may run
+#   on, so 1 with REDIS_CPU on 2 cores, where wrk shares that one CPU),
 #   ALGORITHMS ("fixed_window gcra token_bucket sliding_window"),
 #   ABUSE_ALGORITHMS ("fixed_window gcra"), OUT (the results folder),
 #   SLUICE (the binary: build/release/sluice, built when missing; another
@@ -71,6 +73,7 @@ RATE=${RATE:-1000000/s}                # the fleet's limit: a rate nobody reache
 ABUSE_RATE=100/10s ABUSE_PERIOD_S=10   # the abuse case's limit, and its period
 CONNECTIONS=${CONNECTIONS:-64}         # wrk's connections, and the peer's consume() calls in flight
 WRK_THREADS=$((CONNECTIONS < 2 ? 1 : 2))
+THREADS=${THREADS:-0}                  # sluice serve's server.threads (0, its default: one per CPU it may run on)
 
 source scripts/deps.sh
 sluice_install_deps redis-server redis-tools wrk
@@ -134,7 +137,7 @@ RCLI=(timeout 10 redis-cli -p "$REDIS_PORT")
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "command: DURATION=$DURATION ROUNDS=$ROUNDS KEYS=$KEYS RATE=$RATE ALGORITHMS='$ALGORITHMS' ABUSE_ALGORITHMS='$ABUSE_ALGORITHMS'${LINGER:+ LINGER=$LINGER}${CALLS_IN_FLIGHT:+ CALLS_IN_FLIGHT=$CALLS_IN_FLIGHT}${WINDOW_STATE:+ WINDOW_STATE=$WINDOW_STATE}${REDIS_CPU_SHARE:+ REDIS_CPU_SHARE=$REDIS_CPU_SHARE} bench/redis/serve.sh"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel $(uname -r)"
-  echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads 2; wrk -t$WRK_THREADS -c$CONNECTIONS -d${DURATION}s"
+  echo "redis: $(redis-server --version | cut -d' ' -f3); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); sluice serve threads $THREADS (0: one per CPU it may run on); wrk -t$WRK_THREADS -c$CONNECTIONS -d${DURATION}s"
   echo "peer: rate-limiter-flexible ${PEER_VERSIONS% *}, ioredis ${PEER_VERSIONS#* }, node $(node --version), $CONNECTIONS in flight"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   if [[ -n "${REDIS_CPU:-}" ]]; then
@@ -186,7 +189,7 @@ PY
 start_sluice() {
   SLUICE_PORT=$(free_port); SLUICE_ADMIN=$(free_port)
   cat > "$WORK/sluice.yaml" <<CONF
-server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads: 2}
+server: {listen: 127.0.0.1:$SLUICE_PORT, admin: 127.0.0.1:$SLUICE_ADMIN, threads: $THREADS}
 store:
   redis: {url: "redis://127.0.0.1:$REDIS_PORT", timeout: 50ms${LINGER:+, linger: $LINGER}${CALLS_IN_FLIGHT:+, calls_in_flight: $CALLS_IN_FLIGHT}${WINDOW_STATE:+, window_state: $WINDOW_STATE}}
 policies:
