@@ -374,8 +374,8 @@ class UploadTest(SluiceTestCase):
     def test_a_client_below_the_routes_floor_is_cut_off_and_one_above_it_is_not(self):
         # routes[].min_upload_rate: each part well within server.read_timeout
         # is not enough when too little comes in all.
-        s = self.start(read_timeout="1s", upload_extra=", min_upload_rate: 2000")
-        # 4,000 bytes every 0.4 s: twice the floor, for 2.5 s, then the end.
+        s = self.start(read_timeout="2s", upload_extra=", min_upload_rate: 2000")
+        # 4,000 bytes every 0.4 s: five times the floor, for 2.5 s, then the end.
         conn = self.connect(s)
         self.trickle(conn, b"/upload/fast", b"f" * 4000, 0.4, 2.5)
         self.assertFalse(self.up.cut.is_set())
@@ -383,13 +383,16 @@ class UploadTest(SluiceTestCase):
         line, _, answer = read_answer(conn)
         self.assertEqual(line, "HTTP/1.1 200 OK")
         self.assertEqual(int(answer.split()[0]), self.up.received)
-        # 200 bytes every 0.4 s, each wait a third of read_timeout, 500 bytes
-        # a second in all: cut when the grace of 1 s and a second a 2,000
-        # bytes have passed (at about 1.33 s), and the upstream's request too.
+        # 100 bytes every 0.4 s, each wait a fifth of read_timeout, 250 bytes
+        # a second in all: cut when the grace of 2 s and a second a 2,000
+        # bytes have passed (at about 2.3 s), and the upstream's request too.
         conn = self.connect(s)
-        took = self.trickle(conn, b"/upload/slow", b"s" * 200, 0.4, 10)
+        took = self.trickle(conn, b"/upload/slow", b"s" * 100, 0.4, 10)
         self.assertTrue(self.up.cut.wait(5), "the upstream's request was not cut")
-        self.assertLess(took, 4)
-        self.assertEqual(conn.recv(65536), b"")  # closed, without an answer
+        self.assertLess(took, 5)
+        try:
+            self.assertEqual(conn.recv(65536), b"")  # closed, without an answer
+        except ConnectionResetError:
+            pass  # closed with bytes of ours unread: as closed
         self.assertEqual(metric_value(self.metrics(s), "sluice_slow_uploads_total",
                                       route="uploads"), 1)
