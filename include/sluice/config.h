@@ -187,8 +187,9 @@ struct RouteConfig {
   // is chunked or said to be over 1 MiB goes to the upstream as it comes.
   std::optional<int64_t> max_body_bytes;
   // Where bodies stream (max_body_bytes above server.max_body_bytes): the
-  // least an upload's client must send on average, in bytes a second, once
-  // server.read_timeout has passed since its body began; 0: no floor.
+  // least an upload's client must send on average, in bytes a second, over
+  // the time it was waited for, after a grace of server.read_timeout; 0: no
+  // floor.
   // Unset: kDefaultMinUploadRate.
   std::optional<int64_t> min_upload_rate;
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;

@@ -39,8 +39,9 @@ class BodyToCome {
   // False as for Read.
   virtual Task<bool> ReadPart(std::string& part, bool& end, Reply& reply) = 0;
   // For the ReadPart calls to come: the client must send at least
-  // `bytes_a_second` on average, counted from the first part's wait, after
-  // a grace of server.read_timeout (routes[].min_upload_rate; 0: no floor).
+  // `bytes_a_second` on average over the time its parts were waited for,
+  // after a grace of server.read_timeout (routes[].min_upload_rate; 0: no
+  // floor).
   // A client slower than that is cut off as one whose wait ran out.
   virtual void SetMinRate(int64_t bytes_a_second) = 0;
   // Whether the reading was cut off for being slower than the floor.

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <functional>
@@ -808,14 +809,20 @@ class ServerImpl final : public Server {
           if (ec) co_return Done(ec, reply);
         }
       }
-      if (started_ms_ < 0) started_ms_ = deadline_.now_ms();
       // What the parser holds goes first; then one read's worth at a time.
       while (parser_.get().body().empty() && !parser_.is_done()) {
         if (!FeedParser(parser_, buffer_, ec) && !ec && parser_.get().body().empty()) {
           deadline_.After(read_timeout_);
-          if (min_rate_ > 0) deadline_.NoLaterThan(RateDeadlineMs());
+          if (min_rate_ > 0) {
+            deadline_.NoLaterThan(deadline_.now_ms() +
+                                  std::max<int64_t>(0, AllowanceUs() - waited_us_) / 1000);
+          }
+          const auto began = std::chrono::steady_clock::now();
           const size_t got = co_await stream_.ReadSome(buffer_.prepare(kPartBytes),
                                                        net::redirect_error(kUseAwaitable, ec));
+          waited_us_ += std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::steady_clock::now() - began)
+                            .count();
           if (ec == net::error::eof) {
             EndOfInput(parser_, ec);
           } else if (!ec) {
@@ -848,17 +855,18 @@ class ServerImpl final : public Server {
       limit_ = most;
       if (!BoundBody(parser_, most)) ec = http::error::body_limit;
     }
-    // When the body's time under its floor on the rate runs out: the grace
-    // of read_timeout, and a second for each min_rate_ bytes come.
-    int64_t RateDeadlineMs() const {
-      return started_ms_ + read_timeout_.CeilMillis() + received_ / min_rate_ * 1000 +
-             received_ % min_rate_ * 1000 / min_rate_;
+    // The time the floor on the rate lets the client have been waited for
+    // so far: the grace of read_timeout, and a second for each min_rate_
+    // bytes come. Only the waits for the client count (waited_us_): an
+    // upstream slow to take the body slows the reads, not the client.
+    int64_t AllowanceUs() const {
+      return read_timeout_.CeilMillis() * 1000 + received_ / min_rate_ * 1000000 +
+             received_ % min_rate_ * 1000000 / min_rate_;
     }
     // The reading is over, with `ec`: true when the body came whole.
     bool Done(const boost::system::error_code& ec, Reply& reply) {
       const bool expired = deadline_.expired();
-      too_slow_ =
-          expired && started_ms_ >= 0 && min_rate_ > 0 && deadline_.now_ms() >= RateDeadlineMs();
+      too_slow_ = expired && min_rate_ > 0 && waited_us_ >= AllowanceUs();
       deadline_.Never();
       if (!ec) {
         state_ = State::kRead;
@@ -881,10 +889,10 @@ class ServerImpl final : public Server {
     int64_t limit_ = max_body_bytes_;  // the body's bound, for a 413's words
     bool asked_ = false;               // for its body, if it expects 100-continue
     State state_ = State::kToCome;
-    int64_t min_rate_ = 0;     // bytes a second the client must keep to (SetMinRate)
-    int64_t started_ms_ = -1;  // the first part's wait began (Deadline::now_ms)
-    int64_t received_ = 0;     // bytes of body read as parts
-    bool too_slow_ = false;    // cut off under min_rate_
+    int64_t min_rate_ = 0;   // bytes a second the client must keep to (SetMinRate)
+    int64_t waited_us_ = 0;  // waiting for the client's parts, in all
+    int64_t received_ = 0;   // bytes of body read as parts
+    bool too_slow_ = false;  // cut off under min_rate_
   };
 
   // Whether `req` (its header read, its body not all there) from `peer_ip`

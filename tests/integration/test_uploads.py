@@ -108,6 +108,23 @@ class AnswersEarly(RawServer):
                 pass
 
 
+class SlowUpstream(UploadUpstream):
+    """An UploadUpstream that takes a body 64 KiB every 50 ms (about 1.3
+    MB/s), its receive buffer small: a disk slower than the client."""
+
+    def serve(self, conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        super().serve(conn)
+
+    def _more(self, conn, data):
+        time.sleep(0.05)
+        chunk = conn.recv(65536)
+        if not chunk:
+            self.cut.set()
+            return None
+        return data + chunk
+
+
 def expected(body):
     return ("%d %s" % (len(body), hashlib.sha256(body).hexdigest())).encode()
 
@@ -354,6 +371,27 @@ class UploadTest(SluiceTestCase):
                 pass  # sluice closed it once the answer had gone
             line, _, body = read_answer(conn)
             self.assertEqual((line, body), ("HTTP/1.1 413 Payload Too Large", b"nope"), path)
+
+    def test_an_upstream_slow_to_take_the_body_does_not_count_against_the_client(self):
+        # The floor (8 MB/s) is above what the upstream takes (about 1.3
+        # MB/s): the reads slow down, but only the waits for the client
+        # count against it, and the client has sent everything at once.
+        self.up = SlowUpstream()
+        self.addCleanup(self.up.close)
+        s = self.start_sluice(
+            server_block(max_body_bytes=65536, read_timeout="1s") + "routes:\n"
+            "  - {name: uploads, match: {path_prefix: /}, upstream: %s, "
+            "max_body_bytes: 16777216, min_upload_rate: 8000000}\n" % self.up.url)
+        body = bytes(range(256)) * (4 * MiB // 256)
+        conn = self.connect(s)
+        began = time.monotonic()
+        conn.sendall(b"POST /upload/k HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n"
+                     % len(body) + body)
+        line, _, answer = read_answer(conn)
+        self.assertEqual((line, answer), ("HTTP/1.1 200 OK", expected(body)))
+        self.assertGreater(time.monotonic() - began, 2.5)  # the upstream's pace: 4 MiB at 1.3 MB/s
+        self.assertEqual(metric_value(self.metrics(s), "sluice_slow_uploads_total",
+                                      route="uploads"), 0)
 
     def trickle(self, conn, path, part, every, until):
         """A chunked upload of `part` every `every` seconds, for `until`
