@@ -814,8 +814,8 @@ class ServerImpl final : public Server {
         if (!FeedParser(parser_, buffer_, ec) && !ec && parser_.get().body().empty()) {
           deadline_.After(read_timeout_);
           if (min_rate_ > 0) {
-            deadline_.NoLaterThan(deadline_.now_ms() +
-                                  std::max<int64_t>(0, AllowanceUs() - waited_us_) / 1000);
+            const int64_t left_us = std::max<int64_t>(0, AllowanceUs() - waited_us_);
+            deadline_.NoLaterThan(deadline_.now_ms() + (left_us + 999) / 1000);
           }
           const auto began = std::chrono::steady_clock::now();
           const size_t got = co_await stream_.ReadSome(buffer_.prepare(kPartBytes),
