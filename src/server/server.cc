@@ -320,7 +320,17 @@ class ServerImpl final : public Server {
     state_->Publish(*std::move(set));
     if (absl::Status s = LoadTls(state_->config); !s.ok()) return s;
     int threads = state_->config.server.threads;
-    if (threads <= 0) threads = UsableCpus();
+    const int cpus = UsableCpus();
+    if (threads <= 0) threads = cpus;
+    if (threads > cpus) {
+      // Loops that take turns on fewer CPUs split each other's turns: fewer
+      // requests a turn, and smaller Redis calls (docs/distributed.md).
+      spdlog::warn(
+          "event=start note=\"server.threads ({}) is more than the CPUs sluice may run on "
+          "({}): its loops take turns on them, each turn holds fewer requests, and each "
+          "Redis call fewer decisions; leave threads at 0 for one loop a CPU\"",
+          threads, cpus);
+    }
     for (int i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
     // The main and decision listeners, open in every loop (setup.h).
     std::vector<net::io_context*> loops;

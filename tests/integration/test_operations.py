@@ -413,6 +413,21 @@ class MovingConnectionTest(SluiceTestCase):
             time.sleep(0.05)
 
 
+class ThreadsOverCpusTest(SluiceTestCase):
+    def test_more_threads_than_cpus_is_warned_of(self):
+        # Two loops on the one CPU sluice may run on (taskset narrows it).
+        cpu = min(os.sched_getaffinity(0))
+        s = self.start_sluice(server_block(threads=2),
+                              preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+        self.assertIn("server.threads (2) is more than the CPUs sluice may run on (1)",
+                      s.output())
+        self.assert_healthy()
+        # Its default, one loop a CPU, is not warned of.
+        s = self.start_sluice(server_block(threads=0),
+                              preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+        self.assertNotIn("is more than the CPUs", s.output())
+
+
 class LargeAnswersTest(SluiceTestCase):
     """An answer is written at once when the socket takes it, and what the
     socket does not take goes when it has room: eighty pipelined requests
