@@ -192,6 +192,15 @@ struct RouteConfig {
   // floor.
   // Unset: kDefaultMinUploadRate.
   std::optional<int64_t> min_upload_rate;
+
+  // Whether its large bodies stream: a bound above `server_max_body_bytes`
+  // (server.max_body_bytes, which bounds what is read whole).
+  bool StreamsUploads(int64_t server_max_body_bytes) const {
+    return max_body_bytes.value_or(0) > server_max_body_bytes;
+  }
+  // min_upload_rate in force.
+  int64_t MinUploadRate() const { return min_upload_rate.value_or(kDefaultMinUploadRate); }
+
   friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 

@@ -726,7 +726,7 @@ absl::Status Parser::ReadRoute(const Value& v, std::map<std::string, int>& names
     SLUICE_ASSIGN_OR_RETURN(out.max_body_bytes, ReadInt(*x, 0, kMaxRouteBodyBytes));
   }
   if (const Value* x = f->Find("min_upload_rate")) {
-    if (out.max_body_bytes.value_or(0) <= server_body_bytes) {
+    if (!out.StreamsUploads(server_body_bytes)) {
       return Fail(*x, Cat("only for a route whose max_body_bytes is larger than "
                           "server.max_body_bytes (",
                           server_body_bytes,
@@ -1145,7 +1145,7 @@ absl::StatusOr<Config> Parser::Run(std::string_view yaml) {
           }
           // An upload is renewed as its parts come (gateway.cc): one may
           // be waited for that long.
-          if (route.max_body_bytes.value_or(0) > config.server.max_body_bytes &&
+          if (route.StreamsUploads(config.server.max_body_bytes) &&
               config.server.read_timeout > wait) {
             wait = config.server.read_timeout;
             longest = Cat("server.read_timeout (routes \"", route.name, "\" streams uploads)");

@@ -114,8 +114,8 @@ nlohmann::json ConfigJson(const PolicySet& set) {
     }
     if (r.idle_timeout > Duration::Zero()) route["idle_timeout"] = FormatDuration(r.idle_timeout);
     if (r.max_body_bytes) route["max_body_bytes"] = *r.max_body_bytes;
-    if (r.max_body_bytes.value_or(0) > set.config().server.max_body_bytes) {
-      route["min_upload_rate"] = r.min_upload_rate.value_or(kDefaultMinUploadRate);
+    if (r.StreamsUploads(set.config().server.max_body_bytes)) {
+      route["min_upload_rate"] = r.MinUploadRate();
     }
     routes.push_back(std::move(route));
   }

@@ -315,7 +315,7 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
   // every body on other routes, is read whole first (a body that turns
   // out too large or malformed then never reaches the upstream).
   const bool streamed =
-      body != nullptr && route->max_body_bytes.value_or(0) > sc.max_body_bytes && body->Streams();
+      body != nullptr && route->StreamsUploads(sc.max_body_bytes) && body->Streams();
   const StreamedBody streamed_body{streamed ? body->Length() : std::nullopt};
   if (body != nullptr && !streamed &&
       !co_await body->Read(reply, route->max_body_bytes.value_or(sc.max_body_bytes))) {
@@ -413,14 +413,14 @@ Task<void> Gateway(Context& ctx, Request& req, const std::string& peer_ip, Reply
       const Duration timeout = route->upstream_timeout > Duration::Zero() ? route->upstream_timeout
                                                                           : sc.upstream_timeout;
       if (upload_slots == nullptr) upload_slots = hold.Keep(applied, ev, ctx.set, w);
-      body->SetMinRate(route->min_upload_rate.value_or(kDefaultMinUploadRate));
+      body->SetMinRate(route->MinUploadRate());
       const Sent sent = co_await SendBody(*upstream, *body, !streamed_body.length, deadline,
                                           timeout, upload_slots.get(), *ctx.state.clock, reply, ec);
       if (sent == Sent::kClientFailed) {  // the upstream's connection closes
         if (body->TooSlow()) [[unlikely]] {
           ctx.state.metrics.Get("sluice_slow_uploads_total", {{"route", route->name}})->Add();
           spdlog::warn("event=slow_upload route={} peer={} min_upload_rate={}", route->name,
-                       peer_ip, route->min_upload_rate.value_or(kDefaultMinUploadRate));
+                       peer_ip, route->MinUploadRate());
         }
         co_return;
       }

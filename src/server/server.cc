@@ -399,7 +399,7 @@ class ServerImpl final : public Server {
       for (const char* kind : {"connect", "timeout", "exchange"}) {
         m.Get("sluice_upstream_errors_total", {{"route", route.name}, {"kind", kind}});
       }
-      if (route.max_body_bytes.value_or(0) > config.server.max_body_bytes) {
+      if (route.StreamsUploads(config.server.max_body_bytes)) {
         m.Get("sluice_slow_uploads_total", {{"route", route.name}});
       }
     }
