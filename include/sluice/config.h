@@ -102,7 +102,7 @@ struct ServerConfig {
   HostPort listen{"127.0.0.1", 8080};  // gateway routes (+ the decision API: see DecisionConfig)
   HostPort admin{"127.0.0.1", 9090};   // /metrics /healthz /readyz /v1/config /v1/keys
   std::optional<ListenerTls> tls;      // HTTPS on `listen`
-  int threads = 0;                     // 0: one per core
+  int threads = 0;                     // 0: one per CPU sluice may run on (Loops)
   int64_t max_connections = 10'000;    // beyond: new connections are closed at once
   int64_t max_header_bytes = 16 * 1024;
   int64_t max_body_bytes = 1024 * 1024;
@@ -126,6 +126,9 @@ struct ServerConfig {
   // spellings.
   bool underscores_in_headers = false;
   DecisionConfig decision;
+  // The server's loops, and the gRPC listener's completion queues: `threads`,
+  // or with 0 one per CPU this process may run on (its affinity).
+  int Loops() const;
   friend bool operator==(const ServerConfig&, const ServerConfig&) = default;
 };
 

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "base/ascii.h"
 #include "base/cat.h"
+#include "base/cpus.h"
 #include "config/envoy_yaml.h"
 #include "config/yaml_reader.h"
 #include "config/yaml_text.h"
@@ -1270,5 +1271,7 @@ absl::StatusOr<Config> LoadConfigFile(const std::string& path, ConfigLoadOptions
   if (!text.ok()) return text.status();
   return ParseConfig(*text, path, options);
 }
+
+int ServerConfig::Loops() const { return threads > 0 ? threads : UsableCpus(); }
 
 }  // namespace sluice

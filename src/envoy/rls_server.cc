@@ -6,7 +6,6 @@
 #include "envoy/rls_server.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -543,17 +542,10 @@ class RlsServerImpl final : public RlsServer {
  public:
   explicit RlsServerImpl(RuleOptions options) : options_(options) {}
 
-  // A completion queue and its thread per worker thread (server.threads; 0:
-  // one per CPU this process may run on), and calls requested ahead on
-  // each, so that an arriving call finds one.
+  // A completion queue and its thread per worker thread (server.threads:
+  // ServerConfig::Loops), and calls requested ahead on each, so that an
+  // arriving call finds one.
   static constexpr int kCallsRequestedPerQueue = 16;
-  static int QueueCount(const Config& config) {
-    if (config.server.threads > 0) return config.server.threads;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-    return std::max(1, CPU_COUNT(&set));
-  }
 
   ~RlsServerImpl() override {
     Shutdown(Duration::Zero());
@@ -598,7 +590,7 @@ class RlsServerImpl final : public RlsServer {
                                {.max_connections = grpc.max_connections,
                                 .handshake_timeout = grpc.handshake_timeout,
                                 .tls = (*snapshot)->tls,
-                                .relay_threads = QueueCount(config)},
+                                .relay_threads = config.server.Loops()},
                                *options_.metrics);
     if (!gate.ok()) return gate.status();
     grpc::ServerBuilder builder;
@@ -609,7 +601,7 @@ class RlsServerImpl final : public RlsServer {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                                Millis(grpc.max_connection_age_grace));
     builder.RegisterService(&async_);
-    for (int i = 0; i < QueueCount(config); ++i) queues_.push_back(builder.AddCompletionQueue());
+    for (int i = 0; i < config.server.Loops(); ++i) queues_.push_back(builder.AddCompletionQueue());
     if (config.rlqs.has_value()) {
       // With a shared store, the instances share each bucket's limit.
       Store* fleet =

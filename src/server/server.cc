@@ -34,6 +34,7 @@
 
 #include "absl/strings/str_join.h"
 #include "base/cat.h"
+#include "base/cpus.h"
 #include "server/dispatch.h"
 #include "server/endpoints.h"
 #include "server/gateway.h"
@@ -319,9 +320,8 @@ class ServerImpl final : public Server {
     if (!set.ok()) return set.status();
     state_->Publish(*std::move(set));
     if (absl::Status s = LoadTls(state_->config); !s.ok()) return s;
-    int threads = state_->config.server.threads;
+    const int threads = state_->config.server.Loops();
     const int cpus = UsableCpus();
-    if (threads <= 0) threads = cpus;
     if (threads > cpus) {
       // Loops that take turns on fewer CPUs split each other's turns: fewer
       // requests a turn, and smaller Redis calls (docs/distributed.md).

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "base/cat.h"
+#include "base/cpus.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::server {
@@ -115,28 +116,6 @@ FileBudget FitFileLimit(const Config& config) {
         sc.max_connections, out.open_files, out.per_listener, kReservedFiles);
   }
   return out;
-}
-
-namespace {
-
-// The CPUs this process may run on, in order (empty when unknown).
-std::vector<int> AllowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return {};
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
-}  // namespace
-
-int UsableCpus() {
-  const size_t allowed = AllowedCpus().size();
-  if (allowed > 0) return static_cast<int>(allowed);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 std::vector<int> LoopCpus(const ServerConfig& config, size_t loops) {

@@ -37,10 +37,6 @@ struct FileBudget {
 // server.max_connections does not fit.
 FileBudget FitFileLimit(const Config& config);
 
-// The CPUs this process may run on (sched_getaffinity), at least 1: the
-// threads of `server.threads: 0`.
-int UsableCpus();
-
 // The CPU each loop runs on, one each (server.cpu_affinity), when there are
 // at least two loops, as many as the CPUs this process may run on
 // (sched_getaffinity: a cpuset or taskset narrows them); else none.

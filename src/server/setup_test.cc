@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/cpus.h"
+
 namespace sluice::server {
 namespace {
 
@@ -23,6 +25,14 @@ std::vector<int> Allowed() {
 // Threads are kept on CPUs only by a process that has one for each CPU it
 // may run on: two instances with fewer threads each would otherwise keep
 // theirs on the same first CPUs.
+// `threads: 0` is a loop for each CPU the process may run on, which the
+// server and the gRPC listener both take from ServerConfig::Loops.
+TEST(ServerConfigLoops, ThreadsOrOnePerAllowedCpu) {
+  const int n = static_cast<int>(Allowed().size());
+  EXPECT_EQ(ServerConfig{}.Loops(), n);
+  EXPECT_EQ(ServerConfig{.threads = 3}.Loops(), 3);
+}
+
 TEST(LoopCpus, OnlyAThreadForEachAllowedCpuKeepsThem) {
   const std::vector<int> allowed = Allowed();
   const int n = static_cast<int>(allowed.size());
