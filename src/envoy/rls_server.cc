@@ -584,13 +584,14 @@ class RlsServerImpl final : public RlsServer {
 
     started_with_ = config.grpc;
     const GrpcConfig& grpc = *config.grpc;
+    const int threads = config.server.Loops();
     // The listener is the gate's (connection_gate.h); the server has no port of its own.
     absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
         ConnectionGate::Listen(grpc.listen,
                                {.max_connections = grpc.max_connections,
                                 .handshake_timeout = grpc.handshake_timeout,
                                 .tls = (*snapshot)->tls,
-                                .relay_threads = config.server.Loops()},
+                                .relay_threads = threads},
                                *options_.metrics);
     if (!gate.ok()) return gate.status();
     grpc::ServerBuilder builder;
@@ -601,7 +602,7 @@ class RlsServerImpl final : public RlsServer {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                                Millis(grpc.max_connection_age_grace));
     builder.RegisterService(&async_);
-    for (int i = 0; i < config.server.Loops(); ++i) queues_.push_back(builder.AddCompletionQueue());
+    for (int i = 0; i < threads; ++i) queues_.push_back(builder.AddCompletionQueue());
     if (config.rlqs.has_value()) {
       // With a shared store, the instances share each bucket's limit.
       Store* fleet =

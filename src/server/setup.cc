@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <tuple>
 
 #include "absl/status/status.h"

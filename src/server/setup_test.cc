@@ -22,9 +22,6 @@ std::vector<int> Allowed() {
   return cpus;
 }
 
-// Threads are kept on CPUs only by a process that has one for each CPU it
-// may run on: two instances with fewer threads each would otherwise keep
-// theirs on the same first CPUs.
 // `threads: 0` is a loop for each CPU the process may run on, which the
 // server and the gRPC listener both take from ServerConfig::Loops.
 TEST(ServerConfigLoops, ThreadsOrOnePerAllowedCpu) {
@@ -33,6 +30,9 @@ TEST(ServerConfigLoops, ThreadsOrOnePerAllowedCpu) {
   EXPECT_EQ(ServerConfig{.threads = 3}.Loops(), 3);
 }
 
+// Threads are kept on CPUs only by a process that has one for each CPU it
+// may run on: two instances with fewer threads each would otherwise keep
+// theirs on the same first CPUs.
 TEST(LoopCpus, OnlyAThreadForEachAllowedCpuKeepsThem) {
   const std::vector<int> allowed = Allowed();
   const int n = static_cast<int>(allowed.size());
