@@ -15,6 +15,13 @@
 # own CPU time a request (user + system, /proc, NGINX's workers included;
 # on a machine the client and the upstream share, the one figure of the
 # server alone), the ratios of the medians, and each round's ratio.
+# A second table says where a request's time went, medians again: the
+# server's user and system CPU, the whole machine's busy CPU (client,
+# server, upstream and the kernel's interrupts: on a machine that wrk keeps
+# busy, req/s is about its cores over this), the TCP segments sent on
+# loopback and (SYSCALLS=1, perf) the server's system calls; and, for
+# sluice, the CPU a request it could spend and still make 1.1x NGINX's
+# req/s, the rest of the machine's work as it was in sluice's runs.
 # Both sides get WORKERS workers (NGINX worker_processes, sluice threads).
 #
 # sluice runs with server.cpu_affinity (CPU_AFFINITY=false to turn it off):
@@ -33,7 +40,9 @@
 # Usage: bench/http/run.sh [DURATION_S=5] [ROUNDS=3] [WORKERS=2] [CONNECTIONS=64]
 # Variables: ONLY (a bash pattern: only the cases whose name it matches,
 #   e.g. ONLY='gateway-pass-keys1'), CPU_AFFINITY, SLUICE (the binary:
-#   build/release/sluice, built, unless another build's binary is named).
+#   build/release/sluice, built, unless another build's binary is named),
+#   SYSCALLS=1 (count each server's system calls with perf stat; perf's
+#   tracepoint costs a little CPU in both).
 # Loopback only; it stops what it started, by PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,6 +56,8 @@ CPU_AFFINITY=${CPU_AFFINITY:-true}
 TLS=${TLS:-0}
 NEW_CONNECTIONS=${NEW_CONNECTIONS:-0}
 UPSTREAM_TLS=${UPSTREAM_TLS:-0}
+SYSCALLS=${SYSCALLS:-0}
+[[ $SYSCALLS == 1 ]] && sluice_install_deps linux-perf
 
 if [[ -z "${SLUICE:-}" ]]; then
   cmake --preset release >/dev/null
@@ -145,37 +156,72 @@ end
 LUA
 }
 
-# CPU time (user + system, in clock ticks) of process $1 and its children
-# (NGINX's workers): fields 14 and 15 of /proc/PID/stat.
+# CPU time (user and system, in clock ticks) of process $1 and its
+# children (NGINX's workers): fields 14 and 15 of /proc/PID/stat.
 cpu_ticks() {
-  local total=0 pid fields
+  local user=0 sys=0 pid fields
   for pid in "$1" $(cat /proc/"$1"/task/*/children 2>/dev/null); do
     fields=$(sed 's/.*) //' /proc/"$pid"/stat 2>/dev/null) || continue
     read -r -a f <<< "$fields"
-    total=$((total + f[11] + f[12]))  # utime, stime (fields 14, 15; f[0] is field 3)
+    user=$((user + f[11])) sys=$((sys + f[12]))  # utime, stime (f[0] is field 3)
   done
-  echo "$total"
+  echo "$user $sys"
 }
 
-# Prints "req_per_s p99_ms cpu_us_per_request" for one wrk run against the
-# server on port $1 whose process (with its children) is $2.
+# The whole machine's busy time (every CPU's, in clock ticks: user, nice,
+# system, irq and softirq, /proc/stat; not the time the hypervisor stole) and the TCP segments sent (TcpOutSegs: on this
+# loopback-only run, every segment of the client, the server and the
+# upstream).
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat; }
+tcp_segments() { awk '/^Tcp:/ {if (!h) {for (i = 1; i <= NF; i++) if ($i == "OutSegs") c = i; h = 1} else print $c}' /proc/net/snmp; }
+
+# The system calls (perf's raw_syscalls:sys_enter) of process $1 and its
+# children, counted in the background while wrk runs (SYSCALLS=1);
+# syscalls_done waits for the count and sets CALLS (-1: not counted).
+syscalls_start() {
+  SYSCALL_PID=""
+  [[ $SYSCALLS == 1 ]] || return 0
+  local pids
+  pids=$(echo "$1" $(cat /proc/"$1"/task/*/children 2>/dev/null) | tr ' ' ',')
+  perf stat -x, -e raw_syscalls:sys_enter -p "$pids" -o "$WORK/perf.out" \
+    -- sleep $((DURATION + 1)) 2>/dev/null &
+  SYSCALL_PID=$!
+}
+syscalls_done() {
+  CALLS=-1
+  [[ -n $SYSCALL_PID ]] || return 0
+  wait "$SYSCALL_PID" || true
+  CALLS=$(awk -F, '/raw_syscalls/ {n = $1} END {print (n ~ /^[0-9]+$/ ? n : -1)}' "$WORK/perf.out")
+}
+
+# Prints, for one wrk run against the server on port $1 whose process (with
+# its children) is $2: req/s, p99 ms, then a request's server CPU us (user +
+# system), its user and its system us, the machine's busy us (every process
+# and the kernel's interrupts: client, server, upstream), TCP segments and
+# the server's system calls (-1 without SYSCALLS=1).
 run_wrk() {
-  local before after
-  before=$(cpu_ticks "$2")
+  local before after m_before m_after seg_before seg_after
+  before=$(cpu_ticks "$2") m_before=$(machine_ticks) seg_before=$(tcp_segments)
+  syscalls_start "$2"
   wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/req.lua" "$SCHEME://127.0.0.1:$1" \
     > "$WORK/wrk.out" 2>&1
-  after=$(cpu_ticks "$2")
-  CPU_S=$(python3 -c "import os, sys; print(($after - $before) / os.sysconf('SC_CLK_TCK'))") \
-    python3 -c '
+  after=$(cpu_ticks "$2") m_after=$(machine_ticks) seg_after=$(tcp_segments)
+  syscalls_done
+  TICKS="$before $after $m_before $m_after $seg_before $seg_after $CALLS" python3 -c '
 import os, re, sys
 text = sys.stdin.read()
+u0, s0, u1, s1, m0, m1, g0, g1, calls = (int(x) for x in os.environ["TICKS"].split())
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-requests = int(re.search(r"(\d+) requests in", text).group(1))
+requests = max(int(re.search(r"(\d+) requests in", text).group(1)), 1)
 m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", text)
 p99 = float(m.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[m.group(2)]
-cpu_us = float(os.environ["CPU_S"]) * 1e6 / max(requests, 1)
+us = 1e6 / os.sysconf("SC_CLK_TCK") / requests  # microseconds a request per tick
+user, system = (u1 - u0) * us, (s1 - s0) * us
+calls = calls / requests if calls >= 0 else -1
 errs = re.search(r"Socket errors: (.*)", text)
-print(f"{rps:.0f} {p99:.3f} {cpu_us:.2f}" + (f" errors:{errs.group(1).replace(chr(32), chr(95))}" if errs else ""))' < "$WORK/wrk.out"
+print(f"{rps:.0f} {p99:.3f} {user + system:.2f} {user:.2f} {system:.2f} {(m1 - m0) * us:.2f}"
+      f" {(g1 - g0) / requests:.2f} {calls:.2f}"
+      + (f" errors:{errs.group(1).replace(chr(32), chr(95))}" if errs else ""))' < "$WORK/wrk.out"
 }
 
 RESULTS="$WORK/results.txt"
@@ -208,11 +254,13 @@ echo "wrk -t2 -c$CONNS -d${DURATION}s, $ROUNDS rounds alternating, $WORKERS work
   "$([[ $TLS == 1 ]] && echo ", HTTPS")$([[ $NEW_CONNECTIONS == 1 ]] && echo ", a connection a request")$([[ $UPSTREAM_TLS == 1 ]] && echo ", TLS to the upstream")"
 python3 - "$RESULTS" <<'PY'
 import statistics, sys, collections
+FIELDS = ("rps", "p99", "cpu", "user", "system", "busy", "segments", "calls")
 runs = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(sys.argv[1]):
     parts = line.split()
-    name, who = parts[0], parts[1]
-    runs[name][who].append((float(parts[2]), float(parts[3]), float(parts[4])))
+    runs[parts[0]][parts[1]].append(dict(zip(FIELDS, map(float, parts[2:10]))))
+def median(side, field):
+    return statistics.median(run[field] for run in side)
 # The ratio of the medians, then each round's own (sluice's run over the
 # NGINX run right after it): how far one round can move the verdict. CPU:
 # each server's own CPU time (its process and children) a request, the
@@ -222,9 +270,26 @@ print(f"{'case':28} {'sluice req/s':>13} {'nginx req/s':>12} {'ratio':>6} {'slui
       f" {'sluice CPU us':>14} {'nginx CPU us':>13} {'CPU ratio':>9}  per round")
 for name, sides in runs.items():
     s = sides["sluice"]; n = sides["nginx"]
-    s_rps, s_p99, s_cpu = (statistics.median(x[i] for x in s) for i in range(3))
-    n_rps, n_p99, n_cpu = (statistics.median(x[i] for x in n) for i in range(3))
-    rounds = ", ".join(f"{a[0] / b[0]:.2f}" for a, b in zip(s, n))
-    print(f"{name:28} {s_rps:13.0f} {n_rps:12.0f} {s_rps / n_rps:6.2f} {s_p99:14.3f} {n_p99:13.3f}"
-          f" {s_cpu:14.2f} {n_cpu:13.2f} {s_cpu / n_cpu:9.2f}  {rounds}")
+    rounds = ", ".join(f"{a['rps'] / b['rps']:.2f}" for a, b in zip(s, n))
+    print(f"{name:28} {median(s, 'rps'):13.0f} {median(n, 'rps'):12.0f} {median(s, 'rps') / median(n, 'rps'):6.2f}"
+          f" {median(s, 'p99'):14.3f} {median(n, 'p99'):13.3f} {median(s, 'cpu'):14.2f} {median(n, 'cpu'):13.2f}"
+          f" {median(s, 'cpu') / median(n, 'cpu'):9.2f}  {rounds}")
+# Where a request's time went (us a request, medians). "for 1.1x": the
+# server CPU a request sluice could spend for 1.1x NGINX's req/s when the
+# machine is the limit: NGINX's busy time over 1.1, less what the rest of
+# the machine (client, upstream, interrupts) spent in sluice's runs.
+print()
+print(f"{'case':28} {'server':>7} {'user us':>8} {'system us':>10} {'machine us':>11} {'segments':>9} {'syscalls':>9}"
+      f" {'for 1.1x':>9}")
+for name, sides in runs.items():
+    for who in ("sluice", "nginx"):
+        side = sides[who]
+        calls = median(side, "calls")
+        need = ""
+        if who == "sluice":
+            rest = median(side, "busy") - median(side, "cpu")
+            need = f"{median(sides['nginx'], 'busy') / 1.1 - rest:9.2f}"
+        print(f"{name:28} {who:>7} {median(side, 'user'):8.2f} {median(side, 'system'):10.2f}"
+              f" {median(side, 'busy'):11.2f} {median(side, 'segments'):9.2f}"
+              f" {calls if calls >= 0 else float('nan'):9.2f} {need:>9}")
 PY
