@@ -459,14 +459,26 @@ absl::InlinedVector<std::string, 2> QueryRoutedPaths(std::string_view path,
 
 // The paths an upstream may route the request by besides the path as
 // sent: the paths its query names (QueryRoutedPaths); and of these and
-// the path, each decoded whole (DecodedPath) and behind a PHP front
-// controller (FrontControllerPath).
-absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::string_view query) {
+// the path (and the path as NGINX reads the one sent, PlainPath), each
+// decoded whole (DecodedPath), that decoded path
+// normalized again (NGINX decodes every escape, `%2F` included, before it
+// merges slashes and applies dot segments: `/%2Flogin` and
+// `/x/..%2Flogin` are in its `location /login`), and each behind a PHP
+// front controller (FrontControllerPath).
+absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::string_view raw_path,
+                                                  std::string_view query) {
   absl::InlinedVector<std::string, 2> out;
   const auto add = [&](std::string_view sent, bool as_sent) {
     const std::optional<std::string> decoded = DecodedPath(sent);
+    std::optional<std::string> resolved;
+    if (decoded) {
+      if (std::string normal = NormalizePath(*decoded); normal != *decoded) {
+        resolved = std::move(normal);
+      }
+    }
     for (const std::string_view p :
-         {sent, decoded ? std::string_view(*decoded) : std::string_view()}) {
+         {sent, decoded ? std::string_view(*decoded) : std::string_view(),
+          resolved ? std::string_view(*resolved) : std::string_view()}) {
       if (p.empty()) continue;
       if (!as_sent || p.data() != sent.data()) out.emplace_back(p);
       const std::string_view routed = FrontControllerPath(p);
@@ -474,6 +486,12 @@ absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::st
     }
   };
   add(path, /*as_sent=*/true);
+  // NGINX keeps what NormalizePath reads as Tomcat and IIS do (a segment's
+  // parameters, a backslash): "/login/..;/" and "/login\\..\\x" are in
+  // its `location /login`.
+  if (raw_path.find_first_of(";\\") != std::string_view::npos) {
+    if (std::string plain = PlainPath(raw_path); plain != path) add(plain, /*as_sent=*/false);
+  }
   for (const std::string& routed : QueryRoutedPaths(path, query)) {
     add(NormalizePath(routed), /*as_sent=*/false);
   }
@@ -489,7 +507,8 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadi
   const bool as_upstreams_read = others != nullptr;
   const auto any_other = [&](auto&& matches) {
     if (!as_upstreams_read) return false;
-    if (!others->paths) others->paths = UpstreamPaths(request.path, request.query);
+    if (!others->paths)
+      others->paths = UpstreamPaths(request.path, request.raw_path, request.query);
     return std::any_of(others->paths->begin(), others->paths->end(), matches);
   };
   const auto forwarded_host = [&](std::string_view host) {

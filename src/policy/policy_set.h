@@ -41,7 +41,10 @@ using metrics::Metrics;
 // The parts of a request that matching and keys read.
 struct RequestFacts {
   std::string_view method;
-  std::string_view path;   // without the query
+  std::string_view path;  // without the query, NormalizePath'd
+  // The path as sent, before NormalizePath (an upstream may read it
+  // otherwise: PlainPath); empty: `path` stands for it.
+  std::string_view raw_path;
   std::string_view query;  // without its '?'; empty when none
   std::string_view host;   // Host header, without port, lower case
   std::string_view peer_ip;

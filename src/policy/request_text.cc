@@ -60,31 +60,19 @@ bool IsNormalPath(std::string_view raw) {
 
 }  // namespace
 
-std::string NormalizePath(std::string_view raw) {
-  if (IsNormalPath(raw)) return std::string(raw);
-  std::string decoded;
-  decoded.reserve(raw.size());
-  for (size_t i = 0; i < raw.size(); ++i) {
-    const std::optional<char> c = PercentByte(raw, i);
-    if (c && (absl::ascii_isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '.' ||
-              *c == '_' || *c == '~')) {
-      decoded.push_back(*c);
-      i += 2;
-      continue;
-    }
-    // A backslash separates segments, as IIS and ASP.NET read it.
-    decoded.push_back(raw[i] == '\\' ? '/' : raw[i]);
-  }
+namespace {
+
+// "/" and each segment of `decoded` but the empty and "." ones, with ".."
+// applied; a trailing slash kept. `segment` reads a segment first (it may
+// drop its parameters).
+template <typename Segment>
+std::string ResolveSegments(std::string_view decoded, Segment segment) {
   std::vector<std::string_view> segments;
   std::string_view rest = decoded;
   while (!rest.empty()) {
     const size_t slash = rest.find('/');
-    std::string_view seg = rest.substr(0, slash);
+    const std::string_view seg = segment(rest.substr(0, slash));
     rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-    // A segment's parameters (";jsessionid=...") are not part of it, as
-    // Tomcat and Jetty map a path: "/;x/login" and "/x/..;/login" are
-    // their "/login".
-    seg = seg.substr(0, seg.find(';'));
     if (seg.empty() || seg == ".") continue;
     if (seg == "..") {
       if (!segments.empty()) segments.pop_back();
@@ -100,6 +88,36 @@ std::string NormalizePath(std::string_view raw) {
   const bool trailing_slash = decoded.size() > 1 && decoded.back() == '/' && !segments.empty();
   if (out.empty() || trailing_slash) out.push_back('/');
   return out;
+}
+
+}  // namespace
+
+std::string NormalizePath(std::string_view raw) {
+  if (IsNormalPath(raw)) return std::string(raw);
+  std::string decoded;
+  decoded.reserve(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const std::optional<char> c = PercentByte(raw, i);
+    if (c && (absl::ascii_isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '.' ||
+              *c == '_' || *c == '~')) {
+      decoded.push_back(*c);
+      i += 2;
+      continue;
+    }
+    // A backslash separates segments, as IIS and ASP.NET read it.
+    decoded.push_back(raw[i] == '\\' ? '/' : raw[i]);
+  }
+  // A segment's parameters (";jsessionid=...") are not part of it, as
+  // Tomcat and Jetty map a path: "/;x/login" and "/x/..;/login" are
+  // their "/login".
+  return ResolveSegments(decoded,
+                         [](std::string_view seg) { return seg.substr(0, seg.find(';')); });
+}
+
+std::string PlainPath(std::string_view raw) {
+  const std::optional<std::string> decoded = PercentDecode(raw);
+  return ResolveSegments(decoded ? std::string_view(*decoded) : raw,
+                         [](std::string_view seg) { return seg; });
 }
 
 namespace {

@@ -29,6 +29,13 @@ std::optional<std::string> PercentDecode(std::string_view s);
 // requests than it must, never fewer.
 std::string NormalizePath(std::string_view raw);
 
+// The path as NGINX (and servers that read a path as RFC 3986 does) sees
+// it: every escape decoded, `%2F` included (a bad escape left as sent),
+// then empty and "." segments dropped and ".." applied, a segment's
+// parameters and a backslash kept as they are. Where NormalizePath reads
+// "/login/..;/" as Tomcat does ("/"), NGINX's `location /login` serves it.
+std::string PlainPath(std::string_view raw);
+
 // The path part of a request target, origin form or absolute form
 // ("http://host/path?q" -> "/path"; the scheme in any case, RFC 9110
 // section 4.2.3).

@@ -71,6 +71,31 @@ TEST(NormalizePath, KeepsReservedEscapesEncoded) {
   EXPECT_EQ(NormalizePath("/end%4"), "/end%4");
 }
 
+TEST(PlainPath, ReadsThePathAsNginxDoes) {
+  // NGINX 1.22 serves each of these from `location /login` (its $uri on
+  // the right): every escape decoded, then slashes merged and dot
+  // segments applied; a segment's parameters and a backslash are kept.
+  const std::pair<std::string_view, std::string_view> cases[] = {
+      {"/login", "/login"},
+      {"/%2Flogin", "/login"},
+      {"/%2flogin", "/login"},
+      {"/x/..%2Flogin", "/login"},
+      {"/x%2F..%2Flogin", "/login"},
+      {"/x/%2e%2e/login", "/login"},
+      {"/login/..;/", "/login/..;/"},
+      {"/login;x", "/login;x"},
+      {"/login\\..\\x", "/login\\..\\x"},
+      {"/../../login", "/login"},
+      {"", "/"},
+      {"/a/b/", "/a/b/"},
+      // A bad escape is left as sent (NGINX refuses the request).
+      {"/login/%zz/..", "/login"},
+      {"/a/%zz/../b", "/a/b"},
+      {"/a%zz/b", "/a%zz/b"},
+  };
+  for (const auto& [raw, plain] : cases) EXPECT_EQ(PlainPath(raw), plain) << raw;
+}
+
 TEST(TargetPath, TakesThePathOfOriginAndAbsoluteForms) {
   EXPECT_EQ(TargetPath("/a/b?x=1"), "/a/b");
   EXPECT_EQ(TargetPath("/a#frag"), "/a");

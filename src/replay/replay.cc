@@ -241,7 +241,8 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in,
     clock.Set(now);
 
     // The request as the server sees it (server.cc's Facts).
-    path = policy::NormalizePath(policy::TargetPath(record.target));
+    const std::string_view raw_path = policy::TargetPath(record.target);
+    path = policy::NormalizePath(raw_path);
     std::string_view h = record.host;
     if (h.empty()) {
       if (auto header_host = record.Header("host")) h = *header_host;
@@ -254,6 +255,7 @@ absl::StatusOr<ReplayReport> Replay(const Config& config, LineReader& in,
     host = internal::AsciiLower(h);
     facts.method = record.method;
     facts.path = path;
+    facts.raw_path = raw_path;
     facts.query = policy::TargetQuery(record.target);
     facts.host = host;
     facts.peer_ip = record.ip;

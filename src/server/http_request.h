@@ -242,7 +242,8 @@ inline RequestFacts FactsOf(const HttpRequest& req, std::string_view peer_ip,
                             std::string& host_storage) {
   RequestFacts facts;
   facts.method = method;
-  path_storage = NormalizePath(TargetPath(target));
+  facts.raw_path = TargetPath(target);
+  path_storage = NormalizePath(facts.raw_path);
   facts.path = path_storage;
   facts.query = TargetQuery(target);
   // An absolute-form target names the host itself, and the Host header is

@@ -703,6 +703,36 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
+    def test_an_encoded_slash_does_not_evade_a_path_policy(self):
+        # Regression (was a bug): NGINX decodes every escape of a path,
+        # %2F included, before it merges slashes and applies dot segments,
+        # so /%2Flogin, /x/..%2Flogin and /x%2F..%2Flogin are in its
+        # `location /login` (NGINX 1.22 serves each from it); and it keeps
+        # a segment's parameters and a backslash, so /login/..;/ and
+        # /login\..\x are in its `location /login` too, where sluice read
+        # them as Tomcat and IIS do (as "/" and "/x"). Each was forwarded
+        # with 200 after /login was denied. Expected: each denied.
+        self.start(self.LOGIN)
+        self.assertEqual(self.post("/login", body="").status, 200)
+        for path in ("/%2Flogin", "/%2flogin", "/x/..%2Flogin", "/x%2F..%2Flogin"):
+            self.assertEqual(self.post(path, body="").status, 429, path)
+        self.assertEqual(len(self.up.hits()), 1)
+
+    LOGIN_PREFIX = """\
+  - name: login
+    match: {path_prefix: /login, method: POST}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+"""
+
+    def test_a_path_nginx_reads_otherwise_does_not_evade_a_prefix_policy(self):
+        # See above: NGINX keeps a segment's parameters and a backslash.
+        self.start(self.LOGIN_PREFIX)
+        self.assertEqual(self.post("/login", body="").status, 200)
+        for path in ("/login/..;/", "/login\\..\\x", "/login/..;x/y", "/%2Flogin/x"):
+            self.assertEqual(self.post(path, body="").status, 429, path)
+        self.assertEqual(len(self.up.hits()), 1)
+
     def test_another_spelling_does_not_evade_a_path_policy(self):
         # Regression (was a bug): Express and ASP.NET Core route /LOGIN to
         # their /login by default, and IIS serves it; Express and Rails
