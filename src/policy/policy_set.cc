@@ -487,9 +487,9 @@ absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::st
   };
   add(path, /*as_sent=*/true);
   // NGINX keeps what NormalizePath reads as Tomcat and IIS do (a segment's
-  // parameters, a backslash): "/login/..;/" and "/login\\..\\x" are in
-  // its `location /login`.
-  if (raw_path.find_first_of(";\\") != std::string_view::npos) {
+  // parameters, a backslash, sent as they are or escaped): "/login/..;/",
+  // "/login\\..\\x" and "/%2Flogin%5C.." are in its `location /login`.
+  if (raw_path.find_first_of(";\\%") != std::string_view::npos) {
     if (std::string plain = PlainPath(raw_path); plain != path) add(plain, /*as_sent=*/false);
   }
   for (const std::string& routed : QueryRoutedPaths(path, query)) {

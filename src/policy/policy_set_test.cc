@@ -261,7 +261,8 @@ TEST(Matches, ThePathAsNginxReadsIt) {
   // slash (Tomcat, IIS); NGINX does neither, and serves these from its
   // `location /login`: a prefix policy on /login counts them.
   FakeRequest r;
-  for (const char* raw : {"/login/..;/", "/login/..;x/y", "/login\\..\\x"}) {
+  for (const char* raw : {"/login/..;/", "/login/..;x/y", "/login\\..\\x", "/%2Flogin%5C..",
+                          "/%2flogin%5c%2e%2e", "/%2Flogin%3B/..%3B/"}) {
     r.raw_path = raw;
     r.path = NormalizePath(raw);
     EXPECT_TRUE(Matches({.path_prefix = "/login"}, r.Facts())) << raw;

@@ -729,7 +729,8 @@ class GatewayTest(SluiceTestCase):
         # See above: NGINX keeps a segment's parameters and a backslash.
         self.start(self.LOGIN_PREFIX)
         self.assertEqual(self.post("/login", body="").status, 200)
-        for path in ("/login/..;/", "/login\\..\\x", "/login/..;x/y", "/%2Flogin/x"):
+        for path in ("/login/..;/", "/login\\..\\x", "/login/..;x/y", "/%2Flogin/x",
+                     "/%2Flogin%5C..", "/%2flogin%5c%2e%2e"):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
