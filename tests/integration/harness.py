@@ -22,6 +22,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -834,6 +835,53 @@ def server_block(threads=2, **settings):
     """The `server:` section on free ports, with more settings (already YAML text)."""
     extra = "".join("  %s: %s\n" % (k, v) for k, v in settings.items())
     return SERVER_BLOCK.format(threads=threads, extra=extra)
+
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+
+
+def free_port():
+    """A TCP port on HOST that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def start_nginx(test, conf, port):
+    """Debian's nginx on `conf` (the text of its nginx.conf, written to the
+    test's tmpdir, its prefix; no `daemon` directive), once it answers on
+    HOST:`port`; stopped by PID (only the process this test started) when
+    the test ends. Returns its Popen."""
+    if NGINX is None:
+        test.fail("nginx is not installed (scripts/test installs nginx-light)")
+    path = os.path.join(test.tmpdir, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    os.chmod(test.tmpdir, 0o755)  # NGINX's workers run as an unprivileged user
+    nginx = subprocess.Popen(
+        [NGINX, "-e", "stderr", "-p", test.tmpdir, "-c", path, "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def stop():
+        if nginx.poll() is None:
+            nginx.terminate()
+            try:
+                nginx.wait(10)
+            except subprocess.TimeoutExpired:
+                nginx.kill()
+                nginx.wait()
+        nginx.stderr.close()
+
+    test.addCleanup(stop)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return nginx
+        except OSError:
+            if nginx.poll() is not None or time.monotonic() > deadline:
+                test.fail("nginx did not start: %s" % nginx.stderr.read().decode())
+            time.sleep(0.05)
 
 
 class SluiceTestCase(unittest.TestCase):

@@ -6,16 +6,10 @@ the client as 429 with Retry-After and the RateLimit fields."""
 import http.client
 import os
 import re
-import shutil
-import socket
-import subprocess
-import time
 import unittest
 
-from harness import (HOST, SOURCE_DIR, SluiceTestCase, ratelimit_members, request,
-                     server_block)
-
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+from harness import (HOST, SOURCE_DIR, SluiceTestCase, free_port, ratelimit_members, request,
+                     server_block, start_nginx)
 
 CONFIG = server_block() + """\
 trusted_proxies: [127.0.0.1/32]
@@ -27,13 +21,6 @@ policies:
     on_deny: {retry_after_jitter: 0s}
 """
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 # A client on another loopback address than NGINX's own (127.0.0.1, the one
 # trusted proxy), so that it is not itself trusted.
 CLIENT_ADDRESS = "127.0.0.50"
@@ -44,8 +31,6 @@ class NginxAuthRequestTest(SluiceTestCase):
 
     def setUp(self):
         super().setUp()
-        if NGINX is None:
-            self.fail("nginx is not installed (scripts/test installs nginx-light)")
         self.upstream = self.start_upstream()
         self.start_sluice(self.config)
         self.port = free_port()
@@ -56,33 +41,7 @@ class NginxAuthRequestTest(SluiceTestCase):
         conf = conf.replace("listen 127.0.0.1:8000", "listen %s:%d" % (HOST, self.port))
         conf = re.sub(r"pid [^;]+;", "pid %s;" % os.path.join(self.tmpdir, "nginx.pid"), conf)
         self.assertIn(str(self.sluice.port), conf)
-        path = os.path.join(self.tmpdir, "nginx.conf")
-        with open(path, "w") as f:
-            f.write(conf)
-        os.chmod(self.tmpdir, 0o755)  # NGINX's workers run as an unprivileged user
-        self.nginx = subprocess.Popen(
-            [NGINX, "-e", "stderr", "-p", self.tmpdir, "-c", path, "-g", "daemon off;"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.addCleanup(self._stop_nginx)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                break
-            except OSError:
-                if self.nginx.poll() is not None or time.monotonic() > deadline:
-                    self.fail("nginx did not start: %s" % self.nginx.stderr.read().decode())
-                time.sleep(0.05)
-
-    def _stop_nginx(self):
-        if self.nginx.poll() is None:
-            self.nginx.terminate()  # by PID: only the process this test started
-            try:
-                self.nginx.wait(10)
-            except subprocess.TimeoutExpired:
-                self.nginx.kill()
-                self.nginx.wait()
-        self.nginx.stderr.close()
+        start_nginx(self, conf, self.port)
 
     def test_allowed_requests_reach_the_upstream_denied_ones_get_429(self):
         for remaining in (2, 1, 0):

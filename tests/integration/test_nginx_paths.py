@@ -7,15 +7,10 @@ past a login limit by spelling /login so."""
 
 import itertools
 import os
-import shutil
 import socket
-import subprocess
-import time
 import unittest
 
-from harness import HOST, SluiceTestCase, server_block
-
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+from harness import HOST, SluiceTestCase, free_port, server_block, start_nginx
 
 # What a path is made of here: two to SLUICE_PATH_PIECES (default 3) of
 # these after a first "/". Each names a way an upstream may read a path
@@ -24,12 +19,6 @@ PIECES = [b"/", b"//", b"%2f", b"%2F", b".", b"..", b"%2e", b"%2e%2e", b".%2e", 
           b"..;", b"\\", b"%5c", b"%5c..", b"/..", b"%2f..", b"x", b"login", b"%6cogin",
           b"LOGIN", b"%3b", b"%20", b"?", b"#", b"%252f"]
 MAX_PIECES = int(os.environ.get("SLUICE_PATH_PIECES", "3"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def status_and_body(port, target, headers=b""):
@@ -51,33 +40,14 @@ def status_and_body(port, target, headers=b""):
 class NginxPathReadingTest(SluiceTestCase):
     def setUp(self):
         super().setUp()
-        if NGINX is None:
-            self.fail("nginx is not installed (scripts/test installs nginx-light)")
         self.nginx_port = free_port()
-        conf = """worker_processes 1; daemon off; pid %(dir)s/nginx.pid;
-error_log stderr error;
+        start_nginx(self, """pid %(dir)s/nginx.pid;
 events { worker_connections 64; }
 http { access_log off;
   server { listen %(host)s:%(port)d;
     location /login { return 200 "LOGIN"; }
     location / { return 200 "OTHER"; } } }
-""" % {"dir": self.tmpdir, "host": HOST, "port": self.nginx_port}
-        path = os.path.join(self.tmpdir, "nginx.conf")
-        with open(path, "w") as f:
-            f.write(conf)
-        os.chmod(self.tmpdir, 0o755)  # NGINX's worker runs as an unprivileged user
-        self.nginx = subprocess.Popen([NGINX, "-p", self.tmpdir, "-c", path],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.addCleanup(self._stop_nginx)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection((HOST, self.nginx_port), timeout=1).close()
-                break
-            except OSError:
-                if self.nginx.poll() is not None or time.monotonic() > deadline:
-                    self.fail("nginx did not start: %s" % self.nginx.stderr.read().decode())
-                time.sleep(0.05)
+""" % {"dir": self.tmpdir, "host": HOST, "port": self.nginx_port}, self.nginx_port)
         self.start_sluice(server_block(threads=1) + """\
 routes: [{name: app, match: {path_prefix: /}, upstream: "http://%s:%d"}]
 policies:
@@ -87,16 +57,6 @@ policies:
     limits:
       - {algorithm: fixed_window, rate: 1/1m}
 """ % (HOST, self.nginx_port))
-
-    def _stop_nginx(self):
-        if self.nginx.poll() is None:
-            self.nginx.terminate()  # by PID: only the process this test started
-            try:
-                self.nginx.wait(10)
-            except subprocess.TimeoutExpired:
-                self.nginx.kill()
-                self.nginx.wait()
-        self.nginx.stderr.close()
 
     def test_every_spelling_nginx_serves_as_login_is_counted(self):
         served, walked_past = 0, []
