@@ -45,20 +45,24 @@ class NginxPathReadingTest(SluiceTestCase):
 events { worker_connections 64; }
 http { access_log off;
   server { listen %(host)s:%(port)d;
+    location = /login { return 200 "EXACT"; }
     location /login { return 200 "LOGIN"; }
     location / { return 200 "OTHER"; } } }
 """ % {"dir": self.tmpdir, "host": HOST, "port": self.nginx_port}, self.nginx_port)
+
+    def walked_past(self, match, answers):
+        """Starts sluice with one policy, `match`, in front of NGINX; returns
+        how many spellings NGINX answered with one of `answers` and those the
+        policy did not count."""
         self.start_sluice(server_block(threads=1) + """\
 routes: [{name: app, match: {path_prefix: /}, upstream: "http://%s:%d"}]
 policies:
   - name: login
-    match: {path_prefix: /login}
+    match: %s
     key: ["header:X-Try"]
     limits:
       - {algorithm: fixed_window, rate: 1/1m}
-""" % (HOST, self.nginx_port))
-
-    def test_every_spelling_nginx_serves_as_login_is_counted(self):
+""" % (HOST, self.nginx_port, match))
         served, walked_past = 0, []
         for n in range(2, MAX_PIECES + 1):
             for pieces in itertools.product(PIECES, repeat=n):
@@ -66,7 +70,7 @@ policies:
                 if b"login" not in target.lower() and b"%6cogin" not in target:
                     continue
                 status, body = status_and_body(self.nginx_port, target)
-                if status != 200 or body != b"LOGIN":
+                if status != 200 or body not in answers:
                     continue
                 served += 1
                 # A key of its own: the first request passes; the second
@@ -77,7 +81,19 @@ policies:
                 self.assertEqual(first, 200, target)
                 if second != 429:
                     walked_past.append(target)
+        return served, walked_past
+
+    def test_every_spelling_nginx_serves_from_a_prefix_is_counted(self):
+        # `location /login` (or `= /login`, which wins for /login itself)
+        # against a policy's `path_prefix: /login`.
+        served, walked_past = self.walked_past("{path_prefix: /login}", (b"LOGIN", b"EXACT"))
         self.assertGreater(served, 1000, served)  # the pieces make what NGINX serves as /login
+        self.assertEqual(walked_past, [])
+
+    def test_every_spelling_nginx_serves_as_the_path_is_counted(self):
+        # `location = /login` against a policy's `path: /login`.
+        served, walked_past = self.walked_past("{path: /login}", (b"EXACT",))
+        self.assertGreater(served, 100, served)
         self.assertEqual(walked_past, [])
 
 
