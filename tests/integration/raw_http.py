@@ -1,6 +1,7 @@
 """HTTP/1.1 on raw sockets, for tests that watch bytes as they come: a
 server whose connections a test's handler serves one by one on threads of
-their own, and the reading of a message's head."""
+their own, the reading of a message's head, and a GET sent as given
+bytes."""
 
 import socket
 import threading
@@ -67,3 +68,21 @@ def read_head(conn, data=b""):
         name, _, value = line.partition(":")
         fields.setdefault(name.strip().lower(), value.strip())
     return lines[0], fields, rest
+
+
+def status_and_body(port, target, headers=b"", host_field=True):
+    """The status line's code and the body of one GET of `target` with
+    `headers` (and a Host field of its own unless `host_field` is false),
+    sent as these bytes (no client library rewrites them)."""
+    host = b"Host: app.example\r\n" if host_field else b""
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.sendall(b"GET " + target + b" HTTP/1.1\r\n" + host + headers +
+                  b"Connection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body

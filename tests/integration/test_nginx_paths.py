@@ -7,10 +7,10 @@ past a login limit by spelling /login so."""
 
 import itertools
 import os
-import socket
 import unittest
 
 from harness import HOST, SluiceTestCase, free_port, server_block, start_nginx
+from raw_http import status_and_body
 
 # What a path is made of here: two to SLUICE_PATH_PIECES (default 3) of
 # these after a first "/". Each names a way an upstream may read a path
@@ -19,22 +19,6 @@ PIECES = [b"/", b"//", b"%2f", b"%2F", b".", b"..", b"%2e", b"%2e%2e", b".%2e", 
           b"..;", b"\\", b"%5c", b"%5c..", b"/..", b"%2f..", b"x", b"login", b"%6cogin",
           b"LOGIN", b"%3b", b"%20", b"?", b"#", b"%252f"]
 MAX_PIECES = int(os.environ.get("SLUICE_PATH_PIECES", "3"))
-
-
-def status_and_body(port, target, headers=b""):
-    """The status line's code and the body of one GET of `target`, sent as
-    these bytes (no client library rewrites them)."""
-    with socket.create_connection((HOST, port), timeout=5) as s:
-        s.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: app.example\r\n" + headers +
-                  b"Connection: close\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
 
 
 class NginxPathReadingTest(SluiceTestCase):
