@@ -30,8 +30,9 @@ std::optional<std::string> PercentDecode(std::string_view s);
 std::string NormalizePath(std::string_view raw);
 
 // The path as NGINX (and servers that read a path as RFC 3986 does) sees
-// it: every escape decoded, `%2F` included (a bad escape left as sent),
-// then empty and "." segments dropped and ".." applied, a segment's
+// it: every escape decoded, `%2F` included (with a bad escape anywhere,
+// none is: NGINX refuses such a request), then empty and "." segments
+// dropped and ".." applied, a segment's
 // parameters and a backslash kept as they are. Where NormalizePath reads
 // "/login/..;/" as Tomcat does ("/"), NGINX's `location /login` serves it.
 std::string PlainPath(std::string_view raw);
