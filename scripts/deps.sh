@@ -28,6 +28,7 @@ SLUICE_TEST_PACKAGES=(
   libbenchmark-dev
   python3          # the integration tests (standard library only)
   nginx-light      # the auth_request end-to-end test
+  apache2-bin libapache2-mod-php  # test_apache_paths: Apache with PHP as the upstream
   redis-server redis-tools  # the Redis store's tests run a real server
   openssl          # test_redis_tls makes its certificates with the openssl command
   clang-format     # scripts/format --check: every C++ file follows .clang-format

@@ -334,11 +334,52 @@ bool IsPhpScript(std::string_view segment) {
 // The path a PHP front controller routes the request to: Laravel and
 // Symfony (their Request's path info) route `/index.php/login` as
 // `/login`, and `/index.php` as `/`. Any other path as it is.
-std::string_view FrontControllerPath(std::string_view path) {
+// `named`: only a front controller by its usual name (index.php; app.php
+// and app_dev.php, Symfony's before 4), not any script at the root.
+std::string_view FrontControllerPath(std::string_view path, bool named = false) {
   if (path.size() < 5 || path.front() != '/') return path;
   const size_t end = path.find('/', 1);
-  if (!IsPhpScript(path.substr(1, end == std::string_view::npos ? end : end - 1))) return path;
+  const std::string_view first = path.substr(1, end == std::string_view::npos ? end : end - 1);
+  if (!IsPhpScript(first)) return path;
+  if (named && !internal::AsciiEqualsIgnoreCase(first, "index.php") &&
+      !internal::AsciiEqualsIgnoreCase(first, "app.php") &&
+      !internal::AsciiEqualsIgnoreCase(first, "app_dev.php")) {
+    return path;
+  }
   return end == std::string_view::npos ? std::string_view("/") : path.substr(end);
+}
+
+// Whether a path segment names a script its server runs for a longer path
+// too, handing it the rest as PATH_INFO: a name, then (in any case) `.php`,
+// `.php` and a digit, `.phtml` or `.phar` (what Debian's Apache hands PHP,
+// and what hosts map to it), `.asp`, `.aspx`, `.asmx`, `.ashx` or `.svc`
+// (IIS), `.cgi`, `.fcgi` or `.pl` (CGI).
+bool IsPathInfoScript(std::string_view segment) {
+  const size_t dot = segment.rfind('.');
+  if (dot == std::string_view::npos || dot == 0) return false;
+  std::string_view ext = segment.substr(dot + 1);
+  if (ext.size() == 4 && ext.back() >= '0' && ext.back() <= '9') ext.remove_suffix(1);  // php5
+  for (std::string_view script :
+       {"php", "phtml", "phar", "asp", "aspx", "asmx", "ashx", "svc", "cgi", "fcgi", "pl"}) {
+    if (internal::AsciiEqualsIgnoreCase(ext, script)) return true;
+  }
+  return false;
+}
+
+// The script a server runs for `path` when a segment before the last names
+// one (IsPathInfoScript): Apache (its AcceptPathInfo, on for PHP and CGI
+// handlers), PHP-FPM behind NGINX's fastcgi_split_path_info, and IIS run
+// `/wp-login.php` for `/wp-login.php/x`, the rest its PATH_INFO. The first
+// such segment: a file has no children, so no later one is reached. Any
+// other path as it is.
+std::string_view ScriptPath(std::string_view path) {
+  for (size_t start = 1; start < path.size();) {
+    const size_t slash = path.find('/', start);
+    if (slash == std::string_view::npos) break;
+    if (IsPathInfoScript(path.substr(start, slash - start))) return path.substr(0, slash);
+    start = slash + 1;
+  }
+  return path;
 }
 
 // Basic credentials as the bytes they stand for, encoded again in the one
@@ -464,7 +505,8 @@ absl::InlinedVector<std::string, 2> QueryRoutedPaths(std::string_view path,
 // normalized again (NGINX decodes every escape, `%2F` included, before it
 // merges slashes and applies dot segments: `/%2Flogin` and
 // `/x/..%2Flogin` are in its `location /login`), and each behind a PHP
-// front controller (FrontControllerPath).
+// front controller (FrontControllerPath) and the script a server runs for
+// it (ScriptPath: `/wp-login.php` for `/wp-login.php/x`).
 absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::string_view raw_path,
                                                   std::string_view query) {
   absl::InlinedVector<std::string, 2> out;
@@ -483,6 +525,8 @@ absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::st
       if (!as_sent || p.data() != sent.data()) out.emplace_back(p);
       const std::string_view routed = FrontControllerPath(p);
       if (routed.size() != p.size()) out.emplace_back(routed);
+      const std::string_view script = ScriptPath(p);
+      if (script.size() != p.size()) out.emplace_back(script);
     }
   };
   add(path, /*as_sent=*/true);
@@ -827,11 +871,14 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         // Without case, a trailing '/', a folder's index page or a PHP
         // front controller, decoded whole, as paths are matched: `/LOGIN`,
         // `/login/`, `/login/index.php`, `/login%2F` and `/index.php/login`
-        // are no buckets of their own.
+        // are no buckets of their own. Nor is a script's PATH_INFO:
+        // `/wp-login.php/1`, `/wp-login.php/2`, ... all run wp-login.php,
+        // so they are its bucket (ScriptPath); only a front controller by
+        // its usual name (index.php) is keyed by the path it routes.
         const std::optional<std::string> decoded = DecodedPath(request.path);
         AppendEscaped(key,
-                      WithoutTrailingSlash(WithoutDirectoryIndex(
-                          FrontControllerPath(decoded ? *decoded : request.path))),
+                      WithoutTrailingSlash(WithoutDirectoryIndex(ScriptPath(
+                          FrontControllerPath(decoded ? *decoded : request.path, /*named=*/true)))),
                       /*lower=*/true);
         break;
       }

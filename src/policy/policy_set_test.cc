@@ -4,6 +4,8 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -218,6 +220,42 @@ TEST(Matches, ThePathBehindAPhpFrontController) {
        {"/index.php/x/login", "/index.phpx/login", "/.php/login", "/a/index.php/login"}) {
     r.path = path;
     EXPECT_FALSE(Matches({.path = "/login"}, r.Facts())) << path;
+  }
+}
+
+TEST(Matches, TheScriptAServerRunsForALongerPath) {
+  // Apache (AcceptPathInfo, on for PHP and CGI), PHP-FPM behind NGINX's
+  // fastcgi_split_path_info and IIS run /wp-login.php for /wp-login.php/x,
+  // the rest its PATH_INFO: the first segment naming such a script.
+  FakeRequest r;
+  for (const char* path :
+       {"/wp-login.php/x", "/wp-login.php//x.php/y", "/WP-LOGIN.PHP/x", "/wp-login.php%2Fx"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/wp-login.php"}, r.Facts())) << path;
+  }
+  for (const char* path : {"/blog/login.aspx/x", "/blog/login.aspx/", "/blog/Login.ASPX/x.php"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/blog/login.aspx"}, r.Facts())) << path;
+  }
+  for (const auto& [path, script] : std::vector<std::pair<const char*, const char*>>{
+           {"/cgi-bin/login.cgi/x", "/cgi-bin/login.cgi"},
+           {"/cgi-bin/login.pl/x", "/cgi-bin/login.pl"},
+           {"/a/login.php5/x", "/a/login.php5"},
+           {"/a/login.phtml/x", "/a/login.phtml"},
+           {"/a/login.svc/x", "/a/login.svc"}}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = script}, r.Facts())) << path;
+  }
+  r.path = "/login/index.php/x";  // the folder by its index page
+  EXPECT_TRUE(Matches({.path = "/login/"}, r.Facts()));
+  r.path = "/login.php/x";  // a format suffix, as /login.php is
+  EXPECT_TRUE(Matches({.path = "/login"}, r.Facts()));
+  // The first script only (a file has no children), and only a segment
+  // that names a script and has more after it.
+  for (const char* path : {"/x.php/wp-login.php/y", "/wp-login.phpx/y", "/wp-login.jsp/y",
+                           "/.php/y", "/wp-login.php.txt/y", "/x/wp-login.php/y"}) {
+    r.path = path;
+    EXPECT_FALSE(Matches({.path = "/wp-login.php"}, r.Facts())) << path;
   }
 }
 
@@ -672,6 +710,19 @@ policies:
   r.path = "/index.php%2Fa|b%2F";  // nor a PHP front controller, nor escapes
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/a|b/Index.php";  // nor a folder's index page
+  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
+  // Nor a script's PATH_INFO: /a|b.php/1, /a|b.php/2, ... all run /a|b.php.
+  // Only a front controller by its usual name is keyed by the path it routes.
+  for (const char* path : {"/a|b.php/1", "/A|B.PHP/2/", "/a|b.php%2F3"}) {
+    r.path = path;
+    EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff),
+              "203.0.113.9|key\\\\1|/a\\|b.php|app")
+        << path;
+  }
+  r.path = "/x/login.aspx/1/2";
+  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff),
+            "203.0.113.9|key\\\\1|/x/login.aspx|app");
+  r.path = "/app_dev.php/a|b";
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/a|b";
   FakeRequest bare;

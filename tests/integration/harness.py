@@ -857,30 +857,56 @@ def start_nginx(test, conf, port):
     path = os.path.join(test.tmpdir, "nginx.conf")
     with open(path, "w") as f:
         f.write(conf)
-    os.chmod(test.tmpdir, 0o755)  # NGINX's workers run as an unprivileged user
-    nginx = subprocess.Popen(
-        [NGINX, "-e", "stderr", "-p", test.tmpdir, "-c", path, "-g", "daemon off;"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return _start_server(test, "nginx", [NGINX, "-e", "stderr", "-p", test.tmpdir, "-c", path,
+                                         "-g", "daemon off;"], port)
+
+
+APACHE = shutil.which("apache2") or ("/usr/sbin/apache2" if os.path.exists("/usr/sbin/apache2")
+                                     else None)
+APACHE_MODULES = "/usr/lib/apache2/modules"
+
+
+def start_apache(test, conf, port):
+    """Debian's Apache httpd (apache2-bin) on `conf` (the text of its
+    configuration, written to the test's tmpdir; its modules are in
+    APACHE_MODULES), in the foreground, once it answers on HOST:`port`;
+    stopped by PID as start_nginx's. Returns its Popen."""
+    if APACHE is None:
+        test.fail("apache2 is not installed (scripts/test installs apache2-bin)")
+    path = os.path.join(test.tmpdir, "httpd.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    return _start_server(test, "apache2", [APACHE, "-f", path, "-DFOREGROUND"], port)
+
+
+def _start_server(test, name, argv, port):
+    """Runs `argv` (a server whose workers run as an unprivileged user and
+    read the test's tmpdir), once it answers on HOST:`port`; stopped by PID
+    when the test ends. In a session of its own: Apache's prefork signals
+    its whole process group when it stops, which would be the test's."""
+    os.chmod(test.tmpdir, 0o755)
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              start_new_session=True)
 
     def stop():
-        if nginx.poll() is None:
-            nginx.terminate()
+        if server.poll() is None:
+            server.terminate()
             try:
-                nginx.wait(10)
+                server.wait(10)
             except subprocess.TimeoutExpired:
-                nginx.kill()
-                nginx.wait()
-        nginx.stderr.close()
+                server.kill()
+                server.wait()
+        server.stderr.close()
 
     test.addCleanup(stop)
     deadline = time.monotonic() + 10
     while True:
         try:
             socket.create_connection((HOST, port), timeout=1).close()
-            return nginx
+            return server
         except OSError:
-            if nginx.poll() is not None or time.monotonic() > deadline:
-                test.fail("nginx did not start: %s" % nginx.stderr.read().decode())
+            if server.poll() is not None or time.monotonic() > deadline:
+                test.fail("%s did not start: %s" % (name, server.stderr.read().decode()))
             time.sleep(0.05)
 
 

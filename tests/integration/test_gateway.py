@@ -749,6 +749,32 @@ class GatewayTest(SluiceTestCase):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
+    def test_a_scripts_path_info_does_not_evade_a_path_policy(self):
+        # Regression (was a bypass): Apache runs /wp-login.php for
+        # /wp-login.php/x too (AcceptPathInfo, on for PHP and CGI: the rest
+        # is PATH_INFO), as PHP-FPM behind NGINX's fastcgi_split_path_info
+        # and IIS do. Each was forwarded with 200 after /wp-login.php was
+        # denied, and a policy keyed on the path gave each its own bucket.
+        # Expected: each denied (test_apache_paths: against Apache itself).
+        self.start("""\
+  - name: wp
+    match: {path: /wp-login.php, method: POST}
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+  - name: per-path
+    match: {path_prefix: /blog/}
+    key: [path]
+    limits:
+      - {algorithm: token_bucket, rate: 1/h, burst: 1}
+""")
+        self.assertEqual(self.post("/wp-login.php", body="").status, 200)
+        for path in ("/wp-login.php/x", "/wp-login.php//x.php", "/WP-LOGIN.PHP/", "/wp-login.php%2Fx"):
+            self.assertEqual(self.post(path, body="").status, 429, path)
+        self.assertEqual(self.get("/blog/wp-login.php").status, 200)
+        for path in ("/blog/wp-login.php/1", "/blog/wp-login.php/2"):
+            self.assertEqual(self.get(path).status, 429, path)
+        self.assertEqual(len(self.up.hits()), 2)
+
     def test_a_path_named_in_the_query_does_not_evade_a_path_policy(self):
         # Regression (was a bypass): CodeIgniter 3 routes /?/login and
         # /index.php?/login as /login, Drupal 7 routes any request with

@@ -1,0 +1,120 @@
+"""A policy's path against Apache's reading of it: Debian's Apache httpd
+with PHP (mod_php, the PHP handler as Debian configures it) as the upstream,
+serving a WordPress-like tree, and sluice in front of it. Every spelling of
+a path made of a few pieces that Apache answers by running a script must be
+counted by a policy on that script's path: otherwise a client walks past a
+login limit by spelling the path so. Apache runs `/wp-login.php` for
+`/wp-login.php/x` too (the rest is its PATH_INFO), and `/login/index.php`
+for the folder `/login/`."""
+
+import glob
+import itertools
+import os
+import unittest
+
+from harness import APACHE_MODULES, HOST, SluiceTestCase, free_port, server_block, start_apache
+from raw_http import status_and_body
+
+# What a path is made of here: one to SLUICE_PATH_PIECES (default 3) of
+# these after a first "/".
+PIECES = [b"/", b"//", b"%2f", b".", b"..", b"%2e", b"%2e%2e", b";x", b"\\", b"x", b"x.php",
+          b"wp-login.php", b"wp-login%2ephp", b"%77p-login.php", b"login", b"index.php",
+          b"login/index.php",
+          b"%20", b"?", b"%00"]
+MAX_PIECES = int(os.environ.get("SLUICE_PATH_PIECES", "3"))
+
+# Each script answers with the name Apache ran it by.
+SCRIPT = b'<?php echo "SCRIPT=", $_SERVER["SCRIPT_NAME"];'
+
+
+class ApachePathReadingTest(SluiceTestCase):
+    def setUp(self):
+        super().setUp()
+        php = sorted(glob.glob(os.path.join(APACHE_MODULES, "libphp*.so")))
+        if not php:
+            self.fail("mod_php is not installed (scripts/test installs libapache2-mod-php)")
+        www = os.path.join(self.tmpdir, "www")
+        os.makedirs(os.path.join(www, "login"))
+        for page in ("wp-login.php", "index.php", "login/index.php"):
+            with open(os.path.join(www, page), "wb") as f:
+                f.write(SCRIPT)
+        self.apache_port = free_port()
+        modules = "".join("LoadModule %s_module %s/mod_%s.so\n" % (m, APACHE_MODULES, m)
+                          for m in ("mpm_prefork", "authz_core", "dir", "mime"))
+        start_apache(self, """ServerRoot %(dir)s
+ServerName localhost
+PidFile %(dir)s/httpd.pid
+Listen %(host)s:%(port)d
+%(modules)sLoadModule php_module %(php)s
+ErrorLog %(dir)s/apache-error.log
+StartServers 2
+DocumentRoot %(www)s
+DirectoryIndex index.php
+TypesConfig /etc/mime.types
+<FilesMatch ".+\\.ph(ar|p|tml)$">
+    SetHandler application/x-httpd-php
+</FilesMatch>
+""" % {"dir": self.tmpdir, "host": HOST, "port": self.apache_port, "modules": modules,
+       "php": php[-1], "www": www}, self.apache_port)
+
+    _scripts = None  # served()'s answer, the same for every test
+
+    def served(self):
+        """Every target made of the pieces that Apache answers by running a
+        script, with the script's name."""
+        if ApachePathReadingTest._scripts is not None:
+            return ApachePathReadingTest._scripts
+        scripts = {}
+        for n in range(1, MAX_PIECES + 1):
+            for pieces in itertools.product(PIECES, repeat=n):
+                target = b"/" + b"".join(pieces)
+                if b"login" not in target:
+                    continue
+                status, body = status_and_body(self.apache_port, target)
+                if status == 200 and body.startswith(b"SCRIPT="):
+                    scripts[target] = body[len(b"SCRIPT="):]
+        ApachePathReadingTest._scripts = scripts
+        return scripts
+
+    def walked_past(self, match, targets):
+        """Starts sluice with one policy, `match`, in front of Apache;
+        returns the targets the policy did not count."""
+        self.start_sluice(server_block(threads=1) + """\
+routes: [{name: app, match: {path_prefix: /}, upstream: "http://%s:%d"}]
+policies:
+  - name: login
+    match: %s
+    key: ["header:X-Try"]
+    limits:
+      - {algorithm: fixed_window, rate: 1/1m}
+""" % (HOST, self.apache_port, match))
+        walked_past = []
+        for i, target in enumerate(targets):
+            # A key of its own: the first request passes; the second is
+            # denied only if the first was counted.
+            key = b"X-Try: %d\r\n" % i
+            first, _ = status_and_body(self.sluice.port, target, key)
+            second, _ = status_and_body(self.sluice.port, target, key)
+            self.assertEqual(first, 200, target)
+            if second != 429:
+                walked_past.append(target)
+        return walked_past
+
+    def test_every_spelling_apache_runs_a_script_for_is_counted(self):
+        # wp-login.php, PATH_INFO and all, against a policy's
+        # `path: /wp-login.php`.
+        targets = [t for t, script in self.served().items() if script == b"/wp-login.php"]
+        self.assertGreater(len(targets), 100, len(targets))  # the pieces make what it runs
+        self.assertIn(b"/wp-login.php/x", targets)
+        self.assertEqual(self.walked_past("{path: /wp-login.php}", targets), [])
+
+    def test_every_spelling_apache_runs_a_folders_index_page_for_is_counted(self):
+        # /login/index.php (the folder /login/ by its index page, PATH_INFO
+        # and all) against a policy's `path: /login/`.
+        targets = [t for t, script in self.served().items() if script == b"/login/index.php"]
+        self.assertGreater(len(targets), 20, len(targets))
+        self.assertIn(b"/login/index.php/x", targets)
+        self.assertEqual(self.walked_past("{path: /login/}", targets), [])
+
+if __name__ == "__main__":
+    unittest.main()
