@@ -331,24 +331,6 @@ bool IsPhpScript(std::string_view segment) {
          internal::AsciiEqualsIgnoreCase(segment.substr(segment.size() - 4), ".php");
 }
 
-// The path a PHP front controller routes the request to: Laravel and
-// Symfony (their Request's path info) route `/index.php/login` as
-// `/login`, and `/index.php` as `/`. Any other path as it is.
-// `named`: only a front controller by its usual name (index.php; app.php
-// and app_dev.php, Symfony's before 4), not any script at the root.
-std::string_view FrontControllerPath(std::string_view path, bool named = false) {
-  if (path.size() < 5 || path.front() != '/') return path;
-  const size_t end = path.find('/', 1);
-  const std::string_view first = path.substr(1, end == std::string_view::npos ? end : end - 1);
-  if (!IsPhpScript(first)) return path;
-  if (named && !internal::AsciiEqualsIgnoreCase(first, "index.php") &&
-      !internal::AsciiEqualsIgnoreCase(first, "app.php") &&
-      !internal::AsciiEqualsIgnoreCase(first, "app_dev.php")) {
-    return path;
-  }
-  return end == std::string_view::npos ? std::string_view("/") : path.substr(end);
-}
-
 // Whether a path segment names a script its server runs for a longer path
 // too, handing it the rest as PATH_INFO: a name, then (in any case) `.php`,
 // `.php` and a digit, `.phtml` or `.phar` (what Debian's Apache hands PHP,
@@ -366,20 +348,60 @@ bool IsPathInfoScript(std::string_view segment) {
   return false;
 }
 
-// The script a server runs for `path` when a segment before the last names
-// one (IsPathInfoScript): Apache (its AcceptPathInfo, on for PHP and CGI
-// handlers), PHP-FPM behind NGINX's fastcgi_split_path_info, and IIS run
-// `/wp-login.php` for `/wp-login.php/x`, the rest its PATH_INFO. The first
-// such segment: a file has no children, so no later one is reached. Any
-// other path as it is.
-std::string_view ScriptPath(std::string_view path) {
+// A path split at its first segment that names a script (IsPathInfoScript)
+// and has more after it: `/blog/wp-login.php/x` is the folder `/blog`, the
+// script `wp-login.php` and the rest `/x`. Apache (its AcceptPathInfo, on
+// for PHP and CGI handlers), PHP-FPM behind NGINX's
+// fastcgi_split_path_info, and IIS run that script, the rest its
+// PATH_INFO. The first such segment: a file has no children, so no later
+// one is reached.
+struct ScriptSplit {
+  std::string_view folder;  // "" at the root
+  std::string_view script;
+  std::string_view rest;  // from the '/' after the script
+};
+std::optional<ScriptSplit> SplitAtScript(std::string_view path) {
   for (size_t start = 1; start < path.size();) {
     const size_t slash = path.find('/', start);
     if (slash == std::string_view::npos) break;
-    if (IsPathInfoScript(path.substr(start, slash - start))) return path.substr(0, slash);
+    if (const std::string_view segment = path.substr(start, slash - start);
+        IsPathInfoScript(segment)) {
+      return ScriptSplit{path.substr(0, start - 1), segment, path.substr(slash)};
+    }
     start = slash + 1;
   }
-  return path;
+  return std::nullopt;
+}
+
+// The script a server runs for `path` (SplitAtScript): `/wp-login.php` for
+// `/wp-login.php/x`. Any other path as it is.
+std::string_view ScriptPath(std::string_view path) {
+  const std::optional<ScriptSplit> split = SplitAtScript(path);
+  return split ? path.substr(0, split->folder.size() + 1 + split->script.size()) : path;
+}
+
+// The path a PHP front controller routes the request to, as it reads from
+// outside: its folder, then its PATH_INFO. Laravel and Symfony (their
+// Request's path info) route `/index.php/login` as `/login`, and,
+// installed in `/blog`, `/blog/index.php/login` as their `/login`, which
+// is `/blog/login`; `/index.php` is `/`. nullopt where no PHP script
+// comes before the path's end (SplitAtScript) and for a path that is no
+// script at the root. `named`: only a front controller by its usual name
+// (index.php; app.php and app_dev.php, Symfony's before 4), not any
+// script.
+std::optional<std::string> FrontControllerPath(std::string_view path, bool named = false) {
+  const auto front_controller = [named](std::string_view script) {
+    return IsPhpScript(script) && (!named || internal::AsciiEqualsIgnoreCase(script, "index.php") ||
+                                   internal::AsciiEqualsIgnoreCase(script, "app.php") ||
+                                   internal::AsciiEqualsIgnoreCase(script, "app_dev.php"));
+  };
+  if (path.size() > 1 && path.front() == '/' && path.find('/', 1) == std::string_view::npos) {
+    if (front_controller(path.substr(1))) return "/";
+    return std::nullopt;
+  }
+  const std::optional<ScriptSplit> split = SplitAtScript(path);
+  if (!split || !front_controller(split->script)) return std::nullopt;
+  return internal::Cat(split->folder, split->rest);
 }
 
 // Basic credentials as the bytes they stand for, encoded again in the one
@@ -523,8 +545,9 @@ absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::st
           resolved ? std::string_view(*resolved) : std::string_view()}) {
       if (p.empty()) continue;
       if (!as_sent || p.data() != sent.data()) out.emplace_back(p);
-      const std::string_view routed = FrontControllerPath(p);
-      if (routed.size() != p.size()) out.emplace_back(routed);
+      if (std::optional<std::string> routed = FrontControllerPath(p)) {
+        out.push_back(*std::move(routed));
+      }
       const std::string_view script = ScriptPath(p);
       if (script.size() != p.size()) out.emplace_back(script);
     }
@@ -876,9 +899,10 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         // so they are its bucket (ScriptPath); only a front controller by
         // its usual name (index.php) is keyed by the path it routes.
         const std::optional<std::string> decoded = DecodedPath(request.path);
-        AppendEscaped(key,
-                      WithoutTrailingSlash(WithoutDirectoryIndex(ScriptPath(
-                          FrontControllerPath(decoded ? *decoded : request.path, /*named=*/true)))),
+        std::string_view path = decoded ? *decoded : request.path;
+        const std::optional<std::string> routed = FrontControllerPath(path, /*named=*/true);
+        if (routed) path = *routed;
+        AppendEscaped(key, WithoutTrailingSlash(WithoutDirectoryIndex(ScriptPath(path))),
                       /*lower=*/true);
         break;
       }

@@ -221,6 +221,15 @@ TEST(Matches, ThePathBehindAPhpFrontController) {
     r.path = path;
     EXPECT_FALSE(Matches({.path = "/login"}, r.Facts())) << path;
   }
+  // Installed in a folder, the route is read in the folder:
+  // /blog/index.php/login is the app's /login, which is /blog/login.
+  for (const char* path : {"/blog/index.php/login", "/blog/app.php/login/", "/blog/x.php/login"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/blog/login"}, r.Facts())) << path;
+    EXPECT_TRUE(Matches({.path_prefix = "/blog/login"}, r.Facts())) << path;
+  }
+  r.path = "/blog/a.cgi/index.php/login";  // the first script is the one run
+  EXPECT_FALSE(Matches({.path = "/blog/login"}, r.Facts()));
 }
 
 TEST(Matches, TheScriptAServerRunsForALongerPath) {
@@ -724,6 +733,9 @@ policies:
             "203.0.113.9|key\\\\1|/x/login.aspx|app");
   r.path = "/app_dev.php/a|b";
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
+  r.path = "/x/index.php/a|b";  // in a folder: the folder's /a|b
+  EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff),
+            "203.0.113.9|key\\\\1|/x/a\\|b|app");
   r.path = "/a|b";
   FakeRequest bare;
   EXPECT_EQ(set->Find("strict")->KeyFor(bare.Facts(), "", {}, kXff), std::nullopt);

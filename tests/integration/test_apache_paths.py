@@ -4,8 +4,9 @@ serving a WordPress-like tree, and sluice in front of it. Every spelling of
 a path made of a few pieces that Apache answers by running a script must be
 counted by a policy on that script's path: otherwise a client walks past a
 login limit by spelling the path so. Apache runs `/wp-login.php` for
-`/wp-login.php/x` too (the rest is its PATH_INFO), and `/login/index.php`
-for the folder `/login/`."""
+`/wp-login.php/x` too (the rest is its PATH_INFO), `/login/index.php` for
+the folder `/login/`, and a front controller installed in `/blog` routes
+`/blog/index.php/login` as its `/login`, which is `/blog/login`."""
 
 import glob
 import itertools
@@ -23,8 +24,11 @@ PIECES = [b"/", b"//", b"%2f", b".", b"..", b"%2e", b"%2e%2e", b";x", b"\\", b"x
           b"%20", b"?", b"%00"]
 MAX_PIECES = int(os.environ.get("SLUICE_PATH_PIECES", "3"))
 
-# Each script answers with the name Apache ran it by.
+# Each script answers with the name Apache ran it by; the front controller
+# in /blog with the route it reads (its folder, then PATH_INFO, as Laravel
+# and Symfony installed there route).
 SCRIPT = b'<?php echo "SCRIPT=", $_SERVER["SCRIPT_NAME"];'
+FRONT_CONTROLLER = b'<?php echo "SCRIPT=/blog", $_SERVER["PATH_INFO"] ?? "/";'
 
 
 class ApachePathReadingTest(SluiceTestCase):
@@ -34,10 +38,11 @@ class ApachePathReadingTest(SluiceTestCase):
         if not php:
             self.fail("mod_php is not installed (scripts/test installs libapache2-mod-php)")
         www = os.path.join(self.tmpdir, "www")
-        os.makedirs(os.path.join(www, "login"))
-        for page in ("wp-login.php", "index.php", "login/index.php"):
+        for folder in ("login", "blog"):
+            os.makedirs(os.path.join(www, folder))
+        for page in ("wp-login.php", "index.php", "login/index.php", "blog/index.php"):
             with open(os.path.join(www, page), "wb") as f:
-                f.write(SCRIPT)
+                f.write(FRONT_CONTROLLER if page.startswith("blog/") else SCRIPT)
         self.apache_port = free_port()
         modules = "".join("LoadModule %s_module %s/mod_%s.so\n" % (m, APACHE_MODULES, m)
                           for m in ("mpm_prefork", "authz_core", "dir", "mime"))
@@ -62,18 +67,22 @@ TypesConfig /etc/mime.types
     def served(self):
         """Every target made of the pieces that Apache answers by running a
         script, with the script's name."""
-        if ApachePathReadingTest._scripts is not None:
-            return ApachePathReadingTest._scripts
+        if ApachePathReadingTest._scripts is None:
+            ApachePathReadingTest._scripts = self.scripts_run(
+                b"/" + b"".join(pieces) for n in range(1, MAX_PIECES + 1)
+                for pieces in itertools.product(PIECES, repeat=n))
+        return ApachePathReadingTest._scripts
+
+    def scripts_run(self, targets):
+        """Of `targets`, those naming "login" that Apache answers by running
+        a script, with what the script said."""
         scripts = {}
-        for n in range(1, MAX_PIECES + 1):
-            for pieces in itertools.product(PIECES, repeat=n):
-                target = b"/" + b"".join(pieces)
-                if b"login" not in target:
-                    continue
-                status, body = status_and_body(self.apache_port, target)
-                if status == 200 and body.startswith(b"SCRIPT="):
-                    scripts[target] = body[len(b"SCRIPT="):]
-        ApachePathReadingTest._scripts = scripts
+        for target in targets:
+            if b"login" not in target:
+                continue
+            status, body = status_and_body(self.apache_port, target)
+            if status == 200 and body.startswith(b"SCRIPT="):
+                scripts[target] = body[len(b"SCRIPT="):]
         return scripts
 
     def walked_past(self, match, targets):
@@ -115,6 +124,21 @@ policies:
         self.assertGreater(len(targets), 20, len(targets))
         self.assertIn(b"/login/index.php/x", targets)
         self.assertEqual(self.walked_past("{path: /login/}", targets), [])
+
+    def test_every_spelling_a_front_controller_routes_as_a_path_is_counted(self):
+        # /blog/index.php routing /blog/login (its /login) against a
+        # policy's `path: /blog/login`: the front controller, a separator,
+        # the route, each spelled in a few ways.
+        targets = [t for t, route in self.scripts_run(
+            a + b + c for a, b, c in itertools.product(
+                (b"/blog/index.php", b"/blog//index.php", b"/blog/./index.php",
+                 b"/x/../blog/index.php", b"/blog/index%2ephp", b"/%62log/index.php"),
+                (b"/", b"//", b"/./", b"/x/../", b"/%2e/"),
+                (b"login", b"login/", b"%6cogin", b"login//", b"login/."))).items()
+            if route in (b"/blog/login", b"/blog/login/")]
+        self.assertGreater(len(targets), 100, len(targets))
+        self.assertIn(b"/blog/index.php/login", targets)
+        self.assertEqual(self.walked_past("{path: /blog/login}", targets), [])
 
 if __name__ == "__main__":
     unittest.main()
