@@ -282,6 +282,16 @@ bool PathMatches(std::string_view path, std::string_view exact) {
          (rest.front() == '.' && exact.back() != '/' && rest.find('/') == std::string_view::npos);
 }
 
+// `path` without a format suffix (PathMatches): its last segment up to
+// its first '.' after a name (`/login.json` and `/login.a.b` are `/login`;
+// `/.env` stays).
+std::string_view WithoutFormatSuffix(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const size_t name = slash == std::string_view::npos ? 0 : slash + 1;
+  const size_t dot = path.find('.', name);
+  return dot == std::string_view::npos || dot == name ? path : path.substr(0, dot);
+}
+
 // Whether the request's `path` starts with the policy's `prefix`, without
 // case; a prefix that ends with '/' also takes the path without it (an
 // Express router mounted at `/admin/` serves `/admin`).
@@ -891,19 +901,22 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         break;
       }
       case KeyPart::Kind::kPath: {
-        // Without case, a trailing '/', a folder's index page or a PHP
-        // front controller, decoded whole, as paths are matched: `/LOGIN`,
-        // `/login/`, `/login/index.php`, `/login%2F` and `/index.php/login`
-        // are no buckets of their own. Nor is a script's PATH_INFO:
-        // `/wp-login.php/1`, `/wp-login.php/2`, ... all run wp-login.php,
-        // so they are its bucket (ScriptPath); only a front controller by
-        // its usual name (index.php) is keyed by the path it routes.
+        // Without case, a trailing '/', a folder's index page, a PHP
+        // front controller or a format suffix, decoded whole, as paths are
+        // matched: `/LOGIN`, `/login/`, `/login/index.php`, `/login%2F`,
+        // `/index.php/login` and `/login.json` are no buckets of their own
+        // (Rails and Spring MVC before 5.3 route `/login.<anything>` to
+        // `/login`). Nor is a script's PATH_INFO: `/wp-login.php/1`,
+        // `/wp-login.php/2`, ... all run wp-login.php, so they are its
+        // bucket (ScriptPath); only a front controller by its usual name
+        // (index.php) is keyed by the path it routes.
         const std::optional<std::string> decoded = DecodedPath(request.path);
         std::string_view path = decoded ? *decoded : request.path;
         const std::optional<std::string> routed = FrontControllerPath(path, /*named=*/true);
         if (routed) path = *routed;
-        AppendEscaped(key, WithoutTrailingSlash(WithoutDirectoryIndex(ScriptPath(path))),
-                      /*lower=*/true);
+        AppendEscaped(
+            key, WithoutFormatSuffix(WithoutTrailingSlash(WithoutDirectoryIndex(ScriptPath(path)))),
+            /*lower=*/true);
         break;
       }
       case KeyPart::Kind::kRoute:

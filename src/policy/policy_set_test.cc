@@ -720,17 +720,20 @@ policies:
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/a|b/Index.php";  // nor a folder's index page
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
-  // Nor a script's PATH_INFO: /a|b.php/1, /a|b.php/2, ... all run /a|b.php.
-  // Only a front controller by its usual name is keyed by the path it routes.
-  for (const char* path : {"/a|b.php/1", "/A|B.PHP/2/", "/a|b.php%2F3"}) {
+  // Nor a script's PATH_INFO (/a|b.php/1, /a|b.php/2, ... all run
+  // /a|b.php), nor a format suffix (Rails and Spring MVC before 5.3 route
+  // /a|b.json and /a|b.x.y to /a|b). Only a front controller by its usual
+  // name is keyed by the path it routes.
+  for (const char* path : {"/a|b.php/1", "/A|B.PHP/2/", "/a|b.php%2F3", "/a|b.json", "/a|b.x.y",
+                           "/a|b.", "/a|b.aspx/1/2"}) {
     r.path = path;
     EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff),
-              "203.0.113.9|key\\\\1|/a\\|b.php|app")
+              "203.0.113.9|key\\\\1|/a\\|b|app")
         << path;
   }
-  r.path = "/x/login.aspx/1/2";
+  r.path = "/a.b/.env";  // a dot in another segment, or before any name, stays
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff),
-            "203.0.113.9|key\\\\1|/x/login.aspx|app");
+            "203.0.113.9|key\\\\1|/a.b/.env|app");
   r.path = "/app_dev.php/a|b";
   EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff), "203.0.113.9|key\\\\1|/a\\|b|app");
   r.path = "/x/index.php/a|b";  // in a folder: the folder's /a|b
