@@ -1,12 +1,12 @@
 """HTTP/1.1 on raw sockets, for tests that watch bytes as they come: a
 server whose connections a test's handler serves one by one on threads of
-their own, the reading of a message's head, and a GET sent as given
-bytes."""
+their own, the reading of a message's head, a GET sent as given bytes,
+and the targets a policy in front of an upstream leaves uncounted."""
 
 import socket
 import threading
 
-from harness import HOST
+from harness import HOST, server_block
 
 
 class RawServer:
@@ -86,3 +86,30 @@ def status_and_body(port, target, headers=b"", host_field=True):
             data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), body
+
+
+def uncounted(test, upstream_port, match, targets):
+    """Starts sluice (test.start_sluice) in front of the upstream on
+    HOST:`upstream_port` with one policy, `match` (YAML text), 1 a minute
+    for each X-Try; sends each of `targets` (a GET's target, as bytes)
+    twice under an X-Try of its own and returns those whose second request
+    was not denied: those the policy did not count. The upstream serves
+    every one of them (each first request must pass)."""
+    test.start_sluice(server_block(threads=1) + """\
+routes: [{name: app, match: {path_prefix: /}, upstream: "http://%s:%d"}]
+policies:
+  - name: login
+    match: %s
+    key: ["header:X-Try"]
+    limits:
+      - {algorithm: fixed_window, rate: 1/1m}
+""" % (HOST, upstream_port, match))
+    walked_past = []
+    for i, target in enumerate(targets):
+        key = b"X-Try: %d\r\n" % i
+        first, _ = status_and_body(test.sluice.port, target, key)
+        second, _ = status_and_body(test.sluice.port, target, key)
+        test.assertEqual(first, 200, target)
+        if second != 429:
+            walked_past.append(target)
+    return walked_past

@@ -13,8 +13,8 @@ import itertools
 import os
 import unittest
 
-from harness import APACHE_MODULES, HOST, SluiceTestCase, free_port, server_block, start_apache
-from raw_http import status_and_body
+from harness import APACHE_MODULES, HOST, SluiceTestCase, free_port, start_apache
+from raw_http import status_and_body, uncounted
 
 # What a path is made of here: one to SLUICE_PATH_PIECES (default 3) of
 # these after a first "/".
@@ -85,37 +85,13 @@ TypesConfig /etc/mime.types
                 scripts[target] = body[len(b"SCRIPT="):]
         return scripts
 
-    def walked_past(self, match, targets):
-        """Starts sluice with one policy, `match`, in front of Apache;
-        returns the targets the policy did not count."""
-        self.start_sluice(server_block(threads=1) + """\
-routes: [{name: app, match: {path_prefix: /}, upstream: "http://%s:%d"}]
-policies:
-  - name: login
-    match: %s
-    key: ["header:X-Try"]
-    limits:
-      - {algorithm: fixed_window, rate: 1/1m}
-""" % (HOST, self.apache_port, match))
-        walked_past = []
-        for i, target in enumerate(targets):
-            # A key of its own: the first request passes; the second is
-            # denied only if the first was counted.
-            key = b"X-Try: %d\r\n" % i
-            first, _ = status_and_body(self.sluice.port, target, key)
-            second, _ = status_and_body(self.sluice.port, target, key)
-            self.assertEqual(first, 200, target)
-            if second != 429:
-                walked_past.append(target)
-        return walked_past
-
     def test_every_spelling_apache_runs_a_script_for_is_counted(self):
         # wp-login.php, PATH_INFO and all, against a policy's
         # `path: /wp-login.php`.
         targets = [t for t, script in self.served().items() if script == b"/wp-login.php"]
         self.assertGreater(len(targets), 100, len(targets))  # the pieces make what it runs
         self.assertIn(b"/wp-login.php/x", targets)
-        self.assertEqual(self.walked_past("{path: /wp-login.php}", targets), [])
+        self.assertEqual(uncounted(self, self.apache_port, "{path: /wp-login.php}", targets), [])
 
     def test_every_spelling_apache_runs_a_folders_index_page_for_is_counted(self):
         # /login/index.php (the folder /login/ by its index page, PATH_INFO
@@ -123,7 +99,7 @@ policies:
         targets = [t for t, script in self.served().items() if script == b"/login/index.php"]
         self.assertGreater(len(targets), 20, len(targets))
         self.assertIn(b"/login/index.php/x", targets)
-        self.assertEqual(self.walked_past("{path: /login/}", targets), [])
+        self.assertEqual(uncounted(self, self.apache_port, "{path: /login/}", targets), [])
 
     def test_every_spelling_a_front_controller_routes_as_a_path_is_counted(self):
         # /blog/index.php routing /blog/login (its /login) against a
@@ -138,7 +114,7 @@ policies:
             if route in (b"/blog/login", b"/blog/login/")]
         self.assertGreater(len(targets), 100, len(targets))
         self.assertIn(b"/blog/index.php/login", targets)
-        self.assertEqual(self.walked_past("{path: /blog/login}", targets), [])
+        self.assertEqual(uncounted(self, self.apache_port, "{path: /blog/login}", targets), [])
 
 if __name__ == "__main__":
     unittest.main()
