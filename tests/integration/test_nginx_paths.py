@@ -1,9 +1,11 @@
 """A policy's path against NGINX's reading of it: Debian's nginx as the
-upstream, with a `location /login` of its own, and sluice in front of it with
-a prefix policy on /login. Every spelling of a path made of a few pieces
-(slashes, dots, escapes, parameters, backslashes) that NGINX serves from
-`location /login` must be counted by the policy: otherwise a client walks
-past a login limit by spelling /login so."""
+upstream, with a `location /login` of its own (and PHP's location, which
+hands PHP-FPM a script and its PATH_INFO), and sluice in front of it with
+a policy on /login (on /wp-login.php). Every spelling of a path made of a
+few pieces (slashes, dots, escapes, parameters, backslashes) that NGINX
+serves from `location /login` (hands PHP as /wp-login.php) must be counted
+by the policy: otherwise a client walks past a login limit by spelling the
+path so."""
 
 import itertools
 import os
@@ -18,32 +20,52 @@ from raw_http import status_and_body, uncounted
 PIECES = [b"/", b"//", b"%2f", b"%2F", b".", b"..", b"%2e", b"%2e%2e", b".%2e", b";", b";x",
           b"..;", b"\\", b"%5c", b"%5c..", b"/..", b"%2f..", b"x", b"login", b"%6cogin",
           b"LOGIN", b"%3b", b"%20", b"?", b"#", b"%252f"]
+# And of these, for the PHP location.
+PHP_PIECES = [b"/", b"//", b"%2f", b".", b"..", b"%2e", b";x", b"..;", b"\\", b"%5c", b"x",
+              b"x.php", b"wp-login.php", b"%77p-login.php", b"wp-login%2ephp", b"login", b"%20",
+              b"?"]
 MAX_PIECES = int(os.environ.get("SLUICE_PATH_PIECES", "3"))
 
 
 class NginxPathReadingTest(SluiceTestCase):
     def setUp(self):
         super().setUp()
-        self.nginx_port = free_port()
+        self.nginx_port, self.php_port = free_port(), free_port()
+        www = os.path.join(self.tmpdir, "www")
+        os.makedirs(www)
+        open(os.path.join(www, "wp-login.php"), "w").close()
+        # The second server is PHP's location as NGINX's own example for
+        # PHP-FPM writes it (and Debian's snippets/fastcgi-php.conf splits
+        # the path so): the script NGINX would hand PHP-FPM, an existing
+        # file, is the answer. (Checked against PHP 8.2's FPM behind it:
+        # the same scripts for every target.)
         start_nginx(self, """pid %(dir)s/nginx.pid;
 events { worker_connections 64; }
 http { access_log off;
   server { listen %(host)s:%(port)d;
     location = /login { return 200 "EXACT"; }
     location /login { return 200 "LOGIN"; }
-    location / { return 200 "OTHER"; } } }
-""" % {"dir": self.tmpdir, "host": HOST, "port": self.nginx_port}, self.nginx_port)
+    location / { return 200 "OTHER"; } }
+  server { listen %(host)s:%(php_port)d; root %(www)s;
+    location / { return 404; }
+    location ~ [^/]\\.php(/|$) {
+      fastcgi_split_path_info ^(.+?\\.php)(/.*)$;
+      if (!-f $document_root$fastcgi_script_name) { return 404; }
+      return 200 "SCRIPT=$fastcgi_script_name"; } } }
+""" % {"dir": self.tmpdir, "host": HOST, "port": self.nginx_port, "php_port": self.php_port,
+       "www": www}, self.nginx_port)
 
-    def served(self, answers):
-        """Every target made of the pieces that NGINX answers with one of
+    def served(self, answers, port=None, pieces=PIECES, first=2):
+        """Every target made of `first` or more of `pieces` that NGINX (on
+        `port`: the first server's by default) answers with one of
         `answers`."""
         served = []
-        for n in range(2, MAX_PIECES + 1):
-            for pieces in itertools.product(PIECES, repeat=n):
-                target = b"/" + b"".join(pieces)
+        for n in range(first, MAX_PIECES + 1):
+            for made in itertools.product(pieces, repeat=n):
+                target = b"/" + b"".join(made)
                 if b"login" not in target.lower() and b"%6cogin" not in target:
                     continue
-                status, body = status_and_body(self.nginx_port, target)
+                status, body = status_and_body(port or self.nginx_port, target)
                 if status == 200 and body in answers:
                     served.append(target)
         return served
@@ -60,6 +82,17 @@ http { access_log off;
         served = self.served((b"EXACT",))
         self.assertGreater(len(served), 100, len(served))
         self.assertEqual(uncounted(self, self.nginx_port, "{path: /login}", served), [])
+
+
+    def test_every_spelling_nginx_hands_php_as_a_script_is_counted(self):
+        # The PHP location (fastcgi_split_path_info: the script, then
+        # PATH_INFO, of the path NGINX decoded and normalized) against a
+        # policy's `path: /wp-login.php`: `/wp-login.php%2fx` is the script
+        # /wp-login.php with PATH_INFO /x.
+        served = self.served((b"SCRIPT=/wp-login.php",), self.php_port, PHP_PIECES, first=1)
+        self.assertGreater(len(served), 300, len(served))
+        self.assertIn(b"/wp-login.php%2fx", served)
+        self.assertEqual(uncounted(self, self.php_port, "{path: /wp-login.php}", served), [])
 
 
 if __name__ == "__main__":
