@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "base/ascii.h"
 #include "base/cat.h"
@@ -472,10 +473,49 @@ std::string CredentialsKey(std::string_view value) {
 // The path with every escape decoded, `%2F` included, when that differs
 // from `path` (normalized: escapes of unreserved characters are decoded
 // already): what WSGI servers hand Django and Flask as PATH_INFO, and what
-// Symfony's router matches, so `/login%2F` is their `/login/`.
+// Symfony's router matches, so `/login%2F` is their `/login/`. IIS's
+// `%uNNNN` escapes too (a code point, in UTF-8): http.sys takes that
+// notation by default (its PercentUAllowed), so `/%u006Cogin` is its
+// `/login`. nullopt for a bad escape.
 std::optional<std::string> DecodedPath(std::string_view path) {
   if (path.find('%') == std::string_view::npos) return std::nullopt;
-  return PercentDecode(path);
+  std::string out;
+  out.reserve(path.size());
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] != '%') {
+      out.push_back(path[i]);
+      continue;
+    }
+    if (const std::optional<char> c = PercentByte(path, i)) {
+      out.push_back(*c);
+      i += 2;
+      continue;
+    }
+    uint32_t code = 0;  // "%uNNNN"
+    if (i + 5 >= path.size() || (path[i + 1] != 'u' && path[i + 1] != 'U')) return std::nullopt;
+    for (const char c : path.substr(i + 2, 4)) {
+      const char lower = static_cast<char>(c | 0x20);
+      if (absl::ascii_isdigit(static_cast<unsigned char>(c))) {
+        code = code * 16 + static_cast<uint32_t>(c - '0');
+      } else if (lower >= 'a' && lower <= 'f') {
+        code = code * 16 + static_cast<uint32_t>(lower - 'a' + 10);
+      } else {
+        return std::nullopt;
+      }
+    }
+    if (code < 0x80) {
+      out.push_back(static_cast<char>(code));
+    } else if (code < 0x800) {
+      out.push_back(static_cast<char>(0xC0 | (code >> 6)));
+      out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    } else {
+      out.push_back(static_cast<char>(0xE0 | (code >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    }
+    i += 5;
+  }
+  return out;
 }
 
 // The folder an application serving `path` may be installed in: the path

@@ -283,6 +283,24 @@ TEST(Matches, ThePathDecodedWhole) {
   EXPECT_FALSE(Matches({.path = "/login"}, r.Facts()));
 }
 
+TEST(Matches, IisPercentUEscapes) {
+  // http.sys takes `%uNNNN` by default (PercentUAllowed): `/%u006Cogin` is
+  // IIS's `/login`.
+  FakeRequest r;
+  for (const char* path : {"/%u006Cogin", "/%U006cOGIN", "/logi%u006E", "/x/..%u002Flogin",
+                           "/%u006C%u006F%u0067%u0069%u006E/", "/%u006Cogin%5C"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/login"}, r.Facts())) << path;
+  }
+  // Not escapes: nothing is decoded, and nothing else matches.
+  for (const char* path : {"/%u006Cogi", "/%u06Cogin", "/%u00G6login", "/%ulogin"}) {
+    r.path = path;
+    EXPECT_FALSE(Matches({.path = "/login"}, r.Facts())) << path;
+  }
+  r.path = "/%u00E9t%u00E9";  // a code point past ASCII, in UTF-8
+  EXPECT_TRUE(Matches({.path = "/\xC3\xA9t\xC3\xA9"}, r.Facts()));
+}
+
 TEST(Matches, ThePathDecodedWholeThenNormalized) {
   // NGINX decodes every escape of a path, `%2F` included, then merges
   // slashes and applies dot segments: each of these is in its
@@ -725,7 +743,7 @@ policies:
   // /a|b.json and /a|b.x.y to /a|b). Only a front controller by its usual
   // name is keyed by the path it routes.
   for (const char* path : {"/a|b.php/1", "/A|B.PHP/2/", "/a|b.php%2F3", "/a|b.json", "/a|b.x.y",
-                           "/a|b.", "/a|b.aspx/1/2"}) {
+                           "/a|b.", "/a|b.aspx/1/2", "/%u0061|b"}) {
     r.path = path;
     EXPECT_EQ(*set->Find("p")->KeyFor(r.Facts(), "app", {}, kXff),
               "203.0.113.9|key\\\\1|/a\\|b|app")
