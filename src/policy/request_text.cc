@@ -40,7 +40,8 @@ namespace {
 
 // Whether `raw` is already what NormalizePath makes of it (nearly every
 // path a client sends): a '/' then segments that are neither empty, "." nor
-// "..", with no '%', ';' or '\\', and perhaps a '/' after the last.
+// "..", with no '%', ';' or '\\' and not starting with '(', and perhaps a
+// '/' after the last.
 bool IsNormalPath(std::string_view raw) {
   if (raw.empty() || raw.front() != '/') return false;
   size_t start = 1;
@@ -48,7 +49,7 @@ bool IsNormalPath(std::string_view raw) {
     const size_t slash = raw.find('/', start);
     const std::string_view seg =
         raw.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
-    if (seg.empty() || seg == "." || seg == ".." ||
+    if (seg.empty() || seg == "." || seg == ".." || seg.front() == '(' ||
         seg.find_first_of("%;\\") != std::string_view::npos) {
       return false;
     }
@@ -61,6 +62,29 @@ bool IsNormalPath(std::string_view raw) {
 }  // namespace
 
 namespace {
+
+// Whether `seg` is ASP.NET's cookieless tickets: "(", then one or more
+// tickets, each a letter and its value in parentheses, then ")":
+// "(S(abc))", "(X(1)S(abc))". ASP.NET's filter takes such a segment out of
+// the path before IIS maps it to a file or a handler, so
+// "/(S(x))/login.aspx" is "/login.aspx" there.
+bool IsCookielessTickets(std::string_view seg) {
+  if (seg.size() < 5 || seg.front() != '(' || seg.back() != ')') return false;
+  std::string_view rest = seg.substr(1, seg.size() - 2);
+  while (!rest.empty()) {
+    if (rest.size() < 3 || !absl::ascii_isalpha(static_cast<unsigned char>(rest[0])) ||
+        rest[1] != '(') {
+      return false;
+    }
+    const size_t close = rest.find(')', 2);
+    if (close == std::string_view::npos ||
+        rest.substr(2, close - 2).find('(') != std::string_view::npos) {
+      return false;
+    }
+    rest.remove_prefix(close + 1);
+  }
+  return true;
+}
 
 // "/" and each segment of `decoded` but the empty and "." ones, with ".."
 // applied; a trailing slash kept. `segment` reads a segment first (it may
@@ -109,9 +133,12 @@ std::string NormalizePath(std::string_view raw) {
   }
   // A segment's parameters (";jsessionid=...") are not part of it, as
   // Tomcat and Jetty map a path: "/;x/login" and "/x/..;/login" are
-  // their "/login".
-  return ResolveSegments(decoded,
-                         [](std::string_view seg) { return seg.substr(0, seg.find(';')); });
+  // their "/login". Nor is a segment of ASP.NET's cookieless tickets
+  // ("/(S(x))/login" is "/login" to IIS).
+  return ResolveSegments(decoded, [](std::string_view seg) {
+    seg = seg.substr(0, seg.find(';'));
+    return IsCookielessTickets(seg) ? std::string_view() : seg;
+  });
 }
 
 std::string PlainPath(std::string_view raw) {

@@ -21,6 +21,7 @@ std::optional<std::string> PercentDecode(std::string_view s);
 // The path policies and routes match on, as an origin server would see it:
 // percent-encoded unreserved characters decoded, a backslash read as a
 // slash (IIS), each segment's parameters (";...", Tomcat and Jetty)
+// dropped, a segment of ASP.NET's cookieless tickets ("(S(...))", IIS)
 // dropped, empty and "." segments dropped, ".." applied. Otherwise
 // "/%6Cogin", "//login", "/x/../login", "/\\login", "/;x/login" or
 // "/x/..;/login" would slip past a policy on /login that the upstream then

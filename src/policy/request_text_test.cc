@@ -13,7 +13,7 @@ namespace {
 // walk; the walk must agree. "/." before a path sends it down the walk and
 // changes nothing else, so both ways are compared on random paths.
 TEST(NormalizePath, APathAlreadyNormalIsWhatTheFullWalkMakesOfIt) {
-  const std::string alphabet = "//..%6cA-_~z9;\\";
+  const std::string alphabet = "//..%6cA-_~z9;\\(S)";
   std::mt19937 rng(17);
   int normal = 0;
   for (int n = 0; n < 20000; ++n) {
@@ -29,7 +29,7 @@ TEST(NormalizePath, APathAlreadyNormalIsWhatTheFullWalkMakesOfIt) {
     EXPECT_EQ(NormalizePath(path), path);
   }
   for (const std::string_view path :
-       {"//", "/a//", "/a/.", "/a/..", "/%61", "/a/./b", "a", "/a;b", "/a\\b"}) {
+       {"//", "/a//", "/a/.", "/a/..", "/%61", "/a/./b", "a", "/a;b", "/a\\b", "/(S(x))/a"}) {
     EXPECT_NE(NormalizePath(path), path) << path;
   }
 }
@@ -59,6 +59,18 @@ TEST(NormalizePath, ResolvesWhatWouldEvadeAPathPolicy) {
       {"\\login", "/login"},
       {"/x\\..\\login", "/login"},
       {"/api\\v1", "/api/v1"},
+      // A segment of ASP.NET's cookieless tickets, which IIS never maps.
+      {"/(S(x))/login", "/login"},
+      {"/app/(X(1)S(abc))/login.aspx", "/app/login.aspx"},
+      {"/(a(x)F(y))/login", "/login"},
+      {"/(S())/login;x", "/login"},
+      {"/(S(x))", "/"},
+      // Not tickets: kept.
+      {"/(S(x)/login", "/(S(x)/login"},
+      {"/(Sx)/login", "/(Sx)/login"},
+      {"/(S(x)y)/login", "/(S(x)y)/login"},
+      {"/(1(x))/login", "/(1(x))/login"},
+      {"/(S(a(b)))/login", "/(S(a(b)))/login"},
   };
   for (const auto& [raw, normal] : cases) EXPECT_EQ(NormalizePath(raw), normal) << raw;
 }

@@ -741,13 +741,15 @@ class GatewayTest(SluiceTestCase):
         # /login.do, Laravel and Symfony /index.php/login, Django and Flask
         # /login%2F (WSGI's PATH_INFO is decoded whole), and Apache or NGINX
         # with PHP serve /login/ by /login/index.php, and IIS reads
-        # /%u006Cogin as /login (http.sys takes %uNNNN by default). Each was
-        # forwarded with 200 after /login was denied. Expected: each denied.
+        # /%u006Cogin as /login (http.sys takes %uNNNN by default) and
+        # /(S(x))/login too (ASP.NET takes cookieless tickets out of the
+        # path). Each was forwarded with 200 after /login was denied.
+        # Expected: each denied.
         self.start(self.LOGIN)
         self.assertEqual(self.post("/login", body="").status, 200)
         for path in ("/LOGIN", "/Login", "/%4Cogin", "/login/", "/login.json", "/Login.do",
                      "/index.php/login", "/login%2F", "/login/index.php", "/%u006Cogin",
-                     "/blog/../%U006COGIN"):
+                     "/blog/../%U006COGIN", "/(S(x))/login", "/(X(1)F(y))/Login"):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
