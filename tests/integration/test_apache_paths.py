@@ -38,11 +38,13 @@ class ApachePathReadingTest(SluiceTestCase):
         if not php:
             self.fail("mod_php is not installed (scripts/test installs libapache2-mod-php)")
         www = os.path.join(self.tmpdir, "www")
-        for folder in ("login", "blog"):
-            os.makedirs(os.path.join(www, folder))
+        for folder in ("", "login", "blog"):  # Apache's workers run unprivileged
+            os.makedirs(os.path.join(www, folder), exist_ok=True)
+            os.chmod(os.path.join(www, folder), 0o755)
         for page in ("wp-login.php", "index.php", "login/index.php", "blog/index.php"):
             with open(os.path.join(www, page), "wb") as f:
                 f.write(FRONT_CONTROLLER if page.startswith("blog/") else SCRIPT)
+            os.chmod(os.path.join(www, page), 0o644)
         self.apache_port = free_port()
         modules = "".join("LoadModule %s_module %s/mod_%s.so\n" % (m, APACHE_MODULES, m)
                           for m in ("mpm_prefork", "authz_core", "dir", "mime"))

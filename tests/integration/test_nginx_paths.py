@@ -33,6 +33,7 @@ class NginxPathReadingTest(SluiceTestCase):
         self.nginx_port, self.php_port = free_port(), free_port()
         www = os.path.join(self.tmpdir, "www")
         os.makedirs(www)
+        os.chmod(www, 0o755)  # NGINX's workers run unprivileged
         open(os.path.join(www, "wp-login.php"), "w").close()
         # The second server is PHP's location as NGINX's own example for
         # PHP-FPM writes it (and Debian's snippets/fastcgi-php.conf splits
