@@ -359,7 +359,10 @@ bool IsPathInfoScript(std::string_view segment) {
   return false;
 }
 
-// A path split at its first segment that names a script (IsPathInfoScript)
+// A path split at its first segment that names a script (IsPathInfoScript,
+// or any segment right after a `cgi-bin` one: Apache's ScriptAlias
+// /cgi-bin/, which Debian's Apache sets up wherever CGI is on, runs every
+// file there as a CGI script)
 // and has more after it: `/blog/wp-login.php/x` is the folder `/blog`, the
 // script `wp-login.php` and the rest `/x`. Apache (its AcceptPathInfo, on
 // for PHP and CGI handlers), PHP-FPM behind NGINX's
@@ -372,13 +375,16 @@ struct ScriptSplit {
   std::string_view rest;  // from the '/' after the script
 };
 std::optional<ScriptSplit> SplitAtScript(std::string_view path) {
+  std::string_view previous;
   for (size_t start = 1; start < path.size();) {
     const size_t slash = path.find('/', start);
     if (slash == std::string_view::npos) break;
-    if (const std::string_view segment = path.substr(start, slash - start);
-        IsPathInfoScript(segment)) {
+    const std::string_view segment = path.substr(start, slash - start);
+    if (IsPathInfoScript(segment) ||
+        (!segment.empty() && internal::AsciiEqualsIgnoreCase(previous, "cgi-bin"))) {
       return ScriptSplit{path.substr(0, start - 1), segment, path.substr(slash)};
     }
+    previous = segment;
     start = slash + 1;
   }
   return std::nullopt;

@@ -251,7 +251,9 @@ TEST(Matches, TheScriptAServerRunsForALongerPath) {
            {"/cgi-bin/login.pl/x", "/cgi-bin/login.pl"},
            {"/a/login.php5/x", "/a/login.php5"},
            {"/a/login.phtml/x", "/a/login.phtml"},
-           {"/a/login.svc/x", "/a/login.svc"}}) {
+           {"/a/login.svc/x", "/a/login.svc"},
+           {"/cgi-bin/login/x", "/cgi-bin/login"},  // ScriptAlias /cgi-bin/: any file
+           {"/app/CGI-BIN/login/x/y.php/z", "/app/cgi-bin/login"}}) {
     r.path = path;
     EXPECT_TRUE(Matches({.path = script}, r.Facts())) << path;
   }

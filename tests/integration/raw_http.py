@@ -71,7 +71,7 @@ def read_head(conn, data=b""):
 
 
 def status_and_body(port, target, headers=b"", host_field=True):
-    """The status line's code and the body of one GET of `target` with
+    """The status line's code and the body (de-chunked) of one GET of `target` with
     `headers` (and a Host field of its own unless `host_field` is false),
     sent as these bytes (no client library rewrites them)."""
     host = b"Host: app.example\r\n" if host_field else b""
@@ -85,7 +85,22 @@ def status_and_body(port, target, headers=b"", host_field=True):
                 break
             data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
+    if b"\r\ntransfer-encoding: chunked" in head.lower():
+        body = dechunked(body)
     return int(head.split(b" ", 2)[1]), body
+
+
+def dechunked(body):
+    """A chunked body's data (RFC 9112 section 7.1), its extensions and
+    trailer fields left out."""
+    data = b""
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        data, body = data + body[:size], body[size + 2:]
+    return data
 
 
 def uncounted(test, upstream_port, match, targets):

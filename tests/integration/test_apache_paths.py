@@ -4,9 +4,11 @@ serving a WordPress-like tree, and sluice in front of it. Every spelling of
 a path made of a few pieces that Apache answers by running a script must be
 counted by a policy on that script's path: otherwise a client walks past a
 login limit by spelling the path so. Apache runs `/wp-login.php` for
-`/wp-login.php/x` too (the rest is its PATH_INFO), `/login/index.php` for
-the folder `/login/`, and a front controller installed in `/blog` routes
-`/blog/index.php/login` as its `/login`, which is `/blog/login`."""
+`/wp-login.php/x` too (the rest is its PATH_INFO), and `/cgi-bin/login` for
+`/cgi-bin/login/x` (any file under its ScriptAlias /cgi-bin/ is a CGI
+script), `/login/index.php` for the folder `/login/`, and a front
+controller installed in `/blog` routes `/blog/index.php/login` as its
+`/login`, which is `/blog/login`."""
 
 import glob
 import itertools
@@ -29,6 +31,7 @@ MAX_PIECES = int(os.environ.get("SLUICE_PATH_PIECES", "3"))
 # and Symfony installed there route).
 SCRIPT = b'<?php echo "SCRIPT=", $_SERVER["SCRIPT_NAME"];'
 FRONT_CONTROLLER = b'<?php echo "SCRIPT=/blog", $_SERVER["PATH_INFO"] ?? "/";'
+CGI_SCRIPT = b'#!/bin/sh\nprintf "Content-Type: text/plain\\n\\nSCRIPT=%s" "$SCRIPT_NAME"\n'
 
 
 class ApachePathReadingTest(SluiceTestCase):
@@ -45,9 +48,15 @@ class ApachePathReadingTest(SluiceTestCase):
             with open(os.path.join(www, page), "wb") as f:
                 f.write(FRONT_CONTROLLER if page.startswith("blog/") else SCRIPT)
             os.chmod(os.path.join(www, page), 0o644)
+        cgi = os.path.join(self.tmpdir, "cgi")  # ScriptAlias /cgi-bin/: any file a script
+        os.makedirs(cgi, mode=0o755)
+        with open(os.path.join(cgi, "login"), "wb") as f:
+            f.write(CGI_SCRIPT)
+        os.chmod(cgi, 0o755)
+        os.chmod(os.path.join(cgi, "login"), 0o755)
         self.apache_port = free_port()
         modules = "".join("LoadModule %s_module %s/mod_%s.so\n" % (m, APACHE_MODULES, m)
-                          for m in ("mpm_prefork", "authz_core", "dir", "mime"))
+                          for m in ("mpm_prefork", "authz_core", "dir", "mime", "alias", "cgi"))
         start_apache(self, """ServerRoot %(dir)s
 ServerName localhost
 PidFile %(dir)s/httpd.pid
@@ -56,13 +65,14 @@ Listen %(host)s:%(port)d
 ErrorLog %(dir)s/apache-error.log
 StartServers 2
 DocumentRoot %(www)s
+ScriptAlias /cgi-bin/ %(cgi)s/
 DirectoryIndex index.php
 TypesConfig /etc/mime.types
 <FilesMatch ".+\\.ph(ar|p|tml)$">
     SetHandler application/x-httpd-php
 </FilesMatch>
 """ % {"dir": self.tmpdir, "host": HOST, "port": self.apache_port, "modules": modules,
-       "php": php[-1], "www": www}, self.apache_port)
+       "php": php[-1], "www": www, "cgi": cgi}, self.apache_port)
 
     _scripts = None  # served()'s answer, the same for every test
 
@@ -117,6 +127,20 @@ TypesConfig /etc/mime.types
         self.assertGreater(len(targets), 100, len(targets))
         self.assertIn(b"/blog/index.php/login", targets)
         self.assertEqual(uncounted(self, self.apache_port, "{path: /blog/login}", targets), [])
+
+    def test_every_spelling_apache_runs_a_cgi_script_for_is_counted(self):
+        # /cgi-bin/login (any file under ScriptAlias /cgi-bin/ is a script,
+        # PATH_INFO and all) against a policy's `path: /cgi-bin/login`.
+        targets = [t for t, script in self.scripts_run(
+            a + b for a, b in itertools.product(
+                (b"/cgi-bin/login", b"//cgi-bin/login", b"/x/../cgi-bin/login",
+                 b"/%63gi-bin/login"),
+                (b"", b"/", b"/x", b"//x", b"/x.php", b"/..;", b"?x"))).items()
+            if script == b"/cgi-bin/login"]
+        self.assertGreater(len(targets), 15, len(targets))
+        self.assertIn(b"/cgi-bin/login/x", targets)
+        self.assertEqual(uncounted(self, self.apache_port, "{path: /cgi-bin/login}", targets), [])
+
 
 if __name__ == "__main__":
     unittest.main()
