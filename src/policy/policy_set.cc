@@ -372,7 +372,8 @@ bool IsPathInfoScript(std::string_view segment) {
 struct ScriptSplit {
   std::string_view folder;  // "" at the root
   std::string_view script;
-  std::string_view rest;  // from the '/' after the script
+  std::string_view script_path;  // the folder, '/', the script
+  std::string_view rest;         // from the '/' after the script
 };
 std::optional<ScriptSplit> SplitAtScript(std::string_view path) {
   std::string_view previous;
@@ -382,7 +383,8 @@ std::optional<ScriptSplit> SplitAtScript(std::string_view path) {
     const std::string_view segment = path.substr(start, slash - start);
     if (IsPathInfoScript(segment) ||
         (!segment.empty() && internal::AsciiEqualsIgnoreCase(previous, "cgi-bin"))) {
-      return ScriptSplit{path.substr(0, start - 1), segment, path.substr(slash)};
+      return ScriptSplit{path.substr(0, start - 1), segment, path.substr(0, slash),
+                         path.substr(slash)};
     }
     previous = segment;
     start = slash + 1;
@@ -394,7 +396,7 @@ std::optional<ScriptSplit> SplitAtScript(std::string_view path) {
 // `/wp-login.php/x`. Any other path as it is.
 std::string_view ScriptPath(std::string_view path) {
   const std::optional<ScriptSplit> split = SplitAtScript(path);
-  return split ? path.substr(0, split->folder.size() + 1 + split->script.size()) : path;
+  return split ? split->script_path : path;
 }
 
 // The path a PHP front controller routes the request to, as it reads from
@@ -403,10 +405,12 @@ std::string_view ScriptPath(std::string_view path) {
 // installed in `/blog`, `/blog/index.php/login` as their `/login`, which
 // is `/blog/login`; `/index.php` is `/`. nullopt where no PHP script
 // comes before the path's end (SplitAtScript) and for a path that is no
-// script at the root. `named`: only a front controller by its usual name
-// (index.php; app.php and app_dev.php, Symfony's before 4), not any
-// script.
-std::optional<std::string> FrontControllerPath(std::string_view path, bool named = false) {
+// script at the root. `split`: SplitAtScript(path). `named`: only a front
+// controller by its usual name (index.php; app.php and app_dev.php,
+// Symfony's before 4), not any script.
+std::optional<std::string> FrontControllerPath(std::string_view path,
+                                               const std::optional<ScriptSplit>& split,
+                                               bool named = false) {
   const auto front_controller = [named](std::string_view script) {
     return IsPhpScript(script) && (!named || internal::AsciiEqualsIgnoreCase(script, "index.php") ||
                                    internal::AsciiEqualsIgnoreCase(script, "app.php") ||
@@ -416,7 +420,6 @@ std::optional<std::string> FrontControllerPath(std::string_view path, bool named
     if (front_controller(path.substr(1))) return "/";
     return std::nullopt;
   }
-  const std::optional<ScriptSplit> split = SplitAtScript(path);
   if (!split || !front_controller(split->script)) return std::nullopt;
   return internal::Cat(split->folder, split->rest);
 }
@@ -497,18 +500,13 @@ std::optional<std::string> DecodedPath(std::string_view path) {
       i += 2;
       continue;
     }
-    uint32_t code = 0;  // "%uNNNN"
-    if (i + 5 >= path.size() || (path[i + 1] != 'u' && path[i + 1] != 'U')) return std::nullopt;
-    for (const char c : path.substr(i + 2, 4)) {
-      const char lower = static_cast<char>(c | 0x20);
-      if (absl::ascii_isdigit(static_cast<unsigned char>(c))) {
-        code = code * 16 + static_cast<uint32_t>(c - '0');
-      } else if (lower >= 'a' && lower <= 'f') {
-        code = code * 16 + static_cast<uint32_t>(lower - 'a' + 10);
-      } else {
-        return std::nullopt;
-      }
-    }
+    // "%uNNNN"
+    const std::optional<uint32_t> unit =
+        i + 5 < path.size() && (path[i + 1] == 'u' || path[i + 1] == 'U')
+            ? HexValue(path.substr(i + 2, 4))
+            : std::nullopt;
+    if (!unit) return std::nullopt;
+    const uint32_t code = *unit;
     if (code < 0x80) {
       out.push_back(static_cast<char>(code));
     } else if (code < 0x800) {
@@ -601,11 +599,11 @@ absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::st
           resolved ? std::string_view(*resolved) : std::string_view()}) {
       if (p.empty()) continue;
       if (!as_sent || p.data() != sent.data()) out.emplace_back(p);
-      if (std::optional<std::string> routed = FrontControllerPath(p)) {
+      const std::optional<ScriptSplit> split = SplitAtScript(p);
+      if (std::optional<std::string> routed = FrontControllerPath(p, split)) {
         out.push_back(*std::move(routed));
       }
-      const std::string_view script = ScriptPath(p);
-      if (script.size() != p.size()) out.emplace_back(script);
+      if (split) out.emplace_back(split->script_path);
     }
   };
   add(path, /*as_sent=*/true);
@@ -958,7 +956,8 @@ std::optional<std::string> Policy::KeyFor(const RequestFacts& request, std::stri
         // (index.php) is keyed by the path it routes.
         const std::optional<std::string> decoded = DecodedPath(request.path);
         std::string_view path = decoded ? *decoded : request.path;
-        const std::optional<std::string> routed = FrontControllerPath(path, /*named=*/true);
+        const std::optional<std::string> routed =
+            FrontControllerPath(path, SplitAtScript(path), /*named=*/true);
         if (routed) path = *routed;
         AppendEscaped(
             key, WithoutFormatSuffix(WithoutTrailingSlash(WithoutDirectoryIndex(ScriptPath(path)))),

@@ -8,17 +8,25 @@
 
 namespace sluice::policy {
 
+std::optional<uint32_t> HexValue(std::string_view digits) {
+  if (digits.empty() || digits.size() > 8) return std::nullopt;
+  uint32_t value = 0;
+  for (const char c : digits) {
+    int digit = -1;
+    if (c >= '0' && c <= '9') digit = c - '0';
+    if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
+    if (digit < 0) return std::nullopt;
+    value = value * 16 + static_cast<uint32_t>(digit);
+  }
+  return value;
+}
+
 std::optional<char> PercentByte(std::string_view s, size_t i) {
   if (s[i] != '%' || i + 2 >= s.size()) return std::nullopt;
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
-  if (hi < 0 || lo < 0) return std::nullopt;
-  return static_cast<char>(hi * 16 + lo);
+  const std::optional<uint32_t> byte = HexValue(s.substr(i + 1, 2));
+  if (!byte) return std::nullopt;
+  return static_cast<char>(*byte);
 }
 
 std::optional<std::string> PercentDecode(std::string_view s) {

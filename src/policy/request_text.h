@@ -12,6 +12,9 @@
 
 namespace sluice::policy {
 
+// The value of `digits`, one to eight hex digits; nullopt if any is not one.
+std::optional<uint32_t> HexValue(std::string_view digits);
+
 // The byte "%XX" at s[i] stands for, if it is one.
 std::optional<char> PercentByte(std::string_view s, size_t i);
 
