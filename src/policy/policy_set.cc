@@ -310,7 +310,9 @@ std::string_view WithoutDirectoryIndex(std::string_view path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string_view::npos) return path;
   const std::string_view last = path.substr(slash + 1);
-  for (std::string_view index : {"index.php", "index.jsp", "default.aspx", "default.asp"}) {
+  // `index` too: Apache with MultiViews serves index.php for it.
+  for (std::string_view index :
+       {"index.php", "index.jsp", "default.aspx", "default.asp", "index"}) {
     if (internal::AsciiEqualsIgnoreCase(last, index)) return path.substr(0, slash + 1);
   }
   return path;
@@ -322,8 +324,22 @@ std::string_view WithoutDirectoryIndex(std::string_view path) {
 bool IndexMatches(std::string_view path, std::string_view exact) {
   const std::string_view folder = WithoutDirectoryIndex(path);
   const std::string_view exact_folder = WithoutDirectoryIndex(exact);
-  return (folder.size() != path.size() || exact_folder.size() != exact.size()) &&
-         PathMatches(folder, exact_folder);
+  if ((folder.size() != path.size() || exact_folder.size() != exact.size()) &&
+      PathMatches(folder, exact_folder)) {
+    return true;
+  }
+  // `/login/index/x`: Apache with MultiViews runs the folder's index.php
+  // for it, the rest its PATH_INFO (the first `index` segment: no later
+  // one is reached).
+  for (size_t start = 1; start < path.size();) {
+    const size_t slash = path.find('/', start);
+    if (slash == std::string_view::npos) break;
+    if (internal::AsciiEqualsIgnoreCase(path.substr(start, slash - start), "index")) {
+      return PathMatches(path.substr(0, start), exact_folder);
+    }
+    start = slash + 1;
+  }
+  return false;
 }
 
 // Whether `path` is the folder of a policy's `prefix` that ends with an
@@ -357,6 +373,24 @@ bool IsPathInfoScript(std::string_view segment) {
     if (internal::AsciiEqualsIgnoreCase(ext, script)) return true;
   }
   return false;
+}
+
+// Whether the request's `path` runs the script that is a policy's `exact`
+// path (`/wp-login.php`, IsPathInfoScript) when the server finds a script
+// by its name without the extension: Apache with MultiViews (where a
+// handler's files are negotiated: `AddType application/x-httpd-php .php`,
+// or `MultiviewsMatch Handlers`) runs `/wp-login.php` for `/wp-login` and,
+// the rest its PATH_INFO, for `/wp-login/x`; so do the extensionless
+// rewrites hosts write (mod_rewrite's `$1.php`, NGINX's `try_files
+// $uri.php`) for `/wp-login`. Where the server does neither, a policy so
+// counts requests for a `/wp-login/` folder too: more than it must, never
+// fewer.
+bool NegotiatedScriptMatches(std::string_view path, std::string_view exact) {
+  const size_t slash = exact.rfind('/');
+  if (slash == std::string_view::npos || !IsPathInfoScript(exact.substr(slash + 1))) return false;
+  const std::string_view stem = WithoutFormatSuffix(exact);
+  return internal::AsciiEqualsIgnoreCase(path.substr(0, stem.size()), stem) &&
+         (path.size() == stem.size() || path[stem.size()] == '/');
 }
 
 // A path split at its first segment that names a script (IsPathInfoScript,
@@ -640,7 +674,9 @@ bool MatchesAs(const MatchConfig& match, const RequestFacts& request, OtherReadi
     });
   };
   const auto path_matches = [&](std::string_view p) {
-    return PathMatches(p, *match.path) || (as_upstreams_read && IndexMatches(p, *match.path));
+    return PathMatches(p, *match.path) ||
+           (as_upstreams_read &&
+            (IndexMatches(p, *match.path) || NegotiatedScriptMatches(p, *match.path)));
   };
   if (match.path && !path_matches(request.path) && !any_other(path_matches)) return false;
   const auto prefix_matches = [&](std::string_view p) {

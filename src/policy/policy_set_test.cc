@@ -270,6 +270,40 @@ TEST(Matches, TheScriptAServerRunsForALongerPath) {
   }
 }
 
+TEST(Matches, AScriptFoundByItsNameWithoutExtension) {
+  // Apache with MultiViews negotiates /wp-login.php for /wp-login, and
+  // runs it for /wp-login/x, the rest its PATH_INFO (extensionless
+  // rewrites do the first too); /login/index is the folder's index page.
+  FakeRequest r;
+  for (const char* path :
+       {"/wp-login", "/wp-login/", "/wp-login/x", "/WP-Login/x/y.php", "/wp-login%2Fx"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/wp-login.php"}, r.Facts())) << path;
+  }
+  for (const char* path : {"/blog/login", "/blog/login/x"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/blog/login.aspx"}, r.Facts())) << path;
+  }
+  for (const char* path : {"/login/index", "/login/index/", "/login/Index/x"}) {
+    r.path = path;
+    EXPECT_TRUE(Matches({.path = "/login/"}, r.Facts())) << path;
+  }
+  r.path = "/x/index/login/";  // the first index is the one run
+  EXPECT_FALSE(Matches({.path = "/login/"}, r.Facts()));
+  r.path = "/login/index";
+  EXPECT_TRUE(Matches({.path = "/login/index.php"}, r.Facts()));
+  // Only a script's name (negotiation looks for `wp-login.x.*`), and only
+  // the name as a whole segment.
+  for (const char* path : {"/wp-login.x", "/wp-log", "/wp-loginx", "/x/wp-login", "/wp"}) {
+    r.path = path;
+    EXPECT_FALSE(Matches({.path = "/wp-login.php"}, r.Facts())) << path;
+  }
+  for (const char* path : {"/login", "/login/x"}) {  // /login.html is no script
+    r.path = path;
+    EXPECT_FALSE(Matches({.path = "/login.html"}, r.Facts())) << path;
+  }
+}
+
 TEST(Matches, ThePathDecodedWhole) {
   // WSGI servers hand Django and Flask the path with every escape decoded
   // (PATH_INFO), and Symfony's router matches it so: `/login%2F` is their

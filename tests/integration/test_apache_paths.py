@@ -8,7 +8,9 @@ login limit by spelling the path so. Apache runs `/wp-login.php` for
 `/cgi-bin/login/x` (any file under its ScriptAlias /cgi-bin/ is a CGI
 script), `/login/index.php` for the folder `/login/`, and a front
 controller installed in `/blog` routes `/blog/index.php/login` as its
-`/login`, which is `/blog/login`."""
+`/login`, which is `/blog/login`. With MultiViews (where PHP's files are
+negotiated, as `AddType application/x-httpd-php .php` makes them) it runs
+`/wp-login.php` for `/wp-login` and `/wp-login/x` too."""
 
 import glob
 import itertools
@@ -34,7 +36,14 @@ FRONT_CONTROLLER = b'<?php echo "SCRIPT=/blog", $_SERVER["PATH_INFO"] ?? "/";'
 CGI_SCRIPT = b'#!/bin/sh\nprintf "Content-Type: text/plain\\n\\nSCRIPT=%s" "$SCRIPT_NAME"\n'
 
 
-class ApachePathReadingTest(SluiceTestCase):
+class ApacheTestCase(SluiceTestCase):
+    """Apache serving the tree, on self.apache_port."""
+
+    # Apache's configuration for the tree, after Debian's PHP handler.
+    EXTRA_CONFIG = ""
+    # Modules besides those every configuration here needs.
+    EXTRA_MODULES = ()
+
     def setUp(self):
         super().setUp()
         php = sorted(glob.glob(os.path.join(APACHE_MODULES, "libphp*.so")))
@@ -56,7 +65,8 @@ class ApachePathReadingTest(SluiceTestCase):
         os.chmod(os.path.join(cgi, "login"), 0o755)
         self.apache_port = free_port()
         modules = "".join("LoadModule %s_module %s/mod_%s.so\n" % (m, APACHE_MODULES, m)
-                          for m in ("mpm_prefork", "authz_core", "dir", "mime", "alias", "cgi"))
+                          for m in ("mpm_prefork", "authz_core", "dir", "mime", "alias", "cgi")
+                          + self.EXTRA_MODULES)
         start_apache(self, """ServerRoot %(dir)s
 ServerName localhost
 PidFile %(dir)s/httpd.pid
@@ -71,19 +81,9 @@ TypesConfig /etc/mime.types
 <FilesMatch ".+\\.ph(ar|p|tml)$">
     SetHandler application/x-httpd-php
 </FilesMatch>
-""" % {"dir": self.tmpdir, "host": HOST, "port": self.apache_port, "modules": modules,
-       "php": php[-1], "www": www, "cgi": cgi}, self.apache_port)
-
-    _scripts = None  # served()'s answer, the same for every test
-
-    def served(self):
-        """Every target made of the pieces that Apache answers by running a
-        script, with the script's name."""
-        if ApachePathReadingTest._scripts is None:
-            ApachePathReadingTest._scripts = self.scripts_run(
-                b"/" + b"".join(pieces) for n in range(1, MAX_PIECES + 1)
-                for pieces in itertools.product(PIECES, repeat=n))
-        return ApachePathReadingTest._scripts
+%(extra)s""" % {"dir": self.tmpdir, "host": HOST, "port": self.apache_port, "modules": modules,
+                "php": php[-1], "www": www, "cgi": cgi, "extra": self.EXTRA_CONFIG},
+                     self.apache_port)
 
     def scripts_run(self, targets):
         """Of `targets`, those naming "login" that Apache answers by running
@@ -96,6 +96,20 @@ TypesConfig /etc/mime.types
             if status == 200 and body.startswith(b"SCRIPT="):
                 scripts[target] = body[len(b"SCRIPT="):]
         return scripts
+
+
+class ApachePathReadingTest(ApacheTestCase):
+
+    _scripts = None  # served()'s answer, the same for every test
+
+    def served(self):
+        """Every target made of the pieces that Apache answers by running a
+        script, with the script's name."""
+        if ApachePathReadingTest._scripts is None:
+            ApachePathReadingTest._scripts = self.scripts_run(
+                b"/" + b"".join(pieces) for n in range(1, MAX_PIECES + 1)
+                for pieces in itertools.product(PIECES, repeat=n))
+        return ApachePathReadingTest._scripts
 
     def test_every_spelling_apache_runs_a_script_for_is_counted(self):
         # wp-login.php, PATH_INFO and all, against a policy's
@@ -140,6 +154,37 @@ TypesConfig /etc/mime.types
         self.assertGreater(len(targets), 15, len(targets))
         self.assertIn(b"/cgi-bin/login/x", targets)
         self.assertEqual(uncounted(self, self.apache_port, "{path: /cgi-bin/login}", targets), [])
+
+
+class ApacheMultiViewsTest(ApacheTestCase):
+    """Apache with MultiViews, PHP's files negotiated (their extension a
+    type, as `AddType application/x-httpd-php .php` makes it): it finds
+    `/wp-login.php` for `/wp-login`, PATH_INFO and all, and a folder's
+    index.php for its `index`."""
+
+    EXTRA_MODULES = ("negotiation",)
+    EXTRA_CONFIG = """<Directory />
+    Options +MultiViews
+</Directory>
+AddType application/x-httpd-php .php
+"""
+
+    def test_every_spelling_apache_negotiates_a_script_for_is_counted(self):
+        scripts = self.scripts_run(
+            a + b + c for a, b, c in itertools.product(
+                (b"/", b"//", b"/x/../", b"/./", b"/%2e/", b"/login/", b"/login/../"),
+                (b"wp-login", b"WP-LOGIN", b"%77p-login", b"wp%2dlogin", b"index", b"wp-login.php",
+                 b"wp-login%2ephp"),
+                (b"", b"/", b"/x", b"//x", b"/x.php", b"/..;", b"?x", b"%2fx", b"/.", b";x")))
+        targets = [t for t, script in scripts.items() if script == b"/wp-login.php"]
+        self.assertIn(b"/wp-login", targets)
+        self.assertIn(b"/wp-login/x", targets)
+        self.assertGreater(len(targets), 150, len(targets))
+        self.assertEqual(uncounted(self, self.apache_port, "{path: /wp-login.php}", targets), [])
+        # The folder /login/ by its index page, found by its name.
+        targets = [t for t, script in scripts.items() if script == b"/login/index.php"]
+        self.assertIn(b"/login/index", targets)
+        self.assertEqual(uncounted(self, self.apache_port, "{path: /login/}", targets), [])
 
 
 if __name__ == "__main__":

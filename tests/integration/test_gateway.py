@@ -759,7 +759,9 @@ class GatewayTest(SluiceTestCase):
         # is PATH_INFO), as PHP-FPM behind NGINX's fastcgi_split_path_info
         # and IIS do. Each was forwarded with 200 after /wp-login.php was
         # denied, and a policy keyed on the path gave each its own bucket.
-        # Expected: each denied (test_apache_paths: against Apache itself).
+        # So was /wp-login (Apache with MultiViews negotiates wp-login.php
+        # for it, PATH_INFO and all). Expected: each denied
+        # (test_apache_paths: against Apache itself).
         self.start("""\
   - name: wp
     match: {path: /wp-login.php, method: POST}
@@ -772,10 +774,11 @@ class GatewayTest(SluiceTestCase):
       - {algorithm: token_bucket, rate: 1/h, burst: 1}
 """)
         self.assertEqual(self.post("/wp-login.php", body="").status, 200)
-        for path in ("/wp-login.php/x", "/wp-login.php//x.php", "/WP-LOGIN.PHP/", "/wp-login.php%2Fx"):
+        for path in ("/wp-login.php/x", "/wp-login.php//x.php", "/WP-LOGIN.PHP/", "/wp-login.php%2Fx",
+                     "/wp-login", "/wp-login/x"):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(self.get("/blog/wp-login.php").status, 200)
-        for path in ("/blog/wp-login.php/1", "/blog/wp-login.php/2"):
+        for path in ("/blog/wp-login.php/1", "/blog/wp-login.php/2", "/blog/wp-login"):
             self.assertEqual(self.get(path).status, 429, path)
         self.assertEqual(len(self.up.hits()), 2)
 
