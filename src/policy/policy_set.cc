@@ -458,6 +458,25 @@ std::optional<std::string> FrontControllerPath(std::string_view path,
   return internal::Cat(split->folder, split->rest);
 }
 
+// The path a PHP front controller found by its name routes the request
+// to: Apache with MultiViews runs `/blog/index.php` for
+// `/blog/index/login` (FrontControllerPath: `/blog/login`). The first
+// segment `index` with more after it, unless a script comes first (it is
+// what runs); nullopt where there is none.
+std::optional<std::string> NegotiatedFrontControllerPath(std::string_view path) {
+  for (size_t start = 1; start < path.size();) {
+    const size_t slash = path.find('/', start);
+    if (slash == std::string_view::npos) break;
+    const std::string_view segment = path.substr(start, slash - start);
+    if (IsPathInfoScript(segment)) break;
+    if (internal::AsciiEqualsIgnoreCase(segment, "index")) {
+      return internal::Cat(path.substr(0, start - 1), path.substr(slash));
+    }
+    start = slash + 1;
+  }
+  return std::nullopt;
+}
+
 // Basic credentials as the bytes they stand for, encoded again in the one
 // standard spelling. Servers decode many spellings to the same bytes:
 // lenient decoders (Python's, Node's, PHP's, Ruby's) skip characters
@@ -616,7 +635,8 @@ absl::InlinedVector<std::string, 2> QueryRoutedPaths(std::string_view path,
 // merges slashes and applies dot segments: `/%2Flogin` and
 // `/x/..%2Flogin` are in its `location /login`), and each behind a PHP
 // front controller (FrontControllerPath) and the script a server runs for
-// it (ScriptPath: `/wp-login.php` for `/wp-login.php/x`).
+// it (ScriptPath: `/wp-login.php` for `/wp-login.php/x`), or found by
+// its name (NegotiatedFrontControllerPath).
 absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::string_view raw_path,
                                                   std::string_view query) {
   absl::InlinedVector<std::string, 2> out;
@@ -635,6 +655,9 @@ absl::InlinedVector<std::string, 2> UpstreamPaths(std::string_view path, std::st
       if (!as_sent || p.data() != sent.data()) out.emplace_back(p);
       const std::optional<ScriptSplit> split = SplitAtScript(p);
       if (std::optional<std::string> routed = FrontControllerPath(p, split)) {
+        out.push_back(*std::move(routed));
+      }
+      if (std::optional<std::string> routed = NegotiatedFrontControllerPath(p)) {
         out.push_back(*std::move(routed));
       }
       if (split) out.emplace_back(split->script_path);

@@ -290,6 +290,14 @@ TEST(Matches, AScriptFoundByItsNameWithoutExtension) {
   }
   r.path = "/x/index/login/";  // the first index is the one run
   EXPECT_FALSE(Matches({.path = "/login/"}, r.Facts()));
+  // A front controller by its name routes the rest in its folder.
+  for (const char* path : {"/index/login", "/blog/index/login", "/blog/Index/login/"}) {
+    r.path = path;
+    const char* route = path[1] == 'b' ? "/blog/login" : "/login";
+    EXPECT_TRUE(Matches({.path = route}, r.Facts())) << path;
+  }
+  r.path = "/x.php/index/login";  // /x.php runs
+  EXPECT_FALSE(Matches({.path = "/login"}, r.Facts()));
   r.path = "/login/index";
   EXPECT_TRUE(Matches({.path = "/login/index.php"}, r.Facts()));
   // Only a script's name (negotiation looks for `wp-login.x.*`), and only

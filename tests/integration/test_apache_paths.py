@@ -10,7 +10,8 @@ script), `/login/index.php` for the folder `/login/`, and a front
 controller installed in `/blog` routes `/blog/index.php/login` as its
 `/login`, which is `/blog/login`. With MultiViews (where PHP's files are
 negotiated, as `AddType application/x-httpd-php .php` makes them) it runs
-`/wp-login.php` for `/wp-login` and `/wp-login/x` too."""
+`/wp-login.php` for `/wp-login` and `/wp-login/x` too, and `/blog/index.php`
+for `/blog/index/login`."""
 
 import glob
 import itertools
@@ -160,7 +161,7 @@ class ApacheMultiViewsTest(ApacheTestCase):
     """Apache with MultiViews, PHP's files negotiated (their extension a
     type, as `AddType application/x-httpd-php .php` makes it): it finds
     `/wp-login.php` for `/wp-login`, PATH_INFO and all, and a folder's
-    index.php for its `index`."""
+    index.php for its `index` (a front controller too)."""
 
     EXTRA_MODULES = ("negotiation",)
     EXTRA_CONFIG = """<Directory />
@@ -185,6 +186,20 @@ AddType application/x-httpd-php .php
         targets = [t for t, script in scripts.items() if script == b"/login/index.php"]
         self.assertIn(b"/login/index", targets)
         self.assertEqual(uncounted(self, self.apache_port, "{path: /login/}", targets), [])
+
+    def test_every_spelling_a_front_controller_found_by_its_name_routes_is_counted(self):
+        # /blog/index.php found for /blog/index, routing /blog/login (its
+        # /login) against a policy's `path: /blog/login`.
+        targets = [t for t, route in self.scripts_run(
+            a + b + c for a, b, c in itertools.product(
+                (b"/blog/index", b"/blog//index", b"/blog/./index", b"/x/../blog/index",
+                 b"/%62log/index", b"/blog/INDEX"),
+                (b"/", b"//", b"/./", b"/x/../", b"/%2e/"),
+                (b"login", b"login/", b"%6cogin", b"login//", b"login/."))).items()
+            if route in (b"/blog/login", b"/blog/login/")]
+        self.assertIn(b"/blog/index/login", targets)
+        self.assertGreater(len(targets), 80, len(targets))
+        self.assertEqual(uncounted(self, self.apache_port, "{path: /blog/login}", targets), [])
 
 
 if __name__ == "__main__":

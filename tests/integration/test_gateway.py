@@ -743,13 +743,14 @@ class GatewayTest(SluiceTestCase):
         # with PHP serve /login/ by /login/index.php, and IIS reads
         # /%u006Cogin as /login (http.sys takes %uNNNN by default) and
         # /(S(x))/login too (ASP.NET takes cookieless tickets out of the
-        # path). Each was forwarded with 200 after /login was denied.
+        # path), and /index/login (Apache with MultiViews runs index.php
+        # for it). Each was forwarded with 200 after /login was denied.
         # Expected: each denied.
         self.start(self.LOGIN)
         self.assertEqual(self.post("/login", body="").status, 200)
         for path in ("/LOGIN", "/Login", "/%4Cogin", "/login/", "/login.json", "/Login.do",
                      "/index.php/login", "/login%2F", "/login/index.php", "/%u006Cogin",
-                     "/blog/../%U006COGIN", "/(S(x))/login", "/(X(1)F(y))/Login"):
+                     "/blog/../%U006COGIN", "/(S(x))/login", "/(X(1)F(y))/Login", "/index/login"):
             self.assertEqual(self.post(path, body="").status, 429, path)
         self.assertEqual(len(self.up.hits()), 1)
 
