@@ -386,6 +386,7 @@ bool IsPathInfoScript(std::string_view segment) {
 // counts requests for a `/wp-login/` folder too: more than it must, never
 // fewer.
 bool NegotiatedScriptMatches(std::string_view path, std::string_view exact) {
+  exact = WithoutTrailingSlash(exact);
   const size_t slash = exact.rfind('/');
   if (slash == std::string_view::npos || !IsPathInfoScript(exact.substr(slash + 1))) return false;
   const std::string_view stem = WithoutFormatSuffix(exact);

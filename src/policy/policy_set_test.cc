@@ -283,6 +283,7 @@ TEST(Matches, AScriptFoundByItsNameWithoutExtension) {
   for (const char* path : {"/blog/login", "/blog/login/x"}) {
     r.path = path;
     EXPECT_TRUE(Matches({.path = "/blog/login.aspx"}, r.Facts())) << path;
+    EXPECT_TRUE(Matches({.path = "/blog/login.aspx/"}, r.Facts())) << path;
   }
   for (const char* path : {"/login/index", "/login/index/", "/login/Index/x"}) {
     r.path = path;
