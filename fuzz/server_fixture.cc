@@ -31,7 +31,7 @@ using policy::Policy;
 using policy::PolicyAnswer;
 using policy::PolicySet;
 
-// Matched on method, path, path prefix, host and header; keyed on
+// Matched on method, path (a script's too), path prefix, host and header; keyed on
 // client_ip, a header (both on_missing_key modes), the path, the route and
 // global; every algorithm; both long_keys modes; one shadow policy and one
 // the gateway never applies (the decision API only). The decision API's token is read from
@@ -62,6 +62,10 @@ policies:
     match: {path: /login, method: POST}
     key: [client_ip]
     limits: [{algorithm: sliding_log, rate: 3/min}]
+  - name: wp-login
+    match: {path: /blog/wp-login.php}
+    key: [client_ip]
+    limits: [{algorithm: fixed_window, rate: 5/min}]
   - name: api
     match: {path_prefix: /api/, headers: [X-Api-Key]}
     key: ["header:X-Api-Key"]
