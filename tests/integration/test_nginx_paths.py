@@ -1,6 +1,7 @@
 """A policy's path against NGINX's reading of it: Debian's nginx as the
 upstream, with a `location /login` of its own (and PHP's location, which
-hands PHP-FPM a script and its PATH_INFO), and sluice in front of it with
+hands PHP-FPM a script and its PATH_INFO, alone and behind the extensionless
+rewrite hosts write), and sluice in front of it with
 a policy on /login (on /wp-login.php). Every spelling of a path made of a
 few pieces (slashes, dots, escapes, parameters, backslashes) that NGINX
 serves from `location /login` (hands PHP as /wp-login.php) must be counted
@@ -30,7 +31,7 @@ MAX_PIECES = int(os.environ.get("SLUICE_PATH_PIECES", "3"))
 class NginxPathReadingTest(SluiceTestCase):
     def setUp(self):
         super().setUp()
-        self.nginx_port, self.php_port = free_port(), free_port()
+        self.nginx_port, self.php_port, self.bare_port = free_port(), free_port(), free_port()
         www = os.path.join(self.tmpdir, "www")
         os.makedirs(www)
         os.chmod(www, 0o755)  # NGINX's workers run unprivileged
@@ -52,9 +53,16 @@ http { access_log off;
     location ~ [^/]\\.php(/|$) {
       fastcgi_split_path_info ^(.+?\\.php)(/.*)$;
       if (!-f $document_root$fastcgi_script_name) { return 404; }
+      return 200 "SCRIPT=$fastcgi_script_name"; } }
+  server { listen %(host)s:%(bare_port)d; root %(www)s;
+    location / { try_files $uri $uri/ @extensionless; }
+    location @extensionless { rewrite ^(.*)$ $1.php last; }
+    location ~ [^/]\\.php(/|$) {
+      fastcgi_split_path_info ^(.+?\\.php)(/.*)$;
+      if (!-f $document_root$fastcgi_script_name) { return 404; }
       return 200 "SCRIPT=$fastcgi_script_name"; } } }
 """ % {"dir": self.tmpdir, "host": HOST, "port": self.nginx_port, "php_port": self.php_port,
-       "www": www}, self.nginx_port)
+       "bare_port": self.bare_port, "www": www}, self.nginx_port)
 
     def served(self, answers, port=None, pieces=PIECES, first=2):
         """Every target made of `first` or more of `pieces` that NGINX (on
@@ -94,6 +102,17 @@ http { access_log off;
         self.assertGreater(len(served), 300, len(served))
         self.assertIn(b"/wp-login.php%2fx", served)
         self.assertEqual(uncounted(self, self.php_port, "{path: /wp-login.php}", served), [])
+
+    def test_every_spelling_nginx_hands_php_without_the_extension_is_counted(self):
+        # The third server: PHP's location behind the extensionless rewrite
+        # hosts write (`try_files $uri $uri/ @extensionless`, where
+        # `rewrite ^(.*)$ $1.php last`): /wp-login is /wp-login.php.
+        served = self.served((b"SCRIPT=/wp-login.php",), self.bare_port, [
+            b"/", b"//", b"%2f", b".", b"..", b"%2e", b"x", b"wp-login", b"%77p-login",
+            b"WP-LOGIN", b"wp-login.php", b"%20", b"?", b";x"], first=1)
+        self.assertIn(b"/wp-login", served)
+        self.assertGreater(len(served), 100, len(served))
+        self.assertEqual(uncounted(self, self.bare_port, "{path: /wp-login.php}", served), [])
 
 
 if __name__ == "__main__":
