@@ -382,8 +382,9 @@ bool IsPathInfoScript(std::string_view segment) {
 // or `MultiviewsMatch Handlers`) runs `/wp-login.php` for `/wp-login` and,
 // the rest its PATH_INFO, for `/wp-login/x`; so do the extensionless
 // rewrites hosts write (mod_rewrite's `$1.php`, NGINX's `try_files`
-// falling back to a `rewrite` to `$1.php`) for `/wp-login`. Where the server does neither, a policy
-// so counts requests for a `/wp-login/` folder too: more than it must, never fewer.
+// falling back to a `rewrite` to `$1.php`) for `/wp-login`. Where the
+// server does neither, a policy so counts requests for a `/wp-login/`
+// folder too: more than it must, never fewer.
 bool NegotiatedScriptMatches(std::string_view path, std::string_view exact) {
   exact = WithoutTrailingSlash(exact);
   const size_t slash = exact.rfind('/');
