@@ -302,6 +302,46 @@ bool PrefixMatches(std::string_view path, std::string_view prefix) {
           internal::AsciiEqualsIgnoreCase(path, WithoutTrailingSlash(prefix)));
 }
 
+// Whether a path segment names a PHP script: a name, then `.php` in any
+// case.
+bool IsPhpScript(std::string_view segment) {
+  return segment.size() > 4 &&
+         internal::AsciiEqualsIgnoreCase(segment.substr(segment.size() - 4), ".php");
+}
+
+// Whether a path segment names a script its server runs for a longer path
+// too, handing it the rest as PATH_INFO: a name, then (in any case) `.php`,
+// `.php` and a digit, `.phtml` or `.phar` (what Debian's Apache hands PHP,
+// and what hosts map to it), `.asp`, `.aspx`, `.asmx`, `.ashx` or `.svc`
+// (IIS), `.cgi`, `.fcgi` or `.pl` (CGI).
+bool IsPathInfoScript(std::string_view segment) {
+  const size_t dot = segment.rfind('.');
+  if (dot == std::string_view::npos || dot == 0) return false;
+  std::string_view ext = segment.substr(dot + 1);
+  if (ext.size() == 4 && ext.back() >= '0' && ext.back() <= '9') ext.remove_suffix(1);  // php5
+  for (std::string_view script :
+       {"php", "phtml", "phar", "asp", "aspx", "asmx", "ashx", "svc", "cgi", "fcgi", "pl"}) {
+    if (internal::AsciiEqualsIgnoreCase(ext, script)) return true;
+  }
+  return false;
+}
+
+// Where Apache with MultiViews finds a folder's index.php by its name,
+// the rest its PATH_INFO (`/blog/index/login`): the offset of the first
+// `index` segment that has more after it, unless a script comes first
+// (IsPathInfoScript: it is what runs); npos where there is none.
+size_t NegotiatedIndexAt(std::string_view path) {
+  for (size_t start = 1; start < path.size();) {
+    const size_t slash = path.find('/', start);
+    if (slash == std::string_view::npos) break;
+    const std::string_view segment = path.substr(start, slash - start);
+    if (IsPathInfoScript(segment)) break;
+    if (internal::AsciiEqualsIgnoreCase(segment, "index")) return start;
+    start = slash + 1;
+  }
+  return std::string_view::npos;
+}
+
 // `path` without a last segment that is a folder's index page
 // (`/login/index.php` -> `/login/`): Apache and NGINX with PHP, Tomcat and
 // IIS serve the folder with it (index.php, index.jsp, default.aspx,
@@ -329,17 +369,9 @@ bool IndexMatches(std::string_view path, std::string_view exact) {
     return true;
   }
   // `/login/index/x`: Apache with MultiViews runs the folder's index.php
-  // for it, the rest its PATH_INFO (the first `index` segment: no later
-  // one is reached).
-  for (size_t start = 1; start < path.size();) {
-    const size_t slash = path.find('/', start);
-    if (slash == std::string_view::npos) break;
-    if (internal::AsciiEqualsIgnoreCase(path.substr(start, slash - start), "index")) {
-      return PathMatches(path.substr(0, start), exact_folder);
-    }
-    start = slash + 1;
-  }
-  return false;
+  // for it, the rest its PATH_INFO.
+  const size_t index = NegotiatedIndexAt(path);
+  return index != std::string_view::npos && PathMatches(path.substr(0, index), exact_folder);
 }
 
 // Whether `path` is the folder of a policy's `prefix` that ends with an
@@ -349,30 +381,6 @@ bool IndexPrefixMatches(std::string_view path, std::string_view prefix) {
   const std::string_view folder = WithoutDirectoryIndex(prefix);
   return folder.size() != prefix.size() &&
          internal::AsciiEqualsIgnoreCase(WithoutTrailingSlash(path), WithoutTrailingSlash(folder));
-}
-
-// Whether a path segment names a PHP script: a name, then `.php` in any
-// case.
-bool IsPhpScript(std::string_view segment) {
-  return segment.size() > 4 &&
-         internal::AsciiEqualsIgnoreCase(segment.substr(segment.size() - 4), ".php");
-}
-
-// Whether a path segment names a script its server runs for a longer path
-// too, handing it the rest as PATH_INFO: a name, then (in any case) `.php`,
-// `.php` and a digit, `.phtml` or `.phar` (what Debian's Apache hands PHP,
-// and what hosts map to it), `.asp`, `.aspx`, `.asmx`, `.ashx` or `.svc`
-// (IIS), `.cgi`, `.fcgi` or `.pl` (CGI).
-bool IsPathInfoScript(std::string_view segment) {
-  const size_t dot = segment.rfind('.');
-  if (dot == std::string_view::npos || dot == 0) return false;
-  std::string_view ext = segment.substr(dot + 1);
-  if (ext.size() == 4 && ext.back() >= '0' && ext.back() <= '9') ext.remove_suffix(1);  // php5
-  for (std::string_view script :
-       {"php", "phtml", "phar", "asp", "aspx", "asmx", "ashx", "svc", "cgi", "fcgi", "pl"}) {
-    if (internal::AsciiEqualsIgnoreCase(ext, script)) return true;
-  }
-  return false;
 }
 
 // Whether the request's `path` runs the script that is a policy's `exact`
@@ -461,21 +469,12 @@ std::optional<std::string> FrontControllerPath(std::string_view path,
 
 // The path a PHP front controller found by its name routes the request
 // to: Apache with MultiViews runs `/blog/index.php` for
-// `/blog/index/login` (FrontControllerPath: `/blog/login`). The first
-// segment `index` with more after it, unless a script comes first (it is
-// what runs); nullopt where there is none.
+// `/blog/index/login` (FrontControllerPath: `/blog/login`); nullopt where
+// no index.php is found so (NegotiatedIndexAt).
 std::optional<std::string> NegotiatedFrontControllerPath(std::string_view path) {
-  for (size_t start = 1; start < path.size();) {
-    const size_t slash = path.find('/', start);
-    if (slash == std::string_view::npos) break;
-    const std::string_view segment = path.substr(start, slash - start);
-    if (IsPathInfoScript(segment)) break;
-    if (internal::AsciiEqualsIgnoreCase(segment, "index")) {
-      return internal::Cat(path.substr(0, start - 1), path.substr(slash));
-    }
-    start = slash + 1;
-  }
-  return std::nullopt;
+  const size_t index = NegotiatedIndexAt(path);
+  if (index == std::string_view::npos) return std::nullopt;
+  return internal::Cat(path.substr(0, index - 1), path.substr(index + 5));
 }
 
 // Basic credentials as the bytes they stand for, encoded again in the one
