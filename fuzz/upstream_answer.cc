@@ -57,7 +57,8 @@ void Check(const UpstreamAnswer& read, unsigned version, bool client_keep_alive,
   if (!sluice::server::ForClient(answer, version, client_keep_alive, head)) return;  // a 502
   const std::string body_sent = head ? std::string() : answer.body;
   const int status = answer.status;
-  sluice::server::Reply reply = sluice::server::Relayed{std::move(answer), {{"RateLimit", "x"}}};
+  sluice::server::Reply reply =
+      sluice::server::Relayed{.answer = std::move(answer), .fields = {{"RateLimit", "x"}}};
   std::string bytes;
   const std::string_view body = AppendHead(reply, version, session_keep_alive, head, bytes);
   bytes += body;
@@ -117,7 +118,7 @@ void CheckStreamed(const UpstreamAnswer& read, unsigned version, bool client_kee
     return;  // a 502
   }
   const bool keep_alive = answer.keep_alive;
-  sluice::server::Relayed relayed{std::move(answer), {{"RateLimit", "x"}}};
+  sluice::server::Relayed relayed{.answer = std::move(answer), .fields = {{"RateLimit", "x"}}};
   relayed.body_to_come = true;
   relayed.chunked = chunked;
   sluice::server::Reply reply = std::move(relayed);
