@@ -330,13 +330,14 @@ bool IsPathInfoScript(std::string_view segment) {
 // the rest its PATH_INFO (`/blog/index/login`): the offset of the first
 // `index` segment that has more after it, unless a script comes first
 // (IsPathInfoScript: it is what runs); npos where there is none.
+constexpr std::string_view kNegotiatedIndex = "index";
 size_t NegotiatedIndexAt(std::string_view path) {
   for (size_t start = 1; start < path.size();) {
     const size_t slash = path.find('/', start);
     if (slash == std::string_view::npos) break;
     const std::string_view segment = path.substr(start, slash - start);
     if (IsPathInfoScript(segment)) break;
-    if (internal::AsciiEqualsIgnoreCase(segment, "index")) return start;
+    if (internal::AsciiEqualsIgnoreCase(segment, kNegotiatedIndex)) return start;
     start = slash + 1;
   }
   return std::string_view::npos;
@@ -474,7 +475,7 @@ std::optional<std::string> FrontControllerPath(std::string_view path,
 std::optional<std::string> NegotiatedFrontControllerPath(std::string_view path) {
   const size_t index = NegotiatedIndexAt(path);
   if (index == std::string_view::npos) return std::nullopt;
-  return internal::Cat(path.substr(0, index - 1), path.substr(index + 5));
+  return internal::Cat(path.substr(0, index - 1), path.substr(index + kNegotiatedIndex.size()));
 }
 
 // Basic credentials as the bytes they stand for, encoded again in the one
